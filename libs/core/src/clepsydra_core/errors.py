@@ -1,0 +1,109 @@
+"""The one error tree of Clepsydra.
+
+Every error carries a stable ``code`` (the wire name in ``{"error": CODE, "message": ...}``)
+and the HTTP status the edge translates it to. Where a SPEC rule applies, the message names it.
+Expected outcomes (a put that was refused for a business reason) are values, not exceptions;
+exceptions mean a request or a component is broken.
+"""
+
+from __future__ import annotations
+
+
+class ClepsydraError(Exception):
+    """Base of every error Clepsydra raises on purpose."""
+
+    code = "SYSTEM_ERROR"
+    http_status = 500
+
+    def __init__(self, message: str, *, rule: str | None = None) -> None:
+        self.rule = rule
+        text = f"{message} (SPEC {rule})" if rule else message
+        super().__init__(text)
+        self.message = text
+
+    def to_json(self) -> dict[str, str]:
+        """The v1 error body."""
+        return {"error": self.code, "message": self.message}
+
+
+class ConfigError(ClepsydraError):
+    """A setting is missing or malformed; raised at start-up, naming the variable or entry."""
+
+    code = "CONFIG_ERROR"
+
+
+class ValidationError(ClepsydraError):
+    """A request breaks an input rule (SPEC P1, L2, ...); nothing was stored."""
+
+    code = "INVALID_REQUEST"
+    http_status = 400
+
+    def __init__(self, message: str, *, rule: str | None = None, code: str | None = None) -> None:
+        super().__init__(message, rule=rule)
+        if code:
+            self.code = code
+
+
+class NotFound(ClepsydraError):
+    """Base of the 404s."""
+
+    code = "NOT_FOUND"
+    http_status = 404
+
+
+class TopicNotFound(NotFound):
+    """A topic was named that the store does not have."""
+
+    code = "TOPIC_NOT_EXIST"
+
+
+class MessageNotFound(NotFound):
+    """No message at the given msgId, CommitLog offset or key."""
+
+    code = "MESSAGE_NOT_FOUND"
+
+
+class GroupNotFound(NotFound):
+    """A consumer group was named that has no settings (SPEC R2)."""
+
+    code = "SUBSCRIPTION_GROUP_NOT_EXIST"
+
+
+class OffsetOutOfRange(ClepsydraError):
+    """A queue offset or queue id outside what the queue holds."""
+
+    code = "OFFSET_OUT_OF_RANGE"
+    http_status = 400
+
+
+class Forbidden(ClepsydraError):
+    """The caller may not do this to this resource (a system topic, SPEC S3)."""
+
+    code = "FORBIDDEN"
+    http_status = 403
+
+
+class NoPermission(ClepsydraError):
+    """The store does not accept writes now (SPEC R2)."""
+
+    code = "NO_PERMISSION"
+    http_status = 403
+
+
+class StoreError(ClepsydraError):
+    """The store's files failed (I/O error, a broken invariant)."""
+
+    code = "SYSTEM_ERROR"
+
+
+class CorruptRecordError(StoreError):
+    """Bytes that should hold a record or entry do not decode (bad size, magic or CRC)."""
+
+    code = "CORRUPT_RECORD"
+
+
+class Unavailable(ClepsydraError):
+    """A service this one depends on did not answer; try again later."""
+
+    code = "SERVICE_UNAVAILABLE"
+    http_status = 503

@@ -1,0 +1,94 @@
+"""Names of the reserved message properties, and their binary encoding.
+
+The stored encoding is length-prefixed (``u16 name length | name | u32 value length | value``,
+UTF-8), so there are no separator characters and any Unicode text round-trips. Text that cannot
+be encoded as UTF-8 (a lone surrogate) is refused by validation (SPEC P1).
+"""
+
+from __future__ import annotations
+
+import struct
+
+from clepsydra_core.errors import CorruptRecordError
+
+DELAY = "DELAY"
+REAL_TOPIC = "REAL_TOPIC"
+REAL_QID = "REAL_QID"
+RETRY_TOPIC = "RETRY_TOPIC"
+ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+UNIQ_KEY = "UNIQ_KEY"
+KEYS = "KEYS"
+TAGS = "TAGS"
+MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+RECONSUME_TIME = "RECONSUME_TIME"
+TRACEPARENT = "traceparent"
+TRACESTATE = "tracestate"
+DELAY_MS = "DELAY_MS"
+"""Exact delay asked for (SPEC T1); reserved for the timer path."""
+DELIVER_AT = "DELIVER_AT"
+"""Exact delivery time in epoch ms (SPEC T1); reserved for the timer path."""
+DELIVER_TS = "DELIVER_TS"
+"""Set by the store when a scheduled message is handed to its real topic: its deliver time."""
+SCHEDULE_OFFSET = "SCHEDULE_OFFSET"
+"""`<level>:<queueOffset>` of the schedule entry a delivered message came from (SPEC D9)."""
+SCHEDULE_ERROR = "SCHEDULE_ERROR"
+"""Why a scheduled message was parked in `%SCHEDULE_ERROR%` (SPEC D7)."""
+TRANSACTION_PREPARED = "TRAN_MSG"
+FAILURE_HISTORY = "FAILURE_HISTORY"
+"""JSON list of failed attempts ({time, consumer, reason}), carried across retries (R16)."""
+DLQ_REASON = "DLQ_REASON"
+"""Why a message was dead-lettered: `max_reconsume_times` or `level_negative`."""
+
+RESERVED = frozenset(
+    {
+        DELAY, REAL_TOPIC, REAL_QID, RETRY_TOPIC, ORIGIN_MESSAGE_ID, UNIQ_KEY, KEYS, TAGS,
+        MAX_RECONSUME_TIMES, RECONSUME_TIME, TRACEPARENT, TRACESTATE, DELAY_MS, DELIVER_AT,
+        DELIVER_TS, SCHEDULE_OFFSET, SCHEDULE_ERROR, TRANSACTION_PREPARED, FAILURE_HISTORY,
+        DLQ_REASON,
+    }
+)
+
+CLIENT_SETTABLE = frozenset(
+    {UNIQ_KEY, TRACEPARENT, TRACESTATE, RETRY_TOPIC, ORIGIN_MESSAGE_ID, MAX_RECONSUME_TIMES,
+     RECONSUME_TIME, FAILURE_HISTORY}
+)
+"""Reserved names a producer may still set itself (trace context, and the R9 fallback fields)."""
+
+_NAME_LEN = struct.Struct(">H")
+_VALUE_LEN = struct.Struct(">I")
+
+
+def encode_properties(props: dict[str, str]) -> bytes:
+    """Encode properties; raises UnicodeEncodeError on text that is not valid Unicode."""
+    if not props:
+        return b""
+    out = bytearray()
+    for name, value in props.items():
+        n = name.encode()
+        v = value.encode()
+        out += _NAME_LEN.pack(len(n))
+        out += n
+        out += _VALUE_LEN.pack(len(v))
+        out += v
+    return bytes(out)
+
+
+def decode_properties(raw: bytes | memoryview) -> dict[str, str]:
+    """Inverse of :func:`encode_properties`; CorruptRecordError on bytes that do not parse."""
+    props: dict[str, str] = {}
+    pos, end = 0, len(raw)
+    try:
+        while pos < end:
+            (nlen,) = _NAME_LEN.unpack_from(raw, pos)
+            pos += 2
+            name = bytes(raw[pos:pos + nlen]).decode()
+            pos += nlen
+            (vlen,) = _VALUE_LEN.unpack_from(raw, pos)
+            pos += 4
+            if pos + vlen > end:
+                raise CorruptRecordError("property value runs past the properties block")
+            props[name] = bytes(raw[pos:pos + vlen]).decode()
+            pos += vlen
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise CorruptRecordError(f"properties do not decode: {exc}") from exc
+    return props

@@ -1,0 +1,212 @@
+"""Wire and on-disk formats: the CommitLog record, the 20-byte ConsumeQueue entry, and the
+JSON view of a message that the HTTP APIs return.
+
+CommitLog record, big-endian (version 1; the magic carries the version):
+
+    total_size i32 | magic i32 | body_crc u32 | queue_id i32 | flag i32 | queue_offset i64 |
+    commitlog_offset i64 | sys_flag i32 | born_timestamp i64 | born_host 8B |
+    store_timestamp i64 | store_host 8B | reconsume_times i32 |
+    body_length i32 | body | topic_length u8 | topic | properties_length i32 | properties
+
+``born_host``/``store_host`` are IPv4 + port (see msgid). Tags and keys travel in properties
+(`TAGS`, `KEYS`). A segment whose tail cannot hold the next record ends with an
+end-of-segment marker: ``total_size = remaining bytes | magic = END_MAGIC``.
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+import zlib
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar, Self
+
+from clepsydra_core import properties as P
+from clepsydra_core.errors import CorruptRecordError
+from clepsydra_core.msgid import encode_msg_id, unpack_host
+
+MAGIC_V1 = 0x434C5331  # "CLS1"
+END_MAGIC = 0x434C5345  # "CLSE": end of segment
+MIN_END_MARKER = 8
+
+_HEADER = struct.Struct(">iiIiiqqiq8sq8sii")
+HEADER_SIZE = _HEADER.size  # up to and including body_length
+_U8 = struct.Struct(">B")
+_I32 = struct.Struct(">i")
+_END = struct.Struct(">ii")
+
+
+def tags_code(tags: str | None) -> int:
+    """Stable hash of a tags string used as ConsumeQueue tagsCode for ordinary topics."""
+    return zlib.crc32(tags.encode()) if tags else 0
+
+
+@dataclass(frozen=True, slots=True)
+class QueueEntry:
+    """One ConsumeQueue slot, 20 bytes big-endian:
+    commitlog_offset int64 | size int32 | tags_code int64 (deliver time for the schedule topic)."""
+
+    commitlog_offset: int
+    size: int
+    tags_code: int
+    LAYOUT: ClassVar[struct.Struct] = struct.Struct(">qiq")
+    SIZE: ClassVar[int] = 20
+
+    def encode(self) -> bytes:
+        return self.LAYOUT.pack(self.commitlog_offset, self.size, self.tags_code)
+
+    @classmethod
+    def decode(cls, raw: bytes | memoryview, pos: int = 0) -> Self:
+        try:
+            return cls(*cls.LAYOUT.unpack_from(raw, pos))
+        except struct.error as exc:
+            raise CorruptRecordError(f"queue entry at byte {pos} is short") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class CommitLogRecord:
+    """A message as stored in the CommitLog (every SPEC "Words" field)."""
+
+    topic: str
+    body: bytes
+    queue_id: int = 0
+    flag: int = 0
+    properties: dict[str, str] = field(default_factory=dict)
+    queue_offset: int = 0
+    commitlog_offset: int = 0
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: bytes = b"\0" * 8
+    store_timestamp: int = 0
+    store_host: bytes = b"\0" * 8
+    reconsume_times: int = 0
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(P.TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        return self.properties.get(P.KEYS, "").split()
+
+    @property
+    def msg_id(self) -> str:
+        return encode_msg_id(self.store_host, self.commitlog_offset)
+
+    def with_(self, **changes: Any) -> CommitLogRecord:
+        return replace(self, **changes)
+
+    def encode(self) -> bytes:
+        """The record's bytes; total_size covers the whole record."""
+        return encode_record(self)
+
+    @classmethod
+    def decode(cls, raw: bytes | memoryview, pos: int = 0) -> Self:
+        """Decode the record starting at ``pos``; CorruptRecordError if it is not whole and
+        valid (size, magic, lengths and body CRC all checked)."""
+        record, _size = decode_record(raw, pos)
+        return record  # type: ignore[return-value]
+
+
+def encode_record(r: CommitLogRecord, props_raw: bytes | None = None) -> bytes:
+    topic = r.topic.encode()
+    if props_raw is None:
+        props_raw = P.encode_properties(r.properties)
+    body = r.body
+    size = HEADER_SIZE + len(body) + 1 + len(topic) + 4 + len(props_raw)
+    return b"".join((
+        _HEADER.pack(size, MAGIC_V1, zlib.crc32(body), r.queue_id, r.flag, r.queue_offset,
+                     r.commitlog_offset, r.sys_flag, r.born_timestamp, r.born_host,
+                     r.store_timestamp, r.store_host, r.reconsume_times, len(body)),
+        body, _U8.pack(len(topic)), topic, _I32.pack(len(props_raw)), props_raw,
+    ))
+
+
+def peek_size_magic(raw: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """(total_size, magic) at pos; (0, 0) when fewer than 8 bytes remain."""
+    if len(raw) - pos < MIN_END_MARKER:
+        return 0, 0
+    size, magic = _END.unpack_from(raw, pos)
+    return size, magic
+
+
+def encode_end_marker(remaining: int) -> bytes:
+    """End-of-segment marker filling ``remaining`` bytes (>= 8)."""
+    return _END.pack(remaining, END_MAGIC) + b"\0" * (remaining - MIN_END_MARKER)
+
+
+def decode_record(raw: bytes | memoryview, pos: int = 0) -> tuple[CommitLogRecord, int]:
+    """(record, total_size) at pos; CorruptRecordError if torn or invalid."""
+    avail = len(raw) - pos
+    if avail < HEADER_SIZE:
+        raise CorruptRecordError(f"record at byte {pos}: only {avail} bytes remain")
+    (size, magic, crc, queue_id, flag, queue_offset, commitlog_offset, sys_flag, born_ts,
+     born_host, store_ts, store_host, reconsume, body_len) = _HEADER.unpack_from(raw, pos)
+    if magic != MAGIC_V1:
+        raise CorruptRecordError(f"record at byte {pos}: bad magic {magic:#x}")
+    if size < HEADER_SIZE + 5 or size > avail:
+        raise CorruptRecordError(f"record at byte {pos}: size {size} does not fit ({avail} left)")
+    p = pos + HEADER_SIZE
+    end = pos + size
+    if body_len < 0 or p + body_len + 5 > end:
+        raise CorruptRecordError(f"record at byte {pos}: body length {body_len} is wrong")
+    body = bytes(raw[p:p + body_len])
+    if zlib.crc32(body) != crc:
+        raise CorruptRecordError(f"record at byte {pos}: body CRC mismatch")
+    p += body_len
+    topic_len = raw[p]
+    p += 1
+    if p + topic_len + 4 > end:
+        raise CorruptRecordError(f"record at byte {pos}: topic length {topic_len} is wrong")
+    try:
+        topic = bytes(raw[p:p + topic_len]).decode()
+    except UnicodeDecodeError as exc:
+        raise CorruptRecordError(f"record at byte {pos}: topic is not UTF-8") from exc
+    p += topic_len
+    (props_len,) = _I32.unpack_from(raw, p)
+    p += 4
+    if props_len < 0 or p + props_len != end:
+        raise CorruptRecordError(f"record at byte {pos}: properties length {props_len} is wrong")
+    props = P.decode_properties(raw[p:p + props_len])
+    record = CommitLogRecord(
+        topic=topic, body=body, queue_id=queue_id, flag=flag, properties=props,
+        queue_offset=queue_offset, commitlog_offset=commitlog_offset, sys_flag=sys_flag,
+        born_timestamp=born_ts, born_host=bytes(born_host), store_timestamp=store_ts,
+        store_host=bytes(store_host), reconsume_times=reconsume,
+    )
+    return record, size
+
+
+def message_to_json(r: CommitLogRecord, *, with_body: bool = True) -> dict[str, Any]:
+    """The v1 JSON view of a stored message: every field, camelCase, properties as an object.
+    The body goes as ``body`` when it is UTF-8 text, else as ``bodyBase64``."""
+    out: dict[str, Any] = {
+        "msgId": r.msg_id,
+        "topic": r.topic,
+        "queueId": r.queue_id,
+        "queueOffset": r.queue_offset,
+        "commitLogOffset": r.commitlog_offset,
+        "tags": r.tags,
+        "keys": r.properties.get(P.KEYS, ""),
+        "flag": r.flag,
+        "properties": r.properties,
+        "storeTimestamp": r.store_timestamp,
+        "bornTimestamp": r.born_timestamp,
+        "bornHost": unpack_host(r.born_host),
+        "storeHost": unpack_host(r.store_host),
+        "reconsumeTimes": r.reconsume_times,
+        "sysFlag": r.sys_flag,
+    }
+    if with_body:
+        try:
+            out["body"] = r.body.decode()
+        except UnicodeDecodeError:
+            out["bodyBase64"] = base64.b64encode(r.body).decode()
+    return out
+
+
+def body_from_json(message: dict[str, Any]) -> bytes:
+    """The body of a JSON message view (``body`` or ``bodyBase64``)."""
+    if "bodyBase64" in message:
+        return base64.b64decode(message["bodyBase64"])
+    return str(message.get("body", "")).encode()

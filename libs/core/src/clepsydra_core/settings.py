@@ -1,0 +1,109 @@
+"""Reading settings from the environment, and the settings every part agrees on (DESIGN.md).
+
+Each service has one frozen settings dataclass built once by ``from_env()``; these helpers read
+one variable each and raise ConfigError naming the variable. Nothing else reads os.environ.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from clepsydra_core.errors import ConfigError
+from clepsydra_core.levels import DEFAULT_LEVELS, DelayLevels
+
+Env = Mapping[str, str]
+
+
+def env_str(env: Env, name: str, default: str) -> str:
+    value = env.get(name, "")
+    return value if value != "" else default
+
+
+def env_int(env: Env, name: str, default: int, *, minimum: int | None = None) -> int:
+    raw = env.get(name, "")
+    if raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{name}={raw!r} is not a whole number") from exc
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"{name}={value} must be at least {minimum}")
+    return value
+
+
+def env_float(env: Env, name: str, default: float, *, minimum: float | None = None) -> float:
+    raw = env.get(name, "")
+    if raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{name}={raw!r} is not a number") from exc
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"{name}={value} must be at least {minimum}")
+    return value
+
+
+def env_bool(env: Env, name: str, default: bool) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if raw == "":
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name}={raw!r} is not a boolean (true/false)")
+
+
+def env_choice(env: Env, name: str, default: str, choices: tuple[str, ...]) -> str:
+    value = env_str(env, name, default)
+    if value not in choices:
+        raise ConfigError(f"{name}={value!r} must be one of {', '.join(choices)}")
+    return value
+
+
+def env_levels(env: Env, name: str = "CLEPSYDRA_DELAY_LEVELS") -> DelayLevels:
+    raw = env_str(env, name, DEFAULT_LEVELS)
+    try:
+        return DelayLevels.parse(raw)
+    except ConfigError as exc:
+        raise ConfigError(f"{name}: {exc.message}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class CommonSettings:
+    """The settings shared by every part (DESIGN.md, "Settings every part agrees on")."""
+
+    home: Path
+    store_url: str
+    retry_url: str
+    redis_url: str | None
+    redis_port: int
+    delay_levels: DelayLevels
+    otel_exporter: str
+    log_level: str
+
+    @classmethod
+    def from_env(cls, env: Env | None = None) -> CommonSettings:
+        env = os.environ if env is None else env
+        store_port = env_int(env, "CLEPSYDRA_STORE_PORT", 8081, minimum=1)
+        retry_port = env_int(env, "CLEPSYDRA_RETRY_PORT", 8082, minimum=1)
+        return cls(
+            home=Path(env_str(env, "CLEPSYDRA_HOME", "./.clepsydra")).absolute(),
+            store_url=env_str(env, "CLEPSYDRA_STORE_URL", f"http://127.0.0.1:{store_port}"),
+            retry_url=env_str(env, "CLEPSYDRA_RETRY_URL", f"http://127.0.0.1:{retry_port}"),
+            redis_url=env.get("CLEPSYDRA_REDIS_URL") or None,
+            redis_port=env_int(env, "CLEPSYDRA_REDIS_PORT", 6380, minimum=1),
+            delay_levels=env_levels(env),
+            otel_exporter=env_str(env, "CLEPSYDRA_OTEL_EXPORTER", "none"),
+            log_level=env_str(env, "CLEPSYDRA_LOG_LEVEL", "INFO").upper(),
+        )
+
+    @property
+    def effective_redis_url(self) -> str:
+        """The Redis to use: CLEPSYDRA_REDIS_URL, else the local stack's own on redis_port."""
+        return self.redis_url or f"redis://127.0.0.1:{self.redis_port}/0"

@@ -1,0 +1,147 @@
+"""OpenTelemetry set-up, once per process, and W3C trace context carried in message
+properties (SPEC O1).
+
+The exporter is chosen by a setting (``CLEPSYDRA_OTEL_EXPORTER``):
+
+- ``none``: spans are created (trace ids exist, context propagates) but not exported;
+- ``console``: printed to stdout;
+- ``otlp``: OTLP/HTTP to ``OTEL_EXPORTER_OTLP_ENDPOINT`` (the collector);
+- ``memory``: kept in memory, for tests in the same process (:func:`memory_exporter`);
+- ``file:<path>``: one JSON object per finished span appended to a file, so tests can read the
+  spans of services running as separate processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Mapping, MutableMapping, Sequence
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    ConsoleSpanExporter,
+    SimpleSpanProcessor,
+    SpanExporter,
+    SpanExportResult,
+)
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from clepsydra_core import properties as P
+from clepsydra_core.errors import ConfigError
+
+_lock = threading.Lock()
+_provider: TracerProvider | None = None
+_memory: InMemorySpanExporter | None = None
+_propagator = TraceContextTextMapPropagator()
+
+
+class JsonLinesSpanExporter(SpanExporter):
+    """Appends each span as one JSON line: name, trace/span/parent ids, links, attributes."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._lock = threading.Lock()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        lines = []
+        for span in spans:
+            ctx = span.get_span_context()
+            if ctx is None:
+                continue
+            lines.append(json.dumps({
+                "name": span.name,
+                "service": span.resource.attributes.get("service.name"),
+                "traceId": f"{ctx.trace_id:032x}",
+                "spanId": f"{ctx.span_id:016x}",
+                "parentSpanId": f"{span.parent.span_id:016x}" if span.parent else None,
+                "links": [f"{link.context.trace_id:032x}" for link in span.links],
+                "attributes": {k: v for k, v in (span.attributes or {}).items()
+                               if isinstance(v, str | int | float | bool)},
+                "start": span.start_time,
+                "end": span.end_time,
+            }))
+        with self._lock, open(self._path, "a", encoding="utf-8") as fh:
+            fh.write("".join(line + "\n" for line in lines))
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        return None
+
+
+def init_tracing(service_name: str, exporter: str = "none") -> TracerProvider:
+    """Install the process's tracer provider (first call wins; later calls return it)."""
+    global _provider, _memory
+    with _lock:
+        if _provider is not None:
+            return _provider
+        provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+        if exporter == "none":
+            pass
+        elif exporter == "console":
+            provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
+        elif exporter == "otlp":
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        elif exporter == "memory":
+            _memory = InMemorySpanExporter()
+            provider.add_span_processor(SimpleSpanProcessor(_memory))
+        elif exporter.startswith("file:"):
+            path = exporter[len("file:"):]
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            provider.add_span_processor(SimpleSpanProcessor(JsonLinesSpanExporter(path)))
+        else:
+            raise ConfigError(f"CLEPSYDRA_OTEL_EXPORTER={exporter!r} must be none, console, "
+                              "otlp, memory or file:<path>")
+        trace.set_tracer_provider(provider)
+        _provider = provider
+        return provider
+
+
+def reset_after_fork() -> None:
+    """Forget the provider inherited from a parent process (call in a forked child before
+    :func:`init_tracing`, e.g. Celery's ``worker_process_init``)."""
+    global _provider
+    with _lock:
+        _provider = None
+
+
+def memory_exporter() -> InMemorySpanExporter:
+    """The in-memory exporter installed by ``init_tracing(..., "memory")``."""
+    if _memory is None:
+        raise RuntimeError("tracing was not initialised with the memory exporter")
+    return _memory
+
+
+def tracer(name: str) -> trace.Tracer:
+    return trace.get_tracer(name)
+
+
+def inject(props: MutableMapping[str, str]) -> MutableMapping[str, str]:
+    """Write the current span's W3C context (`traceparent`, `tracestate`) into properties."""
+    _propagator.inject(props)
+    return props
+
+
+def extract(props: Mapping[str, str]) -> otel_context.Context:
+    """The context carried in a message's properties (empty context if none)."""
+    return _propagator.extract({k: v for k, v in props.items()
+                                if k in (P.TRACEPARENT, P.TRACESTATE)})
+
+
+def link_from(props: Mapping[str, str]) -> list[trace.Link]:
+    """A span link to the producer's span carried in properties, or no link."""
+    span_ctx = trace.get_current_span(extract(props)).get_span_context()
+    return [trace.Link(span_ctx)] if span_ctx.is_valid else []
+
+
+def trace_id_of(props: Mapping[str, str]) -> str | None:
+    """The 32-hex trace id in a message's `traceparent`, or None."""
+    parts = props.get(P.TRACEPARENT, "").split("-")
+    return parts[1] if len(parts) >= 4 else None

@@ -1,0 +1,1 @@
+"""Clepsydra store service: the CommitLog and ConsumeQueue owner and its HTTP API."""

@@ -1,0 +1,25 @@
+"""EngineConfig: what the storage engine needs, with no environment reading."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from clepsydra_core.levels import DelayLevels
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    data_dir: Path
+    store_host: str = "127.0.0.1:8081"
+    delay_levels: DelayLevels = field(default_factory=DelayLevels.default)
+    segment_size_bytes: int = 1 << 30
+    cq_entries_per_file: int = 300_000
+    flush: str = "async"  # "async" | "sync"
+    flush_interval_ms: int = 500
+    retention_hours: int = 72
+    max_body_bytes: int = 4 * 1024 * 1024
+    writable: bool = True
+    retry_topic_queues: int = 1
+    """Queues of a %RETRY% topic created by a plain send (R9 fallback); the retry service
+    creates it with the group's retryQueueNums first when it can (R3)."""

@@ -1,0 +1,125 @@
+"""Values the engine takes and returns (no Flask here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from clepsydra_core.records import CommitLogRecord
+
+
+class PutStatus(StrEnum):
+    OK = "OK"
+    FLUSH_TIMEOUT = "FLUSH_TIMEOUT"
+    """sync flush: appended but the fsync did not complete in time (not acknowledged)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PutRequest:
+    """A message a producer (or an internal caller) asks the store to append.
+
+    ``delay_level`` > 0 parks the message in SCHEDULE_TOPIC_XXXX (S1); ``queue_id`` None means
+    the store picks one (round robin). ``properties`` are the caller's; tags and keys are
+    moved into `TAGS`/`KEYS` by the engine."""
+
+    topic: str
+    body: bytes
+    tags: str | None = None
+    keys: str | None = None
+    properties: dict[str, str] = field(default_factory=dict)
+    queue_id: int | None = None
+    delay_level: int = 0
+    flag: int = 0
+    born_timestamp: int = 0
+    born_host: bytes = b"\0" * 8
+    reconsume_times: int = 0
+    sys_flag: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PutResult:
+    status: PutStatus
+    msg_id: str
+    topic: str
+    """Where the message was stored: the schedule topic for delayed messages, the DLQ for an
+    R10 reroute, else the topic asked for."""
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int
+    store_timestamp: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    """One past the last entry (the next queue offset to be written)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    queues: tuple[QueueInfo, ...]
+    system: bool
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRead:
+    """A pull: the messages from ``queue_offset`` on (tag-filtered), and where to go next."""
+
+    messages: list[CommitLogRecord]
+    next_offset: int
+    min_offset: int
+    max_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleEntries:
+    """Deliver timestamps of a level's schedule queue from ``queue_offset`` on."""
+
+    level: int
+    queue_offset: int
+    deliver_ts: list[int]
+    min_offset: int
+    max_offset: int
+    handed_over: int
+    """Highest schedule queue offset of this level already handed to a real topic, -1 if none
+    (durable, recovered from the CommitLog; SPEC D9)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HandoverResult:
+    level: int
+    from_offset: int
+    next_offset: int
+    """Where the level's progress should now stand."""
+    delivered: int
+    parked: int
+    """Moved to %SCHEDULE_ERROR% (D7)."""
+    skipped: int
+    """Already handed over before (a replay after a crash): not written again (D9)."""
+    not_due: bool
+    """Stopped at an entry that is not due yet (D5); ``next_deliver_ts`` is its time."""
+    next_deliver_ts: int | None
+    lateness_ms: list[int]
+    """store timestamp of each delivered message minus its deliver time (D10)."""
+    handed_over: int
+
+
+@dataclass(frozen=True, slots=True)
+class CopyRequest:
+    """Copy a stored message into another topic (retry send-back, DLQ, DLQ resend).
+
+    The engine reads the message at ``commitlog_offset`` and appends a new record with body,
+    flag, properties, bornTimestamp, bornHost and sysFlag kept, tags hash recomputed, and the
+    given changes applied; ``delay_level`` > 0 parks it in the schedule topic (S1)."""
+
+    commitlog_offset: int
+    topic: str
+    queue_id: int | None = None
+    delay_level: int = 0
+    reconsume_times: int | None = None
+    set_properties: dict[str, str] = field(default_factory=dict)
+    remove_properties: tuple[str, ...] = ()

@@ -1,0 +1,55 @@
+"""StoreSettings: the store service's settings, read once from the environment."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from clepsydra_core.settings import (
+    CommonSettings,
+    Env,
+    env_bool,
+    env_choice,
+    env_int,
+    env_str,
+)
+from clepsydra_store.engine.config import EngineConfig
+
+
+@dataclass(frozen=True, slots=True)
+class StoreSettings:
+    common: CommonSettings
+    engine: EngineConfig
+    port: int
+    bind: str
+    threads: int
+
+    @classmethod
+    def from_env(cls, env: Env | None = None) -> StoreSettings:
+        env = os.environ if env is None else env
+        common = CommonSettings.from_env(env)
+        port = env_int(env, "CLEPSYDRA_STORE_PORT", 8081, minimum=1)
+        data_dir = Path(env_str(env, "CLEPSYDRA_STORE_DIR", str(common.home / "store"))).absolute()
+        engine = EngineConfig(
+            data_dir=data_dir,
+            store_host=env_str(env, "CLEPSYDRA_STORE_HOST", f"127.0.0.1:{port}"),
+            delay_levels=common.delay_levels,
+            segment_size_bytes=env_int(env, "CLEPSYDRA_STORE_SEGMENT_BYTES", 1 << 30,
+                                       minimum=64 * 1024),
+            cq_entries_per_file=env_int(env, "CLEPSYDRA_STORE_CQ_ENTRIES_PER_FILE", 300_000,
+                                        minimum=16),
+            flush=env_choice(env, "CLEPSYDRA_FLUSH", "async", ("async", "sync")),
+            flush_interval_ms=env_int(env, "CLEPSYDRA_STORE_FLUSH_INTERVAL_MS", 500, minimum=1),
+            retention_hours=env_int(env, "CLEPSYDRA_STORE_RETENTION_HOURS", 72, minimum=1),
+            max_body_bytes=env_int(env, "CLEPSYDRA_STORE_MAX_BODY_BYTES", 4 * 1024 * 1024,
+                                   minimum=1),
+            writable=env_bool(env, "CLEPSYDRA_STORE_WRITABLE", True),
+        )
+        return cls(
+            common=common,
+            engine=engine,
+            port=port,
+            bind=env_str(env, "CLEPSYDRA_STORE_BIND", "127.0.0.1"),
+            threads=env_int(env, "CLEPSYDRA_STORE_THREADS", 8, minimum=1),
+        )

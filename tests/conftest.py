@@ -1,0 +1,35 @@
+"""Fixtures shared by every suite: real redis-server and store processes on free ports."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures.processes import HttpService, RedisServer, store_service
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A fresh redis-server for one test."""
+    server = RedisServer(tmp_path / "redis").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def start_store(tmp_path: Path) -> Iterator[Callable[..., HttpService]]:
+    """Factory: start_store(**env) runs the store service as a process under tmp_path;
+    every store it started is stopped at the end of the test."""
+    started: list[HttpService] = []
+
+    def start(home: Path | None = None, **kwargs: Any) -> HttpService:
+        service = store_service(home or tmp_path / "home", **kwargs).start()
+        started.append(service)
+        return service
+
+    yield start
+    for service in started:
+        service.stop()
