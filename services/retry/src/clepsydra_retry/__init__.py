@@ -1,0 +1,1 @@
+"""clepsydra_retry."""
