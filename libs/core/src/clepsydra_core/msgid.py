@@ -4,6 +4,7 @@ its message. ``encode_msg_id(b"\x7f\0\0\1", 8081, 4096)``.
 
 from __future__ import annotations
 
+import re
 import socket
 import struct
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from clepsydra_core.errors import ValidationError
 
 _LAYOUT = struct.Struct(">4sIq")
+_HEX32 = re.compile(r"[0-9A-Fa-f]{32}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,9 +44,7 @@ def encode_msg_id(store_host: bytes, commitlog_offset: int) -> str:
 
 def decode_msg_id(msg_id: str) -> MsgId:
     """ValidationError if the text is not a msgId."""
-    try:
-        raw = bytes.fromhex(msg_id)
-        ip, port, offset = _LAYOUT.unpack(raw)
-    except (ValueError, struct.error) as exc:
-        raise ValidationError(f"not a msgId: {msg_id!r}", code="INVALID_MSG_ID") from exc
+    if not isinstance(msg_id, str) or not _HEX32.fullmatch(msg_id):
+        raise ValidationError(f"not a msgId (32 hex digits): {msg_id!r}", code="INVALID_MSG_ID")
+    ip, port, offset = _LAYOUT.unpack(bytes.fromhex(msg_id))
     return MsgId(socket.inet_ntoa(ip), port, offset)

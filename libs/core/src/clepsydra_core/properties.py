@@ -58,19 +58,29 @@ _NAME_LEN = struct.Struct(">H")
 _VALUE_LEN = struct.Struct(">I")
 
 
+_NAME_PREFIX_CACHE: dict[str, bytes] = {}
+_NAME_PREFIX_CACHE_MAX = 4096
+
+
 def encode_properties(props: dict[str, str]) -> bytes:
     """Encode properties; raises UnicodeEncodeError on text that is not valid Unicode."""
     if not props:
         return b""
-    out = bytearray()
+    out: list[bytes] = []
+    append = out.append
+    cache = _NAME_PREFIX_CACHE
     for name, value in props.items():
-        n = name.encode()
+        prefix = cache.get(name)
+        if prefix is None:
+            n = name.encode()
+            prefix = _NAME_LEN.pack(len(n)) + n
+            if len(cache) < _NAME_PREFIX_CACHE_MAX:
+                cache[name] = prefix
         v = value.encode()
-        out += _NAME_LEN.pack(len(n))
-        out += n
-        out += _VALUE_LEN.pack(len(v))
-        out += v
-    return bytes(out)
+        append(prefix)
+        append(_VALUE_LEN.pack(len(v)))
+        append(v)
+    return b"".join(out)
 
 
 def decode_properties(raw: bytes | memoryview) -> dict[str, str]:

@@ -30,7 +30,16 @@ END_MAGIC = 0x434C5345  # "CLSE": end of segment
 MIN_END_MARKER = 8
 
 _HEADER = struct.Struct(">iiIiiqqiq8sq8sii")
+RECORD_HEADER = _HEADER
+"""Fixed part of a record, up to and including body_length (for writers that pack the header
+themselves once the offsets are known: see :func:`encode_record_tail`)."""
 HEADER_SIZE = _HEADER.size  # up to and including body_length
+
+# sysFlag bits, as in RocketMQ (MessageSysFlag): bits 2-3 carry the transaction type.
+SYS_FLAG_TRANSACTION_MASK = 0xC
+SYS_FLAG_TRANSACTION_PREPARED = 0x4
+SYS_FLAG_TRANSACTION_COMMIT = 0x8
+SYS_FLAG_TRANSACTION_ROLLBACK = 0xC
 _U8 = struct.Struct(">B")
 _I32 = struct.Struct(">i")
 _END = struct.Struct(">ii")
@@ -106,6 +115,20 @@ class CommitLogRecord:
         valid (size, magic, lengths and body CRC all checked)."""
         record, _size = decode_record(raw, pos)
         return record  # type: ignore[return-value]
+
+
+def is_transaction_prepared_or_rollback(sys_flag: int) -> bool:
+    """S1: such messages are never parked in the schedule topic."""
+    return (sys_flag & SYS_FLAG_TRANSACTION_MASK) in (
+        SYS_FLAG_TRANSACTION_PREPARED, SYS_FLAG_TRANSACTION_ROLLBACK)
+
+
+def encode_record_tail(body: bytes, topic_raw: bytes, props_raw: bytes) -> bytes:
+    """Everything after the fixed header: ``body | topic_length | topic | properties_length |
+    properties``. The whole record is ``RECORD_HEADER.pack(...) + tail`` with
+    ``total_size = HEADER_SIZE + len(tail)``."""
+    return b"".join((body, _U8.pack(len(topic_raw)), topic_raw, _I32.pack(len(props_raw)),
+                     props_raw))
 
 
 def encode_record(r: CommitLogRecord, props_raw: bytes | None = None) -> bytes:

@@ -31,6 +31,7 @@ from opentelemetry.sdk.trace.export import (
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.util._once import Once
 
 from clepsydra_core import properties as P
 from clepsydra_core.errors import ConfigError
@@ -107,9 +108,14 @@ def init_tracing(service_name: str, exporter: str = "none") -> TracerProvider:
 def reset_after_fork() -> None:
     """Forget the provider inherited from a parent process (call in a forked child before
     :func:`init_tracing`, e.g. Celery's ``worker_process_init``)."""
-    global _provider
+    global _provider, _memory
     with _lock:
         _provider = None
+        _memory = None
+        # The OTel API lets a process set its global provider once; without this the child's
+        # init_tracing would log "Overriding ... not allowed" and keep the parent's provider.
+        trace._TRACER_PROVIDER_SET_ONCE = Once()
+        trace._TRACER_PROVIDER = None
 
 
 def memory_exporter() -> InMemorySpanExporter:

@@ -12,7 +12,7 @@ from clepsydra_core.errors import Forbidden, ValidationError
 TOPIC_MAX_LEN = 127
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 MAX_PROPERTIES_BYTES = 64 * 1024
-_TOPIC = re.compile(r"^[A-Za-z0-9_\-|%]+$")
+_TOPIC = re.compile(r"[A-Za-z0-9_\-|%]+")
 
 
 def validate_topic_name(topic: object) -> str:
@@ -22,7 +22,7 @@ def validate_topic_name(topic: object) -> str:
     if len(topic) > TOPIC_MAX_LEN:
         raise ValidationError(f"topic is {len(topic)} characters, at most {TOPIC_MAX_LEN}",
                               rule="P1", code="INVALID_TOPIC")
-    if not _TOPIC.match(topic):
+    if not _TOPIC.fullmatch(topic):  # fullmatch: `$` would let a trailing newline in
         raise ValidationError(f"topic {topic!r} has characters outside letters, digits, _ - | %",
                               rule="P1", code="INVALID_TOPIC")
     if "%" in topic and not naming.is_system_topic(topic):

@@ -1,107 +1,288 @@
 """MessageStore: the engine's one entry point (CommitLog + ConsumeQueues + dispatch + indexes).
 
-INTERFACE SKELETON — the bodies are being written; the signatures and semantics below are the
-contract the HTTP layer codes against. Thread-safe: one writer lock serialises appends; reads
-run concurrently.
+Thread-safe: one writer lock serialises appends (validation and encoding happen before it);
+reads run concurrently. Dispatch is synchronous inside the append. Recovery (P3) runs in the
+constructor; background threads flush (async: every flush_interval_ms; sync: group commit) and
+keep house (group offsets each second, retention each minute).
 """
 
 from __future__ import annotations
 
-from clepsydra_core.records import CommitLogRecord
+import logging
+import shutil
+import time
+
+from clepsydra_core import naming
+from clepsydra_core import properties as P
+from clepsydra_core.errors import Forbidden, MessageNotFound, OffsetOutOfRange, TopicNotFound
+from clepsydra_core.errors import ValidationError as _ValidationError
+from clepsydra_core.msgid import decode_msg_id
+from clepsydra_core.records import CommitLogRecord, tags_code
+from clepsydra_core.validation import check_consumable, validate_topic_name
 from clepsydra_store.engine.config import EngineConfig
+from clepsydra_store.engine.consume_queue import ENTRY
+from clepsydra_store.engine.prepare import Prepared
+from clepsydra_store.engine.store_core import StoreCore
 from clepsydra_store.engine.types import (
     CopyRequest,
     HandoverResult,
     PutRequest,
     PutResult,
+    QueueInfo,
     QueueRead,
     ScheduleEntries,
     TopicInfo,
 )
 
+logger = logging.getLogger(__name__)
 
-class MessageStore:
+MAX_PULL_SCAN_FACTOR = 16
+"""A tag-filtered pull scans at most this many entries per message asked for."""
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class MessageStore(StoreCore):
     def __init__(self, config: EngineConfig) -> None:
         """Recover (P3) from config.data_dir and start background threads (flush, retention)."""
-        raise NotImplementedError
-
-    def close(self) -> None:
-        """Flush everything, write checkpoints, stop threads. Idempotent."""
-        raise NotImplementedError
+        super().__init__(config)
 
     # ---- topics ----------------------------------------------------------------------------
-    def create_topic(self, name: str, queues: int, *, system: bool = False) -> tuple[TopicInfo, bool]:
+    def create_topic(self, name: str, queues: int, *,
+                     system: bool = False) -> tuple[TopicInfo, bool]:
         """(info, created). Same queue count again -> created False. A different count ->
         ValidationError. ``system`` False refuses system names (Forbidden, S3)."""
-        raise NotImplementedError
+        validate_topic_name(name)
+        if not system and naming.is_system_topic(name):
+            raise Forbidden(f"topic {name!r} is a system topic", rule="S3")
+        if name == naming.SCHEDULE_TOPIC:
+            raise Forbidden(f"{name} exists implicitly", rule="S3")
+        if not isinstance(queues, int) or not 1 <= queues <= 1024:
+            raise _ValidationError(f"queues must be 1..1024, got {queues!r}",
+                                   code="INVALID_REQUEST")
+        cfg, created = self._topics.create(name, queues, system)
+        if cfg.queues != queues:
+            raise _ValidationError(f"topic {name} exists with {cfg.queues} queues, not {queues}",
+                                   code="TOPIC_EXISTS")
+        if created:
+            logger.info("topic created topic=%s queues=%d system=%s", name, queues, system)
+        return self.get_topic(name), created
+
+    def delete_topic(self, name: str) -> bool:
+        """Remove a topic and its ConsumeQueue files (its CommitLog records stay until
+        retention). Scheduled messages aimed at it are parked on delivery (D7)."""
+        with self._lock:
+            self._force_checkpoint = True
+            if not self._topics.delete(name):
+                return False
+            for cq in self._dispatcher.remove_topic(name):
+                cq.close()
+            shutil.rmtree(self._dirs.consumequeue / name, ignore_errors=True)
+            self._dispatcher.replay_known.discard(name)
+        logger.info("topic deleted topic=%s", name)
+        return True
 
     def get_topic(self, name: str) -> TopicInfo:
         """TopicNotFound if absent. Includes SCHEDULE_TOPIC_XXXX (one queue per level)."""
-        raise NotImplementedError
+        if name == naming.SCHEDULE_TOPIC:
+            return self._topic_info(name, self._schedule_queue_count(), True)
+        cfg = self._topics.get(name)
+        if cfg is None:
+            raise TopicNotFound(f"topic {name} does not exist")
+        return self._topic_info(name, cfg.queues, cfg.system or naming.is_system_topic(name))
 
     def list_topics(self) -> list[TopicInfo]:
-        raise NotImplementedError
+        infos = [self.get_topic(cfg.name) for cfg in self._topics.all()]
+        infos.append(self.get_topic(naming.SCHEDULE_TOPIC))
+        return sorted(infos, key=lambda t: t.name)
+
+    def _schedule_queue_count(self) -> int:
+        existing = [q for (t, q) in list(self._dispatcher.queues) if t == naming.SCHEDULE_TOPIC]
+        return max([self._levels.max_level, *(q + 1 for q in existing)])
+
+    def _topic_info(self, name: str, queues: int, system: bool) -> TopicInfo:
+        infos = []
+        for queue_id in range(queues):
+            cq = self._dispatcher.existing_queue(name, queue_id)
+            low, high = (cq.min_offset, cq.max_offset) if cq is not None else (0, 0)
+            infos.append(QueueInfo(queue_id, low, high))
+        return TopicInfo(name, tuple(infos), system)
 
     # ---- produce -----------------------------------------------------------------------------
     def put(self, request: PutRequest) -> PutResult:
         """Validate, then append one message (P1, L2, S1, S2, R10, P2). Raises ValidationError /
         TopicNotFound / NoPermission / Forbidden with nothing stored."""
-        raise NotImplementedError
+        return self.put_batch([request])[0]
 
     def put_batch(self, requests: list[PutRequest]) -> list[PutResult]:
         """All validated first; one bad message refuses the whole batch, nothing stored.
         Appended with one write (and one fsync with sync flush)."""
-        raise NotImplementedError
+        ensure: dict[str, int] = {}
+        checked: dict[str, tuple[int, bool]] = {}
+        prepare = self._preparer.put
+        items = [prepare(r, ensure, checked) for r in requests]
+        return self._store(items, ensure)
 
     def copy(self, requests: list[CopyRequest]) -> list[PutResult]:
         """Internal: copy stored messages into other topics (retry, DLQ, resend); topics other
         than ordinary ones (%RETRY%, %DLQ%) are created with 1 queue when missing."""
-        raise NotImplementedError
+        ensure: dict[str, int] = {}
+        items = []
+        for req in requests:
+            try:
+                record = self._commitlog.read_record(req.commitlog_offset)
+            except MessageNotFound as exc:
+                raise MessageNotFound(f"no message at commitlog offset "
+                                      f"{req.commitlog_offset}") from exc
+            items.append(self._preparer.copy(req, record, ensure))
+        return self._store(items, ensure)
+
+    def _store(self, items: list[Prepared], ensure: dict[str, int]) -> list[PutResult]:
+        for topic, queues in ensure.items():
+            _, created = self._topics.create(topic, queues, True)
+            if created:
+                logger.info("topic auto-created topic=%s queues=%d", topic, queues)
+        if not items:
+            return []
+        with self._lock:
+            results, end = self._append_locked(items)
+        return self._acknowledge(results, end)
 
     # ---- read --------------------------------------------------------------------------------
     def read_queue(self, topic: str, queue_id: int, queue_offset: int, max_count: int,
                    tags: frozenset[str] | None = None) -> QueueRead:
         """Pull from a queue (C3 tag filter by hash then by string). queue_offset below min
-        reads from min; above max -> OffsetOutOfRange; bad queue_id -> OffsetOutOfRange."""
-        raise NotImplementedError
+        reads from min; above max -> OffsetOutOfRange; bad queue_id -> OffsetOutOfRange.
+        The schedule topic is refused (Forbidden, S3)."""
+        check_consumable(topic)
+        info_queues = self.get_topic(topic).queues
+        if not 0 <= queue_id < len(info_queues):
+            raise OffsetOutOfRange(f"topic {topic} has queues 0..{len(info_queues) - 1}, "
+                                   f"not queue_id {queue_id}")
+        cq = self._dispatcher.existing_queue(topic, queue_id)
+        low, high = (cq.min_offset, cq.max_offset) if cq is not None else (0, 0)
+        if queue_offset > high:
+            raise OffsetOutOfRange(f"queue offset {queue_offset} is past the end of {topic} "
+                                   f"queue {queue_id} (max {high})")
+        start = max(queue_offset, low)
+        if tags is not None and (not tags or "*" in tags):
+            tags = None
+        codes = {tags_code(t) for t in tags} if tags else None
+        messages: list[CommitLogRecord] = []
+        next_offset = start
+        if cq is not None and max_count > 0:
+            scan = max_count * (MAX_PULL_SCAN_FACTOR if codes else 1)
+            raw = cq.read_raw(start, scan)
+            read = self._commitlog.read_record
+            for commitlog_offset, size, code in ENTRY.iter_unpack(raw):
+                next_offset += 1
+                if codes is not None and code not in codes:
+                    continue
+                try:
+                    record = read(commitlog_offset, size)
+                except MessageNotFound:
+                    continue  # its segment was deleted (retention)
+                if tags is not None and record.tags not in tags:
+                    continue
+                messages.append(record)
+                if len(messages) >= max_count:
+                    break
+        return QueueRead(messages, next_offset, low, high)
 
     def get_by_commitlog_offset(self, commitlog_offset: int) -> CommitLogRecord:
         """MessageNotFound if no record starts there (or its segment is deleted)."""
-        raise NotImplementedError
+        return self._commitlog.read_record(commitlog_offset)
 
     def get_by_msg_id(self, msg_id: str) -> CommitLogRecord:
-        raise NotImplementedError
+        decoded = decode_msg_id(msg_id)
+        record = self._commitlog.read_record(decoded.commitlog_offset)
+        if record.msg_id != msg_id.upper():
+            raise MessageNotFound(f"no message with msgId {msg_id}")
+        return record
 
     def get_by_key(self, topic: str, key: str, max_count: int = 32) -> list[CommitLogRecord]:
-        """Messages of a topic whose KEYS contain ``key`` or whose UNIQ_KEY is ``key``."""
-        raise NotImplementedError
+        """Messages of a topic whose KEYS contain ``key`` or whose UNIQ_KEY is ``key``: the
+        newest ``max_count``, oldest first."""
+        found: list[CommitLogRecord] = []
+        for commitlog_offset in reversed(self._dispatcher.key_index.lookup(key)):
+            if len(found) >= max_count:
+                break
+            try:
+                record = self._commitlog.read_record(commitlog_offset)
+            except MessageNotFound:
+                continue
+            if record.topic == topic and (key in record.keys
+                                          or record.properties.get(P.UNIQ_KEY) == key):
+                found.append(record)
+        found.reverse()
+        return found
 
     # ---- schedule (scheduler's hand-over) ------------------------------------------------
     def schedule_entries(self, level: int, queue_offset: int, max_count: int) -> ScheduleEntries:
-        """Deliver times of a level's schedule queue from queue_offset (D3, D8 done by caller)."""
-        raise NotImplementedError
+        """Deliver times (raw tagsCode) of a level's schedule queue from queue_offset (D3, D8
+        done by caller; an offset below the minimum reads from the minimum)."""
+        cq = self._scheduler.queue(level)
+        start = min(max(queue_offset, cq.min_offset), cq.max_offset)
+        raw = cq.read_raw(start, max(0, max_count))
+        deliver_ts = [code for _, _, code in ENTRY.iter_unpack(raw)]
+        return ScheduleEntries(level, start, deliver_ts, cq.min_offset, cq.max_offset,
+                               self._dispatcher.mark(level))
 
     def handover(self, level: int, from_offset: int, max_count: int,
                  now_ms: int | None = None) -> HandoverResult:
         """Deliver due entries [from_offset, from_offset+max_count) of a level into their real
         topics (D3 correction, D4 rebuild, D5 stop at first not due, D7 park, D9 skip entries
         at or below the level's handed-over mark). Durable and idempotent."""
-        raise NotImplementedError
+        now = _now_ms() if now_ms is None else now_ms
+        end = None
+        with self._lock:
+            plan = self._scheduler.plan(level, from_offset, max_count, now)
+            results: list[PutResult] = []
+            if plan.items:
+                results, end = self._append_locked(plan.items)
+            handed_over = self._dispatcher.mark(level)
+        results = self._acknowledge(results, end)
+        lateness = [r.store_timestamp - item.deliver_ts
+                    for r, item, ok in zip(results, plan.items, plan.delivered, strict=True)
+                    if ok]
+        delivered = len(lateness)
+        self._counters["schedule_delivered_total"] += delivered
+        self._counters["schedule_parked_total"] += len(results) - delivered
+        self._counters["schedule_skipped_total"] += plan.skipped
+        if results:
+            logger.info("schedule handover level=%d from_offset=%d next_offset=%d delivered=%d "
+                        "parked=%d skipped=%d", level, plan.start, plan.next_offset, delivered,
+                        len(results) - delivered, plan.skipped)
+        return HandoverResult(level, plan.start, plan.next_offset, delivered,
+                              len(results) - delivered, plan.skipped, plan.not_due,
+                              plan.next_deliver_ts, lateness, handed_over)
 
     # ---- consumer progress -------------------------------------------------------------------
     def commit_offset(self, group: str, topic: str, queue_id: int, queue_offset: int) -> None:
-        raise NotImplementedError
+        self._groups.commit(group, topic, queue_id, queue_offset)
 
     def group_offsets(self, group: str, topic: str | None = None) -> dict[str, dict[int, int]]:
         """{topic: {queue_id: offset}}."""
-        raise NotImplementedError
+        return self._groups.get(group, topic)
 
-    # ---- maintenance / observability -----------------------------------------------------
-    def delete_expired_segments(self, now_ms: int | None = None) -> int:
-        """P4: delete whole segments older than retention, never one holding an undelivered
-        scheduled message; returns how many were deleted."""
-        raise NotImplementedError
-
+    # ---- observability -------------------------------------------------------------------
     def stats(self) -> dict[str, float]:
         """Counters and gauges for /metrics (puts, bytes, flushed offset, per-level backlog)."""
-        raise NotImplementedError
+        cl = self._commitlog
+        out: dict[str, float] = {name: float(v) for name, v in self._counters.items()}
+        out["commitlog_min_offset"] = cl.min_offset
+        out["commitlog_max_offset"] = cl.max_offset
+        out["commitlog_flushed_offset"] = cl.flushed_offset
+        out["commitlog_segments"] = len(cl.segments)
+        out["topics"] = len(self._topics.all()) + 1
+        for level in self._levels.levels():
+            cq = self._dispatcher.existing_queue(naming.SCHEDULE_TOPIC, level - 1)
+            high = cq.max_offset if cq is not None else 0
+            mark = self._dispatcher.mark(level)
+            out[f"schedule_max_offset_level_{level}"] = high
+            out[f"schedule_handed_over_level_{level}"] = mark
+            out[f"schedule_backlog_level_{level}"] = max(0, high - mark - 1)
+        return out
+

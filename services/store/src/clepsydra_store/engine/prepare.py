@@ -1,0 +1,218 @@
+"""Turning requests into records ready to place: validation (P1, L2, S3), routing (S1 park in
+the schedule topic, R10 dead-lettering of plain sends to %RETRY%) and the pre-encoded record
+tail, all done before the writer lock is taken. Offsets and the store timestamp are filled in
+under the lock by MessageStore."""
+
+from __future__ import annotations
+
+import itertools
+import zlib
+from collections.abc import Iterator
+
+from clepsydra_core import naming
+from clepsydra_core import properties as P
+from clepsydra_core.errors import (
+    Forbidden,
+    NoPermission,
+    OffsetOutOfRange,
+    TopicNotFound,
+    ValidationError,
+)
+from clepsydra_core.levels import DelayLevels
+from clepsydra_core.properties import encode_properties
+from clepsydra_core.records import (
+    HEADER_SIZE,
+    MIN_END_MARKER,
+    CommitLogRecord,
+    encode_record_tail,
+    is_transaction_prepared_or_rollback,
+    tags_code,
+)
+from clepsydra_core.validation import (
+    check_producible,
+    validate_body,
+    validate_properties,
+    validate_text,
+    validate_topic_name,
+)
+from clepsydra_store.engine.config import EngineConfig
+from clepsydra_store.engine.dispatch import record_keys
+from clepsydra_store.engine.topics import TopicRegistry
+from clepsydra_store.engine.types import CopyRequest, PutRequest
+
+DEFAULT_MAX_RECONSUME_TIMES = 16
+DLQ_REASON_MAX_RECONSUME = "max_reconsume_times"
+
+
+class Prepared:
+    """A record with everything but its offsets and store timestamp."""
+
+    __slots__ = ("body_len", "born_host", "born_timestamp", "crc", "delay_ms", "deliver_ts",
+                 "flag", "keys", "mark", "queue_id", "reconsume_times", "size", "sys_flag",
+                 "tags_code", "tail", "topic")
+
+    def __init__(self, topic: str, queue_id: int, body: bytes, props: dict[str, str], *,
+                 flag: int, sys_flag: int, born_timestamp: int, born_host: bytes,
+                 reconsume_times: int, delay_ms: int = 0, mark: tuple[int, int] | None = None,
+                 deliver_ts: int = 0, max_size: int) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.tail = encode_record_tail(body, topic.encode(), encode_properties(props))
+        self.size = HEADER_SIZE + len(self.tail)
+        if self.size + MIN_END_MARKER > max_size:
+            raise ValidationError(f"message of {self.size} bytes does not fit a CommitLog "
+                                  f"segment of {max_size} bytes", rule="P1",
+                                  code="BODY_TOO_LARGE")
+        self.crc = zlib.crc32(body)
+        self.body_len = len(body)
+        self.flag = flag
+        self.sys_flag = sys_flag
+        self.born_timestamp = born_timestamp
+        self.born_host = born_host
+        self.reconsume_times = reconsume_times
+        self.delay_ms = delay_ms
+        """> 0 for the schedule topic: tagsCode = store timestamp + delay_ms (S2)."""
+        self.tags_code = 0 if delay_ms else tags_code(props.get(P.TAGS))
+        self.keys = record_keys(props)
+        self.mark = mark
+        """(level, schedule queue offset) this record hands over (D9)."""
+        self.deliver_ts = deliver_ts
+
+
+class Preparer:
+    def __init__(self, config: EngineConfig, topics: TopicRegistry) -> None:
+        self.config = config
+        self.levels: DelayLevels = config.delay_levels
+        self.topics = topics
+        self._rr: dict[str, Iterator[int]] = {}
+
+    def seed_round_robin(self, topic: str, start: int) -> None:
+        self._rr[topic] = itertools.count(start)
+
+    def queue_count(self, topic: str, ensure: dict[str, int]) -> int | None:
+        if topic == naming.SCHEDULE_TOPIC:
+            return self.levels.max_level
+        cfg = self.topics.get(topic)
+        return cfg.queues if cfg is not None else ensure.get(topic)
+
+    def pick_queue(self, topic: str, queues: int, queue_id: int | None) -> int:
+        if queue_id is None:
+            counter = self._rr.get(topic)
+            if counter is None:
+                counter = self._rr.setdefault(topic, itertools.count())
+            return next(counter) % queues
+        if not 0 <= queue_id < queues:
+            raise OffsetOutOfRange(f"topic {topic} has queues 0..{queues - 1}, "
+                                   f"not queue_id {queue_id}")
+        return queue_id
+
+    def check_writable(self) -> None:
+        if not self.config.writable:
+            raise NoPermission("the store does not accept writes now", rule="R2")
+
+    def _park(self, props: dict[str, str], topic: str, queue_id: int,
+              level: int) -> tuple[str, int, int]:
+        """S1: (schedule topic, level - 1, delay ms); REAL_TOPIC/REAL_QID/DELAY set."""
+        props[P.REAL_TOPIC] = topic
+        props[P.REAL_QID] = str(queue_id)
+        props[P.DELAY] = str(level)
+        return naming.SCHEDULE_TOPIC, self.levels.queue_id(level), self.levels.delay_ms(level)
+
+    # ---- put -------------------------------------------------------------------------------
+    def _check_topic(self, topic: str, ensure: dict[str, int]) -> tuple[int, bool]:
+        """(queues, auto-create as %RETRY%) of a produce target (P1, S3, existence)."""
+        validate_topic_name(topic)
+        check_producible(topic)
+        queues = self.queue_count(topic, ensure)
+        if queues is not None:
+            return queues, False
+        if not naming.is_retry_topic(topic):
+            raise TopicNotFound(f"topic {topic} does not exist")
+        return self.config.retry_topic_queues, True
+
+    def put(self, req: PutRequest, ensure: dict[str, int],
+            checked: dict[str, tuple[int, bool]] | None = None) -> Prepared:
+        """Validate and route one produce request (nothing is written here); topics to be
+        auto-created go into ``ensure`` (name -> queues). ``checked`` caches topic checks
+        across one batch."""
+        topic = req.topic
+        hit = checked.get(topic) if checked is not None else None
+        if hit is None:
+            hit = self._check_topic(topic, ensure)
+            self.check_writable()
+            if checked is not None:
+                checked[topic] = hit
+        queues, create_retry = hit
+        body = req.body
+        if type(body) is not bytes:
+            raise ValidationError("body must be bytes", rule="P1", code="INVALID_REQUEST")
+        validate_body(body, self.config.max_body_bytes)
+        props = dict(validate_properties(req.properties)) if req.properties else {}
+        if req.tags:
+            props[P.TAGS] = validate_text(req.tags, "tags") or ""
+        if req.keys:
+            props[P.KEYS] = validate_text(req.keys, "keys") or ""
+        level = self.levels.clamp(req.delay_level) if req.delay_level else 0
+        reconsume = req.reconsume_times
+        if create_retry or naming.is_retry_topic(topic):
+            reconsume, max_times = _retry_counts(props, reconsume)
+            if reconsume >= max_times:  # R10
+                dlq = naming.dlq_topic(naming.group_of_retry_topic(topic) or "")
+                validate_topic_name(dlq)
+                if self.queue_count(dlq, ensure) is None:
+                    ensure[dlq] = 1
+                props[P.DLQ_REASON] = DLQ_REASON_MAX_RECONSUME
+                return self._make(dlq, 0, body, props, req, reconsume, 0)
+        queue_id = self.pick_queue(topic, queues, req.queue_id)
+        if create_retry:
+            ensure[topic] = queues
+        return self._make(topic, queue_id, body, props, req, reconsume, level)
+
+    def _make(self, topic: str, queue_id: int, body: bytes, props: dict[str, str],
+              req: PutRequest, reconsume: int, level: int) -> Prepared:
+        delay_ms = 0
+        if level > 0 and not is_transaction_prepared_or_rollback(req.sys_flag):
+            topic, queue_id, delay_ms = self._park(props, topic, queue_id, level)
+        return Prepared(topic, queue_id, body, props, flag=req.flag, sys_flag=req.sys_flag,
+                        born_timestamp=req.born_timestamp, born_host=req.born_host,
+                        reconsume_times=reconsume, delay_ms=delay_ms,
+                        max_size=self.config.segment_size_bytes)
+
+    # ---- copy (internal) -----------------------------------------------------------------------
+    def copy(self, req: CopyRequest, record: CommitLogRecord, ensure: dict[str, int]) -> Prepared:
+        topic = validate_topic_name(req.topic)
+        if topic == naming.SCHEDULE_TOPIC:
+            raise Forbidden(f"cannot copy into {topic}; use delay_level", rule="S3")
+        queues = self.queue_count(topic, ensure)
+        if queues is None:
+            if not (naming.is_retry_topic(topic) or naming.is_dlq_topic(topic)):
+                raise TopicNotFound(f"topic {topic} does not exist")
+            queues = ensure[topic] = 1
+        self.check_writable()
+        level = self.levels.clamp(req.delay_level)
+        queue_id = self.pick_queue(topic, queues, req.queue_id)
+        props = dict(record.properties)
+        props.pop(P.SCHEDULE_OFFSET, None)  # a copy hands nothing over (D9)
+        for name in req.remove_properties:
+            props.pop(name, None)
+        props.update(validate_properties(req.set_properties, allow_reserved=True))
+        reconsume = record.reconsume_times if req.reconsume_times is None else req.reconsume_times
+        delay_ms = 0
+        if level > 0 and not is_transaction_prepared_or_rollback(record.sys_flag):
+            topic, queue_id, delay_ms = self._park(props, topic, queue_id, level)
+        return Prepared(topic, queue_id, record.body, props, flag=record.flag,
+                        sys_flag=record.sys_flag, born_timestamp=record.born_timestamp,
+                        born_host=record.born_host, reconsume_times=reconsume,
+                        delay_ms=delay_ms, max_size=self.config.segment_size_bytes)
+
+
+def _retry_counts(props: dict[str, str], reconsume: int) -> tuple[int, int]:
+    """R10: (reconsumeTimes, maxReconsumeTimes) of a plain send to a %RETRY% topic."""
+    try:
+        if P.RECONSUME_TIME in props:
+            reconsume = int(props[P.RECONSUME_TIME])
+        max_times = int(props.get(P.MAX_RECONSUME_TIMES) or DEFAULT_MAX_RECONSUME_TIMES)
+    except ValueError as exc:
+        raise ValidationError(f"{P.RECONSUME_TIME}/{P.MAX_RECONSUME_TIMES} must be whole "
+                              f"numbers: {exc}", rule="R10", code="INVALID_PROPERTIES") from exc
+    return reconsume, max_times

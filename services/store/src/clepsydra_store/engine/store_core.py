@@ -1,0 +1,341 @@
+"""The store's machinery under MessageStore: opening and recovery (P3), the locked append with
+synchronous dispatch, flushing (async interval or sync group commit) with checkpoints, and
+housekeeping (group offsets, retention P4)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from clepsydra_core import naming
+from clepsydra_core.msgid import pack_host
+from clepsydra_core.records import MAGIC_V1, MIN_END_MARKER, RECORD_HEADER
+from clepsydra_store.engine.checkpoint import Checkpoint
+from clepsydra_store.engine.commitlog import CommitLog
+from clepsydra_store.engine.config import EngineConfig
+from clepsydra_store.engine.consume_queue import ENTRY, ConsumeQueue
+from clepsydra_store.engine.dispatch import Dispatcher
+from clepsydra_store.engine.group_offsets import GroupOffsets
+from clepsydra_store.engine.prepare import Prepared, Preparer
+from clepsydra_store.engine.schedule import Scheduler
+from clepsydra_store.engine.segment import Segment
+from clepsydra_store.engine.topics import TopicRegistry
+from clepsydra_store.engine.types import PutResult, PutStatus
+
+logger = logging.getLogger(__name__)
+
+SYNC_FLUSH_TIMEOUT_S = 5.0
+HOUSEKEEPING_INTERVAL_S = 1.0
+RETENTION_INTERVAL_S = 60.0
+_HOUR_MS = 3_600_000
+
+
+@dataclass(frozen=True, slots=True)
+class StoreDirs:
+    root: Path
+
+    @property
+    def commitlog(self) -> Path:
+        return self.root / naming.COMMITLOG_DIR
+
+    @property
+    def consumequeue(self) -> Path:
+        return self.root / naming.CONSUMEQUEUE_DIR
+
+    @property
+    def index(self) -> Path:
+        return self.root / naming.INDEX_DIR
+
+    @property
+    def config(self) -> Path:
+        return self.root / naming.CONFIG_DIR
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.root / naming.CHECKPOINT_FILE
+
+
+class StoreCore:
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self._levels = config.delay_levels
+        self._dirs = dirs = StoreDirs(config.data_dir)
+        dirs.root.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        """The writer lock: appends, dispatch, hand-over and segment deletion."""
+        self._flush_lock = threading.Lock()
+        self._flush_cond = threading.Condition()
+        self._stop = threading.Event()
+        self._closed = False
+        self._graveyard: list[Segment] = []
+        self._counters: Counter[str] = Counter()
+        self._store_host = pack_host(config.store_host)
+        self._msg_id_prefix = self._store_host.hex().upper()
+        self._topics = TopicRegistry(dirs.config)
+        self._groups = GroupOffsets(dirs.config)
+        self._commitlog = CommitLog(dirs.commitlog, config.segment_size_bytes)
+        self._dispatcher = Dispatcher(dirs.consumequeue, dirs.index, config.cq_entries_per_file,
+                                      self._levels)
+        self._preparer = Preparer(config, self._topics)
+        self._scheduler = Scheduler(self._commitlog, self._dispatcher, self._topics,
+                                    self._levels, config.segment_size_bytes)
+        self._checkpoint_offset = -1
+        self._force_checkpoint = False
+        self._recover()
+        self._threads = [
+            threading.Thread(target=self._flush_loop, name="store-flush", daemon=True),
+            threading.Thread(target=self._housekeeping_loop, name="store-housekeeping",
+                             daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    # ---- recovery (SPEC P3) ----------------------------------------------------------------
+    def _recover(self) -> None:
+        cl, disp = self._commitlog, self._dispatcher
+        known = {cfg.name for cfg in self._topics.all()} | {naming.SCHEDULE_TOPIC}
+        disp.replay_known = known
+        for topic in sorted(known):
+            topic_dir = self._dirs.consumequeue / topic
+            if topic_dir.is_dir():
+                for entry in topic_dir.iterdir():
+                    if entry.name.isdigit():
+                        disp.queue(topic, int(entry.name))
+        disp.key_index.load(cl.max_offset)
+        ckpt = Checkpoint.load(self._dirs.checkpoint)
+        missing = ckpt is not None and self._queues_missing(ckpt, known)
+        if ckpt is None or missing:
+            start = cl.min_offset
+        else:
+            start = max(ckpt.commitlog_offset, cl.min_offset)
+            disp.handed_over = dict(ckpt.handed_over)
+        if missing and ckpt is not None:
+            for level, mark in ckpt.handed_over.items():
+                disp.raise_mark(level, mark)
+        logger.info("store recovery data_dir=%s checkpoint_offset=%s redispatch_from=%d "
+                    "rebuild=%s", self._dirs.root, ckpt and ckpt.commitlog_offset, start, missing)
+        end = cl.recover(start, start, disp.redispatch)
+        disp.finish_replay()
+        for cq in list(disp.queues.values()):
+            cq.truncate_from(end)
+            cq.reset_min()
+            cq.drop_below(cl.min_offset)
+        for cfg in self._topics.all():
+            total = sum(cq.max_offset for (t, _), cq in disp.queues.items() if t == cfg.name)
+            self._preparer.seed_round_robin(cfg.name, total)
+        logger.info("store recovered data_dir=%s commitlog_min_offset=%d commitlog_max_offset=%d "
+                    "queues=%d", self._dirs.root, cl.min_offset, end, len(disp.queues))
+        self.flush()
+
+    def _queues_missing(self, ckpt: Checkpoint, known: set[str]) -> bool:
+        """A ConsumeQueue holds fewer entries than the checkpoint says it had (files lost)."""
+        for topic, queues in ckpt.queues.items():
+            if topic not in known:
+                continue
+            for queue_id, (low, high) in queues.items():
+                cq = self._dispatcher.existing_queue(topic, queue_id)
+                have_low, have_high = (cq.min_offset, cq.max_offset) if cq else (0, 0)
+                if have_high < high or (high > low and (cq is None or have_low > low)):
+                    logger.warning("consume queue missing entries topic=%s queue_id=%d "
+                                   "checkpoint=[%d,%d) files=[%d,%d); rebuilding from the "
+                                   "first commitlog segment", topic, queue_id, low, high,
+                                   have_low, have_high)
+                    return True
+        return False
+
+    # ---- append (caller holds the writer lock) ---------------------------------------------
+    def _append_locked(self, items: list[Prepared]) -> tuple[list[PutResult], int]:
+        """Place, write (one write per segment) and dispatch ``items``; (results, end)."""
+        batch = self._commitlog.begin()
+        disp = self._dispatcher
+        now = time.time_ns() // 1_000_000
+        pack = RECORD_HEADER.pack
+        entry_pack = ENTRY.pack
+        host = self._store_host
+        prefix = self._msg_id_prefix
+        queue = disp.queue
+        writes: dict[ConsumeQueue, tuple[int, list[bytes]]] = {}
+        results: list[PutResult] = []
+        ok = PutStatus.OK
+        parts = batch.parts  # cleared in place by a roll, never replaced
+        append = parts.append
+        position, segment_end = batch.position, batch.segment_end
+        try:
+            for m in items:
+                size = m.size
+                if position + size + MIN_END_MARKER > segment_end:
+                    batch.position = position
+                    position = batch.place(size)
+                    segment_end = batch.segment_end
+                cq = queue(m.topic, m.queue_id)
+                queue_offset = cq.next_offset
+                cq.next_offset = queue_offset + 1
+                pending = writes.get(cq)
+                if pending is None:
+                    pending = writes[cq] = (queue_offset, [])
+                pending[1].append(entry_pack(position, size,
+                                             now + m.delay_ms if m.delay_ms else m.tags_code))
+                append(pack(size, MAGIC_V1, m.crc, m.queue_id, m.flag, queue_offset, position,
+                            m.sys_flag, m.born_timestamp, m.born_host, now, host,
+                            m.reconsume_times, m.body_len))
+                append(m.tail)
+                results.append(PutResult(ok, f"{prefix}{position:016X}", m.topic, m.queue_id,
+                                         queue_offset, position, now, size))
+                position += size
+            batch.position = position
+            end = batch.commit()
+        except BaseException:
+            batch.abort()
+            for cq, (first, _) in writes.items():
+                cq.next_offset = first
+            raise
+        for cq, (first, parts) in writes.items():
+            cq.write(first, b"".join(parts))
+        index = disp.key_index
+        for m, r in zip(items, results, strict=True):
+            if m.keys:
+                index.add(m.keys, r.commitlog_offset)
+            if m.mark is not None:
+                disp.raise_mark(*m.mark)
+        index.write_pending()
+        counters = self._counters
+        counters["puts_total"] += len(items)
+        counters["put_bytes_total"] += end - batch.start
+        return results, end
+
+    def _acknowledge(self, results: list[PutResult], end: int | None) -> list[PutResult]:
+        """P2: with sync flush, wait (group commit) until ``end`` is fsync'd."""
+        if end is None or self.config.flush != "sync" or self._wait_flushed(end):
+            return results
+        logger.warning("sync flush timed out end_offset=%d flushed_offset=%d", end,
+                       self._commitlog.flushed_offset)
+        return [replace(r, status=PutStatus.FLUSH_TIMEOUT) for r in results]
+
+    def _wait_flushed(self, end: int) -> bool:
+        deadline = time.monotonic() + SYNC_FLUSH_TIMEOUT_S
+        with self._flush_cond:
+            self._flush_cond.notify_all()
+            while self._commitlog.flushed_offset < end:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._stop.is_set():
+                    return self._commitlog.flushed_offset >= end
+                self._flush_cond.wait(remaining)
+        return True
+
+    # ---- flushing ----------------------------------------------------------------------------
+    def flush(self) -> int:
+        """fsync the CommitLog, ConsumeQueues and key index, then write the checkpoint;
+        returns the checkpointed CommitLog offset."""
+        with self._flush_lock:
+            with self._lock:
+                offset = self._commitlog.max_offset
+                marks = dict(self._dispatcher.handed_over)
+                ranges = self._dispatcher.ranges()
+            self._commitlog.flush()
+            with self._flush_cond:
+                self._flush_cond.notify_all()
+            self._dispatcher.flush()
+            if offset != self._checkpoint_offset or self._force_checkpoint:
+                self._force_checkpoint = False
+                Checkpoint(offset, marks, ranges).save(self._dirs.checkpoint)
+                self._checkpoint_offset = offset
+            return offset
+
+    def _flush_loop(self) -> None:
+        interval_s = self.config.flush_interval_ms / 1000
+        sync = self.config.flush == "sync"
+        next_checkpoint = time.monotonic() + interval_s
+        cl = self._commitlog
+        while not self._stop.is_set():
+            try:
+                if sync:
+                    with self._flush_cond:
+                        while (not self._stop.is_set() and cl.max_offset <= cl.flushed_offset
+                               and time.monotonic() < next_checkpoint):
+                            self._flush_cond.wait(max(0.0, next_checkpoint - time.monotonic()))
+                    cl.flush()
+                    with self._flush_cond:
+                        self._flush_cond.notify_all()
+                else:
+                    self._stop.wait(interval_s)
+                if time.monotonic() >= next_checkpoint or not sync:
+                    next_checkpoint = time.monotonic() + interval_s
+                    self.flush()
+            except Exception:
+                logger.exception("flush failed data_dir=%s; retrying", self._dirs.root)
+                self._stop.wait(interval_s)
+
+    def _housekeeping_loop(self) -> None:
+        next_retention = time.monotonic() + RETENTION_INTERVAL_S
+        while not self._stop.wait(HOUSEKEEPING_INTERVAL_S):
+            try:
+                self._groups.persist()
+                if time.monotonic() >= next_retention:
+                    next_retention = time.monotonic() + RETENTION_INTERVAL_S
+                    self.delete_expired_segments()
+            except Exception:
+                logger.exception("housekeeping failed data_dir=%s; continuing", self._dirs.root)
+
+    # ---- retention (SPEC P4) -----------------------------------------------------------------
+    def delete_expired_segments(self, now_ms: int | None = None) -> int:
+        """P4: delete whole segments older than retention, never one holding an undelivered
+        scheduled message; returns how many were deleted."""
+        now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+        cutoff = now - self.config.retention_hours * _HOUR_MS
+        cl = self._commitlog
+        with self._flush_lock, self._lock:
+            old, self._graveyard = self._graveyard, []
+            for segment in old:
+                segment.close()
+            protect = self._scheduler.protect_offset()
+            count = 0
+            for segment in cl.segments[:-1]:
+                if segment.mtime_ms() >= cutoff:
+                    break
+                if protect is not None and segment.end > protect[0]:
+                    logger.warning("expired segment kept: it holds an undelivered scheduled "
+                                   "message segment=%d level=%d commitlog_offset=%d",
+                                   segment.start, protect[1], protect[0])
+                    break
+                count += 1
+            removed = cl.remove_head(count)
+            if removed:
+                self._graveyard += removed
+                self._graveyard += self._dispatcher.drop_below(cl.min_offset)
+                self._force_checkpoint = True
+                self._counters["segments_deleted_total"] += len(removed)
+                logger.info("expired segments deleted count=%d first=%d new_min_offset=%d",
+                            len(removed), removed[0].start, cl.min_offset)
+        if removed:
+            self.flush()
+        return len(removed)
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    def close(self) -> None:
+        """Flush everything, write checkpoints, stop threads. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        with self._flush_cond:
+            self._flush_cond.notify_all()
+        for thread in self._threads:
+            thread.join()
+        self.flush()
+        self._groups.persist()
+        with self._lock:
+            for segment in self._graveyard:
+                segment.close()
+            self._dispatcher.close()
+            self._commitlog.close()
+        logger.info("store closed data_dir=%s", self._dirs.root)
+
+    def __enter__(self) -> StoreCore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

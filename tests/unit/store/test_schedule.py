@@ -1,0 +1,145 @@
+"""Scheduler hand-over through the store (SPEC D3-D9)."""
+
+from __future__ import annotations
+
+from clepsydra_core import naming
+from clepsydra_core import properties as P
+from clepsydra_core.records import tags_code
+from clepsydra_store.engine.types import CopyRequest, PutRequest
+from tests.unit.store.conftest import OpenStore
+
+LEVELS = "1s 2s 3s"
+
+
+def test_not_due_entry_is_left_and_due_one_delivered_once(open_store: OpenStore) -> None:
+    # SPEC D4, D5, D9
+    store = open_store(levels=LEVELS)
+    store.create_topic("T", 2)
+    parked = store.put(PutRequest("T", b"body", tags="tg", keys="k", queue_id=1, delay_level=2,
+                                  flag=5, born_timestamp=11, reconsume_times=4,
+                                  properties={P.UNIQ_KEY: "u"}))
+    deliver_ts = parked.store_timestamp + 2_000
+
+    early = store.handover(2, 0, 10, now_ms=deliver_ts - 1)
+    assert (early.delivered, early.next_offset, early.not_due) == (0, 0, True)
+    assert early.next_deliver_ts == deliver_ts
+    assert store.get_topic("T").queues[1].max_offset == 0
+
+    due = store.handover(2, 0, 10, now_ms=deliver_ts)
+    assert (due.delivered, due.parked, due.skipped, due.next_offset) == (1, 0, 0, 1)
+    assert due.handed_over == 0 and not due.not_due and len(due.lateness_ms) == 1
+    (record,) = store.read_queue("T", 1, 0, 10).messages
+    assert (record.topic, record.queue_id, record.body) == ("T", 1, b"body")
+    assert (record.flag, record.born_timestamp, record.reconsume_times) == (5, 11, 4)
+    assert P.DELAY not in record.properties
+    assert record.properties[P.SCHEDULE_OFFSET] == "2:0"
+    assert record.properties[P.DELIVER_TS] == str(deliver_ts)
+    assert record.properties[P.TAGS] == "tg"
+    assert due.lateness_ms == [record.store_timestamp - deliver_ts]
+    entries = store.read_queue("T", 1, 0, 10)
+    assert entries.max_offset == 1
+    assert {m.topic for m in store.get_by_key("T", "u")} == {"T"}
+    assert store.read_queue("T", 1, 0, 1, tags=frozenset({"tg"})).messages == [record]
+    assert tags_code("tg") != 0
+
+    replay = store.handover(2, 0, 10, now_ms=deliver_ts + 10)
+    assert (replay.delivered, replay.skipped, replay.next_offset) == (0, 1, 1)
+    assert store.get_topic("T").queues[1].max_offset == 1
+
+
+def test_replay_after_restart_writes_nothing(open_store: OpenStore) -> None:
+    # SPEC D9: the handed-over mark survives a restart, also when re-derived from the log
+    store = open_store(levels=LEVELS)
+    store.create_topic("T", 1)
+    results = store.put_batch([PutRequest("T", b"%d" % i, delay_level=1) for i in range(5)])
+    store.flush()
+    data = store.config.data_dir
+    checkpoint = (data / naming.CHECKPOINT_FILE).read_bytes()
+    now = results[-1].store_timestamp + 1_000
+    assert store.handover(1, 0, 3, now_ms=now).delivered == 3
+    store.close()
+    # a crash before the next checkpoint: the mark must come back from the CommitLog
+    (data / naming.CHECKPOINT_FILE).write_bytes(checkpoint)
+
+    store = open_store(levels=LEVELS)
+    assert store.schedule_entries(1, 0, 10).handed_over == 2
+    replay = store.handover(1, 0, 10, now_ms=now)
+    assert (replay.skipped, replay.delivered, replay.next_offset) == (3, 2, 5)
+    bodies = [m.body for m in store.read_queue("T", 0, 0, 100).messages]
+    assert bodies == [b"0", b"1", b"2", b"3", b"4"]
+    store.close()
+
+    store = open_store(levels=LEVELS)
+    assert store.handover(1, 0, 10, now_ms=now).skipped == 5
+    assert store.get_topic("T").queues[0].max_offset == 5
+
+
+def test_deliver_time_beyond_shortened_delay_is_corrected_to_now(open_store: OpenStore) -> None:
+    # SPEC D3
+    store = open_store(levels="1s 2s 3s")
+    store.create_topic("T", 1)
+    parked = store.put(PutRequest("T", b"x", delay_level=3))
+    store.close()
+
+    store = open_store(levels="1s 2s 1s")
+    (raw_ts,) = store.schedule_entries(3, 0, 10).deliver_ts
+    assert raw_ts == parked.store_timestamp + 3_000  # raw, uncorrected
+    now = parked.store_timestamp + 1_500  # raw_ts > now + 1s: the table was shortened
+    result = store.handover(3, 0, 10, now_ms=now)
+    assert result.delivered == 1
+    (record,) = store.read_queue("T", 0, 0, 10).messages
+    assert record.properties[P.DELIVER_TS] == str(now)
+
+
+def test_unbuildable_messages_are_parked_and_progress_moves_on(open_store: OpenStore) -> None:
+    # SPEC D7
+    store = open_store(levels=LEVELS)
+    store.create_topic("Gone", 1)
+    store.create_topic("Wide", 4)
+    store.create_topic(naming.TRANSACTION_HALF_TOPIC, 1, system=True)
+    store.create_topic("Ok", 1)
+    gone = store.put(PutRequest("Gone", b"a", delay_level=1))
+    wide = store.put(PutRequest("Wide", b"b", queue_id=3, delay_level=1))
+    half_src = store.put(PutRequest("Ok", b"c"))
+    store.copy([CopyRequest(half_src.commitlog_offset, naming.TRANSACTION_HALF_TOPIC,
+                            delay_level=1)])
+    last = store.put(PutRequest("Ok", b"d", delay_level=1))
+    store.delete_topic("Gone")
+    store.delete_topic("Wide")
+    store.create_topic("Wide", 2)
+
+    result = store.handover(1, 0, 10, now_ms=last.store_timestamp + 1_000)
+    assert (result.parked, result.delivered, result.next_offset) == (3, 1, 4)
+    assert result.handed_over == 3
+    parked = store.read_queue(naming.SCHEDULE_ERROR_TOPIC, 0, 0, 10).messages
+    reasons = [m.properties[P.SCHEDULE_ERROR].split(":")[0] for m in parked]
+    assert reasons == ["real_topic_missing", "real_qid_out_of_range", "transaction_half_topic"]
+    assert [m.properties[P.SCHEDULE_OFFSET] for m in parked] == ["1:0", "1:1", "1:2"]
+    assert [m.body for m in parked] == [b"a", b"b", b"c"]
+    assert parked[0].properties[P.REAL_TOPIC] == "Gone"
+    assert gone.topic == wide.topic == naming.SCHEDULE_TOPIC
+    assert [m.body for m in store.read_queue("Ok", 0, 0, 10).messages] == [b"c", b"d"]
+    assert store.get_topic(naming.SCHEDULE_ERROR_TOPIC).system
+
+
+def test_retry_topic_works_as_real_destination(open_store: OpenStore) -> None:
+    # SPEC D4 with a %RETRY% real topic (R7 send-back path)
+    store = open_store(levels=LEVELS)
+    store.create_topic("T", 1)
+    original = store.put(PutRequest("T", b"job"))
+    retry = naming.retry_topic("g")
+    (parked,) = store.copy([CopyRequest(original.commitlog_offset, retry, delay_level=2,
+                                        reconsume_times=1)])
+    result = store.handover(2, 0, 10, now_ms=parked.store_timestamp + 2_000)
+    assert result.delivered == 1
+    (record,) = store.read_queue(retry, 0, 0, 10).messages
+    assert (record.body, record.reconsume_times) == (b"job", 1)
+
+
+def test_progress_above_max_starts_at_max(open_store: OpenStore) -> None:
+    # SPEC D8
+    store = open_store(levels=LEVELS)
+    store.create_topic("T", 1)
+    store.put(PutRequest("T", b"x", delay_level=1))
+    result = store.handover(1, 50, 10)
+    assert (result.from_offset, result.next_offset, result.delivered) == (1, 1, 0)
