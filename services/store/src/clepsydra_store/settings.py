@@ -24,6 +24,15 @@ class StoreSettings:
     port: int
     bind: str
     threads: int
+    consumer_expiry_ms: int = 30_000
+    """A consumer that has not heartbeated for this long is dropped from its group (C1, C5)."""
+    max_request_bytes: int = 64 * 1024 * 1024
+    """Largest HTTP request body accepted (413 above); a single message body is bounded by
+    ``engine.max_body_bytes`` (P1)."""
+    keepalive_s: int = 75
+    """How long an idle keep-alive connection stays open."""
+    fast_path: bool = True
+    """Serve the two produce routes through the lean WSGI path (same behaviour as Flask's)."""
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> StoreSettings:
@@ -52,4 +61,11 @@ class StoreSettings:
             port=port,
             bind=env_str(env, "CLEPSYDRA_STORE_BIND", "127.0.0.1"),
             threads=env_int(env, "CLEPSYDRA_STORE_THREADS", 8, minimum=1),
+            consumer_expiry_ms=env_int(env, "CLEPSYDRA_STORE_CONSUMER_EXPIRY_MS", 30_000,
+                                       minimum=1),
+            max_request_bytes=env_int(env, "CLEPSYDRA_STORE_MAX_REQUEST_BYTES",
+                                      max(64 << 20, 2 * engine.max_body_bytes + (1 << 20)),
+                                      minimum=1024),
+            keepalive_s=env_int(env, "CLEPSYDRA_STORE_KEEPALIVE_S", 75, minimum=1),
+            fast_path=env_bool(env, "CLEPSYDRA_STORE_FAST_PATH", True),
         )

@@ -1,0 +1,419 @@
+"""Store produce benchmark: prints msgs/s and MB/s for 1 KiB messages.
+
+    .venv/bin/python bench/store_produce.py [--seconds 5] [--only inproc,single1,...]
+                                            [--profile] [--url http://127.0.0.1:8081]
+
+Scenarios (targets on a 2-core machine, issue 2):
+  inproc   in-process MessageStore.put_batch of 100, async flush       >= 150,000 msgs/s
+  single1  HTTP single sends, 1 client thread                          (no target)
+  single8  HTTP single sends, 8 client threads                         >= 2,500 msgs/s
+  batch    HTTP batches of 100, 2 client threads                       >= 50,000 msgs/s
+  sync8    HTTP batches of 100, 8 client threads, CLEPSYDRA_FLUSH=sync  >= 20,000 msgs/s
+
+It starts its own store processes (``python -m clepsydra_store``) on free ports with a temporary
+CLEPSYDRA_HOME, unless ``--url`` names a running one. Clients use one ``requests.Session`` per
+thread (keep-alive) and send pre-encoded JSON, so the figures are the server's. ``--profile``
+samples the store's worker with py-spy during ``single8`` and ``batch`` and prints where its time
+goes. The client threads share the machine with the server: on 2 cores they take most of one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+
+REPO = Path(__file__).resolve().parents[1]
+BODY_BYTES = 1024
+BATCH = 100
+TARGETS = {"inproc": 150_000, "single8": 2_500, "batch": 50_000, "sync8": 20_000}
+TOPIC = "bench"
+
+
+@dataclass
+class Row:
+    name: str
+    messages: int
+    seconds: float
+    server_us: float | None = None
+
+    @property
+    def rate(self) -> float:
+        return self.messages / self.seconds if self.seconds else 0.0
+
+    @property
+    def mb_s(self) -> float:
+        return self.rate * BODY_BYTES / 1e6
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class StoreProcess:
+    """``python -m clepsydra_store`` on a free port under its own CLEPSYDRA_HOME."""
+
+    def __init__(self, home: Path, flush: str) -> None:
+        self.port = free_port()
+        self.home = home
+        env = {**os.environ, "CLEPSYDRA_HOME": str(home), "CLEPSYDRA_STORE_PORT": str(self.port),
+               "CLEPSYDRA_FLUSH": flush, "CLEPSYDRA_LOG_LEVEL": "WARNING"}
+        home.mkdir(parents=True, exist_ok=True)
+        self.log = open(home / "store.log", "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen([sys.executable, "-m", "clepsydra_store"], env=env,
+                                     stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True, cwd=REPO)
+        self.url = f"http://127.0.0.1:{self.port}"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError((home / "store.log").read_text())
+            try:
+                with urllib.request.urlopen(self.url + "/healthz", timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError("store did not become healthy")
+
+    def worker_pid(self) -> int | None:
+        try:
+            children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text()
+        except OSError:
+            return None
+        pids = children.split()
+        return int(pids[0]) if pids else None
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        self.log.close()
+
+
+def message(i: int) -> dict[str, object]:
+    text = f"{i:08d}" + "x" * (BODY_BYTES - 8)
+    return {"body": text, "tags": "bench", "keys": f"k{i}"}
+
+
+def run_clients(threads: int, seconds: float,
+                send: Callable[[requests.Session], int]) -> tuple[int, float]:
+    """Run ``send`` in a loop on each thread for ``seconds``; (messages, elapsed)."""
+    counts = [0] * threads
+    errors: list[BaseException] = []
+    start = threading.Barrier(threads + 1)
+    stop_at = [0.0]
+
+    def loop(index: int) -> None:
+        with requests.Session() as session:
+            send(session)  # connect and warm up
+            start.wait()
+            n = 0
+            try:
+                while time.monotonic() < stop_at[0]:
+                    n += send(session)
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+            counts[index] = n
+
+    workers = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
+    for w in workers:
+        w.start()
+    stop_at[0] = time.monotonic() + seconds + 3600  # set properly once all are connected
+    start.wait()
+    t0 = time.monotonic()
+    stop_at[0] = t0 + seconds
+    for w in workers:
+        w.join()
+    elapsed = time.monotonic() - t0
+    if errors:
+        raise errors[0]
+    return sum(counts), elapsed
+
+
+def http_single(url: str, threads: int, seconds: float) -> tuple[int, float]:
+    payload = json.dumps(message(0)).encode()
+    target = f"{url}/v1/topics/{TOPIC}/messages"
+    headers = {"Content-Type": "application/json"}
+
+    def send(session: requests.Session) -> int:
+        resp = session.post(target, data=payload, headers=headers)
+        if resp.status_code != 201:
+            raise RuntimeError(f"{resp.status_code} {resp.text[:200]}")
+        return 1
+
+    return run_clients(threads, seconds, send)
+
+
+class RawConnection:
+    """A keep-alive HTTP/1.1 connection sending one pre-built request over and over: the
+    cheapest Python client, to show what the server does when the client is not the limit."""
+
+    def __init__(self, url: str, path: str, payload: bytes) -> None:
+        host, _, port = url.removeprefix("http://").partition(":")
+        self.sock = socket.create_connection((host, int(port)))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.request = (f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: "
+                        f"application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
+                        ).encode() + payload
+        self.buf = b""
+
+    def send(self) -> None:
+        self.sock.sendall(self.request)
+        while b"\r\n\r\n" not in self.buf:
+            self.buf += self._recv()
+        head, _, rest = self.buf.partition(b"\r\n\r\n")
+        if not head.startswith(b"HTTP/1.1 201"):
+            raise RuntimeError(head.decode(errors="replace"))
+        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:"))
+        while len(rest) < length:
+            rest += self._recv()
+        self.buf = rest[length:]
+
+    def _recv(self) -> bytes:
+        data = self.sock.recv(65536)
+        if not data:
+            raise RuntimeError("connection closed")
+        return data
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def raw_single(url: str, threads: int, seconds: float) -> tuple[int, float]:
+    payload = json.dumps(message(0)).encode()
+    path = f"/v1/topics/{TOPIC}/messages"
+    local = threading.local()
+
+    def send(session: requests.Session) -> int:
+        conn = getattr(local, "conn", None)
+        if conn is None:
+            conn = local.conn = RawConnection(url, path, payload)
+        conn.send()
+        return 1
+
+    return run_clients(threads, seconds, send)
+
+
+def http_batch(url: str, threads: int, seconds: float) -> tuple[int, float]:
+    payload = json.dumps({"messages": [message(i) for i in range(BATCH)]}).encode()
+    target = f"{url}/v1/topics/{TOPIC}/messages/batch"
+    headers = {"Content-Type": "application/json"}
+
+    def send(session: requests.Session) -> int:
+        resp = session.post(target, data=payload, headers=headers)
+        if resp.status_code != 201:
+            raise RuntimeError(f"{resp.status_code} {resp.text[:200]}")
+        return BATCH
+
+    return run_clients(threads, seconds, send)
+
+
+def in_process(home: Path, seconds: float) -> tuple[int, float]:
+    from clepsydra_store.engine.config import EngineConfig
+    from clepsydra_store.engine.message_store import MessageStore
+    from clepsydra_store.engine.types import PutRequest
+
+    store = MessageStore(EngineConfig(data_dir=home / "inproc", flush="async"))
+    try:
+        store.create_topic(TOPIC, 4)
+        body = b"x" * BODY_BYTES
+        batch = [PutRequest(topic=TOPIC, body=body, tags="bench", keys=f"k{i}")
+                 for i in range(BATCH)]
+        store.put_batch(batch)
+        n = 0
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < seconds:
+            for _ in range(20):
+                store.put_batch(batch)
+            n += 20 * BATCH
+        return n, time.monotonic() - t0
+    finally:
+        store.close()
+
+
+# ---- profile -----------------------------------------------------------------------------
+
+CATEGORIES = (  # first match from the leaf upwards names the frame's category
+    ("engine (MessageStore)", ("clepsydra_store/engine/",)),
+    ("records / properties encode", ("clepsydra_core/records.py", "clepsydra_core/properties.py")),
+    ("OpenTelemetry spans", ("opentelemetry/",)),
+    ("prometheus metrics", ("prometheus_client/",)),
+    ("JSON + validation (produce.py)", ("clepsydra_store/api/", "clepsydra_core/validation.py",
+                                       "orjson", "base64")),
+    ("Flask / Werkzeug", ("flask/", "werkzeug/")),
+    ("gunicorn HTTP parse / write", ("gunicorn/http/",)),
+    ("gunicorn gthread loop, sockets, futures", ("gunicorn/", "selectors.py", "socket.py",
+                                                 "concurrent/futures", "queue.py")),
+    ("threading / idle", ("threading.py",)),
+)
+
+
+def start_profile(pid: int, out: Path, seconds: float) -> subprocess.Popen[bytes] | None:
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not os.access(spy, os.X_OK):
+        print("py-spy not found (pip install py-spy); no profile", file=sys.stderr)
+        return None
+    return subprocess.Popen([spy, "record", "--pid", str(pid), "--format", "raw", "--gil",
+                             "--full-filenames", "--rate", "250",
+                             "--duration", str(int(seconds)), "--nonblocking", "--output",
+                             str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def summarize_profile(path: Path) -> list[tuple[str, float]]:
+    """Share of busy (non-idle) samples by category, from py-spy's collapsed stacks."""
+    totals: Counter[str] = Counter()
+    if not path.exists():
+        return []
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames = stack.split(";")
+        leaf = frames[-1]
+        if any(idle in leaf for idle in ("wait (threading.py", "select (selectors.py",
+                                         "poll (selectors.py", "_worker (concurrent",
+                                         "get (queue.py", "acquire", "sleep")):
+            continue
+        category = "other"
+        for frame in reversed(frames):
+            match = next((name for name, markers in CATEGORIES
+                          if any(m in frame for m in markers)), None)
+            if match:
+                category = match
+                break
+        totals[category] += int(count)
+    busy = sum(totals.values()) or 1
+    return [(name, 100.0 * n / busy) for name, n in totals.most_common()]
+
+
+# ---- main --------------------------------------------------------------------------------
+
+def measured(store: StoreProcess | None, name: str,
+             run: Callable[[], tuple[int, float]]) -> Row:
+    """Run a scenario; with a store we started, also the CPU its worker process used."""
+    pid = store.worker_pid() if store else None
+    before = process_cpu_s(pid) if pid else None
+    messages, seconds = run()
+    row = Row(name, messages, seconds)
+    if pid and before is not None:
+        after = process_cpu_s(pid)
+        if after is not None and messages:
+            row.server_us = (after - before) * 1e6 / messages
+    return row
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """user + system CPU seconds of a process so far."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--only", default="inproc,single1,single8,single8raw,batch,sync8")
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--url", help="use a running store (async flush) instead of starting one")
+    args = parser.parse_args()
+    only = set(args.only.split(","))
+    home = Path(tempfile.mkdtemp(prefix="clepsydra-bench-"))
+    rows: list[Row] = []
+    profiles: dict[str, list[tuple[str, float]]] = {}
+    try:
+        if "inproc" in only:
+            rows.append(Row("in-process put_batch(100), async flush",
+                            *in_process(home, args.seconds)))
+        if only & {"single1", "single8", "single8raw", "batch"}:
+            store = None if args.url else StoreProcess(home / "async", "async")
+            url = args.url or (store.url if store else "")
+            try:
+                requests.post(f"{url}/v1/topics", json={"name": TOPIC, "queues": 4}, timeout=10)
+                scenarios: list[tuple[str, str, Callable[[], tuple[int, float]]]] = [
+                    ("single1", "HTTP single, 1 client",
+                     lambda: http_single(url, 1, args.seconds)),
+                    ("single8", "HTTP single, 8 clients",
+                     lambda: http_single(url, 8, args.seconds)),
+                    ("single8raw", "HTTP single, 8 raw-socket clients",
+                     lambda: raw_single(url, 8, args.seconds)),
+                    ("batch", "HTTP batch 100, 2 clients",
+                     lambda: http_batch(url, 2, args.seconds)),
+                ]
+                for key, label, run in scenarios:
+                    if key not in only:
+                        continue
+                    spy = None
+                    out = home / f"{key}.prof"
+                    if args.profile and store is not None and key in ("single8raw", "batch"):
+                        pid = store.worker_pid()
+                        spy = start_profile(pid, out, args.seconds) if pid else None
+                    rows.append(measured(store, label, run))
+                    if spy is not None:
+                        spy.wait(60)
+                        profiles[label] = summarize_profile(out)
+            finally:
+                if store is not None:
+                    store.stop()
+        if "sync8" in only:
+            store = StoreProcess(home / "sync", "sync")
+            try:
+                requests.post(f"{store.url}/v1/topics", json={"name": TOPIC, "queues": 4},
+                              timeout=10)
+                rows.append(measured(store, "HTTP batch 100, 8 clients, sync flush",
+                                     lambda: http_batch(store.url, 8, args.seconds)))
+            finally:
+                store.stop()
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    print_table(rows)
+    for label, shares in profiles.items():
+        print(f"\nwhere the store worker's CPU goes: {label} (py-spy --gil samples)")
+        for name, pct in shares:
+            print(f"  {pct:5.1f} %  {name}")
+    return 0
+
+
+def print_table(rows: list[Row]) -> None:
+    targets = {"in-process": TARGETS["inproc"], "HTTP single, 8": TARGETS["single8"],
+               "HTTP batch 100, 2": TARGETS["batch"], "HTTP batch 100, 8": TARGETS["sync8"]}
+    print(f"\n{'scenario (1 KiB bodies)':<40} {'messages':>9} {'s':>5} {'msgs/s':>9} "
+          f"{'MB/s':>6} {'server':>8} {'target':>8}")
+    print(f"{'':<40} {'':>9} {'':>5} {'':>9} {'':>6} {'us/msg':>8}")
+    print("-" * 92)
+    for row in rows:
+        target = next((t for prefix, t in targets.items() if row.name.startswith(prefix)), None)
+        mark = "" if target is None else (" ok" if row.rate >= target else " BELOW")
+        tgt = f"{target:,}" if target else "-"
+        cpu = f"{row.server_us:,.0f}" if row.server_us else "-"
+        print(f"{row.name:<40} {row.messages:>9,} {row.seconds:>5.1f} {row.rate:>9,.0f} "
+              f"{row.mb_s:>6.1f} {cpu:>8} {tgt:>8}{mark}")
+    print("server us/msg: CPU time of the store's worker process per message (user + system);"
+          "\n1e6 / us/msg is what one store process could take if the clients cost nothing.")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

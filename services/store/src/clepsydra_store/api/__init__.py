@@ -1,0 +1,1 @@
+"""The store's HTTP API: one blueprint per resource, the produce fast path, errors, spans."""

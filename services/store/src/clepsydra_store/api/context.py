@@ -1,0 +1,45 @@
+"""What every route needs: the engine, the settings, the consumer registry, spans and metrics.
+
+One ``StoreContext`` per app, kept in ``app.extensions["clepsydra"]``; the produce fast path
+holds the same object, so both paths behave alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import cast
+
+from flask import current_app
+
+from clepsydra_core.errors import NoPermission
+from clepsydra_store.api.observability import Observability
+from clepsydra_store.consumers import ConsumerRegistry
+from clepsydra_store.engine.message_store import MessageStore
+from clepsydra_store.settings import StoreSettings
+
+EXTENSION = "clepsydra"
+
+
+@dataclass(slots=True)
+class StoreContext:
+    settings: StoreSettings
+    store: MessageStore
+    consumers: ConsumerRegistry
+    obs: Observability
+    owns_store: bool = True
+
+    def require_writable(self) -> None:
+        """Every message write answers 403 NO_PERMISSION on a read-only store (R2)."""
+        if not self.settings.engine.writable:
+            raise NoPermission("the store does not accept writes "
+                               "(CLEPSYDRA_STORE_WRITABLE=false)", rule="R2")
+
+    def close(self) -> None:
+        """Close the engine if this app opened it (flushes and writes checkpoints)."""
+        if self.owns_store:
+            self.store.close()
+
+
+def ctx() -> StoreContext:
+    """The context of the app serving the current request."""
+    return cast(StoreContext, current_app.extensions[EXTENSION])

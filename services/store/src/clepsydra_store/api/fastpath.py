@@ -1,0 +1,77 @@
+"""A lean WSGI path for the two produce routes, in front of Flask.
+
+``POST /v1/topics/<topic>/messages`` and ``.../messages/batch`` are the hot routes. Flask's
+request/response objects, routing and hooks cost more than the produce itself (README, "Where
+the time goes"), so this middleware answers them directly and hands every other request to
+Flask. It calls the same ``produce.serve`` as the Flask views: same checks, same span, same
+metrics, same JSON bodies and status codes. ``CLEPSYDRA_STORE_FAST_PATH=false`` turns it off
+(the Flask routes then answer); the test-suite runs the produce cases both ways.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from clepsydra_store.api import produce
+from clepsydra_store.api.context import StoreContext
+from clepsydra_store.api.jsonio import JSON_TYPE
+
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+_PREFIX = "/v1/topics/"
+_ONE = "/messages"
+_BATCH = "/messages/batch"
+_REASONS = {201: "201 Created", 400: "400 Bad Request", 403: "403 Forbidden",
+            404: "404 Not Found", 409: "409 Conflict", 413: "413 Request Entity Too Large",
+            500: "500 Internal Server Error", 503: "503 Service Unavailable"}
+
+
+class ProduceFastPath:
+    """WSGI middleware: produce requests here, everything else to ``app``."""
+
+    def __init__(self, app: WsgiApp, context: StoreContext) -> None:
+        self.app = app
+        self.context = context
+        self.limit = context.settings.max_request_bytes
+
+    def __call__(self, environ: dict[str, Any],
+                 start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("REQUEST_METHOD") == "POST":
+            path: str = environ.get("PATH_INFO", "")
+            if path.startswith(_PREFIX):
+                if path.endswith(_ONE):
+                    topic, batch = path[len(_PREFIX):-len(_ONE)], False
+                elif path.endswith(_BATCH):
+                    topic, batch = path[len(_PREFIX):-len(_BATCH)], True
+                else:
+                    topic, batch = "", False
+                if topic and "/" not in topic:
+                    return self._produce(environ, start_response, topic, batch)
+        return self.app(environ, start_response)
+
+    def _produce(self, environ: dict[str, Any], start_response: Callable[..., Any],
+                 topic: str, batch: bool) -> Iterable[bytes]:
+        # PATH_INFO is "bytes as latin-1" (PEP 3333); Werkzeug decodes it as UTF-8 the same way
+        topic = topic.encode("latin-1").decode("utf-8", "replace")
+        status, body = produce.serve(self.context, environ, topic, self._read(environ), batch)
+        start_response(_REASONS.get(status, f"{status} Error"),
+                       [("Content-Type", JSON_TYPE), ("Content-Length", str(len(body)))])
+        return [body]
+
+    def _read(self, environ: dict[str, Any]) -> bytes | None:
+        """The request body, or None when it is over the limit."""
+        stream = environ["wsgi.input"]
+        length = environ.get("CONTENT_LENGTH")
+        if length:
+            try:
+                size = int(length)
+            except ValueError:
+                size = -1
+            if size > self.limit:
+                return None
+            if size >= 0:
+                data: bytes = stream.read(size)
+                return data
+        data = stream.read(self.limit + 1)
+        return None if len(data) > self.limit else data

@@ -1,0 +1,107 @@
+"""Consumer groups: committed progress (offsets) and live consumers (heartbeats, C1, C5).
+
+The store keeps no group registry (group settings live in the retry service), so a group that
+has committed nothing answers an empty ``offsets`` object rather than a 404.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, Response, request
+
+from clepsydra_core import validation
+from clepsydra_core.errors import Forbidden, OffsetOutOfRange, ValidationError
+from clepsydra_core.naming import SCHEDULE_TOPIC
+from clepsydra_store.api import jsonio
+from clepsydra_store.api.context import ctx
+from clepsydra_store.api.web import json_response, trace_topic
+from clepsydra_store.consumers import CLUSTERING, MESSAGE_MODELS, GroupView
+
+bp = Blueprint("groups", __name__)
+
+OFFSET_FIELDS = frozenset({"topic", "queueId", "offset"})
+HEARTBEAT_FIELDS = frozenset({"clientId", "subscriptions", "messageModel"})
+MAX_CLIENT_ID = 255
+
+
+@bp.put("/v1/groups/<group>/offsets")
+def commit_offset(group: str) -> Response:
+    validation.validate_group_name(group)
+    body = jsonio.loads_object(request.get_data(cache=False))
+    jsonio.check_fields(body, OFFSET_FIELDS, "offset commit")
+    topic = validation.validate_topic_name(jsonio.req_str(body, "topic"))
+    validation.check_consumable(topic)
+    queue_id = jsonio.req_int(body, "queueId", maximum=jsonio.INT32_MAX)
+    queue_offset = jsonio.req_int(body, "offset")
+    trace_topic(topic)
+    store = ctx().store
+    info = store.get_topic(topic)
+    queue = next((q for q in info.queues if q.queue_id == queue_id), None)
+    if queue is None:
+        raise OffsetOutOfRange(f"topic {topic!r} has queues 0..{len(info.queues) - 1}, "
+                               f"not {queue_id}")
+    if queue_offset > queue.max_offset:
+        raise OffsetOutOfRange(f"offset {queue_offset} is past the end of {topic!r} queue "
+                               f"{queue_id} (maxOffset {queue.max_offset})")
+    store.commit_offset(group, topic, queue_id, queue_offset)
+    return json_response({"group": group, "topic": topic, "queueId": queue_id,
+                          "offset": queue_offset})
+
+
+@bp.get("/v1/groups/<group>/offsets")
+def get_offsets(group: str) -> Response:
+    """``{group, offsets: {topic: {queueId: offset}}}`` (queue ids as JSON object keys)."""
+    validation.validate_group_name(group)
+    topic = request.args.get("topic") or None
+    if topic is not None:
+        validation.validate_topic_name(topic)
+    offsets = ctx().store.group_offsets(group, topic)
+    return json_response({"group": group, "offsets": {
+        t: {str(q): o for q, o in sorted(queues.items())} for t, queues in sorted(offsets.items())
+    }})
+
+
+def _view_json(view: GroupView, detailed: bool) -> dict[str, Any]:
+    if not detailed:
+        return {"consumers": view.client_ids(), "consistent": view.consistent,
+                "mismatches": view.mismatches}
+    return {"group": view.group, "consumers": [c.to_json() for c in view.consumers],
+            "consistent": view.consistent, "mismatches": view.mismatches}
+
+
+@bp.post("/v1/groups/<group>/heartbeat")
+def heartbeat(group: str) -> Response:
+    """Register or refresh a consumer; ``{consumers: [clientId...], consistent}`` (C1, C5)."""
+    validation.validate_group_name(group)
+    body = jsonio.loads_object(request.get_data(cache=False))
+    jsonio.check_fields(body, HEARTBEAT_FIELDS, "heartbeat")
+    client_id = jsonio.req_str(body, "clientId")
+    if not client_id or len(client_id) > MAX_CLIENT_ID:
+        raise ValidationError(f"clientId must be 1 to {MAX_CLIENT_ID} characters",
+                              code="INVALID_REQUEST")
+    subscriptions = jsonio.str_map(body.get("subscriptions"), "subscriptions")
+    for topic in subscriptions:
+        validation.validate_topic_name(topic)
+        if topic == SCHEDULE_TOPIC:
+            raise Forbidden(f"consumers can never subscribe to {topic}", rule="S3")
+    model = jsonio.opt_str(body, "messageModel") or CLUSTERING
+    if model not in MESSAGE_MODELS:
+        raise ValidationError(f"messageModel must be {' or '.join(MESSAGE_MODELS)}, "
+                              f"got {model!r}", code="INVALID_REQUEST")
+    view = ctx().consumers.heartbeat(group, client_id, subscriptions, model)
+    return json_response(_view_json(view, detailed=False))
+
+
+@bp.get("/v1/groups/<group>/consumers")
+def list_consumers(group: str) -> Response:
+    validation.validate_group_name(group)
+    return json_response(_view_json(ctx().consumers.view(group), detailed=True))
+
+
+@bp.delete("/v1/groups/<group>/consumers/<client_id>")
+def unregister_consumer(group: str, client_id: str) -> Response:
+    """A consumer leaving at shutdown; ``{removed: bool}`` (false if it was not registered)."""
+    validation.validate_group_name(group)
+    removed = ctx().consumers.unregister(group, client_id)
+    return json_response({"removed": removed})

@@ -1,0 +1,141 @@
+"""JSON in and out of the HTTP layer, and the type checks every route shares.
+
+Parsing uses orjson; a body that is not a JSON object, or a field of the wrong type, is a 400
+``{error, message}`` naming the field (never a 500). Booleans are not integers here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from clepsydra_core.errors import ValidationError
+
+INT64_MAX = (1 << 63) - 1
+INT32_MAX = (1 << 31) - 1
+JSON_TYPE = "application/json"
+
+dumps = orjson.dumps
+
+
+def loads_object(raw: bytes, what: str = "request body") -> dict[str, Any]:
+    """The JSON object in ``raw``; ValidationError INVALID_JSON if it is not one."""
+    if not raw:
+        raise ValidationError(f"{what} is empty; a JSON object is expected", code="INVALID_JSON")
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ValidationError(f"{what} is not valid JSON: {exc}", code="INVALID_JSON") from exc
+    if not isinstance(obj, dict):
+        raise ValidationError(f"{what} must be a JSON object, got {type_name(obj)}",
+                              code="INVALID_JSON")
+    return obj
+
+
+def type_name(value: object) -> str:
+    """The JSON name of a decoded value's type, for error messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def check_fields(obj: Mapping[str, Any], allowed: frozenset[str], what: str) -> None:
+    """Refuse unknown fields (a misspelt ``delaylevel`` must not be silently ignored)."""
+    if obj.keys() <= allowed:
+        return
+    for name in obj:
+        if name not in allowed:
+            raise ValidationError(f"{what}: unknown field {name!r} (allowed: "
+                                  f"{', '.join(sorted(allowed))})", code="INVALID_REQUEST")
+
+
+def as_int(value: object, name: str, *, minimum: int = 0, maximum: int = INT64_MAX,
+           rule: str | None = None, code: str = "INVALID_REQUEST") -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError(f"{name} must be an integer, got {type_name(value)}",
+                              code="INVALID_REQUEST")
+    if value < minimum or value > maximum:
+        raise ValidationError(f"{name} must be between {minimum} and {maximum}, got {value}",
+                              rule=rule, code=code)
+    return value
+
+
+def opt_int(obj: Mapping[str, Any], name: str, default: int | None = None, *,
+            minimum: int = 0, maximum: int = INT64_MAX) -> int | None:
+    value = obj.get(name)
+    if value is None:
+        return default
+    return as_int(value, name, minimum=minimum, maximum=maximum)
+
+
+def req_int(obj: Mapping[str, Any], name: str, *, minimum: int = 0,
+            maximum: int = INT64_MAX) -> int:
+    if obj.get(name) is None:
+        raise ValidationError(f"{name} is required", code="INVALID_REQUEST")
+    return as_int(obj[name], name, minimum=minimum, maximum=maximum)
+
+
+def opt_str(obj: Mapping[str, Any], name: str) -> str | None:
+    value = obj.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValidationError(f"{name} must be a string, got {type_name(value)}",
+                              code="INVALID_REQUEST")
+    return value
+
+
+def req_str(obj: Mapping[str, Any], name: str) -> str:
+    value = opt_str(obj, name)
+    if value is None:
+        raise ValidationError(f"{name} is required", code="INVALID_REQUEST")
+    return value
+
+
+def str_map(value: object, name: str) -> dict[str, str]:
+    """An object of string values (subscriptions, properties to set)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValidationError(f"{name} must be an object of strings, got {type_name(value)}",
+                              code="INVALID_REQUEST")
+    for key, item in value.items():
+        if not isinstance(item, str):
+            raise ValidationError(f"{name}[{key!r}] must be a string, got {type_name(item)}",
+                                  code="INVALID_REQUEST")
+    return value
+
+
+def query_int(args: Mapping[str, str], name: str, default: int, *, minimum: int = 0,
+              maximum: int = INT64_MAX, rule: str | None = None,
+              code: str = "INVALID_REQUEST") -> int:
+    """An integer query parameter; a missing or empty one is ``default``."""
+    raw = args.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise ValidationError(f"query parameter {name}={raw!r} is not an integer",
+                              code="INVALID_REQUEST") from exc
+    return as_int(value, name, minimum=minimum, maximum=maximum, rule=rule, code=code)
+
+
+def path_int(raw: str, name: str, *, minimum: int = 0, maximum: int = INT64_MAX,
+             code: str = "INVALID_REQUEST", rule: str | None = None) -> int:
+    """An integer path segment (queueId, CommitLog offset, level)."""
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise ValidationError(f"{name} {raw!r} is not an integer", code="INVALID_REQUEST") from exc
+    return as_int(value, name, minimum=minimum, maximum=maximum, code=code, rule=rule)

@@ -1,0 +1,210 @@
+"""Spans and metrics of the HTTP layer (SPEC O1, O2).
+
+Every request is one span named ``store.<operation>``, a child of the caller's W3C
+``traceparent`` header when it sends one. Spans are started by hand (two calls per request)
+rather than by opentelemetry-instrumentation-flask, whose middleware costs several times more
+per request on the produce path (see README, "Where the time goes").
+
+Metrics live in a private Prometheus registry: request counts and latency by operation, produced
+messages and bytes, scheduler hand-over counts and lateness per level (D10), and, read at scrape
+time, the engine's ``stats()``, per-level schedule backlog and lag, and live consumers.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from clepsydra_core import naming
+from clepsydra_core import properties as P
+from clepsydra_core.levels import DelayLevels
+
+if TYPE_CHECKING:
+    from clepsydra_store.consumers import ConsumerRegistry
+    from clepsydra_store.engine.message_store import MessageStore
+
+logger = logging.getLogger(__name__)
+
+_propagator = TraceContextTextMapPropagator()
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
+_LATENESS_BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 60000)
+_METRIC_NAME = re.compile(r"[^a-zA-Z0-9_]")
+_PER_LEVEL = re.compile(r"^(.+)_level_(\d+)$")
+
+DESTINATION = "messaging.destination.name"
+MESSAGE_ID = "messaging.message.id"
+BATCH_COUNT = "messaging.batch.message_count"
+
+
+@dataclass(slots=True)
+class RequestScope:
+    """One request's span, the context token that made it current, and its start time."""
+
+    operation: str
+    span: trace.Span
+    token: object
+    started: float
+
+
+def parent_context(environ: Mapping[str, Any],
+                   props: Mapping[str, str] | None = None) -> otel_context.Context | None:
+    """The caller's trace context: the ``traceparent`` header, else a single message's
+    ``traceparent`` property, else None (a new trace)."""
+    header = environ.get("HTTP_TRACEPARENT")
+    if header:
+        carrier = {P.TRACEPARENT: header}
+        state = environ.get("HTTP_TRACESTATE")
+        if state:
+            carrier[P.TRACESTATE] = state
+        return _propagator.extract(carrier)
+    if props and P.TRACEPARENT in props:
+        return _propagator.extract({k: v for k, v in props.items()
+                                    if k in (P.TRACEPARENT, P.TRACESTATE)})
+    return None
+
+
+def inject_current(props: dict[str, str]) -> None:
+    """Write the current span's context into a message's properties (O1)."""
+    _propagator.inject(props)
+
+
+def set_attribute(key: str, value: str | int | bool) -> None:
+    trace.get_current_span().set_attribute(key, value)
+
+
+class Observability:
+    """The tracer and the metrics of one app."""
+
+    def __init__(self, store: MessageStore, levels: DelayLevels,
+                 consumers: ConsumerRegistry) -> None:
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # no `_created` series
+        self.tracer = trace.get_tracer("clepsydra_store")
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.requests = Counter("clepsydra_store_requests", "HTTP requests by operation and "
+                                "status", ["operation", "status"], registry=self.registry)
+        self.latency = Histogram("clepsydra_store_request_seconds", "HTTP request duration by "
+                                 "operation", ["operation"], buckets=_LATENCY_BUCKETS,
+                                 registry=self.registry)
+        self.produced = Counter("clepsydra_store_produced_messages", "Messages acknowledged to "
+                                "producers over HTTP", registry=self.registry)
+        self.produced_bytes = Counter("clepsydra_store_produced_body_bytes", "Body bytes "
+                                      "acknowledged to producers over HTTP",
+                                      registry=self.registry)
+        self.delivered = Counter("clepsydra_store_schedule_delivered", "Scheduled messages "
+                                 "handed over to their real topic (D4)", ["level"],
+                                 registry=self.registry)
+        self.parked = Counter("clepsydra_store_schedule_parked", "Scheduled messages parked in "
+                              "%SCHEDULE_ERROR% (D7)", ["level"], registry=self.registry)
+        self.lateness = Histogram("clepsydra_store_schedule_lateness_ms", "Arrival in the real "
+                                  "topic minus deliver time, ms (D10)", ["level"],
+                                  buckets=_LATENESS_BUCKETS_MS, registry=self.registry)
+        self.registry.register(EngineCollector(store, levels, consumers))
+        self._children: dict[tuple[str, int], tuple[Any, Any]] = {}
+
+    def begin(self, operation: str, environ: Mapping[str, Any],
+              parent: otel_context.Context | None = None) -> RequestScope:
+        """Start the request's span and make it current."""
+        if parent is None:
+            parent = parent_context(environ)
+        span = self.tracer.start_span(
+            f"store.{operation}", context=parent, kind=SpanKind.SERVER,
+            attributes={"http.request.method": environ.get("REQUEST_METHOD", ""),
+                        "url.path": environ.get("PATH_INFO", "")})
+        token = otel_context.attach(trace.set_span_in_context(span))
+        return RequestScope(operation, span, token, time.perf_counter())
+
+    def end(self, scope: RequestScope, status: int) -> None:
+        """End the span, count the request."""
+        span = scope.span
+        if span.is_recording():
+            span.set_attribute("http.response.status_code", status)
+            if status >= 500:
+                span.set_status(Status(StatusCode.ERROR))
+        span.end()
+        otel_context.detach(scope.token)  # type: ignore[arg-type]
+        key = (scope.operation, status)
+        children = self._children.get(key)
+        if children is None:
+            children = (self.requests.labels(scope.operation, str(status)),
+                        self.latency.labels(scope.operation))
+            self._children[key] = children
+        children[0].inc()
+        children[1].observe(time.perf_counter() - scope.started)
+
+
+class EngineCollector(Collector):
+    """Gauges read at scrape time: engine stats, schedule backlog and lag per level, consumers."""
+
+    def __init__(self, store: MessageStore, levels: DelayLevels,
+                 consumers: ConsumerRegistry) -> None:
+        self._store = store
+        self._levels = levels
+        self._consumers = consumers
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            stats = self._store.stats()
+        except Exception:
+            logger.exception("metrics: engine stats failed")
+            stats = {}
+        per_level: dict[str, GaugeMetricFamily] = {}
+        for key, value in sorted(stats.items()):
+            match = _PER_LEVEL.match(key)
+            if match is None:
+                name = "clepsydra_store_engine_" + _METRIC_NAME.sub("_", key)
+                yield GaugeMetricFamily(name, f"engine stat {key}", value=float(value))
+                continue
+            stem, level = match.groups()
+            family = per_level.get(stem)
+            if family is None:
+                family = GaugeMetricFamily("clepsydra_store_engine_" + _METRIC_NAME.sub("_", stem),
+                                           f"engine stat {stem}_level_<n>", labels=["level"])
+                per_level[stem] = family
+            family.add_metric([level], float(value))
+        yield from per_level.values()
+        yield from self._schedule()
+        live = GaugeMetricFamily("clepsydra_store_consumers", "Live consumers per group",
+                                 labels=["group"])
+        for group, count in sorted(self._consumers.counts().items()):
+            live.add_metric([group], count)
+        yield live
+
+    def _schedule(self) -> Iterator[Metric]:
+        backlog = GaugeMetricFamily("clepsydra_store_schedule_backlog", "Schedule entries not "
+                                    "yet handed over, per level", labels=["level"])
+        lag = GaugeMetricFamily("clepsydra_store_schedule_lag_ms", "now minus the deliver time "
+                                "of the oldest due entry not handed over, per level (O2)",
+                                labels=["level"])
+        now_ms = int(time.time() * 1000)
+        try:
+            topic = self._store.get_topic(naming.SCHEDULE_TOPIC)
+            queues = {q.queue_id: q for q in topic.queues}
+            for level in self._levels.levels():
+                queue = queues.get(self._levels.queue_id(level))
+                if queue is None:
+                    continue
+                head = self._store.schedule_entries(level, queue.min_offset, 1)
+                first = max(head.handed_over + 1, queue.min_offset)
+                backlog.add_metric([str(level)], max(0, queue.max_offset - first))
+                waiting_ms = 0
+                if first < queue.max_offset:
+                    oldest = self._store.schedule_entries(level, first, 1).deliver_ts
+                    if oldest and oldest[0] <= now_ms:
+                        waiting_ms = now_ms - oldest[0]
+                lag.add_metric([str(level)], waiting_ms)
+        except Exception:
+            logger.exception("metrics: schedule backlog failed")
+        yield backlog
+        yield lag

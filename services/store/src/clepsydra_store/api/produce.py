@@ -1,0 +1,301 @@
+"""Produce requests, framework-free: JSON bytes in, (status, JSON object) out.
+
+Shared by the Flask routes (``messages.py``) and the WSGI fast path (``fastpath.py``) so both
+answer identically. The whole request is checked before anything is stored; a batch with one bad
+message is refused as a whole, the error naming the message's index.
+
+Checks here (the engine repeats the storage rules): JSON shape and types, ``body`` xor
+``bodyBase64`` and valid base64, body size (P1), topic name (P1), system topics (S3; `%RETRY%`
+plain sends allowed, R10 happens in the engine), reserved properties (P1), ``delayLevel`` >= 0
+(L2), ``delayMs``/``deliverAt`` not supported yet (SPEC T).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
+from clepsydra_core import properties as P
+from clepsydra_core import validation
+from clepsydra_core.errors import ClepsydraError, ValidationError
+from clepsydra_core.msgid import pack_host
+from clepsydra_store.api import jsonio
+from clepsydra_store.api.context import StoreContext
+from clepsydra_store.api.observability import (
+    BATCH_COUNT,
+    DESTINATION,
+    MESSAGE_ID,
+    inject_current,
+    parent_context,
+)
+from clepsydra_store.engine.types import PutRequest, PutResult, PutStatus
+
+logger = logging.getLogger(__name__)
+
+STORED_TOPIC = "clepsydra.stored_topic"
+MAX_BATCH = 1000
+MESSAGE_FIELDS = frozenset({"body", "bodyBase64", "tags", "keys", "properties", "queueId",
+                            "delayLevel", "delayMs", "deliverAt", "flag", "bornTimestamp",
+                            "topic"})
+BATCH_FIELDS = frozenset({"messages"})
+
+
+class FlushTimeout(ClepsydraError):
+    """Sync flush: the messages were appended but the fsync did not complete in time, so
+    they are not acknowledged (P2). The producer may resend (at-least-once)."""
+
+    code = "FLUSH_TIMEOUT"
+    http_status = 503
+
+    def __init__(self, message: str, results: list[dict[str, Any]]) -> None:
+        super().__init__(message, rule="P2")
+        self.results = results
+
+    def to_json(self) -> dict[str, Any]:  # type: ignore[override]
+        return {**super().to_json(), "results": self.results}
+
+
+def born_host(environ: Mapping[str, Any]) -> bytes:
+    """The producer's address (bornHost) from the connection's remote address and port."""
+    return pack_host(f"{environ.get('REMOTE_ADDR') or '0.0.0.0'}:"
+                     f"{environ.get('REMOTE_PORT') or 0}")
+
+
+def decode_body(msg: Mapping[str, Any], max_body_bytes: int) -> bytes:
+    """``body`` (UTF-8 text) or ``bodyBase64``, never both; P1 size limit."""
+    text = msg.get("body")
+    encoded = msg.get("bodyBase64")
+    if text is not None and encoded is not None:
+        raise ValidationError("give body or bodyBase64, not both", code="BODY_AND_BASE64")
+    if encoded is not None:
+        if not isinstance(encoded, str):
+            raise ValidationError(f"bodyBase64 must be a string, got {jsonio.type_name(encoded)}",
+                                  code="INVALID_REQUEST")
+        if len(encoded) > (max_body_bytes // 3 + 1) * 4 + 4:
+            raise ValidationError(f"body is more than {max_body_bytes} bytes", rule="P1",
+                                  code="BODY_TOO_LARGE")
+        try:
+            body = base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise ValidationError(f"bodyBase64 is not valid base64: {exc}",
+                                  code="INVALID_BASE64") from exc
+    elif text is not None:
+        if not isinstance(text, str):
+            raise ValidationError(f"body must be a string (UTF-8 text), got "
+                                  f"{jsonio.type_name(text)}; use bodyBase64 for bytes",
+                                  code="INVALID_REQUEST")
+        try:
+            body = text.encode()
+        except UnicodeEncodeError as exc:
+            raise ValidationError("body is not valid Unicode text", rule="P1",
+                                  code="INVALID_REQUEST") from exc
+    else:
+        raise ValidationError("a message needs body or bodyBase64", code="MISSING_BODY")
+    return validation.validate_body(body, max_body_bytes)
+
+
+def parse_keys(value: object) -> str | None:
+    """``keys``: space-separated text, or a list of key strings."""
+    if isinstance(value, list):
+        if not all(isinstance(k, str) and k and " " not in k for k in value):
+            raise ValidationError("keys must be a string or a list of non-empty strings "
+                                  "without spaces", code="INVALID_REQUEST")
+        return " ".join(value) or None
+    return validation.validate_text(value, "keys")
+
+
+def parse_message(msg: object, topic: str, max_body_bytes: int, host: bytes,
+                  now_ms: int, trace_props: Mapping[str, str]) -> PutRequest:
+    """One message of a produce request as a PutRequest (nothing stored). ``trace_props`` is
+    the request span's context (`traceparent`, ...), given to messages that carry none."""
+    if not isinstance(msg, dict):
+        raise ValidationError(f"a message must be a JSON object, got {jsonio.type_name(msg)}",
+                              code="INVALID_REQUEST")
+    jsonio.check_fields(msg, MESSAGE_FIELDS, "message")
+    if msg.get("delayMs") is not None or msg.get("deliverAt") is not None:
+        raise ValidationError("delayMs and deliverAt (arbitrary delivery time) are not "
+                              "supported yet; use delayLevel", rule="T1", code="UNSUPPORTED")
+    inner_topic = msg.get("topic")
+    if inner_topic is not None and inner_topic != topic:
+        raise ValidationError(f"message topic {inner_topic!r} differs from the path's {topic!r}",
+                              code="INVALID_REQUEST")
+    body = decode_body(msg, max_body_bytes)
+    level = msg.get("delayLevel")
+    if level is not None:
+        level = jsonio.as_int(level, "delayLevel", minimum=-jsonio.INT32_MAX,
+                              maximum=jsonio.INT32_MAX)
+        if level < 0:
+            raise ValidationError(f"delayLevel must be >= 0 on a produce request, got {level}",
+                                  rule="L2", code="INVALID_DELAY_LEVEL")
+    props = msg.get("properties")
+    props = dict(validation.validate_properties(props)) if props is not None else {}
+    if P.TRACEPARENT not in props:
+        props.update(trace_props)
+    return PutRequest(
+        topic=topic,
+        body=body,
+        tags=validation.validate_text(msg.get("tags"), "tags"),
+        keys=parse_keys(msg.get("keys")),
+        properties=props,
+        queue_id=jsonio.opt_int(msg, "queueId", maximum=jsonio.INT32_MAX),
+        delay_level=level or 0,
+        flag=jsonio.opt_int(msg, "flag", 0, minimum=-jsonio.INT32_MAX - 1,
+                            maximum=jsonio.INT32_MAX) or 0,
+        born_timestamp=jsonio.opt_int(msg, "bornTimestamp", now_ms) or 0,
+        born_host=host,
+    )
+
+
+def check_topic(topic: str) -> None:
+    validation.validate_topic_name(topic)
+    validation.check_producible(topic)
+
+
+def result_json(r: PutResult) -> dict[str, Any]:
+    return {"msgId": r.msg_id, "topic": r.topic, "queueId": r.queue_id,
+            "queueOffset": r.queue_offset, "commitLogOffset": r.commitlog_offset,
+            "storeTimestamp": r.store_timestamp}
+
+
+def _acknowledge(c: StoreContext, results: list[PutResult],
+                 requests: list[PutRequest]) -> list[dict[str, Any]]:
+    out = [result_json(r) for r in results]
+    if any(r.status is not PutStatus.OK for r in results):
+        raise FlushTimeout(f"{len(results)} message(s) appended but not flushed to disk in time; "
+                           "not acknowledged", out)
+    c.obs.produced.inc(len(results))
+    c.obs.produced_bytes.inc(sum(len(r.body) for r in requests))
+    return out
+
+
+def message_parent(raw_props: object) -> Mapping[str, str] | None:
+    """A single message's properties, when they may carry the trace to continue."""
+    return raw_props if isinstance(raw_props, dict) else None
+
+
+def produce_one(c: StoreContext, topic: str, payload: dict[str, Any],
+                host: bytes) -> dict[str, Any]:
+    """POST /v1/topics/{topic}/messages: 201 body, or raises ClepsydraError."""
+    c.require_writable()
+    check_topic(topic)
+    span = _span()
+    request = parse_message(payload, topic, c.settings.engine.max_body_bytes, host, _now_ms(),
+                            _trace_props())
+    result = c.store.put(request)
+    out = _acknowledge(c, [result], [request])[0]
+    if span.is_recording():
+        span.set_attribute(DESTINATION, topic)
+        span.set_attribute(MESSAGE_ID, result.msg_id)
+        if result.topic != topic:  # parked in the schedule topic (S1) or rerouted (R10)
+            span.set_attribute(STORED_TOPIC, result.topic)
+    return out
+
+
+def produce_batch(c: StoreContext, topic: str, payload: dict[str, Any],
+                  host: bytes) -> dict[str, Any]:
+    """POST /v1/topics/{topic}/messages/batch: 201 ``{results}``, or raises (nothing stored)."""
+    c.require_writable()
+    check_topic(topic)
+    jsonio.check_fields(payload, BATCH_FIELDS, "batch")
+    messages = payload.get("messages")
+    if not isinstance(messages, list):
+        raise ValidationError(f"messages must be an array, got {jsonio.type_name(messages)}",
+                              code="INVALID_REQUEST")
+    if not 1 <= len(messages) <= MAX_BATCH:
+        raise ValidationError(f"a batch holds 1 to {MAX_BATCH} messages, got {len(messages)}",
+                              code="INVALID_REQUEST")
+    max_body = c.settings.engine.max_body_bytes
+    now_ms = _now_ms()
+    trace_props = _trace_props()
+    requests = []
+    for index, msg in enumerate(messages):
+        try:
+            requests.append(parse_message(msg, topic, max_body, host, now_ms, trace_props))
+        except ClepsydraError as exc:
+            exc.message = f"messages[{index}]: {exc.message}; the batch was refused, nothing " \
+                          "stored"
+            exc.args = (exc.message,)
+            raise
+    results = c.store.put_batch(requests)
+    out = _acknowledge(c, results, requests)
+    span = _span()
+    if span.is_recording():
+        span.set_attribute(DESTINATION, topic)
+        span.set_attribute(BATCH_COUNT, len(out))
+    return {"results": out}
+
+
+def produce_parent(environ: Mapping[str, Any], payload: object,
+                   batch: bool) -> otel_context.Context | None:
+    """Parent context for a produce span: the header, else a single message's traceparent."""
+    if batch or not isinstance(payload, dict):
+        return parent_context(environ)
+    return parent_context(environ, message_parent(payload.get("properties")))
+
+
+def too_large(limit: int) -> ClepsydraError:
+    """The 413 both paths answer for a request body over the limit."""
+    err = ValidationError(f"request body is larger than {limit} bytes "
+                          "(CLEPSYDRA_STORE_MAX_REQUEST_BYTES)", rule="P1",
+                          code="REQUEST_TOO_LARGE")
+    err.http_status = 413
+    return err
+
+
+def serve(c: StoreContext, environ: Mapping[str, Any], topic: str, raw: bytes | None,
+          batch: bool) -> tuple[int, bytes]:
+    """Answer one produce request (span, metrics and errors included): (status, JSON body).
+    ``raw`` None means the request body was over the size limit."""
+    payload: dict[str, Any] | None = None
+    error: ClepsydraError | None = None
+    try:
+        if raw is None:
+            raise too_large(c.settings.max_request_bytes)
+        payload = jsonio.loads_object(raw)
+    except ClepsydraError as exc:
+        error = exc
+    scope = c.obs.begin("produce_batch" if batch else "produce", environ,
+                        produce_parent(environ, payload, batch))
+    status = 500
+    try:
+        if error is not None:
+            raise error
+        assert payload is not None
+        host = born_host(environ)
+        out = (produce_batch(c, topic, payload, host) if batch
+               else produce_one(c, topic, payload, host))
+        status = 201
+        return status, jsonio.dumps(out)
+    except ClepsydraError as exc:
+        status = exc.http_status
+        if status >= 500:
+            logger.error("produce failed topic=%s: %s", topic, exc.message)
+        return status, jsonio.dumps(exc.to_json())
+    except Exception:
+        logger.exception("produce failed topic=%s", topic)
+        return status, jsonio.dumps({"error": "SYSTEM_ERROR",
+                                     "message": "internal error; see the store's log"})
+    finally:
+        c.obs.end(scope, status)
+
+
+def _trace_props() -> dict[str, str]:
+    """The current (request) span's W3C context as message properties (O1)."""
+    props: dict[str, str] = {}
+    inject_current(props)
+    return props
+
+
+def _span() -> trace.Span:
+    return trace.get_current_span()
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,56 @@
+"""Pull: ``GET /v1/topics/{topic}/queues/{queueId}/messages?offset=&max=&tags=`` (C3).
+
+The schedule topic is never pulled by consumers (S3); `%RETRY%` and `%DLQ%` pull like any
+topic. An offset below the queue's minimum reads from the minimum; above its maximum, or a
+queueId the topic does not have, is 400 OFFSET_OUT_OF_RANGE.
+"""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response, request
+
+from clepsydra_core import validation
+from clepsydra_core.errors import OffsetOutOfRange
+from clepsydra_store.api import jsonio
+from clepsydra_store.api.context import ctx
+from clepsydra_store.api.web import json_response, messages_json, trace_topic
+
+bp = Blueprint("queues", __name__)
+
+DEFAULT_MAX = 32
+MAX_MESSAGES = 1000
+
+
+def parse_tags(expression: str | None) -> frozenset[str] | None:
+    """C3: ``*`` or nothing means every message; ``a || b`` means tags a or b."""
+    if expression is None:
+        return None
+    tags = frozenset(t.strip() for t in expression.split("||")) - {""}
+    if not tags or "*" in tags:
+        return None
+    return tags
+
+
+@bp.get("/v1/topics/<topic>/queues/<queue_id>/messages")
+def pull(topic: str, queue_id: str) -> Response:
+    validation.validate_topic_name(topic)
+    validation.check_consumable(topic)
+    trace_topic(topic)
+    qid = jsonio.path_int(queue_id, "queueId", maximum=jsonio.INT32_MAX,
+                          code=OffsetOutOfRange.code)
+    args = request.args
+    queue_offset = jsonio.query_int(args, "offset", 0, code=OffsetOutOfRange.code)
+    max_count = jsonio.query_int(args, "max", DEFAULT_MAX, minimum=1, maximum=MAX_MESSAGES)
+    store = ctx().store
+    info = store.get_topic(topic)
+    queue = next((q for q in info.queues if q.queue_id == qid), None)
+    if queue is None:
+        raise OffsetOutOfRange(f"topic {topic!r} has queues 0..{len(info.queues) - 1}, "
+                               f"not {qid}")
+    if queue_offset > queue.max_offset:
+        raise OffsetOutOfRange(f"offset {queue_offset} is past the end of {topic!r} queue {qid} "
+                               f"(maxOffset {queue.max_offset})")
+    read = store.read_queue(topic, qid, queue_offset, max_count, parse_tags(args.get("tags")))
+    return json_response({"messages": messages_json(read.messages),
+                          "nextOffset": read.next_offset, "minOffset": read.min_offset,
+                          "maxOffset": read.max_offset})

@@ -1,0 +1,91 @@
+"""The scheduler's hand-over (SPEC D3-D10, docs/contracts.md): level table with queue bounds,
+deliver timestamps of a level's entries, and hand-over of due entries done inside the store
+(the scheduler reads 20-byte entries only; bodies never leave the store)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, Response, request
+
+from clepsydra_core import naming
+from clepsydra_store.api import jsonio
+from clepsydra_store.api.context import StoreContext, ctx
+from clepsydra_store.api.observability import DESTINATION, set_attribute
+from clepsydra_store.api.web import json_response
+
+bp = Blueprint("schedule", __name__)
+
+DEFAULT_ENTRIES = 100
+MAX_ENTRIES = 10_000
+MAX_HANDOVER = 10_000
+HANDOVER_FIELDS = frozenset({"fromOffset", "max"})
+
+
+def _level(c: StoreContext, raw: str) -> int:
+    levels = c.settings.common.delay_levels
+    level = jsonio.path_int(raw, "level", minimum=1, maximum=levels.max_level,
+                            code="INVALID_DELAY_LEVEL", rule="L3")
+    set_attribute(DESTINATION, naming.SCHEDULE_TOPIC)
+    set_attribute("clepsydra.delay_level", level)
+    return level
+
+
+@bp.get("/v1/schedule/levels")
+def levels() -> Response:
+    """``{levels: [{level, delayMs, queueId, minOffset, maxOffset, handedOver}]}``."""
+    c = ctx()
+    table = c.settings.common.delay_levels
+    queues = {q.queue_id: q for q in c.store.get_topic(naming.SCHEDULE_TOPIC).queues}
+    out: list[dict[str, Any]] = []
+    for level in table.levels():
+        queue_id = table.queue_id(level)
+        queue = queues.get(queue_id)
+        min_offset = queue.min_offset if queue else 0
+        entries = c.store.schedule_entries(level, min_offset, 1)
+        out.append({"level": level, "delayMs": table.delay_ms(level), "queueId": queue_id,
+                    "minOffset": entries.min_offset, "maxOffset": entries.max_offset,
+                    "handedOver": entries.handed_over})
+    return json_response({"levels": out})
+
+
+@bp.get("/v1/schedule/levels/<level>/entries")
+def entries(level: str) -> Response:
+    """Deliver timestamps of entries ``offset, offset+1, ...`` of a level (D3)."""
+    c = ctx()
+    lvl = _level(c, level)
+    queue_offset = jsonio.query_int(request.args, "offset", 0, code="OFFSET_OUT_OF_RANGE")
+    max_count = jsonio.query_int(request.args, "max", DEFAULT_ENTRIES, minimum=1,
+                                 maximum=MAX_ENTRIES)
+    e = c.store.schedule_entries(lvl, queue_offset, max_count)
+    return json_response({"level": e.level, "queueOffset": e.queue_offset,
+                          "deliverTs": e.deliver_ts, "minOffset": e.min_offset,
+                          "maxOffset": e.max_offset, "handedOver": e.handed_over})
+
+
+@bp.post("/v1/schedule/levels/<level>/handover")
+def handover(level: str) -> Response:
+    """Hand due entries over to their real topics (D4-D9); never early, never twice."""
+    c = ctx()
+    c.require_writable()
+    lvl = _level(c, level)
+    body = jsonio.loads_object(request.get_data(cache=False))
+    jsonio.check_fields(body, HANDOVER_FIELDS, "handover")
+    from_offset = jsonio.req_int(body, "fromOffset")
+    max_count = jsonio.opt_int(body, "max", DEFAULT_ENTRIES, minimum=1,
+                               maximum=MAX_HANDOVER) or DEFAULT_ENTRIES
+    r = c.store.handover(lvl, from_offset, max_count)
+    label = str(lvl)
+    if r.delivered:
+        c.obs.delivered.labels(label).inc(r.delivered)
+    if r.parked:
+        c.obs.parked.labels(label).inc(r.parked)
+    histogram = c.obs.lateness.labels(label)
+    for lateness_ms in r.lateness_ms:
+        histogram.observe(lateness_ms)
+    set_attribute("clepsydra.delivered", r.delivered)
+    return json_response({"level": r.level, "fromOffset": r.from_offset,
+                          "nextOffset": r.next_offset, "delivered": r.delivered,
+                          "parked": r.parked, "skipped": r.skipped, "notDue": r.not_due,
+                          "nextDeliverTs": r.next_deliver_ts, "latenessMs": r.lateness_ms,
+                          "handedOver": r.handed_over})

@@ -1,0 +1,75 @@
+"""create_app(settings, store=None) -> Flask: the store's HTTP API over one MessageStore.
+
+The app opens the MessageStore itself unless one is given (tests, the benchmark); whoever
+opened it closes it: ``app.extensions["clepsydra"].close()`` (``__main__`` does it when the
+gunicorn worker exits). Every request is a span ``store.<operation>``; the two produce routes
+are answered by a lean WSGI path in front of Flask (``api/fastpath.py``) unless
+``CLEPSYDRA_STORE_FAST_PATH=false``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from flask import Flask, Response, g, request
+
+from clepsydra_core.telemetry import init_tracing
+from clepsydra_store.api import errors, groups, health, internal, messages, queues, schedule, topics
+from clepsydra_store.api.context import EXTENSION, StoreContext
+from clepsydra_store.api.fastpath import ProduceFastPath
+from clepsydra_store.api.observability import Observability, RequestScope
+from clepsydra_store.consumers import ConsumerRegistry
+from clepsydra_store.engine.message_store import MessageStore
+from clepsydra_store.settings import StoreSettings
+
+logger = logging.getLogger(__name__)
+
+BLUEPRINTS = (topics.bp, messages.bp, queues.bp, groups.bp, schedule.bp, internal.bp, health.bp)
+
+
+def create_app(settings: StoreSettings, store: MessageStore | None = None) -> Flask:
+    init_tracing("store", settings.common.otel_exporter)
+    owns_store = store is None
+    if store is None:
+        store = MessageStore(settings.engine)
+    consumers = ConsumerRegistry(settings.consumer_expiry_ms)
+    context = StoreContext(settings=settings, store=store, consumers=consumers,
+                           obs=Observability(store, settings.common.delay_levels, consumers),
+                           owns_store=owns_store)
+    app = Flask("clepsydra_store", static_folder=None)
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_request_bytes
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    app.extensions[EXTENSION] = context
+    for bp in BLUEPRINTS:
+        app.register_blueprint(bp)
+    errors.register(app)
+    _trace_requests(app, context)
+    if settings.fast_path:
+        app.wsgi_app = ProduceFastPath(app.wsgi_app, context)  # type: ignore[method-assign]
+    logger.info("store app ready data_dir=%s writable=%s fast_path=%s",
+                settings.engine.data_dir, settings.engine.writable, settings.fast_path)
+    return app
+
+
+def _trace_requests(app: Flask, context: StoreContext) -> None:
+    """One span per request, named for the endpoint (`store.pull`, `store.get_topic`, ...)."""
+    obs = context.obs
+
+    @app.before_request
+    def _begin() -> None:
+        endpoint = request.endpoint
+        if endpoint in messages.SELF_TRACED:
+            return
+        operation = endpoint.rpartition(".")[2] if endpoint else "unknown_route"
+        g.clepsydra_scope = obs.begin(operation, request.environ)
+
+    @app.after_request
+    def _status(response: Response) -> Response:
+        g.clepsydra_status = response.status_code
+        return response
+
+    @app.teardown_request
+    def _end(exc: BaseException | None) -> None:
+        scope: RequestScope | None = g.pop("clepsydra_scope", None)
+        if scope is not None:
+            obs.end(scope, g.pop("clepsydra_status", 500))
