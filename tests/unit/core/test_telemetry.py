@@ -1,0 +1,128 @@
+"""Tracing set-up and W3C trace context carried in message properties (SPEC O1), and the JSON
+log formatter that prints the trace id."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Iterator
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from clepsydra_core import properties as P
+from clepsydra_core import telemetry
+from clepsydra_core.errors import ConfigError
+from clepsydra_core.logging import JsonFormatter, configure
+
+
+@pytest.fixture
+def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
+    """A fresh process-wide tracer provider with the memory exporter; the previous one is
+    put back afterwards, so test order does not matter."""
+    for module, attr in ((telemetry, "_provider"), (telemetry, "_memory"),
+                         (trace, "_TRACER_PROVIDER"), (trace, "_TRACER_PROVIDER_SET_ONCE")):
+        monkeypatch.setattr(module, attr, getattr(module, attr))
+    telemetry.reset_after_fork()
+    provider = telemetry.init_tracing("clepsydra-test", "memory")
+    assert trace.get_tracer_provider() is provider
+    yield telemetry.memory_exporter()
+    provider.shutdown()
+
+
+def test_traceparent_round_trips_through_properties(spans: InMemorySpanExporter) -> None:  # O1
+    tracer = telemetry.tracer("test")
+    with tracer.start_as_current_span("store.put") as producer:
+        props = telemetry.inject({"app": "kept"})
+    producer_ctx = producer.get_span_context()
+    version, trace_id, span_id, flags = props[P.TRACEPARENT].split("-")
+    assert version == "00"
+    assert trace_id == f"{producer_ctx.trace_id:032x}"
+    assert span_id == f"{producer_ctx.span_id:016x}"
+    assert int(flags, 16) & 0x01  # sampled; the SDK writes 03, never compare to "01"
+    assert props["app"] == "kept"
+
+    with tracer.start_as_current_span("scheduler.deliver", context=telemetry.extract(props)):
+        pass
+    finished = spans.get_finished_spans()
+    assert [s.name for s in finished] == ["store.put", "scheduler.deliver"]
+    child = finished[1]
+    assert child.context is not None and child.context.trace_id == producer_ctx.trace_id
+    assert child.parent is not None and child.parent.span_id == producer_ctx.span_id
+
+
+def test_link_from_and_trace_id_of(spans: InMemorySpanExporter) -> None:  # SPEC O1
+    tracer = telemetry.tracer("test")
+    with tracer.start_as_current_span("store.put"):
+        props = telemetry.inject({})
+    with tracer.start_as_current_span("retry.send_back", links=telemetry.link_from(props)):
+        pass
+    producer, linked = spans.get_finished_spans()
+    producer_trace = f"{producer.context.trace_id:032x}"
+    assert [f"{link.context.trace_id:032x}" for link in linked.links] == [producer_trace]
+    assert telemetry.trace_id_of(props) == producer_trace
+
+
+def test_no_context_means_no_link_and_no_trace_id(spans: InMemorySpanExporter) -> None:
+    assert telemetry.inject({}) == {}  # no active span: nothing written
+    assert telemetry.link_from({}) == []
+    assert telemetry.link_from({P.TRACEPARENT: "garbage"}) == []
+    assert telemetry.trace_id_of({}) is None
+    assert telemetry.trace_id_of({P.TRACEPARENT: "garbage"}) is None
+    assert not trace.get_current_span(telemetry.extract({"other": "x"})).get_span_context(
+    ).is_valid
+
+
+def test_init_tracing_is_once_per_process(spans: InMemorySpanExporter) -> None:
+    first = trace.get_tracer_provider()
+    assert telemetry.init_tracing("someone-else", "console") is first
+
+
+def test_unknown_exporter_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(telemetry, "_provider", None)
+    with pytest.raises(ConfigError, match="CLEPSYDRA_OTEL_EXPORTER"):
+        telemetry.init_tracing("x", "zipkin")
+
+
+def _record(msg: str, *args: object, exc: bool = False) -> logging.LogRecord:
+    exc_info = None
+    if exc:
+        try:
+            raise RuntimeError("boom")
+        except RuntimeError:
+            exc_info = sys.exc_info()
+    return logging.LogRecord("clepsydra.test", logging.INFO, __file__, 1, msg, args, exc_info)
+
+
+def test_json_log_line_carries_the_trace_id_inside_a_span(spans: InMemorySpanExporter) -> None:
+    formatter = JsonFormatter()
+    outside = json.loads(formatter.format(_record("idle")))
+    assert "traceId" not in outside
+    with telemetry.tracer("test").start_as_current_span("store.put") as span:
+        line = formatter.format(_record("dispatched topic=%s queue_id=%d", "延迟", 3))
+    out = json.loads(line)
+    assert out["traceId"] == f"{span.get_span_context().trace_id:032x}"
+    assert out["message"] == "dispatched topic=延迟 queue_id=3"
+    assert "延迟" in line  # not \u-escaped
+    assert out["level"] == "INFO" and out["logger"] == "clepsydra.test"
+    assert out["ts"].endswith("Z")
+
+
+def test_json_log_line_includes_the_exception() -> None:
+    out = json.loads(JsonFormatter().format(_record("failed", exc=True)))
+    assert "RuntimeError: boom" in out["exc"]
+
+
+def test_configure_sends_json_lines_to_stdout(capsys: pytest.CaptureFixture[str]) -> None:
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        configure("DEBUG")
+        logging.getLogger("clepsydra.test").debug("hello %s", "world")
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    [line] = capsys.readouterr().out.splitlines()
+    assert json.loads(line)["message"] == "hello world"

