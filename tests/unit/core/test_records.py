@@ -145,6 +145,12 @@ def test_end_marker_fills_the_tail_and_is_not_a_record() -> None:
         CommitLogRecord.decode(marker)
 
 
+def test_end_marker_refuses_a_tail_shorter_than_its_header() -> None:
+    # a marker of fewer than 8 bytes would overrun its segment
+    with pytest.raises(ValueError):
+        encode_end_marker(7)
+
+
 def test_tags_code_is_a_stable_hash() -> None:
     assert tags_code(None) == tags_code("") == 0
     assert tags_code("TagA") == zlib.crc32(b"TagA") == tags_code("TagA")

@@ -154,7 +154,9 @@ def peek_size_magic(raw: bytes | memoryview, pos: int) -> tuple[int, int]:
 
 
 def encode_end_marker(remaining: int) -> bytes:
-    """End-of-segment marker filling ``remaining`` bytes (>= 8)."""
+    """End-of-segment marker filling ``remaining`` bytes; writers always leave at least 8."""
+    if remaining < MIN_END_MARKER:
+        raise ValueError(f"an end marker needs {MIN_END_MARKER} bytes, {remaining} remain")
     return _END.pack(remaining, END_MAGIC) + b"\0" * (remaining - MIN_END_MARKER)
 
 
