@@ -1,0 +1,237 @@
+"""HTTP routes (DESIGN "Retry", docs/contracts.md): groups, send-back, DLQ toolkit, ops.
+Thin: parse the request, call the service object, return JSON. Errors are raised as
+``ClepsydraError`` and turned into ``{error, message}`` by the app's one handler."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import redis
+from flask import Blueprint, Response, current_app, g, jsonify, request
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+
+from clepsydra_core.errors import ClepsydraError, ValidationError
+from clepsydra_core.validation import validate_group_name
+from clepsydra_retry.dlq import DlqToolkit
+from clepsydra_retry.dlq_filter import FILTER_FIELDS, DlqFilter
+from clepsydra_retry.groups import GroupStore, validate_settings
+from clepsydra_retry.sendback import MAX_BATCH, SendBackService
+from clepsydra_retry.settings import RetrySettings
+from clepsydra_retry.store_client import StoreClient
+
+LIST_MAX_DEFAULT = 32
+LIST_MAX = 1000
+AUDIT_MAX_DEFAULT = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    """What the routes use, built once by ``create_app``."""
+
+    settings: RetrySettings
+    redis: redis.Redis
+    groups: GroupStore
+    store: StoreClient
+    send_back: SendBackService
+    dlq: DlqToolkit
+    registry: CollectorRegistry
+    latency: Histogram
+
+
+def services() -> Services:
+    found: Services = current_app.extensions["clepsydra_retry"]
+    return found
+
+
+def json_body(*, empty_ok: bool = False) -> Any:
+    """The request's JSON (400 when it is not JSON; ``{}`` for an empty body when allowed)."""
+    raw = request.get_data(cache=True)
+    if not raw.strip():
+        if empty_ok:
+            return {}
+        raise ValidationError("request body must be JSON", code="INVALID_REQUEST")
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise ValidationError(f"request body is not valid JSON: {exc}",
+                              code="INVALID_REQUEST") from exc
+
+
+def query_int(name: str, default: int | None, *, minimum: int = 0,
+              maximum: int | None = None) -> int | None:
+    raw = request.args.get(name, "")
+    if raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise ValidationError(f"{name} must be a whole number, got {raw!r}",
+                              code="INVALID_REQUEST") from exc
+    if value < minimum or (maximum is not None and value > maximum):
+        raise ValidationError(f"{name} must be in {minimum}..{maximum or 'any'}, got {value}",
+                              code="INVALID_REQUEST")
+    return value
+
+
+def group_name(group: str) -> str:
+    return validate_group_name(group)
+
+
+def client_id() -> str:
+    """Who asked (audit): the X-Client-Id header, else the remote address."""
+    return (request.headers.get("X-Client-Id") or request.remote_addr or "unknown")[:200]
+
+
+# ---- groups --------------------------------------------------------------------------------
+groups_bp = Blueprint("groups", __name__)
+
+
+@groups_bp.get("/v1/groups")
+def list_groups() -> Response:
+    return jsonify({"groups": services().groups.names()})
+
+
+@groups_bp.put("/v1/groups/<group>")
+def put_group(group: str) -> tuple[Response, int]:
+    group = group_name(group)
+    store = services().groups
+    new_settings = validate_settings(json_body(empty_ok=True), store.find(group))
+    created = store.put(group, new_settings)
+    return jsonify({"group": group, **new_settings.to_json()}), 201 if created else 200
+
+
+@groups_bp.get("/v1/groups/<group>")
+def get_group(group: str) -> Response:
+    group = group_name(group)
+    return jsonify({"group": group, **services().groups.get(group).to_json()})
+
+
+# ---- send-back -----------------------------------------------------------------------------
+sendback_bp = Blueprint("send_back", __name__)
+
+
+@sendback_bp.post("/v1/groups/<group>/send-back")
+def send_back(group: str) -> Response:
+    group = group_name(group)
+    return jsonify(services().send_back.send_back(group, json_body()))
+
+
+@sendback_bp.post("/v1/groups/<group>/send-back/batch")
+def send_back_batch(group: str) -> Response:
+    group = group_name(group)
+    body = json_body()
+    items = body.get("items") if isinstance(body, dict) else None
+    if not isinstance(items, list) or not items or len(items) > MAX_BATCH:
+        raise ValidationError(f"body must be {{items: [send-back, ...]}} with 1..{MAX_BATCH} "
+                              "items", code="INVALID_REQUEST")
+    return jsonify({"results": services().send_back.send_back_many(group, items)})
+
+
+# ---- DLQ -----------------------------------------------------------------------------------
+dlq_bp = Blueprint("dlq", __name__)
+
+
+def query_filter() -> DlqFilter:
+    return DlqFilter.parse({k: request.args.get(k) for k in FILTER_FIELDS}, from_text=True)
+
+
+@dlq_bp.get("/v1/groups/<group>/dlq")
+def list_dlq(group: str) -> Response:
+    group = group_name(group)
+    offset = query_int("offset", None)
+    max_count = query_int("max", LIST_MAX_DEFAULT, minimum=1, maximum=LIST_MAX)
+    assert max_count is not None
+    return jsonify(services().dlq.list_page(group, offset, max_count, query_filter()))
+
+
+@dlq_bp.get("/v1/groups/<group>/dlq/audit")
+def dlq_audit(group: str) -> Response:
+    group = group_name(group)
+    max_count = query_int("max", AUDIT_MAX_DEFAULT, minimum=1, maximum=10_000)
+    assert max_count is not None
+    return jsonify(services().dlq.audit(group, max_count))
+
+
+@dlq_bp.get("/v1/groups/<group>/dlq/<msg_id>")
+def show_dlq(group: str, msg_id: str) -> Response:
+    group = group_name(group)
+    return jsonify(services().dlq.show(group, msg_id))
+
+
+@dlq_bp.post("/v1/groups/<group>/dlq/resend")
+def resend_dlq(group: str) -> Response:
+    group = group_name(group)
+    return jsonify(services().dlq.resend(group, json_body(), client_id()))
+
+
+@dlq_bp.post("/v1/groups/<group>/dlq/purge")
+def purge_dlq(group: str) -> Response:
+    group = group_name(group)
+    return jsonify(services().dlq.purge(group, json_body(), client_id()))
+
+
+@dlq_bp.delete("/v1/groups/<group>/dlq")
+def delete_dlq(group: str) -> Response:
+    """Purge all, or what the query selects (filter fields, or repeated ``msgId``)."""
+    group = group_name(group)
+    body: dict[str, Any]
+    msg_ids = request.args.getlist("msgId")
+    flt = query_filter()
+    if msg_ids:
+        body = {"msgIds": msg_ids}
+    elif not flt.is_empty():
+        body = {"filter": flt.to_json()}
+    else:
+        body = {"all": True}
+    return jsonify(services().dlq.purge(group, body, client_id()))
+
+
+# ---- operations ----------------------------------------------------------------------------
+ops_bp = Blueprint("ops", __name__)
+
+
+@ops_bp.get("/healthz")
+def healthz() -> tuple[Response, int]:
+    svc = services()
+    try:
+        redis_ok = bool(svc.redis.ping())
+    except redis.RedisError:
+        redis_ok = False
+    try:
+        store = svc.store.healthz()
+        store_ok, writable = True, bool(store.get("writable", True))
+    except ClepsydraError:
+        store_ok, writable = False, False
+    body = {"status": "ok" if redis_ok else "degraded", "redis": redis_ok, "store": store_ok,
+            "storeWritable": writable}
+    return jsonify(body), 200 if redis_ok else 503
+
+
+@ops_bp.get("/metrics")
+def metrics() -> Response:
+    return Response(generate_latest(services().registry), mimetype=CONTENT_TYPE_LATEST)
+
+
+@ops_bp.get("/openapi.json")
+def openapi() -> Response:
+    text = resources.files("clepsydra_retry").joinpath("openapi.json").read_text("utf-8")
+    return Response(text, mimetype="application/json")
+
+
+def start_timer() -> None:
+    g.started_s = time.perf_counter()
+
+
+def observe(response: Response) -> Response:
+    started = g.get("started_s")
+    rule = request.url_rule.rule if request.url_rule is not None else "unmatched"
+    if started is not None:
+        services().latency.labels(route=rule).observe(time.perf_counter() - started)
+    return response
+
+
+BLUEPRINTS = (groups_bp, sendback_bp, dlq_bp, ops_bp)

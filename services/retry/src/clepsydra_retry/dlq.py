@@ -1,0 +1,344 @@
+"""The DLQ toolkit (SPEC R16 Beyond): list, show, resend, purge, audit, depth.
+
+A group's dead letters are queue 0 of `%DLQ%<group>` in the store. The store's CommitLog is
+append-only, so "resent" and "purged" messages are hidden here (``dlq_state``): a set of msgIds
+and a floor queue offset. Resends are one store copy call per batch (bodies stay in the store);
+every resend and purge is appended to the group's audit list.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from clepsydra_core import naming
+from clepsydra_core import properties as P
+from clepsydra_core.errors import ClepsydraError, MessageNotFound, NoPermission, ValidationError
+from clepsydra_core.levels import DelayLevels
+from clepsydra_core.msgid import decode_msg_id
+from clepsydra_retry import policy
+from clepsydra_retry.dlq_filter import DlqAction, DlqFilter, parse_action
+from clepsydra_retry.dlq_state import DlqState, Floor
+from clepsydra_retry.groups import GroupStore
+from clepsydra_retry.store_client import StoreClient
+
+logger = logging.getLogger(__name__)
+
+PULL_MAX = 1000
+"""The store's largest pull (docs/contracts.md)."""
+LIST_SCAN_LIMIT = 20_000
+"""A listing scans at most this many DLQ entries per request, then returns nextOffset."""
+AUDIT_MSG_IDS = 100
+"""msgIds written into one audit record (the count is always exact)."""
+RESEND_REMOVES = (P.DLQ_REASON, P.RECONSUME_TIME, P.SCHEDULE_OFFSET, P.DELIVER_TS)
+"""A resent message starts over: no dead-letter reason, no R10 counter, no hand-over marks."""
+
+
+class NotInDlq(MessageNotFound):
+    """A msgId named in a DLQ request is not (or no longer) in the group's DLQ."""
+
+    code = "NOT_IN_DLQ"
+
+
+@dataclass(slots=True)
+class _Progress:
+    done: int = 0
+    skipped: int = 0
+
+
+class DlqToolkit:
+    def __init__(self, store: StoreClient, groups: GroupStore, state: DlqState,
+                 levels: DelayLevels, *, batch: int = 1000, audit_max: int = 10_000,
+                 rng: random.Random | None = None,
+                 clock_ms: Callable[[], int] | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self._store = store
+        self._groups = groups
+        self._state = state
+        self._levels = levels
+        self._batch = batch
+        self._audit_max = audit_max
+        self._rng = rng or random.Random()
+        self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self._sleep = sleep
+        self._prefetcher = ThreadPoolExecutor(max_workers=2, thread_name_prefix="dlq-prefetch")
+
+    # ---- reading ---------------------------------------------------------------------------
+    def _bounds(self, group: str) -> tuple[int, int]:
+        """(minOffset, maxOffset) of the DLQ queue; (0, 0) while the group has no DLQ."""
+        info = self._store.topic(naming.dlq_topic(group))
+        if info is None:
+            return 0, 0
+        for queue in info.get("queues") or []:
+            if int(queue.get("queueId", 0)) == 0:
+                return int(queue.get("minOffset", 0)), int(queue.get("maxOffset", 0))
+        return 0, 0
+
+    def _pull(self, group: str, offset: int, end: int) -> tuple[list[dict[str, Any]], int]:
+        page = self._store.pull(naming.dlq_topic(group), 0, offset, min(PULL_MAX, end - offset))
+        messages = [m for m in page.get("messages") or [] if int(m["queueOffset"]) < end]
+        return messages, int(page.get("nextOffset", offset))
+
+    def _pages(self, group: str, start: int, end: int, *,
+               prefetch: bool = False) -> Iterator[list[dict[str, Any]]]:
+        """Raw DLQ messages of queue offsets [start, end), a pull at a time. With
+        ``prefetch`` the next pull runs while the caller works on the current page."""
+        offset = start
+        ahead: Future[tuple[list[dict[str, Any]], int]] | None = None
+        try:
+            while offset < end:
+                messages, next_offset = (ahead.result() if ahead is not None
+                                         else self._pull(group, offset, end))
+                ahead = None
+                if prefetch and offset < next_offset < end:
+                    ahead = self._prefetcher.submit(self._pull, group, next_offset, end)
+                if messages:
+                    yield messages
+                if next_offset <= offset:
+                    return
+                offset = next_offset
+        finally:
+            if ahead is not None:
+                ahead.cancel()
+
+    def _visible(self, group: str, floor: Floor,
+                 messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        above = [m for m in messages if int(m["queueOffset"]) >= floor.queue_offset]
+        if not above or self._state.removed_count(group) == 0:
+            return above  # the usual case: nothing hidden one by one, no per-id look-up
+        flags = self._state.removed_flags(group, [str(m["msgId"]) for m in above])
+        return [m for m, removed in zip(above, flags, strict=True) if not removed]
+
+    def list_page(self, group: str, queue_offset: int | None, max_count: int,
+             flt: DlqFilter) -> dict[str, Any]:
+        """A page of visible dead letters matching the filter, from ``queue_offset`` on."""
+        self._groups.get(group)
+        floor = self._state.floor(group)
+        low, high = self._bounds(group)
+        start = max(queue_offset if queue_offset is not None else 0, floor.queue_offset, low)
+        found: list[dict[str, Any]] = []
+        next_offset = start
+        scan_end = min(high, start + LIST_SCAN_LIMIT)
+        for page in self._pages(group, start, scan_end):
+            visible = {id(m) for m in self._visible(group, floor, page)}
+            for message in page:
+                next_offset = int(message["queueOffset"]) + 1
+                if id(message) in visible and flt.matches(message):
+                    found.append(summarize(message))
+                    if len(found) >= max_count:
+                        break
+            if len(found) >= max_count:
+                break
+        else:
+            next_offset = max(next_offset, scan_end)
+        return {"messages": found, "nextOffset": next_offset, "maxOffset": high}
+
+    def _locate(self, group: str, msg_id: str, floor: Floor, *,
+                with_body: bool) -> dict[str, Any]:
+        """The DLQ message with this msgId, or NotInDlq naming it (and the group)."""
+        offset = decode_msg_id(msg_id).commitlog_offset
+        where = f"msgId {msg_id} is not in the DLQ of group {group!r}"
+        try:
+            message = self._store.message(offset, with_body=with_body)
+        except MessageNotFound as exc:
+            raise NotInDlq(f"{where}: no such message", rule="R16") from exc
+        if str(message.get("msgId", "")).upper() != msg_id.upper():
+            raise NotInDlq(f"{where}: no such message", rule="R16")
+        if message.get("topic") != naming.dlq_topic(group):
+            raise NotInDlq(f"{where}: it is in topic {message.get('topic')!r}", rule="R16")
+        if (int(message.get("queueOffset", 0)) < floor.queue_offset
+                or self._state.removed_flags(group, [str(message["msgId"])])[0]):
+            raise NotInDlq(f"{where}: it was already resent or purged", rule="R16")
+        return message
+
+    def show(self, group: str, msg_id: str) -> dict[str, Any]:
+        """One dead letter with its body and its parsed attempt history."""
+        self._groups.get(group)
+        message = self._locate(group, msg_id, self._state.floor(group), with_body=True)
+        out = summarize(message)
+        out["failureHistory"] = policy.parse_history(message["properties"].get(P.FAILURE_HISTORY))
+        return out
+
+    def depth(self, group: str) -> int:
+        """Visible dead letters of a group (for metrics): entries above the floor minus the
+        msgIds hidden above it."""
+        low, high = self._bounds(group)
+        floor = self._state.floor(group)
+        return max(0, high - max(low, floor.queue_offset) - self._state.removed_count(group))
+
+    def audit(self, group: str, max_count: int) -> dict[str, Any]:
+        self._groups.get(group)
+        return {"records": self._state.audit(group, max_count)}
+
+    # ---- changing --------------------------------------------------------------------------
+    def resend(self, group: str, body: object, client: str) -> dict[str, Any]:
+        """Resend one / a filter / all to the original topic (RETRY_TOPIC), or into the retry
+        topic at a chosen level; reconsumeTimes starts again at 0, failure history is kept."""
+        action = parse_action(body, resend=True, max_level=self._levels.max_level)
+        settings = self._groups.get(group)
+        if not self._store.is_writable():
+            raise NoPermission("the store does not accept writes now", rule="R2")
+        retry_queues = 0
+        if action.target == "retry":
+            if policy.drops_retries(settings):
+                raise ValidationError(f"group {group!r} has retryQueueNums 0: it has no retry "
+                                      "topic to resend into", rule="R2", code="INVALID_REQUEST")
+            retry_queues = self._store.ensure_topic(naming.retry_topic(group),
+                                                    settings.retry_queue_nums)
+        progress = _Progress()
+        try:
+            self._resend(group, action, retry_queues, progress)
+        except ClepsydraError as exc:
+            if progress.done:  # a partial resend is still recorded, with what stopped it
+                self._audit(group, "resend", action, progress.done, client,
+                            skipped=progress.skipped, error=exc.message)
+            raise
+        result = {"resent": progress.done, "skipped": progress.skipped,
+                  "target": action.target}
+        self._audit(group, "resend", action, progress.done, client, skipped=progress.skipped)
+        logger.info("dlq resend group=%s target=%s resent=%d skipped=%d client=%s",
+                    group, action.target, progress.done, progress.skipped, client)
+        return result
+
+    def _resend(self, group: str, action: DlqAction, retry_queues: int,
+                progress: _Progress) -> None:
+        floor = self._state.floor(group)
+        origins: dict[str, bool] = {}
+        started = time.monotonic()
+        if action.msg_ids is not None:
+            located = [self._locate(group, m, floor, with_body=False) for m in action.msg_ids]
+            for message in located:
+                problem = self._origin_problem(message, action, origins)
+                if problem:
+                    raise ValidationError(f"cannot resend msgId {message['msgId']}: {problem}",
+                                          rule="R16", code="INVALID_REQUEST")
+            self._resend_chunked(group, located, action, retry_queues, progress, started)
+        else:
+            low, high = self._bounds(group)
+            contiguous = action.filter is None
+            for page in self._pages(group, max(low, floor.queue_offset), high, prefetch=True):
+                visible = self._visible(group, floor, page)
+                chosen = [m for m in visible
+                          if action.filter is None or action.filter.matches(m)]
+                todo = []
+                for message in chosen:
+                    if self._origin_problem(message, action, origins):
+                        progress.skipped += 1
+                        contiguous = False
+                    else:
+                        todo.append(message)
+                self._resend_chunked(group, todo, action, retry_queues, progress, started,
+                                     floor_up=contiguous)
+            if contiguous and high > 0:
+                self._raise_floor(group, high)
+
+    def _origin_problem(self, message: dict[str, Any], action: DlqAction,
+                        origins: dict[str, bool]) -> str | None:
+        if action.target == "retry":
+            return None
+        origin = message.get("properties", {}).get(P.RETRY_TOPIC)
+        if not origin:
+            return "it has no RETRY_TOPIC (resend it into the retry topic instead)"
+        if naming.is_system_topic(origin):
+            return f"its original topic {origin!r} is a system topic"
+        if origin not in origins:
+            origins[origin] = self._store.topic(origin) is not None
+        if not origins[origin]:
+            return f"its original topic {origin!r} does not exist in the store"
+        return None
+
+    def _copy_item(self, group: str, message: dict[str, Any], action: DlqAction,
+                   retry_queues: int) -> dict[str, Any]:
+        """One ``/v1/internal/copy`` item (wire form: built per message on the bulk path)."""
+        props = message.get("properties", {})
+        item: dict[str, Any] = {"commitLogOffset": int(message["commitLogOffset"]),
+                                "reconsumeTimes": 0}
+        removes = [n for n in RESEND_REMOVES if n in props]
+        if removes:
+            item["removeProperties"] = removes
+        if action.target == "retry":
+            item["topic"] = naming.retry_topic(group)
+            item["queueId"] = self._rng.randrange(max(retry_queues, 1))
+            if action.delay_level:
+                item["delayLevel"] = action.delay_level
+        else:
+            item["topic"] = props[P.RETRY_TOPIC]
+        return item
+
+    def _resend_chunked(self, group: str, messages: list[dict[str, Any]], action: DlqAction,
+                        retry_queues: int, progress: _Progress, started: float, *,
+                        floor_up: bool = False) -> None:
+        chunk = self._batch
+        if action.max_per_second:
+            chunk = max(1, min(chunk, int(action.max_per_second / 10)))
+        for start in range(0, len(messages), chunk):
+            part = messages[start:start + chunk]
+            if action.max_per_second:
+                wait_s = started + progress.done / action.max_per_second - time.monotonic()
+                if wait_s > 0:
+                    self._sleep(wait_s)
+            self._store.copy_json([self._copy_item(group, m, action, retry_queues)
+                                   for m in part])
+            if floor_up:
+                last = part[-1]
+                self._state.raise_floor(group, Floor(int(last["queueOffset"]) + 1,
+                                                     int(last["commitLogOffset"]) + 1),
+                                        compact=False)
+            else:
+                self._state.remove(group, [str(m["msgId"]) for m in part])
+            progress.done += len(part)
+
+    def purge(self, group: str, body: object, client: str) -> dict[str, Any]:
+        """Hide dead letters for good: all, a filter, or the msgIds named."""
+        action = parse_action(body, resend=False, max_level=self._levels.max_level)
+        self._groups.get(group)
+        floor = self._state.floor(group)
+        if action.msg_ids is not None:
+            located = [self._locate(group, m, floor, with_body=False) for m in action.msg_ids]
+            self._state.remove(group, [str(m["msgId"]) for m in located])
+            count = len(located)
+        elif action.filter is None:
+            count = self.depth(group)
+            _, high = self._bounds(group)
+            self._raise_floor(group, high)
+        else:
+            low, high = self._bounds(group)
+            count = 0
+            for page in self._pages(group, max(low, floor.queue_offset), high):
+                chosen = [str(m["msgId"]) for m in self._visible(group, floor, page)
+                          if action.filter.matches(m)]
+                self._state.remove(group, chosen)
+                count += len(chosen)
+        self._audit(group, "purge", action, count, client)
+        logger.info("dlq purge group=%s purged=%d client=%s", group, count, client)
+        return {"purged": count}
+
+    def _raise_floor(self, group: str, high: int) -> None:
+        """Floor at ``high`` (one past the last entry seen), then forget hidden msgIds below."""
+        if high <= 0:
+            return
+        last = self._store.pull(naming.dlq_topic(group), 0, high - 1, 1).get("messages") or []
+        boundary = int(last[0]["commitLogOffset"]) + 1 if last else 0
+        self._state.raise_floor(group, Floor(high, boundary), compact=True)
+
+    def _audit(self, group: str, action_name: str, action: DlqAction, count: int, client: str,
+               **extra: Any) -> None:
+        record = {"time": self._clock_ms(), "action": action_name, "what": action.describe(
+            AUDIT_MSG_IDS), "count": count, "client": client, **extra}
+        self._state.append_audit(group, record, self._audit_max)
+
+
+def summarize(message: dict[str, Any]) -> dict[str, Any]:
+    """The store's message view plus what the DLQ adds: original topic, dead-letter reason,
+    attempts recorded."""
+    props = message.get("properties") or {}
+    out = dict(message)
+    out["originTopic"] = props.get(P.RETRY_TOPIC)
+    out["dlqReason"] = props.get(P.DLQ_REASON)
+    out["attempts"] = len(policy.parse_history(props.get(P.FAILURE_HISTORY)))
+    return out

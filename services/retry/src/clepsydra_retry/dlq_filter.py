@@ -1,0 +1,192 @@
+"""What a DLQ request selects: a filter over dead letters, and the resend/purge action body.
+Pure parsing and matching (no I/O); every malformed input is a 400 naming the field."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from clepsydra_core import properties as P
+from clepsydra_core.errors import ValidationError
+from clepsydra_core.msgid import decode_msg_id
+from clepsydra_retry import policy
+
+FILTER_FIELDS = ("topic", "key", "reason", "fromMs", "toMs")
+MAX_MSG_IDS = 10_000
+
+
+def _bad(message: str) -> ValidationError:
+    return ValidationError(message, rule="R16", code="INVALID_REQUEST")
+
+
+def _opt_int(raw: Mapping[str, Any], name: str, *, from_text: bool) -> int | None:
+    value = raw.get(name)
+    if value is None or value == "":
+        return None
+    if from_text and isinstance(value, str):
+        try:
+            value = int(value)
+        except ValueError as exc:
+            raise _bad(f"{name} must be a whole number (epoch ms), got {value!r}") from exc
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _bad(f"{name} must be a whole number >= 0 (epoch ms), got {value!r}")
+    return value
+
+
+def _opt_text(raw: Mapping[str, Any], name: str) -> str | None:
+    value = raw.get(name)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise _bad(f"{name} must be a string, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class DlqFilter:
+    """Dead letters whose original topic (RETRY_TOPIC) is ``topic``, whose keys or UNIQ_KEY
+    include ``key``, whose DLQ_REASON or failure-history reasons contain ``reason``
+    (case-insensitive), and that were dead-lettered in [fromMs, toMs)."""
+
+    topic: str | None = None
+    key: str | None = None
+    reason: str | None = None
+    from_ms: int | None = None
+    to_ms: int | None = None
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any], *, from_text: bool = False) -> DlqFilter:
+        flt = cls(topic=_opt_text(raw, "topic"), key=_opt_text(raw, "key"),
+                  reason=_opt_text(raw, "reason"),
+                  from_ms=_opt_int(raw, "fromMs", from_text=from_text),
+                  to_ms=_opt_int(raw, "toMs", from_text=from_text))
+        if flt.from_ms is not None and flt.to_ms is not None and flt.to_ms <= flt.from_ms:
+            raise _bad(f"toMs ({flt.to_ms}) must be after fromMs ({flt.from_ms})")
+        return flt
+
+    def is_empty(self) -> bool:
+        return all(v is None for v in (self.topic, self.key, self.reason, self.from_ms,
+                                       self.to_ms))
+
+    def to_json(self) -> dict[str, Any]:
+        values = (self.topic, self.key, self.reason, self.from_ms, self.to_ms)
+        return {k: v for k, v in zip(FILTER_FIELDS, values, strict=True) if v is not None}
+
+    def matches(self, message: Mapping[str, Any]) -> bool:
+        props: Mapping[str, str] = message.get("properties") or {}
+        if self.topic is not None and props.get(P.RETRY_TOPIC) != self.topic:
+            return False
+        if self.key is not None and self.key not in props.get(P.KEYS, "").split() \
+                and props.get(P.UNIQ_KEY) != self.key:
+            return False
+        stored_ms = int(message.get("storeTimestamp") or 0)
+        if self.from_ms is not None and stored_ms < self.from_ms:
+            return False
+        if self.to_ms is not None and stored_ms >= self.to_ms:
+            return False
+        return self.reason is None or self._reason_matches(props)
+
+    def _reason_matches(self, props: Mapping[str, str]) -> bool:
+        assert self.reason is not None
+        needle = self.reason.lower()
+        if needle in props.get(P.DLQ_REASON, "").lower():
+            return True
+        for entry in policy.parse_history(props.get(P.FAILURE_HISTORY)):
+            text = entry.get("reason") if isinstance(entry, dict) else entry
+            if isinstance(text, str) and needle in text.lower():
+                return True
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class DlqAction:
+    """A resend or purge: exactly one of ``msg_ids``, ``all`` or ``filter``."""
+
+    msg_ids: tuple[str, ...] | None = None
+    all: bool = False
+    filter: DlqFilter | None = None
+    target: str = "origin"
+    """Resend only: "origin" or "retry"; empty for a purge."""
+    delay_level: int = 0
+    max_per_second: float | None = None
+
+    def describe(self, max_ids: int) -> dict[str, Any]:
+        """For the audit record."""
+        out: dict[str, Any] = {}
+        if self.msg_ids is not None:
+            out["msgIds"] = list(self.msg_ids[:max_ids])
+            out["msgIdCount"] = len(self.msg_ids)
+        elif self.filter is not None:
+            out["filter"] = self.filter.to_json()
+        else:
+            out["all"] = True
+        if self.target:
+            out["target"] = self.target
+        if self.target == "retry":
+            out["delayLevel"] = self.delay_level
+        if self.max_per_second:
+            out["maxPerSecond"] = self.max_per_second
+        return out
+
+
+_RESEND_FIELDS = frozenset({"msgIds", "all", "filter", "target", "delayLevel", "maxPerSecond"})
+_PURGE_FIELDS = frozenset({"msgIds", "all", "filter"})
+
+
+def _msg_ids(value: object) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value:
+        raise _bad("msgIds must be a non-empty list of msgIds")
+    if len(value) > MAX_MSG_IDS:
+        raise _bad(f"at most {MAX_MSG_IDS} msgIds a request (use a filter for more)")
+    out: list[str] = []
+    for item in value:
+        if not isinstance(item, str):
+            raise _bad(f"msgIds must be strings, got {item!r}")
+        decode_msg_id(item)  # INVALID_MSG_ID names it
+        if item.upper() not in out:
+            out.append(item.upper())
+    return tuple(out)
+
+
+def parse_action(body: object, *, resend: bool, max_level: int) -> DlqAction:
+    """A resend body ``{msgIds | all: true | filter: {...}, target?: "origin"|"retry",
+    delayLevel?, maxPerSecond?}`` or a purge body ``{msgIds | all: true | filter}``."""
+    if body is None:
+        body = {}
+    if not isinstance(body, dict):
+        raise _bad("body must be a JSON object")
+    allowed = _RESEND_FIELDS if resend else _PURGE_FIELDS
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise _bad(f"unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(allowed))}")
+    chosen = [k for k in ("msgIds", "all", "filter") if body.get(k) not in (None, False)]
+    if len(chosen) != 1:
+        raise _bad("give exactly one of msgIds, all: true, or filter")
+    if "all" in body and not isinstance(body["all"], bool):
+        raise _bad("all must be true or false")
+    msg_ids = _msg_ids(body["msgIds"]) if chosen == ["msgIds"] else None
+    flt = None
+    if chosen == ["filter"]:
+        if not isinstance(body["filter"], dict):
+            raise _bad("filter must be an object")
+        unknown = sorted(set(body["filter"]) - set(FILTER_FIELDS))
+        if unknown:
+            raise _bad(f"unknown filter field(s) {', '.join(unknown)}")
+        flt = DlqFilter.parse(body["filter"])
+        if flt.is_empty():
+            raise _bad("filter is empty (use all: true to select every dead letter)")
+    target = body.get("target", "origin") if resend else ""
+    if resend and target not in ("origin", "retry"):
+        raise _bad(f"target must be 'origin' or 'retry', got {target!r}")
+    level = body.get("delayLevel", 0)
+    if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= max_level:
+        raise _bad(f"delayLevel must be a whole number in 0..{max_level}, got {level!r}")
+    if level and target != "retry":
+        raise _bad("delayLevel applies only to target 'retry'")
+    rate = body.get("maxPerSecond")
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int | float)
+                             or not 0 < rate <= 1_000_000):
+        raise _bad(f"maxPerSecond must be a number > 0, got {rate!r}")
+    return DlqAction(msg_ids=msg_ids, all=chosen == ["all"], filter=flt, target=str(target),
+                     delay_level=level, max_per_second=float(rate) if rate else None)

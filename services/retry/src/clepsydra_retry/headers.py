@@ -1,0 +1,124 @@
+"""Reading the stored messages a batch of send-backs is about (their headers; bodies stay in
+the store). Always the store's own data, never the client's:
+
+- one ``GET /v1/commitlog/{offset}?body=false`` per message, a few in parallel;
+- or, when items say where the consumer pulled them (``topic``, ``queueId``, ``queueOffset``),
+  one pull per run of nearby queue offsets; a pulled message counts only if its CommitLog
+  offset is the one the item names, else that item falls back to the GET.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from clepsydra_core.errors import ClepsydraError, MessageNotFound, Unavailable
+from clepsydra_retry.policy import StoredHeaders
+from clepsydra_retry.store_client import StoreClient
+
+logger = logging.getLogger(__name__)
+
+PULL_MAX = 1000
+"""The store's largest pull."""
+MAX_SPARSENESS = 4
+"""A run is pulled when it spans at most this many queue entries per wanted message."""
+
+
+@dataclass(frozen=True, slots=True)
+class Locator:
+    """Which stored message a send-back is about, and optionally where it was pulled from."""
+
+    commitlog_offset: int
+    msg_id: str | None = None
+    topic: str | None = None
+    queue_id: int | None = None
+    queue_offset: int | None = None
+
+    def describe(self) -> str:
+        if self.msg_id is not None:
+            return f"msgId {self.msg_id} (commitLogOffset {self.commitlog_offset})"
+        return f"commitLogOffset {self.commitlog_offset}"
+
+
+def _runs(offsets: list[int]) -> list[tuple[int, int]]:
+    """[(start, count)] pull windows over sorted queue offsets, each <= PULL_MAX entries and
+    dense enough to be worth one pull."""
+    runs: list[tuple[int, int]] = []
+    start = prev = offsets[0]
+    wanted = 1
+    for offset in offsets[1:]:
+        span = offset - start + 1
+        if span > PULL_MAX or span > MAX_SPARSENESS * (wanted + 1):
+            runs.append((start, prev - start + 1))
+            start, wanted = offset, 0
+        prev = offset
+        wanted += 1
+    runs.append((start, prev - start + 1))
+    return runs
+
+
+class HeaderReader:
+    def __init__(self, store: StoreClient, parallel: int = 4) -> None:
+        self._store = store
+        self._pool = ThreadPoolExecutor(max_workers=parallel,
+                                        thread_name_prefix="retry-headers")
+
+    def read_one(self, locator: Locator) -> StoredHeaders:
+        """MessageNotFound (from the store) when nothing is there or the msgId differs."""
+        headers = StoredHeaders.from_json(self._store.headers(locator.commitlog_offset))
+        if locator.msg_id is not None and headers.msg_id.upper() != locator.msg_id:
+            raise MessageNotFound(f"offset {locator.commitlog_offset} holds {headers.msg_id}")
+        return headers
+
+    def read_many(self, locators: Sequence[Locator]
+                  ) -> list[StoredHeaders | MessageNotFound]:
+        """Headers per locator, in order; a MessageNotFound value where there is none.
+        Unavailable (the store did not answer) propagates."""
+        out: list[StoredHeaders | MessageNotFound | None] = [None] * len(locators)
+        for index, found in self._pulled(locators).items():
+            out[index] = found
+        rest = [i for i, h in enumerate(out) if h is None]
+        if len(rest) == 1:
+            out[rest[0]] = self.read_or_missing(locators[rest[0]])
+        elif rest:
+            for i, result in zip(rest, self._pool.map(
+                    lambda i: self.read_or_missing(locators[i]), rest), strict=True):
+                out[i] = result
+        return [h for h in out if h is not None]
+
+    def read_or_missing(self, locator: Locator) -> StoredHeaders | MessageNotFound:
+        try:
+            return self.read_one(locator)
+        except MessageNotFound as exc:
+            return exc
+
+    def _pulled(self, locators: Sequence[Locator]) -> dict[int, StoredHeaders]:
+        """Index -> headers for hinted locators found by pulls."""
+        wanted: dict[tuple[str, int], dict[int, list[int]]] = defaultdict(
+            lambda: defaultdict(list))
+        for index, loc in enumerate(locators):
+            if loc.topic is not None and loc.queue_id is not None \
+                    and loc.queue_offset is not None:
+                wanted[(loc.topic, loc.queue_id)][loc.queue_offset].append(index)
+        found: dict[int, StoredHeaders] = {}
+        for (topic, queue_id), by_offset in wanted.items():
+            for start, count in _runs(sorted(by_offset)):
+                try:
+                    page = self._store.pull(topic, queue_id, start, count)
+                except Unavailable:
+                    raise
+                except ClepsydraError as exc:  # unknown topic, bad queue, schedule topic...
+                    logger.info("send-back hint pull failed topic=%s queue_id=%d "
+                                "queue_offset=%d: %s", topic, queue_id, start, exc)
+                    continue
+                for message in page.get("messages") or []:
+                    for index in by_offset.get(int(message["queueOffset"]), ()):
+                        loc = locators[index]
+                        headers = StoredHeaders.from_json(message)
+                        if headers.commitlog_offset == loc.commitlog_offset and (
+                                loc.msg_id is None or headers.msg_id.upper() == loc.msg_id):
+                            found[index] = headers
+        return found

@@ -1,0 +1,245 @@
+"""Send-back (SPEC R1, R2 in order, then R3-R8 through :mod:`policy`).
+
+For each request: the group exists (404 SUBSCRIPTION_GROUP_NOT_EXIST) -> the store accepts
+writes (403 NO_PERMISSION) -> the group has retry queues (0: 200 DROPPED, nothing written) ->
+the retry topic exists or is created with retryQueueNums queues (R3) -> the message exists
+(404 SYSTEM_ERROR naming the offset or msgId). Then one ``/v1/internal/copy`` call writes the
+new message; the body never leaves the store.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from opentelemetry import trace
+
+from clepsydra_core import naming, telemetry
+from clepsydra_core.errors import ClepsydraError, MessageNotFound, NoPermission, ValidationError
+from clepsydra_core.levels import DelayLevels
+from clepsydra_core.msgid import decode_msg_id
+from clepsydra_retry import policy
+from clepsydra_retry.groups import GroupStore
+from clepsydra_retry.headers import HeaderReader, Locator
+from clepsydra_retry.policy import Decision, Outcome, SendBack, StoredHeaders
+from clepsydra_retry.store_client import CopyItem, StoreClient
+
+logger = logging.getLogger(__name__)
+_tracer = trace.get_tracer("clepsydra_retry")
+
+MAX_BATCH = 1000
+_REQUEST_FIELDS = frozenset({"msgId", "commitLogOffset", "delayLevel", "maxReconsumeTimes",
+                             "originTopic", "reason", "consumerId",
+                             "topic", "queueId", "queueOffset"})
+_INT32_MAX = 2**31 - 1
+
+
+class SendBackMessageNotFound(MessageNotFound):
+    """R2's last check: no message at the offset or msgId of a send-back. SPEC R2 names the
+    code SYSTEM_ERROR; DESIGN makes an unknown message a 404."""
+
+    code = "SYSTEM_ERROR"
+    http_status = 404
+
+
+def _int_field(body: Mapping[str, Any], name: str, *, minimum: int | None = None,
+               maximum: int = _INT32_MAX) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError(f"{name} must be a whole number, got {value!r}",
+                              code="INVALID_REQUEST")
+    if minimum is not None and value < minimum:
+        raise ValidationError(f"{name} must be >= {minimum}, got {value}", code="INVALID_REQUEST")
+    if value > maximum:
+        raise ValidationError(f"{name}={value} is too large (at most {maximum})",
+                              code="INVALID_REQUEST")
+    return value
+
+
+def _text_field(body: Mapping[str, Any], name: str, max_chars: int = 100_000) -> str | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValidationError(f"{name} must be a string", code="INVALID_REQUEST")
+    try:
+        value.encode()
+    except UnicodeEncodeError as exc:
+        raise ValidationError(f"{name} is not valid Unicode text",
+                              code="INVALID_REQUEST") from exc
+    return value[:max_chars]
+
+
+def parse_request(body: object) -> tuple[Locator, SendBack]:
+    """Check a send-back body's shape and types (400 on anything malformed)."""
+    if not isinstance(body, dict):
+        raise ValidationError("send-back body must be a JSON object", code="INVALID_REQUEST")
+    unknown = sorted(set(body) - _REQUEST_FIELDS)
+    if unknown:
+        raise ValidationError(f"unknown send-back field(s) {', '.join(unknown)}",
+                              code="INVALID_REQUEST")
+    offset = _int_field(body, "commitLogOffset", minimum=0, maximum=2**63 - 1)
+    msg_id = _text_field(body, "msgId", 64)
+    if offset is None and msg_id is None:
+        raise ValidationError("send-back needs msgId or commitLogOffset", rule="R1",
+                              code="INVALID_REQUEST")
+    if msg_id is not None:
+        decoded = decode_msg_id(msg_id).commitlog_offset
+        if offset is not None and offset != decoded:
+            raise ValidationError(f"msgId {msg_id} is at commitLogOffset {decoded}, "
+                                  f"not {offset}", code="INVALID_REQUEST")
+        offset, msg_id = decoded, msg_id.upper()
+    assert offset is not None
+    hint = (_text_field(body, "topic", 127), _int_field(body, "queueId", minimum=0),
+            _int_field(body, "queueOffset", minimum=0, maximum=2**63 - 1))
+    if any(h is not None for h in hint) and not all(h is not None for h in hint):
+        raise ValidationError("topic, queueId and queueOffset (where the message was pulled "
+                              "from) go together", code="INVALID_REQUEST")
+    level = _int_field(body, "delayLevel", minimum=-1)
+    origin = _text_field(body, "originTopic", 127)
+    request = SendBack(
+        delay_level=level or 0,
+        max_reconsume_times=_int_field(body, "maxReconsumeTimes", minimum=0),
+        origin_topic=origin or None,
+        reason=_text_field(body, "reason"),
+        consumer_id=_text_field(body, "consumerId", 256),
+    )
+    return Locator(offset, msg_id, hint[0], hint[1], hint[2]), request
+
+
+def _start_span(headers: StoredHeaders, group: str, decision: Decision) -> trace.Span:
+    """`retry.send_back`: a child of the message's own trace context when it carries one (so
+    the retried message continues that trace), always linked to it (SPEC O1). The same as
+    ``telemetry.link_from``, with the properties parsed once (this runs per message)."""
+    parent = telemetry.extract(headers.properties)
+    carried = trace.get_current_span(parent).get_span_context()
+    return _tracer.start_span(
+        "retry.send_back",
+        context=parent if carried.is_valid else None,
+        links=[trace.Link(carried)] if carried.is_valid else None,
+        kind=trace.SpanKind.PRODUCER,
+        attributes={"messaging.system": "clepsydra", "messaging.operation.name": "send_back",
+                    "messaging.consumer.group.name": group,
+                    "messaging.message.id": headers.msg_id,
+                    "messaging.destination.name": decision.topic or "",
+                    "clepsydra.outcome": str(decision.outcome),
+                    "clepsydra.delay_level": decision.delay_level,
+                    "clepsydra.reconsume_times": decision.reconsume_times},
+    )
+
+
+class SendBackService:
+    def __init__(self, groups: GroupStore, store: StoreClient, levels: DelayLevels, *,
+                 history_max: int = policy.HISTORY_MAX_ENTRIES,
+                 rng: random.Random | None = None,
+                 clock_ms: Callable[[], int] | None = None) -> None:
+        self._groups = groups
+        self._store = store
+        self._reader = HeaderReader(store)
+        self._levels = levels
+        self._history_max = history_max
+        self._rng = rng or random.Random()
+        self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+
+    def send_back(self, group: str, body: object) -> dict[str, Any]:
+        """One send-back; raises the R2 error of the first check that fails."""
+        result = self.send_back_many(group, [body], single=True)[0]
+        return result
+
+    def send_back_many(self, group: str, bodies: list[object], *,
+                       single: bool = False) -> list[dict[str, Any]]:
+        """Several send-backs of one group with one copy call. The group-level checks (R2's
+        first four) apply to all; a malformed item or a missing message fails only that item
+        (its result is ``{error, message}``), unless ``single``, when it raises."""
+        parsed: list[tuple[Locator, SendBack] | ClepsydraError] = []
+        for body in bodies:
+            try:
+                parsed.append(parse_request(body))
+            except ClepsydraError as exc:
+                if single:
+                    raise
+                parsed.append(exc)
+        settings = self._groups.get(group)  # R2 (1)
+        if not self._store.is_writable():  # R2 (2)
+            raise NoPermission("the store does not accept writes now", rule="R2")
+        if policy.drops_retries(settings):  # R2 (3)
+            ok = sum(1 for p in parsed if not isinstance(p, ClepsydraError))
+            if ok:
+                self._groups.count_send_back(group, Outcome.DROPPED, ok)
+            logger.info("send-back dropped group=%s count=%d (retryQueueNums=0)", group, ok)
+            return [p.to_json() if isinstance(p, ClepsydraError)
+                    else policy.DROPPED.to_json(None) for p in parsed]
+        queue_count = self._store.ensure_topic(  # R2 (4), R3
+            naming.retry_topic(group), settings.retry_queue_nums)
+
+        results: list[dict[str, Any] | None] = [None] * len(parsed)
+        wanted = [(i, p) for i, p in enumerate(parsed) if not isinstance(p, ClepsydraError)]
+        for i, p in enumerate(parsed):
+            if isinstance(p, ClepsydraError):
+                results[i] = p.to_json()
+        found = self._reader.read_many([item[0] for _, item in wanted])
+        pending: list[tuple[int, StoredHeaders, Decision]] = []
+        for (i, (locator, request)), headers in zip(wanted, found, strict=True):
+            if isinstance(headers, MessageNotFound):  # R2 (5)
+                error = SendBackMessageNotFound(f"no message at {locator.describe()}",
+                                                rule="R2")
+                if single:
+                    raise error from headers
+                results[i] = error.to_json()
+                continue
+            decision = policy.decide(
+                settings, headers, request, group=group, levels=self._levels,
+                retry_queue_count=queue_count, rng=self._rng, now_ms=self._clock_ms(),
+                history_max=self._history_max)
+            pending.append((i, headers, decision))
+        if pending:
+            for i, result in self._write(group, pending):
+                results[i] = result
+        return [r if r is not None else {} for r in results]
+
+    def _write(self, group: str, pending: list[tuple[int, StoredHeaders, Decision]]
+               ) -> list[tuple[int, dict[str, Any]]]:
+        if any(d.outcome == Outcome.DLQ for _, _, d in pending):
+            self._store.ensure_topic(naming.dlq_topic(group), 1)  # R6: one queue
+        items: list[CopyItem] = []
+        spans: list[trace.Span] = []
+        for _, headers, decision in pending:
+            span = _start_span(headers, group, decision)
+            spans.append(span)
+            props = dict(decision.set_properties)
+            with trace.use_span(span, end_on_exit=False):
+                telemetry.inject(props)  # the copy continues the message's trace
+            items.append(CopyItem(
+                commitlog_offset=headers.commitlog_offset, topic=decision.topic or "",
+                queue_id=decision.queue_id, delay_level=decision.delay_level,
+                reconsume_times=decision.reconsume_times, set_properties=props,
+                remove_properties=decision.remove_properties))
+        try:
+            stored = self._store.copy(items)
+        except ClepsydraError as exc:
+            for span in spans:
+                span.set_status(trace.Status(trace.StatusCode.ERROR, exc.code))
+                span.end()
+            if isinstance(exc, MessageNotFound):
+                raise SendBackMessageNotFound(str(exc), rule="R2") from exc
+            raise
+        out: list[tuple[int, dict[str, Any]]] = []
+        counts: dict[str, int] = {}
+        for (i, headers, decision), result, span in zip(pending, stored, spans, strict=True):
+            new_id = str(result.get("msgId"))
+            span.set_attribute("clepsydra.new_message.id", new_id)
+            span.end()
+            out.append((i, decision.to_json(new_id)))
+            counts[decision.outcome] = counts.get(decision.outcome, 0) + 1
+            logger.info("send-back group=%s msg_id=%s outcome=%s topic=%s delay_level=%d "
+                        "reconsume_times=%d new_msg_id=%s", group, headers.msg_id,
+                        decision.outcome, decision.topic, decision.delay_level,
+                        decision.reconsume_times, new_id)
+        for outcome, n in counts.items():
+            self._groups.count_send_back(group, outcome, n)
+        return out

@@ -1,0 +1,229 @@
+"""HTTP client of the store's API (DESIGN "Store", docs/contracts.md internal routes).
+
+One ``requests.Session`` per thread (keep-alive connections, no shared mutable state between
+request threads). The store's ``{"error", "message"}`` answers become the matching
+``ClepsydraError``; a store that does not answer is ``Unavailable`` (503).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+import orjson
+import requests
+from requests.adapters import HTTPAdapter
+
+from clepsydra_core.errors import (
+    ClepsydraError,
+    MessageNotFound,
+    NoPermission,
+    TopicNotFound,
+    Unavailable,
+)
+
+
+class StoreRejected(ClepsydraError):
+    """The store refused a request for a reason this service passes on as is (its code and,
+    for 4xx, its status; a store 5xx becomes 502)."""
+
+    def __init__(self, code: str, message: str, status: int) -> None:
+        super().__init__(f"store: {message}")
+        self.code = code
+        self.http_status = status if 400 <= status < 500 else 502
+
+
+@dataclass(frozen=True, slots=True)
+class CopyItem:
+    """One item of ``POST /v1/internal/copy``."""
+
+    commitlog_offset: int
+    topic: str
+    queue_id: int | None = None
+    delay_level: int = 0
+    reconsume_times: int | None = None
+    set_properties: dict[str, str] = field(default_factory=dict)
+    remove_properties: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"commitLogOffset": self.commitlog_offset, "topic": self.topic}
+        if self.queue_id is not None:
+            out["queueId"] = self.queue_id
+        if self.delay_level:
+            out["delayLevel"] = self.delay_level
+        if self.reconsume_times is not None:
+            out["reconsumeTimes"] = self.reconsume_times
+        if self.set_properties:
+            out["setProperties"] = self.set_properties
+        if self.remove_properties:
+            out["removeProperties"] = list(self.remove_properties)
+        return out
+
+
+_JSON = {"Content-Type": "application/json"}
+
+
+def topic_path(topic: str) -> str:
+    """Topic names travel as percent-encoded path segments (`%RETRY%G` -> `%25RETRY%25G`)."""
+    return quote(topic, safe="")
+
+
+class StoreClient:
+    def __init__(self, base_url: str, *, timeout_s: float = 30.0, writable_ttl_ms: int = 1000,
+                 pool_size: int = 16) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._timeout_s = timeout_s
+        self._pool_size = pool_size
+        self._local = threading.local()
+        self._writable_ttl_s = writable_ttl_ms / 1000
+        self._writable: tuple[float, bool] | None = None
+        self._topics: dict[str, int] = {}
+        self._topics_lock = threading.Lock()
+        self._sessions: list[requests.Session] = []
+
+    # ---- plumbing ----------------------------------------------------------------------
+    def _session(self) -> requests.Session:
+        session: requests.Session | None = getattr(self._local, "session", None)
+        if session is None:
+            session = requests.Session()
+            # No proxy/netrc look-ups in the environment on every call (~1 ms each): the
+            # store is a cluster-internal address.
+            session.trust_env = False
+            adapter = HTTPAdapter(pool_connections=2, pool_maxsize=self._pool_size)
+            session.mount("http://", adapter)
+            session.mount("https://", adapter)
+            self._local.session = session
+            with self._topics_lock:
+                self._sessions.append(session)
+        return session
+
+    def close(self) -> None:
+        """Close every thread's connections (idle keep-alives would hold up a store's stop)."""
+        with self._topics_lock:
+            sessions, self._sessions = self._sessions, []
+        for session in sessions:
+            session.close()
+
+    def _call(self, method: str, path: str, *, json_body: Any = None,
+              params: dict[str, Any] | None = None, ok: Sequence[int] = (200, 201)) -> Any:
+        url = self.base_url + path
+        data = None if json_body is None else orjson.dumps(json_body)
+        try:
+            resp = self._session().request(method, url, data=data, params=params,
+                                           headers=_JSON if data is not None else None,
+                                           timeout=self._timeout_s)
+        except requests.RequestException as exc:
+            raise Unavailable(f"store at {self.base_url} did not answer {method} {path}: "
+                              f"{exc}") from exc
+        if resp.status_code in ok:
+            try:
+                return orjson.loads(resp.content)
+            except orjson.JSONDecodeError as exc:
+                raise StoreRejected("SYSTEM_ERROR", f"{method} {path} answered non-JSON",
+                                    502) from exc
+        raise self._error(resp)
+
+    def _error(self, resp: requests.Response) -> ClepsydraError:
+        try:
+            body = resp.json()
+            code = str(body.get("error") or "SYSTEM_ERROR")
+            message = str(body.get("message") or resp.text)
+        except ValueError:
+            code, message = "SYSTEM_ERROR", resp.text[:500]
+        if code == "NO_PERMISSION":
+            self._writable = (time.monotonic(), False)
+            return NoPermission(f"store refuses writes: {message}", rule="R2")
+        if resp.status_code == 404 and code == "TOPIC_NOT_EXIST":
+            return TopicNotFound(message)
+        if resp.status_code == 404 and code == "MESSAGE_NOT_FOUND":
+            return MessageNotFound(message)
+        return StoreRejected(code, message, resp.status_code)
+
+    # ---- health ----------------------------------------------------------------------------
+    def healthz(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", "/healthz")
+        return result
+
+    def is_writable(self) -> bool:
+        """R2: the store's own answer (``/healthz`` ``writable``), trusted for a short TTL; a
+        write answered NO_PERMISSION marks it not writable at once."""
+        cached = self._writable
+        now = time.monotonic()
+        if cached is not None and now - cached[0] < self._writable_ttl_s:
+            return cached[1]
+        writable = bool(self.healthz().get("writable", True))
+        self._writable = (now, writable)
+        return writable
+
+    # ---- topics ----------------------------------------------------------------------------
+    def topic(self, name: str) -> dict[str, Any] | None:
+        """``GET /v1/topics/{topic}``, or None when the store has no such topic."""
+        try:
+            result: dict[str, Any] = self._call("GET", f"/v1/topics/{topic_path(name)}")
+        except TopicNotFound:
+            return None
+        except StoreRejected as exc:
+            if exc.http_status == 404:
+                return None
+            raise
+        return result
+
+    def ensure_topic(self, name: str, queues: int) -> int:
+        """R3/R6: create a `%RETRY%`/`%DLQ%` topic on first use; the number of queues it really
+        has (an existing topic keeps its count). Remembered per process."""
+        known = self._topics.get(name)
+        if known is not None:
+            return known
+        try:
+            created = self._call("POST", "/v1/internal/topics",
+                                 json_body={"name": name, "queues": queues})
+            count = len(created.get("queues") or []) or queues
+        except StoreRejected:
+            # Exists with another queue count (retryQueueNums changed): use what it has.
+            info = self.topic(name)
+            if info is None:
+                raise
+            count = len(info.get("queues") or []) or 1
+        with self._topics_lock:
+            self._topics[name] = count
+        return count
+
+    def forget_topic(self, name: str) -> None:
+        with self._topics_lock:
+            self._topics.pop(name, None)
+
+    # ---- messages --------------------------------------------------------------------------
+    def headers(self, commitlog_offset: int) -> dict[str, Any]:
+        """The message at a CommitLog offset without its body; MessageNotFound if none."""
+        result: dict[str, Any] = self._call(
+            "GET", f"/v1/commitlog/{commitlog_offset}", params={"body": "false"})
+        return result
+
+    def message(self, commitlog_offset: int, *, with_body: bool = True) -> dict[str, Any]:
+        """The message at a CommitLog offset (``GET /v1/commitlog/{offset}``)."""
+        params = None if with_body else {"body": "false"}
+        result: dict[str, Any] = self._call("GET", f"/v1/commitlog/{commitlog_offset}",
+                                            params=params)
+        return result
+
+    def copy(self, items: Sequence[CopyItem]) -> list[dict[str, Any]]:
+        """``POST /v1/internal/copy``: the store copies stored messages (bodies stay there)."""
+        return self.copy_json([item.to_json() for item in items])
+
+    def copy_json(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """:meth:`copy` with items already in their wire form (bulk resends)."""
+        result = self._call("POST", "/v1/internal/copy", json_body={"items": items})
+        results: list[dict[str, Any]] = result["results"]
+        return results
+
+    def pull(self, topic: str, queue_id: int, queue_offset: int,
+             max_count: int) -> dict[str, Any]:
+        """A pull: ``{messages, nextOffset, minOffset, maxOffset}``; TopicNotFound if none."""
+        result: dict[str, Any] = self._call(
+            "GET", f"/v1/topics/{topic_path(topic)}/queues/{queue_id}/messages",
+            params={"offset": queue_offset, "max": max_count})
+        return result

@@ -1,0 +1,247 @@
+"""Real parts for the retry service's integration tests: redis-server, the store, the retry
+service (``python -m clepsydra_retry``) and the scheduler (Celery worker + beat), as processes on
+free ports, with an all-``1s`` level table so a full 16-step ladder fits in a test.
+
+One stack serves the whole module set (starting processes is the slow part on a shared 2-core
+machine); every test works in its own group and topic, so tests do not see each other.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+import requests
+from flask.testing import FlaskClient
+
+from clepsydra_core import naming
+from clepsydra_retry.app import create_app
+from clepsydra_retry.settings import RetrySettings
+from tests.fixtures.processes import (
+    HttpService,
+    Process,
+    RedisServer,
+    free_port,
+    store_service,
+    wait_until,
+)
+
+LEVELS_1S = " ".join(["1s"] * 18)
+_names = itertools.count()
+
+
+def enc(topic: str) -> str:
+    """Topic names travel as percent-encoded path segments."""
+    return quote(topic, safe="")
+
+
+def retry_service(home: Path, *, store_url: str, redis_url: str,
+                  env: dict[str, str] | None = None) -> HttpService:
+    port = free_port()
+    full_env = {"CLEPSYDRA_HOME": str(home), "CLEPSYDRA_RETRY_PORT": str(port),
+                "CLEPSYDRA_STORE_URL": store_url, "CLEPSYDRA_REDIS_URL": redis_url,
+                "CLEPSYDRA_DELAY_LEVELS": LEVELS_1S, **(env or {})}
+    return HttpService("retry", [sys.executable, "-m", "clepsydra_retry"], port=port,
+                       env=full_env, log_dir=home / "logs")
+
+
+def scheduler_processes(home: Path, *, store_url: str, redis_url: str) -> list[Process]:
+    env = {"CLEPSYDRA_HOME": str(home), "CLEPSYDRA_STORE_URL": store_url,
+           "CLEPSYDRA_REDIS_URL": redis_url, "CLEPSYDRA_DELAY_LEVELS": LEVELS_1S,
+           "CLEPSYDRA_SCHEDULER_KEEPALIVE_S": "1", "CLEPSYDRA_SCHEDULER_POLL_MS": "100",
+           "CLEPSYDRA_SCHEDULER_BACKOFF_S": "1"}
+    return [Process(f"scheduler-{role}", [sys.executable, "-m", "clepsydra_scheduler", role],
+                    env=env, log_dir=home / "logs") for role in ("worker", "beat")]
+
+
+@dataclass
+class Stack:
+    """The running parts and HTTP helpers over them."""
+
+    redis: RedisServer
+    store: HttpService
+    retry: HttpService
+    spans_path: Path
+    http: requests.Session = field(default_factory=requests.Session)
+
+    # ---- store ---------------------------------------------------------------------------
+    def create_topic(self, name: str, queues: int = 1) -> None:
+        resp = self.http.post(f"{self.store.url}/v1/topics", json={"name": name,
+                                                                    "queues": queues})
+        assert resp.status_code in (200, 201), resp.text
+
+    def produce(self, topic: str, body: str = "hello", **fields: Any) -> dict[str, Any]:
+        resp = self.http.post(f"{self.store.url}/v1/topics/{enc(topic)}/messages",
+                              json={"body": body, **fields})
+        assert resp.status_code == 201, resp.text
+        result: dict[str, Any] = resp.json()
+        return result
+
+    def message(self, commitlog_offset: int) -> dict[str, Any]:
+        resp = self.http.get(f"{self.store.url}/v1/commitlog/{commitlog_offset}")
+        assert resp.status_code == 200, resp.text
+        result: dict[str, Any] = resp.json()
+        return result
+
+    def by_msg_id(self, msg_id: str) -> dict[str, Any]:
+        resp = self.http.get(f"{self.store.url}/v1/messages/{msg_id}")
+        assert resp.status_code == 200, resp.text
+        found: dict[str, Any] = resp.json()
+        return found["messages"][0] if "messages" in found else found
+
+    def topic(self, name: str) -> dict[str, Any] | None:
+        resp = self.http.get(f"{self.store.url}/v1/topics/{enc(name)}")
+        if resp.status_code == 404:
+            return None
+        assert resp.status_code == 200, resp.text
+        result: dict[str, Any] = resp.json()
+        return result
+
+    def pull(self, topic: str, queue_id: int = 0, offset: int = 0,
+             max_count: int = 32) -> list[dict[str, Any]]:
+        resp = self.http.get(f"{self.store.url}/v1/topics/{enc(topic)}/queues/{queue_id}/"
+                             f"messages", params={"offset": offset, "max": max_count})
+        if resp.status_code == 404:
+            return []
+        assert resp.status_code == 200, resp.text
+        messages: list[dict[str, Any]] = resp.json()["messages"]
+        return messages
+
+    def pull_all(self, topic: str) -> list[dict[str, Any]]:
+        info = self.topic(topic)
+        if info is None:
+            return []
+        out: list[dict[str, Any]] = []
+        for queue in info["queues"]:
+            out += self.pull(topic, queue["queueId"], queue["minOffset"], 1000)
+        return out
+
+    def wait_message(self, topic: str, queue_id: int, offset: int,
+                     timeout_s: float = 20.0) -> dict[str, Any]:
+        """Block until the queue holds an entry at ``offset`` (the scheduler delivers it)."""
+        found: list[dict[str, Any]] = []
+
+        def arrived() -> bool:
+            found[:] = self.pull(topic, queue_id, offset, 1)
+            return bool(found)
+
+        wait_until(arrived, timeout_s, 0.05, what=f"{topic}[{queue_id}]@{offset}")
+        return found[0]
+
+    def written(self, group: str, *topics: str) -> int:
+        """A fingerprint of what a test could have written: the entries of the schedule
+        topic, the group's retry and DLQ topics and the given topics (the scheduler may be
+        delivering other tests' retries meanwhile, so not the whole store)."""
+        total = 0
+        for name in (naming.SCHEDULE_TOPIC, naming.retry_topic(group), naming.dlq_topic(group),
+                     *topics):
+            info = self.topic(name)
+            total += sum(q["maxOffset"] for q in info["queues"]) if info else 0
+        return total
+
+    # ---- retry service -------------------------------------------------------------------
+    def put_group(self, group: str, **settings: int) -> requests.Response:
+        return self.http.put(f"{self.retry.url}/v1/groups/{group}", json=settings)
+
+    def send_back(self, group: str, **body: Any) -> requests.Response:
+        return self.http.post(f"{self.retry.url}/v1/groups/{group}/send-back", json=body)
+
+    def ok_send_back(self, group: str, **body: Any) -> dict[str, Any]:
+        resp = self.send_back(group, **body)
+        assert resp.status_code == 200, resp.text
+        result: dict[str, Any] = resp.json()
+        return result
+
+    def dlq(self, group: str, **params: Any) -> dict[str, Any]:
+        resp = self.http.get(f"{self.retry.url}/v1/groups/{group}/dlq", params=params)
+        assert resp.status_code == 200, resp.text
+        result: dict[str, Any] = resp.json()
+        return result
+
+    def dlq_ids(self, group: str, **params: Any) -> list[str]:
+        return [m["msgId"] for m in self.dlq(group, max=1000, **params)["messages"]]
+
+    def spans(self) -> list[dict[str, Any]]:
+        if not self.spans_path.exists():
+            return []
+        return [json.loads(line) for line in self.spans_path.read_text().splitlines() if line]
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """Redis, store and retry service, shared by the retry integration tests."""
+    root = tmp_path_factory.mktemp("retry-stack")
+    spans_path = root / "spans.jsonl"
+    redis = RedisServer(root / "redis").start()
+    started: list[Process] = [redis]
+    try:
+        store = store_service(root / "home", env={"CLEPSYDRA_DELAY_LEVELS": LEVELS_1S}).start()
+        started.append(store)
+        retry = retry_service(root / "home", store_url=store.url, redis_url=redis.url,
+                              env={"CLEPSYDRA_OTEL_EXPORTER": f"file:{spans_path}"}).start()
+        started.append(retry)
+        stack = Stack(redis=redis, store=store, retry=retry, spans_path=spans_path)
+        yield stack
+        stack.http.close()  # open keep-alive connections would hold up gunicorn's stop
+    finally:
+        for process in reversed(started):
+            process.stop()
+
+
+@pytest.fixture(scope="session")
+def scheduler(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Process]]:
+    """The scheduler (Celery worker + beat) delivering the stack's delayed messages."""
+    home = tmp_path_factory.mktemp("scheduler")
+    processes = scheduler_processes(home, store_url=stack.store.url, redis_url=stack.redis.url)
+    try:
+        for process in processes:
+            process.start()
+        worker = processes[0]
+
+        def ready() -> bool:
+            if not all(p.alive() for p in processes):
+                raise RuntimeError("scheduler exited early:\n" +
+                                   "\n".join(p.log()[-3000:] for p in processes))
+            return "ready" in worker.log()
+
+        wait_until(ready, 60, 0.2, what="scheduler worker ready")
+        yield processes
+    finally:
+        for process in processes:
+            process.stop()
+
+
+@pytest.fixture
+def names(request: pytest.FixtureRequest) -> Callable[[str], str]:
+    """Unique group/topic names for one test (letters, digits, _ and -)."""
+    base = request.node.name.replace("[", "_").replace("]", "").replace("test_", "")[:40]
+    serial = next(_names)
+    return lambda kind: f"{kind}-{base}-{serial}".replace(".", "_")
+
+
+@pytest.fixture
+def app_client(stack: Stack) -> Iterator[FlaskClient]:
+    """The retry app in this process (Flask test client) over the stack's Redis and store:
+    for bad input, and to read what it left in Redis."""
+    settings = RetrySettings.for_test(stack.store.url, stack.redis.url,
+                                      CLEPSYDRA_DELAY_LEVELS=LEVELS_1S)
+    app = create_app(settings)
+    yield app.test_client()
+    app.extensions["clepsydra_retry"].store.close()
+    app.extensions["clepsydra_retry"].redis.close()
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float = 10.0, what: str = "") -> None:
+    wait_until(predicate, timeout_s, 0.05, what=what)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
