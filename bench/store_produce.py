@@ -8,6 +8,7 @@ Scenarios (targets on a 2-core machine, issue 2):
   single1  HTTP single sends, 1 client thread                          (no target)
   single8  HTTP single sends, 8 client threads                         >= 2,500 msgs/s
   batch    HTTP batches of 100, 2 client threads                       >= 50,000 msgs/s
+  batchraw the same with raw-socket clients (cheaper than requests: shows the server)
   sync8    HTTP batches of 100, 8 client threads, CLEPSYDRA_FLUSH=sync  >= 20,000 msgs/s
 
 It starts its own store processes (``python -m clepsydra_store``) on free ports with a temporary
@@ -215,6 +216,21 @@ def raw_single(url: str, threads: int, seconds: float) -> tuple[int, float]:
     return run_clients(threads, seconds, send)
 
 
+def raw_batch(url: str, threads: int, seconds: float) -> tuple[int, float]:
+    payload = json.dumps({"messages": [message(i) for i in range(BATCH)]}).encode()
+    path = f"/v1/topics/{TOPIC}/messages/batch"
+    local = threading.local()
+
+    def send(session: requests.Session) -> int:
+        conn = getattr(local, "conn", None)
+        if conn is None:
+            conn = local.conn = RawConnection(url, path, payload)
+        conn.send()
+        return BATCH
+
+    return run_clients(threads, seconds, send)
+
+
 def http_batch(url: str, threads: int, seconds: float) -> tuple[int, float]:
     payload = json.dumps({"messages": [message(i) for i in range(BATCH)]}).encode()
     target = f"{url}/v1/topics/{TOPIC}/messages/batch"
@@ -336,7 +352,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--only", default="inproc,single1,single8,single8raw,batch,sync8")
+    parser.add_argument("--only",
+                        default="inproc,single1,single8,single8raw,batch,batchraw,sync8")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--url", help="use a running store (async flush) instead of starting one")
     args = parser.parse_args()
@@ -348,7 +365,7 @@ def main() -> int:
         if "inproc" in only:
             rows.append(Row("in-process put_batch(100), async flush",
                             *in_process(home, args.seconds)))
-        if only & {"single1", "single8", "single8raw", "batch"}:
+        if only & {"single1", "single8", "single8raw", "batch", "batchraw"}:
             store = None if args.url else StoreProcess(home / "async", "async")
             url = args.url or (store.url if store else "")
             try:
@@ -362,6 +379,8 @@ def main() -> int:
                      lambda: raw_single(url, 8, args.seconds)),
                     ("batch", "HTTP batch 100, 2 clients",
                      lambda: http_batch(url, 2, args.seconds)),
+                    ("batchraw", "HTTP batch 100, 2 raw-socket clients",
+                     lambda: raw_batch(url, 2, args.seconds)),
                 ]
                 for key, label, run in scenarios:
                     if key not in only:

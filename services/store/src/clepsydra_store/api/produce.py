@@ -17,6 +17,7 @@ import binascii
 import logging
 import time
 from collections.abc import Mapping
+from operator import attrgetter
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -35,6 +36,7 @@ from clepsydra_store.api.observability import (
     inject_current,
     parent_context,
 )
+from clepsydra_store.engine.batch_encoder import settable_properties
 from clepsydra_store.engine.types import PutRequest, PutResult, PutStatus
 
 logger = logging.getLogger(__name__)
@@ -44,7 +46,12 @@ MAX_BATCH = 1000
 MESSAGE_FIELDS = frozenset({"body", "bodyBase64", "tags", "keys", "properties", "queueId",
                             "delayLevel", "delayMs", "deliverAt", "flag", "bornTimestamp",
                             "topic"})
+PLAIN_FIELDS = MESSAGE_FIELDS - {"bodyBase64", "delayMs", "deliverAt"}
+"""Fields of a message that :func:`parse_plain` takes; others go through parse_message."""
 BATCH_FIELDS = frozenset({"messages"})
+_ALL_OK = frozenset({PutStatus.OK})
+_STATUS = attrgetter("status")
+_BODY = attrgetter("body")
 
 
 class FlushTimeout(ClepsydraError):
@@ -153,6 +160,98 @@ def parse_message(msg: object, topic: str, max_body_bytes: int, host: bytes,
     )
 
 
+def parse_plain(msg: object, topic: str, max_body_bytes: int, host: bytes, now_ms: int,
+                trace_props: dict[str, str]) -> PutRequest | None:
+    """:func:`parse_message` of the common shape (text body; tags, keys as text, properties,
+    integers all plain and valid), in fewer steps; None when the message is anything else
+    (parse_message then answers for it, errors included). A message without properties gets
+    ``trace_props`` itself (the engine never changes a request's properties)."""
+    if type(msg) is not dict or not msg.keys() <= PLAIN_FIELDS:
+        return None
+    get = msg.get
+    text = get("body")
+    if type(text) is not str:
+        return None
+    try:
+        body = text.encode()
+    except UnicodeEncodeError:
+        return None
+    if len(body) > max_body_bytes:
+        return None
+    present = 1
+    props = trace_props
+    raw_props = get("properties")
+    if raw_props is not None:
+        if type(raw_props) is not dict or not settable_properties(raw_props):
+            return None
+        props = dict(raw_props)
+        if P.TRACEPARENT not in props:
+            props.update(trace_props)
+        present += 1
+    tags = get("tags")
+    if tags is not None:
+        if type(tags) is not str or not (tags.isascii() or _encodes(tags)):
+            return None
+        present += 1
+    keys = get("keys")
+    if keys is not None:
+        if type(keys) is not str or not (keys.isascii() or _encodes(keys)):
+            return None
+        present += 1
+    if present == len(msg):  # nothing else given
+        return PutRequest(topic, body, tags, keys, props, None, 0, 0, now_ms, host)
+    inner_topic = get("topic")
+    if inner_topic is not None and inner_topic != topic:
+        return None
+    level = get("delayLevel")
+    if level is None:
+        level = 0
+    elif type(level) is not int or not 0 <= level <= jsonio.INT32_MAX:
+        return None
+    queue_id = get("queueId")
+    if queue_id is not None and (type(queue_id) is not int
+                                 or not 0 <= queue_id <= jsonio.INT32_MAX):
+        return None
+    flag = get("flag")
+    if flag is None:
+        flag = 0
+    elif type(flag) is not int or not -jsonio.INT32_MAX - 1 <= flag <= jsonio.INT32_MAX:
+        return None
+    born = get("bornTimestamp")
+    if born is None:
+        born = now_ms
+    elif type(born) is not int or not 0 <= born <= jsonio.INT64_MAX:
+        return None
+    return PutRequest(topic, body, tags, keys, props, queue_id, level, flag, born, host)
+
+
+def _encodes(text: str) -> bool:
+    """The text encodes as UTF-8 (no lone surrogates), as validation.validate_text checks."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def parse_messages(messages: list[Any], topic: str, max_body_bytes: int, host: bytes,
+                   now_ms: int, trace_props: dict[str, str]) -> list[PutRequest]:
+    """The messages of a batch as PutRequests; the first bad one raises, its index named."""
+    requests: list[PutRequest] = []
+    add = requests.append
+    try:
+        for msg in messages:
+            request = parse_plain(msg, topic, max_body_bytes, host, now_ms, trace_props)
+            add(request if request is not None else
+                parse_message(msg, topic, max_body_bytes, host, now_ms, trace_props))
+    except ClepsydraError as exc:
+        exc.message = f"messages[{len(requests)}]: {exc.message}; the batch was refused, " \
+                      "nothing stored"
+        exc.args = (exc.message,)
+        raise
+    return requests
+
+
 def check_topic(topic: str) -> None:
     validation.validate_topic_name(topic)
     validation.check_producible(topic)
@@ -166,12 +265,16 @@ def result_json(r: PutResult) -> dict[str, Any]:
 
 def _acknowledge(c: StoreContext, results: list[PutResult],
                  requests: list[PutRequest]) -> list[dict[str, Any]]:
-    out = [result_json(r) for r in results]
-    if any(r.status is not PutStatus.OK for r in results):
+    out = [{"msgId": msg_id, "topic": topic, "queueId": queue_id,  # result_json, inlined
+            "queueOffset": queue_offset, "commitLogOffset": commitlog_offset,
+            "storeTimestamp": store_timestamp}
+           for (_, msg_id, topic, queue_id, queue_offset, commitlog_offset, store_timestamp,
+                _) in results]
+    if not _ALL_OK.issuperset(map(_STATUS, results)):
         raise FlushTimeout(f"{len(results)} message(s) appended but not flushed to disk in time; "
                            "not acknowledged", out)
     c.obs.produced.inc(len(results))
-    c.obs.produced_bytes.inc(sum(len(r.body) for r in requests))
+    c.obs.produced_bytes.inc(sum(map(len, map(_BODY, requests))))
     return out
 
 
@@ -211,18 +314,8 @@ def produce_batch(c: StoreContext, topic: str, payload: dict[str, Any],
     if not 1 <= len(messages) <= MAX_BATCH:
         raise ValidationError(f"a batch holds 1 to {MAX_BATCH} messages, got {len(messages)}",
                               code="INVALID_REQUEST")
-    max_body = c.settings.engine.max_body_bytes
-    now_ms = _now_ms()
-    trace_props = _trace_props()
-    requests = []
-    for index, msg in enumerate(messages):
-        try:
-            requests.append(parse_message(msg, topic, max_body, host, now_ms, trace_props))
-        except ClepsydraError as exc:
-            exc.message = f"messages[{index}]: {exc.message}; the batch was refused, nothing " \
-                          "stored"
-            exc.args = (exc.message,)
-            raise
+    requests = parse_messages(messages, topic, c.settings.engine.max_body_bytes, host, _now_ms(),
+                              _trace_props())
     results = c.store.put_batch(requests)
     out = _acknowledge(c, results, requests)
     span = _span()

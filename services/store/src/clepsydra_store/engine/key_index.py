@@ -89,6 +89,22 @@ class KeyIndex:
             if self._insert(h, commitlog_offset, dedupe=dedupe):
                 self._pending.append(pack(h, commitlog_offset))
 
+    def add_many(self, hashes: list[int], commitlog_offsets: list[int]) -> None:
+        """:meth:`add` for keys already hashed (``key_hash``), one offset per hash."""
+        offsets = self._offsets
+        if offsets.keys().isdisjoint(hashes) and len(set(hashes)) == len(hashes):
+            offsets.update(zip(hashes, commitlog_offsets, strict=True))  # all new
+        else:
+            for h, commitlog_offset in zip(hashes, commitlog_offsets, strict=True):
+                values = offsets.get(h)  # as _insert(dedupe=False)
+                if values is None:
+                    offsets[h] = commitlog_offset
+                elif isinstance(values, int):
+                    offsets[h] = sorted((values, commitlog_offset))
+                else:
+                    values.append(commitlog_offset)
+        self._pending += map(ENTRY.pack, hashes, commitlog_offsets)
+
     def write_pending(self) -> None:
         if not self._pending:
             return

@@ -19,6 +19,7 @@ from clepsydra_core.errors import ValidationError as _ValidationError
 from clepsydra_core.msgid import decode_msg_id
 from clepsydra_core.records import CommitLogRecord, tags_code
 from clepsydra_core.validation import check_consumable, validate_topic_name
+from clepsydra_store.engine.batch_encoder import BatchEncoder
 from clepsydra_store.engine.config import EngineConfig
 from clepsydra_store.engine.consume_queue import ENTRY
 from clepsydra_store.engine.prepare import Prepared
@@ -120,9 +121,7 @@ class MessageStore(StoreCore):
         """All validated first; one bad message refuses the whole batch, nothing stored.
         Appended with one write (and one fsync with sync flush)."""
         ensure: dict[str, int] = {}
-        checked: dict[str, tuple[int, bool]] = {}
-        prepare = self._preparer.put
-        items = [prepare(r, ensure, checked) for r in requests]
+        items = BatchEncoder(self._preparer, ensure).prepare(requests)
         return self._store(items, ensure)
 
     def copy(self, requests: list[CopyRequest]) -> list[PutResult]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import zlib
 from collections.abc import Iterator
+from typing import NamedTuple
 
 from clepsydra_core import naming
 from clepsydra_core import properties as P
@@ -37,6 +38,7 @@ from clepsydra_core.validation import (
 )
 from clepsydra_store.engine.config import EngineConfig
 from clepsydra_store.engine.dispatch import record_keys
+from clepsydra_store.engine.key_index import key_hash
 from clepsydra_store.engine.topics import TopicRegistry
 from clepsydra_store.engine.types import CopyRequest, PutRequest
 
@@ -44,39 +46,50 @@ DEFAULT_MAX_RECONSUME_TIMES = 16
 DLQ_REASON_MAX_RECONSUME = "max_reconsume_times"
 
 
-class Prepared:
-    """A record with everything but its offsets and store timestamp."""
 
-    __slots__ = ("body_len", "born_host", "born_timestamp", "crc", "delay_ms", "deliver_ts",
-                 "flag", "keys", "mark", "queue_id", "reconsume_times", "size", "sys_flag",
-                 "tags_code", "tail", "topic")
+class Prepared(NamedTuple):
+    """A record with everything but its offsets and store timestamp, in the field order the
+    writer unpacks (``StoreCore._place``). The produce hot path builds these directly
+    (``engine.batch_encoder.BatchEncoder``); other callers use :meth:`build`."""
 
-    def __init__(self, topic: str, queue_id: int, body: bytes, props: dict[str, str], *,
-                 flag: int, sys_flag: int, born_timestamp: int, born_host: bytes,
-                 reconsume_times: int, delay_ms: int = 0, mark: tuple[int, int] | None = None,
-                 deliver_ts: int = 0, max_size: int) -> None:
-        self.topic = topic
-        self.queue_id = queue_id
-        self.tail = encode_record_tail(body, topic.encode(), encode_properties(props))
-        self.size = HEADER_SIZE + len(self.tail)
-        if self.size + MIN_END_MARKER > max_size:
-            raise ValidationError(f"message of {self.size} bytes does not fit a CommitLog "
-                                  f"segment of {max_size} bytes", rule="P1",
-                                  code="BODY_TOO_LARGE")
-        self.crc = zlib.crc32(body)
-        self.body_len = len(body)
-        self.flag = flag
-        self.sys_flag = sys_flag
-        self.born_timestamp = born_timestamp
-        self.born_host = born_host
-        self.reconsume_times = reconsume_times
-        self.delay_ms = delay_ms
-        """> 0 for the schedule topic: tagsCode = store timestamp + delay_ms (S2)."""
-        self.tags_code = 0 if delay_ms else tags_code(props.get(P.TAGS))
-        self.keys = record_keys(props)
-        self.mark = mark
-        """(level, schedule queue offset) this record hands over (D9)."""
-        self.deliver_ts = deliver_ts
+    size: int
+    topic: str
+    queue_id: int
+    tags_code: int
+    delay_ms: int
+    """> 0 for the schedule topic: tagsCode = store timestamp + delay_ms (S2)."""
+    crc: int
+    flag: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: bytes
+    reconsume_times: int
+    body_len: int
+    tail: bytes
+    key_hashes: tuple[int, ...]
+    """key_index.key_hash of each KEYS key and of UNIQ_KEY."""
+    mark: tuple[int, int] | None
+    """(level, schedule queue offset) this record hands over (D9)."""
+    deliver_ts: int
+
+    @classmethod
+    def build(cls, topic: str, queue_id: int, body: bytes, props: dict[str, str], *,
+              flag: int, sys_flag: int, born_timestamp: int, born_host: bytes,
+              reconsume_times: int, delay_ms: int = 0, mark: tuple[int, int] | None = None,
+              deliver_ts: int = 0, max_size: int) -> Prepared:
+        tail = encode_record_tail(body, topic.encode(), encode_properties(props))
+        size = HEADER_SIZE + len(tail)
+        if size + MIN_END_MARKER > max_size:
+            raise too_large(size, max_size)
+        return cls(size, topic, queue_id, 0 if delay_ms else tags_code(props.get(P.TAGS)),
+                   delay_ms, zlib.crc32(body), flag, sys_flag, born_timestamp, born_host,
+                   reconsume_times, len(body), tail,
+                   tuple(key_hash(k) for k in record_keys(props)), mark, deliver_ts)
+
+
+def too_large(size: int, max_size: int) -> ValidationError:
+    return ValidationError(f"message of {size} bytes does not fit a CommitLog segment of "
+                           f"{max_size} bytes", rule="P1", code="BODY_TOO_LARGE")
 
 
 class Preparer:
@@ -95,12 +108,16 @@ class Preparer:
         cfg = self.topics.get(topic)
         return cfg.queues if cfg is not None else ensure.get(topic)
 
+    def round_robin(self, topic: str) -> Iterator[int]:
+        """The topic's counter for queue picks (``next(counter) % queues``)."""
+        counter = self._rr.get(topic)
+        if counter is None:
+            counter = self._rr.setdefault(topic, itertools.count())
+        return counter
+
     def pick_queue(self, topic: str, queues: int, queue_id: int | None) -> int:
         if queue_id is None:
-            counter = self._rr.get(topic)
-            if counter is None:
-                counter = self._rr.setdefault(topic, itertools.count())
-            return next(counter) % queues
+            return next(self.round_robin(topic)) % queues
         if not 0 <= queue_id < queues:
             raise OffsetOutOfRange(f"topic {topic} has queues 0..{queues - 1}, "
                                    f"not queue_id {queue_id}")
@@ -119,7 +136,7 @@ class Preparer:
         return naming.SCHEDULE_TOPIC, self.levels.queue_id(level), self.levels.delay_ms(level)
 
     # ---- put -------------------------------------------------------------------------------
-    def _check_topic(self, topic: str, ensure: dict[str, int]) -> tuple[int, bool]:
+    def check_topic(self, topic: str, ensure: dict[str, int]) -> tuple[int, bool]:
         """(queues, auto-create as %RETRY%) of a produce target (P1, S3, existence)."""
         validate_topic_name(topic)
         check_producible(topic)
@@ -138,7 +155,7 @@ class Preparer:
         topic = req.topic
         hit = checked.get(topic) if checked is not None else None
         if hit is None:
-            hit = self._check_topic(topic, ensure)
+            hit = self.check_topic(topic, ensure)
             self.check_writable()
             if checked is not None:
                 checked[topic] = hit
@@ -173,10 +190,10 @@ class Preparer:
         delay_ms = 0
         if level > 0 and not is_transaction_prepared_or_rollback(req.sys_flag):
             topic, queue_id, delay_ms = self._park(props, topic, queue_id, level)
-        return Prepared(topic, queue_id, body, props, flag=req.flag, sys_flag=req.sys_flag,
-                        born_timestamp=req.born_timestamp, born_host=req.born_host,
-                        reconsume_times=reconsume, delay_ms=delay_ms,
-                        max_size=self.config.segment_size_bytes)
+        return Prepared.build(topic, queue_id, body, props, flag=req.flag,
+                              sys_flag=req.sys_flag, born_timestamp=req.born_timestamp,
+                              born_host=req.born_host, reconsume_times=reconsume,
+                              delay_ms=delay_ms, max_size=self.config.segment_size_bytes)
 
     # ---- copy (internal) -----------------------------------------------------------------------
     def copy(self, req: CopyRequest, record: CommitLogRecord, ensure: dict[str, int]) -> Prepared:
@@ -200,10 +217,10 @@ class Preparer:
         delay_ms = 0
         if level > 0 and not is_transaction_prepared_or_rollback(record.sys_flag):
             topic, queue_id, delay_ms = self._park(props, topic, queue_id, level)
-        return Prepared(topic, queue_id, record.body, props, flag=record.flag,
-                        sys_flag=record.sys_flag, born_timestamp=record.born_timestamp,
-                        born_host=record.born_host, reconsume_times=reconsume,
-                        delay_ms=delay_ms, max_size=self.config.segment_size_bytes)
+        return Prepared.build(topic, queue_id, record.body, props, flag=record.flag,
+                              sys_flag=record.sys_flag, born_timestamp=record.born_timestamp,
+                              born_host=record.born_host, reconsume_times=reconsume,
+                              delay_ms=delay_ms, max_size=self.config.segment_size_bytes)
 
 
 def _retry_counts(props: dict[str, str], reconsume: int) -> tuple[int, int]:

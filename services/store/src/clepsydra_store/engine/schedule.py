@@ -106,11 +106,11 @@ class Scheduler:
         if reason is not None:
             props[P.SCHEDULE_ERROR] = reason
             return self._park(record, props, mark, deliver_ts), False
-        return Prepared(topic, queue_id, record.body, props, flag=record.flag,
-                        sys_flag=record.sys_flag, born_timestamp=record.born_timestamp,
-                        born_host=record.born_host, reconsume_times=record.reconsume_times,
-                        mark=mark, deliver_ts=deliver_ts,
-                        max_size=self.segment_size_bytes), True
+        return Prepared.build(topic, queue_id, record.body, props, flag=record.flag,
+                              sys_flag=record.sys_flag, born_timestamp=record.born_timestamp,
+                              born_host=record.born_host,
+                              reconsume_times=record.reconsume_times, mark=mark,
+                              deliver_ts=deliver_ts, max_size=self.segment_size_bytes), True
 
     def _destination(self, record: CommitLogRecord) -> tuple[str, int, str | None]:
         """(real topic, real queue id, None) or ("", 0, why it cannot be rebuilt)."""
@@ -142,10 +142,11 @@ class Scheduler:
         logger.warning("scheduled message parked level=%d queue_offset=%d commitlog_offset=%d "
                        "reason=%s", mark[0], mark[1], record.commitlog_offset,
                        props.get(P.SCHEDULE_ERROR))
-        return Prepared(naming.SCHEDULE_ERROR_TOPIC, 0, record.body, props, flag=record.flag,
-                        sys_flag=record.sys_flag, born_timestamp=record.born_timestamp,
-                        born_host=record.born_host, reconsume_times=record.reconsume_times,
-                        mark=mark, deliver_ts=deliver_ts, max_size=self.segment_size_bytes)
+        return Prepared.build(naming.SCHEDULE_ERROR_TOPIC, 0, record.body, props,
+                              flag=record.flag, sys_flag=record.sys_flag,
+                              born_timestamp=record.born_timestamp, born_host=record.born_host,
+                              reconsume_times=record.reconsume_times, mark=mark,
+                              deliver_ts=deliver_ts, max_size=self.segment_size_bytes)
 
     def protect_offset(self) -> tuple[int, int] | None:
         """(smallest CommitLog offset of a schedule entry not yet handed over, its level), for

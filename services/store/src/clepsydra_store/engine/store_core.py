@@ -8,14 +8,15 @@ import logging
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from clepsydra_core import naming
 from clepsydra_core.msgid import pack_host
 from clepsydra_core.records import MAGIC_V1, MIN_END_MARKER, RECORD_HEADER
 from clepsydra_store.engine.checkpoint import Checkpoint
-from clepsydra_store.engine.commitlog import CommitLog
+from clepsydra_store.engine.commitlog import AppendBatch, CommitLog
 from clepsydra_store.engine.config import EngineConfig
 from clepsydra_store.engine.consume_queue import ENTRY, ConsumeQueue
 from clepsydra_store.engine.dispatch import Dispatcher
@@ -27,6 +28,11 @@ from clepsydra_store.engine.topics import TopicRegistry
 from clepsydra_store.engine.types import PutResult, PutStatus
 
 logger = logging.getLogger(__name__)
+
+_Placed = tuple[list[PutResult], list[tuple[ConsumeQueue, bytes]], list[int], list[int],
+                list[tuple[int, int]]]
+"""(results, packed ConsumeQueue entries per queue, key hashes, their CommitLog offsets,
+handed-over marks) of a placed batch."""
 
 SYNC_FLUSH_TIMEOUT_S = 5.0
 HOUSEKEEPING_INTERVAL_S = 1.0
@@ -148,64 +154,76 @@ class StoreCore:
         return False
 
     # ---- append (caller holds the writer lock) ---------------------------------------------
-    def _append_locked(self, items: list[Prepared]) -> tuple[list[PutResult], int]:
+    def _append_locked(self, items: Sequence[Prepared]) -> tuple[list[PutResult], int]:
         """Place, write (one write per segment) and dispatch ``items``; (results, end)."""
         batch = self._commitlog.begin()
-        disp = self._dispatcher
         now = time.time_ns() // 1_000_000
+        try:
+            placed = self._place(batch, items, now)
+            end = batch.commit()
+        except BaseException:
+            batch.abort()
+            raise
+        results, entries, key_hashes, key_offsets, marks = placed
+        for cq, packed in entries:
+            cq.write(cq.next_offset, packed)
+        index = self._dispatcher.key_index
+        if key_hashes:
+            index.add_many(key_hashes, key_offsets)
+        index.write_pending()
+        for level, queue_offset in marks:
+            self._dispatcher.raise_mark(level, queue_offset)
+        counters = self._counters
+        counters["puts_total"] += len(results)
+        counters["put_bytes_total"] += end - batch.start
+        return results, end
+
+    def _place(self, batch: AppendBatch, items: Sequence[Prepared], now: int) -> _Placed:
+        """Place records (rolling to a new segment where one does not fit), their headers
+        packed now that offsets and the store timestamp are known."""
         pack = RECORD_HEADER.pack
         entry_pack = ENTRY.pack
         host = self._store_host
         prefix = self._msg_id_prefix
-        queue = disp.queue
-        writes: dict[ConsumeQueue, tuple[int, list[bytes]]] = {}
+        queue = self._dispatcher.queue
+        queues: dict[tuple[str, int], tuple[ConsumeQueue, list[bytes]]] = {}
+        """(topic, queue id) -> (its ConsumeQueue, the packed entries of this batch)."""
+        hashes: list[int] = []
+        offsets: list[int] = []
+        marks: list[tuple[int, int]] = []
         results: list[PutResult] = []
+        result = results.append
+        new = tuple.__new__  # PutResult(...) without its Python-level __new__
         ok = PutStatus.OK
         parts = batch.parts  # cleared in place by a roll, never replaced
         append = parts.append
         position, segment_end = batch.position, batch.segment_end
-        try:
-            for m in items:
-                size = m.size
-                if position + size + MIN_END_MARKER > segment_end:
-                    batch.position = position
-                    position = batch.place(size)
-                    segment_end = batch.segment_end
-                cq = queue(m.topic, m.queue_id)
-                queue_offset = cq.next_offset
-                cq.next_offset = queue_offset + 1
-                pending = writes.get(cq)
-                if pending is None:
-                    pending = writes[cq] = (queue_offset, [])
-                pending[1].append(entry_pack(position, size,
-                                             now + m.delay_ms if m.delay_ms else m.tags_code))
-                append(pack(size, MAGIC_V1, m.crc, m.queue_id, m.flag, queue_offset, position,
-                            m.sys_flag, m.born_timestamp, m.born_host, now, host,
-                            m.reconsume_times, m.body_len))
-                append(m.tail)
-                results.append(PutResult(ok, f"{prefix}{position:016X}", m.topic, m.queue_id,
-                                         queue_offset, position, now, size))
-                position += size
-            batch.position = position
-            end = batch.commit()
-        except BaseException:
-            batch.abort()
-            for cq, (first, _) in writes.items():
-                cq.next_offset = first
-            raise
-        for cq, (first, parts) in writes.items():
-            cq.write(first, b"".join(parts))
-        index = disp.key_index
-        for m, r in zip(items, results, strict=True):
-            if m.keys:
-                index.add(m.keys, r.commitlog_offset)
-            if m.mark is not None:
-                disp.raise_mark(*m.mark)
-        index.write_pending()
-        counters = self._counters
-        counters["puts_total"] += len(items)
-        counters["put_bytes_total"] += end - batch.start
-        return results, end
+        for (size, topic, queue_id, code, delay_ms, crc, flag, sys_flag, born_timestamp,
+             born_host, reconsume_times, body_len, tail, key_hashes, mark, _) in items:
+            if position + size + MIN_END_MARKER > segment_end:
+                batch.position = position
+                position = batch.place(size)
+                segment_end = batch.segment_end
+            pending = queues.get((topic, queue_id))
+            if pending is None:
+                pending = queues[topic, queue_id] = (queue(topic, queue_id), [])
+            entries = pending[1]
+            queue_offset = pending[0].next_offset + len(entries)
+            entries.append(entry_pack(position, size, now + delay_ms if delay_ms else code))
+            append(pack(size, MAGIC_V1, crc, queue_id, flag, queue_offset, position, sys_flag,
+                        born_timestamp, born_host, now, host, reconsume_times, body_len))
+            append(tail)
+            result(new(PutResult, (ok, f"{prefix}{position:016X}", topic, queue_id,
+                                   queue_offset, position, now, size)))
+            for h in key_hashes:
+                hashes.append(h)
+                offsets.append(position)
+            if mark is not None:
+                marks.append(mark)
+            position += size
+        batch.position = position
+        return (results, [(cq, b"".join(packed)) for cq, packed in queues.values()], hashes,
+                offsets, marks)
 
     def _acknowledge(self, results: list[PutResult], end: int | None) -> list[PutResult]:
         """P2: with sync flush, wait (group commit) until ``end`` is fsync'd."""
@@ -213,7 +231,7 @@ class StoreCore:
             return results
         logger.warning("sync flush timed out end_offset=%d flushed_offset=%d", end,
                        self._commitlog.flushed_offset)
-        return [replace(r, status=PutStatus.FLUSH_TIMEOUT) for r in results]
+        return [r._replace(status=PutStatus.FLUSH_TIMEOUT) for r in results]
 
     def _wait_flushed(self, end: int) -> bool:
         deadline = time.monotonic() + SYNC_FLUSH_TIMEOUT_S

@@ -1,0 +1,269 @@
+"""The produce hot path: requests to ordinary topics encoded straight into records.
+
+:meth:`Preparer.put` builds a properties dict per message and encodes it; here the checks
+(P1 body and properties, L2) and the record tail are done in one pass with no intermediate
+objects, plus per-batch caches (a properties dict shared by several requests is encoded once;
+tags, few and repeated, are cached). Anything else — %RETRY% topics (R10), and any request that
+does not pass a plain check — goes through ``Preparer.put``, which raises the same errors in the
+same order; the fast path changes nothing before its checks are done. Its records must stay
+byte-equal to ``Prepared.build``'s.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Sequence
+from zlib import adler32, crc32
+
+from clepsydra_core import naming
+from clepsydra_core import properties as P
+from clepsydra_core.records import HEADER_SIZE, MIN_END_MARKER, is_transaction_prepared_or_rollback
+from clepsydra_core.validation import MAX_PROPERTIES_BYTES
+from clepsydra_store.engine.key_index import key_hash
+from clepsydra_store.engine.prepare import Prepared, Preparer, too_large
+from clepsydra_store.engine.types import PutRequest
+
+# record tail = body | u8 topic length | topic | i32 properties length | properties, and each
+# property u16 name length | name | u32 value length | value (clepsydra_core.records/.properties)
+_U8 = struct.Struct(">B")
+_I32 = struct.Struct(">i")
+_NAME_LEN = struct.Struct(">H")
+_VALUE_LEN = struct.Struct(">I")
+
+_NAMES: dict[str, bytes] = {}
+"""Names a producer may set (P1) seen so far -> their encoded ``u16 length | name``."""
+_TAGS_SEEN: dict[str, tuple[bytes, int]] = {}
+"""tags -> (the encoded TAGS property, tagsCode)."""
+_CACHE_MAX = 4096
+_CACHE_MAX_LEN = 256
+"""The caches hold entries of at most this many bytes, and start again when full (producers
+choose the names and tags)."""
+
+TopicInfo = tuple[int, bytes, Iterator[int]]
+"""(queues, encoded ``u8 length | topic``, round-robin counter) of an ordinary topic."""
+
+
+class BatchEncoder:
+    """Prepares one batch (``Preparer.put`` for each request, in order)."""
+
+    __slots__ = ("_checked", "_encoded", "_ensure", "_max_body", "_max_level", "_max_size",
+                 "_preparer", "_props", "_topics")
+
+    def __init__(self, preparer: Preparer, ensure: dict[str, int]) -> None:
+        self._preparer = preparer
+        self._ensure = ensure
+        self._checked: dict[str, tuple[int, bool]] = {}
+        self._topics: dict[str, TopicInfo | None] = {}
+        self._props: object = None
+        self._encoded: tuple[bytes, tuple[int, ...]] = (b"", ())
+        """The last properties dict encoded, and (its encoding, its UNIQ_KEY's key hash): the
+        requests of a batch often share one (the HTTP layer's trace context)."""
+        config = preparer.config
+        self._max_body = config.max_body_bytes
+        self._max_size = config.segment_size_bytes - MIN_END_MARKER
+        self._max_level = preparer.levels.max_level
+
+    def prepare(self, requests: Sequence[PutRequest]) -> list[Prepared]:
+        rows: list[Prepared] = []
+        add = rows.append
+        topics = self._topics
+        encode = self._encode
+        for req in requests:
+            topic = req.topic
+            info = topics.get(topic)
+            if info is None and topic not in topics:
+                info = topics[topic] = self._topic(topic)
+            row = encode(req, info) if info is not None else None
+            add(row if row is not None else
+                self._preparer.put(req, self._ensure, self._checked))
+        return rows
+
+    def _topic(self, topic: str) -> TopicInfo | None:
+        """The topic's TopicInfo, None for a %RETRY% topic; raises what put() raises for it."""
+        preparer = self._preparer
+        hit = self._checked.get(topic)
+        if hit is None:
+            hit = preparer.check_topic(topic, self._ensure)
+            preparer.check_writable()
+            self._checked[topic] = hit
+        queues, create_retry = hit
+        if create_retry or naming.is_retry_topic(topic):
+            return None
+        raw = topic.encode()
+        return queues, _U8.pack(len(raw)) + raw, preparer.round_robin(topic)
+
+    def _encode(self, req: PutRequest, info: TopicInfo) -> Prepared | None:
+        """put() of a request to an ordinary topic; None, with nothing changed, when a check
+        does not pass plainly (put() then raises the right error)."""
+        body = req.body
+        if type(body) is not bytes or len(body) > self._max_body:
+            return None
+        queues, topic_raw, counter = info
+        parts = [body, topic_raw, b""]  # [2]: the properties length, known at the end
+        props_len = 0
+        uniq: tuple[int, ...] = ()
+        props = req.properties
+        if props:
+            if props is self._props:
+                block, uniq = self._encoded
+            else:
+                if type(props) is not dict:
+                    return None
+                encoded = _encode_properties(props)
+                if encoded is None:
+                    return None
+                self._props, self._encoded = props, encoded
+                block, uniq = encoded
+            parts.append(block)
+            props_len = len(block)
+        code = 0
+        tags = req.tags
+        if tags:
+            if type(tags) is not str:
+                return None
+            seen = _TAGS_SEEN.get(tags) or _tags(tags)
+            if seen is None:
+                return None
+            block, code = seen
+            parts.append(block)
+            props_len += len(block)
+        hashes: tuple[int, ...] = ()
+        keys = req.keys
+        if keys:
+            if type(keys) is not str:
+                return None
+            try:
+                raw = keys.encode()
+            except UnicodeEncodeError:
+                return None
+            parts += (_KEYS, _VALUE_LEN.pack(len(raw)), raw)
+            props_len += _KEYS_OVERHEAD + len(raw)
+            # every whitespace character but the space is unprintable, so a printable text
+            # without a space is one key to str.split(), and raw is its bytes
+            if keys.isprintable() and " " not in keys:
+                hashes = ((crc32(raw) << 32) | adler32(raw),)  # key_index.key_hash
+            else:
+                hashes = tuple(map(key_hash, keys.split()))
+        if uniq:
+            hashes += uniq
+        level = req.delay_level
+        if level:
+            if type(level) is not int or level < 0:
+                return None
+            level = min(level, self._max_level)
+        # checks done: from here on the request is stored or raises what put() raises
+        topic = req.topic
+        queue_id = req.queue_id
+        if queue_id is None:
+            queue_id = next(counter) % queues
+        else:
+            queue_id = self._preparer.pick_queue(topic, queues, queue_id)
+        delay_ms = 0
+        if level and not is_transaction_prepared_or_rollback(req.sys_flag):  # S1, as _park
+            for prefix, value in ((_REAL_TOPIC, topic), (_REAL_QID, str(queue_id)),
+                                  (_DELAY, str(level))):
+                raw = value.encode()
+                parts += (prefix, _VALUE_LEN.pack(len(raw)), raw)
+                props_len += len(prefix) + 4 + len(raw)
+            levels = self._preparer.levels
+            topic, queue_id = naming.SCHEDULE_TOPIC, levels.queue_id(level)
+            delay_ms = levels.delay_ms(level)
+            parts[1] = _SCHEDULE_TOPIC_RAW
+            if delay_ms:
+                code = 0
+        parts[2] = _I32.pack(props_len)
+        tail = b"".join(parts)
+        size = HEADER_SIZE + len(tail)
+        if size > self._max_size:
+            raise too_large(size, self._max_size + MIN_END_MARKER)
+        return tuple.__new__(Prepared, (
+            size, topic, queue_id, code, delay_ms, crc32(body), req.flag, req.sys_flag,
+            req.born_timestamp, req.born_host, req.reconsume_times, len(body), tail, hashes,
+            None, 0))
+
+
+def _encode_properties(props: dict[str, str]) -> tuple[bytes, tuple[int, ...]] | None:
+    """(encoding, key hash of UNIQ_KEY if set) of a producer's properties that
+    validate_properties passes (P1); None for any others."""
+    parts: list[bytes] = []
+    for name, value in props.items():
+        prefix = _NAMES.get(name) or _settable_name(name)
+        if prefix is None or type(value) is not str:
+            return None
+        try:
+            raw = value.encode()
+        except UnicodeEncodeError:
+            return None
+        parts += (prefix, _VALUE_LEN.pack(len(raw)), raw)
+    block = b"".join(parts)
+    if len(block) > MAX_PROPERTIES_BYTES:  # validate_properties counts name + value + 6 each
+        return None
+    uniq = props.get(P.UNIQ_KEY)
+    return block, (key_hash(uniq),) if uniq else ()
+
+
+def settable_properties(props: dict[str, str]) -> bool:
+    """True when validate_properties(props) passes (P1: names a producer may set, text values,
+    size); False for anything else (validate_properties then names the problem)."""
+    total = 0
+    for name, value in props.items():
+        prefix = _NAMES.get(name) or _settable_name(name)
+        if prefix is None or type(value) is not str:
+            return False
+        if value.isascii():
+            total += len(prefix) + 4 + len(value)
+            continue
+        try:
+            total += len(prefix) + 4 + len(value.encode())
+        except UnicodeEncodeError:
+            return False
+    return total <= MAX_PROPERTIES_BYTES
+
+
+def _settable_name(name: str) -> bytes | None:
+    """The encoded name of a property a producer may set (P1, as validate_properties), cached;
+    None for any other name."""
+    if not isinstance(name, str) or not name or (name in P.RESERVED
+                                                 and name not in P.CLIENT_SETTABLE):
+        return None
+    try:
+        raw = name.encode()
+    except UnicodeEncodeError:
+        return None
+    if len(raw) > 0xFFFF:
+        return None
+    prefix = _NAME_LEN.pack(len(raw)) + raw
+    if len(raw) <= _CACHE_MAX_LEN:
+        if len(_NAMES) >= _CACHE_MAX:
+            _NAMES.clear()
+        _NAMES[name] = prefix
+    return prefix
+
+
+def _tags(tags: str) -> tuple[bytes, int] | None:
+    """(the encoded TAGS property, tagsCode) of a tags string, None when it is not valid text;
+    cached when short."""
+    try:
+        raw = tags.encode()
+    except UnicodeEncodeError:
+        return None
+    seen = _TAGS + _VALUE_LEN.pack(len(raw)) + raw, crc32(raw)  # records.tags_code
+    if len(raw) <= _CACHE_MAX_LEN:
+        if len(_TAGS_SEEN) >= _CACHE_MAX:
+            _TAGS_SEEN.clear()
+        _TAGS_SEEN[tags] = seen
+    return seen
+
+
+def _name_prefix(name: str) -> bytes:
+    raw = name.encode()
+    return _NAME_LEN.pack(len(raw)) + raw
+
+
+_TAGS = _name_prefix(P.TAGS)
+_KEYS = _name_prefix(P.KEYS)
+_KEYS_OVERHEAD = len(_KEYS) + 4  # name and value length
+_REAL_TOPIC = _name_prefix(P.REAL_TOPIC)
+_REAL_QID = _name_prefix(P.REAL_QID)
+_DELAY = _name_prefix(P.DELAY)
+_SCHEDULE_TOPIC_RAW = _U8.pack(len(naming.SCHEDULE_TOPIC)) + naming.SCHEDULE_TOPIC.encode()
