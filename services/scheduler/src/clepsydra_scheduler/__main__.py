@@ -1,0 +1,97 @@
+"""``python -m clepsydra_scheduler worker|beat|status``.
+
+- ``worker``: a Celery worker with a thread pool consuming every level queue (concurrency >
+  number of levels, so each level's run and the keep-alives all get a thread). Extra arguments
+  go to Celery (``worker -n name@%h``).
+- ``beat``: Celery beat, one keep-alive per level; schedule file and pid file under
+  ``$CLEPSYDRA_HOME/scheduler/``.
+- ``status``: one table row per level (queue range, handedOver, progress, backlog, lag,
+  delivered, lateness p50/p99/max, lease); ``--prometheus`` prints the Prometheus text instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from clepsydra_core import logging as clepsydra_logging
+from clepsydra_core.errors import ConfigError
+from clepsydra_scheduler.settings import SchedulerSettings
+
+
+def _worker(settings: SchedulerSettings, extra: list[str]) -> int:
+    from clepsydra_scheduler.celery_app import create_celery, level_queues
+
+    app = create_celery(settings)
+    argv = ["--quiet", "worker", "-P", "threads", "-c", str(settings.concurrency),
+            "-Q", ",".join(level_queues(settings)),
+            "-n", f"clepsydra-scheduler-{os.getpid()}@%h",
+            "--without-gossip", "--without-mingle", "--without-heartbeat",
+            "-l", settings.common.log_level, *extra]
+    app.conf.worker_redirect_stdouts = False
+    app.worker_main(argv)
+    return 0
+
+
+def _beat(settings: SchedulerSettings, extra: list[str]) -> int:
+    from clepsydra_scheduler.celery_app import create_celery
+
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    app = create_celery(settings)
+    app.start(["--quiet", "beat", "-s", str(settings.beat_schedule_path),
+               "--pidfile", str(settings.beat_pid_path), "-l", settings.common.log_level, *extra])
+    return 0
+
+
+def _status(settings: SchedulerSettings, prometheus: bool) -> int:
+    from clepsydra_scheduler.delivery import SystemClock
+    from clepsydra_scheduler.metrics import gather, prometheus_text, status_table
+    from clepsydra_scheduler.offsets import RedisOffsetStore
+    from clepsydra_scheduler.ports import OffsetStoreUnavailable
+    from clepsydra_scheduler.store_client import HttpStoreClient
+
+    offsets = RedisOffsetStore.from_url(settings.common.effective_redis_url)
+    store = HttpStoreClient(settings.common.store_url, timeout_s=5.0)
+    try:
+        rows = gather(settings.levels, offsets, store, SystemClock().now_ms())
+    except OffsetStoreUnavailable as exc:
+        print(f"clepsydra scheduler status: {exc.message}", file=sys.stderr)
+        return 1
+    finally:
+        store.close()
+    if prometheus:
+        sys.stdout.write(prometheus_text(rows))
+    else:
+        store_up = any(row.store is not None for row in rows)
+        print(status_table(rows, store_up=store_up))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m clepsydra_scheduler",
+                                     description="Clepsydra scheduler (SPEC D1-D10)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("worker", help="Celery worker for every level queue (thread pool)")
+    sub.add_parser("beat", help="Celery beat: one keep-alive per delay level")
+    status = sub.add_parser("status", help="per-level table (or --prometheus text)")
+    status.add_argument("--prometheus", action="store_true",
+                        help="print the metrics in Prometheus text format")
+    args, extra = parser.parse_known_args(argv)
+    try:
+        settings = SchedulerSettings.from_env()
+    except ConfigError as exc:
+        print(f"clepsydra scheduler: {exc.message}", file=sys.stderr)
+        return 2
+    if args.command == "status":
+        if extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        clepsydra_logging.configure("WARNING")
+        return _status(settings, args.prometheus)
+    if args.command == "worker":
+        return _worker(settings, extra)
+    return _beat(settings, extra)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,436 @@
+"""The delivery core of one delay level: lease, progress, due decision, hand-over, sleep.
+
+No Celery, no Redis, no HTTP here: a run receives the store client, the offset store and a
+clock as arguments (``ports.py``), so unit tests drive it with in-memory twins and a virtual
+clock. One run of :class:`LevelDelivery`:
+
+1. takes the level's lease (one active deliverer per level, SPEC D1); not free -> returns;
+2. reads the level's progress (missing = 0, D2) and puts it inside the queue (D8);
+3. loops until its run period ends: reads the 20-byte entries from the progress on, decides
+   how many are due (D3, with the correction for a shortened table), asks the store to hand
+   over exactly those (D4, D7, D9 are the store's), saves the new progress only while it still
+   holds the lease (fencing), and when the head is not due sleeps until its deliver time (D5);
+   a failed store call keeps progress at the failed entry and retries after a back-off (D6);
+4. ends with RUN_ENDED (the caller re-enqueues the next run and hands it the lease token),
+   LEASE_LOST, or STOPPED (worker shutting down; lease released).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from opentelemetry import trace
+
+from clepsydra_core import telemetry
+from clepsydra_scheduler.ports import (
+    Clock,
+    Handover,
+    LevelSample,
+    OffsetStore,
+    OffsetStoreUnavailable,
+    StoreCallFailed,
+    StoreClient,
+)
+
+logger = logging.getLogger(__name__)
+
+_tracer = telemetry.tracer("clepsydra_scheduler.delivery")
+_GAUGE_INTERVAL_MS = 1_000
+_RANGE_REFRESH_MS = 5_000
+_MIN_WAIT_S = 0.001
+
+
+class LeaseLost(Exception):
+    """Internal: a fenced write found the lease held by another token."""
+
+
+class RunOutcome(StrEnum):
+    NOT_ACQUIRED = "not_acquired"
+    """Another run holds the level's lease (or Redis is down): nothing done."""
+    RUN_ENDED = "run_ended"
+    """The run period is over; the lease is still held, for the next run to adopt."""
+    LEASE_LOST = "lease_lost"
+    """The lease expired or was taken over; the run stopped without saving further progress."""
+    STOPPED = "stopped"
+    """The worker is shutting down; the lease was released."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryConfig:
+    level: int
+    delay_ms: int
+    run_s: float = 60.0
+    lease_ms: int = 10_000
+    batch: int = 2_000
+    poll_ms: int = 1_000
+    """Longest sleep when the queue is empty (also capped at half the level's delay, so an
+    entry appended just after a read is seen before it falls due)."""
+    backoff_s: float = 10.0
+    """SPEC D6: wait after a failed store call before retrying the same entry."""
+    redis_retry_s: float = 0.5
+
+    @property
+    def renew_interval_s(self) -> float:
+        return self.lease_ms / 3_000
+
+    @property
+    def idle_wait_s(self) -> float:
+        return max(min(self.poll_ms, self.delay_ms // 2), 1) / 1_000
+
+
+@dataclass(slots=True)
+class RunReport:
+    level: int
+    token: str
+    outcome: RunOutcome = RunOutcome.NOT_ACQUIRED
+    start_offset: int = 0
+    end_offset: int = 0
+    delivered: int = 0
+    parked: int = 0
+    skipped: int = 0
+    handovers: int = 0
+    store_failures: int = 0
+    corrections: list[tuple[int, int]] = field(default_factory=list)
+    """D8 corrections made: (from, to)."""
+
+
+def corrected_deliver_ts(deliver_ts: int, now_ms: int, delay_ms: int) -> int:
+    """SPEC D3: a deliver time beyond now + the level's delay means the table was shortened
+    since the message was stored: deliver it now."""
+    return now_ms if deliver_ts > now_ms + delay_ms else deliver_ts
+
+
+def due_count(deliver_ts: Sequence[int], now_ms: int, delay_ms: int, limit: int) -> int:
+    """How many leading entries are due now (SPEC D3, D5: stop at the first one not due)."""
+    horizon = now_ms + delay_ms
+    count = 0
+    for ts in deliver_ts:
+        if count >= limit or now_ms < ts <= horizon:
+            break
+        count += 1
+    return count
+
+
+class SystemClock:
+    """Wall time; ``wait`` returns early (True) when ``stop`` is set."""
+
+    def __init__(self, stop: threading.Event | None = None) -> None:
+        self._stop = stop or threading.Event()
+
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+    def wait(self, timeout_s: float) -> bool:
+        return self._stop.wait(max(timeout_s, 0.0))
+
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+
+class LevelDelivery:
+    """One run of one level's delivery loop (see the module docstring)."""
+
+    def __init__(self, config: DeliveryConfig, store: StoreClient, offsets: OffsetStore,
+                 clock: Clock, tracer: trace.Tracer | None = None) -> None:
+        self._cfg = config
+        self._tracer = tracer or _tracer
+        self._store = store
+        self._offsets = offsets
+        self._clock = clock
+        self._token = ""
+        self._report = RunReport(config.level, "")
+        self._progress = 0
+        self._window: list[int] = []
+        self._window_offset = 0
+        self._min_offset = 0
+        self._max_offset = 0
+        self._handed_over = -1
+        self._range_checked = False
+        self._retry_at_ms = 0
+        self._last_renew_ms = 0
+        self._last_gauges_ms = 0
+        self._range_read_ms = 0
+        self._stalled_head_ts: int | None = None
+        """Deliver time of the entry at progress while store calls fail (for the lag gauge)."""
+        self._unsaved = False
+
+    # ---- the run -------------------------------------------------------------------------
+    def run(self, token: str | None = None) -> RunReport:
+        """Take (or adopt, with the previous run's token) the lease and deliver until the run
+        period ends. Never raises for store or Redis failures."""
+        level = self._cfg.level
+        self._token = token or uuid.uuid4().hex
+        self._report = RunReport(level, self._token)
+        try:
+            if not self._offsets.acquire(level, self._token, self._cfg.lease_ms):
+                return self._report
+            self._progress = self._offsets.load(level)
+        except OffsetStoreUnavailable as exc:
+            logger.warning("offset store unavailable at run start level=%d: %s", level, exc)
+            return self._report
+        now = self._clock.now_ms()
+        self._last_renew_ms = now
+        self._report.start_offset = self._progress
+        outcome = self._loop(now + int(self._cfg.run_s * 1_000))
+        self._report.outcome = outcome
+        self._report.end_offset = self._progress
+        if outcome is RunOutcome.STOPPED:
+            self.release()
+        logger.info("run finished level=%d outcome=%s start_offset=%d end_offset=%d "
+                    "delivered=%d parked=%d skipped=%d handovers=%d", level, outcome,
+                    self._report.start_offset, self._progress, self._report.delivered,
+                    self._report.parked, self._report.skipped, self._report.handovers)
+        return self._report
+
+    def release(self) -> None:
+        """Give the lease back (when the run will have no successor)."""
+        try:
+            self._offsets.release(self._cfg.level, self._token)
+        except OffsetStoreUnavailable as exc:
+            logger.warning("could not release lease level=%d: %s", self._cfg.level, exc)
+
+    def _loop(self, deadline_ms: int) -> RunOutcome:
+        while True:
+            if self._clock.stopping():
+                return RunOutcome.STOPPED
+            now = self._clock.now_ms()
+            if now >= deadline_ms:
+                return RunOutcome.RUN_ENDED
+            try:
+                self._renew(now)
+            except LeaseLost:
+                return RunOutcome.LEASE_LOST
+            except OffsetStoreUnavailable as exc:
+                if now - self._last_renew_ms >= self._cfg.lease_ms:
+                    logger.warning("lease lost level=%d: offset store down for %d ms",
+                                   self._cfg.level, now - self._last_renew_ms)
+                    return RunOutcome.LEASE_LOST
+                logger.warning("offset store unavailable level=%d: %s", self._cfg.level, exc)
+                self._pause(self._cfg.redis_retry_s, deadline_ms)
+                continue
+            try:
+                wait_s = self._step(now)
+            except LeaseLost:
+                return RunOutcome.LEASE_LOST
+            except OffsetStoreUnavailable as exc:
+                logger.warning("offset store unavailable level=%d: %s", self._cfg.level, exc)
+                self._unsaved = True
+                wait_s = self._cfg.redis_retry_s
+            self._pause(wait_s, deadline_ms)
+
+    def _pause(self, wait_s: float, deadline_ms: int) -> None:
+        if wait_s <= 0:
+            return
+        remaining_s = (deadline_ms - self._clock.now_ms()) / 1_000
+        self._clock.wait(max(min(wait_s, self._cfg.renew_interval_s, remaining_s), 0.0))
+
+    def _renew(self, now: int) -> None:
+        if not self._offsets.renew(self._cfg.level, self._token, self._cfg.lease_ms):
+            logger.warning("lease lost level=%d queue_offset=%d", self._cfg.level,
+                           self._progress)
+            raise LeaseLost
+        self._last_renew_ms = now
+        if self._unsaved:
+            self._save(self._progress)
+            self._unsaved = False
+
+    # ---- one iteration -------------------------------------------------------------------
+    def _step(self, now: int) -> float:
+        """Do what is due now; return how long to wait before the next iteration."""
+        if now < self._retry_at_ms:
+            return (self._retry_at_ms - now) / 1_000
+        try:
+            if not self._range_checked:
+                self._check_range()
+            if not self._window:
+                self._read_entries()
+                if not self._window:
+                    self._gauges(now)
+                    return self._cfg.idle_wait_s
+            now = self._clock.now_ms()
+            count = due_count(self._window, now, self._cfg.delay_ms, self._cfg.batch)
+            if count == 0:
+                self._gauges(now)
+                return max((self._window[0] - now) / 1_000, _MIN_WAIT_S)
+            return self._hand_over(count, now)
+        except StoreCallFailed as exc:
+            return self._store_failed(exc)
+
+    def _store_failed(self, exc: StoreCallFailed) -> float:
+        """SPEC D6: keep progress at the failed entry, retry it after the back-off."""
+        self._report.store_failures += 1
+        now = self._clock.now_ms()
+        if self._window:
+            self._stalled_head_ts = self._window[0]
+        lag_ms = 0
+        if self._stalled_head_ts is not None:
+            head = corrected_deliver_ts(self._stalled_head_ts, now, self._cfg.delay_ms)
+            lag_ms = max(now - head, 0)
+        self._window = []
+        if exc.offset_out_of_range:
+            self._range_checked = False
+            logger.warning("store says offset out of range level=%d queue_offset=%d: %s",
+                           self._cfg.level, self._progress, exc.message)
+            return self._cfg.idle_wait_s
+        logger.warning("store call failed level=%d queue_offset=%d; retrying the same entry "
+                       "in %.1fs: %s", self._cfg.level, self._progress, self._cfg.backoff_s,
+                       exc.message)
+        self._retry_at_ms = now + int(self._cfg.backoff_s * 1_000)
+        self._offsets.record(self._cfg.level, self._sample(now, lag_ms=lag_ms))
+        return self._cfg.backoff_s
+
+    def _check_range(self) -> None:
+        """Put progress inside the queue (D8) from the store's level table."""
+        info = next((i for i in self._store.levels() if i.level == self._cfg.level), None)
+        if info is None:
+            raise StoreCallFailed(f"the store has no delay level {self._cfg.level}",
+                                  error_code="LEVEL_NOT_FOUND")
+        self._learn_range(info.min_offset, info.max_offset, info.handed_over)
+        self._range_checked = True
+
+    def _read_entries(self) -> None:
+        entries = self._store.entries(self._cfg.level, self._progress, self._cfg.batch)
+        if self._learn_range(entries.min_offset, entries.max_offset, entries.handed_over):
+            return  # progress moved: read again from there
+        if entries.queue_offset != self._progress:
+            logger.warning("store read entries from another offset level=%d asked=%d got=%d",
+                           self._cfg.level, self._progress, entries.queue_offset)
+            self._set_progress(entries.queue_offset, "store")
+        self._window = list(entries.deliver_ts)
+        self._window_offset = self._progress
+        self._range_read_ms = self._clock.now_ms()
+        self._stalled_head_ts = None
+
+    def _learn_range(self, min_offset: int, max_offset: int, handed_over: int) -> bool:
+        """Remember the queue's range; apply SPEC D8. True if progress was moved."""
+        self._min_offset, self._max_offset = min_offset, max_offset
+        self._handed_over = max(self._handed_over, handed_over)
+        level, progress = self._cfg.level, self._progress
+        if progress < min_offset:
+            logger.warning("progress below the queue minimum level=%d progress=%d "
+                           "min_offset=%d: moving to %d (SPEC D8)", level, progress,
+                           min_offset, min_offset)
+            self._set_progress(min_offset, "D8")
+            return True
+        if progress > max_offset:
+            logger.warning("progress above the queue maximum level=%d progress=%d "
+                           "max_offset=%d: moving to %d (SPEC D8)", level, progress,
+                           max_offset, max_offset)
+            self._set_progress(max_offset, "D8")
+            return True
+        if progress <= self._handed_over < max_offset:
+            logger.info("entries already handed over level=%d progress=%d handed_over=%d: "
+                        "moving to %d (SPEC D9)", level, progress, self._handed_over,
+                        self._handed_over + 1)
+            self._set_progress(self._handed_over + 1, "D9")
+            return True
+        return False
+
+    def _set_progress(self, queue_offset: int, why: str) -> None:
+        if why == "D8":
+            self._report.corrections.append((self._progress, queue_offset))
+        self._save(queue_offset)
+        self._progress = queue_offset
+        self._window = []
+
+    def _save(self, queue_offset: int) -> None:
+        if not self._offsets.save(self._cfg.level, self._token, queue_offset):
+            raise LeaseLost
+
+    def _hand_over(self, count: int, now: int) -> float:
+        level, from_offset = self._cfg.level, self._progress
+        with self._tracer.start_as_current_span("scheduler.deliver", attributes={
+            "clepsydra.delay_level": level,
+            "messaging.destination.name": f"schedule.level.{level}",
+            "clepsydra.from_offset": from_offset,
+            "clepsydra.count": count,
+        }) as span:
+            headers: dict[str, str] = {}
+            telemetry.inject(headers)
+            result = self._store.handover(level, from_offset, count, headers)
+            span.set_attributes({
+                "clepsydra.next_offset": result.next_offset,
+                "clepsydra.delivered": result.delivered,
+                "clepsydra.parked": result.parked,
+                "clepsydra.skipped": result.skipped,
+                "messaging.batch.message_count": result.delivered,
+            })
+        self._record_handover(result)
+        advanced = result.next_offset - from_offset
+        self._advance_window(result.next_offset)
+        # The store has handed over up to next_offset (durably): that is our progress now,
+        # whether or not Redis takes it (an unsaved offset is saved after the next renewal).
+        self._progress = result.next_offset
+        now = self._clock.now_ms()
+        sample = self._sample(now, result)
+        if not self._offsets.commit(level, self._token, result.next_offset, sample):
+            logger.warning("lease lost before saving progress level=%d queue_offset=%d",
+                           level, result.next_offset)
+            raise LeaseLost
+        if result.not_due and advanced < count:
+            # The store's clock says an entry we saw as due is not: trust its deliver time.
+            self._window = []
+            target = result.next_deliver_ts if result.next_deliver_ts is not None else now + 1
+            return max((target - now) / 1_000, _MIN_WAIT_S)
+        if advanced <= 0:
+            logger.warning("hand-over made no progress level=%d queue_offset=%d",
+                           level, from_offset)
+            return self._cfg.idle_wait_s
+        return 0.0
+
+    def _record_handover(self, result: Handover) -> None:
+        self._report.handovers += 1
+        self._report.delivered += result.delivered
+        self._report.parked += result.parked
+        self._report.skipped += result.skipped
+        self._handed_over = max(self._handed_over, result.handed_over)
+        self._max_offset = max(self._max_offset, result.next_offset)
+
+    def _advance_window(self, next_offset: int) -> None:
+        drop = next_offset - self._window_offset
+        if 0 <= drop <= len(self._window):
+            del self._window[:drop]
+            self._window_offset = next_offset
+        else:
+            self._window = []
+
+    def _sample(self, now: int, result: Handover | None = None,
+                lag_ms: int | None = None) -> LevelSample:
+        if lag_ms is None:
+            lag_ms = 0
+            if self._window:
+                head = corrected_deliver_ts(self._window[0], now, self._cfg.delay_ms)
+                lag_ms = max(now - head, 0)
+        self._last_gauges_ms = now
+        return LevelSample(
+            delivered=result.delivered if result else 0,
+            parked=result.parked if result else 0,
+            skipped=result.skipped if result else 0,
+            lateness_ms=result.lateness_ms if result else (),
+            backlog=max(self._max_offset - self._handed_over - 1, 0),
+            lag_ms=lag_ms,
+            min_offset=self._min_offset,
+            max_offset=self._max_offset,
+            handed_over=self._handed_over,
+            now_ms=now,
+        )
+
+    def _gauges(self, now: int) -> None:
+        """Record the gauges of an idle iteration (at most every second); while waiting for
+        a head that is not due, learn the queue's new maximum every few seconds so the
+        backlog gauge follows what is being stored behind it."""
+        if now - self._last_gauges_ms < _GAUGE_INTERVAL_MS:
+            return
+        if self._window and now - self._range_read_ms >= _RANGE_REFRESH_MS:
+            self._range_read_ms = now
+            head = self._store.entries(self._cfg.level, self._progress, 1)
+            self._max_offset = max(self._max_offset, head.max_offset)
+            self._handed_over = max(self._handed_over, head.handed_over)
+        sample = self._sample(now)
+        self._offsets.record(self._cfg.level, sample)

@@ -1,0 +1,66 @@
+"""What a worker process holds for its level tasks: settings, the Redis offset store, the stop
+flag set at shutdown, and the glue that runs one level's delivery and chains the next run."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from clepsydra_scheduler.delivery import DeliveryConfig, LevelDelivery, RunOutcome, SystemClock
+from clepsydra_scheduler.offsets import RedisOffsetStore
+from clepsydra_scheduler.settings import SchedulerSettings
+from clepsydra_scheduler.store_client import HttpStoreClient
+
+logger = logging.getLogger(__name__)
+
+Requeue = Callable[[str], None]
+"""Enqueue the level's next run, handing it the lease token."""
+
+
+class SchedulerRuntime:
+    def __init__(self, settings: SchedulerSettings) -> None:
+        self.settings = settings
+        self.stop = threading.Event()
+        self._lock = threading.Lock()
+        self._offsets: RedisOffsetStore | None = None
+
+    @property
+    def offsets(self) -> RedisOffsetStore:
+        with self._lock:
+            if self._offsets is None:
+                self._offsets = RedisOffsetStore.from_url(self.settings.common.effective_redis_url)
+            return self._offsets
+
+    def delivery_config(self, level: int) -> DeliveryConfig:
+        s = self.settings
+        return DeliveryConfig(level=level, delay_ms=s.levels.delay_ms(level), run_s=s.run_s,
+                              lease_ms=s.lease_ms, batch=s.batch, poll_ms=s.poll_ms,
+                              backoff_s=s.backoff_s)
+
+    def deliver(self, level: int, token: str | None, requeue: Requeue) -> str:
+        """One run of a level (the body of the ``deliver_level`` task)."""
+        if level not in self.settings.levels.levels():
+            logger.error("no such delay level level=%d (table: %s)", level, self.settings.levels)
+            return "unknown_level"
+        if self.stop.is_set():
+            return RunOutcome.STOPPED.value
+        store = HttpStoreClient(self.settings.common.store_url,
+                                timeout_s=self.settings.store_timeout_s)
+        try:
+            delivery = LevelDelivery(self.delivery_config(level), store, self.offsets,
+                                     SystemClock(self.stop))
+            report = delivery.run(token)
+        finally:
+            store.close()
+        if report.outcome is RunOutcome.RUN_ENDED:
+            if self.stop.is_set():
+                delivery.release()
+                return RunOutcome.STOPPED.value
+            try:
+                requeue(report.token)
+            except Exception:
+                logger.exception("could not enqueue the next run level=%d; releasing the lease "
+                                 "(beat's keep-alive restarts the level)", level)
+                delivery.release()
+        return report.outcome.value

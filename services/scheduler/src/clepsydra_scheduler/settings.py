@@ -1,0 +1,91 @@
+"""SchedulerSettings: the scheduler's settings, read once from the environment.
+
+The shared ``CLEPSYDRA_*`` names (DESIGN.md) plus the scheduler's own:
+
+| variable | meaning | default |
+|---|---|---|
+| ``CLEPSYDRA_SCHEDULER_KEEPALIVE_S`` | beat's keep-alive interval per level (and its expiry) | 5 |
+| ``CLEPSYDRA_SCHEDULER_LEASE_S`` | a level lease's time to live (renewed each iteration) | 10 |
+| ``CLEPSYDRA_SCHEDULER_RUN_S`` | how long one task run delivers before re-enqueueing itself | 60 |
+| ``CLEPSYDRA_SCHEDULER_BATCH`` | most entries read / handed over per store call | 2000 |
+| ``CLEPSYDRA_SCHEDULER_POLL_MS`` | longest sleep when a level's queue is empty | 1000 |
+| ``CLEPSYDRA_SCHEDULER_BACKOFF_S`` | SPEC D6 back-off after a failed store call | 10 |
+| ``CLEPSYDRA_SCHEDULER_CONCURRENCY`` | worker threads | levels + 4 |
+| ``CLEPSYDRA_SCHEDULER_METRICS_PORT`` | Prometheus endpoint of a worker (unset: none) | unset |
+| ``CLEPSYDRA_SCHEDULER_METRICS_BIND`` | address that endpoint listens on | 127.0.0.1 |
+| ``CLEPSYDRA_SCHEDULER_STORE_TIMEOUT_S`` | read timeout of a store call | 10 |
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from clepsydra_core.errors import ConfigError
+from clepsydra_core.levels import DelayLevels
+from clepsydra_core.settings import CommonSettings, Env, env_float, env_int, env_str
+
+_PREFIX = "CLEPSYDRA_SCHEDULER_"
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerSettings:
+    common: CommonSettings
+    keepalive_s: float = 5.0
+    lease_s: float = 10.0
+    run_s: float = 60.0
+    batch: int = 2_000
+    poll_ms: int = 1_000
+    backoff_s: float = 10.0
+    concurrency: int = 22
+    metrics_port: int | None = None
+    metrics_bind: str = "127.0.0.1"
+    store_timeout_s: float = 10.0
+
+    @classmethod
+    def from_env(cls, env: Env | None = None) -> SchedulerSettings:
+        env = os.environ if env is None else env
+        common = CommonSettings.from_env(env)
+        metrics_port = env_int(env, _PREFIX + "METRICS_PORT", 0, minimum=0)
+        settings = cls(
+            common=common,
+            keepalive_s=env_float(env, _PREFIX + "KEEPALIVE_S", 5.0, minimum=0.1),
+            lease_s=env_float(env, _PREFIX + "LEASE_S", 10.0, minimum=0.3),
+            run_s=env_float(env, _PREFIX + "RUN_S", 60.0, minimum=0.1),
+            batch=env_int(env, _PREFIX + "BATCH", 2_000, minimum=1),
+            poll_ms=env_int(env, _PREFIX + "POLL_MS", 1_000, minimum=1),
+            backoff_s=env_float(env, _PREFIX + "BACKOFF_S", 10.0, minimum=0.0),
+            concurrency=env_int(env, _PREFIX + "CONCURRENCY",
+                                common.delay_levels.max_level + 4, minimum=1),
+            metrics_port=metrics_port or None,
+            metrics_bind=env_str(env, _PREFIX + "METRICS_BIND", "127.0.0.1"),
+            store_timeout_s=env_float(env, _PREFIX + "STORE_TIMEOUT_S", 10.0, minimum=0.1),
+        )
+        if settings.concurrency <= common.delay_levels.max_level:
+            raise ConfigError(
+                f"{_PREFIX}CONCURRENCY={settings.concurrency} must exceed the number of delay "
+                f"levels ({common.delay_levels.max_level}): each level's run holds a thread and "
+                "keep-alives need free ones")
+        return settings
+
+    @property
+    def levels(self) -> DelayLevels:
+        return self.common.delay_levels
+
+    @property
+    def lease_ms(self) -> int:
+        return int(self.lease_s * 1_000)
+
+    @property
+    def state_dir(self) -> Path:
+        """Beat's schedule file and pid files (under CLEPSYDRA_HOME)."""
+        return self.common.home / "scheduler"
+
+    @property
+    def beat_schedule_path(self) -> Path:
+        return self.state_dir / "celerybeat-schedule"
+
+    @property
+    def beat_pid_path(self) -> Path:
+        return self.state_dir / "beat.pid"

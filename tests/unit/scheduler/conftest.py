@@ -1,0 +1,43 @@
+"""Unit fixtures for the scheduler: virtual clock, in-memory store and offset store."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from clepsydra_scheduler.delivery import DeliveryConfig, LevelDelivery
+from clepsydra_scheduler.offsets import MemoryOffsetStore
+from tests.fixtures.scheduler import FakeClock, FakeStore
+
+DELAYS_MS = [1_000, 2_000, 3_000]
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def store(clock: FakeClock) -> FakeStore:
+    return FakeStore(DELAYS_MS, clock.now_ms)
+
+
+@pytest.fixture
+def offsets(clock: FakeClock) -> MemoryOffsetStore:
+    return MemoryOffsetStore(clock.now_ms)
+
+
+@pytest.fixture
+def delivery(clock: FakeClock, store: FakeStore,
+             offsets: MemoryOffsetStore) -> Callable[..., LevelDelivery]:
+    """delivery(level=1, **config) -> a LevelDelivery over the fakes (run_s 10 by default)."""
+
+    def make(level: int = 1, **config: Any) -> LevelDelivery:
+        values: dict[str, Any] = {"run_s": 10.0, "lease_ms": 3_000, "batch": 100,
+                                  "poll_ms": 200, "backoff_s": 2.0, **config}
+        cfg = DeliveryConfig(level=level, delay_ms=DELAYS_MS[level - 1], **values)
+        return LevelDelivery(cfg, store, offsets, clock)
+
+    return make
