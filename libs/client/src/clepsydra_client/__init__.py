@@ -1,1 +1,37 @@
-"""clepsydra_client."""
+"""clepsydra_client: the Python SDK of Clepsydra (producer, push and pull consumers with
+rebalance, admin client) and the ``clepsydra`` command.
+
+    from clepsydra_client import Producer, PushConsumer, ConsumeResult
+"""
+
+from clepsydra_client.admin import AdminClient, DlqFilter
+from clepsydra_client.listener import (
+    ConcurrentContext,
+    ConsumeFromWhere,
+    ConsumeResult,
+    MessageModel,
+    OrderlyContext,
+    OrderlyResult,
+)
+from clepsydra_client.message import Attempt, Message, MessageQueue, SendResult
+from clepsydra_client.producer import OutgoingMessage, Producer
+from clepsydra_client.pull import PullConsumer, PullResult, PullStatus
+from clepsydra_client.push import PushConsumer, PushSettings
+from clepsydra_client.rebalance import (
+    AverageByCircleStrategy,
+    AverageStrategy,
+    ConfigStrategy,
+    ConsistentHashStrategy,
+    MachineRoomStrategy,
+)
+from clepsydra_client.settings import ClientSettings
+
+__all__ = [
+    "AdminClient", "Attempt", "AverageByCircleStrategy", "AverageStrategy", "ClientSettings",
+    "ConcurrentContext", "ConfigStrategy", "ConsistentHashStrategy", "ConsumeFromWhere",
+    "ConsumeResult", "DlqFilter", "MachineRoomStrategy", "Message", "MessageModel",
+    "MessageQueue", "OrderlyContext", "OrderlyResult", "OutgoingMessage", "Producer",
+    "PullConsumer", "PullResult", "PullStatus", "PushConsumer", "PushSettings", "SendResult",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,335 @@
+"""AdminClient: topics, groups (settings, consumers, queue ownership, progress, lag), messages,
+dead letters and the delay levels, over the store's and the retry service's HTTP APIs.
+
+    admin = AdminClient(store_url, retry_url)
+    for row in admin.progress("order-service"):
+        print(row.queue, row.committed, row.lag, row.owner)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from clepsydra_client.http import HttpClient
+from clepsydra_client.message import Message, MessageQueue
+from clepsydra_client.offsets import parse_group_offsets
+from clepsydra_client.rebalance import AllocateStrategy, AverageStrategy, allocate_all
+from clepsydra_client.topics import TopicInfo, fetch_topic, fetch_topic_or_none, list_topics
+from clepsydra_core import naming
+from clepsydra_core.errors import ConfigError, MessageNotFound, NotFound, ValidationError
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerInfo:
+    client_id: str
+    subscriptions: dict[str, str]
+    message_model: str
+    last_heartbeat_ms: int
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> ConsumerInfo:
+        return cls(str(raw.get("clientId", "")), dict(raw.get("subscriptions") or {}),
+                   str(raw.get("messageModel", "CLUSTERING")),
+                   int(raw.get("lastHeartbeatMs", 0) or 0))
+
+
+@dataclass(frozen=True, slots=True)
+class GroupConsumers:
+    consumers: list[ConsumerInfo]
+    consistent: bool
+    mismatches: list[Any] = field(default_factory=list)
+
+    @property
+    def ids(self) -> list[str]:
+        return sorted(c.client_id for c in self.consumers)
+
+    @property
+    def topics(self) -> list[str]:
+        return sorted({t for c in self.consumers for t in c.subscriptions})
+
+
+@dataclass(frozen=True, slots=True)
+class QueueProgress:
+    """One queue of a group: the store's end, the committed offset, the lag, the owner."""
+
+    queue: MessageQueue
+    max_offset: int
+    committed: int | None
+    owner: str | None
+
+    @property
+    def lag(self) -> int:
+        return self.max_offset - (self.committed if self.committed is not None else 0)
+
+
+@dataclass(frozen=True, slots=True)
+class LevelInfo:
+    """One delay level: its schedule queue, what waits in it, and how late the oldest due
+    entry is (0 when nothing is due)."""
+
+    level: int
+    delay_ms: int
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    handed_over: int
+    backlog: int
+    lag_ms: int
+    next_deliver_ts: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class DlqPage:
+    messages: list[Message]
+    next_offset: int
+    max_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class DlqFilter:
+    """Which dead letters (the retry service filters): original topic, key, reason text,
+    stored between ``from_ms`` and ``to_ms``."""
+
+    topic: str | None = None
+    key: str | None = None
+    reason: str | None = None
+    from_ms: int | None = None
+    to_ms: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"topic": self.topic, "key": self.key, "reason": self.reason,
+               "fromMs": self.from_ms, "toMs": self.to_ms}
+        return {k: v for k, v in out.items() if v is not None}
+
+
+class AdminClient:
+    def __init__(self, store_url: str, retry_url: str | None = None, *,
+                 timeout_s: float = 10.0) -> None:
+        self.store = HttpClient(store_url, timeout_s=timeout_s, service="store")
+        self.retry_http = (HttpClient(retry_url, timeout_s=timeout_s, service="retry service")
+                           if retry_url else None)
+
+    @property
+    def retry(self) -> HttpClient:
+        if self.retry_http is None:
+            raise ConfigError("no retry service URL: set CLEPSYDRA_RETRY_URL or --retry-url")
+        return self.retry_http
+
+    def close(self) -> None:
+        self.store.close()
+        if self.retry_http is not None:
+            self.retry_http.close()
+
+    # ---- health --------------------------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"store": self.store.get("/healthz")}
+        if self.retry_http is not None:
+            out["retry"] = self.retry_http.get("/healthz")
+        return out
+
+    # ---- topics --------------------------------------------------------------------------
+
+    def topics(self) -> list[TopicInfo]:
+        return sorted(list_topics(self.store), key=lambda t: t.name)
+
+    def topic(self, name: str) -> TopicInfo:
+        return fetch_topic(self.store, name)
+
+    def create_topic(self, name: str, queues: int) -> TopicInfo:
+        raw = self.store.post("/v1/topics", {"name": name, "queues": queues})
+        info = TopicInfo.from_json(raw.get("topic", raw) if isinstance(raw.get("topic"), dict)
+                                   else raw)
+        return info if info.queues else self.topic(name)
+
+    # ---- messages ------------------------------------------------------------------------
+
+    def message(self, msg_id: str) -> Message:
+        """A message by msgId (``{messages: [message]}``)."""
+        raw = self.store.get(self.store.path("/v1/messages/{}", msg_id))
+        found = raw.get("messages")
+        if isinstance(found, list):
+            if not found:
+                raise MessageNotFound(f"no message with msgId {msg_id}")
+            return Message.from_json(found[0])
+        return Message.from_json(raw)
+
+    def messages_by_key(self, topic: str, key: str) -> list[Message]:
+        raw = self.store.get("/v1/messages", {"topic": topic, "key": key})
+        return [Message.from_json(m) for m in raw.get("messages") or []]
+
+    def message_at(self, commitlog_offset: int) -> Message:
+        raw = self.store.get(self.store.path("/v1/commitlog/{}", commitlog_offset))
+        return Message.from_json(raw)
+
+    # ---- groups --------------------------------------------------------------------------
+
+    def groups(self) -> list[str]:
+        """Groups the retry service has settings for."""
+        raw = self.retry.get("/v1/groups")
+        return sorted(str(g) for g in raw.get("groups") or [])
+
+    def group_settings(self, group: str) -> dict[str, Any]:
+        return self.retry.get(self.retry.path("/v1/groups/{}", group))
+
+    def set_group_settings(self, group: str, *, retry_queue_nums: int | None = None,
+                           retry_max_times: int | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {}
+        if retry_queue_nums is not None:
+            body["retryQueueNums"] = retry_queue_nums
+        if retry_max_times is not None:
+            body["retryMaxTimes"] = retry_max_times
+        return self.retry.put(self.retry.path("/v1/groups/{}", group), body)
+
+    def consumers(self, group: str) -> GroupConsumers:
+        raw = self.store.get(self.store.path("/v1/groups/{}/consumers", group))
+        return GroupConsumers(
+            [ConsumerInfo.from_json(c) for c in raw.get("consumers") or []
+             if isinstance(c, dict)],
+            bool(raw.get("consistent", True)), list(raw.get("mismatches") or []))
+
+    def offsets(self, group: str, topic: str | None = None) -> dict[MessageQueue, int]:
+        raw = self.store.get(self.store.path("/v1/groups/{}/offsets", group), {"topic": topic})
+        offsets = parse_group_offsets(raw)
+        return {q: o for q, o in offsets.items() if topic is None or q.topic == topic}
+
+    def commit_offset(self, group: str, queue: MessageQueue, offset: int) -> None:
+        self.store.put(self.store.path("/v1/groups/{}/offsets", group),
+                       {"topic": queue.topic, "queueId": queue.queue_id, "offset": offset})
+
+    def progress(self, group: str, topics: list[str] | None = None,
+                 strategy: AllocateStrategy | None = None) -> list[QueueProgress]:
+        """Per queue of the group's topics (from its live consumers' subscriptions when not
+        given, plus its retry topic): end offset, committed offset, lag and owner. Owners are
+        computed as the consumers do (C1), with ``strategy`` (average by default)."""
+        group_consumers = self.consumers(group)
+        names = list(topics or set(group_consumers.topics)
+                     | {q.topic for q in self.offsets(group)})
+        retry = naming.retry_topic(group)
+        if retry not in names:
+            names.append(retry)
+        if not names:
+            return []
+        broadcasting = any(c.message_model == "BROADCASTING" for c in group_consumers.consumers)
+        rows: list[QueueProgress] = []
+        for name in sorted(set(names)):
+            info = fetch_topic_or_none(self.store, name)
+            if info is None:
+                continue
+            committed = self.offsets(group, name)
+            queues = info.message_queues()
+            owners = ({} if broadcasting else
+                      allocate_all(strategy or AverageStrategy(), queues, group_consumers.ids))
+            for q in info.queues:
+                mq = MessageQueue(name, q.queue_id)
+                owner = "(every consumer)" if broadcasting and group_consumers.ids \
+                    else owners.get(mq)
+                rows.append(QueueProgress(mq, q.max_offset, committed.get(mq), owner))
+        return rows
+
+    # ---- dead letters (R16) --------------------------------------------------------------
+
+    def dlq_page(self, group: str, offset: int = 0, max_count: int = 100,
+                 dlq_filter: DlqFilter | None = None) -> DlqPage:
+        params: dict[str, Any] = {"offset": offset, "max": max_count}
+        params.update((dlq_filter or DlqFilter()).to_json())
+        raw = self.retry.get(self.retry.path("/v1/groups/{}/dlq", group), params)
+        messages = [Message.from_json(m) for m in raw.get("messages") or []]
+        return DlqPage(messages, int(raw.get("nextOffset", offset + len(messages))),
+                       int(raw.get("maxOffset", 0)))
+
+    def dlq_messages(self, group: str, dlq_filter: DlqFilter | None = None, *,
+                     page_size: int = 100, limit: int | None = None,
+                     on_page: Callable[[DlqPage], None] | None = None) -> Iterator[Message]:
+        """Every visible dead letter (matching the filter), oldest first."""
+        offset, seen = 0, 0
+        while True:
+            page = self.dlq_page(group, offset, page_size, dlq_filter)
+            if on_page is not None:
+                on_page(page)
+            for m in page.messages:
+                yield m
+                seen += 1
+                if limit is not None and seen >= limit:
+                    return
+            if page.next_offset <= offset or page.next_offset >= page.max_offset:
+                return
+            offset = page.next_offset
+
+    def dlq_show(self, group: str, msg_id: str) -> Message:
+        """One dead letter of the group (with its body and attempt history)."""
+        raw = self.retry.get(self.retry.path("/v1/groups/{}/dlq/{}", group, msg_id))
+        return Message.from_json(raw)
+
+    def _selection(self, msg_ids: list[str] | None, all_messages: bool,
+                   dlq_filter: DlqFilter | None) -> dict[str, Any]:
+        if msg_ids:
+            return {"msgIds": msg_ids}
+        if dlq_filter is not None and dlq_filter.to_json():
+            return {"filter": dlq_filter.to_json()}
+        if all_messages:
+            return {"all": True}
+        raise ValidationError("say which dead letters: msgIds, a filter, or all",
+                              rule="R16", code="INVALID_REQUEST")
+
+    def dlq_resend(self, group: str, msg_ids: list[str] | None = None, *,
+                   all_messages: bool = False, dlq_filter: DlqFilter | None = None,
+                   to_retry: bool = False, delay_level: int = 0,
+                   max_per_second: float | None = None) -> dict[str, Any]:
+        """Resend to the original topics (or into the retry topic at a level): one, a
+        filter, or all (R16). ``{resent, skipped, target}``."""
+        body = self._selection(msg_ids, all_messages, dlq_filter)
+        if to_retry:
+            body["target"] = "retry"
+            if delay_level:
+                body["delayLevel"] = delay_level
+        if max_per_second:
+            body["maxPerSecond"] = max_per_second
+        return self.retry.post(self.retry.path("/v1/groups/{}/dlq/resend", group), body,
+                               timeout_s=max(self.retry.timeout_s, 600.0))
+
+    def dlq_purge(self, group: str, msg_ids: list[str] | None = None, *,
+                  all_messages: bool = False, dlq_filter: DlqFilter | None = None) -> int:
+        body = self._selection(msg_ids, all_messages, dlq_filter)
+        raw = self.retry.post(self.retry.path("/v1/groups/{}/dlq/purge", group), body,
+                              timeout_s=max(self.retry.timeout_s, 600.0))
+        return int(raw.get("purged", 0))
+
+    def dlq_audit(self, group: str, max_count: int = 100) -> list[dict[str, Any]]:
+        raw = self.retry.get(self.retry.path("/v1/groups/{}/dlq/audit", group),
+                             {"max": max_count})
+        items = raw.get("records") or raw.get("audit") or []
+        return [i for i in items if isinstance(i, dict)]
+
+    # ---- delay levels --------------------------------------------------------------------
+
+    def levels(self, now_ms: int | None = None) -> list[LevelInfo]:
+        """The delay table with backlog (entries not yet handed over) and lag per level,
+        from the store alone (no Redis)."""
+        raw = self.store.get("/v1/schedule/levels")
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        out = []
+        for item in raw.get("levels") or []:
+            level = int(item["level"])
+            handed = int(item.get("handedOver", -1))
+            min_o, max_o = int(item.get("minOffset", 0)), int(item.get("maxOffset", 0))
+            first = max(handed + 1, min_o)
+            backlog = max(max_o - first, 0)
+            next_ts = self._deliver_ts(level, first) if backlog else None
+            lag = max(now_ms - next_ts, 0) if next_ts is not None else 0
+            out.append(LevelInfo(level, int(item.get("delayMs", 0)),
+                                 int(item.get("queueId", level - 1)), min_o, max_o, handed,
+                                 backlog, lag, next_ts))
+        return out
+
+    def _deliver_ts(self, level: int, offset: int) -> int | None:
+        try:
+            raw = self.store.get(self.store.path("/v1/schedule/levels/{}/entries", level),
+                                 {"offset": offset, "max": 1})
+        except NotFound:
+            return None
+        ts = raw.get("deliverTs") or []
+        return int(ts[0]) if ts else None

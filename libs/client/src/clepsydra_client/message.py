@@ -1,0 +1,218 @@
+"""What the SDK hands to applications: a read-only Message built from the v1 JSON view
+(``clepsydra_core.records.message_to_json``), a MessageQueue, and a SendResult."""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from clepsydra_core import naming, telemetry
+from clepsydra_core import properties as P
+from clepsydra_core.records import body_from_json
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class MessageQueue:
+    """One queue of one topic; sorts by (topic, queue_id) identically on every consumer (C1)."""
+
+    topic: str
+    queue_id: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}#{self.queue_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One failed consumption, as carried in ``FAILURE_HISTORY``."""
+
+    time_ms: int
+    consumer: str
+    reason: str
+    reconsume_times: int | None = None
+    """Which attempt failed (0 = the first delivery)."""
+
+    @classmethod
+    def from_json(cls, raw: Any) -> Attempt:
+        if not isinstance(raw, dict):
+            return cls(0, "", str(raw))
+        if "unparsed" in raw:
+            return cls(0, "", str(raw["unparsed"]))
+        time_ms = raw.get("time", raw.get("timeMs", 0))
+        times = raw.get("reconsumeTimes")
+        return cls(int(time_ms) if isinstance(time_ms, int | float) else 0,
+                   str(raw.get("consumer") or raw.get("consumerId") or ""),
+                   str(raw.get("reason") or ""),
+                   int(times) if isinstance(times, int) else None)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"time": self.time_ms, "consumer": self.consumer,
+                               "reason": self.reason}
+        if self.reconsume_times is not None:
+            out["reconsumeTimes"] = self.reconsume_times
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A stored message. ``topic`` is the business topic: for a message pulled from the group's
+    retry topic the push consumer resets it to the original (``RETRY_TOPIC``, SPEC R15), while
+    ``store_topic`` keeps where it was pulled from."""
+
+    msg_id: str
+    topic: str
+    body: bytes
+    queue_id: int = 0
+    queue_offset: int = 0
+    commitlog_offset: int = 0
+    tags: str | None = None
+    keys: tuple[str, ...] = ()
+    flag: int = 0
+    properties: dict[str, str] = field(default_factory=dict)
+    store_timestamp: int = 0
+    born_timestamp: int = 0
+    born_host: str = ""
+    store_host: str = ""
+    reconsume_times: int = 0
+    sys_flag: int = 0
+    store_topic: str = ""
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> Message:
+        props = raw.get("properties") or {}
+        keys = raw.get("keys") or props.get(P.KEYS, "")
+        topic = str(raw.get("topic", ""))
+        return cls(
+            msg_id=str(raw.get("msgId", "")),
+            topic=topic,
+            body=body_from_json(raw),
+            queue_id=int(raw.get("queueId", 0)),
+            queue_offset=int(raw.get("queueOffset", 0)),
+            commitlog_offset=int(raw.get("commitLogOffset", 0)),
+            tags=raw.get("tags", props.get(P.TAGS)),
+            keys=tuple(keys.split() if isinstance(keys, str) else keys),
+            flag=int(raw.get("flag", 0)),
+            properties=dict(props),
+            store_timestamp=int(raw.get("storeTimestamp", 0)),
+            born_timestamp=int(raw.get("bornTimestamp", 0)),
+            born_host=str(raw.get("bornHost", "")),
+            store_host=str(raw.get("storeHost", "")),
+            reconsume_times=int(raw.get("reconsumeTimes", 0)),
+            sys_flag=int(raw.get("sysFlag", 0)),
+            store_topic=topic,
+        )
+
+    @property
+    def text(self) -> str:
+        """The body as UTF-8 text (undecodable bytes replaced)."""
+        return self.body.decode(errors="replace")
+
+    @property
+    def queue(self) -> MessageQueue:
+        """The queue it was pulled from."""
+        return MessageQueue(self.store_topic or self.topic, self.queue_id)
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(P.UNIQ_KEY)
+
+    @property
+    def origin_topic(self) -> str:
+        """The topic it was first sent to (``RETRY_TOPIC`` once retried)."""
+        return self.properties.get(P.RETRY_TOPIC) or self.topic
+
+    @property
+    def origin_message_id(self) -> str:
+        """msgId of the first stored copy (``ORIGIN_MESSAGE_ID`` once retried)."""
+        return self.properties.get(P.ORIGIN_MESSAGE_ID) or self.msg_id
+
+    @property
+    def max_reconsume_times(self) -> int | None:
+        raw = self.properties.get(P.MAX_RECONSUME_TIMES)
+        return int(raw) if raw and raw.lstrip("-").isdigit() else None
+
+    @property
+    def delay_level(self) -> int:
+        raw = self.properties.get(P.DELAY, "0")
+        return int(raw) if raw.isdigit() else 0
+
+    @property
+    def trace_id(self) -> str | None:
+        return telemetry.trace_id_of(self.properties)
+
+    @property
+    def failure_history(self) -> list[Attempt]:
+        """Failed attempts carried across retries (``FAILURE_HISTORY``), oldest first."""
+        return parse_failure_history(self.properties.get(P.FAILURE_HISTORY))
+
+    @property
+    def is_retry(self) -> bool:
+        return naming.is_retry_topic(self.store_topic or self.topic)
+
+    def with_origin_topic(self) -> Message:
+        """The message as a consumer of the group sees it: a copy pulled from ``%RETRY%<g>``
+        carries its original topic again (``store_topic`` keeps the retry topic)."""
+        origin = self.properties.get(P.RETRY_TOPIC)
+        if origin and naming.is_retry_topic(self.topic):
+            return replace(self, topic=origin, store_topic=self.topic)
+        return self
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "msgId": self.msg_id, "topic": self.store_topic or self.topic,
+            "queueId": self.queue_id, "queueOffset": self.queue_offset,
+            "commitLogOffset": self.commitlog_offset, "tags": self.tags,
+            "keys": " ".join(self.keys), "flag": self.flag, "properties": self.properties,
+            "storeTimestamp": self.store_timestamp, "bornTimestamp": self.born_timestamp,
+            "bornHost": self.born_host, "storeHost": self.store_host,
+            "reconsumeTimes": self.reconsume_times, "sysFlag": self.sys_flag,
+        }
+        try:
+            out["body"] = self.body.decode()
+        except UnicodeDecodeError:
+            out["bodyBase64"] = base64.b64encode(self.body).decode()
+        return out
+
+
+def parse_failure_history(raw: str | None) -> list[Attempt]:
+    if not raw:
+        return []
+    try:
+        items = json.loads(raw)
+    except ValueError:
+        return [Attempt(0, "", raw)]
+    if not isinstance(items, list):
+        items = [items]
+    return [Attempt.from_json(item) for item in items]
+
+
+def append_failure(raw: str | None, attempt: Attempt, *, keep: int = 32) -> str:
+    """``FAILURE_HISTORY`` with one more attempt (the newest ``keep`` are kept)."""
+    history = [a.to_json() for a in parse_failure_history(raw)]
+    history.append(attempt.to_json())
+    return json.dumps(history[-keep:], separators=(",", ":"))
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    """Where the store put a message (the schedule topic for a delayed one, the DLQ for an
+    R10 reroute)."""
+
+    msg_id: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int
+    store_timestamp: int
+    uniq_key: str | None = None
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any], uniq_key: str | None = None) -> SendResult:
+        return cls(
+            msg_id=str(raw.get("msgId", "")), topic=str(raw.get("topic", "")),
+            queue_id=int(raw.get("queueId", 0)), queue_offset=int(raw.get("queueOffset", 0)),
+            commitlog_offset=int(raw.get("commitLogOffset", 0)),
+            store_timestamp=int(raw.get("storeTimestamp", 0)), uniq_key=uniq_key,
+        )

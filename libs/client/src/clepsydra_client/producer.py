@@ -1,0 +1,164 @@
+"""Producer: send one message or a batch to the store, with tags, keys, properties and a delay
+level. Every message gets a ``UNIQ_KEY`` and, inside a ``client.produce`` span, the W3C trace
+context (``traceparent``) in its properties, so consumers continue its trace (SPEC O1).
+
+    producer = Producer("http://127.0.0.1:8081")
+    result = producer.send("orders", b'{"id": 1}', tags="created", keys=["order-1"],
+                           delay_level=3)
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry import trace
+
+from clepsydra_client.http import HttpClient, Json
+from clepsydra_client.ids import new_uniq_key
+from clepsydra_client.message import SendResult
+from clepsydra_client.settings import ensure_tracing
+from clepsydra_core import properties as P
+from clepsydra_core import telemetry
+from clepsydra_core.errors import ValidationError
+
+TRACER = "clepsydra_client"
+MAX_BATCH = 500
+"""Messages per batch request; longer batches are split."""
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingMessage:
+    """A message to send. ``keys`` is a list (or one space-separated string)."""
+
+    body: bytes | str
+    tags: str | None = None
+    keys: Sequence[str] | str = ()
+    properties: Mapping[str, str] = field(default_factory=dict)
+    delay_level: int = 0
+    queue_id: int | None = None
+
+
+def _keys_text(keys: Sequence[str] | str) -> str | None:
+    if isinstance(keys, str):
+        return keys.strip() or None
+    for key in keys:
+        if not key or any(c.isspace() for c in key):
+            raise ValidationError(f"message key {key!r} must be non-empty without spaces "
+                                  "(keys are stored space-separated)", code="INVALID_REQUEST")
+    return " ".join(keys) or None
+
+
+def encode_body(body: bytes | str) -> dict[str, str]:
+    """``{"body": text}`` for UTF-8 text, else ``{"bodyBase64": ...}`` (never both)."""
+    if isinstance(body, str):
+        return {"body": body}
+    try:
+        return {"body": body.decode()}
+    except UnicodeDecodeError:
+        return {"bodyBase64": base64.b64encode(body).decode()}
+
+
+def message_request(message: OutgoingMessage, uniq_key: str) -> Json:
+    """The v1 produce body of one message (``UNIQ_KEY`` and the current trace context added)."""
+    if message.delay_level < 0:
+        raise ValidationError(f"delay level must be >= 0, got {message.delay_level}",
+                              rule="L2", code="INVALID_DELAY_LEVEL")
+    props: dict[str, str] = dict(message.properties)
+    props.setdefault(P.UNIQ_KEY, uniq_key)
+    if P.TRACEPARENT not in props:
+        telemetry.inject(props)
+    req: Json = encode_body(message.body)
+    req["properties"] = props
+    if message.tags:
+        req["tags"] = message.tags
+    keys = _keys_text(message.keys)
+    if keys:
+        req["keys"] = keys
+    if message.delay_level:
+        req["delayLevel"] = message.delay_level
+    if message.queue_id is not None:
+        req["queueId"] = message.queue_id
+    return req
+
+
+class Producer:
+    """Sends messages to one store. Thread-safe."""
+
+    def __init__(self, store_url: str, *, timeout_s: float = 10.0,
+                 http: HttpClient | None = None) -> None:
+        ensure_tracing()
+        self.http = http or HttpClient(store_url, timeout_s=timeout_s, service="store")
+        self._tracer = telemetry.tracer(TRACER)
+
+    def send(self, topic: str, body: bytes | str, *, tags: str | None = None,
+             keys: Sequence[str] | str = (), properties: Mapping[str, str] | None = None,
+             delay_level: int = 0, queue_id: int | None = None) -> SendResult:
+        """Send one message; returns where it was stored (SPEC P2: after the append)."""
+        return self.send_message(topic, OutgoingMessage(
+            body, tags, keys, properties or {}, delay_level, queue_id))
+
+    def send_message(self, topic: str, message: OutgoingMessage) -> SendResult:
+        with self._span(topic) as span:
+            uniq_key = message.properties.get(P.UNIQ_KEY) or new_uniq_key()
+            req = message_request(message, uniq_key)
+            raw = self.http.post(self.http.path("/v1/topics/{}/messages", topic), req)
+            result = SendResult.from_json(raw, uniq_key)
+            span.set_attribute("messaging.message.id", result.msg_id)
+            span.set_attribute("messaging.clepsydra.uniq_key", uniq_key)
+            if message.delay_level:
+                span.set_attribute("messaging.clepsydra.delay_level", message.delay_level)
+            return result
+
+    def send_batch(self, topic: str, messages: Iterable[OutgoingMessage]) -> list[SendResult]:
+        """Send many messages to one topic in as few requests as possible; results in order.
+        Each message gets its own ``client.produce`` span and trace context."""
+        items = list(messages)
+        results: list[SendResult] = []
+        for start in range(0, len(items), MAX_BATCH):
+            results.extend(self._send_chunk(topic, items[start:start + MAX_BATCH]))
+        return results
+
+    def _send_chunk(self, topic: str, chunk: list[OutgoingMessage]) -> list[SendResult]:
+        spans: list[trace.Span] = []
+        reqs: list[Json] = []
+        keys: list[str] = []
+        try:
+            for message in chunk:
+                span = self._tracer.start_span("client.produce", kind=trace.SpanKind.PRODUCER,
+                                               attributes=self._attributes(topic))
+                spans.append(span)
+                with trace.use_span(span, end_on_exit=False):
+                    uniq_key = message.properties.get(P.UNIQ_KEY) or new_uniq_key()
+                    reqs.append(message_request(message, uniq_key))
+                keys.append(uniq_key)
+            raw = self.http.post(self.http.path("/v1/topics/{}/messages/batch", topic),
+                                 {"messages": reqs})
+            answers: list[Any] = raw.get("results") or []
+            results = [SendResult.from_json(a, k) for a, k in zip(answers, keys, strict=False)]
+            for span, result in zip(spans, results, strict=False):
+                span.set_attribute("messaging.message.id", result.msg_id)
+            return results
+        finally:
+            for span in spans:
+                span.end()
+
+    @staticmethod
+    def _attributes(topic: str) -> dict[str, str]:
+        return {"messaging.system": "clepsydra", "messaging.operation": "publish",
+                "messaging.destination.name": topic}
+
+    def _span(self, topic: str) -> Any:
+        return self._tracer.start_as_current_span(
+            "client.produce", kind=trace.SpanKind.PRODUCER, attributes=self._attributes(topic))
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

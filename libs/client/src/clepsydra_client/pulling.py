@@ -1,0 +1,169 @@
+"""QueuePuller: the pull loop of every owned queue, feeding its ProcessQueue and the consume
+service. Pulling is decoupled from consuming: a loop pulls again at once while messages come,
+backs off (10 ms doubling to ``idle_max_s``) on an empty queue, and holds back while the
+process queue is full (flow control)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from clepsydra_client.consume_service import ConsumeService, Stats, wait_idle
+from clepsydra_client.http import HttpClient
+from clepsydra_client.message import Message, MessageQueue
+from clepsydra_client.offsets import OffsetTracker
+from clepsydra_client.process_queue import ProcessQueue
+from clepsydra_client.tags import TagExpression
+from clepsydra_client.timers import TimerPool
+from clepsydra_client.topics import fetch_topic
+from clepsydra_core.errors import ClepsydraError, OffsetOutOfRange
+
+logger = logging.getLogger(__name__)
+
+FLOW_CONTROL_DELAY_S = 0.05
+PULL_ERROR_DELAY_S = 1.0
+IDLE_MIN_S = 0.01
+
+
+@dataclass(frozen=True, slots=True)
+class PullSettings:
+    batch_size: int = 32
+    threshold: int = 1000
+    max_span: int = 2000
+    """0 disables the span check (orderly)."""
+    idle_max_s: float = 0.2
+    orderly: bool = False
+
+
+class QueuePuller:
+    def __init__(self, store: HttpClient, timers: TimerPool, service: ConsumeService,
+                 stats: Stats, settings: PullSettings) -> None:
+        self.store = store
+        self.timers = timers
+        self.service = service
+        self.stats = stats
+        self.settings = settings
+        self.stopped = False
+        self._lock = threading.Lock()
+        self._pqs: dict[MessageQueue, ProcessQueue] = {}
+        self._exprs: dict[MessageQueue, TagExpression] = {}
+        self._idle: dict[MessageQueue, float] = {}
+
+    def active(self) -> list[ProcessQueue]:
+        with self._lock:
+            return list(self._pqs.values())
+
+    def get(self, queue: MessageQueue) -> ProcessQueue | None:
+        with self._lock:
+            return self._pqs.get(queue)
+
+    def start_queue(self, queue: MessageQueue, expression: TagExpression,
+                    start_offset: int) -> ProcessQueue:
+        pq = ProcessQueue(queue, start_offset)
+        with self._lock:
+            old = self._pqs.get(queue)
+            if old is not None:
+                return old
+            self._pqs[queue] = pq
+            self._exprs[queue] = expression
+            self._idle[queue] = 0.0
+        logger.info("pulling queue=%s from queue_offset=%d", queue, start_offset)
+        self.timers.schedule(lambda: self._pull(pq))
+        return pq
+
+    def set_expression(self, queue: MessageQueue, expression: TagExpression) -> None:
+        with self._lock:
+            if queue in self._exprs:
+                self._exprs[queue] = expression
+
+    def drop_queue(self, queue: MessageQueue) -> ProcessQueue | None:
+        """Stop pulling a queue; messages not yet handed to the listener are forgotten."""
+        with self._lock:
+            pq = self._pqs.pop(queue, None)
+            self._exprs.pop(queue, None)
+            self._idle.pop(queue, None)
+        if pq is not None:
+            pq.dropped = True
+            pq.clear_unstarted()
+        return pq
+
+    def stop_all(self, wait_s: float) -> None:
+        """Shutdown: no more pulls; wait (bounded) for running listeners."""
+        self.stopped = True
+        deadline = time.monotonic() + wait_s
+        for pq in self.active():
+            wait_idle(pq, max(deadline - time.monotonic(), 0.0))
+
+    # ---- the loop ------------------------------------------------------------------------
+
+    def _again(self, pq: ProcessQueue, delay_s: float) -> None:
+        if not (self.stopped or pq.dropped):
+            self.timers.schedule(lambda: self._pull(pq), delay_s)
+
+    def _pull(self, pq: ProcessQueue) -> None:
+        """One pull of one queue, then the next one scheduled; whatever goes wrong, the loop
+        goes on (a dead loop would leave the queue unconsumed)."""
+        try:
+            self._pull_once(pq)
+        except Exception:
+            logger.exception("pull loop error queue=%s; pulling again in %.1fs", pq.queue,
+                             PULL_ERROR_DELAY_S)
+            self._again(pq, PULL_ERROR_DELAY_S)
+
+    def _pull_once(self, pq: ProcessQueue) -> None:
+        if self.stopped or pq.dropped:
+            return
+        s = self.settings
+        if pq.count >= s.threshold or (s.max_span and pq.span() > s.max_span):
+            self.stats.add("flow_control")
+            self._again(pq, FLOW_CONTROL_DELAY_S)
+            return
+        with self._lock:
+            expression = self._exprs.get(pq.queue, TagExpression.parse("*"))
+        offset = pq.tracker.next_offset
+        try:
+            raw = self.store.get(
+                self.store.path("/v1/topics/{}/queues/{}/messages", pq.queue.topic,
+                                pq.queue.queue_id),
+                {"offset": offset, "max": s.batch_size, "tags": expression.query()})
+        except OffsetOutOfRange:
+            self._correct_offset(pq, offset)
+            self._again(pq, 0.0)
+            return
+        except ClepsydraError as exc:
+            self.stats.add("pull_errors")
+            logger.warning("pull failed queue=%s queue_offset=%d error=%s", pq.queue, offset, exc)
+            self._again(pq, PULL_ERROR_DELAY_S)
+            return
+        pq.last_pull_s = time.monotonic()
+        messages = [Message.from_json(m) for m in raw.get("messages") or []]
+        next_offset = int(raw.get("nextOffset", offset + len(messages)))
+        matched = [m for m in messages if expression.matches(m.tags)
+                   and m.queue_offset >= offset]
+        if matched and not (self.stopped or pq.dropped):
+            self.stats.add("pulled", len(matched))
+            self.service.dispatch(pq, matched)
+        pq.advance(next_offset)
+        if messages or next_offset > offset:
+            self._idle[pq.queue] = 0.0
+            self._again(pq, 0.0)
+        else:
+            idle = min(max(self._idle.get(pq.queue, 0.0) * 2, IDLE_MIN_S), s.idle_max_s)
+            self._idle[pq.queue] = idle
+            self._again(pq, idle)
+
+    def _correct_offset(self, pq: ProcessQueue, offset: int) -> None:
+        """The pull offset is outside the queue (segments deleted, store reset): move to the
+        nearest end when nothing of the queue is in flight."""
+        try:
+            info = fetch_topic(self.store, pq.queue.topic).queue(pq.queue.queue_id)
+        except ClepsydraError:
+            return
+        if info is None or pq.tracker.pending_count:
+            return
+        target = info.min_offset if offset < info.min_offset else info.max_offset
+        logger.warning("queue=%s queue_offset=%d out of range [%d, %d): moving to %d",
+                       pq.queue, offset, info.min_offset, info.max_offset, target)
+        pq.tracker = OffsetTracker(target)

@@ -1,0 +1,270 @@
+"""RebalanceService: heartbeat to the store, then take and give up queues (SPEC C1, C2, C5).
+
+Every heartbeat answer carries the group's live consumer ids (sorted, the same list on every
+consumer); the allocation strategy turns it into this consumer's queues. Hand-over rules, so
+that no message is consumed by two consumers at once:
+
+- a queue no longer owned stops pulling at once; messages not yet given to the listener are
+  forgotten; running listeners get up to ``drop_wait_s`` to finish; then its C4 offset is
+  committed and later outcomes are ignored;
+- a newly owned queue that another *live* consumer owned under the previous view waits
+  ``handover_grace_s`` (longer than one heartbeat plus the drop wait) before its committed
+  offset is read and its first pull, so the previous owner has seen the change and
+  committed. A queue whose previous owner left (unregistered or expired) starts at once.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from clepsydra_client.listener import ConsumeFromWhere
+from clepsydra_client.message import MessageQueue
+from clepsydra_client.process_queue import ProcessQueue
+from clepsydra_client.pulling import QueuePuller
+from clepsydra_client.rebalance import allocate_all
+from clepsydra_client.tags import TagExpression
+from clepsydra_client.timers import TimerPool
+from clepsydra_client.topics import TopicInfo, fetch_topic_or_none
+from clepsydra_core import naming
+from clepsydra_core.errors import ClepsydraError
+
+if TYPE_CHECKING:
+    from clepsydra_client.push import PushConsumer
+
+logger = logging.getLogger(__name__)
+
+DROP_POLL_S = 0.05
+START_RETRY_S = 1.0
+
+
+@dataclass(slots=True)
+class Claim:
+    """A queue this consumer owns: pulling (``started``) or waiting for its grace."""
+
+    queue: MessageQueue
+    expression: TagExpression
+    not_before: float
+    started: bool = False
+
+
+class RebalanceService:
+    def __init__(self, consumer: PushConsumer, puller: QueuePuller, timers: TimerPool) -> None:
+        self.consumer = consumer
+        self.puller = puller
+        self.timers = timers
+        self.store = consumer.store
+        self.consistent = True
+        self.mismatches: list[Any] = []
+        self.consumers: list[str] = []
+        self._previous: list[str] | None = None
+        self._lock = threading.Lock()
+        self._claims: dict[MessageQueue, Claim] = {}
+        self._finalizing: dict[MessageQueue, ProcessQueue] = {}
+        self._routes: dict[str, TopicInfo] = {}
+
+    # ---- heartbeat -----------------------------------------------------------------------
+
+    def heartbeat(self) -> list[str]:
+        c = self.consumer
+        subs = c.all_subscriptions()
+        raw = self.store.post(
+            self.store.path("/v1/groups/{}/heartbeat", c.group),
+            {"clientId": c.client_id, "subscriptions": {t: str(e) for t, e in subs.items()},
+             "messageModel": str(c.settings.message_model)})
+        consumers = sorted({str(x) for x in raw.get("consumers") or []})
+        consistent = bool(raw.get("consistent", True))
+        if not consistent:
+            self._report_mismatch(raw.get("mismatches"))
+        elif not self.consistent:
+            logger.info("group=%s subscriptions agree again (C5)", c.group)
+            self.mismatches = []
+        self.consistent = consistent
+        self.consumers = consumers
+        return consumers
+
+    def _report_mismatch(self, mismatches: Any) -> None:
+        """C5: a group whose consumers subscribe differently is reported, not tolerated
+        silently: exposed on the consumer, and logged as a warning whenever it changes."""
+        c = self.consumer
+        if not isinstance(mismatches, list):
+            try:
+                raw = self.store.get(self.store.path("/v1/groups/{}/consumers", c.group))
+                mismatches = list(raw.get("mismatches") or [])
+            except ClepsydraError as exc:
+                mismatches = [f"could not read the group's consumers: {exc}"]
+        changed = mismatches != self.mismatches or self.consistent
+        self.mismatches = mismatches
+        if changed:
+            logger.warning("group=%s consumers subscribe differently (SPEC C5): this consumer %s "
+                           "subscribes %s; mismatches=%s", c.group, c.client_id,
+                           {t: str(e) for t, e in c.all_subscriptions().items()}, mismatches)
+
+    def heartbeat_and_rebalance(self) -> None:
+        consumers = self.heartbeat()
+        self.rebalance(consumers)
+
+    def unregister(self) -> None:
+        c = self.consumer
+        try:
+            self.store.delete(self.store.path("/v1/groups/{}/consumers/{}", c.group,
+                                              c.client_id))
+        except ClepsydraError as exc:
+            logger.warning("unregister failed group=%s client_id=%s error=%s", c.group,
+                           c.client_id, exc)
+
+    # ---- allocation ----------------------------------------------------------------------
+
+    def owned(self) -> list[MessageQueue]:
+        with self._lock:
+            return sorted(self._claims)
+
+    def rebalance(self, consumers: list[str]) -> None:
+        c = self.consumer
+        me = c.client_id
+        previous = self._previous if self._previous is not None else [
+            x for x in consumers if x != me]
+        wanted: dict[MessageQueue, tuple[TagExpression, bool]] = {}
+        for topic, expression in c.all_subscriptions().items():
+            route = fetch_topic_or_none(self.store, topic)
+            if route is None:
+                if not naming.is_retry_topic(topic):
+                    logger.warning("subscribed topic %s does not exist (yet) group=%s", topic,
+                                   c.group)
+                continue
+            self._routes[topic] = route
+            queues = route.message_queues()
+            if not c.clustering:
+                wanted.update((q, (expression, False)) for q in queues)
+                continue
+            strategy = c.settings.strategy
+            before = allocate_all(strategy, queues, previous) if previous else {}
+            for q in strategy.allocate(me, queues, consumers):
+                owner = before.get(q)
+                wanted[q] = (expression, owner is not None and owner != me
+                             and owner in consumers)
+        self._previous = consumers
+        self._apply(wanted)
+
+    def _apply(self, wanted: dict[MessageQueue, tuple[TagExpression, bool]]) -> None:
+        now = time.monotonic()
+        grace = self.consumer.settings.effective_grace_s
+        with self._lock:
+            gone = [q for q in self._claims if q not in wanted]
+            for q in gone:
+                del self._claims[q]
+            fresh = []
+            for q, (expression, needs_grace) in wanted.items():
+                claim = self._claims.get(q)
+                if claim is None:
+                    claim = Claim(q, expression, now + (grace if needs_grace else 0.0))
+                    self._claims[q] = claim
+                    fresh.append(claim)
+                elif claim.expression != expression:
+                    claim.expression = expression
+                    self.puller.set_expression(q, expression)
+        for q in gone:
+            self._drop(q)
+        for claim in fresh:
+            logger.info("rebalance: group=%s client_id=%s now owns %s%s", self.consumer.group,
+                        self.consumer.client_id, claim.queue,
+                        f" after a {grace:.1f}s hand-over grace" if claim.not_before > now
+                        else "")
+            self.timers.schedule(functools.partial(self._start, claim), claim.not_before - now)
+
+    # ---- taking a queue ------------------------------------------------------------------
+
+    def _start(self, claim: Claim) -> None:
+        with self._lock:
+            if self._claims.get(claim.queue) is not claim or claim.started:
+                return
+            finalizing = claim.queue in self._finalizing
+        if finalizing:
+            self.timers.schedule(lambda: self._start(claim), DROP_POLL_S)
+            return
+        try:
+            offset = self._start_offset(claim.queue)
+        except ClepsydraError as exc:
+            logger.warning("cannot read the committed offset of %s (%s); retrying",
+                           claim.queue, exc)
+            self.timers.schedule(lambda: self._start(claim), START_RETRY_S)
+            return
+        with self._lock:
+            if self._claims.get(claim.queue) is not claim:
+                return
+            claim.started = True
+        self.puller.start_queue(claim.queue, claim.expression, offset)
+
+    def _start_offset(self, queue: MessageQueue) -> int:
+        """The group's committed offset, else consume-from-where (retry topics: from the
+        start, so that nothing sent back before this consumer came is skipped)."""
+        c = self.consumer
+        committed = c.offset_store.read(queue)
+        if committed is not None and committed >= 0:
+            return committed
+        route = self._routes.get(queue.topic)
+        info = route.queue(queue.queue_id) if route else None
+        if info is None:
+            start = 0
+        elif (naming.is_retry_topic(queue.topic)
+              or c.settings.consume_from_where == ConsumeFromWhere.FIRST):
+            start = info.min_offset
+        else:
+            start = info.max_offset
+        c.offset_store.update(queue, start)
+        logger.info("no committed offset for %s: starting at %d (%s)", queue, start,
+                    c.settings.consume_from_where)
+        return start
+
+    # ---- giving a queue up ---------------------------------------------------------------
+
+    def _drop(self, queue: MessageQueue) -> None:
+        pq = self.puller.drop_queue(queue)
+        if pq is None:
+            return
+        logger.info("rebalance: group=%s client_id=%s gives up %s", self.consumer.group,
+                    self.consumer.client_id, queue)
+        with self._lock:
+            self._finalizing[queue] = pq
+        deadline = time.monotonic() + self.consumer.settings.effective_drop_wait_s
+
+        def finalize() -> None:
+            if pq.drop_final:
+                return
+            if pq.in_flight() and time.monotonic() < deadline:
+                self.timers.schedule(finalize, DROP_POLL_S)
+                return
+            self._commit_dropped(queue, pq)
+
+        finalize()
+
+    def _commit_dropped(self, queue: MessageQueue, pq: ProcessQueue) -> None:
+        """The dropped queue's last commit; outcomes arriving later are ignored."""
+        with self._lock:
+            if pq.drop_final:
+                return
+            pq.drop_final = True
+        store = self.consumer.offset_store
+        offset = pq.committable()
+        try:
+            store.update(queue, offset)
+            store.persist([queue])
+            logger.info("committed dropped queue=%s queue_offset=%d", queue, offset)
+        except ClepsydraError as exc:
+            logger.warning("commit of dropped queue=%s failed: %s", queue, exc)
+        finally:
+            store.forget(queue)
+            with self._lock:
+                if self._finalizing.get(queue) is pq:
+                    del self._finalizing[queue]
+
+    def finish_drops(self) -> None:
+        """Shutdown: commit every queue still being given up, without waiting longer."""
+        with self._lock:
+            pending = list(self._finalizing.items())
+        for queue, pq in pending:
+            self._commit_dropped(queue, pq)

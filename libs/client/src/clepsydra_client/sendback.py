@@ -1,0 +1,262 @@
+"""Returning failed messages to the broker (SPEC R1, R9, R10, R12).
+
+Clustering consumers call the retry service's send-back with the message's CommitLog offset,
+the delay level (R11), maxReconsumeTimes, the original topic, the failure reason and the
+consumer id. When that call fails, the client itself sends a new message to ``%RETRY%<group>``
+through the store's plain produce (R9). Orderly consumers dead-letter through R10: a plain send
+to ``%RETRY%<group>`` with ``RECONSUME_TIME`` = the max.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry import trace
+
+from clepsydra_client.http import HttpClient, RemoteError, error_from_response
+from clepsydra_client.message import Attempt, Message, append_failure
+from clepsydra_client.producer import encode_body
+from clepsydra_core import naming, telemetry
+from clepsydra_core import properties as P
+from clepsydra_core.errors import ClepsydraError, GroupNotFound, NotFound
+
+logger = logging.getLogger(__name__)
+
+DLQ_LEVEL = -1
+BROKER_DECIDES = 0
+DEFAULT_MAX_RECONSUME_TIMES = 16
+"""R5: what the fallback assumes when neither the consumer nor the message names a max."""
+TIMEOUT_LEVEL = 3
+"""R13: a message held past the consume timeout is sent back with level 3."""
+
+
+@dataclass(frozen=True, slots=True)
+class SendBackOutcome:
+    """Where a failed message went: ``RETRY``, ``DLQ`` or ``DROPPED`` (the group keeps no
+    retry queues), and whether the R9 fallback carried it."""
+
+    outcome: str
+    topic: str
+    delay_level: int
+    msg_id: str
+    fallback: bool = False
+
+
+def failure_reason(exc: BaseException | None, default: str = "listener returned "
+                   "RECONSUME_LATER") -> str:
+    """``"ValueError: bad order"``: exception type and text."""
+    if exc is None:
+        return default
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def fallback_properties(msg: Message, *, reconsume_times: int, max_reconsume_times: int,
+                        reason: str, consumer_id: str) -> dict[str, str]:
+    """Properties of an R9/R12 copy: the message's own (reserved names only where a client may
+    set them), plus the retry fields."""
+    props = {k: v for k, v in msg.properties.items()
+             if k not in P.RESERVED or k in P.CLIENT_SETTABLE}
+    props.setdefault(P.RETRY_TOPIC, msg.origin_topic)
+    props.setdefault(P.ORIGIN_MESSAGE_ID, msg.msg_id)
+    props[P.RECONSUME_TIME] = str(reconsume_times)
+    props[P.MAX_RECONSUME_TIMES] = str(max_reconsume_times)
+    props[P.FAILURE_HISTORY] = append_failure(
+        msg.properties.get(P.FAILURE_HISTORY),
+        Attempt(int(time.time() * 1000), consumer_id, reason, msg.reconsume_times))
+    return props
+
+
+class BatchSender:
+    """Gathers concurrent send-backs of one group into ``POST /v1/groups/{g}/send-back/batch``
+    calls (each item with where it was pulled, so the retry service reads a batch's headers in
+    one pull). No thread of its own: the first caller waits ``linger_s`` for others, sends what
+    has gathered (up to ``max_items``) and hands each caller its own result. A retry service
+    without the batch route (404) is called one message at a time."""
+
+    def __init__(self, retry: HttpClient, group: str, *, max_items: int = 100,
+                 linger_s: float = 0.005) -> None:
+        self.retry = retry
+        self.group = group
+        self.max_items = max_items
+        self.linger_s = linger_s
+        self.batch_route = True
+        self._lock = threading.Lock()
+        self._queue: list[_Pending] = []
+        self._leading = False
+
+    def submit(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The retry service's answer for one send-back; ClepsydraError when it failed."""
+        if not self.batch_route:
+            return self._single(body)
+        pending = _Pending(body)
+        with self._lock:
+            self._queue.append(pending)
+            lead = not self._leading
+            self._leading = True
+        if lead:
+            time.sleep(self.linger_s)
+            while True:
+                with self._lock:
+                    batch = self._queue[:self.max_items]
+                    del self._queue[:self.max_items]
+                    if not batch:
+                        self._leading = False
+                        break
+                self._flush(batch)
+        pending.done.wait()
+        if pending.error is not None:
+            raise pending.error
+        return pending.result
+
+    def _single(self, body: dict[str, Any]) -> dict[str, Any]:
+        single = {k: v for k, v in body.items() if k not in _HINTS}
+        return self.retry.post(self.retry.path("/v1/groups/{}/send-back", self.group), single)
+
+    def _flush(self, batch: list[_Pending]) -> None:
+        path = self.retry.path("/v1/groups/{}/send-back/batch", self.group)
+        try:
+            try:
+                raw = self.retry.post(path, {"items": [p.body for p in batch]})
+            except NotFound as exc:
+                if isinstance(exc, GroupNotFound):
+                    raise
+                logger.info("retry service has no batch send-back (%s): one at a time", exc)
+                self.batch_route = False
+                for p in batch:
+                    try:
+                        p.result = self._single(p.body)
+                    except ClepsydraError as one:
+                        p.error = one
+                return
+            results = raw.get("results") or []
+            for i, p in enumerate(batch):
+                item = results[i] if i < len(results) else None
+                if not isinstance(item, dict):
+                    p.error = RemoteError(f"batch send-back gave no result for item {i}")
+                elif "error" in item:
+                    p.error = error_from_response(400, item, path)
+                else:
+                    p.result = item
+        except ClepsydraError as exc:
+            for p in batch:
+                p.error = exc
+        finally:
+            for p in batch:
+                p.done.set()
+
+
+class _Pending:
+    __slots__ = ("body", "done", "error", "result")
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        self.body = body
+        self.done = threading.Event()
+        self.result: dict[str, Any] = {}
+        self.error: ClepsydraError | None = None
+
+
+_HINTS = ("topic", "queueId", "queueOffset")
+
+
+class SendBack:
+    """Send-back for one group and consumer."""
+
+    def __init__(self, group: str, consumer_id: str, *, store: HttpClient,
+                 retry: HttpClient | None, batch: bool = True) -> None:
+        self.group = group
+        self.consumer_id = consumer_id
+        self.store = store
+        self.retry = retry
+        self.batcher = BatchSender(retry, group) if retry is not None else None
+        if self.batcher is not None and not batch:
+            self.batcher.batch_route = False
+        self._tracer = telemetry.tracer("clepsydra_client")
+
+    def send_back(self, msg: Message, delay_level: int, max_reconsume_times: int | None,
+                  reason: str) -> SendBackOutcome:
+        """R1 through the retry service; on any failure the R9 fallback. Raises only when
+        both fail (the caller then retries locally). ``max_reconsume_times`` None leaves the
+        group's retryMaxTimes in charge (R5)."""
+        with self._tracer.start_as_current_span(
+                "client.send_back", kind=trace.SpanKind.CLIENT,
+                attributes={"messaging.system": "clepsydra", "messaging.message.id": msg.msg_id,
+                            "messaging.consumer.group.name": self.group,
+                            "messaging.clepsydra.delay_level": delay_level}) as span:
+            if self.batcher is not None:
+                body: dict[str, Any] = {
+                    "commitLogOffset": msg.commitlog_offset, "delayLevel": delay_level,
+                    "originTopic": msg.origin_topic, "reason": reason,
+                    "consumerId": self.consumer_id, "topic": msg.store_topic or msg.topic,
+                    "queueId": msg.queue_id, "queueOffset": msg.queue_offset}
+                if max_reconsume_times is not None:
+                    body["maxReconsumeTimes"] = max_reconsume_times
+                try:
+                    outcome = _outcome(self.batcher.submit(body), delay_level)
+                    span.set_attribute("messaging.clepsydra.outcome", outcome.outcome)
+                    return outcome
+                except ClepsydraError as exc:
+                    logger.warning("send-back failed, sending to the retry topic directly (R9) "
+                                   "group=%s msg_id=%s error=%s", self.group, msg.msg_id, exc)
+            max_times = (max_reconsume_times or msg.max_reconsume_times
+                         or DEFAULT_MAX_RECONSUME_TIMES)
+            outcome = self.fallback(msg, delay_level, max_times, reason)
+            span.set_attribute("messaging.clepsydra.outcome", outcome.outcome)
+            span.set_attribute("messaging.clepsydra.fallback", True)
+            return outcome
+
+    def fallback(self, msg: Message, delay_level: int, max_reconsume_times: int,
+                 reason: str) -> SendBackOutcome:
+        """R9: a new message to ``%RETRY%<group>`` with reconsumeTimes + 1 and delay level
+        3 + reconsumeTimes (or the listener's level; -1 dead-letters through R10)."""
+        reconsume = msg.reconsume_times + 1
+        if delay_level < 0:
+            reconsume = max(reconsume, max_reconsume_times)
+            level = 0
+        else:
+            level = delay_level if delay_level > 0 else TIMEOUT_LEVEL + msg.reconsume_times
+        return self._send_retry_copy(msg, level, reconsume, max_reconsume_times, reason,
+                                     fallback=True)
+
+    def dead_letter(self, msg: Message, max_reconsume_times: int, reason: str) -> SendBackOutcome:
+        """R12: an orderly consumer gave up locally; ``RECONSUME_TIME`` = max makes the store
+        reroute the copy to ``%DLQ%<group>`` (R10)."""
+        with self._tracer.start_as_current_span(
+                "client.send_back", kind=trace.SpanKind.CLIENT,
+                attributes={"messaging.system": "clepsydra", "messaging.message.id": msg.msg_id,
+                            "messaging.consumer.group.name": self.group,
+                            "messaging.clepsydra.orderly": True}):
+            return self._send_retry_copy(msg, 0, max_reconsume_times, max_reconsume_times,
+                                         reason, fallback=False)
+
+    def _send_retry_copy(self, msg: Message, level: int, reconsume: int, max_times: int,
+                         reason: str, *, fallback: bool) -> SendBackOutcome:
+        props = fallback_properties(msg, reconsume_times=reconsume,
+                                    max_reconsume_times=max_times, reason=reason,
+                                    consumer_id=self.consumer_id)
+        req: dict[str, Any] = encode_body(msg.body)
+        req["properties"] = props
+        if msg.tags:
+            req["tags"] = msg.tags
+        if msg.keys:
+            req["keys"] = " ".join(msg.keys)
+        if level > 0:
+            req["delayLevel"] = level
+        topic = naming.retry_topic(self.group)
+        raw = self.store.post(self.store.path("/v1/topics/{}/messages", topic), req)
+        stored = str(raw.get("topic", topic))
+        outcome = "DLQ" if naming.is_dlq_topic(stored) else "RETRY"
+        logger.info("sent to %s outcome=%s group=%s msg_id=%s reconsume_times=%d level=%d",
+                    topic, outcome, self.group, msg.msg_id, reconsume, level)
+        return SendBackOutcome(outcome, stored, level, str(raw.get("msgId", "")), fallback)
+
+
+def _outcome(raw: dict[str, Any], delay_level: int) -> SendBackOutcome:
+    return SendBackOutcome(
+        outcome=str(raw.get("outcome", "RETRY")), topic=str(raw.get("topic", "")),
+        delay_level=int(raw.get("delayLevel", delay_level) or 0),
+        msg_id=str(raw.get("msgId", "")))

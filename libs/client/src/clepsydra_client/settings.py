@@ -1,0 +1,46 @@
+"""ClientSettings: where the services are, read once from the environment (DESIGN.md names).
+
+Only the CLI and :func:`ClientSettings.from_env` read ``os.environ``; the SDK classes take URLs
+as arguments."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from opentelemetry import trace
+
+from clepsydra_core import telemetry
+from clepsydra_core.settings import Env, env_float, env_int, env_str
+
+SERVICE_NAME = "clepsydra-client"
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSettings:
+    store_url: str
+    retry_url: str
+    otel_exporter: str
+    timeout_s: float
+
+    @classmethod
+    def from_env(cls, env: Env | None = None) -> ClientSettings:
+        env = os.environ if env is None else env
+        store_port = env_int(env, "CLEPSYDRA_STORE_PORT", 8081, minimum=1)
+        retry_port = env_int(env, "CLEPSYDRA_RETRY_PORT", 8082, minimum=1)
+        return cls(
+            store_url=env_str(env, "CLEPSYDRA_STORE_URL", f"http://127.0.0.1:{store_port}"),
+            retry_url=env_str(env, "CLEPSYDRA_RETRY_URL", f"http://127.0.0.1:{retry_port}"),
+            otel_exporter=env_str(env, "CLEPSYDRA_OTEL_EXPORTER", "none"),
+            timeout_s=env_float(env, "CLEPSYDRA_CLIENT_TIMEOUT_S", 10.0, minimum=0.1),
+        )
+
+
+def ensure_tracing(exporter: str | None = None) -> None:
+    """Install a tracer provider when the application has not set one, so that spans have
+    trace ids and ``traceparent`` travels in message properties (SPEC O1). An application's
+    own provider is left alone."""
+    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        if exporter is None:
+            exporter = env_str(os.environ, "CLEPSYDRA_OTEL_EXPORTER", "none")
+        telemetry.init_tracing(SERVICE_NAME, exporter)

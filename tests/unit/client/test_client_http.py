@@ -1,0 +1,65 @@
+"""The HTTP client's error mapping and path encoding."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from clepsydra_client.http import HttpClient, RemoteError, error_from_response, segment
+from clepsydra_core.errors import (
+    Forbidden,
+    GroupNotFound,
+    MessageNotFound,
+    NoPermission,
+    NotFound,
+    OffsetOutOfRange,
+    TopicNotFound,
+    Unavailable,
+    ValidationError,
+)
+from tests.fixtures.processes import free_port
+
+if TYPE_CHECKING:
+
+    from clepsydra_core.errors import ClepsydraError
+
+def test_topic_segments_are_percent_encoded() -> None:
+    assert segment("%RETRY%G") == "%25RETRY%25G"
+    assert segment("a/b c") == "a%2Fb%20c"
+    assert HttpClient("http://x/").path("/v1/topics/{}/queues/{}", "%DLQ%g", 3) == \
+        "/v1/topics/%25DLQ%25g/queues/3"
+
+
+@pytest.mark.parametrize(("status", "code", "cls"), [
+    (404, "TOPIC_NOT_EXIST", TopicNotFound),
+    (404, "MESSAGE_NOT_FOUND", MessageNotFound),
+    (404, "SUBSCRIPTION_GROUP_NOT_EXIST", GroupNotFound),
+    (403, "NO_PERMISSION", NoPermission),
+    (403, "FORBIDDEN", Forbidden),
+    (400, "OFFSET_OUT_OF_RANGE", OffsetOutOfRange),
+    (400, "INVALID_DELAY_LEVEL", ValidationError),
+    (409, "TOPIC_CONFLICT", ValidationError),
+    (404, "SOMETHING", NotFound),
+    (503, None, Unavailable),
+    (500, "SYSTEM_ERROR", RemoteError),
+])
+def test_error_codes_map_to_the_error_tree(status: int, code: str | None,
+                                           cls: type[ClepsydraError]) -> None:
+    exc = error_from_response(status, {"error": code, "message": "text (SPEC X)"}, "u")
+    assert type(exc) is cls
+    assert exc.code == (code or cls.code)
+    assert exc.http_status == status
+    assert "text" in exc.message
+
+
+def test_error_without_a_body_names_the_status() -> None:
+    exc = error_from_response(502, None, "http://x/y")
+    assert "HTTP 502" in exc.message
+
+
+def test_a_service_that_does_not_answer_raises_unavailable() -> None:
+    http = HttpClient(f"http://127.0.0.1:{free_port()}", timeout_s=1.0, service="store")
+    with pytest.raises(Unavailable, match=r"the store at http://127\.0\.0\.1"):
+        http.get("/healthz")
+    http.close()
