@@ -7,11 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Blueprint, Response, request
+from opentelemetry import trace
 
-from clepsydra_core import naming
+from clepsydra_core import naming, telemetry
+from clepsydra_core import properties as P
 from clepsydra_store.api import jsonio
 from clepsydra_store.api.context import StoreContext, ctx
-from clepsydra_store.api.observability import DESTINATION, set_attribute
+from clepsydra_store.api.observability import DESTINATION, MESSAGE_ID, set_attribute
 from clepsydra_store.api.web import json_response
 
 bp = Blueprint("schedule", __name__)
@@ -29,6 +31,24 @@ def _level(c: StoreContext, raw: str) -> int:
     set_attribute(DESTINATION, naming.SCHEDULE_TOPIC)
     set_attribute("clepsydra.delay_level", level)
     return level
+
+
+def _deliver_spans(tracer: trace.Tracer, level: int,
+                   delivered: list[tuple[str, str, str | None, int]]) -> None:
+    """One ``store.deliver`` span per delivered message (O1, D10): in the producer's trace
+    (parent = the message's ``traceparent``) with a link to the current ``store.handover``
+    span, or a child of that span when the message carries no trace context."""
+    handover_span = trace.get_current_span()
+    if not delivered or not handover_span.is_recording():
+        return
+    links = [trace.Link(handover_span.get_span_context())]
+    for topic, msg_id, traceparent, lateness_ms in delivered:
+        parent = telemetry.extract({P.TRACEPARENT: traceparent}) if traceparent else None
+        if parent is not None and not trace.get_current_span(parent).get_span_context().is_valid:
+            parent = None  # malformed traceparent: stay in the hand-over's trace
+        tracer.start_span("store.deliver", context=parent, links=links, attributes={
+            DESTINATION: topic, MESSAGE_ID: msg_id, "clepsydra.delay_level": level,
+            "clepsydra.lateness_ms": lateness_ms}).end()
 
 
 @bp.get("/v1/schedule/levels")
@@ -84,6 +104,7 @@ def handover(level: str) -> Response:
     for lateness_ms in r.lateness_ms:
         histogram.observe(lateness_ms)
     set_attribute("clepsydra.delivered", r.delivered)
+    _deliver_spans(c.obs.tracer, lvl, r.delivered_messages)
     return json_response({"level": r.level, "fromOffset": r.from_offset,
                           "nextOffset": r.next_offset, "delivered": r.delivered,
                           "parked": r.parked, "skipped": r.skipped, "notDue": r.not_due,

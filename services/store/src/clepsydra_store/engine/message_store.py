@@ -243,9 +243,14 @@ class MessageStore(StoreCore):
                 results, end = self._append_locked(plan.items)
             handed_over = self._dispatcher.mark(level)
         results = self._acknowledge(results, end)
-        lateness = [r.store_timestamp - item.deliver_ts
-                    for r, item, ok in zip(results, plan.items, plan.delivered, strict=True)
-                    if ok]
+        lateness: list[int] = []
+        delivered_messages: list[tuple[str, str, str | None, int]] = []
+        for r, item, ok, traceparent in zip(results, plan.items, plan.delivered,
+                                            plan.traceparents, strict=True):
+            if ok:
+                late = r.store_timestamp - item.deliver_ts
+                lateness.append(late)
+                delivered_messages.append((r.topic, r.msg_id, traceparent, late))
         delivered = len(lateness)
         self._counters["schedule_delivered_total"] += delivered
         self._counters["schedule_parked_total"] += len(results) - delivered
@@ -256,7 +261,7 @@ class MessageStore(StoreCore):
                         len(results) - delivered, plan.skipped)
         return HandoverResult(level, plan.start, plan.next_offset, delivered,
                               len(results) - delivered, plan.skipped, plan.not_due,
-                              plan.next_deliver_ts, lateness, handed_over)
+                              plan.next_deliver_ts, lateness, handed_over, delivered_messages)
 
     # ---- consumer progress -------------------------------------------------------------------
     def commit_offset(self, group: str, topic: str, queue_id: int, queue_offset: int) -> None:

@@ -27,6 +27,8 @@ class HandoverPlan:
     next_offset: int
     items: list[Prepared] = field(default_factory=list)
     delivered: list[bool] = field(default_factory=list)
+    traceparents: list[str | None] = field(default_factory=list)
+    """The producer's ``traceparent`` of each item (None if absent or parked), for O1."""
     skipped: int = 0
     not_due: bool = False
     next_deliver_ts: int | None = None
@@ -82,22 +84,25 @@ class Scheduler:
             if queue_offset <= mark:  # D9: handed over before a crash; write nothing
                 plan.skipped += 1
                 continue
-            item, delivered = self._rebuild(level, queue_offset, commitlog_offset, size,
-                                            deliver_ts)
+            item, delivered, traceparent = self._rebuild(level, queue_offset, commitlog_offset,
+                                                         size, deliver_ts)
             plan.items.append(item)
             plan.delivered.append(delivered)
+            plan.traceparents.append(traceparent)
         return plan
 
     def _rebuild(self, level: int, queue_offset: int, commitlog_offset: int, size: int,
-                 deliver_ts: int) -> tuple[Prepared, bool]:
-        """D4 rebuild for the real topic, or a D7 park in %SCHEDULE_ERROR%."""
+                 deliver_ts: int) -> tuple[Prepared, bool, str | None]:
+        """D4 rebuild for the real topic, or a D7 park in %SCHEDULE_ERROR%; with the
+        producer's ``traceparent`` of a delivered message (O1)."""
         mark = (level, queue_offset)
         schedule_offset = f"{level}:{queue_offset}"
         try:
             record = self.commitlog.read_record(commitlog_offset, size)
         except MessageNotFound as exc:
             props = {P.SCHEDULE_ERROR: f"unreadable: {exc}", P.SCHEDULE_OFFSET: schedule_offset}
-            return self._park(CommitLogRecord(topic="", body=b""), props, mark, deliver_ts), False
+            return (self._park(CommitLogRecord(topic="", body=b""), props, mark, deliver_ts),
+                    False, None)
         props = dict(record.properties)
         props.pop(P.DELAY, None)
         props[P.SCHEDULE_OFFSET] = schedule_offset
@@ -105,12 +110,13 @@ class Scheduler:
         topic, queue_id, reason = self._destination(record)
         if reason is not None:
             props[P.SCHEDULE_ERROR] = reason
-            return self._park(record, props, mark, deliver_ts), False
-        return Prepared.build(topic, queue_id, record.body, props, flag=record.flag,
+            return self._park(record, props, mark, deliver_ts), False, None
+        prepared = Prepared.build(topic, queue_id, record.body, props, flag=record.flag,
                               sys_flag=record.sys_flag, born_timestamp=record.born_timestamp,
                               born_host=record.born_host,
                               reconsume_times=record.reconsume_times, mark=mark,
-                              deliver_ts=deliver_ts, max_size=self.segment_size_bytes), True
+                              deliver_ts=deliver_ts, max_size=self.segment_size_bytes)
+        return prepared, True, props.get(P.TRACEPARENT)
 
     def _destination(self, record: CommitLogRecord) -> tuple[str, int, str | None]:
         """(real topic, real queue id, None) or ("", 0, why it cannot be rebuilt)."""

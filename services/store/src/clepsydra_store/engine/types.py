@@ -111,6 +111,10 @@ class HandoverResult:
     lateness_ms: list[int]
     """store timestamp of each delivered message minus its deliver time (D10)."""
     handed_over: int
+    delivered_messages: list[tuple[str, str, str | None, int]] = field(default_factory=list)
+    """(real topic, new msgId, producer's ``traceparent`` or None, lateness ms) of each
+    delivered message, in order: the API layer links a ``store.deliver`` span to the
+    producer's trace (O1, D10). Plain strings: the engine imports no OpenTelemetry."""
 
 
 @dataclass(frozen=True, slots=True)
