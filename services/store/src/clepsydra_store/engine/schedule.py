@@ -5,20 +5,53 @@ and rebuild each for its real topic (or park it in %SCHEDULE_ERROR%), as records
 from __future__ import annotations
 
 import logging
+import struct
 from dataclasses import dataclass, field
+from zlib import crc32
 
 from clepsydra_core import naming
 from clepsydra_core import properties as P
-from clepsydra_core.errors import MessageNotFound, ValidationError
+from clepsydra_core.errors import MessageNotFound, StoreError, ValidationError
 from clepsydra_core.levels import DelayLevels
-from clepsydra_core.records import CommitLogRecord
+from clepsydra_core.records import (
+    HEADER_SIZE,
+    MAGIC_V1,
+    MIN_END_MARKER,
+    RECORD_HEADER,
+    CommitLogRecord,
+)
 from clepsydra_store.engine.commitlog import CommitLog
 from clepsydra_store.engine.consume_queue import ENTRY, ConsumeQueue
 from clepsydra_store.engine.dispatch import Dispatcher
-from clepsydra_store.engine.prepare import Prepared
+from clepsydra_store.engine.key_index import key_hash
+from clepsydra_store.engine.prepare import Prepared, too_large
 from clepsydra_store.engine.topics import TopicRegistry
 
 logger = logging.getLogger(__name__)
+
+_U8 = struct.Struct(">B")
+_I32 = struct.Struct(">i")
+_NAME_LEN = struct.Struct(">H")
+_VALUE_LEN = struct.Struct(">I")
+_SPAN_GAP = 64 * 1024
+_SPAN_MAX = 8 * 1024 * 1024
+"""Schedule entries whose records lie close together in one segment are read with one pread:
+gaps of at most _SPAN_GAP bytes, spans of at most _SPAN_MAX bytes."""
+
+
+def _name_prefix(name: str) -> bytes:
+    raw = name.encode()
+    return _NAME_LEN.pack(len(raw)) + raw
+
+
+_P_DELAY = P.DELAY.encode()
+_P_SCHEDULE_OFFSET = P.SCHEDULE_OFFSET.encode()
+_P_DELIVER_TS = P.DELIVER_TS.encode()
+_WANTED = {name.encode(): name for name in (P.REAL_TOPIC, P.REAL_QID, P.TAGS, P.KEYS,
+                                            P.UNIQ_KEY, P.TRACEPARENT)}
+"""Properties whose values the hand-over reads."""
+_SCHEDULE_OFFSET_PREFIX = _name_prefix(P.SCHEDULE_OFFSET)
+_DELIVER_TS_PREFIX = _name_prefix(P.DELIVER_TS)
 
 
 @dataclass(slots=True)
@@ -34,6 +67,79 @@ class HandoverPlan:
     next_deliver_ts: int | None = None
 
 
+_Template = tuple[bytes, bool, bytes, bytes, dict[str, str]]
+"""(t0, SCHEDULE_OFFSET first, t1, t2, values read) of a stored properties block: the rebuilt
+block is ``t0 | value | t1 | value | t2`` with the SCHEDULE_OFFSET and DELIVER_TS values
+(length-prefixed) in that order when "SCHEDULE_OFFSET first", else the other way round."""
+_TEMPLATES_MAX = 1024
+_TOPICS: dict[str, bytes] = {}
+
+
+def _topic_raw(topic: str) -> bytes:
+    raw = topic.encode()
+    if len(_TOPICS) >= _TEMPLATES_MAX:
+        _TOPICS.clear()
+    _TOPICS[topic] = raw
+    return raw
+
+
+def _props_template(block: bytes) -> _Template | None:
+    """The _Template of a stored properties block as ``_rebuild``'s dict re-encodes it (DELAY
+    dropped, SCHEDULE_OFFSET and DELIVER_TS replaced in place or appended in that order); None
+    when the block has a repeated name or does not decode."""
+    pieces: list[bytes | None] = []
+    """Static bytes, and None where a value goes."""
+    order: list[bool] = []
+    seen: set[bytes] = set()
+    values: dict[str, str] = {}
+    run = p = 0
+    end = len(block)
+    try:
+        while p < end:
+            (nlen,) = _NAME_LEN.unpack_from(block, p)
+            q = p + 2 + nlen
+            name = block[p + 2:q]
+            (vlen,) = _VALUE_LEN.unpack_from(block, q)
+            q += 4
+            v_end = q + vlen
+            if v_end > end or name in seen:
+                return None
+            seen.add(name)
+            value = block[q:v_end]
+            name.decode()
+            wanted = _WANTED.get(name)
+            if wanted is not None:
+                values[wanted] = value.decode()
+            else:
+                value.decode()
+            if name in (_P_DELAY, _P_SCHEDULE_OFFSET, _P_DELIVER_TS):
+                pieces.append(block[run:p])
+                if name != _P_DELAY:
+                    pieces += (block[p:q - 4], None)
+                    order.append(name == _P_SCHEDULE_OFFSET)
+                run = v_end
+            p = v_end
+    except (struct.error, UnicodeDecodeError):
+        return None
+    pieces.append(block[run:end])
+    if _P_SCHEDULE_OFFSET not in seen:
+        pieces += (_SCHEDULE_OFFSET_PREFIX, None)
+        order.append(True)
+    if _P_DELIVER_TS not in seen:
+        pieces += (_DELIVER_TS_PREFIX, None)
+        order.append(False)
+    static: list[bytes] = []
+    current: list[bytes] = []
+    for piece in pieces:
+        if piece is None:
+            static.append(b"".join(current))
+            current = []
+        else:
+            current.append(piece)
+    static.append(b"".join(current))
+    return static[0], order[0], static[1], static[2], values
+
+
 class Scheduler:
     """Plans a hand-over batch; the caller appends ``plan.items`` under the same lock."""
 
@@ -44,6 +150,9 @@ class Scheduler:
         self.topics = topics
         self.levels = levels
         self.segment_size_bytes = segment_size_bytes
+        self._templates: dict[bytes, _Template] = {}
+        """A properties block seen -> its _props_template (records of a batch often share
+        one)."""
 
     def check_level(self, level: int) -> None:
         if not 1 <= level <= self.levels.max_level:
@@ -73,6 +182,7 @@ class Scheduler:
         delay_ms = self.levels.delay_ms(level)
         mark = self.dispatcher.mark(level)
         raw = cq.read_raw(start, max(0, max_count))
+        due: list[tuple[int, int, int, int]] = []
         for i, (commitlog_offset, size, code) in enumerate(ENTRY.iter_unpack(raw)):
             queue_offset = start + i
             deliver_ts = now_ms if code > now_ms + delay_ms else code  # D3 correction
@@ -84,12 +194,126 @@ class Scheduler:
             if queue_offset <= mark:  # D9: handed over before a crash; write nothing
                 plan.skipped += 1
                 continue
-            item, delivered, traceparent = self._rebuild(level, queue_offset, commitlog_offset,
-                                                         size, deliver_ts)
-            plan.items.append(item)
-            plan.delivered.append(delivered)
-            plan.traceparents.append(traceparent)
+            due.append((queue_offset, commitlog_offset, size, deliver_ts))
+        items, delivered, traceparents = plan.items, plan.delivered, plan.traceparents
+        for buf, base, run in self._spans(due):
+            for queue_offset, commitlog_offset, size, deliver_ts in run:
+                fast = self._splice(level, queue_offset, buf, commitlog_offset - base, size,
+                                    commitlog_offset, deliver_ts) if buf else None
+                if fast is None:
+                    item, ok, traceparent = self._rebuild(level, queue_offset, commitlog_offset,
+                                                          size, deliver_ts)
+                else:
+                    item, traceparent = fast
+                    ok = True
+                items.append(item)
+                delivered.append(ok)
+                traceparents.append(traceparent)
         return plan
+
+    def _spans(self, due: list[tuple[int, int, int, int]]
+               ) -> list[tuple[bytes, int, list[tuple[int, int, int, int]]]]:
+        """``due`` cut into runs of records lying close together in one segment, each with the
+        bytes from its first record's offset (one pread; b"" when unreadable) and that offset."""
+        spans: list[tuple[bytes, int, list[tuple[int, int, int, int]]]] = []
+        segment_for = self.commitlog.segment_for
+        i, n = 0, len(due)
+        while i < n:
+            first = due[i][1]
+            segment = segment_for(first)
+            if segment is None or first < 0:
+                spans.append((b"", first, due[i:i + 1]))
+                i += 1
+                continue
+            limit = min(segment.end, segment.write_offset)
+            end = first + max(due[i][2], 0)
+            j = i + 1
+            while j < n:
+                offset, size = due[j][1], due[j][2]
+                if (offset < end or offset - end > _SPAN_GAP or offset + size > limit
+                        or offset + size - first > _SPAN_MAX or size <= 0):
+                    break
+                end = offset + size
+                j += 1
+            buf = b""
+            if end <= limit:
+                try:
+                    buf = segment.read(first - segment.start, end - first)
+                except StoreError:
+                    buf = b""
+            spans.append((buf, first, due[i:j]))
+            i = j
+        return spans
+
+    def _splice(self, level: int, queue_offset: int, buf: bytes, pos: int, size: int,
+                commitlog_offset: int, deliver_ts: int) -> tuple[Prepared, str | None] | None:
+        """The D4 rebuild of the record at ``buf[pos:]`` for its real topic made from its
+        stored bytes: body and CRC kept, properties re-spliced (DELAY out, SCHEDULE_OFFSET and
+        DELIVER_TS set, in the order ``_rebuild``'s dict gives). None when anything is not
+        plain (a short or invalid record, repeated or undecodable properties, a park): the
+        caller then takes ``_rebuild``, which decides what the old path decides."""
+        if pos + size > len(buf) or size < HEADER_SIZE + 5:
+            return None
+        (total, magic, crc, _queue_id, flag, _qo, stored_offset, sys_flag, born_ts, born_host,
+         _st, _sh, reconsume, body_len) = RECORD_HEADER.unpack_from(buf, pos)
+        if magic != MAGIC_V1 or total != size or stored_offset != commitlog_offset:
+            return None
+        p = pos + HEADER_SIZE
+        end = pos + size
+        if body_len < 0 or p + body_len + 5 > end:
+            return None
+        body = buf[p:p + body_len]
+        if crc32(body) != crc:
+            return None
+        p += body_len
+        topic_len = buf[p]
+        p += 1 + topic_len
+        if p + 4 > end:
+            return None
+        try:
+            buf[p - topic_len:p].decode()
+        except UnicodeDecodeError:
+            return None
+        (props_len,) = _I32.unpack_from(buf, p)
+        p += 4
+        if props_len < 0 or p + props_len != end:
+            return None
+        block = buf[p:end]
+        template = self._templates.get(block)
+        if template is None:
+            template = _props_template(block)
+            if template is None:
+                return None
+            if len(self._templates) >= _TEMPLATES_MAX:
+                self._templates.clear()
+            self._templates[block] = template
+        t0, offset_first, t1, t2, values = template
+        schedule_offset = f"{level}:{queue_offset}".encode()
+        deliver = str(deliver_ts).encode()
+        first, second = (schedule_offset, deliver) if offset_first else (deliver, schedule_offset)
+        parts = (t0, _VALUE_LEN.pack(len(first)), first, t1, _VALUE_LEN.pack(len(second)),
+                 second, t2)
+        topic, queue_id, reason = self._destination(values.get(P.REAL_TOPIC),
+                                                    values.get(P.REAL_QID))
+        if reason is not None:
+            return None
+        props_raw = b"".join(parts)
+        topic_raw = _TOPICS.get(topic) or _topic_raw(topic)
+        tail = b"".join((body, _U8.pack(len(topic_raw)), topic_raw, _I32.pack(len(props_raw)),
+                         props_raw))
+        new_size = HEADER_SIZE + len(tail)
+        if new_size + MIN_END_MARKER > self.segment_size_bytes:
+            raise too_large(new_size, self.segment_size_bytes)
+        tags = values.get(P.TAGS)
+        keys = values.get(P.KEYS, "").split()
+        uniq = values.get(P.UNIQ_KEY)
+        if uniq:
+            keys.append(uniq)
+        prepared = tuple.__new__(Prepared, (
+            new_size, topic, queue_id, crc32(tags.encode()) if tags else 0, 0, crc, flag,
+            sys_flag, born_ts, born_host, reconsume, body_len, tail,
+            tuple(key_hash(k) for k in keys), (level, queue_offset), deliver_ts))
+        return prepared, values.get(P.TRACEPARENT)
 
     def _rebuild(self, level: int, queue_offset: int, commitlog_offset: int, size: int,
                  deliver_ts: int) -> tuple[Prepared, bool, str | None]:
@@ -107,7 +331,8 @@ class Scheduler:
         props.pop(P.DELAY, None)
         props[P.SCHEDULE_OFFSET] = schedule_offset
         props[P.DELIVER_TS] = str(deliver_ts)
-        topic, queue_id, reason = self._destination(record)
+        topic, queue_id, reason = self._destination(props.get(P.REAL_TOPIC),
+                                                    props.get(P.REAL_QID))
         if reason is not None:
             props[P.SCHEDULE_ERROR] = reason
             return self._park(record, props, mark, deliver_ts), False, None
@@ -118,10 +343,10 @@ class Scheduler:
                               deliver_ts=deliver_ts, max_size=self.segment_size_bytes)
         return prepared, True, props.get(P.TRACEPARENT)
 
-    def _destination(self, record: CommitLogRecord) -> tuple[str, int, str | None]:
-        """(real topic, real queue id, None) or ("", 0, why it cannot be rebuilt)."""
-        props = record.properties
-        topic = props.get(P.REAL_TOPIC)
+    def _destination(self, topic: str | None,
+                     real_qid: str | None) -> tuple[str, int, str | None]:
+        """(real topic, real queue id, None) or ("", 0, why it cannot be rebuilt), from the
+        REAL_TOPIC and REAL_QID properties."""
         if not topic:
             return "", 0, "no_real_topic"
         if topic == naming.TRANSACTION_HALF_TOPIC:
@@ -133,9 +358,9 @@ class Scheduler:
         if cfg is None:
             return "", 0, f"real_topic_missing: {topic}"
         try:
-            queue_id = int(props.get(P.REAL_QID, ""))
+            queue_id = int(real_qid if real_qid is not None else "")
         except ValueError:
-            return "", 0, f"bad_real_qid: {props.get(P.REAL_QID)!r}"
+            return "", 0, f"bad_real_qid: {real_qid!r}"
         if not 0 <= queue_id < cfg.queues:
             return "", 0, f"real_qid_out_of_range: {topic} has {cfg.queues} queues, " \
                           f"REAL_QID={queue_id}"
