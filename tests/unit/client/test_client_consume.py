@@ -254,3 +254,37 @@ def test_orderly_consumes_one_batch_of_a_queue_at_a_time(rig: Rig) -> None:  # S
         service.dispatch(pq, [msg(i) for i in range(start, start + 5)])
     wait_until(drained(pq, 40), 10)
     assert overlap == []
+
+
+@pytest.mark.parametrize("how", ["dropped", "stopped"])
+def test_a_pull_answered_after_the_queue_was_given_up_does_not_move_the_commit(
+        rig: Rig, how: str) -> None:
+    # SPEC C1, C4: a pull on the wire when its queue is dropped (rebalance) or the consumer
+    # stops must not advance the offset: the last commit would skip messages nobody consumed
+    from clepsydra_client.pulling import PullSettings, QueuePuller
+    from clepsydra_client.tags import TagExpression
+
+    asked, release = threading.Event(), threading.Event()
+
+    def handler(method: str, path: str, body: Any) -> dict[str, Any]:
+        asked.set()
+        release.wait(5)
+        return {"messages": [{"msgId": f"M{i}", "topic": "T", "body": f"m{i}", "queueId": 0,
+                              "queueOffset": i} for i in range(5, 9)], "nextOffset": 9}
+
+    seen: list[str] = []
+    service = rig.concurrent(lambda ms, ctx: seen.extend(m.text for m in ms))
+    puller = QueuePuller(as_http(FakeHttp(handler)), rig.timers, service, rig.stats,
+                         PullSettings())
+    pq = puller.start_queue(Q, TagExpression.parse("*"), 5)
+    assert asked.wait(5)
+    if how == "dropped":
+        assert puller.drop_queue(Q) is pq
+    else:
+        puller.stop_all(0.0)
+    release.set()
+    after = threading.Event()
+    rig.timers.schedule(after.set)  # one timer thread: runs once the pull has returned
+    assert after.wait(5)
+    assert pq.committable() == 5  # would be 9 if the answer had advanced the tracker
+    assert seen == [] and pq.count == 0

@@ -137,12 +137,17 @@ class QueuePuller:
             logger.warning("pull failed queue=%s queue_offset=%d error=%s", pq.queue, offset, exc)
             self._again(pq, PULL_ERROR_DELAY_S)
             return
+        if self.stopped or pq.dropped:
+            # Given up while the pull was on the wire: neither dispatch nor advance. Moving
+            # the tracker past messages nobody will consume would let the last commit of a
+            # dropped queue (or of a shutdown) skip them, and the next owner never sees them.
+            return
         pq.last_pull_s = time.monotonic()
         messages = [Message.from_json(m) for m in raw.get("messages") or []]
         next_offset = int(raw.get("nextOffset", offset + len(messages)))
         matched = [m for m in messages if expression.matches(m.tags)
                    and m.queue_offset >= offset]
-        if matched and not (self.stopped or pq.dropped):
+        if matched:
             self.stats.add("pulled", len(matched))
             self.service.dispatch(pq, matched)
         pq.advance(next_offset)
