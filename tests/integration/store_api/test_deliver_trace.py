@@ -20,6 +20,7 @@ TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 PARENT_SPAN = "b7ad6b7169203331"
 TRACEPARENT = f"00-{TRACE_ID}-{PARENT_SPAN}-01"
 HANDOVER_PARENT = "00-11111111111111111111111111111111-2222222222222222-01"
+UNSAMPLED = "00-33333333333333333333333333333333-4444444444444444-00"
 
 
 def spans_named(path: Path, name: str) -> list[dict[str, Any]]:
@@ -41,15 +42,21 @@ def test_delivery_span_is_in_the_producers_trace(
                         json={"body": "later", "delayLevel": 1,
                               "properties": {"traceparent": TRACEPARENT}})
         assert put.status_code == 201, put.text
-        [deliver_ts] = http.get(f"{url}/v1/schedule/levels/1/entries").json()["deliverTs"]
+        unsampled = http.post(f"{url}/v1/topics/{TOPIC}/messages",
+                              json={"body": "later, untraced", "delayLevel": 1,
+                                    "properties": {"traceparent": UNSAMPLED}})
+        assert unsampled.status_code == 201, unsampled.text
+        deliver_ts = max(http.get(f"{url}/v1/schedule/levels/1/entries").json()["deliverTs"])
         wait_until(lambda: time.time() * 1000 >= deliver_ts, 10, what="due")
         r = http.post(f"{url}/v1/schedule/levels/1/handover",
                       json={"fromOffset": 0, "max": 10},
                       headers={"traceparent": HANDOVER_PARENT}).json()
-        assert r["delivered"] == 1, r
-        [msg] = http.get(f"{url}/v1/topics/{TOPIC}/queues/0/messages",
-                         params={"offset": 0, "max": 10}).json()["messages"]
+        assert r["delivered"] == 2, r
+        msg, _ = http.get(f"{url}/v1/topics/{TOPIC}/queues/0/messages",
+                          params={"offset": 0, "max": 10}).json()["messages"]
     wait_until(lambda: bool(spans_named(spans_file, "store.deliver")), 10, what="deliver span")
+    # the producer's unsampled trace gets no deliver span (parent-based sampling, skipped
+    # before any span is made)
     [deliver] = spans_named(spans_file, "store.deliver")
     [handover] = spans_named(spans_file, "store.handover")
     assert deliver["traceId"] == TRACE_ID

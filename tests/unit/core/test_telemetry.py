@@ -23,7 +23,8 @@ def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
     """A fresh process-wide tracer provider with the memory exporter; the previous one is
     put back afterwards, so test order does not matter."""
     for module, attr in ((telemetry, "_provider"), (telemetry, "_memory"),
-                         (trace, "_TRACER_PROVIDER"), (trace, "_TRACER_PROVIDER_SET_ONCE")):
+                         (telemetry, "_exporting"), (trace, "_TRACER_PROVIDER"),
+                         (trace, "_TRACER_PROVIDER_SET_ONCE")):
         monkeypatch.setattr(module, attr, getattr(module, attr))
     telemetry.reset_after_fork()
     provider = telemetry.init_tracing("clepsydra-test", "memory")
@@ -82,8 +83,30 @@ def test_init_tracing_is_once_per_process(spans: InMemorySpanExporter) -> None:
 
 def test_unknown_exporter_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(telemetry, "_provider", None)
+    monkeypatch.setattr(telemetry, "_exporting", False)
     with pytest.raises(ConfigError, match="CLEPSYDRA_OTEL_EXPORTER"):
         telemetry.init_tracing("x", "zipkin")
+    assert telemetry.exporting() is False
+
+
+def test_exporting_is_false_only_for_the_none_exporter(spans: InMemorySpanExporter) -> None:
+    assert telemetry.exporting() is True  # memory
+    telemetry.reset_after_fork()
+    assert telemetry.exporting() is False
+    provider = telemetry.init_tracing("x", "none")
+    assert telemetry.exporting() is False
+    provider.shutdown()
+
+
+@pytest.mark.parametrize(("traceparent", "sampled"), [
+    ("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", True),
+    ("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-03", True),
+    ("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00", False),
+    ("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-zz", False),
+    ("", False), (None, False), ("1", False),
+])
+def test_parent_sampled_reads_the_flag(traceparent: str | None, sampled: bool) -> None:  # O1
+    assert telemetry.parent_sampled(traceparent) is sampled
 
 
 def _record(msg: str, *args: object, exc: bool = False) -> logging.LogRecord:

@@ -3,7 +3,8 @@ properties (SPEC O1).
 
 The exporter is chosen by a setting (``CLEPSYDRA_OTEL_EXPORTER``):
 
-- ``none``: spans are created (trace ids exist, context propagates) but not exported;
+- ``none``: spans are created (trace ids exist, context propagates) but not exported; hot
+  paths that would create one span per message ask :func:`exporting` and skip them;
 - ``console``: printed to stdout;
 - ``otlp``: OTLP/HTTP to ``OTEL_EXPORTER_OTLP_ENDPOINT`` (the collector);
 - ``memory``: kept in memory, for tests in the same process (:func:`memory_exporter`);
@@ -38,6 +39,7 @@ from clepsydra_core.errors import ConfigError
 
 _lock = threading.Lock()
 _provider: TracerProvider | None = None
+_exporting = False
 _memory: InMemorySpanExporter | None = None
 _propagator = TraceContextTextMapPropagator()
 
@@ -77,7 +79,7 @@ class JsonLinesSpanExporter(SpanExporter):
 
 def init_tracing(service_name: str, exporter: str = "none") -> TracerProvider:
     """Install the process's tracer provider (first call wins; later calls return it)."""
-    global _provider, _memory
+    global _provider, _memory, _exporting
     with _lock:
         if _provider is not None:
             return _provider
@@ -102,16 +104,18 @@ def init_tracing(service_name: str, exporter: str = "none") -> TracerProvider:
                               "otlp, memory or file:<path>")
         trace.set_tracer_provider(provider)
         _provider = provider
+        _exporting = exporter != "none"
         return provider
 
 
 def reset_after_fork() -> None:
     """Forget the provider inherited from a parent process (call in a forked child before
     :func:`init_tracing`, e.g. Celery's ``worker_process_init``)."""
-    global _provider, _memory
+    global _provider, _memory, _exporting
     with _lock:
         _provider = None
         _memory = None
+        _exporting = False
         # The OTel API lets a process set its global provider once; without this the child's
         # init_tracing would log "Overriding ... not allowed" and keep the parent's provider.
         trace._TRACER_PROVIDER_SET_ONCE = Once()
@@ -123,6 +127,23 @@ def memory_exporter() -> InMemorySpanExporter:
     if _memory is None:
         raise RuntimeError("tracing was not initialised with the memory exporter")
     return _memory
+
+
+def exporting() -> bool:
+    """True when this process's spans go somewhere (any exporter but ``none``)."""
+    return _exporting
+
+
+def parent_sampled(traceparent: str | None) -> bool:
+    """Whether a W3C ``traceparent`` carries the sampled flag (``...-01``). A child of an
+    unsampled parent is dropped by the default parent-based sampler, so a hot path can skip
+    creating it (and parsing the header) at all."""
+    if not traceparent or len(traceparent) < 2:
+        return False
+    try:
+        return bool(int(traceparent[-2:], 16) & 0x01)
+    except ValueError:
+        return False
 
 
 def tracer(name: str) -> trace.Tracer:
