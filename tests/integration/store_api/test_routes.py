@@ -105,6 +105,10 @@ def test_batch_is_stored_in_order(client: FlaskClient) -> None:
     results = resp.get_json()["results"]
     assert [r["queueOffset"] for r in results] == list(range(5))
     assert [m["body"] for m in pull(client, TOPIC, 0)["messages"]] == [f"m{i}" for i in range(5)]
+    headers = pull(client, TOPIC, 0, body="false")["messages"]
+    assert [m["keys"] for m in headers] == [f"key{i}" for i in range(5)]
+    assert [m["msgId"] for m in headers] == [r["msgId"] for r in results]
+    assert not any("body" in m or "bodyBase64" in m for m in headers)  # headers only
 
 
 def test_pull_filters_by_tags(client: FlaskClient) -> None:

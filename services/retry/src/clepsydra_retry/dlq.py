@@ -80,7 +80,8 @@ class DlqToolkit:
         return 0, 0
 
     def _pull(self, group: str, offset: int, end: int) -> tuple[list[dict[str, Any]], int]:
-        page = self._store.pull(naming.dlq_topic(group), 0, offset, min(PULL_MAX, end - offset))
+        page = self._store.pull(naming.dlq_topic(group), 0, offset, min(PULL_MAX, end - offset),
+                                with_body=False)  # scans and resends need headers only
         messages = [m for m in page.get("messages") or [] if int(m["queueOffset"]) < end]
         return messages, int(page.get("nextOffset", offset))
 
@@ -322,7 +323,8 @@ class DlqToolkit:
         """Floor at ``high`` (one past the last entry seen), then forget hidden msgIds below."""
         if high <= 0:
             return
-        last = self._store.pull(naming.dlq_topic(group), 0, high - 1, 1).get("messages") or []
+        last = self._store.pull(naming.dlq_topic(group), 0, high - 1, 1,
+                                with_body=False).get("messages") or []
         boundary = int(last[0]["commitLogOffset"]) + 1 if last else 0
         self._state.raise_floor(group, Floor(high, boundary), compact=True)
 

@@ -107,7 +107,7 @@ class HeaderReader:
         for (topic, queue_id), by_offset in wanted.items():
             for start, count in _runs(sorted(by_offset)):
                 try:
-                    page = self._store.pull(topic, queue_id, start, count)
+                    page = self._store.pull(topic, queue_id, start, count, with_body=False)
                 except Unavailable:
                     raise
                 except ClepsydraError as exc:  # unknown topic, bad queue, schedule topic...

@@ -221,9 +221,12 @@ class StoreClient:
         return results
 
     def pull(self, topic: str, queue_id: int, queue_offset: int,
-             max_count: int) -> dict[str, Any]:
-        """A pull: ``{messages, nextOffset, minOffset, maxOffset}``; TopicNotFound if none."""
+             max_count: int, *, with_body: bool = True) -> dict[str, Any]:
+        """A pull: ``{messages, nextOffset, minOffset, maxOffset}``; TopicNotFound if none.
+        ``with_body=False``: headers only (``?body=false``), what scans and hints need."""
+        params: dict[str, Any] = {"offset": queue_offset, "max": max_count}
+        if not with_body:
+            params["body"] = "false"
         result: dict[str, Any] = self._call(
-            "GET", f"/v1/topics/{topic_path(topic)}/queues/{queue_id}/messages",
-            params={"offset": queue_offset, "max": max_count})
+            "GET", f"/v1/topics/{topic_path(topic)}/queues/{queue_id}/messages", params=params)
         return result

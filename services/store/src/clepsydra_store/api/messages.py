@@ -12,7 +12,7 @@ from clepsydra_core.msgid import decode_msg_id
 from clepsydra_store.api import jsonio, produce
 from clepsydra_store.api.context import ctx
 from clepsydra_store.api.observability import MESSAGE_ID, set_attribute
-from clepsydra_store.api.web import json_response, messages_json, trace_topic
+from clepsydra_store.api.web import json_response, messages_json, trace_topic, with_body_arg
 
 bp = Blueprint("messages", __name__)
 
@@ -69,7 +69,6 @@ def get_commitlog(offset: str) -> Response:
     """The message whose record starts at a CommitLog offset; ``?body=false`` leaves the body
     out (headers only)."""
     commitlog_offset = jsonio.path_int(offset, "commitLogOffset")
-    with_body = request.args.get("body", "true").lower() not in ("false", "0", "no")
     record = ctx().store.get_by_commitlog_offset(commitlog_offset)
     set_attribute(MESSAGE_ID, record.msg_id)
-    return json_response(messages_json([record], with_body)[0])
+    return json_response(messages_json([record], with_body_arg(request.args))[0])

@@ -13,7 +13,7 @@ from clepsydra_core import validation
 from clepsydra_core.errors import OffsetOutOfRange
 from clepsydra_store.api import jsonio
 from clepsydra_store.api.context import ctx
-from clepsydra_store.api.web import json_response, messages_json, trace_topic
+from clepsydra_store.api.web import json_response, messages_json, trace_topic, with_body_arg
 
 bp = Blueprint("queues", __name__)
 
@@ -51,6 +51,6 @@ def pull(topic: str, queue_id: str) -> Response:
         raise OffsetOutOfRange(f"offset {queue_offset} is past the end of {topic!r} queue {qid} "
                                f"(maxOffset {queue.max_offset})")
     read = store.read_queue(topic, qid, queue_offset, max_count, parse_tags(args.get("tags")))
-    return json_response({"messages": messages_json(read.messages),
+    return json_response({"messages": messages_json(read.messages, with_body_arg(args)),
                           "nextOffset": read.next_offset, "minOffset": read.min_offset,
                           "maxOffset": read.max_offset})

@@ -3,6 +3,7 @@ engine values."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from flask import Response, request
@@ -26,6 +27,11 @@ def topic_json(info: TopicInfo) -> dict[str, Any]:
     return {"name": info.name, "system": info.system,
             "queues": [{"queueId": q.queue_id, "minOffset": q.min_offset,
                         "maxOffset": q.max_offset} for q in info.queues]}
+
+
+def with_body_arg(args: Mapping[str, str]) -> bool:
+    """``?body=false`` (or ``0``, ``no``): headers only, the body left out of the answer."""
+    return args.get("body", "true").lower() not in ("false", "0", "no")
 
 
 def messages_json(records: list[CommitLogRecord], with_body: bool = True) -> list[dict[str, Any]]:
