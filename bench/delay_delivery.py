@@ -83,6 +83,26 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """cpu_seconds of a process and all its descendants (gunicorn and Celery workers fork)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            total += cpu_seconds(p)
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        todo.extend(children.get(p, ()))
+    return total
+
+
 def mb(n_bytes: float) -> str:
     return f"{n_bytes / 2**20:.1f} MB"
 
@@ -300,22 +320,28 @@ def phase_drain(stack: Stack, n: int, report: Report) -> None:
     worker = stack.start("worker")
     ready = time.monotonic()
     first: float | None = None
+    cpu0 = (0.0, 0.0)
     target = max0 + n - 1
     while True:
         handed, _ = stack.http.handed_over(1)
         now = time.monotonic()
         if first is None and handed > handed0:
             first = now
+            cpu0 = (tree_cpu_seconds(stack.store.pid), tree_cpu_seconds(worker.pid))
         if handed >= target:
             break
         if now - started > 600:
             raise TimeoutError("drain did not finish in 600 s")
         time.sleep(0.02)
     done = time.monotonic()
+    cpu1 = (tree_cpu_seconds(stack.store.pid), tree_cpu_seconds(worker.pid))
     assert first is not None
     report.add(f"drain rate                   {n / max(done - first, 1e-3):10,.0f} msgs/s  "
                f"({done - first:.2f} s first to last hand-over; worker start "
                f"{ready - started:.1f} s)")
+    store_us, worker_us = ((b - a) * 1e6 / n for a, b in zip(cpu0, cpu1, strict=True))
+    report.add(f"CPU per message              store {store_us:5.1f} us, worker {worker_us:5.1f} us "
+               f"(busy: store {(cpu1[0] - cpu0[0]) / (done - first) * 100:.0f} % of a core)")
     report.add(f"delivered into '{topic}'        {stack.http.count(topic):10,d}")
     report.add(f"worker peak RSS              {mb(proc_status(worker.pid, 'VmHWM')):>10}")
     worker.stop()
