@@ -270,3 +270,26 @@ def test_resend_skips_dead_letters_without_an_origin(dlq: Dlq) -> None:  # SPEC 
     assert dlq.ids() == [orphan["msgId"]]
     resp = dlq.post("resend", {"msgIds": [orphan["msgId"]], "target": "retry"})
     assert resp.json()["resent"] == 1 and dlq.ids() == []
+
+
+def test_resend_all_is_done_by_the_store_a_range_at_a_time(dlq: Dlq) -> None:  # SPEC R16
+    # nothing hidden one by one, no rate limit: POST /v1/internal/copy-range, not pull + copy
+    def copy_range_calls() -> float:
+        text = dlq.stack.http.get(f"{dlq.stack.store.url}/metrics").text
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith("clepsydra_store_requests_total{")
+                   and 'operation="copy_range"' in line)
+
+    for n in range(3):
+        dlq.kill(body=f"all{n}", keys=f"k{n}")
+    before = copy_range_calls()
+    assert dlq.post("resend", {"all": True}).json() == {"resent": 3, "skipped": 0,
+                                                        "target": "origin"}
+    assert copy_range_calls() > before
+    assert dlq.ids() == []
+    resent = [m for m in dlq.stack.pull_all(dlq.topic) if m["reconsumeTimes"] == 0
+              and P.DLQ_REASON not in m["properties"]]
+    assert sorted(m["body"] for m in resent).count("all1") == 2  # the original + the resend
+    dlq.kill(body="later")
+    assert dlq.post("resend", {"all": True}).json()["resent"] == 1  # the floor followed
+    assert dlq.ids() == []

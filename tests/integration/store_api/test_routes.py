@@ -258,6 +258,69 @@ def test_internal_topics_and_copy(client: FlaskClient) -> None:
     assert stored_count(client) == before
 
 
+def test_internal_copy_range_sends_each_message_to_its_origin_or_a_topic(
+        client: FlaskClient) -> None:
+    # SPEC R16: "resend all" of a DLQ in one store call; skips say why; nothing half-written
+    client.post("/v1/internal/topics", json={"name": "%DLQ%G3", "queues": 1})
+    client.post("/v1/internal/topics", json={"name": "%RETRY%G3", "queues": 1})
+    origins = [TOPIC, "", TOPIC, "nope", "%RETRY%G3"]
+    for i, origin in enumerate(origins):
+        props = {"RETRY_TOPIC": origin} if origin else {}
+        put = client.post("/v1/internal/copy", json={"items": [{
+            "commitLogOffset": client.post(PRODUCE, json={
+                "body": f"d{i}", "properties": {"k": str(i)}}).get_json()["commitLogOffset"],
+            "topic": "%DLQ%G3", "reconsumeTimes": 16, "setProperties": {
+                **props, "DLQ_REASON": "max_reconsume_times"}}]})
+        assert put.status_code == 201, put.get_json()
+    source = pull(client, "%25DLQ%25G3", max=10)["messages"]
+    before = {m["msgId"] for m in pull_all(client, TOPIC)}
+    resp = client.post("/v1/internal/copy-range", json={
+        "topic": "%DLQ%G3", "queueId": 0, "fromOffset": 0, "max": 4, "target": "origin",
+        "reconsumeTimes": 0, "removeProperties": ["DLQ_REASON"]})
+    assert resp.status_code == 201, resp.get_json()
+    r = resp.get_json()
+    assert r["copied"] == 2 and r["copiedMsgIds"] == [source[0]["msgId"], source[2]["msgId"]]
+    assert [(s["queueOffset"], s["msgId"]) for s in r["skipped"]] == [
+        (1, source[1]["msgId"]), (3, source[3]["msgId"])]
+    assert "no RETRY_TOPIC" in r["skipped"][0]["reason"]
+    assert "does not exist" in r["skipped"][1]["reason"]
+    assert r["nextOffset"] == 4 and r["lastCommitLogOffset"] == source[3]["commitLogOffset"]
+    resent = [m for m in pull_all(client, TOPIC) if m["msgId"] not in before]
+    assert sorted(m["body"] for m in resent) == ["d0", "d2"]
+    assert all(m["reconsumeTimes"] == 0 and "DLQ_REASON" not in m["properties"]
+               and m["properties"]["k"] in ("0", "2") for m in resent)
+    system = client.post("/v1/internal/copy-range", json={
+        "topic": "%DLQ%G3", "queueId": 0, "fromOffset": 4, "target": "origin"}).get_json()
+    assert system["copied"] == 0 and "system topic" in system["skipped"][0]["reason"]
+    into_retry = client.post("/v1/internal/copy-range", json={
+        "topic": "%DLQ%G3", "queueId": 0, "fromOffset": 0, "target": "%RETRY%G3",
+        "delayLevel": 2}).get_json()
+    assert into_retry["copied"] == 5 and into_retry["nextOffset"] == 5
+    levels = client.get("/v1/schedule/levels").get_json()["levels"]
+    assert next(lv for lv in levels if lv["level"] == 2)["maxOffset"] == 5  # parked (S1)
+    count = stored_count(client)
+    for body, code, status in (
+            ({"topic": "%DLQ%G3", "queueId": 0, "fromOffset": 0}, "INVALID_REQUEST", 400),
+            ({"topic": "%DLQ%G3", "queueId": 0, "fromOffset": 0, "target": "origin",
+              "extra": 1}, "INVALID_REQUEST", 400),
+            ({"topic": "%DLQ%G3", "queueId": 0, "fromOffset": 0, "target": "origin",
+              "max": 1001}, "INVALID_REQUEST", 400),
+            ({"topic": "%DLQ%G3", "queueId": 0, "fromOffset": 99, "target": "origin"},
+             "OFFSET_OUT_OF_RANGE", 400),
+            ({"topic": "%DLQ%G3", "queueId": 3, "fromOffset": 0, "target": "origin"},
+             "OFFSET_OUT_OF_RANGE", 400),
+            ({"topic": "absent", "queueId": 0, "fromOffset": 0, "target": "origin"},
+             "TOPIC_NOT_EXIST", 404),
+            ({"topic": "SCHEDULE_TOPIC_XXXX", "queueId": 0, "fromOffset": 0,
+              "target": "origin"}, "FORBIDDEN", 403),
+            ({"topic": "%DLQ%G3", "queueId": 0, "fromOffset": 0, "target": "bad name!"},
+             "INVALID_TOPIC", 400)):
+        resp = client.post("/v1/internal/copy-range", json=body)
+        assert resp.status_code == status, (body, resp.get_json())
+        assert resp.get_json()["error"] == code, (body, resp.get_json())
+    assert stored_count(client) == count
+
+
 def test_read_only_store_answers_no_permission(make_app: Callable[..., Flask]) -> None:
     c = make_app(CLEPSYDRA_STORE_WRITABLE="false").test_client()
     assert c.get("/healthz").get_json() == {"status": "ok", "writable": False}
@@ -266,6 +329,8 @@ def test_read_only_store_answers_no_permission(make_app: Callable[..., Flask]) -
     for path, body in [(PRODUCE, {"body": "a"}), (BATCH, {"messages": [{"body": "a"}]}),
                        ("/v1/internal/topics", {"name": "%RETRY%G", "queues": 1}),
                        ("/v1/internal/copy", {"items": [{"commitLogOffset": 0, "topic": "t"}]}),
+                       ("/v1/internal/copy-range", {"topic": "t", "queueId": 0,
+                                                    "fromOffset": 0, "target": "origin"}),
                        ("/v1/schedule/levels/1/handover", {"fromOffset": 0})]:
         assert_error(c.post(path, json=body), 403, "NO_PERMISSION", "R2")
     assert stored_count(c) == 0

@@ -79,25 +79,28 @@ class DlqToolkit:
                 return int(queue.get("minOffset", 0)), int(queue.get("maxOffset", 0))
         return 0, 0
 
-    def _pull(self, group: str, offset: int, end: int) -> tuple[list[dict[str, Any]], int]:
+    def _pull(self, group: str, offset: int, end: int,
+              with_body: bool) -> tuple[list[dict[str, Any]], int]:
         page = self._store.pull(naming.dlq_topic(group), 0, offset, min(PULL_MAX, end - offset),
-                                with_body=False)  # scans and resends need headers only
+                                with_body=with_body)
         messages = [m for m in page.get("messages") or [] if int(m["queueOffset"]) < end]
         return messages, int(page.get("nextOffset", offset))
 
-    def _pages(self, group: str, start: int, end: int, *,
-               prefetch: bool = False) -> Iterator[list[dict[str, Any]]]:
-        """Raw DLQ messages of queue offsets [start, end), a pull at a time. With
-        ``prefetch`` the next pull runs while the caller works on the current page."""
+    def _pages(self, group: str, start: int, end: int, *, prefetch: bool = False,
+               with_body: bool = False) -> Iterator[list[dict[str, Any]]]:
+        """Raw DLQ messages of queue offsets [start, end), a pull at a time, headers only
+        unless ``with_body`` (scans, resends and purges need no body). With ``prefetch`` the
+        next pull runs while the caller works on the current page."""
         offset = start
         ahead: Future[tuple[list[dict[str, Any]], int]] | None = None
         try:
             while offset < end:
                 messages, next_offset = (ahead.result() if ahead is not None
-                                         else self._pull(group, offset, end))
+                                         else self._pull(group, offset, end, with_body))
                 ahead = None
                 if prefetch and offset < next_offset < end:
-                    ahead = self._prefetcher.submit(self._pull, group, next_offset, end)
+                    ahead = self._prefetcher.submit(self._pull, group, next_offset, end,
+                                                    with_body)
                 if messages:
                     yield messages
                 if next_offset <= offset:
@@ -125,7 +128,7 @@ class DlqToolkit:
         found: list[dict[str, Any]] = []
         next_offset = start
         scan_end = min(high, start + LIST_SCAN_LIMIT)
-        for page in self._pages(group, start, scan_end):
+        for page in self._pages(group, start, scan_end, with_body=True):
             visible = {id(m) for m in self._visible(group, floor, page)}
             for message in page:
                 next_offset = int(message["queueOffset"]) + 1
@@ -219,6 +222,9 @@ class DlqToolkit:
                     raise ValidationError(f"cannot resend msgId {message['msgId']}: {problem}",
                                           rule="R16", code="INVALID_REQUEST")
             self._resend_chunked(group, located, action, retry_queues, progress, started)
+        elif (action.filter is None and not action.max_per_second
+              and self._state.removed_count(group) == 0):
+            self._resend_ranges(group, action, floor, progress)
         else:
             low, high = self._bounds(group)
             contiguous = action.filter is None
@@ -237,6 +243,39 @@ class DlqToolkit:
                                      floor_up=contiguous)
             if contiguous and high > 0:
                 self._raise_floor(group, high)
+
+    def _resend_ranges(self, group: str, action: DlqAction, floor: Floor,
+                       progress: _Progress) -> None:
+        """Resend all, nothing hidden one by one, no rate limit: the store copies the DLQ a
+        range at a time (``/v1/internal/copy-range``), no message crosses the wire. The floor
+        follows while every message went; after a skip, copied msgIds are hidden one by one
+        (as the per-page path does)."""
+        low, high = self._bounds(group)
+        offset = max(low, floor.queue_offset)
+        contiguous = True
+        if action.target == "retry":
+            target, level = naming.retry_topic(group), action.delay_level or 0
+        else:
+            target, level = "origin", 0
+        while offset < high:
+            r = self._store.copy_range(
+                naming.dlq_topic(group), 0, offset, min(self._batch, high - offset),
+                target=target, delay_level=level, reconsume_times=0,
+                remove_properties=RESEND_REMOVES)
+            progress.done += int(r["copied"])
+            progress.skipped += len(r["skipped"])
+            contiguous = contiguous and not r["skipped"]
+            next_offset = int(r["nextOffset"])
+            last = r.get("lastCommitLogOffset")
+            if contiguous and last is not None:
+                self._state.raise_floor(group, Floor(next_offset, int(last) + 1), compact=False)
+            elif r["copiedMsgIds"]:
+                self._state.remove(group, [str(m) for m in r["copiedMsgIds"]])
+            if next_offset <= offset:
+                break
+            offset = next_offset
+        if contiguous and high > 0:
+            self._raise_floor(group, high)
 
     def _origin_problem(self, message: dict[str, Any], action: DlqAction,
                         origins: dict[str, bool]) -> str | None:

@@ -220,6 +220,22 @@ class StoreClient:
         results: list[dict[str, Any]] = result["results"]
         return results
 
+    def copy_range(self, topic: str, queue_id: int, from_offset: int, max_count: int, *,
+                   target: str, delay_level: int = 0, reconsume_times: int | None = None,
+                   remove_properties: Sequence[str] = ()) -> dict[str, Any]:
+        """``POST /v1/internal/copy-range``: the store copies queue offsets
+        ``[from_offset, from_offset+max_count)`` to ``target`` (a topic, or ``"origin"``) in one
+        write: ``{copied, copiedMsgIds, skipped, nextOffset, lastCommitLogOffset}``."""
+        body: dict[str, Any] = {"topic": topic, "queueId": queue_id, "fromOffset": from_offset,
+                                "max": max_count, "target": target,
+                                "removeProperties": list(remove_properties)}
+        if delay_level:
+            body["delayLevel"] = delay_level
+        if reconsume_times is not None:
+            body["reconsumeTimes"] = reconsume_times
+        result: dict[str, Any] = self._call("POST", "/v1/internal/copy-range", json_body=body)
+        return result
+
     def pull(self, topic: str, queue_id: int, queue_offset: int,
              max_count: int, *, with_body: bool = True) -> dict[str, Any]:
         """A pull: ``{messages, nextOffset, minOffset, maxOffset}``; TopicNotFound if none.

@@ -31,6 +31,8 @@ from clepsydra_store.engine.types import (
     PutResult,
     QueueInfo,
     QueueRead,
+    RangeCopyRequest,
+    RangeCopyResult,
     ScheduleEntries,
     TopicInfo,
 )
@@ -137,6 +139,41 @@ class MessageStore(StoreCore):
                                       f"{req.commitlog_offset}") from exc
             items.append(self._preparer.copy(req, record, ensure))
         return self._store(items, ensure)
+
+    def copy_range(self, req: RangeCopyRequest) -> RangeCopyResult:
+        """Internal: copy a range of a queue (see :class:`RangeCopyRequest`); all checked
+        before any is written, appended with one write."""
+        read = self.read_queue(req.topic, req.queue_id, req.from_offset, req.max_count)
+        ensure: dict[str, int] = {}
+        items: list[Prepared] = []
+        copied: list[str] = []
+        skipped: list[tuple[int, str, str]] = []
+        for record in read.messages:
+            target = req.target_topic
+            if target is None:
+                target = record.properties.get(P.RETRY_TOPIC, "")
+                why = self._origin_problem(target)
+                if why is not None:
+                    skipped.append((record.queue_offset, record.msg_id, why))
+                    continue
+            items.append(self._preparer.copy(CopyRequest(
+                commitlog_offset=record.commitlog_offset, topic=target,
+                delay_level=req.delay_level, reconsume_times=req.reconsume_times,
+                remove_properties=req.remove_properties), record, ensure))
+            copied.append(record.msg_id)
+        last = read.messages[-1].commitlog_offset if read.messages else None
+        return RangeCopyResult(copied, skipped, read.next_offset, last,
+                               self._store(items, ensure))
+
+    def _origin_problem(self, origin: str) -> str | None:
+        """Why a message cannot go back to its original topic (R16), or None."""
+        if not origin:
+            return "it has no RETRY_TOPIC (resend it into the retry topic instead)"
+        if naming.is_system_topic(origin):
+            return f"its original topic {origin!r} is a system topic"
+        if self._topics.get(origin) is None:
+            return f"its original topic {origin!r} does not exist in the store"
+        return None
 
     def _store(self, items: list[Prepared], ensure: dict[str, int]) -> list[PutResult]:
         for topic, queues in ensure.items():

@@ -132,3 +132,35 @@ class CopyRequest:
     reconsume_times: int | None = None
     set_properties: dict[str, str] = field(default_factory=dict)
     remove_properties: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RangeCopyRequest:
+    """Copy the messages of queue offsets ``[from_offset, from_offset + max_count)`` of one
+    queue (the DLQ resend of R16, "all" without hidden messages): like a :class:`CopyRequest`
+    per message, the whole range appended at once, and nothing of it shipped to the caller.
+
+    ``target_topic`` None sends each message back to its original topic (its ``RETRY_TOPIC``
+    property); a message without one, or whose original topic is a system topic or does not
+    exist, is skipped with the reason."""
+
+    topic: str
+    queue_id: int
+    from_offset: int
+    max_count: int
+    target_topic: str | None = None
+    delay_level: int = 0
+    reconsume_times: int | None = None
+    remove_properties: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RangeCopyResult:
+    copied_msg_ids: list[str]
+    """msgIds of the source messages copied, in queue order."""
+    skipped: list[tuple[int, str, str]]
+    """(queue offset, msgId, why) of each source message left where it is."""
+    next_offset: int
+    last_commitlog_offset: int | None
+    """CommitLog offset of the last source message read (copied or skipped)."""
+    results: list[PutResult]
