@@ -33,6 +33,9 @@ def test_env_int_reads_and_names_the_variable() -> None:
         env_int({"CLEPSYDRA_N": "twelve"}, "CLEPSYDRA_N", 5)
     with pytest.raises(ConfigError, match="CLEPSYDRA_N=0 must be at least 1"):
         env_int({"CLEPSYDRA_N": "0"}, "CLEPSYDRA_N", 5, minimum=1)
+    with pytest.raises(ConfigError, match="CLEPSYDRA_N=1001 must be at most 1000"):
+        env_int({"CLEPSYDRA_N": "1001"}, "CLEPSYDRA_N", 5, maximum=1000)
+    assert env_int({"CLEPSYDRA_N": "1000"}, "CLEPSYDRA_N", 5, maximum=1000) == 1000
 
 
 def test_env_float_reads_and_names_the_variable() -> None:

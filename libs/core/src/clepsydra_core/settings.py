@@ -22,7 +22,8 @@ def env_str(env: Env, name: str, default: str) -> str:
     return value if value != "" else default
 
 
-def env_int(env: Env, name: str, default: int, *, minimum: int | None = None) -> int:
+def env_int(env: Env, name: str, default: int, *, minimum: int | None = None,
+            maximum: int | None = None) -> int:
     raw = env.get(name, "")
     if raw == "":
         return default
@@ -32,6 +33,8 @@ def env_int(env: Env, name: str, default: int, *, minimum: int | None = None) ->
         raise ConfigError(f"{name}={raw!r} is not a whole number") from exc
     if minimum is not None and value < minimum:
         raise ConfigError(f"{name}={value} must be at least {minimum}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{name}={value} must be at most {maximum}")
     return value
 
 

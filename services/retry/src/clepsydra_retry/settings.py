@@ -41,7 +41,8 @@ class RetrySettings:
                                       minimum=0.1),
             writable_ttl_ms=env_int(env, "CLEPSYDRA_RETRY_WRITABLE_TTL_MS", 1000, minimum=0),
             history_max=env_int(env, "CLEPSYDRA_RETRY_HISTORY_MAX", 32, minimum=1),
-            resend_batch=env_int(env, "CLEPSYDRA_RETRY_RESEND_BATCH", 1000, minimum=1),
+            resend_batch=env_int(env, "CLEPSYDRA_RETRY_RESEND_BATCH", 1000, minimum=1,
+                                 maximum=1000),  # the store's copy calls take at most 1000
             audit_max=env_int(env, "CLEPSYDRA_RETRY_AUDIT_MAX", 10_000, minimum=1),
         )
 
