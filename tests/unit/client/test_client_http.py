@@ -63,3 +63,15 @@ def test_a_service_that_does_not_answer_raises_unavailable() -> None:
     with pytest.raises(Unavailable, match=r"the store at http://127\.0\.0\.1"):
         http.get("/healthz")
     http.close()
+
+
+def test_proxies_come_from_the_environment_once_and_netrc_is_not_read(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.example:3128")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    session = HttpClient("http://store.example:8081")._session()
+    assert session.proxies.get("http") == "http://proxy.example:3128"
+    assert session.trust_env is False  # no per-call environment and ~/.netrc look-ups
+    monkeypatch.setenv("NO_PROXY", "store.example")
+    assert "http" not in HttpClient("http://store.example:8081")._session().proxies

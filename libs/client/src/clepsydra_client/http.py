@@ -95,6 +95,11 @@ class HttpClient:
         session: requests.Session | None = getattr(self._local, "session", None)
         if session is None:
             session = requests.Session()
+            # The environment's proxies are read once here, not on every call: with trust_env
+            # requests looks for ~/.netrc and parses the proxy variables per request (~5 % of
+            # a consumer's CPU). Our APIs take no netrc credentials.
+            session.proxies.update(requests.utils.get_environ_proxies(self.base_url))
+            session.trust_env = False
             self._local.session = session
             with self._lock:
                 self._sessions.append(session)
