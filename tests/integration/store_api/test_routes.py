@@ -222,6 +222,7 @@ def test_delayed_message_is_parked_then_handed_over(client: FlaskClient) -> None
     assert len(pull(client, TOPIC, 1)["messages"]) == 1
     metrics = client.get("/metrics").get_data(as_text=True)
     assert 'clepsydra_store_schedule_delivered_total{level="1"} 1.0' in metrics
+    assert 'clepsydra_store_schedule_lateness_ms_count{level="1"} 1.0' in metrics  # D10
 
 
 def test_retry_topic_path_is_percent_decoded(client: FlaskClient) -> None:

@@ -12,8 +12,10 @@ time, the engine's ``stats()``, per-level schedule backlog and lag, and live con
 
 from __future__ import annotations
 
+import bisect
 import logging
 import re
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -24,7 +26,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from clepsydra_core import naming
@@ -107,9 +109,10 @@ class Observability:
                                  registry=self.registry)
         self.parked = Counter("clepsydra_store_schedule_parked", "Scheduled messages parked in "
                               "%SCHEDULE_ERROR% (D7)", ["level"], registry=self.registry)
-        self.lateness = Histogram("clepsydra_store_schedule_lateness_ms", "Arrival in the real "
-                                  "topic minus deliver time, ms (D10)", ["level"],
-                                  buckets=_LATENESS_BUCKETS_MS, registry=self.registry)
+        self.lateness = BatchHistogram("clepsydra_store_schedule_lateness_ms", "Arrival in "
+                                       "the real topic minus deliver time, ms (D10)", "level",
+                                       _LATENESS_BUCKETS_MS)
+        self.registry.register(self.lateness)
         self.registry.register(EngineCollector(store, levels, consumers))
         self._children: dict[tuple[str, int], tuple[Any, Any]] = {}
 
@@ -142,6 +145,51 @@ class Observability:
             self._children[key] = children
         children[0].inc()
         children[1].observe(time.perf_counter() - scope.started)
+
+
+class BatchHistogram(Collector):
+    """A one-label Prometheus histogram fed a batch of values at a time: a hand-over reports
+    up to 10,000 lateness values, and ``Histogram.observe`` costs ~2 us each (10 % of a
+    drain's CPU); here a batch is one lock and a ``bisect`` per value."""
+
+    def __init__(self, name: str, documentation: str, label: str,
+                 buckets: tuple[float, ...]) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.label = label
+        self.bounds = tuple(float(b) for b in buckets)
+        self._lock = threading.Lock()
+        self._series: dict[str, tuple[list[int], list[float]]] = {}
+        """label value -> (count per bucket, the last one +Inf; [sum])."""
+
+    def observe_many(self, label_value: str, values: list[int]) -> None:
+        if not values:
+            return
+        find, bounds = bisect.bisect_left, self.bounds
+        with self._lock:
+            series = self._series.get(label_value)
+            if series is None:
+                series = self._series[label_value] = ([0] * (len(bounds) + 1), [0.0])
+            counts, total = series
+            for value in values:
+                counts[find(bounds, value)] += 1
+            total[0] += sum(values)
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=[self.label])
+        with self._lock:
+            snapshot = [(k, list(c), t[0]) for k, (c, t) in sorted(self._series.items())]
+        for label_value, counts, total in snapshot:
+            cumulative, running = [], 0
+            for bound, count in zip((*self.bounds, float("inf")), counts, strict=True):
+                running += count
+                cumulative.append((_bucket_label(bound), running))
+            family.add_metric([label_value], cumulative, total)
+        yield family
+
+
+def _bucket_label(bound: float) -> str:
+    return "+Inf" if bound == float("inf") else repr(bound)
 
 
 class EngineCollector(Collector):

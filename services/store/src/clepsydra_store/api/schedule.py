@@ -106,9 +106,7 @@ def handover(level: str) -> Response:
         c.obs.delivered.labels(label).inc(r.delivered)
     if r.parked:
         c.obs.parked.labels(label).inc(r.parked)
-    histogram = c.obs.lateness.labels(label)
-    for lateness_ms in r.lateness_ms:
-        histogram.observe(lateness_ms)
+    c.obs.lateness.observe_many(label, r.lateness_ms)
     set_attribute("clepsydra.delivered", r.delivered)
     _deliver_spans(c.obs.tracer, lvl, r.delivered_messages)
     return json_response({"level": r.level, "fromOffset": r.from_offset,
