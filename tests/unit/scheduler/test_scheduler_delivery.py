@@ -66,6 +66,24 @@ def test_all_due_entries_are_delivered_once_in_order(
     assert report.delivered == 250 and report.skipped == 0
 
 
+def test_a_due_backlog_is_drained_without_reading_entries_between_full_batches(
+        clock: FakeClock, store: FakeStore, offsets: MemoryOffsetStore, delivery: Make) -> None:
+    # SPEC D4, D5: after a whole batch, the next hand-over goes straight away (the store
+    # re-checks due-ness and stops at the first entry not due)
+    for i in range(350):
+        store.park(2, f"m{i}", deliver_ts=clock.now - 10)
+    for i in range(3):
+        store.park(2, f"late{i}")  # due after the level's delay, after this run
+    delivery(2, batch=100, run_s=1.0).run()
+    assert store.bodies() == [f"m{i}" for i in range(350)]  # never early (D5)
+    assert offsets.load(2) == 350
+    calls = [c for c in store.calls if c[0] in ("entries", "handover")]
+    # one entries read, then 100 + 100 + 100 + 50 (the last stopped by the store at the
+    # first entry not due), where reading before each batch took 8 calls
+    assert [c[0] for c in calls] == ["entries"] + ["handover"] * 4
+    assert [c[2] for c in calls[1:]] == [0, 100, 200, 300]
+
+
 def test_shortened_table_entry_is_delivered_now(
         clock: FakeClock, store: FakeStore, delivery: Make) -> None:
     # SPEC D3: stored under "30s", level 3 is now 3s: deliver at once, not after 30 s

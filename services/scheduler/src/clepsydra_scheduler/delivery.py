@@ -159,6 +159,9 @@ class LevelDelivery:
         self._stalled_head_ts: int | None = None
         """Deliver time of the entry at progress while store calls fail (for the lag gauge)."""
         self._unsaved = False
+        self._backlog_due = False
+        """The last hand-over delivered a whole batch: the next entries are likely due too, so
+        the next one goes without reading entries first (the store re-checks due-ness, D5)."""
 
     # ---- the run -------------------------------------------------------------------------
     def run(self, token: str | None = None) -> RunReport:
@@ -248,6 +251,9 @@ class LevelDelivery:
         try:
             if not self._range_checked:
                 self._check_range()
+            if not self._window and self._backlog_due:
+                self._backlog_due = False
+                return self._hand_over(self._cfg.batch, self._clock.now_ms(), blind=True)
             if not self._window:
                 self._read_entries()
                 if not self._window:
@@ -343,7 +349,9 @@ class LevelDelivery:
         if not self._offsets.save(self._cfg.level, self._token, queue_offset):
             raise LeaseLost
 
-    def _hand_over(self, count: int, now: int) -> float:
+    def _hand_over(self, count: int, now: int, *, blind: bool = False) -> float:
+        """Hand ``count`` entries from progress over (``blind``: without having read them; the
+        store stops at the first one not due)."""
         level, from_offset = self._cfg.level, self._progress
         with self._tracer.start_as_current_span("scheduler.deliver", attributes={
             "clepsydra.delay_level": level,
@@ -379,9 +387,12 @@ class LevelDelivery:
             target = result.next_deliver_ts if result.next_deliver_ts is not None else now + 1
             return max((target - now) / 1_000, _MIN_WAIT_S)
         if advanced <= 0:
+            if blind:
+                return 0.0  # nothing more was due or stored: read entries next time
             logger.warning("hand-over made no progress level=%d queue_offset=%d",
                            level, from_offset)
             return self._cfg.idle_wait_s
+        self._backlog_due = advanced >= self._cfg.batch and not result.not_due
         return 0.0
 
     def _record_handover(self, result: Handover) -> None:
@@ -407,6 +418,10 @@ class LevelDelivery:
             if self._window:
                 head = corrected_deliver_ts(self._window[0], now, self._cfg.delay_ms)
                 lag_ms = max(now - head, 0)
+            elif result is not None and result.lateness_ms and not result.not_due:
+                # draining without a window: the next head is due no earlier than the last
+                # delivered entry, so that entry's lateness bounds the lag from above
+                lag_ms = max(result.lateness_ms[-1], 0)
         self._last_gauges_ms = now
         return LevelSample(
             delivered=result.delivered if result else 0,

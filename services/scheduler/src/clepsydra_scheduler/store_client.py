@@ -19,6 +19,8 @@ class HttpStoreClient:
         self._base = base_url.rstrip("/")
         self._timeout = (connect_timeout_s, timeout_s)
         self._session = requests.Session()
+        # No ~/.netrc and proxy look-ups on every call: the store is a cluster address.
+        self._session.trust_env = False
 
     def close(self) -> None:
         self._session.close()
