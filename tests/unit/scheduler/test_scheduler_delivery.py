@@ -128,11 +128,13 @@ def test_store_500s_are_retried_without_skipping(
     assert store.bodies() == [f"m{i}" for i in range(10)]
 
 
-@pytest.mark.parametrize(("saved", "expected"), [(-5, 4), (2, 4), (50, 10)])
+@pytest.mark.parametrize(("saved", "expected"), [(-5, 4), (2, 4), (7, 4), (50, 4)])
 def test_progress_outside_the_queue_is_corrected_and_logged(
         clock: FakeClock, store: FakeStore, offsets: MemoryOffsetStore, delivery: Make,
         caplog: pytest.LogCaptureFixture, saved: int, expected: int) -> None:
-    # SPEC D8: below the minimum -> minimum; above the maximum -> maximum; logged
+    # SPEC D8: below the minimum -> minimum; logged. Ahead of the store's handed-over mark
+    # (inside the queue or past its end) -> back to the entry after the mark (D9, issue 18.2):
+    # nothing is skipped
     for i in range(10):
         store.park(2, f"m{i}", deliver_ts=clock.now + 60_000)  # far, and "corrected" to due
     store.set_min_offset(2, 4)
@@ -140,14 +142,11 @@ def test_progress_outside_the_queue_is_corrected_and_logged(
     with caplog.at_level(logging.WARNING, logger="clepsydra_scheduler.delivery"):
         report = delivery(2, run_s=0.2).run()
     assert report.corrections[0] == (saved, expected)
-    words = "below the queue minimum" if saved < 4 else "above the queue maximum"
+    words = "below the queue minimum" if saved < 4 else "ahead of the store's handed-over mark"
     line = next(r.getMessage() for r in caplog.records if words in r.getMessage())
     assert f"level=2 progress={saved}" in line and str(expected) in line
-    if saved < 4:
-        assert store.bodies() == [f"m{i}" for i in range(4, 10)]
-    else:
-        assert store.bodies() == []
-        assert offsets.load(2) == 10
+    assert store.bodies() == [f"m{i}" for i in range(4, 10)]
+    assert offsets.load(2) == 10
 
 
 def test_entries_already_handed_over_are_not_asked_for_again(
@@ -161,6 +160,22 @@ def test_entries_already_handed_over_are_not_asked_for_again(
     assert store.bodies() == [f"m{i}" for i in range(6)]  # each exactly once
     assert report.skipped == 0
     assert offsets.load(1) == 6
+
+
+def test_progress_ahead_of_a_recovered_store_steps_back(
+        clock: FakeClock, store: FakeStore, offsets: MemoryOffsetStore, delivery: Make) -> None:
+    # SPEC D9 (issue 18.2): the store came back from a machine crash with its last hand-over
+    # copies lost and its mark re-derived; Redis progress, saved after them, is ahead
+    for i in range(8):
+        store.park(1, f"m{i}", deliver_ts=clock.now - 1)
+    first = delivery(1, run_s=0.2).run()
+    assert first.delivered == 8 and offsets.load(1) == 8
+    store.lose_last_handovers(1, 3)
+    assert store.bodies() == [f"m{i}" for i in range(5)]
+    report = delivery(1, run_s=0.2).run(first.token)  # the next run adopts the lease
+    assert report.corrections[0] == (8, 5)
+    assert sorted(store.bodies()) == [f"m{i}" for i in range(8)]  # each exactly once
+    assert offsets.load(1) == 8
 
 
 def test_replayed_range_writes_nothing_twice(clock: FakeClock, store: FakeStore) -> None:

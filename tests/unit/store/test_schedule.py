@@ -136,13 +136,14 @@ def test_retry_topic_works_as_real_destination(open_store: OpenStore) -> None:
     assert (record.body, record.reconsume_times) == (b"job", 1)
 
 
-def test_progress_above_max_starts_at_max(open_store: OpenStore) -> None:
-    # SPEC D8
+def test_progress_above_max_starts_after_the_mark_not_at_max(open_store: OpenStore) -> None:
+    # SPEC D8, D9 (issue 18.1): a position past the queue's end skips no entry
     store = open_store(levels=LEVELS)
     store.create_topic("T", 1)
-    store.put(PutRequest("T", b"x", delay_level=1))
-    result = store.handover(1, 50, 10)
-    assert (result.from_offset, result.next_offset, result.delivered) == (1, 1, 0)
+    put = store.put(PutRequest("T", b"x", delay_level=1))
+    result = store.handover(1, 50, 10, now_ms=put.store_timestamp)
+    assert (result.from_offset, result.next_offset, result.delivered) == (0, 0, 0)
+    assert result.not_due and result.next_deliver_ts == put.store_timestamp + 1_000
 
 
 def test_splice_builds_exactly_what_the_rebuild_builds(open_store: OpenStore) -> None:
@@ -162,6 +163,13 @@ def test_splice_builds_exactly_what_the_rebuild_builds(open_store: OpenStore) ->
         PutRequest("T", "ünï".encode(), delay_level=1, reconsume_times=3,
                    properties={"ключ": "значение 🎉", "z": "", "a": "1" * 300}),
     ]
+    # what SDK producers send: a unique UNIQ_KEY, traceparent and keys in every message (no
+    # two properties blocks equal), with keys of two lengths
+    puts += [PutRequest("T", f"sdk{i}".encode(), tags="tg", keys=f"order-{i * 7 % 13}",
+                        delay_level=1, properties={
+                            P.UNIQ_KEY: f"u-{i:04d}-ü",
+                            P.TRACEPARENT: f"00-{i:032x}-b7ad6b7169203331-01"})
+             for i in range(6)]
     for req in puts:
         store.put(req)
     delivered_src = store.put(PutRequest("T", b"again", tags="t2", delay_level=1))
@@ -192,3 +200,26 @@ def test_splice_builds_exactly_what_the_rebuild_builds(open_store: OpenStore) ->
             assert spliced[1] == traceparent
             compared += 1
     assert compared == len(puts) + 1 + 2
+
+
+def test_a_handover_asked_to_start_ahead_skips_nothing(open_store: OpenStore) -> None:
+    # SPEC D9, issue 18.1: the handed-over mark only advances one entry after another
+    store = open_store(levels=LEVELS)
+    store.create_topic("T", 1)
+    results = store.put_batch([PutRequest("T", b"%d" % i, delay_level=3) for i in range(100)])
+    now = results[-1].store_timestamp + 3_000
+
+    hostile = store.handover(3, 99, 1, now_ms=now)
+    assert (hostile.from_offset, hostile.next_offset, hostile.delivered) == (0, 1, 1)
+    assert hostile.handed_over == 0
+    assert store.schedule_entries(3, 0, 1).handed_over == 0  # the level table tells the truth
+
+    ahead = store.handover(3, 60, 10, now_ms=now)  # a scheduler whose progress ran ahead
+    assert (ahead.from_offset, ahead.next_offset, ahead.delivered, ahead.skipped) == \
+        (1, 11, 10, 0)
+    behind = store.handover(3, 5, 1_000, now_ms=now)  # a replay from behind the mark
+    assert (behind.from_offset, behind.skipped, behind.delivered, behind.next_offset) == \
+        (11, 6, 89, 100)
+    bodies = [m.body for m in store.read_queue("T", 0, 0, 1_000).messages]
+    assert bodies == [b"%d" % i for i in range(100)]  # each exactly once, in order
+    assert store.schedule_entries(3, 0, 1).handed_over == 99

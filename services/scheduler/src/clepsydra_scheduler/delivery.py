@@ -279,8 +279,8 @@ class LevelDelivery:
             head = corrected_deliver_ts(self._stalled_head_ts, now, self._cfg.delay_ms)
             lag_ms = max(now - head, 0)
         self._window = []
+        self._range_checked = False  # a store that restarted may have recovered another mark
         if exc.offset_out_of_range:
-            self._range_checked = False
             logger.warning("store says offset out of range level=%d queue_offset=%d: %s",
                            self._cfg.level, self._progress, exc.message)
             return self._cfg.idle_wait_s
@@ -314,10 +314,19 @@ class LevelDelivery:
         self._stalled_head_ts = None
 
     def _learn_range(self, min_offset: int, max_offset: int, handed_over: int) -> bool:
-        """Remember the queue's range; apply SPEC D8. True if progress was moved."""
+        """Remember the queue's range and the store's handed-over mark; apply SPEC D8, and
+        D9 both ways: behind the mark moves forward, ahead of ``mark + 1`` (a store recovered
+        to an earlier mark after a crash) steps back. True if progress was moved."""
         self._min_offset, self._max_offset = min_offset, max_offset
-        self._handed_over = max(self._handed_over, handed_over)
+        self._handed_over = handed_over
         level, progress = self._cfg.level, self._progress
+        resume = max(handed_over + 1, min_offset)
+        if progress > resume and resume <= max_offset:
+            logger.warning("progress ahead of the store's handed-over mark level=%d "
+                           "progress=%d handed_over=%d: stepping back to %d (SPEC D8, D9)",
+                           level, progress, handed_over, resume)
+            self._set_progress(resume, "D8")
+            return True
         if progress < min_offset:
             logger.warning("progress below the queue minimum level=%d progress=%d "
                            "min_offset=%d: moving to %d (SPEC D8)", level, progress,
@@ -400,7 +409,7 @@ class LevelDelivery:
         self._report.delivered += result.delivered
         self._report.parked += result.parked
         self._report.skipped += result.skipped
-        self._handed_over = max(self._handed_over, result.handed_over)
+        self._handed_over = result.handed_over
         self._max_offset = max(self._max_offset, result.next_offset)
 
     def _advance_window(self, next_offset: int) -> None:
@@ -446,6 +455,6 @@ class LevelDelivery:
             self._range_read_ms = now
             head = self._store.entries(self._cfg.level, self._progress, 1)
             self._max_offset = max(self._max_offset, head.max_offset)
-            self._handed_over = max(self._handed_over, head.handed_over)
+            self._handed_over = head.handed_over
         sample = self._sample(now)
         self._offsets.record(self._cfg.level, sample)

@@ -163,24 +163,28 @@ class Scheduler:
         self.check_level(level)
         return self.dispatcher.queue(naming.SCHEDULE_TOPIC, self.levels.queue_id(level))
 
-    def start_offset(self, level: int, cq: ConsumeQueue, from_offset: int) -> int:
-        """D8: below the queue minimum -> the minimum; above its maximum -> the maximum."""
-        if from_offset < cq.min_offset:
-            logger.warning("schedule progress below queue minimum level=%d from_offset=%d "
-                           "min_offset=%d", level, from_offset, cq.min_offset)
-            return cq.min_offset
-        if from_offset > cq.max_offset:
-            logger.warning("schedule progress above queue maximum level=%d from_offset=%d "
-                           "max_offset=%d", level, from_offset, cq.max_offset)
-            return cq.max_offset
-        return from_offset
+    def continue_offset(self, level: int, cq: ConsumeQueue, from_offset: int) -> int:
+        """Where a hand-over asked to start at ``from_offset`` really starts: one entry after
+        the level's handed-over mark, whatever the caller names, so that no entry is ever
+        skipped (D9 for a position behind the mark; a position ahead of ``mark + 1`` - a
+        hostile call, or a scheduler whose saved progress outran a recovered store - starts
+        at ``mark + 1`` too). Never below the queue's minimum (D8: entries dropped by
+        retention), never above its maximum."""
+        start = min(max(self.dispatcher.mark(level) + 1, cq.min_offset), cq.max_offset)
+        if from_offset > start:
+            logger.warning("hand-over asked to start past entries not handed over level=%d "
+                           "from_offset=%d handed_over=%d: starting at %d", level, from_offset,
+                           self.dispatcher.mark(level), start)
+        return start
 
     def plan(self, level: int, from_offset: int, max_count: int, now_ms: int) -> HandoverPlan:
+        """Entries from :meth:`continue_offset` on, up to ``max_count``, while due (D3, D5);
+        ``skipped`` counts the positions from ``from_offset`` that were handed over already."""
         cq = self.queue(level)
-        start = self.start_offset(level, cq, from_offset)
-        plan = HandoverPlan(start=start, next_offset=start)
+        start = self.continue_offset(level, cq, from_offset)
+        plan = HandoverPlan(start=start, next_offset=start,
+                            skipped=max(0, start - max(from_offset, cq.min_offset)))
         delay_ms = self.levels.delay_ms(level)
-        mark = self.dispatcher.mark(level)
         raw = cq.read_raw(start, max(0, max_count))
         due: list[tuple[int, int, int, int]] = []
         for i, (commitlog_offset, size, code) in enumerate(ENTRY.iter_unpack(raw)):
@@ -191,9 +195,6 @@ class Scheduler:
                 plan.next_deliver_ts = deliver_ts
                 break
             plan.next_offset = queue_offset + 1
-            if queue_offset <= mark:  # D9: handed over before a crash; write nothing
-                plan.skipped += 1
-                continue
             due.append((queue_offset, commitlog_offset, size, deliver_ts))
         items, delivered, traceparents = plan.items, plan.delivered, plan.traceparents
         for buf, base, run in self._spans(due):
