@@ -114,3 +114,33 @@ def test_consume_queue_entries_past_commitlog_end_are_cut(open_store: OpenStore)
     store = open_store()
     assert store.get_topic("T").queues[0].max_offset == 15
     assert store.put(PutRequest("T", b"new")).queue_offset == 15
+
+
+def test_torn_handover_copy_under_a_later_checkpoint_is_handed_over_again(
+        open_store: OpenStore) -> None:
+    # SPEC D9, P3 (issue 18.2): a machine crash cut the CommitLog inside the last hand-over
+    # copy, but the checkpoint (written after it) says it was handed over
+    store = open_store(levels="1s 2s")
+    store.create_topic("T", 1)
+    parked = store.put_batch([PutRequest("T", b"m%d" % i, delay_level=1) for i in range(5)])
+    now = parked[-1].store_timestamp + 1_000
+    assert store.handover(1, 0, 10, now_ms=now).delivered == 5
+    copies = store.read_queue("T", 0, 0, 10).messages
+    store.close()  # flushes and writes the checkpoint after every copy
+    checkpoint = json.loads((store.config.data_dir / naming.CHECKPOINT_FILE).read_bytes())
+    assert checkpoint["handed_over"] == {"1": 4}
+    last = sorted((store.config.data_dir / naming.COMMITLOG_DIR).iterdir())[-1]
+    victim = copies[-1]
+    with open(last, "r+b") as f:
+        f.truncate(victim.commitlog_offset - int(last.name) + 10)
+
+    store = open_store(levels="1s 2s")
+    assert store.schedule_entries(1, 0, 10).handed_over == 3  # from the copies present
+    again = store.handover(1, 5, 10, now_ms=now)  # the scheduler's Redis progress is ahead
+    assert (again.from_offset, again.delivered, again.next_offset) == (4, 1, 5)
+    bodies = [m.body for m in store.read_queue("T", 0, 0, 10).messages]
+    assert bodies == [b"m0", b"m1", b"m2", b"m3", b"m4"]  # each exactly once
+    store.close()
+    store = open_store(levels="1s 2s")
+    assert store.handover(1, 0, 10, now_ms=now).delivered == 0
+    assert store.schedule_entries(1, 0, 10).handed_over == 4

@@ -114,17 +114,18 @@ class StoreCore:
         disp.key_index.load(cl.max_offset)
         ckpt = Checkpoint.load(self._dirs.checkpoint)
         missing = ckpt is not None and self._queues_missing(ckpt, known)
-        if ckpt is None or missing:
-            start = cl.min_offset
-        else:
-            start = max(ckpt.commitlog_offset, cl.min_offset)
+        trusted = ckpt is not None and not missing
+        start = max(ckpt.commitlog_offset, cl.min_offset) if ckpt and trusted else cl.min_offset
+        if ckpt is not None and trusted:
             disp.handed_over = dict(ckpt.handed_over)
-        if missing and ckpt is not None:
-            for level, mark in ckpt.handed_over.items():
-                disp.raise_mark(level, mark)
         logger.info("store recovery data_dir=%s checkpoint_offset=%s redispatch_from=%d "
                     "rebuild=%s", self._dirs.root, ckpt and ckpt.commitlog_offset, start, missing)
         end = cl.recover(start, start, disp.redispatch)
+        if ckpt is not None and end < ckpt.commitlog_offset:
+            self._rederive_marks(ckpt, end, dispatched=not trusted)
+        elif ckpt is not None and not trusted:
+            for level, mark in ckpt.handed_over.items():
+                disp.raise_mark(level, mark)
         disp.finish_replay()
         for cq in list(disp.queues.values()):
             cq.truncate_from(end)
@@ -136,6 +137,25 @@ class StoreCore:
         logger.info("store recovered data_dir=%s commitlog_min_offset=%d commitlog_max_offset=%d "
                     "queues=%d", self._dirs.root, cl.min_offset, end, len(disp.queues))
         self.flush()
+
+    def _rederive_marks(self, ckpt: Checkpoint, end: int, *, dispatched: bool) -> None:
+        """The checkpoint is past the recovered end (a machine crash lost CommitLog bytes it
+        had counted as flushed): its handed-over marks may name hand-over copies that are gone.
+        Each level's mark is taken from the copies really present instead (their
+        ``SCHEDULE_OFFSET``), so entries whose copies were lost are handed over again (SPEC D9,
+        P3): the records from the first segment on are dispatched again, unless the recovery
+        walk did that already (``dispatched``)."""
+        disp = self._dispatcher
+        logger.warning("checkpoint past the recovered commitlog end checkpoint_offset=%d "
+                       "end_offset=%d: handed-over marks re-derived from the log",
+                       ckpt.commitlog_offset, end)
+        if not dispatched:
+            disp.handed_over = {}
+            self._commitlog.replay(self._commitlog.min_offset, disp.redispatch)
+        for level, mark in sorted(ckpt.handed_over.items()):
+            if disp.mark(level) < mark:
+                logger.warning("handed-over mark stepped back level=%d checkpoint=%d log=%d",
+                               level, mark, disp.mark(level))
 
     def _queues_missing(self, ckpt: Checkpoint, known: set[str]) -> bool:
         """A ConsumeQueue holds fewer entries than the checkpoint says it had (files lost)."""
