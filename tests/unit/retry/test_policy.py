@@ -8,6 +8,7 @@ import random
 import pytest
 
 from clepsydra_core import properties as P
+from clepsydra_core.groups import MAX_RECONSUME_TIMES_LIMIT
 from clepsydra_core.levels import DelayLevels
 from clepsydra_retry import policy
 from clepsydra_retry.policy import (
@@ -126,7 +127,7 @@ def test_zero_max_dead_letters_the_first_failure() -> None:  # SPEC R5, R6
 
 
 def test_orderly_max_is_practically_unlimited() -> None:  # SPEC R5
-    limit = policy.MAX_RECONSUME_TIMES_LIMIT
+    limit = MAX_RECONSUME_TIMES_LIMIT
     assert run(SendBack(max_reconsume_times=limit), headers(1000)).outcome == Outcome.RETRY
 
 

@@ -11,12 +11,12 @@ import pytest
 
 from clepsydra_core import properties as P
 from clepsydra_core.errors import ValidationError
+from clepsydra_core.groups import GroupSettings, validate_settings
 from clepsydra_core.msgid import encode_msg_id, pack_host
 from clepsydra_retry.app import create_app
 from clepsydra_retry.dlq_filter import DlqFilter, parse_action
 from clepsydra_retry.dlq_state import Floor, MemoryDlqState
-from clepsydra_retry.groups import MemoryGroupStore, validate_settings
-from clepsydra_retry.policy import GroupSettings
+from clepsydra_retry.groups import MemoryGroupStore
 from clepsydra_retry.sendback import parse_request
 from clepsydra_retry.settings import RetrySettings
 

@@ -61,6 +61,7 @@ CONFIG_DIR = "config"
 CHECKPOINT_FILE = "checkpoint.json"
 TOPICS_FILE = "topics.json"
 GROUP_OFFSETS_FILE = "group_offsets.json"
+GROUP_SETTINGS_FILE = "group_settings.json"
 KEY_INDEX_FILE = "keys.idx"
 
 

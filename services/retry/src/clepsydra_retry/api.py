@@ -15,10 +15,11 @@ from flask import Blueprint, Response, current_app, g, jsonify, request
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 
 from clepsydra_core.errors import ClepsydraError, ValidationError
+from clepsydra_core.groups import validate_settings
 from clepsydra_core.validation import validate_group_name
 from clepsydra_retry.dlq import DlqToolkit
 from clepsydra_retry.dlq_filter import FILTER_FIELDS, DlqFilter
-from clepsydra_retry.groups import GroupStore, validate_settings
+from clepsydra_retry.groups import GroupStore
 from clepsydra_retry.sendback import MAX_BATCH, SendBackService
 from clepsydra_retry.settings import RetrySettings
 from clepsydra_retry.store_client import StoreClient

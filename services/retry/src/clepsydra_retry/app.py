@@ -13,7 +13,7 @@ from clepsydra_core.errors import ClepsydraError
 from clepsydra_retry import api
 from clepsydra_retry.dlq import DlqToolkit
 from clepsydra_retry.dlq_state import DlqState, RedisDlqState
-from clepsydra_retry.groups import GroupStore, RedisGroupStore
+from clepsydra_retry.groups import GroupStore, StoreGroupStore
 from clepsydra_retry.metrics import build_registry
 from clepsydra_retry.sendback import SendBackService
 from clepsydra_retry.settings import RetrySettings
@@ -31,11 +31,14 @@ def create_app(settings: RetrySettings, *, groups: GroupStore | None = None,
     client = redis.Redis.from_url(settings.redis_url, decode_responses=True,
                                   socket_timeout=10, socket_connect_timeout=5,
                                   health_check_interval=30)
-    groups = groups or RedisGroupStore(client)
     state = dlq_state or RedisDlqState(client)
     store = StoreClient(settings.store_url, timeout_s=settings.store_timeout_s,
                         writable_ttl_ms=settings.writable_ttl_ms,
                         pool_size=max(settings.threads, 4))
+    if groups is None:
+        durable = StoreGroupStore(store, client)
+        durable.adopt_redis_groups()
+        groups = durable
     dlq = DlqToolkit(store, groups, state, settings.delay_levels,
                      batch=settings.resend_batch, audit_max=settings.audit_max)
     registry, latency = build_registry(groups, dlq)

@@ -1,64 +1,32 @@
-"""Consumer-group retry settings held in Redis (SPEC R2, R3, R5), and send-back counters.
+"""Consumer-group settings as this service reads them (SPEC R2, R3, R5), and send-back counters.
 
-A group exists once ``PUT /v1/groups/{group}`` has stored its settings (``{}`` -> defaults).
-``RedisGroupStore`` is the backend; ``MemoryGroupStore`` its in-memory twin for unit tests.
+The store owns group settings and keeps them on its disk (``PUT /v1/groups/{group}/settings``,
+beside the topics), so a Redis restarted empty loses none. Every send-back reads its group's
+settings, so they are cached in Redis: read-through (a miss asks the store and fills the cache),
+write-through (a change goes to the store first, then to the cache), each entry kept for
+``CACHE_TTL_S`` so a cache that missed a change (Redis down while it was made) heals by itself.
+Send-back counts are statistics and live in Redis only.
+
+``StoreGroupStore`` is the backend; ``MemoryGroupStore`` its in-memory twin for unit tests.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Mapping
 from typing import Any, Protocol
 
 import redis
 
 from clepsydra_core import naming
-from clepsydra_core.errors import GroupNotFound, Unavailable, ValidationError
-from clepsydra_retry.policy import (
-    DEFAULT_RETRY_MAX_TIMES,
-    DEFAULT_RETRY_QUEUE_NUMS,
-    MAX_RECONSUME_TIMES_LIMIT,
-    GroupSettings,
-)
+from clepsydra_core.errors import GroupNotFound, Unavailable
+from clepsydra_core.groups import GroupSettings
+from clepsydra_retry.store_client import StoreClient
 
-MAX_RETRY_QUEUE_NUMS = 64
-"""More retry queues than this is refused as absurd (a group rarely has more consumers)."""
+logger = logging.getLogger(__name__)
 
-_FIELDS = {"retryQueueNums": "retry_queue_nums", "retryMaxTimes": "retry_max_times"}
-_LIMITS = {"retryQueueNums": MAX_RETRY_QUEUE_NUMS, "retryMaxTimes": MAX_RECONSUME_TIMES_LIMIT}
-
-
-def validate_settings(body: object, current: GroupSettings | None) -> GroupSettings:
-    """The settings a ``PUT`` body asks for, merged over the current ones (or the defaults).
-    Unknown fields, non-integers, negatives and absurd values are refused (400)."""
-    if not isinstance(body, dict):
-        raise ValidationError("group settings must be a JSON object", code="INVALID_REQUEST")
-    unknown = sorted(set(body) - set(_FIELDS))
-    if unknown:
-        raise ValidationError(f"unknown group setting(s) {', '.join(unknown)}; "
-                              f"known: {', '.join(_FIELDS)}", code="INVALID_REQUEST")
-    values = (current or GroupSettings()).to_json()
-    for name, value in body.items():
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValidationError(f"{name} must be a whole number, got {value!r}",
-                                  code="INVALID_GROUP_SETTINGS")
-        if value < 0:
-            raise ValidationError(f"{name} must be >= 0, got {value}", rule="R2" if
-                                  name == "retryQueueNums" else "R5",
-                                  code="INVALID_GROUP_SETTINGS")
-        if value > _LIMITS[name]:
-            raise ValidationError(f"{name}={value} is absurd: at most {_LIMITS[name]}",
-                                  code="INVALID_GROUP_SETTINGS")
-        values[name] = value
-    return GroupSettings(retry_queue_nums=values["retryQueueNums"],
-                         retry_max_times=values["retryMaxTimes"])
-
-
-def settings_from_hash(raw: Mapping[str, str]) -> GroupSettings:
-    return GroupSettings(
-        retry_queue_nums=int(raw.get("retryQueueNums", DEFAULT_RETRY_QUEUE_NUMS)),
-        retry_max_times=int(raw.get("retryMaxTimes", DEFAULT_RETRY_MAX_TIMES)),
-    )
+CACHE_TTL_S = 30
+"""How long a cached group's settings are trusted before the store is asked again."""
 
 
 class GroupStore(Protocol):
@@ -70,52 +38,90 @@ class GroupStore(Protocol):
     def send_back_counts(self, group: str) -> dict[str, int]: ...
 
 
-class RedisGroupStore:
-    """Group settings as the Redis hash ``group_settings_key(group)``, names in
-    ``GROUPS_SET_KEY``, send-back counts by outcome in ``sendback_stats_key(group)``."""
+def _not_found(group: str) -> GroupNotFound:
+    return GroupNotFound(f"consumer group {group!r} does not exist "
+                         "(create it with PUT /v1/groups/{group})", rule="R2")
 
-    def __init__(self, client: redis.Redis) -> None:
+
+class StoreGroupStore:
+    """Settings durable in the store, cached in the Redis hash ``group_settings_key(group)``;
+    send-back counts by outcome in ``sendback_stats_key(group)``."""
+
+    def __init__(self, store: StoreClient, client: redis.Redis) -> None:
+        self._store = store
         self._redis = client
 
     def find(self, group: str) -> GroupSettings | None:
+        """The group's settings (cache, else the store), None when it has none. Works without
+        Redis (the store answers); Unavailable only when the store does not answer a miss."""
         try:
-            raw = {str(k): str(v) for k, v in
-                   self._redis.hgetall(naming.group_settings_key(group)).items()}
-        except redis.RedisError as exc:
-            raise Unavailable(f"redis: {exc}") from exc
-        return settings_from_hash(raw) if raw else None
+            raw = self._redis.hgetall(naming.group_settings_key(group))
+            if raw:
+                return GroupSettings.from_json(raw)  # type: ignore[arg-type]
+        except (redis.RedisError, ValueError) as exc:
+            logger.warning("group settings cache unreadable group=%s: %s", group, exc)
+        settings = self._store.group_settings(group)
+        if settings is not None:
+            self._cache(group, settings)
+        return settings
 
     def get(self, group: str) -> GroupSettings:
         """GroupNotFound (SUBSCRIPTION_GROUP_NOT_EXIST, R2) when the group has no settings."""
         found = self.find(group)
         if found is None:
-            raise GroupNotFound(f"consumer group {group!r} does not exist "
-                                "(create it with PUT /v1/groups/{group})", rule="R2")
+            raise _not_found(group)
         return found
 
     def put(self, group: str, settings: GroupSettings) -> bool:
-        """Store the settings; True when the group is new."""
-        try:
-            pipe = self._redis.pipeline(transaction=True)
-            pipe.hset(naming.group_settings_key(group),
-                      mapping={k: str(v) for k, v in settings.to_json().items()})
-            pipe.sadd(naming.GROUPS_SET_KEY, group)
-            results: list[Any] = pipe.execute()
-        except redis.RedisError as exc:
-            raise Unavailable(f"redis: {exc}") from exc
-        return bool(results[1])
+        """Store the settings (durably, in the store), then refresh the cache; True when the
+        group is new."""
+        created = self._store.put_group_settings(group, settings)
+        self._cache(group, settings)
+        return created
 
     def names(self) -> list[str]:
+        return sorted(self._store.all_group_settings())
+
+    def _cache(self, group: str, settings: GroupSettings) -> None:
+        key = naming.group_settings_key(group)
         try:
-            return sorted(str(m) for m in self._redis.smembers(naming.GROUPS_SET_KEY))
+            pipe = self._redis.pipeline(transaction=True)
+            pipe.delete(key)
+            pipe.hset(key, mapping={k: str(v) for k, v in settings.to_json().items()})
+            pipe.expire(key, CACHE_TTL_S)
+            pipe.execute()
         except redis.RedisError as exc:
-            raise Unavailable(f"redis: {exc}") from exc
+            logger.warning("group settings not cached group=%s: %s", group, exc)
+
+    def adopt_redis_groups(self) -> int:
+        """Groups whose settings an earlier version kept in Redis only (the hashes named in
+        ``GROUPS_SET_KEY``) are written to the store, once; returns how many were new there.
+        Best effort at start-up: a store or Redis that does not answer is logged, not fatal."""
+        try:
+            names = sorted(str(m) for m in self._redis.smembers(naming.GROUPS_SET_KEY))
+            adopted = 0
+            for group in names:
+                raw: Any = self._redis.hgetall(naming.group_settings_key(group))
+                if raw and self._store.group_settings(group) is None:
+                    self._store.put_group_settings(group, GroupSettings.from_json(raw))
+                    adopted += 1
+            self._redis.delete(naming.GROUPS_SET_KEY)
+        except (redis.RedisError, Unavailable, ValueError) as exc:
+            logger.warning("groups kept in Redis by an earlier version not adopted yet: %s",
+                           exc)
+            return 0
+        if adopted:
+            logger.info("group settings moved from Redis to the store groups=%d", adopted)
+        return adopted
 
     def count_send_back(self, group: str, outcome: str, n: int = 1) -> None:
+        """Statistics, counted after the copy is done: a Redis that does not answer loses the
+        count (logged), never fails a send-back that already happened."""
         try:
             self._redis.hincrby(naming.sendback_stats_key(group), outcome, n)
         except redis.RedisError as exc:
-            raise Unavailable(f"redis: {exc}") from exc
+            logger.warning("send-back not counted group=%s outcome=%s n=%d: %s", group, outcome,
+                           n, exc)
 
     def send_back_counts(self, group: str) -> dict[str, int]:
         try:
@@ -126,7 +132,7 @@ class RedisGroupStore:
 
 
 class MemoryGroupStore:
-    """In-memory twin of :class:`RedisGroupStore`."""
+    """In-memory twin of :class:`StoreGroupStore`."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -139,7 +145,7 @@ class MemoryGroupStore:
     def get(self, group: str) -> GroupSettings:
         found = self.find(group)
         if found is None:
-            raise GroupNotFound(f"consumer group {group!r} does not exist", rule="R2")
+            raise _not_found(group)
         return found
 
     def put(self, group: str, settings: GroupSettings) -> bool:

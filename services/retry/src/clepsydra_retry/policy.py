@@ -16,14 +16,9 @@ from typing import Any
 
 from clepsydra_core import naming
 from clepsydra_core import properties as P
+from clepsydra_core.groups import GroupSettings
 from clepsydra_core.levels import DelayLevels
 
-DEFAULT_RETRY_QUEUE_NUMS = 1
-"""R3: queues of a group's retry topic when the group does not say."""
-DEFAULT_RETRY_MAX_TIMES = 16
-"""R5: concurrent consumers retry 16 times by default."""
-MAX_RECONSUME_TIMES_LIMIT = 2**31 - 1
-"""R5: orderly consumers retry "forever" (2^31 - 1); nothing larger is meaningful."""
 FIRST_RETRY_LEVEL = 3
 """R7: level 0 means the broker decides: 3 + reconsumeTimes."""
 HISTORY_MAX_ENTRIES = 32
@@ -43,17 +38,6 @@ class Outcome(StrEnum):
     RETRY = "RETRY"
     DLQ = "DLQ"
     DROPPED = "DROPPED"
-
-
-@dataclass(frozen=True, slots=True)
-class GroupSettings:
-    """A consumer group's retry settings (R3, R5); 0 retry queues means "drop retries" (R2)."""
-
-    retry_queue_nums: int = DEFAULT_RETRY_QUEUE_NUMS
-    retry_max_times: int = DEFAULT_RETRY_MAX_TIMES
-
-    def to_json(self) -> dict[str, int]:
-        return {"retryQueueNums": self.retry_queue_nums, "retryMaxTimes": self.retry_max_times}
 
 
 @dataclass(frozen=True, slots=True)

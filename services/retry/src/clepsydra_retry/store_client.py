@@ -20,11 +20,13 @@ from requests.adapters import HTTPAdapter
 
 from clepsydra_core.errors import (
     ClepsydraError,
+    GroupNotFound,
     MessageNotFound,
     NoPermission,
     TopicNotFound,
     Unavailable,
 )
+from clepsydra_core.groups import GroupSettings
 
 
 class StoreRejected(ClepsydraError):
@@ -110,6 +112,13 @@ class StoreClient:
 
     def _call(self, method: str, path: str, *, json_body: Any = None,
               params: dict[str, Any] | None = None, ok: Sequence[int] = (200, 201)) -> Any:
+        return self._call_status(method, path, json_body=json_body, params=params, ok=ok)[1]
+
+    def _call_status(self, method: str, path: str, *, json_body: Any = None,
+                     params: dict[str, Any] | None = None,
+                     ok: Sequence[int] = (200, 201)) -> tuple[int, Any]:
+        """(status, JSON answer) of a call answered with a status in ``ok``; the store's
+        errors as ``ClepsydraError``, no answer as ``Unavailable``."""
         url = self.base_url + path
         data = None if json_body is None else orjson.dumps(json_body)
         try:
@@ -121,7 +130,7 @@ class StoreClient:
                               f"{exc}") from exc
         if resp.status_code in ok:
             try:
-                return orjson.loads(resp.content)
+                return resp.status_code, orjson.loads(resp.content)
             except orjson.JSONDecodeError as exc:
                 raise StoreRejected("SYSTEM_ERROR", f"{method} {path} answered non-JSON",
                                     502) from exc
@@ -141,6 +150,8 @@ class StoreClient:
             return TopicNotFound(message)
         if resp.status_code == 404 and code == "MESSAGE_NOT_FOUND":
             return MessageNotFound(message)
+        if resp.status_code == 404 and code == GroupNotFound.code:
+            return GroupNotFound(message, rule="R2")
         return StoreRejected(code, message, resp.status_code)
 
     # ---- health ----------------------------------------------------------------------------
@@ -158,6 +169,27 @@ class StoreClient:
         writable = bool(self.healthz().get("writable", True))
         self._writable = (now, writable)
         return writable
+
+    # ---- consumer-group settings (the store keeps them durably) -----------------------------
+    def group_settings(self, group: str) -> GroupSettings | None:
+        """``GET /v1/groups/{group}/settings``, or None when the group has no settings."""
+        try:
+            doc = self._call("GET", f"/v1/groups/{quote(group, safe='')}/settings")
+        except GroupNotFound:
+            return None
+        return GroupSettings.from_json(doc)
+
+    def put_group_settings(self, group: str, settings: GroupSettings) -> bool:
+        """``PUT /v1/groups/{group}/settings`` (written durably by the store before it
+        answers); True when the group is new."""
+        status, _ = self._call_status("PUT", f"/v1/groups/{quote(group, safe='')}/settings",
+                                      json_body=settings.to_json())
+        return status == 201
+
+    def all_group_settings(self) -> dict[str, GroupSettings]:
+        """``GET /v1/groups``: every group that has settings."""
+        doc = self._call("GET", "/v1/groups")
+        return {str(g["group"]): GroupSettings.from_json(g) for g in doc["groups"]}
 
     # ---- topics ----------------------------------------------------------------------------
     def topic(self, name: str) -> dict[str, Any] | None:

@@ -1,7 +1,9 @@
-"""Consumer groups: committed progress (offsets) and live consumers (heartbeats, C1, C5).
+"""Consumer groups: their settings (R3, R5), committed progress (offsets) and live consumers
+(heartbeats, C1, C5).
 
-The store keeps no group registry (group settings live in the retry service), so a group that
-has committed nothing answers an empty ``offsets`` object rather than a 404.
+The store is the durable owner of group settings (the retry service reads them through a Redis
+cache). Offsets and heartbeats do not need a group to have settings, so a group that has
+committed nothing answers an empty ``offsets`` object rather than a 404.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from typing import Any
 from flask import Blueprint, Response, request
 
 from clepsydra_core import validation
-from clepsydra_core.errors import Forbidden, OffsetOutOfRange, ValidationError
+from clepsydra_core.errors import Forbidden, GroupNotFound, OffsetOutOfRange, ValidationError
+from clepsydra_core.groups import GroupSettings
 from clepsydra_core.naming import SCHEDULE_TOPIC
 from clepsydra_store.api import jsonio
 from clepsydra_store.api.context import ctx
@@ -23,6 +26,37 @@ bp = Blueprint("groups", __name__)
 OFFSET_FIELDS = frozenset({"topic", "queueId", "offset"})
 HEARTBEAT_FIELDS = frozenset({"clientId", "subscriptions", "messageModel"})
 MAX_CLIENT_ID = 255
+
+
+def _settings_json(group: str, settings: GroupSettings) -> dict[str, Any]:
+    return {"group": group, **settings.to_json()}
+
+
+@bp.get("/v1/groups")
+def list_groups() -> Response:
+    """``{groups: [{group, retryQueueNums, retryMaxTimes}]}``: every group with settings."""
+    return json_response({"groups": [_settings_json(group, settings) for group, settings
+                                     in ctx().store.all_group_settings().items()]})
+
+
+@bp.put("/v1/groups/<group>/settings")
+def put_group_settings(group: str) -> Response:
+    """Create (201) or change (200) a group's settings, durably; fields not given keep their
+    current value (or the default)."""
+    validation.validate_group_name(group)
+    raw = request.get_data(cache=False)
+    body = jsonio.loads_object(raw) if raw.strip() else {}
+    settings, created = ctx().store.put_group_settings(group, body)
+    return json_response(_settings_json(group, settings), 201 if created else 200)
+
+
+@bp.get("/v1/groups/<group>/settings")
+def get_group_settings(group: str) -> Response:
+    validation.validate_group_name(group)
+    settings = ctx().store.group_settings(group)
+    if settings is None:
+        raise GroupNotFound(f"consumer group {group!r} does not exist", rule="R2")
+    return json_response(_settings_json(group, settings))
 
 
 @bp.put("/v1/groups/<group>/offsets")

@@ -16,9 +16,10 @@ from clepsydra_core import naming
 from clepsydra_core import properties as P
 from clepsydra_core.errors import Forbidden, MessageNotFound, OffsetOutOfRange, TopicNotFound
 from clepsydra_core.errors import ValidationError as _ValidationError
+from clepsydra_core.groups import GroupSettings, validate_settings
 from clepsydra_core.msgid import decode_msg_id
 from clepsydra_core.records import CommitLogRecord, tags_code
-from clepsydra_core.validation import check_consumable, validate_topic_name
+from clepsydra_core.validation import check_consumable, validate_group_name, validate_topic_name
 from clepsydra_store.engine.batch_encoder import BatchEncoder
 from clepsydra_store.engine.config import EngineConfig
 from clepsydra_store.engine.consume_queue import ENTRY
@@ -307,6 +308,24 @@ class MessageStore(StoreCore):
     def group_offsets(self, group: str, topic: str | None = None) -> dict[str, dict[int, int]]:
         """{topic: {queue_id: offset}}."""
         return self._groups.get(group, topic)
+
+    # ---- consumer-group settings (R3, R5) ----------------------------------------------------
+    def group_settings(self, group: str) -> GroupSettings | None:
+        return self._group_settings.get(group)
+
+    def all_group_settings(self) -> dict[str, GroupSettings]:
+        return self._group_settings.all()
+
+    def put_group_settings(self, group: str, body: object) -> tuple[GroupSettings, bool]:
+        """(settings, created): ``body`` (a PUT's fields) merged over the group's settings or
+        the defaults, validated (ValidationError), and written durably before returning."""
+        validate_group_name(group)
+        settings = validate_settings(body, self._group_settings.get(group))
+        created = self._group_settings.put(group, settings)
+        if created:
+            logger.info("group created group=%s retry_queue_nums=%d retry_max_times=%d", group,
+                        settings.retry_queue_nums, settings.retry_max_times)
+        return settings, created
 
     # ---- observability -------------------------------------------------------------------
     def stats(self) -> dict[str, float]:

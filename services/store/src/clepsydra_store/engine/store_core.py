@@ -21,6 +21,7 @@ from clepsydra_store.engine.config import EngineConfig
 from clepsydra_store.engine.consume_queue import ENTRY, ConsumeQueue
 from clepsydra_store.engine.dispatch import Dispatcher
 from clepsydra_store.engine.group_offsets import GroupOffsets
+from clepsydra_store.engine.group_settings import GroupSettingsRegistry
 from clepsydra_store.engine.prepare import Prepared, Preparer
 from clepsydra_store.engine.schedule import Scheduler
 from clepsydra_store.engine.segment import Segment
@@ -83,6 +84,7 @@ class StoreCore:
         self._msg_id_prefix = self._store_host.hex().upper()
         self._topics = TopicRegistry(dirs.config)
         self._groups = GroupOffsets(dirs.config)
+        self._group_settings = GroupSettingsRegistry(dirs.config)
         self._commitlog = CommitLog(dirs.commitlog, config.segment_size_bytes)
         self._dispatcher = Dispatcher(dirs.consumequeue, dirs.index, config.cq_entries_per_file,
                                       self._levels)
