@@ -142,7 +142,8 @@ def test_progress_outside_the_queue_is_corrected_and_logged(
     with caplog.at_level(logging.WARNING, logger="clepsydra_scheduler.delivery"):
         report = delivery(2, run_s=0.2).run()
     assert report.corrections[0] == (saved, expected)
-    words = "below the queue minimum" if saved < 4 else "ahead of the store's handed-over mark"
+    words = ("below the queue minimum" if saved < 4 else "above the queue maximum"
+             if saved > 10 else "ahead of the store's handed-over mark")
     line = next(r.getMessage() for r in caplog.records if words in r.getMessage())
     assert f"level=2 progress={saved}" in line and str(expected) in line
     assert store.bodies() == [f"m{i}" for i in range(4, 10)]

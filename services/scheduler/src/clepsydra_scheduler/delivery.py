@@ -321,6 +321,13 @@ class LevelDelivery:
         self._handed_over = handed_over
         level, progress = self._cfg.level, self._progress
         resume = max(handed_over + 1, min_offset)
+        if progress > max_offset:
+            target = min(resume, max_offset)
+            logger.warning("progress above the queue maximum level=%d progress=%d "
+                           "max_offset=%d: moving to %d (SPEC D8)", level, progress,
+                           max_offset, target)
+            self._set_progress(target, "D8")
+            return True
         if progress > resume and resume <= max_offset:
             logger.warning("progress ahead of the store's handed-over mark level=%d "
                            "progress=%d handed_over=%d: stepping back to %d (SPEC D8, D9)",
@@ -332,12 +339,6 @@ class LevelDelivery:
                            "min_offset=%d: moving to %d (SPEC D8)", level, progress,
                            min_offset, min_offset)
             self._set_progress(min_offset, "D8")
-            return True
-        if progress > max_offset:
-            logger.warning("progress above the queue maximum level=%d progress=%d "
-                           "max_offset=%d: moving to %d (SPEC D8)", level, progress,
-                           max_offset, max_offset)
-            self._set_progress(max_offset, "D8")
             return True
         if progress <= self._handed_over < max_offset:
             logger.info("entries already handed over level=%d progress=%d handed_over=%d: "
