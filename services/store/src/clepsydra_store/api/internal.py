@@ -10,13 +10,13 @@ from flask import Blueprint, Response
 
 from clepsydra_core import validation
 from clepsydra_core.errors import ClepsydraError, ValidationError
-from clepsydra_store.api import jsonio
 from clepsydra_store.api.context import ctx
 from clepsydra_store.api.observability import BATCH_COUNT, set_attribute
 from clepsydra_store.api.produce import MAX_BATCH, FlushTimeout, result_json
 from clepsydra_store.api.topics import create
 from clepsydra_store.api.web import json_response, request_object, trace_topic
 from clepsydra_store.engine.types import CopyRequest, PutStatus, RangeCopyRequest
+from clepsydra_web import jsonio
 
 bp = Blueprint("internal", __name__)
 

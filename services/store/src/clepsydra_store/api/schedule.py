@@ -11,10 +11,10 @@ from opentelemetry import trace
 
 from clepsydra_core import naming, telemetry
 from clepsydra_core import properties as P
-from clepsydra_store.api import jsonio
 from clepsydra_store.api.context import StoreContext, ctx
 from clepsydra_store.api.observability import DESTINATION, MESSAGE_ID, set_attribute
 from clepsydra_store.api.web import json_response
+from clepsydra_web import jsonio
 
 bp = Blueprint("schedule", __name__)
 
