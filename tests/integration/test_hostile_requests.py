@@ -18,8 +18,8 @@ pytestmark = pytest.mark.integration
 
 TOPIC = "hostile"
 GROUP = "hostile-group"
-ARABIC_12 = "\u0661\u0662"  # ١٢
-FULLWIDTH_12 = "\uff11\uff12"  # １２
+ARABIC_12 = "\u0661\u0662"  # twelve in Arabic-Indic digits
+FULLWIDTH_12 = "\uff11\uff12"  # twelve in fullwidth digits
 
 
 @dataclass
