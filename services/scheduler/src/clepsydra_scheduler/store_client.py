@@ -6,11 +6,22 @@ is a StoreCallFailed, which the delivery loop answers with a back-off (SPEC D6).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import requests
 
-from clepsydra_scheduler.ports import Entries, Handover, LevelInfo, StoreCallFailed
+from clepsydra_core.errors import ValidationError
+from clepsydra_core.wire.codec import WireValue
+from clepsydra_core.wire.schedule import (
+    Handover,
+    HandoverRequest,
+    LevelInfo,
+    LevelTable,
+    ScheduleEntries,
+)
+from clepsydra_scheduler.ports import StoreCallFailed
+
+W = TypeVar("W", bound=WireValue)
 
 
 class HttpStoreClient:
@@ -26,7 +37,7 @@ class HttpStoreClient:
         self._session.close()
 
     def _call(self, method: str, path: str, *, params: dict[str, int] | None = None,
-              json: dict[str, int] | None = None,
+              json: dict[str, Any] | None = None,
               headers: dict[str, str] | None = None) -> dict[str, Any]:
         url = self._base + path
         try:
@@ -46,39 +57,23 @@ class HttpStoreClient:
         return body
 
     def levels(self) -> list[LevelInfo]:
-        body = self._call("GET", "/v1/schedule/levels")
-        try:
-            return [LevelInfo(level=int(item["level"]), delay_ms=int(item["delayMs"]),
-                              queue_id=int(item["queueId"]), min_offset=int(item["minOffset"]),
-                              max_offset=int(item["maxOffset"]),
-                              handed_over=int(item["handedOver"]))
-                    for item in body["levels"]]
-        except (KeyError, TypeError, ValueError) as exc:
-            raise StoreCallFailed(f"unexpected schedule levels body: {exc!r}") from exc
+        return _answer(LevelTable, self._call("GET", "/v1/schedule/levels")).levels
 
-    def entries(self, level: int, queue_offset: int, max_count: int) -> Entries:
-        body = self._call("GET", f"/v1/schedule/levels/{level}/entries",
-                          params={"offset": queue_offset, "max": max_count})
-        try:
-            return Entries(level=int(body["level"]), queue_offset=int(body["queueOffset"]),
-                           deliver_ts=[int(ts) for ts in body["deliverTs"]],
-                           min_offset=int(body["minOffset"]), max_offset=int(body["maxOffset"]),
-                           handed_over=int(body["handedOver"]))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise StoreCallFailed(f"unexpected schedule entries body: {exc!r}") from exc
+    def entries(self, level: int, queue_offset: int, max_count: int) -> ScheduleEntries:
+        return _answer(ScheduleEntries, self._call(
+            "GET", f"/v1/schedule/levels/{level}/entries",
+            params={"offset": queue_offset, "max": max_count}))
 
     def handover(self, level: int, from_offset: int, max_count: int,
                  headers: dict[str, str] | None = None) -> Handover:
-        body = self._call("POST", f"/v1/schedule/levels/{level}/handover",
-                          json={"fromOffset": from_offset, "max": max_count}, headers=headers)
-        try:
-            next_ts = body.get("nextDeliverTs")
-            return Handover(level=int(body["level"]), from_offset=int(body["fromOffset"]),
-                            next_offset=int(body["nextOffset"]),
-                            delivered=int(body["delivered"]), parked=int(body["parked"]),
-                            skipped=int(body["skipped"]), not_due=bool(body["notDue"]),
-                            next_deliver_ts=None if next_ts is None else int(next_ts),
-                            lateness_ms=[int(v) for v in body.get("latenessMs", [])],
-                            handed_over=int(body["handedOver"]))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise StoreCallFailed(f"unexpected handover body: {exc!r}") from exc
+        asked = HandoverRequest(from_offset=from_offset, max_count=max_count)
+        return _answer(Handover, self._call("POST", f"/v1/schedule/levels/{level}/handover",
+                                            json=asked.to_json(), headers=headers))
+
+
+def _answer(kind: type[W], body: dict[str, Any]) -> W:
+    """The store's answer as its wire type; one that does not fit is a failed call (D6)."""
+    try:
+        return kind.from_json(body)
+    except ValidationError as exc:
+        raise StoreCallFailed(f"unexpected {kind.__name__} answer: {exc.message}") from exc

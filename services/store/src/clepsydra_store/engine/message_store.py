@@ -20,6 +20,7 @@ from clepsydra_core.groups import GroupSettings, validate_settings
 from clepsydra_core.msgid import decode_msg_id
 from clepsydra_core.records import CommitLogRecord, tags_code
 from clepsydra_core.validation import check_consumable, validate_group_name, validate_topic_name
+from clepsydra_core.wire.schedule import ScheduleEntries
 from clepsydra_store.engine.batch_encoder import BatchEncoder
 from clepsydra_store.engine.config import EngineConfig
 from clepsydra_store.engine.consume_queue import ENTRY
@@ -34,7 +35,6 @@ from clepsydra_store.engine.types import (
     QueueRead,
     RangeCopyRequest,
     RangeCopyResult,
-    ScheduleEntries,
     TopicInfo,
 )
 
@@ -299,7 +299,8 @@ class MessageStore(StoreCore):
                         len(results) - delivered, plan.skipped)
         return HandoverResult(level, plan.start, plan.next_offset, delivered,
                               len(results) - delivered, plan.skipped, plan.not_due,
-                              plan.next_deliver_ts, lateness, handed_over, delivered_messages)
+                              plan.next_deliver_ts, lateness, handed_over,
+                              delivered_messages=delivered_messages)
 
     # ---- consumer progress -------------------------------------------------------------------
     def commit_offset(self, group: str, topic: str, queue_id: int, queue_offset: int) -> None:

@@ -7,6 +7,8 @@ from enum import StrEnum
 from typing import NamedTuple
 
 from clepsydra_core.records import CommitLogRecord
+from clepsydra_core.wire.codec import wire_meta
+from clepsydra_core.wire.schedule import Handover
 
 
 class PutStatus(StrEnum):
@@ -81,37 +83,11 @@ class QueueRead:
 
 
 @dataclass(frozen=True, slots=True)
-class ScheduleEntries:
-    """Deliver timestamps of a level's schedule queue from ``queue_offset`` on."""
+class HandoverResult(Handover):
+    """The wire answer of a hand-over, plus what the API layer needs and no client sees."""
 
-    level: int
-    queue_offset: int
-    deliver_ts: list[int]
-    min_offset: int
-    max_offset: int
-    handed_over: int
-    """Highest schedule queue offset of this level already handed to a real topic, -1 if none
-    (durable, recovered from the CommitLog; SPEC D9)."""
-
-
-@dataclass(frozen=True, slots=True)
-class HandoverResult:
-    level: int
-    from_offset: int
-    next_offset: int
-    """Where the level's progress should now stand."""
-    delivered: int
-    parked: int
-    """Moved to %SCHEDULE_ERROR% (D7)."""
-    skipped: int
-    """Already handed over before (a replay after a crash): not written again (D9)."""
-    not_due: bool
-    """Stopped at an entry that is not due yet (D5); ``next_deliver_ts`` is its time."""
-    next_deliver_ts: int | None
-    lateness_ms: list[int]
-    """store timestamp of each delivered message minus its deliver time (D10)."""
-    handed_over: int
-    delivered_messages: list[tuple[str, str, str | None, int]] = field(default_factory=list)
+    delivered_messages: list[tuple[str, str, str | None, int]] = field(
+        default_factory=list, metadata=wire_meta(internal=True))
     """(real topic, new msgId, producer's ``traceparent`` or None, lateness ms) of each
     delivered message, in order: the API layer links a ``store.deliver`` span to the
     producer's trace (O1, D10). Plain strings: the engine imports no OpenTelemetry."""
