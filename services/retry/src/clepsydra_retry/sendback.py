@@ -21,6 +21,7 @@ from clepsydra_core import naming, telemetry
 from clepsydra_core.errors import ClepsydraError, MessageNotFound, NoPermission, ValidationError
 from clepsydra_core.levels import DelayLevels
 from clepsydra_core.msgid import decode_msg_id
+from clepsydra_core.retry_rules import ORDERLY_MAX_RECONSUME_TIMES
 from clepsydra_retry import policy
 from clepsydra_retry.groups import GroupStore
 from clepsydra_retry.headers import HeaderReader, Locator
@@ -34,7 +35,6 @@ MAX_BATCH = 1000
 _REQUEST_FIELDS = frozenset({"msgId", "commitLogOffset", "delayLevel", "maxReconsumeTimes",
                              "originTopic", "reason", "consumerId",
                              "topic", "queueId", "queueOffset"})
-_INT32_MAX = 2**31 - 1
 
 
 class SendBackMessageNotFound(MessageNotFound):
@@ -46,7 +46,7 @@ class SendBackMessageNotFound(MessageNotFound):
 
 
 def _int_field(body: Mapping[str, Any], name: str, *, minimum: int | None = None,
-               maximum: int = _INT32_MAX) -> int | None:
+               maximum: int = ORDERLY_MAX_RECONSUME_TIMES) -> int | None:
     value = body.get(name)
     if value is None:
         return None

@@ -29,6 +29,7 @@ from clepsydra_core.records import (
     is_transaction_prepared_or_rollback,
     tags_code,
 )
+from clepsydra_core.retry_rules import DEFAULT_MAX_RECONSUME_TIMES
 from clepsydra_core.validation import (
     check_producible,
     validate_body,
@@ -42,7 +43,6 @@ from clepsydra_store.engine.key_index import key_hash
 from clepsydra_store.engine.topics import TopicRegistry
 from clepsydra_store.engine.types import CopyRequest, PutRequest
 
-DEFAULT_MAX_RECONSUME_TIMES = 16
 DLQ_REASON_MAX_RECONSUME = "max_reconsume_times"
 
 
