@@ -14,7 +14,7 @@ from typing import Any, TextIO
 from clepsydra_client.admin import AdminClient, DlqFilter, LevelStatus, QueueProgress
 from clepsydra_client.message import Message
 from clepsydra_client.producer import OutgoingMessage, Producer
-from clepsydra_client.pull import PullConsumer
+from clepsydra_client.pull_consumer import PullConsumer
 from clepsydra_client.rebalance import strategy_by_name
 from clepsydra_client.render import (
     ProgressBar,

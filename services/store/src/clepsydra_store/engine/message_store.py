@@ -339,7 +339,8 @@ class MessageStore(StoreCore):
         out["commitlog_segments"] = len(cl.segments)
         out["topics"] = len(self._topics.all()) + 1
         for level in self._levels.levels():
-            cq = self._dispatcher.existing_queue(naming.SCHEDULE_TOPIC, level - 1)
+            queue_id = self._levels.queue_id(level)
+            cq = self._dispatcher.existing_queue(naming.SCHEDULE_TOPIC, queue_id)
             high = cq.max_offset if cq is not None else 0
             mark = self._dispatcher.mark(level)
             out[f"schedule_max_offset_level_{level}"] = high
