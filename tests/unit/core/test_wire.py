@@ -9,6 +9,15 @@ import pytest
 
 from clepsydra_core.errors import ValidationError
 from clepsydra_core.wire.codec import WireValue, camel, wire_meta
+from clepsydra_core.wire.copy import (
+    MAX_COPY_BATCH,
+    ORIGIN,
+    CopyBatch,
+    CopyItem,
+    RangeCopy,
+    RangeCopyAnswer,
+    SkippedCopy,
+)
 from clepsydra_core.wire.schedule import (
     MAX_HANDOVER,
     Handover,
@@ -88,3 +97,29 @@ def test_internal_fields_stay_off_the_wire() -> None:
 
     assert WithSecret(1, "x").to_json() == {"visibleCount": 1}
     assert WithSecret.from_json({"visibleCount": 2, "secret": "y"}) == WithSecret(2)
+
+
+def test_copy_items_leave_unset_optionals_out_and_bound_the_batch() -> None:
+    item = CopyItem(42, "%RETRY%G", delay_level=3, set_properties={"RETRY_TOPIC": "orders"})
+    assert item.to_json() == {"commitLogOffset": 42, "topic": "%RETRY%G", "delayLevel": 3,
+                              "setProperties": {"RETRY_TOPIC": "orders"},
+                              "removeProperties": []}
+    assert CopyBatch.from_json(CopyBatch([item]).to_json()) == CopyBatch([item])
+    with pytest.raises(ValidationError, match=r"copy.items must hold 1 to 1000 items, got 0"):
+        CopyBatch.from_json({"items": []}, what="copy")
+    too_many = {"items": [item.to_json()] * (MAX_COPY_BATCH + 1)}
+    with pytest.raises(ValidationError, match="got 1001"):
+        CopyBatch.from_json(too_many, what="copy")
+    with pytest.raises(ValidationError, match=r"copy.items\[0\].queueId must be between 0"):
+        CopyBatch.from_json({"items": [{**item.to_json(), "queueId": -1}]}, what="copy")
+
+
+def test_range_copy_target_origin_means_each_message_home() -> None:
+    home = RangeCopy(topic="%DLQ%G", queue_id=0, from_offset=5, target=ORIGIN)
+    assert home.target_topic is None and home.to_json()["max"] == MAX_COPY_BATCH
+    assert RangeCopy("%DLQ%G", 0, 5, "%RETRY%G").target_topic == "%RETRY%G"
+    answer = RangeCopyAnswer(1, ["id1"], [SkippedCopy(6, "id2", "no RETRY_TOPIC")], 7, None)
+    assert answer.to_json()["skipped"] == [{"queueOffset": 6, "msgId": "id2",
+                                            "reason": "no RETRY_TOPIC"}]
+    assert answer.to_json()["lastCommitLogOffset"] is None  # required, so present as null
+    assert RangeCopyAnswer.from_json(answer.to_json()) == answer

@@ -22,11 +22,12 @@ from clepsydra_core.errors import ClepsydraError, MessageNotFound, NoPermission,
 from clepsydra_core.levels import DelayLevels
 from clepsydra_core.msgid import decode_msg_id
 from clepsydra_core.retry_rules import ORDERLY_MAX_RECONSUME_TIMES
+from clepsydra_core.wire.copy import CopyItem
 from clepsydra_retry import policy
 from clepsydra_retry.groups import GroupStore
 from clepsydra_retry.headers import HeaderReader, Locator
 from clepsydra_retry.policy import Decision, Outcome, SendBack, StoredHeaders
-from clepsydra_retry.store_client import CopyItem, StoreClient
+from clepsydra_retry.store_client import StoreClient
 
 logger = logging.getLogger(__name__)
 _tracer = trace.get_tracer("clepsydra_retry")

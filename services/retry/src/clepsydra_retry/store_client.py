@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
@@ -25,8 +24,10 @@ from clepsydra_core.errors import (
     NoPermission,
     TopicNotFound,
     Unavailable,
+    ValidationError,
 )
 from clepsydra_core.groups import GroupSettings
+from clepsydra_core.wire.copy import CopyBatch, CopyItem, RangeCopy, RangeCopyAnswer
 
 
 class StoreRejected(ClepsydraError):
@@ -37,33 +38,6 @@ class StoreRejected(ClepsydraError):
         super().__init__(f"store: {message}")
         self.code = code
         self.http_status = status if 400 <= status < 500 else 502
-
-
-@dataclass(frozen=True, slots=True)
-class CopyItem:
-    """One item of ``POST /v1/internal/copy``."""
-
-    commitlog_offset: int
-    topic: str
-    queue_id: int | None = None
-    delay_level: int = 0
-    reconsume_times: int | None = None
-    set_properties: dict[str, str] = field(default_factory=dict)
-    remove_properties: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"commitLogOffset": self.commitlog_offset, "topic": self.topic}
-        if self.queue_id is not None:
-            out["queueId"] = self.queue_id
-        if self.delay_level:
-            out["delayLevel"] = self.delay_level
-        if self.reconsume_times is not None:
-            out["reconsumeTimes"] = self.reconsume_times
-        if self.set_properties:
-            out["setProperties"] = self.set_properties
-        if self.remove_properties:
-            out["removeProperties"] = list(self.remove_properties)
-        return out
 
 
 _JSON = {"Content-Type": "application/json"}
@@ -244,29 +218,20 @@ class StoreClient:
 
     def copy(self, items: Sequence[CopyItem]) -> list[dict[str, Any]]:
         """``POST /v1/internal/copy``: the store copies stored messages (bodies stay there)."""
-        return self.copy_json([item.to_json() for item in items])
-
-    def copy_json(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """:meth:`copy` with items already in their wire form (bulk resends)."""
-        result = self._call("POST", "/v1/internal/copy", json_body={"items": items})
+        result = self._call("POST", "/v1/internal/copy",
+                            json_body=CopyBatch(list(items)).to_json())
         results: list[dict[str, Any]] = result["results"]
         return results
 
-    def copy_range(self, topic: str, queue_id: int, from_offset: int, max_count: int, *,
-                   target: str, delay_level: int = 0, reconsume_times: int | None = None,
-                   remove_properties: Sequence[str] = ()) -> dict[str, Any]:
-        """``POST /v1/internal/copy-range``: the store copies queue offsets
-        ``[from_offset, from_offset+max_count)`` to ``target`` (a topic, or ``"origin"``) in one
-        write: ``{copied, copiedMsgIds, skipped, nextOffset, lastCommitLogOffset}``."""
-        body: dict[str, Any] = {"topic": topic, "queueId": queue_id, "fromOffset": from_offset,
-                                "max": max_count, "target": target,
-                                "removeProperties": list(remove_properties)}
-        if delay_level:
-            body["delayLevel"] = delay_level
-        if reconsume_times is not None:
-            body["reconsumeTimes"] = reconsume_times
-        result: dict[str, Any] = self._call("POST", "/v1/internal/copy-range", json_body=body)
-        return result
+    def copy_range(self, request: RangeCopy) -> RangeCopyAnswer:
+        """``POST /v1/internal/copy-range``: the store copies a range of a queue to a topic
+        (or each message to its origin) in one write."""
+        result = self._call("POST", "/v1/internal/copy-range", json_body=request.to_json())
+        try:
+            return RangeCopyAnswer.from_json(result)
+        except ValidationError as exc:
+            raise StoreRejected("SYSTEM_ERROR", f"unexpected copy-range answer: {exc.message}",
+                                502) from exc
 
     def pull(self, topic: str, queue_id: int, queue_offset: int,
              max_count: int, *, with_body: bool = True) -> dict[str, Any]:

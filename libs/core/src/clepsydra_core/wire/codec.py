@@ -4,7 +4,7 @@ A wire type is a frozen, slotted dataclass that mixes in :class:`WireValue`. Its
 say how each value is checked: ``int`` (never a boolean), ``bool``, ``str``, ``X | None``,
 ``list[X]``, ``dict[str, str]`` and nested wire types. A field's JSON name is its name in
 camelCase unless its metadata says otherwise (``field(metadata=wire_meta(json="max"))``);
-``minimum`` and
+``min_items``/``max_items`` bound a list; ``minimum`` and
 ``maximum`` bound an integer; ``internal=True`` keeps a field off the wire. ``from_json``
 raises :class:`~clepsydra_core.errors.ValidationError` naming the field
 (``handover.fromOffset must be an integer, got string``); the server answers it as a 400, a
@@ -23,6 +23,7 @@ from clepsydra_core.errors import ValidationError
 
 INT64_MAX = (1 << 63) - 1
 INT64_MIN = -(1 << 63)
+INT32_MAX = (1 << 31) - 1
 
 Check = Callable[[Any, str], Any]
 """(decoded JSON value, the field's name for messages) -> the Python value."""
@@ -35,9 +36,11 @@ def camel(name: str) -> str:
 
 
 def wire_meta(*, json: str | None = None, minimum: int | None = None,
-              maximum: int | None = None, internal: bool = False) -> dict[str, Any]:
+              maximum: int | None = None, min_items: int | None = None,
+              max_items: int | None = None, internal: bool = False) -> dict[str, Any]:
     """A field's wire metadata: ``field(metadata=wire_meta(json="max", minimum=1))``."""
-    return {"json": json, "minimum": minimum, "maximum": maximum, "internal": internal}
+    return {"json": json, "minimum": minimum, "maximum": maximum, "min_items": min_items,
+            "max_items": max_items, "internal": internal}
 
 
 def _type_name(value: object) -> str:
@@ -101,10 +104,14 @@ def _checker(tp: Any, meta: Mapping[str, Any]) -> Check:
     if origin in (list, tuple):
         item = _checker(typing.get_args(tp)[0], {})
         as_tuple = origin is tuple
+        fewest, most = meta.get("min_items") or 0, meta.get("max_items")
 
         def check_list(value: Any, name: str) -> Any:
             if not isinstance(value, list):
                 raise _bad(name, "an array", value)
+            if len(value) < fewest or (most is not None and len(value) > most):
+                raise ValidationError(f"{name} must hold {fewest} to {most or 'any number of'} "
+                                      f"items, got {len(value)}", code="INVALID_REQUEST")
             items = [item(v, f"{name}[{i}]") for i, v in enumerate(value)]
             return tuple(items) if as_tuple else items
         return check_list
@@ -171,9 +178,12 @@ class WireValue:
         return tuple(spec.json for spec in cls._wire_specs())
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON object; an optional field whose value is None is left out."""
         out: dict[str, Any] = {}
         for spec in self._wire_specs():
             value = getattr(self, spec.attr)
+            if value is None and not spec.required:
+                continue
             out[spec.json] = value if spec.encode is None else spec.encode(value)
         return out
 

@@ -37,11 +37,12 @@ from clepsydra_core.validation import (
     validate_text,
     validate_topic_name,
 )
+from clepsydra_core.wire.copy import CopyItem
 from clepsydra_store.engine.config import EngineConfig
 from clepsydra_store.engine.dispatch import record_keys
 from clepsydra_store.engine.key_index import key_hash
 from clepsydra_store.engine.topics import TopicRegistry
-from clepsydra_store.engine.types import CopyRequest, PutRequest
+from clepsydra_store.engine.types import PutRequest
 
 DLQ_REASON_MAX_RECONSUME = "max_reconsume_times"
 
@@ -196,7 +197,7 @@ class Preparer:
                               delay_ms=delay_ms, max_size=self.config.segment_size_bytes)
 
     # ---- copy (internal) -----------------------------------------------------------------------
-    def copy(self, req: CopyRequest, record: CommitLogRecord, ensure: dict[str, int]) -> Prepared:
+    def copy(self, req: CopyItem, record: CommitLogRecord, ensure: dict[str, int]) -> Prepared:
         topic = validate_topic_name(req.topic)
         if topic == naming.SCHEDULE_TOPIC:
             raise Forbidden(f"cannot copy into {topic}; use delay_level", rule="S3")

@@ -8,6 +8,7 @@ from typing import NamedTuple
 
 from clepsydra_core.records import CommitLogRecord
 from clepsydra_core.wire.codec import wire_meta
+from clepsydra_core.wire.copy import RangeCopyAnswer
 from clepsydra_core.wire.schedule import Handover
 
 
@@ -94,49 +95,7 @@ class HandoverResult(Handover):
 
 
 @dataclass(frozen=True, slots=True)
-class CopyRequest:
-    """Copy a stored message into another topic (retry send-back, DLQ, DLQ resend).
+class RangeCopyResult(RangeCopyAnswer):
+    """The wire answer of a range copy, plus the appends' results (for the flush check)."""
 
-    The engine reads the message at ``commitlog_offset`` and appends a new record with body,
-    flag, properties, bornTimestamp, bornHost and sysFlag kept, tags hash recomputed, and the
-    given changes applied; ``delay_level`` > 0 parks it in the schedule topic (S1)."""
-
-    commitlog_offset: int
-    topic: str
-    queue_id: int | None = None
-    delay_level: int = 0
-    reconsume_times: int | None = None
-    set_properties: dict[str, str] = field(default_factory=dict)
-    remove_properties: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class RangeCopyRequest:
-    """Copy the messages of queue offsets ``[from_offset, from_offset + max_count)`` of one
-    queue (the DLQ resend of R16, "all" without hidden messages): like a :class:`CopyRequest`
-    per message, the whole range appended at once, and nothing of it shipped to the caller.
-
-    ``target_topic`` None sends each message back to its original topic (its ``RETRY_TOPIC``
-    property); a message without one, or whose original topic is a system topic or does not
-    exist, is skipped with the reason."""
-
-    topic: str
-    queue_id: int
-    from_offset: int
-    max_count: int
-    target_topic: str | None = None
-    delay_level: int = 0
-    reconsume_times: int | None = None
-    remove_properties: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class RangeCopyResult:
-    copied_msg_ids: list[str]
-    """msgIds of the source messages copied, in queue order."""
-    skipped: list[tuple[int, str, str]]
-    """(queue offset, msgId, why) of each source message left where it is."""
-    next_offset: int
-    last_commitlog_offset: int | None
-    """CommitLog offset of the last source message read (copied or skipped)."""
-    results: list[PutResult]
+    results: list[PutResult] = field(default_factory=list, metadata=wire_meta(internal=True))
