@@ -13,13 +13,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from clepsydra_client.http import HttpClient
 from clepsydra_client.message import Message, MessageQueue
 from clepsydra_client.offsets import parse_group_offsets
 from clepsydra_client.rebalance import AllocateStrategy, AverageStrategy, allocate_all
 from clepsydra_client.topics import TopicInfo, fetch_topic, fetch_topic_or_none, list_topics
 from clepsydra_core import naming
 from clepsydra_core.errors import ConfigError, MessageNotFound, NotFound, ValidationError
+from clepsydra_core.http import HttpClient
 from clepsydra_core.wire.schedule import LevelInfo, LevelTable, ScheduleEntries
 
 

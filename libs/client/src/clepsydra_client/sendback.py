@@ -17,12 +17,12 @@ from typing import Any
 
 from opentelemetry import trace
 
-from clepsydra_client.http import HttpClient, RemoteError, error_from_response
 from clepsydra_client.message import Attempt, Message, append_failure
 from clepsydra_client.producer import encode_body
 from clepsydra_core import naming, telemetry
 from clepsydra_core import properties as P
 from clepsydra_core.errors import ClepsydraError, GroupNotFound, NotFound
+from clepsydra_core.http import HttpClient, RemoteError, error_from_response
 from clepsydra_core.retry_rules import DEFAULT_MAX_RECONSUME_TIMES, retry_level_for
 
 logger = logging.getLogger(__name__)
