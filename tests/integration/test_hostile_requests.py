@@ -20,6 +20,7 @@ TOPIC = "hostile"
 GROUP = "hostile-group"
 ARABIC_12 = "\u0661\u0662"  # twelve in Arabic-Indic digits
 FULLWIDTH_12 = "\uff11\uff12"  # twelve in fullwidth digits
+LIMIT_BYTES = 256 * 1024
 
 
 @dataclass
@@ -32,11 +33,13 @@ class Services:
 def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
     home = tmp_path_factory.mktemp("hostile")
     redis = RedisServer(home / "redis").start()
-    store = store_service(home / "store").start()
+    store = store_service(home / "store", env={
+        "CLEPSYDRA_STORE_MAX_REQUEST_BYTES": str(LIMIT_BYTES)}).start()
     port = free_port()
     retry = HttpService("retry", [sys.executable, "-m", "clepsydra_retry"], port=port,
                         env={"CLEPSYDRA_HOME": str(home), "CLEPSYDRA_RETRY_PORT": str(port),
-                             "CLEPSYDRA_STORE_URL": store.url, "CLEPSYDRA_REDIS_URL": redis.url},
+                             "CLEPSYDRA_STORE_URL": store.url, "CLEPSYDRA_REDIS_URL": redis.url,
+                             "CLEPSYDRA_RETRY_MAX_REQUEST_BYTES": str(LIMIT_BYTES)},
                         log_dir=home / "logs").start()
     try:
         assert requests.post(f"{store.url}/v1/topics", json={"name": TOPIC, "queues": 1},
@@ -130,11 +133,30 @@ def test_over_long_request_line_and_headers_answer_json(services: Services) -> N
     assert_up(services)
 
 
-def test_unknown_routes_and_methods_get_the_same_codes_from_both(services: Services) -> None:
-    for url in (services.store, services.retry):
-        assert_json_error(requests.get(f"{url}/nope", timeout=10), 404, "NOT_FOUND")
-        assert_json_error(requests.delete(f"{url}/healthz", timeout=10), 405,
-                          "METHOD_NOT_ALLOWED")
+def test_the_same_bad_request_gets_the_same_answer_from_every_service(
+        services: Services) -> None:
+    # issue 13.1: one error table; the retry service had no body limit and other codes
+    def answers(url: str, post_path: str) -> list[tuple[int, str]]:
+        calls = [
+            requests.get(f"{url}/nope", timeout=10),
+            requests.delete(f"{url}/healthz", timeout=10),
+            requests.post(url + post_path, data=b"{nope", timeout=10,
+                          headers={"Content-Type": "application/json"}),
+            requests.post(url + post_path, data=b"[" * 10 + b"1" * (LIMIT_BYTES + 10),
+                          timeout=30, headers={"Content-Type": "application/json"}),
+        ]
+        for resp in calls:
+            assert resp.headers["Content-Type"].startswith("application/json"), resp.text
+        return [(r.status_code, r.json()["error"]) for r in calls]
+
+    store = answers(services.store, f"/v1/topics/{TOPIC}/messages")
+    retry = answers(services.retry, f"/v1/groups/{GROUP}/send-back")
+    assert store == retry == [(404, "NOT_FOUND"), (405, "METHOD_NOT_ALLOWED"),
+                              (400, "INVALID_JSON"), (413, "REQUEST_TOO_LARGE")]
+    too_big = requests.post(f"{services.retry}/v1/groups/{GROUP}/send-back",
+                            data=b"x" * (LIMIT_BYTES + 1), timeout=30).json()
+    assert "CLEPSYDRA_RETRY_MAX_REQUEST_BYTES" in too_big["message"]
+    assert_up(services)
 
 
 def test_nothing_written_by_refused_requests_leaves_the_topic_usable(

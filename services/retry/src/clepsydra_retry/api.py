@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 import redis
 from flask import Blueprint, Response, current_app, g, jsonify, request
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Histogram
 
 from clepsydra_core.errors import ClepsydraError, ValidationError
 from clepsydra_core.groups import validate_settings
@@ -180,11 +179,8 @@ def delete_dlq(group: str) -> Response:
 
 
 # ---- operations ----------------------------------------------------------------------------
-ops_bp = Blueprint("ops", __name__)
-
-
-@ops_bp.get("/healthz")
-def healthz() -> tuple[Response, int]:
+def health() -> tuple[dict[str, Any], int]:
+    """``/healthz``: healthy (200) while Redis answers; the store's state is reported."""
     svc = services()
     try:
         redis_ok = bool(svc.redis.ping())
@@ -197,18 +193,7 @@ def healthz() -> tuple[Response, int]:
         store_ok, writable = False, False
     body = {"status": "ok" if redis_ok else "degraded", "redis": redis_ok, "store": store_ok,
             "storeWritable": writable}
-    return jsonify(body), 200 if redis_ok else 503
-
-
-@ops_bp.get("/metrics")
-def metrics() -> Response:
-    return Response(generate_latest(services().registry), mimetype=CONTENT_TYPE_LATEST)
-
-
-@ops_bp.get("/openapi.json")
-def openapi() -> Response:
-    text = resources.files("clepsydra_retry").joinpath("openapi.json").read_text("utf-8")
-    return Response(text, mimetype="application/json")
+    return body, 200 if redis_ok else 503
 
 
 def start_timer() -> None:
@@ -223,4 +208,4 @@ def observe(response: Response) -> Response:
     return response
 
 
-BLUEPRINTS = (groups_bp, sendback_bp, dlq_bp, ops_bp)
+BLUEPRINTS = (groups_bp, sendback_bp, dlq_bp)

@@ -16,6 +16,8 @@ from clepsydra_core.settings import (
 )
 from clepsydra_store.engine.config import EngineConfig
 
+MAX_REQUEST_BYTES_VAR = "CLEPSYDRA_STORE_MAX_REQUEST_BYTES"
+"""The setting that bounds a request body (named in the 413 answer)."""
 
 @dataclass(frozen=True, slots=True)
 class StoreSettings:
@@ -63,7 +65,7 @@ class StoreSettings:
             threads=env_int(env, "CLEPSYDRA_STORE_THREADS", 8, minimum=1),
             consumer_expiry_ms=env_int(env, "CLEPSYDRA_STORE_CONSUMER_EXPIRY_MS", 30_000,
                                        minimum=1),
-            max_request_bytes=env_int(env, "CLEPSYDRA_STORE_MAX_REQUEST_BYTES",
+            max_request_bytes=env_int(env, MAX_REQUEST_BYTES_VAR,
                                       max(64 << 20, 2 * engine.max_body_bytes + (1 << 20)),
                                       minimum=1024),
             keepalive_s=env_int(env, "CLEPSYDRA_STORE_KEEPALIVE_S", 75, minimum=1),
