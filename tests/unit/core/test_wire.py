@@ -20,7 +20,7 @@ from clepsydra_core.wire.copy import (
 )
 from clepsydra_core.wire.schedule import (
     MAX_HANDOVER,
-    Handover,
+    HandoverAnswer,
     HandoverRequest,
     LevelInfo,
     LevelTable,
@@ -35,14 +35,14 @@ def test_camel_case_names() -> None:
 
 
 def test_handover_answer_has_the_documented_names_and_round_trips() -> None:
-    answer = Handover(level=3, from_offset=10, next_offset=12, delivered=1, parked=1, skipped=0,
-                      not_due=True, next_deliver_ts=1_700_000_000_123, lateness_ms=[4],
-                      handed_over=11)
+    answer = HandoverAnswer(level=3, from_offset=10, next_offset=12, delivered=1, parked=1,
+                            skipped=0, not_due=True, next_deliver_ts=1_700_000_000_123,
+                            lateness_ms=[4], handed_over=11)
     assert answer.to_json() == {
         "level": 3, "fromOffset": 10, "nextOffset": 12, "delivered": 1, "parked": 1,
         "skipped": 0, "notDue": True, "nextDeliverTs": 1_700_000_000_123, "latenessMs": [4],
         "handedOver": 11}
-    assert Handover.from_json(answer.to_json()) == answer
+    assert HandoverAnswer.from_json(answer.to_json()) == answer
 
 
 def test_nested_values_round_trip() -> None:

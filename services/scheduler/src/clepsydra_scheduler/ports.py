@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from clepsydra_core.errors import ClepsydraError
-from clepsydra_core.wire.schedule import Handover, LevelInfo, ScheduleEntries
+from clepsydra_core.wire.schedule import HandoverAnswer, LevelInfo, ScheduleEntries
 
 
 class StoreCallFailed(ClepsydraError):
@@ -51,7 +51,7 @@ class StoreClient(Protocol):
     def entries(self, level: int, queue_offset: int, max_count: int) -> ScheduleEntries: ...
 
     def handover(self, level: int, from_offset: int, max_count: int,
-                 headers: dict[str, str] | None = None) -> Handover: ...
+                 headers: dict[str, str] | None = None) -> HandoverAnswer: ...
 
     def close(self) -> None: ...
 

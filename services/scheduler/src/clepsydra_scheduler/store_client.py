@@ -12,7 +12,7 @@ from clepsydra_core.errors import ClepsydraError, ValidationError
 from clepsydra_core.http import HttpClient
 from clepsydra_core.wire.codec import WireValue
 from clepsydra_core.wire.schedule import (
-    Handover,
+    HandoverAnswer,
     HandoverRequest,
     LevelInfo,
     LevelTable,
@@ -52,9 +52,9 @@ class HttpStoreClient:
             params={"offset": queue_offset, "max": max_count}))
 
     def handover(self, level: int, from_offset: int, max_count: int,
-                 headers: dict[str, str] | None = None) -> Handover:
+                 headers: dict[str, str] | None = None) -> HandoverAnswer:
         asked = HandoverRequest(from_offset=from_offset, max_count=max_count)
-        return _answer(Handover, self._call("POST", f"/v1/schedule/levels/{level}/handover",
+        return _answer(HandoverAnswer, self._call("POST", f"/v1/schedule/levels/{level}/handover",
                                             json=asked.to_json(), headers=headers))
 
 

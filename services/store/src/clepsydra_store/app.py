@@ -14,7 +14,7 @@ import logging
 from flask import Flask, Response, g, request
 
 from clepsydra_core.telemetry import init_tracing
-from clepsydra_store.api import groups, internal, messages, queues, schedule, topics
+from clepsydra_store.api import groups, handover, internal, messages, queues, topics
 from clepsydra_store.api.context import EXTENSION, StoreContext
 from clepsydra_store.api.fastpath import ProduceFastPath
 from clepsydra_store.api.observability import Observability, RequestScope
@@ -26,7 +26,7 @@ from clepsydra_web.ops import ops_blueprint
 
 logger = logging.getLogger(__name__)
 
-BLUEPRINTS = (topics.bp, messages.bp, queues.bp, groups.bp, schedule.bp, internal.bp)
+BLUEPRINTS = (topics.bp, messages.bp, queues.bp, groups.bp, handover.bp, internal.bp)
 
 
 def create_app(settings: StoreSettings, store: MessageStore | None = None) -> Flask:

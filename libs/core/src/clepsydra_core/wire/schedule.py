@@ -3,7 +3,7 @@ the scheduler and the client's admin commands:
 
 - ``GET /v1/schedule/levels`` -> :class:`LevelTable`
 - ``GET /v1/schedule/levels/{level}/entries?offset=&max=`` -> :class:`ScheduleEntries`
-- ``POST /v1/schedule/levels/{level}/handover`` :class:`HandoverRequest` -> :class:`Handover`
+- ``POST /v1/schedule/levels/{level}/handover`` :class:`HandoverRequest` -> :class:`HandoverAnswer`
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class HandoverRequest(WireValue):
 
 
 @dataclass(frozen=True, slots=True)
-class Handover(WireValue):
+class HandoverAnswer(WireValue):
     """The store's answer to a hand-over (SPEC D4, D5, D7, D9, D10)."""
 
     level: int

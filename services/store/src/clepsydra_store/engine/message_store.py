@@ -259,7 +259,7 @@ class MessageStore(StoreCore):
     def schedule_entries(self, level: int, queue_offset: int, max_count: int) -> ScheduleEntries:
         """Deliver times (raw tagsCode) of a level's schedule queue from queue_offset (D3, D8
         done by caller; an offset below the minimum reads from the minimum)."""
-        cq = self._scheduler.queue(level)
+        cq = self._handover.queue(level)
         start = min(max(queue_offset, cq.min_offset), cq.max_offset)
         raw = cq.read_raw(start, max(0, max_count))
         deliver_ts = [code for _, _, code in ENTRY.iter_unpack(raw)]
@@ -274,7 +274,7 @@ class MessageStore(StoreCore):
         now = _now_ms() if now_ms is None else now_ms
         end = None
         with self._lock:
-            plan = self._scheduler.plan(level, from_offset, max_count, now)
+            plan = self._handover.plan(level, from_offset, max_count, now)
             results: list[PutResult] = []
             if plan.items:
                 results, end = self._append_locked(plan.items)

@@ -22,8 +22,8 @@ from clepsydra_store.engine.consume_queue import ENTRY, ConsumeQueue
 from clepsydra_store.engine.dispatch import Dispatcher
 from clepsydra_store.engine.group_offsets import GroupOffsets
 from clepsydra_store.engine.group_settings import GroupSettingsRegistry
+from clepsydra_store.engine.handover import Handover
 from clepsydra_store.engine.prepare import Prepared, Preparer
-from clepsydra_store.engine.schedule import Scheduler
 from clepsydra_store.engine.segment import Segment
 from clepsydra_store.engine.topics import TopicRegistry
 from clepsydra_store.engine.types import PutResult, PutStatus
@@ -89,7 +89,7 @@ class StoreCore:
         self._dispatcher = Dispatcher(dirs.consumequeue, dirs.index, config.cq_entries_per_file,
                                       self._levels)
         self._preparer = Preparer(config, self._topics)
-        self._scheduler = Scheduler(self._commitlog, self._dispatcher, self._topics,
+        self._handover = Handover(self._commitlog, self._dispatcher, self._topics,
                                     self._levels, config.segment_size_bytes)
         self._checkpoint_offset = -1
         self._force_checkpoint = False
@@ -331,7 +331,7 @@ class StoreCore:
             old, self._graveyard = self._graveyard, []
             for segment in old:
                 segment.close()
-            protect = self._scheduler.protect_offset()
+            protect = self._handover.protect_offset()
             count = 0
             for segment in cl.segments[:-1]:
                 if segment.mtime_ms() >= cutoff:

@@ -9,7 +9,7 @@ from typing import NamedTuple
 from clepsydra_core.records import CommitLogRecord
 from clepsydra_core.wire.codec import wire_meta
 from clepsydra_core.wire.copy import RangeCopyAnswer
-from clepsydra_core.wire.schedule import Handover
+from clepsydra_core.wire.schedule import HandoverAnswer
 
 
 class PutStatus(StrEnum):
@@ -84,7 +84,7 @@ class QueueRead:
 
 
 @dataclass(frozen=True, slots=True)
-class HandoverResult(Handover):
+class HandoverResult(HandoverAnswer):
     """The wire answer of a hand-over, plus what the API layer needs and no client sees."""
 
     delivered_messages: list[tuple[str, str, str | None, int]] = field(

@@ -182,7 +182,7 @@ def test_splice_builds_exactly_what_the_rebuild_builds(open_store: OpenStore) ->
                             reconsume_times=1, set_properties={P.RETRY_TOPIC: "T"})])
     store.put(PutRequest("T", b"later", delay_level=2, properties={"b": "2", "a": "1"}))
 
-    scheduler = store._scheduler
+    scheduler = store._handover
     compared = 0
     for level in (1, 2):
         cq = scheduler.queue(level)

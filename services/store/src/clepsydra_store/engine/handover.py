@@ -140,7 +140,7 @@ def _props_template(block: bytes) -> _Template | None:
     return static[0], order[0], static[1], static[2], values
 
 
-class Scheduler:
+class Handover:
     """Plans a hand-over batch; the caller appends ``plan.items`` under the same lock."""
 
     def __init__(self, commitlog: CommitLog, dispatcher: Dispatcher, topics: TopicRegistry,
