@@ -5,6 +5,7 @@ process for the levels' load."""
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ from clepsydra_scheduler.autoscaler import Autoscaler
 from clepsydra_scheduler.kube import DeploymentScale, KubeCallFailed, api_client
 from clepsydra_scheduler.store_client import HttpStoreClient
 from tests.fixtures.kube_api import KubeApi, deployment, start_kube_api
-from tests.fixtures.processes import HttpService
+from tests.fixtures.processes import HttpService, free_port, wait_until
 from tests.fixtures.scheduler import STORE_LEVELS, TOPIC, StoreApi
 
 pytestmark = pytest.mark.integration
@@ -109,3 +110,33 @@ def test_due_backlog_in_the_store_scales_the_workers_up(
     assert decision is not None and decision.reason == ScaleReason.UP
     assert decision.needed == 3
     assert worker_scale.read_replicas() == 3
+
+
+def test_autoscale_command_scales_from_the_store_and_stops_on_sigterm(
+        tmp_path: Path, start_store: Callable[..., HttpService], kube: KubeApi) -> None:
+    """``python -m clepsydra_scheduler autoscale`` as the pod runs it: its settings from the
+    environment, the kubeconfig (KUBECONFIG) outside a pod, /healthz, exit 0 on SIGTERM."""
+    store = start_store(tmp_path / "store-home", env={"CLEPSYDRA_DELAY_LEVELS": STORE_LEVELS})
+    api = StoreApi(store.url)
+    api.create_topic(TOPIC, 1)
+    api.produce(TOPIC, [{"body": f"m{i}", "delayLevel": 1} for i in range(1_500)])
+    api.close()
+    kube.state.put(deployment(kube.namespace, WORKER, replicas=1))
+    port = free_port()
+    env = {"KUBECONFIG": str(kube.kubeconfig), "CLEPSYDRA_STORE_URL": store.url,
+           "CLEPSYDRA_DELAY_LEVELS": STORE_LEVELS, "CLEPSYDRA_AUTOSCALE_NAMESPACE": kube.namespace,
+           "CLEPSYDRA_AUTOSCALE_INTERVAL_S": "0.2", "CLEPSYDRA_AUTOSCALE_BACKLOG_PER_WORKER": "500",
+           "CLEPSYDRA_AUTOSCALE_MAX": "5", "CLEPSYDRA_AUTOSCALE_PORT": str(port)}
+    autoscaler = HttpService("autoscaler", [sys.executable, "-m", "clepsydra_scheduler",
+                                            "autoscale"], port=port, env=env,
+                             log_dir=tmp_path / "logs").start()
+    try:
+        def scaled() -> bool:
+            obj = kube.state.get("Deployment", kube.namespace, WORKER)
+            return obj is not None and obj["spec"]["replicas"] == 3
+
+        wait_until(scaled, 30, what="the workers scaled to 3")
+    finally:
+        code = autoscaler.stop()
+    assert code == 0, autoscaler.log()[-2000:]
+    assert "autoscale workers replicas=1->3" in autoscaler.log()
