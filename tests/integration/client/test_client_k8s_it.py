@@ -22,7 +22,7 @@ from tests.fixtures.kube_api import (
     start_kube_api,
     stateful_set,
 )
-from tests.fixtures.processes import HttpService
+from tests.fixtures.processes import HttpService, free_port
 from tests.fixtures.scheduler import STORE_LEVELS, TOPIC, StoreApi
 
 pytestmark = pytest.mark.integration
@@ -188,3 +188,15 @@ def test_missing_kubeconfig_is_an_error_not_a_traceback(tmp_path: Path) -> None:
     code = cli_main(["k8s", "--kubeconfig", str(tmp_path / "none"), "status"], out=out, err=err)
     assert code == 1
     assert "no usable kubeconfig" in err.getvalue() and "Traceback" not in err.getvalue()
+
+
+def test_an_api_server_that_does_not_answer_is_an_error_not_a_traceback(
+        kube: KubeApi, tmp_path: Path) -> None:
+    dead = tmp_path / "dead-kubeconfig"
+    dead.write_text(kube.kubeconfig.read_text().replace(kube.url,
+                                                        f"http://127.0.0.1:{free_port()}"))
+    out, err = io.StringIO(), io.StringIO()
+    code = cli_main(["k8s", "--kubeconfig", str(dead), "status"], out=out, err=err)
+    assert code == 1
+    assert "CLUSTER_ERROR" in err.getvalue() and "Connection refused" in err.getvalue()
+    assert "Traceback" not in err.getvalue()

@@ -239,3 +239,12 @@ def test_heartbeat_goes_stale_when_the_loop_stops_ticking() -> None:
     assert heartbeat.healthy()
     seconds[0] = 45.1
     assert not heartbeat.healthy()
+
+
+def test_autoscale_command_with_a_bad_setting_exits_2_naming_it(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from clepsydra_scheduler.__main__ import main
+
+    monkeypatch.setenv("CLEPSYDRA_AUTOSCALE_MAX", "none")
+    assert main(["autoscale"]) == 2
+    assert "CLEPSYDRA_AUTOSCALE_MAX" in capsys.readouterr().err
