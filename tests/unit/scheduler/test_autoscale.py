@@ -248,3 +248,31 @@ def test_autoscale_command_with_a_bad_setting_exits_2_naming_it(
     monkeypatch.setenv("CLEPSYDRA_AUTOSCALE_MAX", "none")
     assert main(["autoscale"]) == 2
     assert "CLEPSYDRA_AUTOSCALE_MAX" in capsys.readouterr().err
+
+
+def test_the_loop_survives_a_refusing_api_server_and_keeps_its_heartbeat() -> None:
+    import threading
+
+    from clepsydra_scheduler.autoscaler import run
+    from clepsydra_scheduler.kube import KubeCallFailed
+
+    class Refusing(Replicas):
+        def read_replicas(self) -> int:
+            raise KubeCallFailed("read scale: 403 Forbidden")
+
+    clock = FakeClock()
+    store = FakeStore(DELAYS_MS, clock.now_ms)
+    stop = threading.Event()
+    ticks = [0.0]
+    heartbeat = Heartbeat(stale_after_s=1.0, now_s=lambda: ticks[0])
+
+    class Counting(Autoscaler):
+        def step(self) -> None:  # type: ignore[override]
+            ticks[0] += 1.0
+            if ticks[0] >= 3:
+                stop.set()
+            super().step()
+
+    run(Counting(POLICY, DelayLevels.parse("1s 2s 3s"), store, Refusing(1), now_s=lambda: 0.0,
+                 now_ms=clock.now_ms), 0.0, stop, heartbeat)
+    assert ticks[0] == 3 and heartbeat.healthy()

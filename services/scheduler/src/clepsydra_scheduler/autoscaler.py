@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Protocol
 
+from clepsydra_core.errors import ClepsydraError
 from clepsydra_core.levels import DelayLevels
 from clepsydra_scheduler.autoscale import ScaleDecision, ScalePolicy, decide, level_loads
 from clepsydra_scheduler.autoscale_settings import AutoscaleSettings
@@ -91,6 +92,8 @@ def run(autoscaler: Autoscaler, interval_s: float, stop: threading.Event,
     while not stop.is_set():
         try:
             autoscaler.step()
+        except ClepsydraError as exc:  # the API server refused or did not answer
+            logger.warning("autoscale tick failed; replicas left as they are: %s", exc.message)
         except Exception:
             logger.exception("autoscale tick failed; replicas left as they are")
         if heartbeat is not None:
