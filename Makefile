@@ -63,7 +63,7 @@ lint: setup
 	$(BIN)/ruff check .
 
 type: setup
-	$(BIN)/mypy libs/core/src services/store/src services/scheduler/src services/retry/src libs/client/src tools
+	$(BIN)/mypy libs/core/src libs/web/src services/store/src services/scheduler/src services/retry/src libs/client/src tools
 
 bench: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python bench/store_produce.py

@@ -19,7 +19,7 @@ from clepsydra_client.listener import (
 )
 from clepsydra_client.message import Message, MessageQueue
 from clepsydra_client.producer import OutgoingMessage
-from clepsydra_client.pull import PullConsumer
+from clepsydra_client.pull_consumer import PullConsumer
 from clepsydra_client.topics import fetch_topic_or_none
 from clepsydra_core import naming
 from clepsydra_core import properties as P

@@ -326,9 +326,10 @@ def test_malformed_send_backs_change_nothing(stack: Stack, app_client: FlaskClie
     sent = stack.produce(topic)
     before = stack.written(group, topic)
     url = f"/v1/groups/{group}/send-back"
-    for raw in (b"", b"{not json", b"[]", b'"text"'):
+    for raw, code in ((b"", "INVALID_JSON"), (b"{not json", "INVALID_JSON"),
+                      (b"[]", "INVALID_REQUEST"), (b'"text"', "INVALID_REQUEST")):
         resp = app_client.post(url, data=raw, content_type="application/json")
-        assert resp.status_code == 400 and resp.get_json()["error"] == "INVALID_REQUEST"
+        assert resp.status_code == 400 and resp.get_json()["error"] == code
     for body in ({}, {"commitLogOffset": -1}, {"commitLogOffset": "1"}, {"msgId": "xyz"},
                  {"commitLogOffset": sent["commitLogOffset"], "delayLevel": -7},
                  {"commitLogOffset": sent["commitLogOffset"], "maxReconsumeTimes": -1},

@@ -8,8 +8,8 @@ import random
 import pytest
 
 from clepsydra_core import properties as P
-from clepsydra_core.groups import MAX_RECONSUME_TIMES_LIMIT
 from clepsydra_core.levels import DelayLevels
+from clepsydra_core.retry_rules import ORDERLY_MAX_RECONSUME_TIMES
 from clepsydra_retry import policy
 from clepsydra_retry.policy import (
     Decision,
@@ -127,7 +127,7 @@ def test_zero_max_dead_letters_the_first_failure() -> None:  # SPEC R5, R6
 
 
 def test_orderly_max_is_practically_unlimited() -> None:  # SPEC R5
-    limit = MAX_RECONSUME_TIMES_LIMIT
+    limit = ORDERLY_MAX_RECONSUME_TIMES
     assert run(SendBack(max_reconsume_times=limit), headers(1000)).outcome == Outcome.RETRY
 
 

@@ -21,7 +21,8 @@ from clepsydra_core.records import (
     peek_size_magic,
     tags_code,
 )
-from clepsydra_store.engine.types import CopyRequest, PutRequest, PutStatus
+from clepsydra_core.wire.copy import CopyItem
+from clepsydra_store.engine.types import PutRequest, PutStatus
 from tests.unit.store.conftest import OpenStore
 
 BORN_HOST = b"\x0a\x00\x00\x05\x00\x00\x1f\x90"
@@ -209,9 +210,9 @@ def test_copy_keeps_message_and_applies_changes(open_store: OpenStore) -> None:
                                     born_host=BORN_HOST, properties={P.UNIQ_KEY: "u"}))
     retry = naming.retry_topic("g")
     plain, delayed = store.copy([
-        CopyRequest(original.commitlog_offset, retry, reconsume_times=1,
+        CopyItem(original.commitlog_offset, retry, reconsume_times=1,
                     set_properties={P.RETRY_TOPIC: "T"}, remove_properties=(P.UNIQ_KEY,)),
-        CopyRequest(original.commitlog_offset, retry, delay_level=2),
+        CopyItem(original.commitlog_offset, retry, delay_level=2),
     ])
     assert plain.commitlog_offset + plain.size == delayed.commitlog_offset
     copied = store.get_by_commitlog_offset(plain.commitlog_offset)
@@ -224,7 +225,7 @@ def test_copy_keeps_message_and_applies_changes(open_store: OpenStore) -> None:
     assert parked.properties[P.REAL_TOPIC] == retry
     assert store.get_topic(retry).queues == (store.get_topic(retry).queues[0],)
     with pytest.raises(MessageNotFound) as info:
-        store.copy([CopyRequest(999_999, retry)])
+        store.copy([CopyItem(999_999, retry)])
     assert "999999" in str(info.value)
 
 

@@ -31,7 +31,6 @@ from clepsydra_client.consume_service import (
     OrderlyConsumeService,
     Stats,
 )
-from clepsydra_client.http import HttpClient
 from clepsydra_client.ids import new_client_id
 from clepsydra_client.listener import (
     ConcurrentListener,
@@ -50,6 +49,7 @@ from clepsydra_client.tags import TagExpression
 from clepsydra_client.timers import TimerPool, WorkerPool
 from clepsydra_core import naming
 from clepsydra_core.errors import ClepsydraError, ConfigError
+from clepsydra_core.http import HttpClient
 
 logger = logging.getLogger(__name__)
 

@@ -17,21 +17,16 @@ from typing import Any
 
 from opentelemetry import trace
 
-from clepsydra_client.http import HttpClient, RemoteError, error_from_response
 from clepsydra_client.message import Attempt, Message, append_failure
 from clepsydra_client.producer import encode_body
 from clepsydra_core import naming, telemetry
 from clepsydra_core import properties as P
 from clepsydra_core.errors import ClepsydraError, GroupNotFound, NotFound
+from clepsydra_core.http import HttpClient, RemoteError, error_from_response
+from clepsydra_core.retry_rules import DEFAULT_MAX_RECONSUME_TIMES, retry_level_for
 
 logger = logging.getLogger(__name__)
 
-DLQ_LEVEL = -1
-BROKER_DECIDES = 0
-DEFAULT_MAX_RECONSUME_TIMES = 16
-"""R5: what the fallback assumes when neither the consumer nor the message names a max."""
-TIMEOUT_LEVEL = 3
-"""R13: a message held past the consume timeout is sent back with level 3."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,7 +213,7 @@ class SendBack:
             reconsume = max(reconsume, max_reconsume_times)
             level = 0
         else:
-            level = delay_level if delay_level > 0 else TIMEOUT_LEVEL + msg.reconsume_times
+            level = delay_level if delay_level > 0 else retry_level_for(msg.reconsume_times)
         return self._send_retry_copy(msg, level, reconsume, max_reconsume_times, reason,
                                      fallback=True)
 

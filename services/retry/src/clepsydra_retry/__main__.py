@@ -29,7 +29,7 @@ class RetryServer(BaseApplication):  # type: ignore[misc]
             "bind": f"{s.bind}:{s.port}",
             "workers": s.workers,
             "threads": s.threads,
-            "worker_class": "gthread",
+            "worker_class": "clepsydra_web.server.JsonThreadWorker",
             "timeout": 120,
             "graceful_timeout": 10,
             "keepalive": 30,

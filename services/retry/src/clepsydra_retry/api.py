@@ -4,7 +4,6 @@ Thin: parse the request, call the service object, return JSON. Errors are raised
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from importlib import resources
@@ -23,6 +22,7 @@ from clepsydra_retry.groups import GroupStore
 from clepsydra_retry.sendback import MAX_BATCH, SendBackService
 from clepsydra_retry.settings import RetrySettings
 from clepsydra_retry.store_client import StoreClient
+from clepsydra_web import jsonio
 
 LIST_MAX_DEFAULT = 32
 LIST_MAX = 1000
@@ -49,33 +49,21 @@ def services() -> Services:
 
 
 def json_body(*, empty_ok: bool = False) -> Any:
-    """The request's JSON (400 when it is not JSON; ``{}`` for an empty body when allowed)."""
+    """The request's JSON (400 INVALID_JSON when it cannot be read; ``{}`` for an empty body
+    when allowed). The one reader every service uses (clepsydra_web.jsonio)."""
     raw = request.get_data(cache=True)
-    if not raw.strip():
-        if empty_ok:
-            return {}
-        raise ValidationError("request body must be JSON", code="INVALID_REQUEST")
-    try:
-        return json.loads(raw)
-    except ValueError as exc:
-        raise ValidationError(f"request body is not valid JSON: {exc}",
-                              code="INVALID_REQUEST") from exc
+    if empty_ok and not raw.strip():
+        return {}
+    return jsonio.loads_json(raw)
 
 
 def query_int(name: str, default: int | None, *, minimum: int = 0,
               maximum: int | None = None) -> int | None:
-    raw = request.args.get(name, "")
-    if raw == "":
+    """An integer query parameter (ASCII digits); missing or empty: ``default``."""
+    if request.args.get(name, "") == "":
         return default
-    try:
-        value = int(raw)
-    except ValueError as exc:
-        raise ValidationError(f"{name} must be a whole number, got {raw!r}",
-                              code="INVALID_REQUEST") from exc
-    if value < minimum or (maximum is not None and value > maximum):
-        raise ValidationError(f"{name} must be in {minimum}..{maximum or 'any'}, got {value}",
-                              code="INVALID_REQUEST")
-    return value
+    return jsonio.query_int(request.args, name, 0, minimum=minimum,
+                            maximum=jsonio.INT64_MAX if maximum is None else maximum)
 
 
 def group_name(group: str) -> str:

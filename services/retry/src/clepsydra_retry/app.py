@@ -18,6 +18,7 @@ from clepsydra_retry.metrics import build_registry
 from clepsydra_retry.sendback import SendBackService
 from clepsydra_retry.settings import RetrySettings
 from clepsydra_retry.store_client import StoreClient
+from clepsydra_web.errors import http_code
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +61,8 @@ def create_app(settings: RetrySettings, *, groups: GroupStore | None = None,
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> tuple[Response, int]:
-        code = (exc.name or "error").upper().replace(" ", "_")
-        return jsonify({"error": code, "message": exc.description or code}), exc.code or 500
+        status = exc.code or 500
+        return jsonify({"error": http_code(status),
+                        "message": exc.description or exc.name}), status
 
     return app

@@ -18,9 +18,8 @@ from clepsydra_core import naming
 from clepsydra_core import properties as P
 from clepsydra_core.groups import GroupSettings
 from clepsydra_core.levels import DelayLevels
+from clepsydra_core.retry_rules import retry_level_for
 
-FIRST_RETRY_LEVEL = 3
-"""R7: level 0 means the broker decides: 3 + reconsumeTimes."""
 HISTORY_MAX_ENTRIES = 32
 """Failure history keeps the newest attempts only, so properties stay bounded (P1)."""
 REASON_MAX_CHARS = 1024
@@ -111,7 +110,7 @@ def max_reconsume_times(settings: GroupSettings, request: SendBack) -> int:
 
 def retry_level(request_level: int, reconsume_times: int, levels: DelayLevels) -> int:
     """R7: 0 -> 3 + reconsumeTimes, > 0 -> as given; both clamped to the table's max (L2)."""
-    level = FIRST_RETRY_LEVEL + reconsume_times if request_level == 0 else request_level
+    level = retry_level_for(reconsume_times) if request_level == 0 else request_level
     return levels.clamp(level)
 
 

@@ -21,11 +21,13 @@ from clepsydra_core import naming, telemetry
 from clepsydra_core.errors import ClepsydraError, MessageNotFound, NoPermission, ValidationError
 from clepsydra_core.levels import DelayLevels
 from clepsydra_core.msgid import decode_msg_id
+from clepsydra_core.retry_rules import ORDERLY_MAX_RECONSUME_TIMES
+from clepsydra_core.wire.copy import CopyItem
 from clepsydra_retry import policy
 from clepsydra_retry.groups import GroupStore
 from clepsydra_retry.headers import HeaderReader, Locator
 from clepsydra_retry.policy import Decision, Outcome, SendBack, StoredHeaders
-from clepsydra_retry.store_client import CopyItem, StoreClient
+from clepsydra_retry.store_client import StoreClient
 
 logger = logging.getLogger(__name__)
 _tracer = trace.get_tracer("clepsydra_retry")
@@ -34,7 +36,6 @@ MAX_BATCH = 1000
 _REQUEST_FIELDS = frozenset({"msgId", "commitLogOffset", "delayLevel", "maxReconsumeTimes",
                              "originTopic", "reason", "consumerId",
                              "topic", "queueId", "queueOffset"})
-_INT32_MAX = 2**31 - 1
 
 
 class SendBackMessageNotFound(MessageNotFound):
@@ -46,7 +47,7 @@ class SendBackMessageNotFound(MessageNotFound):
 
 
 def _int_field(body: Mapping[str, Any], name: str, *, minimum: int | None = None,
-               maximum: int = _INT32_MAX) -> int | None:
+               maximum: int = ORDERLY_MAX_RECONSUME_TIMES) -> int | None:
     value = body.get(name)
     if value is None:
         return None

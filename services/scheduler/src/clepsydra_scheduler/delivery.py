@@ -28,9 +28,9 @@ from enum import StrEnum
 from opentelemetry import trace
 
 from clepsydra_core import telemetry
+from clepsydra_core.wire.schedule import Handover
 from clepsydra_scheduler.ports import (
     Clock,
-    Handover,
     LevelSample,
     OffsetStore,
     OffsetStoreUnavailable,

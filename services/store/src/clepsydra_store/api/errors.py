@@ -16,12 +16,10 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from clepsydra_core.errors import ClepsydraError
 from clepsydra_store.api import produce
 from clepsydra_store.api.context import ctx
-from clepsydra_store.api.jsonio import JSON_TYPE, dumps
+from clepsydra_web.errors import http_code
+from clepsydra_web.jsonio import JSON_TYPE, dumps
 
 logger = logging.getLogger(__name__)
-
-HTTP_CODES = {400: "BAD_REQUEST", 404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED",
-              413: "REQUEST_TOO_LARGE", 415: "UNSUPPORTED_MEDIA_TYPE"}
 
 
 def error_response(body: Mapping[str, object], status: int) -> Response:
@@ -41,7 +39,7 @@ def register(app: Flask) -> None:
         if isinstance(exc, RequestEntityTooLarge):
             err = produce.too_large(ctx().settings.max_request_bytes)
             return error_response(err.to_json(), status)
-        resp = error_response({"error": HTTP_CODES.get(status, f"HTTP_{status}"),
+        resp = error_response({"error": http_code(status),
                                "message": exc.description or exc.name}, status)
         for name, value in exc.get_headers():
             if name.lower() != "content-type":
@@ -51,5 +49,5 @@ def register(app: Flask) -> None:
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception) -> Response:
         logger.exception("unexpected error")
-        return error_response({"error": "SYSTEM_ERROR",
+        return error_response({"error": http_code(500),
                                "message": "internal error; see the store's log"}, 500)

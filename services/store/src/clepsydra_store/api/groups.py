@@ -16,10 +16,10 @@ from clepsydra_core import validation
 from clepsydra_core.errors import Forbidden, GroupNotFound, OffsetOutOfRange, ValidationError
 from clepsydra_core.groups import GroupSettings
 from clepsydra_core.naming import SCHEDULE_TOPIC
-from clepsydra_store.api import jsonio
 from clepsydra_store.api.context import ctx
 from clepsydra_store.api.web import json_response, trace_topic
 from clepsydra_store.consumers import CLUSTERING, MESSAGE_MODELS, GroupView
+from clepsydra_web import jsonio
 
 bp = Blueprint("groups", __name__)
 

@@ -8,8 +8,8 @@ from flask import Blueprint, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from clepsydra_store.api.context import ctx
-from clepsydra_store.api.jsonio import JSON_TYPE
 from clepsydra_store.api.web import json_response
+from clepsydra_web.jsonio import JSON_TYPE
 
 bp = Blueprint("health", __name__)
 

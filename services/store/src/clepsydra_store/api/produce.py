@@ -27,7 +27,6 @@ from clepsydra_core import properties as P
 from clepsydra_core import validation
 from clepsydra_core.errors import ClepsydraError, ValidationError
 from clepsydra_core.msgid import pack_host
-from clepsydra_store.api import jsonio
 from clepsydra_store.api.context import StoreContext
 from clepsydra_store.api.observability import (
     BATCH_COUNT,
@@ -38,6 +37,7 @@ from clepsydra_store.api.observability import (
 )
 from clepsydra_store.engine.batch_encoder import settable_properties
 from clepsydra_store.engine.types import PutRequest, PutResult, PutStatus
+from clepsydra_web import jsonio
 
 logger = logging.getLogger(__name__)
 

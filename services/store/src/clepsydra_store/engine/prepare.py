@@ -29,6 +29,7 @@ from clepsydra_core.records import (
     is_transaction_prepared_or_rollback,
     tags_code,
 )
+from clepsydra_core.retry_rules import DEFAULT_MAX_RECONSUME_TIMES
 from clepsydra_core.validation import (
     check_producible,
     validate_body,
@@ -36,13 +37,13 @@ from clepsydra_core.validation import (
     validate_text,
     validate_topic_name,
 )
+from clepsydra_core.wire.copy import CopyItem
 from clepsydra_store.engine.config import EngineConfig
 from clepsydra_store.engine.dispatch import record_keys
 from clepsydra_store.engine.key_index import key_hash
 from clepsydra_store.engine.topics import TopicRegistry
-from clepsydra_store.engine.types import CopyRequest, PutRequest
+from clepsydra_store.engine.types import PutRequest
 
-DEFAULT_MAX_RECONSUME_TIMES = 16
 DLQ_REASON_MAX_RECONSUME = "max_reconsume_times"
 
 
@@ -196,7 +197,7 @@ class Preparer:
                               delay_ms=delay_ms, max_size=self.config.segment_size_bytes)
 
     # ---- copy (internal) -----------------------------------------------------------------------
-    def copy(self, req: CopyRequest, record: CommitLogRecord, ensure: dict[str, int]) -> Prepared:
+    def copy(self, req: CopyItem, record: CommitLogRecord, ensure: dict[str, int]) -> Prepared:
         topic = validate_topic_name(req.topic)
         if topic == naming.SCHEDULE_TOPIC:
             raise Forbidden(f"cannot copy into {topic}; use delay_level", rule="S3")

@@ -385,7 +385,7 @@ class Scheduler:
         retention (P4); None when every level is fully handed over."""
         best: tuple[int, int] | None = None
         for level in self.levels.levels():
-            cq = self.dispatcher.existing_queue(naming.SCHEDULE_TOPIC, level - 1)
+            cq = self.dispatcher.existing_queue(naming.SCHEDULE_TOPIC, self.levels.queue_id(level))
             if cq is None:
                 continue
             first = max(self.dispatcher.mark(level) + 1, cq.min_offset)
