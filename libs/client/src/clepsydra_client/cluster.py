@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from clepsydra_core.errors import ClepsydraError, ConfigError
+from clepsydra_core.wire.schedule import LevelTable
 
 try:
     import urllib3
@@ -150,14 +151,13 @@ class Cluster:
                                    STORE_SERVICE_PORT, self.namespace, "v1/schedule/levels",
                                    _preload_content=False)
         try:
-            body = json.loads(response.data)
-            out = []
-            for item in body["levels"]:
-                handed, min_o = int(item["handedOver"]), int(item["minOffset"])
-                backlog = max(int(item["maxOffset"]) - max(handed + 1, min_o), 0)
-                out.append(LevelBacklog(int(item["level"]), int(item["delayMs"]), backlog))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ClusterError(f"unexpected answer from the store's levels: {exc!r}") from exc
+            table = LevelTable.from_json(json.loads(response.data))
+        except (ValueError, ClepsydraError) as exc:
+            raise ClusterError(f"unexpected answer from the store's levels: {exc}") from exc
+        out = []
+        for info in table.levels:
+            backlog = max(info.max_offset - max(info.handed_over + 1, info.min_offset), 0)
+            out.append(LevelBacklog(info.level, info.delay_ms, backlog))
         return out
 
     # ---- changing ---------------------------------------------------------------------------

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from clepsydra_core.levels import DelayLevels
+from clepsydra_core.wire.schedule import LevelInfo
 from clepsydra_scheduler.delivery import corrected_deliver_ts
-from clepsydra_scheduler.ports import LevelInfo, StoreClient
+from clepsydra_scheduler.ports import StoreClient
 
 
 @dataclass(frozen=True, slots=True)
