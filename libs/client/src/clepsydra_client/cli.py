@@ -7,6 +7,7 @@
     clepsydra groups list | show|settings|consumers|progress GROUP
     clepsydra dlq list|show|resend|purge|audit GROUP ...
     clepsydra levels
+    clepsydra k8s status | scale workers N | report-now   (cluster via kubeconfig)
 
 Where the services are: ``--store-url`` / ``--retry-url``, else ``CLEPSYDRA_STORE_URL`` /
 ``CLEPSYDRA_RETRY_URL``. ``--json`` prints JSON for scripts. Errors print what to do, and the
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from clepsydra_client import commands as c
+from clepsydra_client import k8s_commands
 from clepsydra_client.rebalance import STRATEGIES
 from clepsydra_client.settings import ClientSettings
 from clepsydra_core.errors import (
@@ -165,11 +167,17 @@ def build_parser() -> Parser:
 
     lv = sub.add_parser("levels", help="the delay table with backlog and lag per level")
     lv.set_defaults(fn=c.levels)
+
+    k8s_commands.add_parser(sub, Parser)
     return p
 
 
 def hint(exc: ClepsydraError, ctx: c.Context) -> str:
     """What to do about an error."""
+    if exc.code == "CLUSTER_ERROR":
+        return ("check the kubeconfig context and namespace (`clepsydra k8s --context C -n NS "
+                "...`), that the manifests are applied (`kubectl apply -k k8s/overlays/dev`) "
+                "and that your account may do this (`kubectl auth can-i ...`)")
     if isinstance(exc, Unavailable):
         return ("is the service running? Start the local stack with `make run`, or point "
                 "--store-url / --retry-url (CLEPSYDRA_STORE_URL / CLEPSYDRA_RETRY_URL) at it "

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from clepsydra_core import naming
 from clepsydra_core.settings import (
     CommonSettings,
     Env,
@@ -42,8 +43,11 @@ class StoreSettings:
         common = CommonSettings.from_env(env)
         port = env_int(env, "CLEPSYDRA_STORE_PORT", 8081, minimum=1)
         data_dir = Path(env_str(env, "CLEPSYDRA_STORE_DIR", str(common.home / "store"))).absolute()
+        consumequeue_dir = Path(env_str(env, "CLEPSYDRA_STORE_CONSUMEQUEUE_DIR",
+                                        str(data_dir / naming.CONSUMEQUEUE_DIR))).absolute()
         engine = EngineConfig(
             data_dir=data_dir,
+            consumequeue_dir=consumequeue_dir,
             store_host=env_str(env, "CLEPSYDRA_STORE_HOST", f"127.0.0.1:{port}"),
             delay_levels=common.delay_levels,
             segment_size_bytes=env_int(env, "CLEPSYDRA_STORE_SEGMENT_BYTES", 1 << 30,

@@ -44,6 +44,8 @@ _HOUR_MS = 3_600_000
 @dataclass(frozen=True, slots=True)
 class StoreDirs:
     root: Path
+    consumequeue_root: Path | None = None
+    """The ConsumeQueue folder when it is not ``root/consumequeue`` (its own volume)."""
 
     @property
     def commitlog(self) -> Path:
@@ -51,6 +53,8 @@ class StoreDirs:
 
     @property
     def consumequeue(self) -> Path:
+        if self.consumequeue_root is not None:
+            return self.consumequeue_root
         return self.root / naming.CONSUMEQUEUE_DIR
 
     @property
@@ -70,7 +74,7 @@ class StoreCore:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         self._levels = config.delay_levels
-        self._dirs = dirs = StoreDirs(config.data_dir)
+        self._dirs = dirs = StoreDirs(config.data_dir, config.consumequeue_dir)
         dirs.root.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         """The writer lock: appends, dispatch, hand-over and segment deletion."""
