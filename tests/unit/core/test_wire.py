@@ -18,6 +18,7 @@ from clepsydra_core.wire.copy import (
     RangeCopyAnswer,
     SkippedCopy,
 )
+from clepsydra_core.wire.retry import SendBackAnswer, SendBackRequest
 from clepsydra_core.wire.schedule import (
     MAX_HANDOVER,
     HandoverAnswer,
@@ -123,3 +124,25 @@ def test_range_copy_target_origin_means_each_message_home() -> None:
                                             "reason": "no RETRY_TOPIC"}]
     assert answer.to_json()["lastCommitLogOffset"] is None  # required, so present as null
     assert RangeCopyAnswer.from_json(answer.to_json()) == answer
+
+
+def test_send_back_request_names_and_bounds() -> None:
+    # SPEC R1, R5, R6: the level may be -1 (straight to the DLQ), never below
+    request = SendBackRequest(commitlog_offset=7, delay_level=-1, max_reconsume_times=3,
+                              reason="ValueError: bad", topic="orders", queue_id=1,
+                              queue_offset=9)
+    raw = request.to_json()
+    assert raw == {"commitLogOffset": 7, "delayLevel": -1, "maxReconsumeTimes": 3,
+                   "reason": "ValueError: bad", "topic": "orders", "queueId": 1,
+                   "queueOffset": 9}
+    assert SendBackRequest.from_json(raw, strict=True) == request
+    assert set(request.without_hints().to_json()) == {"commitLogOffset", "delayLevel",
+                                                      "maxReconsumeTimes", "reason"}
+    with pytest.raises(ValidationError, match=r"send-back.delayLevel must be between -1"):
+        SendBackRequest.from_json({"commitLogOffset": 1, "delayLevel": -2}, what="send-back")
+    with pytest.raises(ValidationError, match=r"send-back: unknown field 'delaylevel'"):
+        SendBackRequest.from_json({"commitLogOffset": 1, "delaylevel": 2}, what="send-back",
+                                  strict=True)
+    dropped = SendBackAnswer("DROPPED", None, None, None)
+    assert dropped.to_json() == {"outcome": "DROPPED", "topic": None, "delayLevel": None,
+                                 "msgId": None}

@@ -21,9 +21,10 @@ from clepsydra_client.message import Attempt, Message, append_failure
 from clepsydra_client.producer import encode_body
 from clepsydra_core import naming, telemetry
 from clepsydra_core import properties as P
-from clepsydra_core.errors import ClepsydraError, GroupNotFound, NotFound
+from clepsydra_core.errors import ClepsydraError, GroupNotFound, NotFound, ValidationError
 from clepsydra_core.http import HttpClient, RemoteError, error_from_response
 from clepsydra_core.retry_rules import DEFAULT_MAX_RECONSUME_TIMES, retry_level_for
+from clepsydra_core.wire.retry import SendBackAnswer, SendBackBatch, SendBackRequest
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ class BatchSender:
         self._queue: list[_Pending] = []
         self._leading = False
 
-    def submit(self, body: dict[str, Any]) -> dict[str, Any]:
+    def submit(self, body: SendBackRequest) -> dict[str, Any]:
         """The retry service's answer for one send-back; ClepsydraError when it failed."""
         if not self.batch_route:
             return self._single(body)
@@ -108,15 +109,15 @@ class BatchSender:
             raise pending.error
         return pending.result
 
-    def _single(self, body: dict[str, Any]) -> dict[str, Any]:
-        single = {k: v for k, v in body.items() if k not in _HINTS}
-        return self.retry.post(self.retry.path("/v1/groups/{}/send-back", self.group), single)
+    def _single(self, body: SendBackRequest) -> dict[str, Any]:
+        return self.retry.post(self.retry.path("/v1/groups/{}/send-back", self.group),
+                               body.without_hints().to_json())
 
     def _flush(self, batch: list[_Pending]) -> None:
         path = self.retry.path("/v1/groups/{}/send-back/batch", self.group)
         try:
             try:
-                raw = self.retry.post(path, {"items": [p.body for p in batch]})
+                raw = self.retry.post(path, SendBackBatch([p.body for p in batch]).to_json())
             except NotFound as exc:
                 if isinstance(exc, GroupNotFound):
                     raise
@@ -148,14 +149,13 @@ class BatchSender:
 class _Pending:
     __slots__ = ("body", "done", "error", "result")
 
-    def __init__(self, body: dict[str, Any]) -> None:
+    def __init__(self, body: SendBackRequest) -> None:
         self.body = body
         self.done = threading.Event()
         self.result: dict[str, Any] = {}
         self.error: ClepsydraError | None = None
 
 
-_HINTS = ("topic", "queueId", "queueOffset")
 
 
 class SendBack:
@@ -183,15 +183,14 @@ class SendBack:
                             "messaging.consumer.group.name": self.group,
                             "messaging.clepsydra.delay_level": delay_level}) as span:
             if self.batcher is not None:
-                body: dict[str, Any] = {
-                    "commitLogOffset": msg.commitlog_offset, "delayLevel": delay_level,
-                    "originTopic": msg.origin_topic, "reason": reason,
-                    "consumerId": self.consumer_id, "topic": msg.store_topic or msg.topic,
-                    "queueId": msg.queue_id, "queueOffset": msg.queue_offset}
-                if max_reconsume_times is not None:
-                    body["maxReconsumeTimes"] = max_reconsume_times
+                body = SendBackRequest(
+                    commitlog_offset=msg.commitlog_offset, delay_level=delay_level,
+                    max_reconsume_times=max_reconsume_times, origin_topic=msg.origin_topic,
+                    reason=reason, consumer_id=self.consumer_id,
+                    topic=msg.store_topic or msg.topic, queue_id=msg.queue_id,
+                    queue_offset=msg.queue_offset)
                 try:
-                    outcome = _outcome(self.batcher.submit(body), delay_level)
+                    outcome = _outcome(self.batcher.submit(body))
                     span.set_attribute("messaging.clepsydra.outcome", outcome.outcome)
                     return outcome
                 except ClepsydraError as exc:
@@ -250,8 +249,10 @@ class SendBack:
         return SendBackOutcome(outcome, stored, level, str(raw.get("msgId", "")), fallback)
 
 
-def _outcome(raw: dict[str, Any], delay_level: int) -> SendBackOutcome:
-    return SendBackOutcome(
-        outcome=str(raw.get("outcome", "RETRY")), topic=str(raw.get("topic", "")),
-        delay_level=int(raw.get("delayLevel", delay_level) or 0),
-        msg_id=str(raw.get("msgId", "")))
+def _outcome(raw: dict[str, Any]) -> SendBackOutcome:
+    try:
+        answer = SendBackAnswer.from_json(raw)
+    except ValidationError as exc:
+        raise RemoteError(f"unexpected send-back answer: {exc.message}") from exc
+    return SendBackOutcome(outcome=answer.outcome, topic=answer.topic or "",
+                           delay_level=answer.delay_level or 0, msg_id=answer.msg_id or "")

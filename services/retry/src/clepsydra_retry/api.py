@@ -15,10 +15,11 @@ from prometheus_client import CollectorRegistry, Histogram
 from clepsydra_core.errors import ClepsydraError, ValidationError
 from clepsydra_core.groups import validate_settings
 from clepsydra_core.validation import validate_group_name
+from clepsydra_core.wire.retry import MAX_SEND_BACK_BATCH
 from clepsydra_retry.dlq import DlqToolkit
 from clepsydra_retry.dlq_filter import FILTER_FIELDS, DlqFilter
 from clepsydra_retry.groups import GroupStore
-from clepsydra_retry.sendback import MAX_BATCH, SendBackService
+from clepsydra_retry.sendback import SendBackService
 from clepsydra_retry.settings import RetrySettings
 from clepsydra_retry.store_client import StoreClient
 from clepsydra_web import jsonio
@@ -113,9 +114,9 @@ def send_back_batch(group: str) -> Response:
     group = group_name(group)
     body = json_body()
     items = body.get("items") if isinstance(body, dict) else None
-    if not isinstance(items, list) or not items or len(items) > MAX_BATCH:
-        raise ValidationError(f"body must be {{items: [send-back, ...]}} with 1..{MAX_BATCH} "
-                              "items", code="INVALID_REQUEST")
+    if not isinstance(items, list) or not items or len(items) > MAX_SEND_BACK_BATCH:
+        raise ValidationError("body must be {items: [send-back, ...]} with 1.."
+                              f"{MAX_SEND_BACK_BATCH} items", code="INVALID_REQUEST")
     return jsonify({"results": services().send_back.send_back_many(group, items)})
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from opentelemetry import trace
@@ -21,22 +22,16 @@ from clepsydra_core import naming, telemetry
 from clepsydra_core.errors import ClepsydraError, MessageNotFound, NoPermission, ValidationError
 from clepsydra_core.levels import DelayLevels
 from clepsydra_core.msgid import decode_msg_id
-from clepsydra_core.retry_rules import ORDERLY_MAX_RECONSUME_TIMES
 from clepsydra_core.wire.copy import CopyItem
+from clepsydra_core.wire.retry import SendBackRequest
 from clepsydra_retry import policy
 from clepsydra_retry.groups import GroupStore
 from clepsydra_retry.headers import HeaderReader, Locator
-from clepsydra_retry.policy import Decision, Outcome, SendBack, StoredHeaders
+from clepsydra_retry.policy import Decision, Outcome, StoredHeaders
 from clepsydra_retry.store_client import StoreClient
 
 logger = logging.getLogger(__name__)
 _tracer = trace.get_tracer("clepsydra_retry")
-
-MAX_BATCH = 1000
-_REQUEST_FIELDS = frozenset({"msgId", "commitLogOffset", "delayLevel", "maxReconsumeTimes",
-                             "originTopic", "reason", "consumerId",
-                             "topic", "queueId", "queueOffset"})
-
 
 class SendBackMessageNotFound(MessageNotFound):
     """R2's last check: no message at the offset or msgId of a send-back. SPEC R2 names the
@@ -46,28 +41,10 @@ class SendBackMessageNotFound(MessageNotFound):
     http_status = 404
 
 
-def _int_field(body: Mapping[str, Any], name: str, *, minimum: int | None = None,
-               maximum: int = ORDERLY_MAX_RECONSUME_TIMES) -> int | None:
-    value = body.get(name)
-    if value is None:
+def _text(value: str | None, name: str, max_chars: int) -> str | None:
+    """Valid Unicode text, cut at ``max_chars``; empty is None."""
+    if not value:
         return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValidationError(f"{name} must be a whole number, got {value!r}",
-                              code="INVALID_REQUEST")
-    if minimum is not None and value < minimum:
-        raise ValidationError(f"{name} must be >= {minimum}, got {value}", code="INVALID_REQUEST")
-    if value > maximum:
-        raise ValidationError(f"{name}={value} is too large (at most {maximum})",
-                              code="INVALID_REQUEST")
-    return value
-
-
-def _text_field(body: Mapping[str, Any], name: str, max_chars: int = 100_000) -> str | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise ValidationError(f"{name} must be a string", code="INVALID_REQUEST")
     try:
         value.encode()
     except UnicodeEncodeError as exc:
@@ -76,40 +53,30 @@ def _text_field(body: Mapping[str, Any], name: str, max_chars: int = 100_000) ->
     return value[:max_chars]
 
 
-def parse_request(body: object) -> tuple[Locator, SendBack]:
-    """Check a send-back body's shape and types (400 on anything malformed)."""
-    if not isinstance(body, dict):
-        raise ValidationError("send-back body must be a JSON object", code="INVALID_REQUEST")
-    unknown = sorted(set(body) - _REQUEST_FIELDS)
-    if unknown:
-        raise ValidationError(f"unknown send-back field(s) {', '.join(unknown)}",
-                              code="INVALID_REQUEST")
-    offset = _int_field(body, "commitLogOffset", minimum=0, maximum=2**63 - 1)
-    msg_id = _text_field(body, "msgId", 64)
+def parse_request(body: object) -> tuple[Locator, SendBackRequest]:
+    """A send-back body as its wire type (400 naming the field on anything malformed), with
+    where to read the message and the texts checked and bounded."""
+    request = SendBackRequest.from_json(body, what="send-back", strict=True)
+    offset, msg_id = request.commitlog_offset, request.msg_id
     if offset is None and msg_id is None:
         raise ValidationError("send-back needs msgId or commitLogOffset", rule="R1",
                               code="INVALID_REQUEST")
     if msg_id is not None:
+        msg_id = _text(msg_id, "msgId", 64) or ""
         decoded = decode_msg_id(msg_id).commitlog_offset
         if offset is not None and offset != decoded:
             raise ValidationError(f"msgId {msg_id} is at commitLogOffset {decoded}, "
                                   f"not {offset}", code="INVALID_REQUEST")
         offset, msg_id = decoded, msg_id.upper()
     assert offset is not None
-    hint = (_text_field(body, "topic", 127), _int_field(body, "queueId", minimum=0),
-            _int_field(body, "queueOffset", minimum=0, maximum=2**63 - 1))
+    hint = (_text(request.topic, "topic", 127), request.queue_id, request.queue_offset)
     if any(h is not None for h in hint) and not all(h is not None for h in hint):
         raise ValidationError("topic, queueId and queueOffset (where the message was pulled "
                               "from) go together", code="INVALID_REQUEST")
-    level = _int_field(body, "delayLevel", minimum=-1)
-    origin = _text_field(body, "originTopic", 127)
-    request = SendBack(
-        delay_level=level or 0,
-        max_reconsume_times=_int_field(body, "maxReconsumeTimes", minimum=0),
-        origin_topic=origin or None,
-        reason=_text_field(body, "reason"),
-        consumer_id=_text_field(body, "consumerId", 256),
-    )
+    request = replace(request, commitlog_offset=offset, msg_id=msg_id,
+                      origin_topic=_text(request.origin_topic, "originTopic", 127),
+                      reason=_text(request.reason, "reason", 100_000),
+                      consumer_id=_text(request.consumer_id, "consumerId", 256))
     return Locator(offset, msg_id, hint[0], hint[1], hint[2]), request
 
 
@@ -157,7 +124,7 @@ class SendBackService:
         """Several send-backs of one group with one copy call. The group-level checks (R2's
         first four) apply to all; a malformed item or a missing message fails only that item
         (its result is ``{error, message}``), unless ``single``, when it raises."""
-        parsed: list[tuple[Locator, SendBack] | ClepsydraError] = []
+        parsed: list[tuple[Locator, SendBackRequest] | ClepsydraError] = []
         for body in bodies:
             try:
                 parsed.append(parse_request(body))

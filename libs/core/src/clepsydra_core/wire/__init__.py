@@ -6,5 +6,10 @@ with it, the scheduler, the retry service and the client SDK read it back with i
 camelCase names live in one place. One module per API:
 
 - :mod:`~clepsydra_core.wire.schedule`: the schedule hand-over routes (level table, entries,
-  hand-over request and answer).
+  hand-over request and answer);
+- :mod:`~clepsydra_core.wire.copy`: the store's internal copy routes (send-back, DLQ resend);
+- :mod:`~clepsydra_core.wire.retry`: the retry service's send-back request and answer.
+
+Still declared at their routes (not yet here): produce, pull, topics, groups and offsets, the
+DLQ toolkit's listing and resend/purge bodies.
 """
