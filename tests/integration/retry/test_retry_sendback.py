@@ -177,6 +177,15 @@ def test_max_reconsume_times_from_request_else_group(stack: Stack, names: Names)
                                maxReconsumeTimes=5)
     assert (again["outcome"], again["delayLevel"]) == ("RETRY", 5)  # 3 + 2
     assert stack.by_msg_id(again["msgId"])["properties"][P.MAX_RECONSUME_TIMES] == "5"
+    # issue 12.1: -1 is RocketMQ's "the default" (the group's 2 here), not "dead-letter now"
+    default = stack.ok_send_back(group, commitLogOffset=twice["commitLogOffset"],
+                                 maxReconsumeTimes=-1)
+    assert default["outcome"] == "DLQ"
+    once = stack.produce(naming.retry_topic(group), properties={
+        P.RECONSUME_TIME: "1", P.RETRY_TOPIC: topic})
+    kept = stack.ok_send_back(group, commitLogOffset=once["commitLogOffset"],
+                              maxReconsumeTimes=-1)
+    assert kept["outcome"] == "RETRY"
 
 
 def test_negative_level_goes_to_the_dlq_at_once(stack: Stack, setup: tuple[str, str]) -> None:
@@ -197,6 +206,11 @@ def test_negative_level_goes_to_the_dlq_at_once(stack: Stack, setup: tuple[str, 
     assert info is not None and len(info["queues"]) == 1
     history = json.loads(dead["properties"][P.FAILURE_HISTORY])
     assert history[0]["reason"] == "ValueError: nope" and history[0]["consumer"] == "c-1"
+    # issue 12.3: any level below 0 dead-letters (RocketMQ's rule), -2 was a 400
+    other = stack.produce(topic, "also to the dlq")
+    minus_two = stack.ok_send_back(group, commitLogOffset=other["commitLogOffset"],
+                                   delayLevel=-2)
+    assert minus_two["outcome"] == "DLQ"
 
 
 @pytest.mark.parametrize(("asked", "reconsumed", "used"), [(0, 5, 8), (0, 15, 18), (7, 3, 7),
@@ -239,6 +253,10 @@ def test_plain_send_at_max_goes_to_the_dlq(stack: Stack, names: Names) -> None:
     default_max = stack.produce(naming.retry_topic(group), properties={
         P.RECONSUME_TIME: "16", P.RETRY_TOPIC: topic})
     assert default_max["topic"] == naming.dlq_topic(group)
+    # issue 12.1: a max of -1 is the default (16), not "dead-letter at once"
+    minus_one = stack.produce(naming.retry_topic(group), properties={
+        P.RECONSUME_TIME: "3", P.MAX_RECONSUME_TIMES: "-1", P.RETRY_TOPIC: topic})
+    assert minus_one["topic"] == naming.retry_topic(group)
     assert stack.dlq_ids(group) == [at_max["msgId"], default_max["msgId"]]
 
 
@@ -331,8 +349,8 @@ def test_malformed_send_backs_change_nothing(stack: Stack, app_client: FlaskClie
         resp = app_client.post(url, data=raw, content_type="application/json")
         assert resp.status_code == 400 and resp.get_json()["error"] == code
     for body in ({}, {"commitLogOffset": -1}, {"commitLogOffset": "1"}, {"msgId": "xyz"},
-                 {"commitLogOffset": sent["commitLogOffset"], "delayLevel": -7},
-                 {"commitLogOffset": sent["commitLogOffset"], "maxReconsumeTimes": -1},
+                 {"commitLogOffset": sent["commitLogOffset"], "delayLevel": -2**31 - 1},
+                 {"commitLogOffset": sent["commitLogOffset"], "maxReconsumeTimes": -2},
                  {"commitLogOffset": sent["commitLogOffset"], "extra": True},
                  {"msgId": sent["msgId"], "commitLogOffset": sent["commitLogOffset"] + 1}):
         resp = app_client.post(url, json=body)

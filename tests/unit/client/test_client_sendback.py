@@ -155,3 +155,13 @@ def test_fallback_properties_trim_history() -> None:
     props = fallback_properties(MSG, reconsume_times=1, max_reconsume_times=2, reason="x",
                                 consumer_id="c")
     assert json.loads(props[P.FAILURE_HISTORY])[0]["reason"] == "x"
+
+
+def test_fallback_keeps_a_max_of_zero_and_reads_minus_one_as_the_default() -> None:
+    # SPEC R5, R9 (issue 12.1): 0 stayed 16 before, -1 went out as -1 (dead-letter at once)
+    store = FakeHttp(store_answer())
+    sb = SendBack("g", "c", store=as_http(store), retry=None)
+    sb.send_back(MSG, 0, 0, "r")
+    sb.send_back(MSG, 0, -1, "r")
+    assert store.calls[0][2]["properties"][P.MAX_RECONSUME_TIMES] == "0"
+    assert store.calls[1][2]["properties"][P.MAX_RECONSUME_TIMES] == "16"

@@ -127,7 +127,7 @@ def test_range_copy_target_origin_means_each_message_home() -> None:
 
 
 def test_send_back_request_names_and_bounds() -> None:
-    # SPEC R1, R5, R6: the level may be -1 (straight to the DLQ), never below
+    # SPEC R1, R5, R6: any level below 0 dead-letters; a max of -1 means the default
     request = SendBackRequest(commitlog_offset=7, delay_level=-1, max_reconsume_times=3,
                               reason="ValueError: bad", topic="orders", queue_id=1,
                               queue_offset=9)
@@ -138,8 +138,10 @@ def test_send_back_request_names_and_bounds() -> None:
     assert SendBackRequest.from_json(raw, strict=True) == request
     assert set(request.without_hints().to_json()) == {"commitLogOffset", "delayLevel",
                                                       "maxReconsumeTimes", "reason"}
-    with pytest.raises(ValidationError, match=r"send-back.delayLevel must be between -1"):
-        SendBackRequest.from_json({"commitLogOffset": 1, "delayLevel": -2}, what="send-back")
+    assert SendBackRequest.from_json({"commitLogOffset": 1, "delayLevel": -2}).delay_level == -2
+    with pytest.raises(ValidationError, match=r"send-back.maxReconsumeTimes must be between -1"):
+        SendBackRequest.from_json({"commitLogOffset": 1, "maxReconsumeTimes": -2},
+                                  what="send-back")
     with pytest.raises(ValidationError, match=r"send-back: unknown field 'delaylevel'"):
         SendBackRequest.from_json({"commitLogOffset": 1, "delaylevel": 2}, what="send-back",
                                   strict=True)

@@ -126,6 +126,24 @@ def test_zero_max_dead_letters_the_first_failure() -> None:  # SPEC R5, R6
     assert run(SendBackRequest(max_reconsume_times=0)).outcome == Outcome.DLQ
 
 
+def test_max_of_minus_one_means_the_group_default() -> None:
+    # SPEC R5 (issue 12.1): RocketMQ's -1 is "the default", not "dead-letter at once"
+    settings = GroupSettings(retry_max_times=5)
+    asked = SendBackRequest(max_reconsume_times=-1)
+    assert run(asked, headers(0), settings=settings).outcome == Outcome.RETRY
+    assert run(asked, headers(4), settings=settings).outcome == Outcome.RETRY
+    decision = run(asked, headers(5), settings=settings)
+    assert decision.outcome == Outcome.DLQ and decision.max_reconsume_times == 5
+    assert run(asked, headers(15)).outcome == Outcome.RETRY  # default group: 16
+
+
+def test_any_negative_level_dead_letters() -> None:  # SPEC R6 (issue 12.3)
+    for level in (-1, -2, -(2**31)):
+        decision = run(SendBackRequest(delay_level=level))
+        assert decision.outcome == Outcome.DLQ
+        assert decision.set_properties[P.DLQ_REASON] == policy.DLQ_REASON_LEVEL_NEGATIVE
+
+
 def test_orderly_max_is_practically_unlimited() -> None:  # SPEC R5
     limit = ORDERLY_MAX_RECONSUME_TIMES
     assert run(SendBackRequest(max_reconsume_times=limit), headers(1000)).outcome == Outcome.RETRY

@@ -37,6 +37,7 @@ from clepsydra_core.retry_rules import (
     CONSUME_TIMEOUT_LEVEL,
     DEFAULT_MAX_RECONSUME_TIMES,
     ORDERLY_MAX_RECONSUME_TIMES,
+    max_reconsume_times_or,
 )
 
 logger = logging.getLogger(__name__)
@@ -147,7 +148,8 @@ class ConcurrentConsumeService(ConsumeService):
 
     @property
     def max_reconsume(self) -> int:
-        return self.settings.max_reconsume_times or DEFAULT_MAX_RECONSUME_TIMES
+        return max_reconsume_times_or(self.settings.max_reconsume_times,
+                                      DEFAULT_MAX_RECONSUME_TIMES)
 
     def dispatch(self, pq: ProcessQueue, messages: list[Message]) -> None:
         pq.put(messages)
@@ -253,7 +255,8 @@ class OrderlyConsumeService(ConsumeService):
 
     @property
     def max_reconsume(self) -> int:
-        return self.settings.max_reconsume_times or ORDERLY_MAX_RECONSUME_TIMES
+        return max_reconsume_times_or(self.settings.max_reconsume_times,
+                                      ORDERLY_MAX_RECONSUME_TIMES)
 
     def dispatch(self, pq: ProcessQueue, messages: list[Message]) -> None:
         pq.put(messages, orderly=True)

@@ -23,7 +23,11 @@ from clepsydra_core import naming, telemetry
 from clepsydra_core import properties as P
 from clepsydra_core.errors import ClepsydraError, GroupNotFound, NotFound, ValidationError
 from clepsydra_core.http import HttpClient, RemoteError, error_from_response
-from clepsydra_core.retry_rules import DEFAULT_MAX_RECONSUME_TIMES, retry_level_for
+from clepsydra_core.retry_rules import (
+    DEFAULT_MAX_RECONSUME_TIMES,
+    max_reconsume_times_or,
+    retry_level_for,
+)
 from clepsydra_core.wire.retry import SendBackAnswer, SendBackBatch, SendBackRequest
 
 logger = logging.getLogger(__name__)
@@ -196,8 +200,9 @@ class SendBack:
                 except ClepsydraError as exc:
                     logger.warning("send-back failed, sending to the retry topic directly (R9) "
                                    "group=%s msg_id=%s error=%s", self.group, msg.msg_id, exc)
-            max_times = (max_reconsume_times or msg.max_reconsume_times
-                         or DEFAULT_MAX_RECONSUME_TIMES)
+            max_times = max_reconsume_times_or(
+                max_reconsume_times,
+                max_reconsume_times_or(msg.max_reconsume_times, DEFAULT_MAX_RECONSUME_TIMES))
             outcome = self.fallback(msg, delay_level, max_times, reason)
             span.set_attribute("messaging.clepsydra.outcome", outcome.outcome)
             span.set_attribute("messaging.clepsydra.fallback", True)

@@ -18,7 +18,7 @@ from clepsydra_core import naming
 from clepsydra_core import properties as P
 from clepsydra_core.groups import GroupSettings
 from clepsydra_core.levels import DelayLevels
-from clepsydra_core.retry_rules import retry_level_for
+from clepsydra_core.retry_rules import max_reconsume_times_or, retry_level_for
 from clepsydra_core.wire.retry import SendBackAnswer, SendBackRequest
 
 HISTORY_MAX_ENTRIES = 32
@@ -92,10 +92,9 @@ def drops_retries(settings: GroupSettings) -> bool:
 
 
 def max_reconsume_times(settings: GroupSettings, request: SendBackRequest) -> int:
-    """R5: the request's value when given, else the group's retryMaxTimes."""
-    if request.max_reconsume_times is not None:
-        return request.max_reconsume_times
-    return settings.retry_max_times
+    """R5: the request's value when given (0: dead-letter now), else - absent or -1 - the
+    group's retryMaxTimes."""
+    return max_reconsume_times_or(request.max_reconsume_times, settings.retry_max_times)
 
 
 def retry_level(request_level: int, reconsume_times: int, levels: DelayLevels) -> int:

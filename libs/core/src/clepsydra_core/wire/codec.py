@@ -24,6 +24,7 @@ from clepsydra_core.errors import ValidationError
 INT64_MAX = (1 << 63) - 1
 INT64_MIN = -(1 << 63)
 INT32_MAX = (1 << 31) - 1
+INT32_MIN = -(1 << 31)
 
 Check = Callable[[Any, str], Any]
 """(decoded JSON value, the field's name for messages) -> the Python value."""

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from clepsydra_core.retry_rules import DLQ_LEVEL, ORDERLY_MAX_RECONSUME_TIMES
-from clepsydra_core.wire.codec import INT32_MAX, WireValue, wire_meta
+from clepsydra_core.retry_rules import ORDERLY_MAX_RECONSUME_TIMES, USE_DEFAULT_MAX
+from clepsydra_core.wire.codec import INT32_MAX, INT32_MIN, WireValue, wire_meta
 
 MAX_SEND_BACK_BATCH = 1000
 """Most items one batch send-back takes."""
@@ -22,17 +22,21 @@ PULL_HINTS = ("topic", "queueId", "queueOffset")
 @dataclass(frozen=True, slots=True)
 class SendBackRequest(WireValue):
     """A consumer returns a message it failed (R1): by ``msg_id`` or ``commitlog_offset``,
-    with the level it wants (0: the ladder decides, R7; -1: straight to the DLQ, R6), the
+    with the level it wants (0: the ladder decides, R7; below 0: straight to the DLQ, R6), the
     most retries it allows (R5), where it pulled the message from (optional hints, all three
     or none) and why it failed (kept in the message's failure history)."""
+    # ``DLQ_LEVEL`` (-1) is what the SDK sends to dead-letter; any negative level does it.
 
     commitlog_offset: int | None = field(
         default=None, metadata=wire_meta(json="commitLogOffset", minimum=0))
     msg_id: str | None = None
-    delay_level: int = field(default=0, metadata=wire_meta(minimum=DLQ_LEVEL,
+    delay_level: int = field(default=0, metadata=wire_meta(minimum=INT32_MIN,
                                                            maximum=INT32_MAX))
+    """R6: any level below 0 dead-letters (RocketMQ's rule); 0: the ladder (R7)."""
     max_reconsume_times: int | None = field(
-        default=None, metadata=wire_meta(minimum=0, maximum=ORDERLY_MAX_RECONSUME_TIMES))
+        default=None, metadata=wire_meta(minimum=USE_DEFAULT_MAX,
+                                         maximum=ORDERLY_MAX_RECONSUME_TIMES))
+    """R5: None or -1: the group's retryMaxTimes; 0: dead-letter on this failure."""
     origin_topic: str | None = None
     reason: str | None = None
     consumer_id: str | None = None

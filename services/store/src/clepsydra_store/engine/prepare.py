@@ -29,7 +29,7 @@ from clepsydra_core.records import (
     is_transaction_prepared_or_rollback,
     tags_code,
 )
-from clepsydra_core.retry_rules import DEFAULT_MAX_RECONSUME_TIMES
+from clepsydra_core.retry_rules import DEFAULT_MAX_RECONSUME_TIMES, max_reconsume_times_or
 from clepsydra_core.validation import (
     check_producible,
     validate_body,
@@ -229,7 +229,9 @@ def _retry_counts(props: dict[str, str], reconsume: int) -> tuple[int, int]:
     try:
         if P.RECONSUME_TIME in props:
             reconsume = int(props[P.RECONSUME_TIME])
-        max_times = int(props.get(P.MAX_RECONSUME_TIMES) or DEFAULT_MAX_RECONSUME_TIMES)
+        asked = props.get(P.MAX_RECONSUME_TIMES)
+        max_times = max_reconsume_times_or(None if asked in (None, "") else int(asked),
+                                           DEFAULT_MAX_RECONSUME_TIMES)
     except ValueError as exc:
         raise ValidationError(f"{P.RECONSUME_TIME}/{P.MAX_RECONSUME_TIMES} must be whole "
                               f"numbers: {exc}", rule="R10", code="INVALID_PROPERTIES") from exc
