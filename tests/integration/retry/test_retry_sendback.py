@@ -94,10 +94,34 @@ def test_retry_topic_gets_the_groups_queue_count(stack: Stack, names: Names) -> 
     assert queue_ids == {0, 1, 2}
 
 
-def test_unknown_group_is_refused_first(stack: Stack, names: Names) -> None:  # SPEC R2 (1)
-    resp = stack.send_back(names("nogroup"), commitLogOffset=10**12)
-    assert resp.status_code == 404
-    assert resp.json()["error"] == "SUBSCRIPTION_GROUP_NOT_EXIST"
+def test_unknown_group_is_refused_first_when_groups_are_not_auto_created(
+        stack: Stack, names: Names) -> None:  # SPEC R2 (1)
+    settings = RetrySettings.for_test(stack.store.url, stack.redis.url,
+                                      CLEPSYDRA_AUTO_CREATE_GROUPS="false")
+    app = create_app(settings)
+    try:
+        resp = app.test_client().post(f"/v1/groups/{names('nogroup')}/send-back",
+                                      json={"commitLogOffset": 10**12})
+        assert resp.status_code == 404
+        assert resp.get_json()["error"] == "SUBSCRIPTION_GROUP_NOT_EXIST"
+    finally:
+        app.extensions["clepsydra_retry"].store.close()
+        app.extensions["clepsydra_retry"].redis.close()
+
+
+def test_a_group_is_created_with_defaults_on_its_first_send_back(
+        stack: Stack, names: Names) -> None:
+    # issue 12.2: as RocketMQ's broker does; the SDK no longer falls back for a new group
+    group, topic = names("newgroup"), names("T")
+    stack.create_topic(topic)
+    sent = stack.produce(topic, "first failure")
+    assert stack.http.get(f"{stack.retry.url}/v1/groups/{group}").status_code == 404
+    result = stack.ok_send_back(group, commitLogOffset=sent["commitLogOffset"])
+    assert (result["outcome"], result["delayLevel"]) == ("RETRY", 3)
+    settings = stack.http.get(f"{stack.retry.url}/v1/groups/{group}").json()
+    assert (settings["retryQueueNums"], settings["retryMaxTimes"]) == (1, 16)
+    in_store = stack.http.get(f"{stack.store.url}/v1/groups/{group}/settings")
+    assert in_store.status_code == 200  # kept durably by the store
 
 
 def test_zero_retry_queues_drops_and_writes_nothing(stack: Stack, names: Names) -> None:
@@ -156,7 +180,7 @@ def test_store_not_writable_is_no_permission(read_only: tuple[FlaskClient, str])
         assert resp.status_code == 403, resp.get_json()
         assert resp.get_json()["error"] == "NO_PERMISSION"
     resp = client.post("/v1/groups/absent/send-back", json={"commitLogOffset": 0})
-    assert resp.get_json()["error"] == "SUBSCRIPTION_GROUP_NOT_EXIST"
+    assert resp.get_json()["error"] == "NO_PERMISSION"  # created on first use (12.2), then R2 (2)
     resp = client.post("/v1/groups/ro/dlq/resend", json={"all": True})
     assert resp.status_code == 403 and resp.get_json()["error"] == "NO_PERMISSION"
 

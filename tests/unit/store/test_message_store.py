@@ -249,3 +249,20 @@ def test_create_topic_is_idempotent_and_lists_schedule_topic(open_store: OpenSto
     names = {t.name: t for t in store.list_topics()}
     assert len(names[naming.SCHEDULE_TOPIC].queues) == 2
     assert names[naming.SCHEDULE_TOPIC].system
+
+
+def test_r10_takes_plain_sends_only_and_the_groups_settings(open_store: OpenStore) -> None:
+    # SPEC R3, R5, R10 (issue 12.2): a delayed copy to %RETRY% (an R9 fallback's last retry)
+    # is parked, not dead-lettered; the group's retryMaxTimes and retryQueueNums apply
+    store = open_store()
+    store.put_group_settings("G", {"retryMaxTimes": 3, "retryQueueNums": 2})
+    retry = naming.retry_topic("G")
+    delayed = store.put(PutRequest(retry, b"last retry", delay_level=1,
+                                   properties={P.RECONSUME_TIME: "3"}))
+    assert delayed.topic == naming.SCHEDULE_TOPIC
+    assert len(store.get_topic(retry).queues) == 2  # created with the group's count (R3)
+    plain = store.put(PutRequest(retry, b"at the max", properties={P.RECONSUME_TIME: "3"}))
+    assert plain.topic == naming.dlq_topic("G")  # the group's max is 3, not 16
+    below = store.put(PutRequest(retry, b"below", properties={P.RECONSUME_TIME: "2"}))
+    assert below.topic == retry
+    assert store.get_by_msg_id(delayed.msg_id).reconsume_times == 3

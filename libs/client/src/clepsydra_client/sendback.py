@@ -22,6 +22,7 @@ from clepsydra_client.producer import encode_body
 from clepsydra_core import naming, telemetry
 from clepsydra_core import properties as P
 from clepsydra_core.errors import ClepsydraError, GroupNotFound, NotFound, ValidationError
+from clepsydra_core.groups import GroupSettings
 from clepsydra_core.http import HttpClient, RemoteError, error_from_response
 from clepsydra_core.retry_rules import (
     DEFAULT_MAX_RECONSUME_TIMES,
@@ -162,6 +163,10 @@ class _Pending:
 
 
 
+GROUP_SETTINGS_TTL_S = 30.0
+"""How long the fallback trusts the group's retryMaxTimes it read from the store."""
+
+
 class SendBack:
     """Send-back for one group and consumer."""
 
@@ -172,6 +177,7 @@ class SendBack:
         self.store = store
         self.retry = retry
         self.batcher = BatchSender(retry, group) if retry is not None else None
+        self._group_max_cache: tuple[float, int | None] | None = None
         if self.batcher is not None and not batch:
             self.batcher.batch_route = False
         self._tracer = telemetry.tracer("clepsydra_client")
@@ -200,26 +206,44 @@ class SendBack:
                 except ClepsydraError as exc:
                     logger.warning("send-back failed, sending to the retry topic directly (R9) "
                                    "group=%s msg_id=%s error=%s", self.group, msg.msg_id, exc)
-            max_times = max_reconsume_times_or(
-                max_reconsume_times,
-                max_reconsume_times_or(msg.max_reconsume_times, DEFAULT_MAX_RECONSUME_TIMES))
+            max_times = max_reconsume_times_or(max_reconsume_times, self._group_max(msg))
             outcome = self.fallback(msg, delay_level, max_times, reason)
             span.set_attribute("messaging.clepsydra.outcome", outcome.outcome)
             span.set_attribute("messaging.clepsydra.fallback", True)
             return outcome
 
+    def _group_max(self, msg: Message) -> int:
+        """R5 as the retry service applies it when the consumer names no max: the group's
+        retryMaxTimes (read from the store, which keeps it; cached), else the message's
+        MAX_RECONSUME_TIMES, else 16."""
+        now = time.monotonic()
+        cached = self._group_max_cache
+        if cached is None or now - cached[0] > GROUP_SETTINGS_TTL_S:
+            try:
+                doc = self.store.get(self.store.path("/v1/groups/{}/settings", self.group))
+                cached = (now, GroupSettings.from_json(doc).retry_max_times)
+            except ClepsydraError as exc:
+                logger.info("group settings not readable for the fallback group=%s: %s",
+                            self.group, exc)
+                cached = (now, None)
+            self._group_max_cache = cached
+        if cached[1] is not None:
+            return cached[1]
+        return max_reconsume_times_or(msg.max_reconsume_times, DEFAULT_MAX_RECONSUME_TIMES)
+
     def fallback(self, msg: Message, delay_level: int, max_reconsume_times: int,
                  reason: str) -> SendBackOutcome:
-        """R9: a new message to ``%RETRY%<group>`` with reconsumeTimes + 1 and delay level
-        3 + reconsumeTimes (or the listener's level; -1 dead-letters through R10)."""
-        reconsume = msg.reconsume_times + 1
-        if delay_level < 0:
-            reconsume = max(reconsume, max_reconsume_times)
-            level = 0
-        else:
-            level = delay_level if delay_level > 0 else retry_level_for(msg.reconsume_times)
-        return self._send_retry_copy(msg, level, reconsume, max_reconsume_times, reason,
-                                     fallback=True)
+        """R9 with the retry service's ladder (issue 12.2): dead-lettered when the service
+        would (reconsumeTimes >= max, or a level below 0: a plain send that R10 reroutes),
+        else a new message to ``%RETRY%<group>`` with reconsumeTimes + 1, delayed by the
+        listener's level or 3 + reconsumeTimes (R10 leaves delayed sends alone)."""
+        if delay_level < 0 or msg.reconsume_times >= max_reconsume_times:
+            return self._send_retry_copy(msg, 0, max(msg.reconsume_times + 1,
+                                                     max_reconsume_times),
+                                         max_reconsume_times, reason, fallback=True)
+        level = delay_level if delay_level > 0 else retry_level_for(msg.reconsume_times)
+        return self._send_retry_copy(msg, level, msg.reconsume_times + 1, max_reconsume_times,
+                                     reason, fallback=True)
 
     def dead_letter(self, msg: Message, max_reconsume_times: int, reason: str) -> SendBackOutcome:
         """R12: an orderly consumer gave up locally; ``RECONSUME_TIME`` = max makes the store

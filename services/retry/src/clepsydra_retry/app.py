@@ -46,6 +46,7 @@ def create_app(settings: RetrySettings, *, groups: GroupStore | None = None,
     app.extensions["clepsydra_retry"] = api.Services(
         settings=settings, redis=client, groups=groups, store=store,
         send_back=SendBackService(groups, store, settings.delay_levels,
+                                  auto_create_groups=settings.common.auto_create_groups,
                                   history_max=settings.history_max),
         dlq=dlq, registry=registry, latency=latency)
     for blueprint in api.BLUEPRINTS:

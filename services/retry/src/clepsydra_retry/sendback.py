@@ -20,6 +20,7 @@ from opentelemetry import trace
 
 from clepsydra_core import naming, telemetry
 from clepsydra_core.errors import ClepsydraError, MessageNotFound, NoPermission, ValidationError
+from clepsydra_core.groups import GroupSettings
 from clepsydra_core.levels import DelayLevels
 from clepsydra_core.msgid import decode_msg_id
 from clepsydra_core.wire.copy import CopyItem
@@ -105,14 +106,29 @@ class SendBackService:
     def __init__(self, groups: GroupStore, store: StoreClient, levels: DelayLevels, *,
                  history_max: int = policy.HISTORY_MAX_ENTRIES,
                  rng: random.Random | None = None,
-                 clock_ms: Callable[[], int] | None = None) -> None:
+                 clock_ms: Callable[[], int] | None = None,
+                 auto_create_groups: bool = True) -> None:
         self._groups = groups
+        self._auto_create = auto_create_groups
         self._store = store
         self._reader = HeaderReader(store)
         self._levels = levels
         self._history_max = history_max
         self._rng = rng or random.Random()
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+
+    def _group_settings(self, group: str) -> GroupSettings:
+        """R2 (1): the group's settings; a group seen for the first time is created with the
+        defaults unless CLEPSYDRA_AUTO_CREATE_GROUPS is off (then 404, as R2 says)."""
+        found = self._groups.find(group)
+        if found is not None:
+            return found
+        if not self._auto_create:
+            return self._groups.get(group)  # raises GroupNotFound
+        settings = GroupSettings()
+        self._groups.put(group, settings)
+        logger.info("consumer group created on its first send-back group=%s", group)
+        return settings
 
     def send_back(self, group: str, body: object) -> dict[str, Any]:
         """One send-back; raises the R2 error of the first check that fails."""
@@ -132,7 +148,7 @@ class SendBackService:
                 if single:
                     raise
                 parsed.append(exc)
-        settings = self._groups.get(group)  # R2 (1)
+        settings = self._group_settings(group)  # R2 (1)
         if not self._store.is_writable():  # R2 (2)
             raise NoPermission("the store does not accept writes now", rule="R2")
         if policy.drops_retries(settings):  # R2 (3)

@@ -123,7 +123,10 @@ def heartbeat(group: str) -> Response:
     if model not in MESSAGE_MODELS:
         raise ValidationError(f"messageModel must be {' or '.join(MESSAGE_MODELS)}, "
                               f"got {model!r}", code="INVALID_REQUEST")
-    view = ctx().consumers.heartbeat(group, client_id, subscriptions, model)
+    c = ctx()
+    view = c.consumers.heartbeat(group, client_id, subscriptions, model)
+    if c.settings.common.auto_create_groups and c.store.group_settings(group) is None:
+        c.store.put_group_settings(group, {})  # first seen: created with defaults (12.2)
     return json_response(_view_json(view, detailed=False))
 
 

@@ -92,7 +92,7 @@ class StoreCore:
         self._commitlog = CommitLog(dirs.commitlog, config.segment_size_bytes)
         self._dispatcher = Dispatcher(dirs.consumequeue, dirs.index, config.cq_entries_per_file,
                                       self._levels)
-        self._preparer = Preparer(config, self._topics)
+        self._preparer = Preparer(config, self._topics, self._group_settings.get)
         self._handover = Handover(self._commitlog, self._dispatcher, self._topics,
                                     self._levels, config.segment_size_bytes)
         self._checkpoint_offset = -1
