@@ -217,7 +217,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
     ctx = c.Context(store_url=args.store_url or settings.store_url,
                     retry_url=args.retry_url or settings.retry_url, json=args.json,
                     timeout_s=args.timeout or settings.timeout_s, out=out, err=err,
-                    progress=not args.no_progress)
+                    progress=not args.no_progress, broker_name=settings.broker_name)
     try:
         result = args.fn(args, ctx)
     except KeyboardInterrupt:

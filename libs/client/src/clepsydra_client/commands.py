@@ -15,7 +15,7 @@ from clepsydra_client.admin import AdminClient, DlqFilter, LevelStatus, QueuePro
 from clepsydra_client.message import Message
 from clepsydra_client.producer import OutgoingMessage, Producer
 from clepsydra_client.pull_consumer import PullConsumer
-from clepsydra_client.rebalance import strategy_by_name
+from clepsydra_client.rebalance import DEFAULT_BROKER_NAME, strategy_by_name
 from clepsydra_client.render import (
     ProgressBar,
     format_delay_ms,
@@ -45,6 +45,8 @@ class Context:
     out: TextIO = field(default_factory=lambda: sys.stdout)
     err: TextIO = field(default_factory=lambda: sys.stderr)
     progress: bool = True
+    broker_name: str = DEFAULT_BROKER_NAME
+    """The broker name of queues in RocketMQ's form (CLEPSYDRA_CLIENT_BROKER_NAME)."""
     _admin: AdminClient | None = None
 
     def admin(self) -> AdminClient:
@@ -339,7 +341,8 @@ def groups_consumers(args: argparse.Namespace, ctx: Context) -> Output:
 
 
 def groups_progress(args: argparse.Namespace, ctx: Context) -> Output:
-    rows = ctx.admin().progress(args.group, args.topic or None, strategy_by_name(args.strategy))
+    strategy = strategy_by_name(args.strategy, broker_name=ctx.broker_name)
+    rows = ctx.admin().progress(args.group, args.topic or None, strategy)
     return Output(progress_json(rows), progress_table(rows))
 
 
@@ -350,7 +353,8 @@ def groups_show(args: argparse.Namespace, ctx: Context) -> Output:
     except ClepsydraError as exc:
         settings = f"unavailable ({exc.message})"
     consumers = groups_consumers(args, ctx)
-    rows = admin.progress(args.group, args.topic or None, strategy_by_name(args.strategy))
+    strategy = strategy_by_name(args.strategy, broker_name=ctx.broker_name)
+    rows = admin.progress(args.group, args.topic or None, strategy)
     settings_text = (render_fields(sorted(settings.items())) if isinstance(settings, dict)
                      else settings)
     text = "\n\n".join([f"group {args.group}", "settings\n" + settings_text,

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from opentelemetry import trace
 
+from clepsydra_client.rebalance import DEFAULT_BROKER_NAME
 from clepsydra_core import telemetry
 from clepsydra_core.settings import Env, env_float, env_int, env_str
 
@@ -22,6 +23,8 @@ class ClientSettings:
     retry_url: str
     otel_exporter: str
     timeout_s: float
+    broker_name: str
+    """The broker name in the RocketMQ form of a queue (consistent-hash allocation)."""
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> ClientSettings:
@@ -33,6 +36,7 @@ class ClientSettings:
             retry_url=env_str(env, "CLEPSYDRA_RETRY_URL", f"http://127.0.0.1:{retry_port}"),
             otel_exporter=env_str(env, "CLEPSYDRA_OTEL_EXPORTER", "none"),
             timeout_s=env_float(env, "CLEPSYDRA_CLIENT_TIMEOUT_S", 10.0, minimum=0.1),
+            broker_name=env_str(env, "CLEPSYDRA_CLIENT_BROKER_NAME", DEFAULT_BROKER_NAME),
         )
 
 
