@@ -36,6 +36,10 @@ from clepsydra_core.errors import (
 )
 
 
+class UsageError(Exception):
+    """argparse found the command line wrong."""
+
+
 @dataclass
 class Context:
     store_url: str
@@ -428,12 +432,17 @@ def dlq_resend(args: argparse.Namespace, ctx: Context) -> Output:
 
 def dlq_purge(args: argparse.Namespace, ctx: Context) -> Output:
     flt = dlq_filter(args)
+    chosen = [bool(args.msg_ids), bool(flt), args.all]
+    if sum(chosen) != 1:
+        raise UsageError(f"clepsydra dlq purge: say what to purge, one of: msgIds, a filter "
+                         f"(--topic, --key, --reason) or --all (see them first with "
+                         f"`clepsydra dlq list {args.group}`)")
     what = ("the messages named" if args.msg_ids else "the dead letters matching the filter"
             if flt else f"every dead letter of {args.group}")
     if not args.yes:
         raise ValidationError(f"purge deletes {what}: run again with --yes to confirm (see them "
                               f"first with `clepsydra dlq list {args.group}`)")
-    n = ctx.admin().dlq_purge(args.group, args.msg_ids or None, all_messages=not flt,
+    n = ctx.admin().dlq_purge(args.group, args.msg_ids or None, all_messages=args.all,
                               dlq_filter=flt)
     return Output({"purged": n}, f"purged {n} messages from {args.group}'s DLQ")
 
