@@ -7,6 +7,11 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TOX_STAMP := .tox/.installed
 TOX_ENVS ?= lint,type,unit,integration,e2e
+# auto: `make test` also runs the images env when a Docker engine answers or can be started
+# here (docker/engine.sh --check), and says why not otherwise; 0: never
+IMAGES_TEST ?= auto
+comma := ,
+TOX_ALL_ENVS := $(TOX_ENVS)$(if $(filter auto,$(IMAGES_TEST)),$(comma)images)
 
 .PHONY: setup run test test-fast lint type bench clean redis-server docker-engine images images-up images-down
 
@@ -72,14 +77,21 @@ images-down: setup
 run: setup
 	@export PATH="$(CURDIR)/$(BIN):$$PATH"; exec $(BIN)/python -m tools.stack
 
-## test: set up, then run every tox env (lint, type, unit, integration, e2e).
+## test: set up, then run every tox env (lint, type, unit, integration, e2e, and images when a
+## Docker engine can be had).
 test: setup $(TOX_STAMP)
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/tox run -e $(TOX_ENVS)
+	@envs="$(TOX_ENVS)"; \
+	if [ "$(IMAGES_TEST)" = auto ]; then \
+	  if why=$$(docker/engine.sh --check 2>&1); then envs="$$envs,images"; \
+	  else echo "make test: the images env is SKIPPED: $$why"; fi; \
+	fi; \
+	echo "PATH=... tox run -e $$envs"; \
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/tox run -e $$envs
 
 # The tox envs, (re)built from scratch after every reinstall of .venv or change of tox.ini:
 # tox itself does not see a new dependency in a package's pyproject.toml (see tox.ini).
 $(TOX_STAMP): $(STAMP) tox.ini
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/tox run --notest --recreate -e $(TOX_ENVS)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/tox run --notest --recreate -e $(TOX_ALL_ENVS)
 	@touch $@
 
 ## test-fast: the pytest suites only, no tox.
