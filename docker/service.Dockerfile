@@ -28,12 +28,11 @@ RUN /opt/venv/bin/pip install --no-cache-dir --no-index --no-deps /wheels/projec
     && /opt/venv/bin/pip uninstall -q -y pip setuptools
 
 # ---- runtime: what every service image shares ----------------------------------------------
-FROM ${PYTHON_IMAGE} AS runtime
-COPY --from=builder /opt/venv /opt/venv
-COPY docker/healthcheck.py /opt/clepsydra/healthcheck.py
+FROM ${PYTHON_IMAGE} AS runtime-base
 # /data: the services' data (volumes); created here so a fresh named volume takes its owner
-RUN mkdir -p /data/store/consumequeue /data/scheduler /data/exports \
+RUN mkdir -p /data/store/consumequeue /data/scheduler /data/exports /data/reports /data/analytics \
     && chown -R 10001:10001 /data
+COPY docker/healthcheck.py /opt/clepsydra/healthcheck.py
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -41,9 +40,13 @@ ENV PATH=/opt/venv/bin:$PATH \
     CLEPSYDRA_HOME=/data \
     CLEPSYDRA_STORE_BIND=0.0.0.0 \
     CLEPSYDRA_RETRY_BIND=0.0.0.0 \
-    CLEPSYDRA_SCHEDULER_BIND=0.0.0.0
+    CLEPSYDRA_SCHEDULER_BIND=0.0.0.0 \
+    CLEPSYDRA_ANALYTICS_BIND=0.0.0.0
 WORKDIR /data
 USER 10001:10001
+
+FROM runtime-base AS runtime
+COPY --from=builder /opt/venv /opt/venv
 
 # ---- one target per service -----------------------------------------------------------------
 FROM runtime AS store
@@ -76,17 +79,26 @@ CMD ["python", "-m", "clepsydra_retry"]
 # ---- analytics (built only when services/analytics exists: tools/images.py) ---------------
 # Last in the file: the classic builder builds every stage before the target it is asked for.
 FROM builder AS builder-analytics
-COPY build/wheelhouse/analytics/ /wheels/analytics/
+# its dependencies beyond requirements/images.txt, then its own wheel (tools/images.py). The
+# exporter and `serve` run no Spark job and draw no chart: PySpark, py4j (~460 MB) and
+# matplotlib with its dependencies (~100 MB) are only in clepsydra/analytics-spark. `pip check`
+# would miss them; importing the exporter and the API proves what they need is there.
+COPY build/wheelhouse/analytics-deps/ /wheels/analytics-deps/
 RUN /opt/venv/bin/python -m ensurepip \
-    && /opt/venv/bin/pip install --no-cache-dir --no-index --no-deps /wheels/analytics/*.whl \
-    && /opt/venv/bin/pip install --no-cache-dir --no-index --no-deps \
-       /wheels/project/clepsydra_analytics-*.whl \
-    && /opt/venv/bin/pip check \
-    && /opt/venv/bin/pip uninstall -q -y pip setuptools
+    && find /wheels/analytics-deps -name '*.whl' ! -name 'pyspark-*' ! -name 'py4j-*' \
+       ! -name 'matplotlib-*' ! -name 'contourpy-*' ! -name 'cycler-*' ! -name 'fonttools-*' \
+       ! -name 'kiwisolver-*' ! -name 'pillow-*' ! -name 'pyparsing-*' -exec \
+       /opt/venv/bin/python -m pip install --no-cache-dir --no-index --no-deps {} +
+COPY build/wheelhouse/analytics/ /wheels/analytics/
+RUN /opt/venv/bin/python -m pip install --no-cache-dir --no-index --no-deps \
+       /wheels/analytics/*.whl \
+    && /opt/venv/bin/python -c "import clepsydra_analytics.exporter, clepsydra_analytics.app" \
+    && /opt/venv/bin/python -m compileall -q /opt/venv/lib \
+    && /opt/venv/bin/python -m pip uninstall -q -y pip setuptools
 
 # `export` (the default) consumes the exported topics into Parquet under /data/exports;
 # `serve` (port 8085, /healthz) serves the reports: the compose file and the manifests choose.
-FROM runtime AS analytics-exporter
+FROM runtime-base AS analytics-exporter
 COPY --from=builder-analytics /opt/venv /opt/venv
 EXPOSE 8085
 CMD ["python", "-m", "clepsydra_analytics", "export"]

@@ -14,23 +14,33 @@ ARG JAVA_IMAGE=clepsydra/base-java:bookworm
 FROM ${JAVA_IMAGE} AS builder
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 COPY build/wheelhouse/deps/ /wheels/deps/
-COPY build/wheelhouse/analytics/ /wheels/analytics/
+COPY build/wheelhouse/analytics-deps/ /wheels/analytics-deps/
 COPY build/wheelhouse/project/ /wheels/project/
+COPY build/wheelhouse/analytics/ /wheels/analytics/
+# clepsydra-client named as well: the analytics package imports it (its store reader)
 RUN python3 -m venv /opt/venv \
     && /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /wheels/deps \
-       --find-links /wheels/analytics --find-links /wheels/project clepsydra-analytics \
+       --find-links /wheels/analytics-deps --find-links /wheels/project \
+       --find-links /wheels/analytics clepsydra-analytics clepsydra-client \
     && /opt/venv/bin/pip check \
+    && /opt/venv/bin/python -m compileall -q /opt/venv/lib \
     && /opt/venv/bin/pip uninstall -q -y pip setuptools
 
 FROM ${JAVA_IMAGE}
 COPY --from=builder /opt/venv /opt/venv
-RUN mkdir -p /data/exports /data/reports && chown -R 10001:10001 /data
+# Java takes user.home from the passwd entry, not $HOME (Spark's Ivy dir under it): give uid
+# 10001 an entry whose home is the tmpfs
+RUN useradd --uid 10001 --user-group --home-dir /tmp --no-create-home \
+        --shell /usr/sbin/nologin clepsydra \
+    && mkdir -p /data/exports /data/reports /data/analytics && chown -R 10001:10001 /data
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     HOME=/tmp \
     JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64 \
     SPARK_LOCAL_DIRS=/tmp \
+    SPARK_LOCAL_IP=127.0.0.1 \
+    SPARK_LOCAL_HOSTNAME=localhost \
     CLEPSYDRA_HOME=/data
 WORKDIR /data
 USER 10001:10001

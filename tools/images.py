@@ -159,30 +159,45 @@ def wheelhouse() -> None:
                 env={**os.environ, "SOURCE_DATE_EPOCH": SOURCE_DATE_EPOCH}, quiet=True)
             _sync(Path(tmp), deps)
         shutil.copyfile(LOCK, stamp)
-    packages = [*PACKAGES, ANALYTICS] if analytics_present() else list(PACKAGES)
     with tempfile.TemporaryDirectory() as tmp:
-        run(_pip("wheel", "-q", "--no-deps", *[str(REPO / p) for p in packages], "-w", tmp),
+        run(_pip("wheel", "-q", "--no-deps", *[str(REPO / p) for p in PACKAGES], "-w", tmp),
             env={**os.environ, "SOURCE_DATE_EPOCH": SOURCE_DATE_EPOCH}, quiet=True)
         changed = _sync(Path(tmp), WHEELHOUSE / "project")
     say("wheelhouse: project wheels " + (", ".join(changed) if changed else "unchanged"))
     if analytics_present():
-        analytics_deps()
+        analytics_wheels()
+    else:  # out of the build context (PySpark alone is ~460 MB)
+        for sub in ("analytics", "analytics-deps"):
+            shutil.rmtree(WHEELHOUSE / sub, ignore_errors=True)
 
 
-def analytics_deps() -> None:
-    """The analytics package's dependencies (not pinned in requirements/images.txt: that
-    package is built on its own branch), downloaded once per change of its pyproject.toml."""
-    dest = WHEELHOUSE / "analytics"
+def analytics_wheels() -> None:
+    """build/wheelhouse/analytics: the analytics package's wheel (rebuilt like the others);
+    build/wheelhouse/analytics-deps: its dependencies that requirements/images.txt does not
+    already hold (not pinned there: the package is built on its own branch), made again only
+    when its pyproject.toml changes. Kept apart from project/ so the analytics package never
+    changes a layer of the service images."""
+    sde = {**os.environ, "SOURCE_DATE_EPOCH": SOURCE_DATE_EPOCH}
+    with tempfile.TemporaryDirectory() as tmp:
+        run(_pip("wheel", "-q", "--no-deps", str(REPO / ANALYTICS), "-w", tmp), env=sde,
+            quiet=True)
+        changed = _sync(Path(tmp), WHEELHOUSE / "analytics")
+    say("wheelhouse: analytics wheel " + (", ".join(changed) if changed else "unchanged"))
+    dest = WHEELHOUSE / "analytics-deps"
     stamp = dest / "pyproject.toml"
     source = REPO / ANALYTICS / "pyproject.toml"
     if stamp.exists() and filecmp.cmp(stamp, source, shallow=False):
         return
     say("wheelhouse: the analytics package's dependencies")
+    have = {p.name for sub in ("deps", "project", "analytics")
+            for p in (WHEELHOUSE / sub).glob("*.whl")}
     with tempfile.TemporaryDirectory() as tmp:
-        run(_pip("wheel", "-q", "-c", str(LOCK), str(REPO / ANALYTICS), "-w", tmp),
-            env={**os.environ, "SOURCE_DATE_EPOCH": SOURCE_DATE_EPOCH}, quiet=True)
-        for own in Path(tmp).glob("clepsydra_*.whl"):
-            own.unlink()
+        run(_pip("wheel", "-q", "-c", str(LOCK), "--find-links", str(WHEELHOUSE / "project"),
+                 "--find-links", str(WHEELHOUSE / "deps"), str(REPO / ANALYTICS), "-w", tmp),
+            env=sde, quiet=True)
+        for wheel in Path(tmp).glob("*.whl"):
+            if wheel.name in have or wheel.name.startswith("clepsydra_"):
+                wheel.unlink()
         _sync(Path(tmp), dest)
     shutil.copyfile(source, stamp)
 

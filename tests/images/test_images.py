@@ -241,4 +241,6 @@ def test_the_analytics_job_runs_once_over_the_export(stack: dict[str, str]) -> N
                            "-f", str(REPO / "docker/compose.loopback.yaml"),
                            "--profile", "jobs", "run", "--rm", "analytics-report"],
                           env=env, capture_output=True, text=True, timeout=800, check=False)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    causes = [line for line in (proc.stdout + proc.stderr).splitlines()
+              if "Caused by" in line or "Error" in line or "Exception" in line]
+    assert proc.returncode == 0, "\n".join(causes[:20]) + proc.stderr[-2000:]

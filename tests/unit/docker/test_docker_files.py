@@ -42,9 +42,9 @@ def test_compose_files_follow_the_compose_specification() -> None:
 def test_every_service_target_runs_as_uid_10001_with_its_command() -> None:
     text = (DOCKER / "service.Dockerfile").read_text()
     targets = re.findall(r"^FROM \S+ AS (\S+)$", text, flags=re.M)
-    assert targets == ["builder", "runtime", "store", "scheduler-worker", "scheduler-beat",
-                       "retry", "builder-analytics", "analytics-exporter"]
-    runtime = text[text.index("AS runtime"):text.index("AS store")]
+    assert targets == ["builder", "runtime-base", "runtime", "store", "scheduler-worker",
+                       "scheduler-beat", "retry", "builder-analytics", "analytics-exporter"]
+    runtime = text[text.index("AS runtime-base"):text.index("AS store")]
     assert "USER 10001:10001" in runtime and "COPY --from=builder /opt/venv" in runtime
     assert "/wheels" not in runtime  # the wheelhouse stays in the builder
     commands = re.findall(r'^CMD \["python", "-m", (.+)\]$', text, flags=re.M)
