@@ -57,7 +57,9 @@ def scheduler_processes(home: Path, *, store_url: str, redis_url: str) -> list[P
     env = {"CLEPSYDRA_HOME": str(home), "CLEPSYDRA_STORE_URL": store_url,
            "CLEPSYDRA_REDIS_URL": redis_url, "CLEPSYDRA_DELAY_LEVELS": LEVELS_1S,
            "CLEPSYDRA_SCHEDULER_KEEPALIVE_S": "1", "CLEPSYDRA_SCHEDULER_POLL_MS": "100",
-           "CLEPSYDRA_SCHEDULER_BACKOFF_S": "1"}
+           "CLEPSYDRA_SCHEDULER_BACKOFF_S": "1",
+           "CLEPSYDRA_SCHEDULER_PORT": str(free_port()),
+           "CLEPSYDRA_SCHEDULER_BEAT_PORT": str(free_port())}
     return [Process(f"scheduler-{role}", [sys.executable, "-m", "clepsydra_scheduler", role],
                     env=env, log_dir=home / "logs") for role in ("worker", "beat")]
 
