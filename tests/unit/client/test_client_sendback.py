@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from clepsydra_client.message import Message
 from clepsydra_client.sendback import SendBack, failure_reason, fallback_properties
+from clepsydra_client.settings import ensure_tracing
 from clepsydra_core import properties as P
 from clepsydra_core.errors import Unavailable
 from tests.unit.client.fakes import FakeHttp, FakeRetry, as_http, failing
@@ -34,13 +35,19 @@ def test_send_back_calls_the_retry_service_with_reason_and_consumer() -> None:  
     retry = FakeRetry(lambda item: {"outcome": "RETRY", "topic": "%RETRY%g", "delayLevel": 5,
                                     "msgId": "X"})
     store = FakeHttp()
+    ensure_tracing("none")  # what a consumer does: spans have ids even when not exported
     sb = SendBack("g", "10.0.0.1@1", store=as_http(store), retry=as_http(retry))
     outcome = sb.send_back(MSG, 0, None, "ValueError: bad")
     assert outcome.outcome == "RETRY" and not outcome.fallback
     assert retry.calls[0][:2] == ("POST", "/v1/groups/g/send-back/batch")
-    assert retry.items == [{"commitLogOffset": 4096, "delayLevel": 0, "originTopic": "orders",
-                            "reason": "ValueError: bad", "consumerId": "10.0.0.1@1",
-                            "topic": "orders", "queueId": 0, "queueOffset": 3}]
+    item = dict(retry.items[0])
+    # the item names the attempt's own context (a batch gathers several threads' send-backs)
+    traceparent = item.pop(P.TRACEPARENT)
+    assert traceparent.startswith("00-") and traceparent.split("-")[1] != "0" * 32
+    assert item == {"commitLogOffset": 4096, "delayLevel": 0, "originTopic": "orders",
+                    "reason": "ValueError: bad", "consumerId": "10.0.0.1@1",
+                    "topic": "orders", "queueId": 0, "queueOffset": 3}
+    assert len(retry.items) == 1
     assert store.calls == []
 
 

@@ -179,9 +179,7 @@ class SendBack:
         group's retryMaxTimes in charge (R5)."""
         with self._tracer.start_as_current_span(
                 "client.send_back", kind=trace.SpanKind.CLIENT,
-                attributes={"messaging.system": "clepsydra", "messaging.message.id": msg.msg_id,
-                            "messaging.consumer.group.name": self.group,
-                            "messaging.clepsydra.delay_level": delay_level}) as span:
+                attributes=self._attributes(msg, delay_level)) as span:
             if self.batcher is not None:
                 body: dict[str, Any] = {
                     "commitLogOffset": msg.commitlog_offset, "delayLevel": delay_level,
@@ -190,9 +188,14 @@ class SendBack:
                     "queueId": msg.queue_id, "queueOffset": msg.queue_offset}
                 if max_reconsume_times is not None:
                     body["maxReconsumeTimes"] = max_reconsume_times
+                # A batch carries several threads' send-backs in one call: each item names
+                # its own attempt, so the retry service's span continues the right trace.
+                carrier = telemetry.inject({})
+                if P.TRACEPARENT in carrier:
+                    body[P.TRACEPARENT] = carrier[P.TRACEPARENT]
                 try:
                     outcome = _outcome(self.batcher.submit(body), delay_level)
-                    span.set_attribute("messaging.clepsydra.outcome", outcome.outcome)
+                    span.set_attribute(telemetry.OUTCOME, outcome.outcome)
                     return outcome
                 except ClepsydraError as exc:
                     logger.warning("send-back failed, sending to the retry topic directly (R9) "
@@ -200,9 +203,17 @@ class SendBack:
             max_times = (max_reconsume_times or msg.max_reconsume_times
                          or DEFAULT_MAX_RECONSUME_TIMES)
             outcome = self.fallback(msg, delay_level, max_times, reason)
-            span.set_attribute("messaging.clepsydra.outcome", outcome.outcome)
-            span.set_attribute("messaging.clepsydra.fallback", True)
+            span.set_attribute(telemetry.OUTCOME, outcome.outcome)
+            span.set_attribute(telemetry.FALLBACK, True)
             return outcome
+
+    def _attributes(self, msg: Message, delay_level: int) -> dict[str, str | int | bool]:
+        return {telemetry.MESSAGING_SYSTEM: telemetry.SYSTEM,
+                telemetry.OPERATION_TYPE: telemetry.SETTLE,
+                telemetry.OPERATION_NAME: "send_back",
+                telemetry.DESTINATION: msg.origin_topic, telemetry.MESSAGE_ID: msg.msg_id,
+                telemetry.CONSUMER_GROUP: self.group, telemetry.DELAY_LEVEL: delay_level,
+                telemetry.RECONSUME_TIMES: msg.reconsume_times}
 
     def fallback(self, msg: Message, delay_level: int, max_reconsume_times: int,
                  reason: str) -> SendBackOutcome:
@@ -220,11 +231,10 @@ class SendBack:
     def dead_letter(self, msg: Message, max_reconsume_times: int, reason: str) -> SendBackOutcome:
         """R12: an orderly consumer gave up locally; ``RECONSUME_TIME`` = max makes the store
         reroute the copy to ``%DLQ%<group>`` (R10)."""
-        with self._tracer.start_as_current_span(
-                "client.send_back", kind=trace.SpanKind.CLIENT,
-                attributes={"messaging.system": "clepsydra", "messaging.message.id": msg.msg_id,
-                            "messaging.consumer.group.name": self.group,
-                            "messaging.clepsydra.orderly": True}):
+        attributes = self._attributes(msg, 0)
+        attributes[telemetry.ORDERLY] = True
+        with self._tracer.start_as_current_span("client.send_back", kind=trace.SpanKind.CLIENT,
+                                                attributes=attributes):
             return self._send_retry_copy(msg, 0, max_reconsume_times, max_reconsume_times,
                                          reason, fallback=False)
 

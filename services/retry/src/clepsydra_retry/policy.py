@@ -70,6 +70,8 @@ class SendBack:
     origin_topic: str | None = None
     reason: str | None = None
     consumer_id: str | None = None
+    traceparent: str | None = None
+    """The W3C context of the consume attempt that failed (a batch item's own; issue 19)."""
 
 
 @dataclass(frozen=True, slots=True)
