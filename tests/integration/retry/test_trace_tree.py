@@ -11,7 +11,6 @@ receiver in this process, the producer and the push consumer run here and export
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -295,9 +294,6 @@ def test_one_trace_per_message_from_send_to_dead_letter(
             "# delayed, fails twice, then consumed\n"
             + Tree(spans, delayed_trace).render()
             + "\n\n# fails, retried, fails again, dead-lettered\n" + tree.render() + "\n")
-        Path(out + ".json").write_text(json.dumps(
-            [s.__dict__ for s in spans if s.trace_id in (delayed_trace, doomed_trace)],
-            default=list, indent=1))
 
 
 def admin_dlq_message(admin: AdminClient, group: str) -> dict[str, str]:
