@@ -12,6 +12,8 @@ Modes (the client in this process, the store as its own process):
   otlp   CLEPSYDRA_OTEL_EXPORTER=otlp at the default sampler (parent-based, always on), client
          and store exporting OTLP/HTTP (batch processor) to a collector stand-in that answers
          200 and drops the spans; target: within 5 % of ``off``
+  otlp1  the same with OTEL_TRACES_SAMPLER=parentbased_traceidratio, ratio 0.01 (one trace in
+         a hundred, what the prod overlay sets)
 
 Rounds interleave the modes (off, none, otlp, off, ...) so drift on a shared machine hits each
 alike; the best round of each mode is printed (FACTS.md: +-40 % between runs, compare ratios
@@ -41,7 +43,8 @@ from clepsydra_client.producer import OutgoingMessage, Producer
 from clepsydra_client.push import PushConsumer
 from clepsydra_core import telemetry
 
-MODES = ("off", "none", "otlp")
+MODES = ("off", "none", "otlp", "otlp1")
+RATIO = {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.01"}
 BODY = "x" * 100
 SINK = """
 import http.server, sys
@@ -60,10 +63,15 @@ def use_client_tracing(mode: str) -> None:
     if hasattr(old, "shutdown"):
         old.shutdown()
     telemetry.reset_after_fork()
+    for name, value in RATIO.items():
+        if mode == "otlp1":
+            os.environ[name] = value
+        else:
+            os.environ.pop(name, None)
     if mode == "off":
         trace.set_tracer_provider(trace.NoOpTracerProvider())
     else:
-        telemetry.init_tracing(telemetry.CLIENT_SERVICE, mode)
+        telemetry.init_tracing(telemetry.CLIENT_SERVICE, "otlp" if mode == "otlp1" else mode)
 
 
 class Cpu:
@@ -142,14 +150,18 @@ def main() -> int:
     os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{sink_port}"
     stores: dict[str, StoreProcess] = {}
     try:
-        for exporter in ("none", "otlp"):
-            os.environ["CLEPSYDRA_OTEL_EXPORTER"] = exporter
-            stores[exporter] = StoreProcess(home / exporter, "async")
+        for name in ("none", "otlp", "otlp1"):
+            os.environ["CLEPSYDRA_OTEL_EXPORTER"] = "none" if name == "none" else "otlp"
+            if name == "otlp1":
+                os.environ.update(RATIO)
+            stores[name] = StoreProcess(home / name, "async")
+        for name in RATIO:
+            os.environ.pop(name, None)
         produce: dict[str, list[tuple[float, float]]] = {m: [] for m in MODES}
         drain: dict[str, list[tuple[float, float]]] = {m: [] for m in MODES}
         for round_ in range(args.rounds):
             for mode in MODES:
-                store = stores["otlp" if mode == "otlp" else "none"]
+                store = stores["none" if mode == "off" else mode]
                 use_client_tracing(mode)
                 admin = AdminClient(store.url)
                 topic = f"bench-{mode}-{round_}"
