@@ -9,6 +9,7 @@ from clepsydra_client.message import Message
 from clepsydra_client.sendback import SendBack, failure_reason, fallback_properties
 from clepsydra_client.settings import ensure_tracing
 from clepsydra_core import properties as P
+from clepsydra_core import telemetry
 from clepsydra_core.errors import Unavailable
 from tests.unit.client.fakes import FakeHttp, FakeRetry, as_http, failing
 
@@ -99,7 +100,10 @@ def test_fallback_sends_a_new_message_to_the_retry_topic() -> None:  # SPEC R9
     store = FakeHttp(store_answer())
     sb = SendBack("g", "c1", store=as_http(store),
                   retry=as_http(FakeHttp(failing(Unavailable("down")))))
-    outcome = sb.send_back(MSG, 0, None, "boom")
+    ensure_tracing("none")
+    with telemetry.tracer("test").start_as_current_span(
+            "client.consume", context=telemetry.extract(MSG.properties)):
+        outcome = sb.send_back(MSG, 0, None, "boom")
     assert outcome.fallback and outcome.outcome == "RETRY"
     method, path, body = store.calls[0]
     assert (method, path) == ("POST", "/v1/topics/%25RETRY%25g/messages")
@@ -111,7 +115,9 @@ def test_fallback_sends_a_new_message_to_the_retry_topic() -> None:  # SPEC R9
     assert props[P.MAX_RECONSUME_TIMES] == "16"
     assert props[P.ORIGIN_MESSAGE_ID] == "M1"
     assert props[P.UNIQ_KEY] == "U1" and props["user"] == "v"
-    assert P.TRACEPARENT in props
+    # the copy continues from this attempt (its client.send_back span), in the message's trace
+    _, trace_id, span_id, _ = props[P.TRACEPARENT].split("-")
+    assert trace_id == "a" * 32 and span_id != "b" * 16
     for reserved in (P.TAGS, P.KEYS, P.REAL_TOPIC, P.DELIVER_TS):
         assert reserved not in props  # the store refuses reserved names from clients
     history = json.loads(props[P.FAILURE_HISTORY])

@@ -243,6 +243,9 @@ class SendBack:
         props = fallback_properties(msg, reconsume_times=reconsume,
                                     max_reconsume_times=max_times, reason=reason,
                                     consumer_id=self.consumer_id)
+        for name in (P.TRACEPARENT, P.TRACESTATE):  # the copy continues from this attempt
+            props.pop(name, None)
+        telemetry.inject(props)
         req: dict[str, Any] = encode_body(msg.body)
         req["properties"] = props
         if msg.tags:

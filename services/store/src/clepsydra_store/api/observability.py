@@ -51,9 +51,9 @@ the copy (one ``store.copy`` span per copied message instead, api/internal.py)."
 IN_TRACE_ONLY = frozenset({
     "schedule.entries", "topics.get_topic", "topics.list_topics", "groups.list_groups",
     "groups.get_group_settings", "groups.get_offsets", "groups.commit_offset",
-    "groups.heartbeat", "groups.list_consumers"})
+    "groups.heartbeat", "groups.list_consumers", "groups.unregister_consumer"})
 """Polls that carry no message - deliver timestamps read between hand-overs, a consumer's
-route look-ups, heartbeats, rebalances and offset commits, the retry service's group
+route look-ups, heartbeats, rebalances, offset commits and unregistering, the retry service's group
 refresh: a span only when the caller is inside a trace (a send-back's topic check is)."""
 
 
