@@ -22,7 +22,7 @@ from clepsydra_client.message import Message, MessageQueue
 from clepsydra_client.producer import OutgoingMessage
 from clepsydra_client.pull_consumer import PullConsumer
 from clepsydra_client.topics import fetch_topic_or_none
-from clepsydra_core import naming
+from clepsydra_core import naming, telemetry
 from clepsydra_core import properties as P
 from tests.fixtures.processes import wait_until
 
@@ -368,7 +368,7 @@ def test_consume_spans_continue_the_producers_trace_through_retries(
     consume = [s for s in memory_spans.get_finished_spans() if s.name == "client.consume"
                and s.context.trace_id == trace_id]
     assert all(s.parent is not None for s in consume)
-    assert sorted(int(str((s.attributes or {})["messaging.clepsydra.reconsume_times"]))
+    assert sorted(int(str((s.attributes or {})[telemetry.RECONSUME_TIMES]))
                   for s in consume) == [
         0, 1, 2]
     send_backs = [s for s in memory_spans.get_finished_spans()

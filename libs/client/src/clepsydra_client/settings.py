@@ -14,7 +14,7 @@ from clepsydra_client.rebalance import DEFAULT_BROKER_NAME
 from clepsydra_core import telemetry
 from clepsydra_core.settings import Env, env_float, env_int, env_str
 
-SERVICE_NAME = "clepsydra-client"
+SERVICE_NAME = telemetry.CLIENT_SERVICE
 
 
 @dataclass(frozen=True, slots=True)
