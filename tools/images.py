@@ -38,8 +38,18 @@ LOCAL_PYTHON_BASE = "clepsydra/base-python:bookworm"
 LOCAL_JAVA_BASE = "clepsydra/base-java:bookworm"
 LOCAL_REDIS_BASE = "clepsydra/base-redis:bookworm"
 SOURCE_DATE_EPOCH = "315532800"  # 1980-01-01: the earliest a zip file can say
-PACKAGES = ("libs/core", "services/store", "services/scheduler", "services/retry", "libs/client")
 ANALYTICS = "services/analytics"
+
+
+def _project_packages() -> tuple[str, ...]:
+    """Every package of requirements/packages.txt (its ``-e`` lines, in order) but analytics,
+    which has images of its own: one list of the repository's packages, not a second."""
+    lines = (REPO / "requirements" / "packages.txt").read_text().splitlines()
+    paths = [line.split(None, 1)[1].strip() for line in lines if line.startswith("-e ")]
+    return tuple(p.split("[", 1)[0] for p in paths if p != ANALYTICS)
+
+
+PACKAGES = _project_packages()
 COMPOSE_FILES = ("compose.yaml", "compose.loopback.yaml")
 COMPOSE_PROJECT = "clepsydra"
 """The compose project (volume and container names' prefix); CLEPSYDRA_COMPOSE_PROJECT
