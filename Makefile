@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TOX_STAMP := .tox/.installed
-TOX_ENVS ?= lint,type,unit,integration,e2e
+TOX_ENVS ?= lint,type,unit,integration,e2e,spark
 
 .PHONY: setup run test test-fast lint type bench clean redis-server
 
@@ -57,13 +57,13 @@ $(TOX_STAMP): $(STAMP) tox.ini
 
 ## test-fast: the pytest suites only, no tox.
 test-fast: setup
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q tests/unit tests/integration tests/e2e
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q tests/unit tests/integration tests/e2e tests/spark
 
 lint: setup
 	$(BIN)/ruff check .
 
 type: setup
-	$(BIN)/mypy libs/core/src services/store/src services/scheduler/src services/retry/src libs/client/src tools
+	$(BIN)/mypy libs/core/src services/store/src services/scheduler/src services/retry/src libs/client/src services/analytics/src tools
 
 bench: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python bench/store_produce.py
