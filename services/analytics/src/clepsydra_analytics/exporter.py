@@ -159,7 +159,9 @@ class Exporter:
         return result
 
     def _pull_into(self, buf: QueueBuffer, topic: str, queue_id: int) -> int:
-        raw = self.reader.pull(topic, queue_id, buf.next_offset, self.settings.pull_max,
+        room = max(1, self.settings.file_rows - buf.rows)
+        raw = self.reader.pull(topic, queue_id, buf.next_offset,
+                               min(self.settings.pull_max, room),
                                with_body=self.settings.export_body)
         messages = raw.get("messages") or []
         exported_at_ms = int(time.time() * 1000)
