@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from urllib.parse import quote, unquote
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
@@ -173,3 +174,16 @@ def parse_export_file_name(name: str) -> tuple[int, int, int] | None:
     if len(parts) != 3 or not all(p.isdigit() for p in parts):
         return None
     return int(parts[0]), int(parts[1]), int(parts[2])
+
+
+REPORT_HTML = "report.html"
+"""A report run's HTML page, in its run folder under the reports folder."""
+REPORT_RESULT = "result.json"
+"""A report run's results (the rows of every job), as `clepsydra report run --format json`."""
+REPORT_CHARTS_DIR = "charts"
+REPORT_TABLES_DIR = "tables"
+
+
+def report_run_id(started_ms: int, suffix: str) -> str:
+    """``20261125T103000Z-1a2b``: runs sort by start time."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(started_ms / 1000)) + f"-{suffix}"
