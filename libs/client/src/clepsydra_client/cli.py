@@ -7,9 +7,12 @@
     clepsydra groups list | show|settings|consumers|progress GROUP
     clepsydra dlq list|show|resend|purge|audit GROUP ...
     clepsydra levels
+    clepsydra report run [--job NAME ...] [--since 2h] [--format json] | list | show RUN_ID
+    clepsydra export status
 
 Where the services are: ``--store-url`` / ``--retry-url``, else ``CLEPSYDRA_STORE_URL`` /
-``CLEPSYDRA_RETRY_URL``. ``--json`` prints JSON for scripts. Errors print what to do, and the
+``CLEPSYDRA_RETRY_URL``; the analytics service: ``--analytics-url``, else
+``CLEPSYDRA_ANALYTICS_URL``. ``--json`` prints JSON for scripts. Errors print what to do, and the
 exit status is 1 (2 for a usage error, 130 after Ctrl-C).
 """
 
@@ -22,6 +25,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from clepsydra_client import commands as c
+from clepsydra_client.analytics_commands import AnalyticsUnavailable, add_analytics_commands
 from clepsydra_client.rebalance import STRATEGIES
 from clepsydra_client.settings import ClientSettings
 from clepsydra_core.errors import (
@@ -51,6 +55,7 @@ def build_parser() -> Parser:
     p = Parser(prog="clepsydra", description="Delayed messages, consumer retry and dead letters.")
     p.add_argument("--store-url", help="store service URL (CLEPSYDRA_STORE_URL)")
     p.add_argument("--retry-url", help="retry service URL (CLEPSYDRA_RETRY_URL)")
+    p.add_argument("--analytics-url", help="analytics service URL (CLEPSYDRA_ANALYTICS_URL)")
     p.add_argument("--json", action="store_true", help="print JSON (for scripts)")
     p.add_argument("--timeout", type=float, help="seconds to wait for a service answer")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -165,11 +170,15 @@ def build_parser() -> Parser:
 
     lv = sub.add_parser("levels", help="the delay table with backlog and lag per level")
     lv.set_defaults(fn=c.levels)
+    add_analytics_commands(sub, Parser)
     return p
 
 
 def hint(exc: ClepsydraError, ctx: c.Context) -> str:
     """What to do about an error."""
+    if isinstance(exc, AnalyticsUnavailable):
+        return ("is the analytics service running? `make run` starts it; or point "
+                f"--analytics-url (CLEPSYDRA_ANALYTICS_URL) at it (now {ctx.analytics_url})")
     if isinstance(exc, Unavailable):
         return ("is the service running? Start the local stack with `make run`, or point "
                 "--store-url / --retry-url (CLEPSYDRA_STORE_URL / CLEPSYDRA_RETRY_URL) at it "
@@ -209,7 +218,8 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
     ctx = c.Context(store_url=args.store_url or settings.store_url,
                     retry_url=args.retry_url or settings.retry_url, json=args.json,
                     timeout_s=args.timeout or settings.timeout_s, out=out, err=err,
-                    progress=not args.no_progress)
+                    progress=not args.no_progress,
+                    analytics_url=args.analytics_url or settings.analytics_url)
     try:
         result = args.fn(args, ctx)
     except KeyboardInterrupt:

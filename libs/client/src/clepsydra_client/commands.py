@@ -45,6 +45,7 @@ class Context:
     out: TextIO = field(default_factory=lambda: sys.stdout)
     err: TextIO = field(default_factory=lambda: sys.stderr)
     progress: bool = True
+    analytics_url: str = "http://127.0.0.1:8085"
     _admin: AdminClient | None = None
 
     def admin(self) -> AdminClient:
