@@ -12,6 +12,9 @@ Each child runs in its own process group, with its output in ``CLEPSYDRA_HOME/lo
     retry             python -m clepsydra_retry               ready: GET /healthz answers 200
     scheduler-worker  python -m clepsydra_scheduler worker    ready: its log says "ready"
     scheduler-beat    python -m clepsydra_scheduler beat      ready: running
+    analytics-export  python -m clepsydra_analytics export    ready: running
+    analytics-api     python -m clepsydra_analytics serve     ready: GET /healthz answers 200
+    analytics-schedule python -m clepsydra_analytics schedule ready: its log says "ready"
 
 Once all are ready it prints exactly one line ``clepsydra: ready`` and a table of addresses.
 SIGINT, SIGTERM or SIGHUP: SIGTERM to every child group (services first, Redis last), wait,
@@ -260,24 +263,39 @@ class Stack:
                   logs / "scheduler-worker.log", _worker_ready),
             Child("scheduler-beat", [py, "-m", "clepsydra_scheduler", "beat"],
                   logs / "scheduler-beat.log", _running),
+            Child("analytics-export", [py, "-m", "clepsydra_analytics", "export"],
+                  logs / "analytics-export.log", _running),
+            Child("analytics-api", [py, "-m", "clepsydra_analytics", "serve"],
+                  logs / "analytics-api.log", _http_ready(self.analytics_url)),
+            Child("analytics-schedule", [py, "-m", "clepsydra_analytics", "schedule"],
+                  logs / "analytics-schedule.log", _worker_ready),
         ]
+
+    @property
+    def analytics_url(self) -> str:
+        """Where the analytics API answers (CLEPSYDRA_ANALYTICS_URL / _PORT, as it reads them)."""
+        port = self.env.get("CLEPSYDRA_ANALYTICS_PORT") or "8085"
+        return self.env.get("CLEPSYDRA_ANALYTICS_URL") or f"http://127.0.0.1:{port}"
 
     def _ready_what(self, child: Child) -> str:
         if child.name == "store":
             return f"store at {self.settings.common.store_url}/healthz"
         if child.name == "retry":
             return f"retry at {self.settings.common.retry_url}/healthz"
-        if child.name == "scheduler-worker":
-            return "scheduler-worker logging 'ready'"
+        if child.name in ("scheduler-worker", "analytics-schedule"):
+            return f"{child.name} logging 'ready'"
+        if child.name == "analytics-api":
+            return f"analytics-api at {self.analytics_url}/healthz"
         return child.name
 
     def address_table(self) -> str:
         c = self.settings.common
         rows = [("store", c.store_url), ("retry", c.retry_url),
+                ("analytics", self.analytics_url),
                 ("redis", c.effective_redis_url + ("" if self.settings.own_redis
                                                    else " (CLEPSYDRA_REDIS_URL)")),
                 ("home", str(c.home)), ("logs", str(self.settings.log_dir))]
-        table = "\n".join(f"  {name:<6} {value}" for name, value in rows)
+        table = "\n".join(f"  {name:<9} {value}" for name, value in rows)
         return f"{table}\n  Ctrl-C stops every process of the stack."
 
     def _take_home_lock(self) -> None:

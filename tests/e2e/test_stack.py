@@ -97,6 +97,7 @@ def start_stack(tmp_path: Path) -> Iterator[Callable[..., RunningStack]]:
             "CLEPSYDRA_STORE_PORT": str(store_port),
             "CLEPSYDRA_RETRY_PORT": str(retry_port),
             "CLEPSYDRA_REDIS_PORT": str(redis_port),
+            "CLEPSYDRA_ANALYTICS_PORT": str(free_port()),
             **extra_env,
         })
         output_path = tmp_path / f"stack{len(started)}.out"
