@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -93,6 +94,7 @@ class Exporter:
         self.positions: dict[tuple[str, int], int] = {}
         self.rows_written_total = 0
         self._last_snapshot_s: float | None = None
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="export-pull")
 
     # ---- start ---------------------------------------------------------------------------
 
@@ -138,11 +140,7 @@ class Exporter:
                 position = buf.next_offset if buf else self._resume_offset(*key, q.min_offset)
                 if buf is None:
                     buf = self.buffers[key] = QueueBuffer(position, position)
-                while buf.next_offset < q.max_offset and buf.rows < s.file_rows:
-                    pulled = self._pull_into(buf, info.name, q.queue_id)
-                    result.rows_pulled += pulled
-                    if pulled == 0:
-                        break
+                result.rows_pulled += self._pull_queue(buf, info.name, q.queue_id, q.max_offset)
                 if buf.next_offset < q.max_offset:
                     result.caught_up = False
                 now = self.clock_s()
@@ -158,24 +156,47 @@ class Exporter:
         self._maybe_snapshot(force_flush)
         return result
 
-    def _pull_into(self, buf: QueueBuffer, topic: str, queue_id: int) -> int:
-        room = max(1, self.settings.file_rows - buf.rows)
-        raw = self.reader.pull(topic, queue_id, buf.next_offset,
-                               min(self.settings.pull_max, room),
-                               with_body=self.settings.export_body)
-        messages = raw.get("messages") or []
+    def _fetch(self, buf_rows: int, topic: str, queue_id: int,
+               queue_offset: int) -> Future[dict[str, Any]]:
+        room = max(1, self.settings.file_rows - buf_rows)
+        return self._pool.submit(self.reader.pull, topic, queue_id, queue_offset,
+                                 min(self.settings.pull_max, room),
+                                 with_body=self.settings.export_body)
+
+    def _pull_queue(self, buf: QueueBuffer, topic: str, queue_id: int, max_offset: int) -> int:
+        """Pull into ``buf`` until the queue's end (as listed) or a file's worth. The next pull
+        is already on its way while this one's rows are converted (the store's time and ours
+        overlap on two cores)."""
+        if buf.next_offset >= max_offset or buf.rows >= self.settings.file_rows:
+            return 0
+        pulled = 0
+        pending: Future[dict[str, Any]] | None = self._fetch(buf.rows, topic, queue_id,
+                                                             buf.next_offset)
+        while pending is not None:
+            raw = pending.result()
+            pending = None
+            messages = raw.get("messages") or []
+            next_offset = max(int(raw.get("nextOffset", buf.next_offset + len(messages))),
+                              buf.next_offset)
+            rows_after = buf.rows + len(messages)
+            if messages and next_offset < max_offset and rows_after < self.settings.file_rows:
+                pending = self._fetch(rows_after, topic, queue_id, next_offset)
+            self._apply(buf, topic, queue_id, messages, next_offset)
+            pulled += len(messages)
+        return pulled
+
+    def _apply(self, buf: QueueBuffer, topic: str, queue_id: int,
+               messages: list[dict[str, Any]], next_offset: int) -> None:
         exported_at_ms = int(time.time() * 1000)
         for m in messages:
             schemas.append_message(buf.cols, m, with_body=self.settings.export_body,
                                    exported_at_ms=exported_at_ms)
-        next_offset = int(raw.get("nextOffset", buf.next_offset + len(messages)))
         if buf.first_pull_s is None and messages:
             buf.first_pull_s = self.clock_s()
         if next_offset > buf.next_offset and not messages and buf.rows == 0:
             buf.start_offset = next_offset  # a gap (retention): nothing to write for it
             self.positions[(topic, queue_id)] = next_offset
-        buf.next_offset = max(next_offset, buf.next_offset)
-        return len(messages)
+        buf.next_offset = next_offset
 
     def _flush(self, topic: str, queue_id: int, buf: QueueBuffer) -> tuple[int, int]:
         """Write the buffer as one file per UTC hour (contiguous offset runs), then commit."""
