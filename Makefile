@@ -45,7 +45,7 @@ redis-server: $(STAMP)
 run: setup
 	@export PATH="$(CURDIR)/$(BIN):$$PATH"; exec $(BIN)/python -m tools.stack
 
-## test: set up, then run every tox env (lint, type, unit, integration, e2e).
+## test: set up, then run every tox env (lint, type, unit, integration, e2e, spark).
 test: setup $(TOX_STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/tox run -e $(TOX_ENVS)
 
