@@ -1,6 +1,7 @@
 """Retry funnel per consumer group and original topic (SPEC R4-R8, R15).
 
-For each (group, topic) the denominator is the topic's messages in the window; a group counts
+For each (group, topic) the denominator is the topic's messages in the window (rows: the export
+holds each message once); a group counts
 for a topic when it has committed offsets on it (the lag snapshot) or retried / dead-lettered
 one of its messages. A message's fate in a group comes from the group's ``%RETRY%`` copies
 (``ORIGIN_MESSAGE_ID``, the highest ``reconsumeTimes`` = the retries it needed) and its
@@ -37,7 +38,7 @@ def funnel(messages: DataFrame, lag_snapshot: DataFrame) -> DataFrame:
     """One row per (group, topic): total, first_time, after_retries (retries -> count),
     dead_lettered, and the shares of first_time and dead_lettered."""
     totals = (messages.where(is_user_topic(F.col("topic")))
-              .groupBy("topic").agg(F.countDistinct("msg_id").alias("total")))
+              .groupBy("topic").agg(F.count(F.lit(1)).alias("total")))
     failed = failures(messages)
     pairs = (lag_snapshot.where(is_user_topic(F.col("topic")))
              .select("consumer_group", "topic")
