@@ -42,7 +42,7 @@ def _cli(analytics_url: str, *argv: str) -> tuple[int, str, str]:
 def test_report_numbers_equal_the_workload(
         start_stack: Callable[..., RunningStack]) -> None:
     stack = start_stack(CLEPSYDRA_DELAY_LEVELS="1s 2s 3s",
-                        CLEPSYDRA_ANALYTICS_EXPORT_FLUSH_S="1",
+                        CLEPSYDRA_ANALYTICS_EXPORT_FLUSH_S="600",  # the run must ask for it
                         CLEPSYDRA_ANALYTICS_EXPORT_POLL_S="0.2",
                         CLEPSYDRA_ANALYTICS_SCHEDULE_S="20",
                         CLEPSYDRA_ANALYTICS_SPARK_MEMORY="1g",

@@ -168,3 +168,23 @@ def test_store_away_is_unavailable_not_a_crash(tmp_path: Path) -> None:
     stop.set()
     exporter.run(stop)  # returns: a stopped exporter with nothing buffered
     assert requests is not None
+
+
+def test_a_jobs_run_makes_the_running_exporter_flush_now(
+        start_store: Callable[..., HttpService], tmp_path: Path) -> None:
+    from clepsydra_analytics.runner import request_flush
+
+    store = start_store()
+    create_topic(store.url, "orders")
+    settings = settings_for(store.url, tmp_path, CLEPSYDRA_ANALYTICS_EXPORT_POLL_S="0.05",
+                            CLEPSYDRA_ANALYTICS_EXPORT_FLUSH_S="600")
+    exporter = Exporter(settings)
+    exporter.prepare()
+    ids = produce(store.url, "orders", 30)
+    for _ in range(3):
+        exporter.cycle()
+    assert sum(exported_ids(settings).values()) == 0  # buffered, the interval not reached
+    request_flush(settings)
+    assert exporter.cycle().rows_written == 30
+    assert exported_ids(settings) == {i: 1 for i in ids}
+    assert exporter.cycle().rows_written == 0  # one request, one flush

@@ -136,6 +136,9 @@ EXPORT_GROUP = "clepsydra-analytics-export"
 """The exporter's own consumer group."""
 EXPORT_TEMP_PREFIX = ".tmp-"
 """A file being written; readers (Spark, pyarrow) skip names starting with a dot."""
+EXPORT_FLUSH_REQUEST = "export-flush-request"
+"""Touched (in the analytics state folder) by a jobs run that wants the running exporter to
+write its buffers now."""
 EXPORT_SNAPSHOT_DIR = "_snapshots"
 """Small tables the exporter refreshes each cycle (schedule levels, consumer lag)."""
 

@@ -29,6 +29,7 @@ from clepsydra_analytics import schemas
 from clepsydra_analytics.export_files import ExportFiles, hour_of
 from clepsydra_analytics.settings import AnalyticsSettings
 from clepsydra_analytics.store_reader import StoreReader
+from clepsydra_core import naming
 from clepsydra_core.errors import ClepsydraError, ConfigError
 
 logger = logging.getLogger(__name__)
@@ -94,6 +95,7 @@ class Exporter:
         self.positions: dict[tuple[str, int], int] = {}
         self.rows_written_total = 0
         self._last_snapshot_s: float | None = None
+        self._flush_request_ns: int | None = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="export-pull")
 
     # ---- start ---------------------------------------------------------------------------
@@ -104,6 +106,7 @@ class Exporter:
         self.files.remove_temp_files()
         self.positions = dict(self.files.exported_ends())
         self.buffers.clear()
+        self._flush_request_ns = self._flush_request_stamp()
         logger.info("exporter ready root=%s queues_with_files=%d", self.files.root,
                     len(self.positions))
 
@@ -128,7 +131,9 @@ class Exporter:
 
     def cycle(self, *, force_flush: bool = False) -> CycleResult:
         """Pull what is new in every matching queue (up to a file's worth each), write the
-        buffers that are due, commit. ``force_flush`` writes every buffer."""
+        buffers that are due, commit. ``force_flush`` (or a flush request from a jobs run on
+        this machine) writes every buffer."""
+        force_flush = self._flush_requested() or force_flush
         result = CycleResult()
         s = self.settings
         for info in self.reader.topics():
@@ -229,6 +234,22 @@ class Exporter:
         logger.info("exported topic=%s queue_id=%d rows=%d files=%d end_offset=%d", topic,
                     queue_id, written, files, end)
         return written, files
+
+    def _flush_request_stamp(self) -> int:
+        try:
+            return (self.settings.state_dir / naming.EXPORT_FLUSH_REQUEST).stat().st_mtime_ns
+        except FileNotFoundError:
+            return 0
+
+    def _flush_requested(self) -> bool:
+        """True once per touch of the flush-request file after this exporter started."""
+        stamp = self._flush_request_stamp()
+        if self._flush_request_ns is None:
+            self._flush_request_ns = stamp  # a request older than this exporter is not for it
+        if stamp == self._flush_request_ns:
+            return False
+        self._flush_request_ns = stamp
+        return True
 
     # ---- snapshots -----------------------------------------------------------------------
 

@@ -67,8 +67,9 @@ class RunResult:
 
 
 def catch_up(settings: AnalyticsSettings) -> ExportCatchUp:
-    """Export what is not exported yet: here when no exporter runs on this machine, else wait
-    (up to the catch-up timeout) for the running one to reach the queues' current ends."""
+    """Export what is not exported yet: here when no exporter runs on this machine, else ask
+    the running one to flush and wait (up to the catch-up timeout) until it reaches the
+    queues' current ends."""
     try:
         lock = ExporterLock(settings.state_dir)
         if lock.acquire():
@@ -80,6 +81,7 @@ def catch_up(settings: AnalyticsSettings) -> ExportCatchUp:
                                      result.rows_written)
             finally:
                 lock.release()
+        request_flush(settings)
         files = ExportFiles(settings.export_uri)
         done = wait_caught_up(files, StoreReader(settings.store_url), settings.topics,
                               settings.catch_up_timeout_s)
@@ -89,6 +91,15 @@ def catch_up(settings: AnalyticsSettings) -> ExportCatchUp:
     except ClepsydraError as exc:
         logger.warning("export before the jobs failed, running on what is exported: %s", exc)
         return ExportCatchUp("store-unavailable")
+
+
+def request_flush(settings: AnalyticsSettings) -> None:
+    """Ask the exporter running on this machine to write its buffers now (it looks at this
+    file's time every cycle) instead of at its flush interval."""
+    path = settings.state_dir / naming.EXPORT_FLUSH_REQUEST
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch()
+    os.utime(path, ns=(time.time_ns(), time.time_ns()))
 
 
 def _new_run_dir(settings: AnalyticsSettings, now_ms: int) -> tuple[str, Path]:

@@ -110,7 +110,7 @@ class AnalyticsSettings:
             export_group=env_str(env, "CLEPSYDRA_ANALYTICS_EXPORT_GROUP", naming.EXPORT_GROUP),
             poll_interval_s=env_float(env, "CLEPSYDRA_ANALYTICS_EXPORT_POLL_S", 1.0,
                                       minimum=0.01),
-            flush_interval_s=env_float(env, "CLEPSYDRA_ANALYTICS_EXPORT_FLUSH_S", 10.0,
+            flush_interval_s=env_float(env, "CLEPSYDRA_ANALYTICS_EXPORT_FLUSH_S", 60.0,
                                        minimum=0.0),
             file_rows=env_int(env, "CLEPSYDRA_ANALYTICS_EXPORT_FILE_ROWS", 200_000, minimum=1),
             pull_max=env_int(env, "CLEPSYDRA_ANALYTICS_EXPORT_PULL_MAX", 1000, minimum=1,
