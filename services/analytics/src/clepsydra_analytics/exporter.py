@@ -29,7 +29,7 @@ from clepsydra_analytics import schemas
 from clepsydra_analytics.export_files import ExportFiles, hour_of
 from clepsydra_analytics.settings import AnalyticsSettings
 from clepsydra_analytics.store_reader import StoreReader
-from clepsydra_core import naming
+from clepsydra_core import naming, telemetry
 from clepsydra_core.errors import ClepsydraError, ConfigError
 
 logger = logging.getLogger(__name__)
@@ -205,6 +205,15 @@ class Exporter:
 
     def _flush(self, topic: str, queue_id: int, buf: QueueBuffer) -> tuple[int, int]:
         """Write the buffer as one file per UTC hour (contiguous offset runs), then commit."""
+        with telemetry.tracer("clepsydra_analytics").start_as_current_span(
+                "analytics.export", attributes={
+                    "messaging.destination.name": topic, "clepsydra.queue_id": queue_id,
+                    "clepsydra.rows": buf.rows, "clepsydra.start_offset": buf.start_offset,
+                    "clepsydra.end_offset": buf.next_offset}):
+            return self._write_and_commit(topic, queue_id, buf)
+
+    def _write_and_commit(self, topic: str, queue_id: int,
+                          buf: QueueBuffer) -> tuple[int, int]:
         files = 0
         if buf.rows:
             table = schemas.to_table(buf.cols)
@@ -326,6 +335,7 @@ class Exporter:
 
 def run_exporter(settings: AnalyticsSettings, stop: threading.Event) -> None:
     """The ``export`` command: take the lock, prepare, run until stopped."""
+    telemetry.init_tracing("analytics", settings.common.otel_exporter)
     lock = ExporterLock(settings.state_dir)
     if not lock.acquire():
         raise ConfigError(f"another exporter holds {lock.path}: one exporter per export folder")

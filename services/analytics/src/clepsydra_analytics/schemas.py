@@ -32,6 +32,7 @@ A new version gets a new folder (``v2/``) so jobs never read two layouts as one.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -165,8 +166,6 @@ def append_message(cols: dict[str, list[Any]], m: dict[str, Any], *, with_body: 
     body: bytes | None = None
     if with_body:
         if "bodyBase64" in m:
-            import base64
-
             body = base64.b64decode(m["bodyBase64"])
         elif "body" in m:
             body = str(m["body"]).encode()

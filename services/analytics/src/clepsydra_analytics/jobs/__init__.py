@@ -3,6 +3,7 @@ the transforms applied to the export read once by the runner (runner.py)."""
 
 from __future__ import annotations
 
+import importlib
 from types import ModuleType
 
 from clepsydra_core.errors import ValidationError
@@ -15,8 +16,6 @@ def job_module(name: str) -> ModuleType:
     if name not in JOB_NAMES:
         raise ValidationError(f"unknown job {name!r}: the jobs are {', '.join(JOB_NAMES)}",
                               code="UNKNOWN_JOB")
-    import importlib
-
     return importlib.import_module(f"clepsydra_analytics.jobs.{name.replace('-', '_')}")
 
 
