@@ -318,11 +318,13 @@ class Exporter:
 
     def run(self, stop: threading.Event) -> None:
         """Until ``stop`` is set: cycle, sleeping ``poll_interval_s`` when idle. A failing
-        cycle (the store away) is logged and retried after the poll interval."""
+        cycle (the store away, a write error) is logged and retried after the poll interval;
+        rewriting a range after a partial failure replaces the file of the same name."""
         while not stop.is_set():
             try:
                 r = self.cycle()
-            except ClepsydraError as exc:
+            except (ClepsydraError, OSError, pa.ArrowException) as exc:
+                # the store away, a full disk: the buffers stay, the next cycle writes them
                 logger.warning("export cycle failed, retrying: %s", exc)
                 stop.wait(self.settings.poll_interval_s)
                 continue
