@@ -188,3 +188,37 @@ def test_a_jobs_run_makes_the_running_exporter_flush_now(
     assert exporter.cycle().rows_written == 30
     assert exported_ids(settings) == {i: 1 for i in ids}
     assert exporter.cycle().rows_written == 0  # one request, one flush
+
+
+class FailingOnce(ExportFiles):
+    """The second file write fails once (a full disk, say)."""
+
+    writes = 0
+
+    def write_range(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        FailingOnce.writes += 1
+        if FailingOnce.writes == 2:
+            raise OSError(28, "No space left on device")
+        return super().write_range(*args, **kwargs)
+
+
+def test_a_write_error_is_retried_without_duplicates_or_gaps(
+        start_store: Callable[..., HttpService], tmp_path: Path) -> None:
+    store = start_store()
+    create_topic(store.url, "orders")
+    ids = produce(store.url, "orders", 30)
+    settings = settings_for(store.url, tmp_path, CLEPSYDRA_ANALYTICS_EXPORT_POLL_S="0.05",
+                            CLEPSYDRA_ANALYTICS_EXPORT_FLUSH_S="0",
+                            CLEPSYDRA_ANALYTICS_EXPORT_FILE_ROWS="10")
+    exporter = Exporter(settings, files=FailingOnce(settings.export_uri))
+    exporter.prepare()
+    stop = threading.Event()
+    thread = threading.Thread(target=exporter.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: sum(exported_ids(settings).values()) >= 30, 30, what="the export")
+    finally:
+        stop.set()
+        thread.join(30)
+    assert exported_ids(settings) == {i: 1 for i in ids}
+    assert FailingOnce.writes >= 4  # three files, one of them written twice
