@@ -44,8 +44,8 @@ def lag(spark: SparkSession, *pairs: tuple[str, str, int]) -> DataFrame:
 
 
 def test_funnel_of_empty_input(spark: SparkSession) -> None:
-    actual = funnel(export_frame(spark, []), lag(spark)).drop("first_time_share",
-                                                            "dead_lettered_share")
+    actual = funnel(export_frame(spark, []), lag(spark)).drop(
+        "first_time_share", "after_retries_share", "dead_lettered_share")
     assertDataFrameEqual(actual, spark.createDataFrame([], FUNNEL_COLUMNS))
 
 
@@ -66,11 +66,16 @@ def test_funnel_steps_and_a_message_retried_to_the_dlq(spark: SparkSession) -> N
              retry_copy("r2a", "m2", 1), retry_copy("r2b", "m2", 2),   # m2: twice
              retry_copy("r3a", "m3", 1), retry_copy("r3b", "m3", 2),  # m3: retried to the DLQ
              dlq_copy("d3", "m3", "ValueError: bad order")]
-    actual = funnel(export_frame(spark, rows), lag(spark)).drop("first_time_share",
-                                                              "dead_lettered_share")
+    actual = funnel(export_frame(spark, rows), lag(spark))
     expected = spark.createDataFrame([("billing", "orders", 5, 2, {1: 1, 2: 1}, 1)],
                                      FUNNEL_COLUMNS)
-    assertDataFrameEqual(actual, expected)
+    assertDataFrameEqual(actual.drop("first_time_share", "after_retries_share",
+                                     "dead_lettered_share"), expected)
+    assertDataFrameEqual(actual.select("first_time_share", "after_retries_share",
+                                       "dead_lettered_share"),
+                         spark.createDataFrame([(0.4, {1: 0.2, 2: 0.2}, 0.2)],
+                                               "first_time_share double, after_retries_share "
+                                               "map<int,double>, dead_lettered_share double"))
 
 
 def test_funnel_is_per_group(spark: SparkSession) -> None:

@@ -36,7 +36,8 @@ def failures(messages: DataFrame) -> DataFrame:
 
 def funnel(messages: DataFrame, lag_snapshot: DataFrame) -> DataFrame:
     """One row per (group, topic): total, first_time, after_retries (retries -> count),
-    dead_lettered, and the shares of first_time and dead_lettered."""
+    dead_lettered, and the share of each step (first_time_share, after_retries_share,
+    dead_lettered_share)."""
     totals = (messages.where(is_user_topic(F.col("topic")))
               .groupBy("topic").agg(F.count(F.lit(1)).alias("total")))
     failed = failures(messages)
@@ -66,6 +67,9 @@ def funnel(messages: DataFrame, lag_snapshot: DataFrame) -> DataFrame:
         dead.alias("dead_lettered"))
         .withColumn("first_time_share",
                     F.when(F.col("total") > 0, F.col("first_time") / F.col("total")))
+        .withColumn("after_retries_share",
+                    F.when(F.col("total") > 0, F.transform_values(
+                        "after_retries", lambda _k, v: v / F.col("total"))))
         .withColumn("dead_lettered_share",
                     F.when(F.col("total") > 0, F.col("dead_lettered") / F.col("total")))
         .orderBy("consumer_group", "topic"))
