@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TOX_STAMP := .tox/.installed
-TOX_ENVS ?= lint,type,unit,integration,e2e,spark
+TOX_ENVS ?= lint,type,unit,integration,e2e,k8s,spark
 
 .PHONY: setup run test test-fast lint type bench clean redis-server
 
@@ -15,7 +15,7 @@ setup: $(STAMP) redis-server
 # The virtualenv with every package of the repo (editable) and the test tools; redone when a
 # requirements file or any package's pyproject.toml changes. Debian's python3.11 may lack the
 # venv module: then python3.11-venv comes from apt.
-$(STAMP): requirements/dev.txt requirements/packages.txt $(wildcard libs/*/pyproject.toml services/*/pyproject.toml)
+$(STAMP): requirements/dev.txt requirements/k8s.txt requirements/packages.txt $(wildcard libs/*/pyproject.toml services/*/pyproject.toml)
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "$(PYTHON) not found: install Python 3.11 (or make PYTHON=/path/to/python3.11)"; exit 1; }
 	@if ! test -x $(BIN)/python; then \
 	  $(PYTHON) -m venv $(VENV) || { \
@@ -45,7 +45,7 @@ redis-server: $(STAMP)
 run: setup
 	@export PATH="$(CURDIR)/$(BIN):$$PATH"; exec $(BIN)/python -m tools.stack
 
-## test: set up, then run every tox env (lint, type, unit, integration, e2e, spark).
+## test: set up, then run every tox env (lint, type, unit, integration, e2e, k8s, spark).
 test: setup $(TOX_STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/tox run -e $(TOX_ENVS)
 
@@ -63,7 +63,7 @@ lint: setup
 	$(BIN)/ruff check .
 
 type: setup
-	$(BIN)/mypy libs/core/src services/store/src services/scheduler/src services/retry/src libs/client/src services/analytics/src tools
+	$(BIN)/mypy libs/core/src libs/web/src services/store/src services/scheduler/src services/retry/src libs/client/src services/analytics/src tools
 
 bench: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python bench/store_produce.py

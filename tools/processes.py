@@ -93,10 +93,13 @@ class Child:
         self.ready = ready
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, env: Mapping[str, str], cwd: Path, preexec: Callable[[], None] | None) -> None:
-        if self.log_path.exists():
+    def start(self, env: Mapping[str, str], cwd: Path, preexec: Callable[[], None] | None,
+              *, restart: bool = False) -> None:
+        """Start the process; a first start keeps the previous run's log as ``<log>.1``, a
+        restart appends to the log (the lines before the crash stay beside the new ones)."""
+        if self.log_path.exists() and not restart:
             self.log_path.replace(self.log_path.with_name(self.log_path.name + ".1"))
-        with open(self.log_path, "wb") as log:
+        with open(self.log_path, "ab" if restart else "wb") as log:
             self.proc = subprocess.Popen(self.argv, env=dict(env), cwd=cwd,
                                          stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True,

@@ -12,16 +12,24 @@ Each child runs in its own process group, with its output in ``CLEPSYDRA_HOME/lo
     retry             python -m clepsydra_retry               ready: GET /healthz answers 200
     scheduler-worker  python -m clepsydra_scheduler worker    ready: its log says "ready"
     scheduler-beat    python -m clepsydra_scheduler beat      ready: running
-    analytics-export  python -m clepsydra_analytics export    ready: running
+    analytics-export  python -m clepsydra_analytics export    ready: GET /healthz answers 200
+                      (on CLEPSYDRA_ANALYTICS_EXPORTER_PORT, default the API's port + 1)
     analytics-api     python -m clepsydra_analytics serve     ready: GET /healthz answers 200
     analytics-schedule python -m clepsydra_analytics schedule ready: its log says "ready"
 
 Once all are ready it prints exactly one line ``clepsydra: ready`` and a table of addresses.
 SIGINT, SIGTERM or SIGHUP: SIGTERM to every child group (services first, Redis last), wait,
-SIGKILL what is left, exit 0; a second signal kills at once. A child that dies on its own: its
-name and log tail are printed, the others are stopped, exit 1. Exit 2: bad settings, a port in
-use, or CLEPSYDRA_HOME held by another running stack. Children get SIGTERM if this process is
-killed outright (Linux parent-death signal), so no orphan keeps a port.
+SIGKILL what is left, exit 0; a second signal kills at once.
+
+A child that dies once the stack is ready is restarted, alone, the others keep running (issue
+18.5): its exit is logged, what is left of its process group is killed (so the port and the
+store's files are free), and it starts again after a back-off (0.5 s, doubling, at most 8 s),
+its log continuing in the same file. A child that dies ``--max-restarts`` times (default 5)
+within ``--restart-window-s`` (default 60) is given up on: its name and log tail are printed,
+the others are stopped, exit 3. Exit 1: a child died or was not ready while the stack was
+starting. Exit 2: bad settings, a port in use, or CLEPSYDRA_HOME held by another running stack.
+Children get SIGTERM if this process is killed outright (Linux parent-death signal), so no
+orphan keeps a port.
 """
 
 from __future__ import annotations
@@ -70,6 +78,36 @@ class StackRefused(Exception):
 
 class Interrupted(Exception):
     """A stop signal arrived while starting."""
+
+
+class StackGaveUp(Exception):
+    """A child kept dying after the stack was ready: exit 3."""
+
+
+EXIT_GAVE_UP = 3
+RESTART_BACKOFF_S = 0.5
+RESTART_BACKOFF_MAX_S = 8.0
+
+
+class RestartPolicy:
+    """When to restart a child that died: after a back-off that doubles with each death inside
+    the window, or never (None) once it died ``max_restarts`` times within ``window_s``."""
+
+    def __init__(self, max_restarts: int = 5, window_s: float = 60.0) -> None:
+        self.max_restarts = max_restarts
+        self.window_s = window_s
+        self._deaths: list[float] = []
+
+    def on_exit(self, now_s: float) -> float | None:
+        """Record a death at ``now_s`` (monotonic); the delay before the restart, or None."""
+        self._deaths = [t for t in self._deaths if now_s - t < self.window_s] + [now_s]
+        if len(self._deaths) > self.max_restarts:
+            return None
+        return min(RESTART_BACKOFF_S * float(1 << (len(self._deaths) - 1)), RESTART_BACKOFF_MAX_S)
+
+    @property
+    def recent_deaths(self) -> int:
+        return len(self._deaths)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,9 +188,13 @@ class Stack:
 
     def __init__(self, settings: StackSettings, *, env: Env, console: Console,
                  ready_timeout_s: float = 90.0, grace_s: float = 30.0,
-                 echo: bool = True) -> None:
+                 echo: bool = True, max_restarts: int = 5,
+                 restart_window_s: float = 60.0) -> None:
         self.settings = settings
         self.env = settings.child_env(env)
+        # the exporter answers /healthz on its own port: beside the analytics API's by default
+        self.env.setdefault("CLEPSYDRA_ANALYTICS_EXPORTER_PORT",
+                            str(int(self.env.get("CLEPSYDRA_ANALYTICS_PORT") or 8085) + 1))
         self.console = console
         self.ready_timeout_s = ready_timeout_s
         self.grace_s = grace_s
@@ -161,6 +203,11 @@ class Stack:
         self.signals: list[int] = []
         self._lock_file: IO[str] | None = None
         self._echo: LogEcho | None = None
+        self._preexec = parent_death_signal()
+        self._policy = partial(RestartPolicy, max_restarts, restart_window_s)
+        self._restarts: dict[str, RestartPolicy] = {}
+        self._restart_at: dict[str, float] = {}
+        """Children waiting for their restart: name -> monotonic time."""
 
     # ---- signals -------------------------------------------------------------------------
 
@@ -191,6 +238,9 @@ class Stack:
         except StackFailure as exc:
             self.console.line(f"clepsydra: {exc}")
             return 1
+        except StackGaveUp as exc:
+            self.console.line(f"clepsydra: {exc}")
+            return EXIT_GAVE_UP
         finally:
             self.stop()
 
@@ -200,7 +250,7 @@ class Stack:
             folder.mkdir(parents=True, exist_ok=True)
         self._take_home_lock()
         self._check_ports()
-        preexec = parent_death_signal()
+        preexec = self._preexec
         if s.own_redis:
             redis = Child("redis", self._redis_argv(), s.log_dir / "redis.log",
                           lambda _c: redis_ping(s.common.effective_redis_url))
@@ -224,10 +274,38 @@ class Stack:
                              self._ready_what(child))
 
     def watch(self) -> None:
-        """Until a stop signal; StackFailure when a child dies on its own."""
+        """Until a stop signal, restarting children that die; StackGaveUp when one keeps
+        dying."""
         while not self.signals:
-            self._check_children()
+            self._heal(time.monotonic())
             time.sleep(POLL_S)
+
+    def _heal(self, now_s: float) -> None:
+        for child in self.children:
+            due = self._restart_at.get(child.name)
+            if due is not None:
+                if now_s >= due and not child.running():
+                    del self._restart_at[child.name]
+                    child.start(self.env, self.settings.common.home, self._preexec,
+                                restart=True)
+                    self.console.line(f"clepsydra: {child.name} restarted (pid {child.pid})")
+                continue
+            code = child.exit_code()
+            if code is None:
+                continue
+            child.signal_group(signal.SIGKILL)  # what the dead leader left (workers, pools)
+            policy = self._restarts.setdefault(child.name, self._policy())
+            delay_s = policy.on_exit(now_s)
+            if delay_s is None:
+                raise StackGaveUp(
+                    f"{child.name} died {policy.recent_deaths} times within "
+                    f"{policy.window_s:.0f}s (last exit code {code}); giving up. Last lines of "
+                    f"{child.log_path}:\n{child.log_tail()}")
+            self.console.line(f"clepsydra: {child.name} exited with code {code}; restarting "
+                              f"in {delay_s:.1f}s ({policy.recent_deaths} of "
+                              f"{policy.max_restarts} restarts allowed within "
+                              f"{policy.window_s:.0f}s)")
+            self._restart_at[child.name] = now_s + delay_s
 
     def stop(self) -> None:
         """SIGTERM the services' groups, then Redis's; SIGKILL what outlives the grace time."""
@@ -264,7 +342,8 @@ class Stack:
             Child("scheduler-beat", [py, "-m", "clepsydra_scheduler", "beat"],
                   logs / "scheduler-beat.log", _running),
             Child("analytics-export", [py, "-m", "clepsydra_analytics", "export"],
-                  logs / "analytics-export.log", _running),
+                  logs / "analytics-export.log", _http_ready(
+                      f"http://127.0.0.1:{self.env['CLEPSYDRA_ANALYTICS_EXPORTER_PORT']}")),
             Child("analytics-api", [py, "-m", "clepsydra_analytics", "serve"],
                   logs / "analytics-api.log", _http_ready(self.analytics_url)),
             Child("analytics-schedule", [py, "-m", "clepsydra_analytics", "schedule"],
@@ -383,6 +462,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="how long each service may take to become ready (default 90)")
     parser.add_argument("--grace-s", type=float, default=30.0,
                         help="how long children may take to stop before SIGKILL (default 30)")
+    parser.add_argument("--max-restarts", type=int, default=5,
+                        help="restarts of one child within the window before giving up, exit 3 "
+                             "(default 5)")
+    parser.add_argument("--restart-window-s", type=float, default=60.0,
+                        help="the window of --max-restarts (default 60)")
     args = parser.parse_args(argv)
     console = Console(sys.stdout)
     try:
@@ -391,7 +475,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.line(f"clepsydra: {exc.message}")
         return 2
     stack = Stack(settings, env=os.environ, console=console, echo=not args.quiet,
-                  ready_timeout_s=args.ready_timeout_s, grace_s=args.grace_s)
+                  ready_timeout_s=args.ready_timeout_s, grace_s=args.grace_s,
+                  max_restarts=args.max_restarts, restart_window_s=args.restart_window_s)
     stack.install_signal_handlers()
     return stack.run()
 

@@ -87,7 +87,7 @@ def start_stack(tmp_path: Path) -> Iterator[Callable[..., RunningStack]]:
     returns once it printed `clepsydra: ready`; kills whatever is left at the end."""
     started: list[RunningStack] = []
 
-    def start(**extra_env: str) -> RunningStack:
+    def start(*args: str, **extra_env: str) -> RunningStack:
         home = tmp_path / f"home{len(started)}"
         store_port, retry_port, redis_port = free_port(), free_port(), free_port()
         env = {k: v for k, v in os.environ.items()
@@ -98,11 +98,13 @@ def start_stack(tmp_path: Path) -> Iterator[Callable[..., RunningStack]]:
             "CLEPSYDRA_RETRY_PORT": str(retry_port),
             "CLEPSYDRA_REDIS_PORT": str(redis_port),
             "CLEPSYDRA_ANALYTICS_PORT": str(free_port()),
+            "CLEPSYDRA_ANALYTICS_EXPORTER_PORT": str(free_port()),
             **extra_env,
         })
         output_path = tmp_path / f"stack{len(started)}.out"
         with open(output_path, "wb") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "tools.stack"], cwd=REPO, env=env,
+            proc = subprocess.Popen([sys.executable, "-m", "tools.stack", *args], cwd=REPO,
+                                    env=env,
                                     stdin=subprocess.DEVNULL, stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True)
         stack = RunningStack(proc, output_path, home, f"http://127.0.0.1:{store_port}",
@@ -184,3 +186,58 @@ def test_stack_delivers_a_delayed_message_and_stops_on_sigint(
 def test_stack_stops_every_process_on_sigterm(start_stack: Callable[..., RunningStack]) -> None:
     stack = start_stack()
     _assert_stops(stack, signal.SIGTERM)
+
+
+def child_pid(stack: RunningStack, module: str) -> int:
+    """The pid of the stack's direct child running ``python -m module``."""
+    for pid in descendants(stack.proc.pid):
+        stat = _proc_stat(pid)
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except FileNotFoundError:
+            continue
+        if stat is not None and stat[0] == stack.proc.pid and module.encode() in argv:
+            return pid
+    raise AssertionError(f"no child runs {module}")
+
+
+def test_a_dead_child_is_restarted_alone(start_stack: Callable[..., RunningStack]) -> None:
+    # issue 18.5: kill -9 of the retry service restarts it; the store and its data stay
+    stack = start_stack()
+    store_pid, retry_pid = child_pid(stack, "clepsydra_store"), child_pid(stack, "clepsydra_retry")
+    _json(requests.post(stack.store_url + "/v1/topics", json={"name": "heal", "queues": 1},
+                        timeout=5), 201)
+    _json(requests.put(stack.retry_url + "/v1/groups/heal-group", json={}, timeout=5), 201)
+    os.kill(retry_pid, signal.SIGKILL)
+    wait_until(lambda: "clepsydra: retry restarted" in stack.output(), 30,
+               what="the retry service's restart")
+    wait_until(lambda: _listening(stack.retry_url), 60, what="retry healthy again")
+    assert stack.proc.poll() is None
+    assert child_pid(stack, "clepsydra_store") == store_pid  # the others were left running
+    assert child_pid(stack, "clepsydra_retry") != retry_pid
+    assert "clepsydra: retry exited with code -9; restarting" in stack.output()
+    group = _json(requests.get(stack.retry_url + "/v1/groups/heal-group", timeout=5), 200)
+    assert group["group"] == "heal-group"
+    _assert_stops(stack, signal.SIGTERM)
+
+
+def test_a_child_that_keeps_dying_is_given_up_on(
+        start_stack: Callable[..., RunningStack]) -> None:
+    # issue 18.5: past --max-restarts within the window: a distinct exit code naming it
+    stack = start_stack("--max-restarts", "1", "--restart-window-s", "300")
+    os.kill(child_pid(stack, "clepsydra_retry"), signal.SIGKILL)
+    wait_until(lambda: "clepsydra: retry restarted" in stack.output(), 30,
+               what="the first restart")
+    wait_until(lambda: _listening(stack.retry_url), 60, what="retry listening again")
+    os.kill(child_pid(stack, "clepsydra_retry"), signal.SIGKILL)
+    assert stack.proc.wait(60) == 3
+    out = stack.output()
+    assert "clepsydra: retry died 2 times within 300s (last exit code -9); giving up" in out
+    assert "clepsydra: stopped" in out
+
+
+def _listening(url: str) -> bool:
+    try:
+        return requests.get(url + "/healthz", timeout=2).status_code == 200
+    except requests.RequestException:
+        return False

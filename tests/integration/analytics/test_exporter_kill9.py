@@ -12,7 +12,7 @@ import pytest
 from clepsydra_analytics.export_files import ExportFiles
 from clepsydra_analytics.status import export_status
 from clepsydra_analytics.store_reader import StoreReader
-from tests.fixtures.processes import HttpService, wait_until
+from tests.fixtures.processes import HttpService, free_port, http_ok, wait_until
 from tests.integration.analytics.conftest import (
     create_topic,
     exported_ids,
@@ -31,7 +31,8 @@ def test_kill9_mid_export_neither_duplicates_nor_skips(
     create_topic(store.url, "payments", queues=1)
     env = {"CLEPSYDRA_HOME": str(tmp_path), "CLEPSYDRA_STORE_URL": store.url,
            "CLEPSYDRA_ANALYTICS_EXPORT_FILE_ROWS": "25", "CLEPSYDRA_ANALYTICS_EXPORT_FLUSH_S": "0",
-           "CLEPSYDRA_ANALYTICS_EXPORT_POLL_S": "0.02"}
+           "CLEPSYDRA_ANALYTICS_EXPORT_POLL_S": "0.02",
+           "CLEPSYDRA_ANALYTICS_EXPORTER_PORT": str(free_port())}
     settings = settings_for(store.url, tmp_path, **{k: v for k, v in env.items()
                                                     if k.startswith("CLEPSYDRA_ANALYTICS")})
     ids = produce(store.url, "orders", 4000) + produce(store.url, "payments", 1000, prefix="p")
@@ -47,6 +48,8 @@ def test_kill9_mid_export_neither_duplicates_nor_skips(
         ids += produce(store.url, "orders", 200, prefix=f"r{round_no}")
 
     final = exporter_procs(env, name="exporter-final")
+    health = f"http://127.0.0.1:{env['CLEPSYDRA_ANALYTICS_EXPORTER_PORT']}/healthz"
+    wait_until(lambda: http_ok(health), 30, what="the exporter's /healthz")
     files = ExportFiles(settings.export_uri)
     reader = StoreReader(store.url)
     wait_until(lambda: all(s.lag == 0 for s in export_status(files, reader, settings.topics)),

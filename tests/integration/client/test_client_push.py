@@ -4,6 +4,7 @@ broadcasting (C2, R14), consume-from-where (C1) and the trace through retries (O
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import Counter
@@ -19,7 +20,7 @@ from clepsydra_client.listener import (
 )
 from clepsydra_client.message import Message, MessageQueue
 from clepsydra_client.producer import OutgoingMessage
-from clepsydra_client.pull import PullConsumer
+from clepsydra_client.pull_consumer import PullConsumer
 from clepsydra_client.topics import fetch_topic_or_none
 from clepsydra_core import naming
 from clepsydra_core import properties as P
@@ -285,6 +286,32 @@ def test_broadcasting_every_consumer_gets_everything_and_never_retries(stack: Cl
     again.wait_for(lambda seen: "after-restart" in [m.text for m in seen], what="new message")
     time.sleep(0.5)
     assert again.bodies() == ["after-restart"]
+
+
+def test_consume_timeout_applies_in_broadcasting_too(stack: ClientStack, admin: AdminClient,
+                                                     producer: Producer, consumers: Consumers,
+                                                     recorder: Recorders, names: Names,
+                                                     tmp_path: Path) -> None:
+    # SPEC R13, R14 (issue 12.6): a held message frees its slot (skipped, never retried)
+    topic, group = names("t"), names("g")
+    admin.create_topic(topic, 1)
+    release = threading.Event()
+
+    def decide(m: Message, ctx: Any) -> ConsumeResult:
+        if m.text == "slow":
+            release.wait(20)
+        return ConsumeResult.SUCCESS
+
+    rec = recorder(decide)
+    c = consumers(group, topic, rec, consume_timeout_s=0.5,
+                  message_model=MessageModel.BROADCASTING, offset_dir=tmp_path)
+    producer.send_batch(topic, [_out("slow"), _out("fast")])
+    wait_until(lambda: c.stats.snapshot().get("timeouts", 0) == 1, 15, what="the timeout")
+    c.persist_offsets()
+    progress = json.loads(next((tmp_path / group).iterdir()).read_text())
+    assert progress["offsets"][topic]["0"] == 2  # the slot of the held message was freed
+    assert [m.text for m in rec.seen].count("slow") == 1  # not consumed again
+    release.set()
 
 
 def test_consume_from_where_and_committed_offsets(stack: ClientStack, admin: AdminClient,

@@ -94,10 +94,34 @@ def test_retry_topic_gets_the_groups_queue_count(stack: Stack, names: Names) -> 
     assert queue_ids == {0, 1, 2}
 
 
-def test_unknown_group_is_refused_first(stack: Stack, names: Names) -> None:  # SPEC R2 (1)
-    resp = stack.send_back(names("nogroup"), commitLogOffset=10**12)
-    assert resp.status_code == 404
-    assert resp.json()["error"] == "SUBSCRIPTION_GROUP_NOT_EXIST"
+def test_unknown_group_is_refused_first_when_groups_are_not_auto_created(
+        stack: Stack, names: Names) -> None:  # SPEC R2 (1)
+    settings = RetrySettings.for_test(stack.store.url, stack.redis.url,
+                                      CLEPSYDRA_AUTO_CREATE_GROUPS="false")
+    app = create_app(settings)
+    try:
+        resp = app.test_client().post(f"/v1/groups/{names('nogroup')}/send-back",
+                                      json={"commitLogOffset": 10**12})
+        assert resp.status_code == 404
+        assert resp.get_json()["error"] == "SUBSCRIPTION_GROUP_NOT_EXIST"
+    finally:
+        app.extensions["clepsydra_retry"].store.close()
+        app.extensions["clepsydra_retry"].redis.close()
+
+
+def test_a_group_is_created_with_defaults_on_its_first_send_back(
+        stack: Stack, names: Names) -> None:
+    # issue 12.2: as RocketMQ's broker does; the SDK no longer falls back for a new group
+    group, topic = names("newgroup"), names("T")
+    stack.create_topic(topic)
+    sent = stack.produce(topic, "first failure")
+    assert stack.http.get(f"{stack.retry.url}/v1/groups/{group}").status_code == 404
+    result = stack.ok_send_back(group, commitLogOffset=sent["commitLogOffset"])
+    assert (result["outcome"], result["delayLevel"]) == ("RETRY", 3)
+    settings = stack.http.get(f"{stack.retry.url}/v1/groups/{group}").json()
+    assert (settings["retryQueueNums"], settings["retryMaxTimes"]) == (1, 16)
+    in_store = stack.http.get(f"{stack.store.url}/v1/groups/{group}/settings")
+    assert in_store.status_code == 200  # kept durably by the store
 
 
 def test_zero_retry_queues_drops_and_writes_nothing(stack: Stack, names: Names) -> None:
@@ -156,7 +180,7 @@ def test_store_not_writable_is_no_permission(read_only: tuple[FlaskClient, str])
         assert resp.status_code == 403, resp.get_json()
         assert resp.get_json()["error"] == "NO_PERMISSION"
     resp = client.post("/v1/groups/absent/send-back", json={"commitLogOffset": 0})
-    assert resp.get_json()["error"] == "SUBSCRIPTION_GROUP_NOT_EXIST"
+    assert resp.get_json()["error"] == "NO_PERMISSION"  # created on first use (12.2), then R2 (2)
     resp = client.post("/v1/groups/ro/dlq/resend", json={"all": True})
     assert resp.status_code == 403 and resp.get_json()["error"] == "NO_PERMISSION"
 
@@ -177,6 +201,15 @@ def test_max_reconsume_times_from_request_else_group(stack: Stack, names: Names)
                                maxReconsumeTimes=5)
     assert (again["outcome"], again["delayLevel"]) == ("RETRY", 5)  # 3 + 2
     assert stack.by_msg_id(again["msgId"])["properties"][P.MAX_RECONSUME_TIMES] == "5"
+    # issue 12.1: -1 is RocketMQ's "the default" (the group's 2 here), not "dead-letter now"
+    default = stack.ok_send_back(group, commitLogOffset=twice["commitLogOffset"],
+                                 maxReconsumeTimes=-1)
+    assert default["outcome"] == "DLQ"
+    once = stack.produce(naming.retry_topic(group), properties={
+        P.RECONSUME_TIME: "1", P.RETRY_TOPIC: topic})
+    kept = stack.ok_send_back(group, commitLogOffset=once["commitLogOffset"],
+                              maxReconsumeTimes=-1)
+    assert kept["outcome"] == "RETRY"
 
 
 def test_negative_level_goes_to_the_dlq_at_once(stack: Stack, setup: tuple[str, str]) -> None:
@@ -197,6 +230,11 @@ def test_negative_level_goes_to_the_dlq_at_once(stack: Stack, setup: tuple[str, 
     assert info is not None and len(info["queues"]) == 1
     history = json.loads(dead["properties"][P.FAILURE_HISTORY])
     assert history[0]["reason"] == "ValueError: nope" and history[0]["consumer"] == "c-1"
+    # issue 12.3: any level below 0 dead-letters (RocketMQ's rule), -2 was a 400
+    other = stack.produce(topic, "also to the dlq")
+    minus_two = stack.ok_send_back(group, commitLogOffset=other["commitLogOffset"],
+                                   delayLevel=-2)
+    assert minus_two["outcome"] == "DLQ"
 
 
 @pytest.mark.parametrize(("asked", "reconsumed", "used"), [(0, 5, 8), (0, 15, 18), (7, 3, 7),
@@ -239,6 +277,10 @@ def test_plain_send_at_max_goes_to_the_dlq(stack: Stack, names: Names) -> None:
     default_max = stack.produce(naming.retry_topic(group), properties={
         P.RECONSUME_TIME: "16", P.RETRY_TOPIC: topic})
     assert default_max["topic"] == naming.dlq_topic(group)
+    # issue 12.1: a max of -1 is the default (16), not "dead-letter at once"
+    minus_one = stack.produce(naming.retry_topic(group), properties={
+        P.RECONSUME_TIME: "3", P.MAX_RECONSUME_TIMES: "-1", P.RETRY_TOPIC: topic})
+    assert minus_one["topic"] == naming.retry_topic(group)
     assert stack.dlq_ids(group) == [at_max["msgId"], default_max["msgId"]]
 
 
@@ -326,12 +368,13 @@ def test_malformed_send_backs_change_nothing(stack: Stack, app_client: FlaskClie
     sent = stack.produce(topic)
     before = stack.written(group, topic)
     url = f"/v1/groups/{group}/send-back"
-    for raw in (b"", b"{not json", b"[]", b'"text"'):
+    for raw, code in ((b"", "INVALID_JSON"), (b"{not json", "INVALID_JSON"),
+                      (b"[]", "INVALID_REQUEST"), (b'"text"', "INVALID_REQUEST")):
         resp = app_client.post(url, data=raw, content_type="application/json")
-        assert resp.status_code == 400 and resp.get_json()["error"] == "INVALID_REQUEST"
+        assert resp.status_code == 400 and resp.get_json()["error"] == code
     for body in ({}, {"commitLogOffset": -1}, {"commitLogOffset": "1"}, {"msgId": "xyz"},
-                 {"commitLogOffset": sent["commitLogOffset"], "delayLevel": -7},
-                 {"commitLogOffset": sent["commitLogOffset"], "maxReconsumeTimes": -1},
+                 {"commitLogOffset": sent["commitLogOffset"], "delayLevel": -2**31 - 1},
+                 {"commitLogOffset": sent["commitLogOffset"], "maxReconsumeTimes": -2},
                  {"commitLogOffset": sent["commitLogOffset"], "extra": True},
                  {"msgId": sent["msgId"], "commitLogOffset": sent["commitLogOffset"] + 1}):
         resp = app_client.post(url, json=body)

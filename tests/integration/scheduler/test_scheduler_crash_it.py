@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
@@ -87,3 +88,32 @@ def test_progress_survives_a_redis_restart(stack: SchedulerStack, tmp_path: Path
                          + [f"after-{i}" for i in range(50)])
     finally:
         durable.stop()
+
+
+def test_redis_restarted_empty_delivers_nothing_twice_and_nothing_lost(
+        stack: SchedulerStack, tmp_path: Path) -> None:
+    # SPEC D2, D9 (issue 18, "Redis restarted empty"): the level offsets and leases are gone;
+    # the worker starts from 0 again, the store's handed-over mark skips what was delivered
+    redis_dir = tmp_path / "redis-lost"
+    volatile = RedisServer(redis_dir).start()
+    try:
+        stack.beat(CLEPSYDRA_REDIS_URL=volatile.url)
+        worker = stack.worker(redis_url=volatile.url)
+        stack.produce(100, level=1, prefix="before-")
+        stack.wait_delivered(100)
+        wait_until(lambda: stack.redis(volatile.url).get(delay_offset_key(1)) == "100", 20,
+                   what="progress saved")
+        port = volatile.port
+        volatile.kill()
+        shutil.rmtree(redis_dir)
+        volatile = RedisServer(redis_dir, port=port).start()
+        r = stack.redis(volatile.url)
+        assert r.get(delay_offset_key(1)) is None  # Redis forgot everything
+        stack.produce(50, level=1, prefix="after-")
+        stack.wait_delivered(150)
+        wait_until(lambda: r.get(delay_offset_key(1)) == "150", 30, what="progress rebuilt")
+        assert_each_once(stack.api.pull_all(TOPIC), [f"before-{i}" for i in range(100)]
+                         + [f"after-{i}" for i in range(50)])
+        assert "entries already handed over level=1" in worker.log()
+    finally:
+        volatile.stop()

@@ -53,3 +53,20 @@ def test_bad_group_settings_are_refused_and_change_nothing(
     assert_error(client.put("/v1/groups/g/settings", json=body), 400, code)
     assert client.get("/v1/groups/g/settings").get_json()["retryMaxTimes"] == 5
     assert_error(client.put("/v1/groups/bad%20name/settings", json={}), 400, "INVALID_TOPIC")
+
+
+def test_a_first_heartbeat_creates_the_group_unless_turned_off(
+        make_app: Callable[..., Flask]) -> None:
+    # issue 12.2: RocketMQ creates a subscription group the first time it is seen
+    client = make_app().test_client()
+    beat = {"clientId": "c1", "subscriptions": {"orders": "*"}}
+    assert client.post("/v1/groups/fresh/heartbeat", json=beat).status_code == 200
+    assert client.get("/v1/groups/fresh/settings").get_json() == {
+        "group": "fresh", "retryQueueNums": 1, "retryMaxTimes": 16}
+    client.put("/v1/groups/fresh/settings", json={"retryMaxTimes": 4})
+    client.post("/v1/groups/fresh/heartbeat", json=beat)  # a later heartbeat changes nothing
+    assert client.get("/v1/groups/fresh/settings").get_json()["retryMaxTimes"] == 4
+    manual = make_app(CLEPSYDRA_AUTO_CREATE_GROUPS="false").test_client()
+    assert manual.post("/v1/groups/fresh/heartbeat", json=beat).status_code == 200
+    assert_error(manual.get("/v1/groups/fresh/settings"), 404,
+                 "SUBSCRIPTION_GROUP_NOT_EXIST", "R2")

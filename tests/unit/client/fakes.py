@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from clepsydra_client.http import HttpClient, segment
 from clepsydra_core.errors import ClepsydraError
+from clepsydra_core.http import HttpClient, segment
 
 Handler = Callable[[str, str, Any], dict[str, Any]]
 

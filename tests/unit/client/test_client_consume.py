@@ -288,3 +288,33 @@ def test_a_pull_answered_after_the_queue_was_given_up_does_not_move_the_commit(
     assert after.wait(5)
     assert pq.committable() == 5  # would be 9 if the answer had advanced the tracker
     assert seen == [] and pq.count == 0
+
+
+def test_orderly_max_zero_dead_letters_the_first_failure(rig: Rig) -> None:
+    # SPEC R5, R12 (issue 12.1): 0 means no retry; it used to mean "unlimited" here
+    seen: list[str] = []
+
+    def listener(ms: list[Message], ctx: OrderlyContext) -> OrderlyResult:
+        seen.append(ms[0].text)
+        if ms[0].text == "m0":
+            raise RuntimeError("poison")
+        return OrderlyResult.SUCCESS
+
+    service = rig.orderly(listener, max_reconsume_times=0)
+    pq = ProcessQueue(Q, 0)
+    service.dispatch(pq, [msg(0), msg(1)])
+    wait_until(drained(pq, 2), 5)
+    assert seen == ["m0", "m1"]
+    (_method, _path, body), = rig.store.calls
+    assert body["properties"][P.RECONSUME_TIME] == "0"
+    assert rig.stats.snapshot()["dead_lettered"] == 1
+
+
+def test_max_of_minus_one_is_the_default_for_both_modes(rig: Rig) -> None:
+    # SPEC R5 (issue 12.1): -1 is RocketMQ's "the default": 16 concurrent, unlimited orderly
+    def never(*_args: Any) -> Any:
+        raise AssertionError("not called")
+
+    assert rig.concurrent(never, max_reconsume_times=-1).max_reconsume == 16
+    assert rig.orderly(never, max_reconsume_times=-1).max_reconsume == 2**31 - 1
+    assert rig.concurrent(never, max_reconsume_times=0).max_reconsume == 0

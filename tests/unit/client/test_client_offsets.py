@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from clepsydra_client.message import Message, MessageQueue
 from clepsydra_client.offsets import LocalOffsetStore, OffsetTracker, parse_group_offsets
 from clepsydra_client.process_queue import ProcessQueue
+from clepsydra_client.push import MessageModel, PushConsumer
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -180,3 +181,19 @@ def test_remote_store_commits_only_changes_and_keeps_going_after_a_refusal() -> 
     store.update(q1, 3)
     store.persist([q0, q2])
     assert http.calls == []  # unchanged offsets are not sent again
+
+
+def test_broadcasting_progress_file_survives_a_restart(tmp_path: Path) -> None:
+    # SPEC C2 (issue 12.4): the file was named after the client id, which carries the pid, so
+    # a restarted consumer started over from "last"; RocketMQ keeps instanceName DEFAULT
+    def path(**kw: Any) -> Path:
+        consumer = PushConsumer("g", "http://127.0.0.1:1", message_model=MessageModel.BROADCASTING,
+                                offset_dir=tmp_path, **kw)
+        store = consumer._offset_store()
+        assert isinstance(store, LocalOffsetStore)
+        return store.path
+
+    first, restarted = path(), path()  # two client ids, as two runs of a program get
+    assert first == restarted and first.name.endswith("@DEFAULT.json")
+    assert path(instance_name="audit-1") != first
+    assert path(instance_name="audit-1").name.endswith("@audit-1.json")

@@ -24,10 +24,23 @@ MSG = Message(msg_id="M1", topic="orders", body=b"payload", queue_offset=3,
               store_topic="orders")
 
 
-def store_answer(topic: str = "%RETRY%g") -> Callable[[str, str, Any], dict[str, Any]]:
+def store_answer(topic: str = "%RETRY%g", retry_max_times: int = 16
+                 ) -> Callable[[str, str, Any], dict[str, Any]]:
+    """The store's answers: the group's settings (read by the fallback, R5), or a produce."""
     def handler(method: str, path: str, body: Any) -> dict[str, Any]:
+        if method == "GET" and path.endswith("/settings"):
+            return {"group": "g", "retryQueueNums": 1, "retryMaxTimes": retry_max_times}
+        if body is not None and body.get("delayLevel") is None and \
+                int(body["properties"][P.RECONSUME_TIME]) >= \
+                int(body["properties"][P.MAX_RECONSUME_TIMES]):
+            return {"msgId": "NEW", "topic": "%DLQ%g", "queueId": 0, "queueOffset": 0}  # R10
         return {"msgId": "NEW", "topic": topic, "queueId": 0, "queueOffset": 0}
     return handler
+
+
+def posts(store: FakeHttp) -> list[tuple[str, str, Any]]:
+    """The produce calls the fallback made (the settings read left out)."""
+    return [call for call in store.calls if call[0] == "POST"]
 
 
 def test_send_back_calls_the_retry_service_with_reason_and_consumer() -> None:  # SPEC R1, R11
@@ -76,7 +89,7 @@ def test_a_failed_item_takes_the_fallback() -> None:  # SPEC R9
     store = FakeHttp(store_answer())
     sb = SendBack("g", "c", store=as_http(store), retry=as_http(retry))
     assert sb.send_back(MSG, 0, None, "r").fallback
-    assert store.calls[0][1] == "/v1/topics/%25RETRY%25g/messages"
+    assert posts(store)[0][1] == "/v1/topics/%25RETRY%25g/messages"
 
 
 def test_max_reconsume_times_is_sent_only_when_configured() -> None:  # SPEC R5
@@ -94,7 +107,7 @@ def test_fallback_sends_a_new_message_to_the_retry_topic() -> None:  # SPEC R9
                   retry=as_http(FakeHttp(failing(Unavailable("down")))))
     outcome = sb.send_back(MSG, 0, None, "boom")
     assert outcome.fallback and outcome.outcome == "RETRY"
-    method, path, body = store.calls[0]
+    method, path, body = posts(store)[0]
     assert (method, path) == ("POST", "/v1/topics/%25RETRY%25g/messages")
     assert body["delayLevel"] == 3 + 2  # 3 + reconsumeTimes
     assert body["body"] == "payload" and body["tags"] == "paid" and body["keys"] == "o-1 o-2"
@@ -118,7 +131,7 @@ def test_fallback_keeps_the_first_origin_and_the_listener_level() -> None:  # SP
     store = FakeHttp(store_answer())
     sb = SendBack("g", "c", store=as_http(store), retry=None)
     sb.send_back(retried, 7, 5, "r")
-    body = store.calls[0][2]
+    body = posts(store)[0][2]
     assert body["delayLevel"] == 7
     assert body["properties"][P.RETRY_TOPIC] == "first"
     assert body["properties"][P.ORIGIN_MESSAGE_ID] == "M0"
@@ -129,7 +142,7 @@ def test_fallback_dead_letters_level_minus_one_through_r10() -> None:  # SPEC R9
     store = FakeHttp(store_answer("%DLQ%g"))
     sb = SendBack("g", "c", store=as_http(store), retry=None)
     outcome = sb.send_back(MSG, -1, 6, "r")
-    body = store.calls[0][2]
+    body = posts(store)[0][2]
     assert "delayLevel" not in body
     assert body["properties"][P.RECONSUME_TIME] == "6"
     assert outcome.outcome == "DLQ"
@@ -139,7 +152,7 @@ def test_orderly_dead_letter_sends_reconsume_time_equal_to_max() -> None:  # SPE
     store = FakeHttp(store_answer("%DLQ%g"))
     sb = SendBack("g", "c", store=as_http(store), retry=as_http(FakeHttp()))
     outcome = sb.dead_letter(MSG, 3, "still failing")
-    body = store.calls[0][2]
+    body = posts(store)[0][2]
     assert body["properties"][P.RECONSUME_TIME] == "3"
     assert body["properties"][P.MAX_RECONSUME_TIMES] == "3"
     assert outcome.outcome == "DLQ"
@@ -155,3 +168,34 @@ def test_fallback_properties_trim_history() -> None:
     props = fallback_properties(MSG, reconsume_times=1, max_reconsume_times=2, reason="x",
                                 consumer_id="c")
     assert json.loads(props[P.FAILURE_HISTORY])[0]["reason"] == "x"
+
+
+def test_fallback_keeps_a_max_of_zero_and_reads_minus_one_as_the_default() -> None:
+    # SPEC R5, R9 (issue 12.1): 0 stayed 16 before, -1 went out as -1 (dead-letter at once)
+    store = FakeHttp(store_answer())
+    sb = SendBack("g", "c", store=as_http(store), retry=None)
+    sb.send_back(MSG, 0, 0, "r")
+    sb.send_back(MSG, 0, -1, "r")
+    assert posts(store)[0][2]["properties"][P.MAX_RECONSUME_TIMES] == "0"
+    assert posts(store)[1][2]["properties"][P.MAX_RECONSUME_TIMES] == "16"
+
+
+def test_fallback_gives_the_services_ladder() -> None:
+    # SPEC R5, R6, R9, R10 (issue 12.2): the service dead-letters when reconsumeTimes >= max
+    # (the group's retryMaxTimes, read from the store); the fallback did one retry less
+    def at(reconsume: int) -> Message:
+        return Message(**{**{f: getattr(MSG, f) for f in Message.__dataclass_fields__},
+                          "reconsume_times": reconsume})
+
+    store = FakeHttp(store_answer(retry_max_times=5))
+    sb = SendBack("g", "c", store=as_http(store), retry=None)
+    last_retry = sb.send_back(at(4), 0, None, "r")
+    assert last_retry.outcome == "RETRY"
+    body = posts(store)[0][2]
+    assert body["delayLevel"] == 3 + 4  # delayed: R10 leaves it alone
+    assert body["properties"][P.RECONSUME_TIME] == "5"
+    assert body["properties"][P.MAX_RECONSUME_TIMES] == "5"
+    dead = sb.send_back(at(5), 0, None, "r")
+    assert dead.outcome == "DLQ"
+    assert "delayLevel" not in posts(store)[1][2]  # a plain send: R10 reroutes it
+    assert sum(1 for c in store.calls if c[0] == "GET") == 1  # the settings read is cached

@@ -8,14 +8,14 @@ import random
 import pytest
 
 from clepsydra_core import properties as P
-from clepsydra_core.groups import MAX_RECONSUME_TIMES_LIMIT
 from clepsydra_core.levels import DelayLevels
+from clepsydra_core.retry_rules import ORDERLY_MAX_RECONSUME_TIMES
+from clepsydra_core.wire.retry import SendBackRequest
 from clepsydra_retry import policy
 from clepsydra_retry.policy import (
     Decision,
     GroupSettings,
     Outcome,
-    SendBack,
     StoredHeaders,
     decide,
 )
@@ -31,9 +31,9 @@ def headers(reconsume_times: int = 0, topic: str = "Orders", **props: str) -> St
                          properties=dict(props))
 
 
-def run(request: SendBack | None = None, stored: StoredHeaders | None = None,
+def run(request: SendBackRequest | None = None, stored: StoredHeaders | None = None,
         settings: GroupSettings | None = None, queues: int = 1, seed: int = 7) -> Decision:
-    return decide(settings or GroupSettings(), stored or headers(), request or SendBack(),
+    return decide(settings or GroupSettings(), stored or headers(), request or SendBackRequest(),
                   group=GROUP, levels=LEVELS, retry_queue_count=queues,
                   rng=random.Random(seed), now_ms=NOW_MS)
 
@@ -74,7 +74,7 @@ def test_default_ladder_waits_as_the_spec_lists() -> None:  # SPEC R7
 
 def test_level_zero_is_clamped_to_the_table() -> None:  # SPEC R7, L2
     short = DelayLevels.parse("1s 2s 3s 4s")
-    decision = decide(GroupSettings(retry_max_times=100), headers(10), SendBack(),
+    decision = decide(GroupSettings(retry_max_times=100), headers(10), SendBackRequest(),
                       group=GROUP, levels=short, retry_queue_count=1, rng=random.Random(),
                       now_ms=NOW_MS)
     assert decision.delay_level == 4
@@ -82,7 +82,7 @@ def test_level_zero_is_clamped_to_the_table() -> None:  # SPEC R7, L2
 
 @pytest.mark.parametrize(("asked", "used"), [(1, 1), (5, 5), (18, 18), (40, 18)])
 def test_positive_level_is_used_as_given_clamped(asked: int, used: int) -> None:  # R7, L2
-    assert run(SendBack(delay_level=asked), headers(9)).delay_level == used
+    assert run(SendBackRequest(delay_level=asked), headers(9)).delay_level == used
 
 
 def test_reaching_max_reconsume_times_dead_letters() -> None:  # SPEC R6
@@ -99,7 +99,7 @@ def test_one_below_max_still_retries() -> None:  # SPEC R6
 
 
 def test_negative_level_dead_letters_at_once() -> None:  # SPEC R6, R11
-    decision = run(SendBack(delay_level=-1))
+    decision = run(SendBackRequest(delay_level=-1))
     assert decision.outcome == Outcome.DLQ
     assert decision.set_properties[P.DLQ_REASON] == policy.DLQ_REASON_LEVEL_NEGATIVE
     assert decision.to_json("X") == {"outcome": "DLQ", "topic": "%DLQ%orders",
@@ -107,9 +107,9 @@ def test_negative_level_dead_letters_at_once() -> None:  # SPEC R6, R11
 
 
 def test_request_max_overrides_group_setting() -> None:  # SPEC R5
-    assert run(SendBack(max_reconsume_times=2), headers(2)).outcome == Outcome.DLQ
-    assert run(SendBack(max_reconsume_times=20), headers(16)).outcome == Outcome.RETRY
-    decision = run(SendBack(max_reconsume_times=20), headers(16))
+    assert run(SendBackRequest(max_reconsume_times=2), headers(2)).outcome == Outcome.DLQ
+    assert run(SendBackRequest(max_reconsume_times=20), headers(16)).outcome == Outcome.RETRY
+    decision = run(SendBackRequest(max_reconsume_times=20), headers(16))
     assert decision.set_properties[P.MAX_RECONSUME_TIMES] == "20"
 
 
@@ -123,12 +123,30 @@ def test_group_max_applies_when_request_says_nothing() -> None:  # SPEC R5
 
 
 def test_zero_max_dead_letters_the_first_failure() -> None:  # SPEC R5, R6
-    assert run(SendBack(max_reconsume_times=0)).outcome == Outcome.DLQ
+    assert run(SendBackRequest(max_reconsume_times=0)).outcome == Outcome.DLQ
+
+
+def test_max_of_minus_one_means_the_group_default() -> None:
+    # SPEC R5 (issue 12.1): RocketMQ's -1 is "the default", not "dead-letter at once"
+    settings = GroupSettings(retry_max_times=5)
+    asked = SendBackRequest(max_reconsume_times=-1)
+    assert run(asked, headers(0), settings=settings).outcome == Outcome.RETRY
+    assert run(asked, headers(4), settings=settings).outcome == Outcome.RETRY
+    decision = run(asked, headers(5), settings=settings)
+    assert decision.outcome == Outcome.DLQ and decision.max_reconsume_times == 5
+    assert run(asked, headers(15)).outcome == Outcome.RETRY  # default group: 16
+
+
+def test_any_negative_level_dead_letters() -> None:  # SPEC R6 (issue 12.3)
+    for level in (-1, -2, -(2**31)):
+        decision = run(SendBackRequest(delay_level=level))
+        assert decision.outcome == Outcome.DLQ
+        assert decision.set_properties[P.DLQ_REASON] == policy.DLQ_REASON_LEVEL_NEGATIVE
 
 
 def test_orderly_max_is_practically_unlimited() -> None:  # SPEC R5
-    limit = MAX_RECONSUME_TIMES_LIMIT
-    assert run(SendBack(max_reconsume_times=limit), headers(1000)).outcome == Outcome.RETRY
+    limit = ORDERLY_MAX_RECONSUME_TIMES
+    assert run(SendBackRequest(max_reconsume_times=limit), headers(1000)).outcome == Outcome.RETRY
 
 
 def test_retry_topic_property_set_on_first_retry_only() -> None:  # SPEC R4
@@ -139,10 +157,10 @@ def test_retry_topic_property_set_on_first_retry_only() -> None:  # SPEC R4
 
 
 def test_origin_topic_from_request_when_message_sits_in_a_retry_topic() -> None:  # SPEC R4
-    decision = run(SendBack(origin_topic="Orders"), headers(1, topic="%RETRY%orders"))
+    decision = run(SendBackRequest(origin_topic="Orders"), headers(1, topic="%RETRY%orders"))
     assert decision.set_properties[P.RETRY_TOPIC] == "Orders"
     # but the stored topic wins for an ordinary topic (the message's own topic)
-    assert run(SendBack(origin_topic="Other")).set_properties[P.RETRY_TOPIC] == "Orders"
+    assert run(SendBackRequest(origin_topic="Other")).set_properties[P.RETRY_TOPIC] == "Orders"
 
 
 def test_origin_message_id_set_once() -> None:  # SPEC R8
@@ -161,7 +179,7 @@ def test_stale_markers_are_removed() -> None:  # SPEC R8, D9
     stored = headers(1, SCHEDULE_OFFSET="4:17", DELIVER_TS="1", DLQ_REASON="old")
     retry = run(stored=stored)
     assert set(retry.remove_properties) == {P.SCHEDULE_OFFSET, P.DELIVER_TS, P.DLQ_REASON}
-    dead = run(SendBack(delay_level=-1), stored)
+    dead = run(SendBackRequest(delay_level=-1), stored)
     assert P.DLQ_REASON not in dead.remove_properties  # overwritten instead
     assert dead.set_properties[P.DLQ_REASON] == policy.DLQ_REASON_LEVEL_NEGATIVE
 
@@ -178,11 +196,11 @@ def test_queue_is_chosen_at_random_among_retry_queues() -> None:  # SPEC R3
 
 
 def test_failure_history_appends_each_attempt() -> None:  # R16 Beyond
-    first = run(SendBack(reason="ValueError: bad", consumer_id="c1"))
+    first = run(SendBackRequest(reason="ValueError: bad", consumer_id="c1"))
     history = json.loads(first.set_properties[P.FAILURE_HISTORY])
     assert history == [{"time": NOW_MS, "consumer": "c1", "reason": "ValueError: bad",
                         "reconsumeTimes": 0}]
-    second = run(SendBack(reason="KeyError: k", consumer_id="c2"),
+    second = run(SendBackRequest(reason="KeyError: k", consumer_id="c2"),
                  headers(1, FAILURE_HISTORY=first.set_properties[P.FAILURE_HISTORY]))
     history = json.loads(second.set_properties[P.FAILURE_HISTORY])
     assert [h["consumer"] for h in history] == ["c1", "c2"]
@@ -196,7 +214,7 @@ def test_failure_history_is_bounded_and_reasons_cut() -> None:  # R16 Beyond, P1
     history = json.loads(raw or "")
     assert len(history) == policy.HISTORY_MAX_ENTRIES
     assert history[-1]["reconsumeTimes"] == 39 and history[0]["reconsumeTimes"] == 8
-    long = run(SendBack(reason="y" * 10_000))
+    long = run(SendBackRequest(reason="y" * 10_000))
     entry = json.loads(long.set_properties[P.FAILURE_HISTORY])[0]
     assert len(entry["reason"]) == policy.REASON_MAX_CHARS
 
@@ -210,7 +228,7 @@ def test_unreadable_failure_history_is_kept_not_lost() -> None:  # R16 Beyond
 
 
 def test_dead_letter_carries_history_and_retry_topic() -> None:  # SPEC R6, R4, R16
-    decision = run(SendBack(delay_level=-1, reason="boom"))
+    decision = run(SendBackRequest(delay_level=-1, reason="boom"))
     assert decision.set_properties[P.RETRY_TOPIC] == "Orders"
     assert json.loads(decision.set_properties[P.FAILURE_HISTORY])[0]["reason"] == "boom"
 

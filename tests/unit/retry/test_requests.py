@@ -68,11 +68,17 @@ def test_send_back_full_body() -> None:
             request.reason, request.consumer_id) == (-1, 3, "T", "E: x", "c")
 
 
+def test_any_negative_level_and_a_max_of_minus_one_are_taken() -> None:
+    # SPEC R5, R6 (issue 12.1, 12.3): RocketMQ's rules; -2 was a 400, -1 as max too
+    _, request = parse_request({"commitLogOffset": 1, "delayLevel": -2, "maxReconsumeTimes": -1})
+    assert (request.delay_level, request.max_reconsume_times) == (-2, -1)
+
+
 @pytest.mark.parametrize("body", [
     None, [], {}, {"delayLevel": 1}, {"commitLogOffset": -1}, {"commitLogOffset": "12"},
     {"commitLogOffset": 1.0}, {"msgId": "nothex"}, {"msgId": 12},
-    {"msgId": msg_id(42), "commitLogOffset": 41}, {"commitLogOffset": 1, "delayLevel": -2},
-    {"commitLogOffset": 1, "delayLevel": "3"}, {"commitLogOffset": 1, "maxReconsumeTimes": -1},
+    {"msgId": msg_id(42), "commitLogOffset": 41}, {"commitLogOffset": 1, "delayLevel": -2**31 - 1},
+    {"commitLogOffset": 1, "delayLevel": "3"}, {"commitLogOffset": 1, "maxReconsumeTimes": -2},
     {"commitLogOffset": 1, "maxReconsumeTimes": 2**31}, {"commitLogOffset": 1, "reason": 5},
     {"commitLogOffset": 1, "delayLevel": True}, {"commitLogOffset": 1, "surprise": 1},
 ])

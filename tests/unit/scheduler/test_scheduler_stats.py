@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from clepsydra_core.levels import DelayLevels
+from clepsydra_core.wire.schedule import LevelInfo
 from clepsydra_scheduler.metrics import LevelRow, gather, prometheus_text, status_table
 from clepsydra_scheduler.offsets import MemoryOffsetStore
-from clepsydra_scheduler.ports import LevelInfo, LevelSample
+from clepsydra_scheduler.ports import LevelSample
 from clepsydra_scheduler.stats import LevelStats, lateness_counts
 from tests.fixtures.scheduler import FakeClock, FakeStore
 

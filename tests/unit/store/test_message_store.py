@@ -21,7 +21,8 @@ from clepsydra_core.records import (
     peek_size_magic,
     tags_code,
 )
-from clepsydra_store.engine.types import CopyRequest, PutRequest, PutStatus
+from clepsydra_core.wire.copy import CopyItem
+from clepsydra_store.engine.types import PutRequest, PutStatus
 from tests.unit.store.conftest import OpenStore
 
 BORN_HOST = b"\x0a\x00\x00\x05\x00\x00\x1f\x90"
@@ -209,9 +210,9 @@ def test_copy_keeps_message_and_applies_changes(open_store: OpenStore) -> None:
                                     born_host=BORN_HOST, properties={P.UNIQ_KEY: "u"}))
     retry = naming.retry_topic("g")
     plain, delayed = store.copy([
-        CopyRequest(original.commitlog_offset, retry, reconsume_times=1,
+        CopyItem(original.commitlog_offset, retry, reconsume_times=1,
                     set_properties={P.RETRY_TOPIC: "T"}, remove_properties=(P.UNIQ_KEY,)),
-        CopyRequest(original.commitlog_offset, retry, delay_level=2),
+        CopyItem(original.commitlog_offset, retry, delay_level=2),
     ])
     assert plain.commitlog_offset + plain.size == delayed.commitlog_offset
     copied = store.get_by_commitlog_offset(plain.commitlog_offset)
@@ -224,7 +225,7 @@ def test_copy_keeps_message_and_applies_changes(open_store: OpenStore) -> None:
     assert parked.properties[P.REAL_TOPIC] == retry
     assert store.get_topic(retry).queues == (store.get_topic(retry).queues[0],)
     with pytest.raises(MessageNotFound) as info:
-        store.copy([CopyRequest(999_999, retry)])
+        store.copy([CopyItem(999_999, retry)])
     assert "999999" in str(info.value)
 
 
@@ -248,3 +249,20 @@ def test_create_topic_is_idempotent_and_lists_schedule_topic(open_store: OpenSto
     names = {t.name: t for t in store.list_topics()}
     assert len(names[naming.SCHEDULE_TOPIC].queues) == 2
     assert names[naming.SCHEDULE_TOPIC].system
+
+
+def test_r10_takes_plain_sends_only_and_the_groups_settings(open_store: OpenStore) -> None:
+    # SPEC R3, R5, R10 (issue 12.2): a delayed copy to %RETRY% (an R9 fallback's last retry)
+    # is parked, not dead-lettered; the group's retryMaxTimes and retryQueueNums apply
+    store = open_store()
+    store.put_group_settings("G", {"retryMaxTimes": 3, "retryQueueNums": 2})
+    retry = naming.retry_topic("G")
+    delayed = store.put(PutRequest(retry, b"last retry", delay_level=1,
+                                   properties={P.RECONSUME_TIME: "3"}))
+    assert delayed.topic == naming.SCHEDULE_TOPIC
+    assert len(store.get_topic(retry).queues) == 2  # created with the group's count (R3)
+    plain = store.put(PutRequest(retry, b"at the max", properties={P.RECONSUME_TIME: "3"}))
+    assert plain.topic == naming.dlq_topic("G")  # the group's max is 3, not 16
+    below = store.put(PutRequest(retry, b"below", properties={P.RECONSUME_TIME: "2"}))
+    assert below.topic == retry
+    assert store.get_by_msg_id(delayed.msg_id).reconsume_times == 3

@@ -15,7 +15,7 @@ from clepsydra_client.listener import (
 )
 from clepsydra_client.message import Attempt, Message, MessageQueue, SendResult
 from clepsydra_client.producer import OutgoingMessage, Producer
-from clepsydra_client.pull import PullConsumer, PullResult, PullStatus
+from clepsydra_client.pull_consumer import PullConsumer, PullResult, PullStatus
 from clepsydra_client.push import PushConsumer, PushSettings
 from clepsydra_client.rebalance import (
     AverageByCircleStrategy,

@@ -13,13 +13,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from clepsydra_client.http import HttpClient
 from clepsydra_client.message import Message, MessageQueue
 from clepsydra_client.offsets import parse_group_offsets
 from clepsydra_client.rebalance import AllocateStrategy, AverageStrategy, allocate_all
 from clepsydra_client.topics import TopicInfo, fetch_topic, fetch_topic_or_none, list_topics
 from clepsydra_core import naming
 from clepsydra_core.errors import ConfigError, MessageNotFound, NotFound, ValidationError
+from clepsydra_core.http import HttpClient
+from clepsydra_core.wire.schedule import LevelInfo, LevelTable, ScheduleEntries
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,16 +67,12 @@ class QueueProgress:
 
 
 @dataclass(frozen=True, slots=True)
-class LevelInfo:
-    """One delay level: its schedule queue, what waits in it, and how late the oldest due
-    entry is (0 when nothing is due)."""
+class LevelStatus:
+    """One delay level as the store reports it (``info``, the wire value), with what waits
+    in it: the backlog (entries not yet handed over), how late the oldest due entry is (0 when
+    nothing is due) and its deliver time."""
 
-    level: int
-    delay_ms: int
-    queue_id: int
-    min_offset: int
-    max_offset: int
-    handed_over: int
+    info: LevelInfo
     backlog: int
     lag_ms: int
     next_deliver_ts: int | None
@@ -306,23 +303,18 @@ class AdminClient:
 
     # ---- delay levels --------------------------------------------------------------------
 
-    def levels(self, now_ms: int | None = None) -> list[LevelInfo]:
+    def levels(self, now_ms: int | None = None) -> list[LevelStatus]:
         """The delay table with backlog (entries not yet handed over) and lag per level,
         from the store alone (no Redis)."""
-        raw = self.store.get("/v1/schedule/levels")
+        table = LevelTable.from_json(self.store.get("/v1/schedule/levels"))
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         out = []
-        for item in raw.get("levels") or []:
-            level = int(item["level"])
-            handed = int(item.get("handedOver", -1))
-            min_o, max_o = int(item.get("minOffset", 0)), int(item.get("maxOffset", 0))
-            first = max(handed + 1, min_o)
-            backlog = max(max_o - first, 0)
-            next_ts = self._deliver_ts(level, first) if backlog else None
+        for info in table.levels:
+            first = max(info.handed_over + 1, info.min_offset)
+            backlog = max(info.max_offset - first, 0)
+            next_ts = self._deliver_ts(info.level, first) if backlog else None
             lag = max(now_ms - next_ts, 0) if next_ts is not None else 0
-            out.append(LevelInfo(level, int(item.get("delayMs", 0)),
-                                 int(item.get("queueId", level - 1)), min_o, max_o, handed,
-                                 backlog, lag, next_ts))
+            out.append(LevelStatus(info, backlog, lag, next_ts))
         return out
 
     def _deliver_ts(self, level: int, offset: int) -> int | None:
@@ -331,5 +323,5 @@ class AdminClient:
                                  {"offset": offset, "max": 1})
         except NotFound:
             return None
-        ts = raw.get("deliverTs") or []
+        ts = ScheduleEntries.from_json(raw).deliver_ts
         return int(ts[0]) if ts else None

@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from clepsydra_client.http import HttpClient
 from clepsydra_client.render import format_ts, render_table
 from clepsydra_core.errors import Unavailable
+from clepsydra_core.http import HttpClient
 
 if TYPE_CHECKING:
     from clepsydra_client.commands import Context, Output

@@ -9,6 +9,7 @@
     clepsydra levels
     clepsydra report run [--job NAME ...] [--since 2h] [--format json] | list | show RUN_ID
     clepsydra export status
+    clepsydra k8s status | scale workers N | report-now   (cluster via kubeconfig)
 
 Where the services are: ``--store-url`` / ``--retry-url``, else ``CLEPSYDRA_STORE_URL`` /
 ``CLEPSYDRA_RETRY_URL``; the analytics service: ``--analytics-url``, else
@@ -25,6 +26,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from clepsydra_client import commands as c
+from clepsydra_client import k8s_commands
 from clepsydra_client.analytics_commands import AnalyticsUnavailable, add_analytics_commands
 from clepsydra_client.rebalance import STRATEGIES
 from clepsydra_client.settings import ClientSettings
@@ -170,6 +172,8 @@ def build_parser() -> Parser:
 
     lv = sub.add_parser("levels", help="the delay table with backlog and lag per level")
     lv.set_defaults(fn=c.levels)
+
+    k8s_commands.add_parser(sub, Parser)
     add_analytics_commands(sub, Parser)
     return p
 
@@ -179,6 +183,10 @@ def hint(exc: ClepsydraError, ctx: c.Context) -> str:
     if isinstance(exc, AnalyticsUnavailable):
         return ("is the analytics service running? `make run` starts it; or point "
                 f"--analytics-url (CLEPSYDRA_ANALYTICS_URL) at it (now {ctx.analytics_url})")
+    if exc.code == "CLUSTER_ERROR":
+        return ("check the kubeconfig context and namespace (`clepsydra k8s --context C -n NS "
+                "...`), that the manifests are applied (`kubectl apply -k k8s/overlays/dev`) "
+                "and that your account may do this (`kubectl auth can-i ...`)")
     if isinstance(exc, Unavailable):
         return ("is the service running? Start the local stack with `make run`, or point "
                 "--store-url / --retry-url (CLEPSYDRA_STORE_URL / CLEPSYDRA_RETRY_URL) at it "

@@ -11,10 +11,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from clepsydra_client.admin import AdminClient, DlqFilter, LevelInfo, QueueProgress
+from clepsydra_client.admin import AdminClient, DlqFilter, LevelStatus, QueueProgress
 from clepsydra_client.message import Message
 from clepsydra_client.producer import OutgoingMessage, Producer
-from clepsydra_client.pull import PullConsumer
+from clepsydra_client.pull_consumer import PullConsumer
 from clepsydra_client.rebalance import strategy_by_name
 from clepsydra_client.render import (
     ProgressBar,
@@ -448,23 +448,23 @@ def dlq_audit(args: argparse.Namespace, ctx: Context) -> Output:
 
 # ---- levels --------------------------------------------------------------------------------
 
-def level_row(lv: LevelInfo, now_ms: int) -> tuple[Any, ...]:
+def level_row(lv: LevelStatus, now_ms: int) -> tuple[Any, ...]:
     if lv.next_deliver_ts is None:
         due = "-"
     elif lv.next_deliver_ts > now_ms:
         due = "in " + format_duration_ms(lv.next_deliver_ts - now_ms)
     else:
         due = "due"
-    return (lv.level, format_delay_ms(lv.delay_ms), lv.queue_id, lv.backlog, lv.handed_over + 1,
-            lv.max_offset, due, format_duration_ms(lv.lag_ms) if lv.lag_ms else "0")
+    info = lv.info
+    return (info.level, format_delay_ms(info.delay_ms), info.queue_id, lv.backlog,
+            info.handed_over + 1, info.max_offset, due,
+            format_duration_ms(lv.lag_ms) if lv.lag_ms else "0")
 
 
 def levels(args: argparse.Namespace, ctx: Context) -> Output:
     now = int(time.time() * 1000)
     rows = ctx.admin().levels(now)
-    data = [{"level": lv.level, "delayMs": lv.delay_ms, "queueId": lv.queue_id,
-             "minOffset": lv.min_offset, "maxOffset": lv.max_offset,
-             "handedOver": lv.handed_over, "backlog": lv.backlog, "lagMs": lv.lag_ms,
+    data = [{**lv.info.to_json(), "backlog": lv.backlog, "lagMs": lv.lag_ms,
              "nextDeliverTs": lv.next_deliver_ts} for lv in rows]
     text = render_table(["LEVEL", "DELAY", "QUEUE", "BACKLOG", "DELIVERED", "STORED",
                          "NEXT DUE", "LAG"], [level_row(lv, now) for lv in rows],

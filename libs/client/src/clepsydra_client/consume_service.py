@@ -29,15 +29,19 @@ from clepsydra_client.listener import (
 )
 from clepsydra_client.message import Message
 from clepsydra_client.process_queue import ProcessQueue
-from clepsydra_client.sendback import TIMEOUT_LEVEL, SendBack, failure_reason
+from clepsydra_client.sendback import SendBack, failure_reason
 from clepsydra_client.timers import TimerPool, WorkerPool
 from clepsydra_core import telemetry
 from clepsydra_core.errors import ClepsydraError
+from clepsydra_core.retry_rules import (
+    CONSUME_TIMEOUT_LEVEL,
+    DEFAULT_MAX_RECONSUME_TIMES,
+    ORDERLY_MAX_RECONSUME_TIMES,
+    max_reconsume_times_or,
+)
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_RECONSUME_CONCURRENT = 16
-DEFAULT_MAX_RECONSUME_ORDERLY = 2**31 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +148,8 @@ class ConcurrentConsumeService(ConsumeService):
 
     @property
     def max_reconsume(self) -> int:
-        return self.settings.max_reconsume_times or DEFAULT_MAX_RECONSUME_CONCURRENT
+        return max_reconsume_times_or(self.settings.max_reconsume_times,
+                                      DEFAULT_MAX_RECONSUME_TIMES)
 
     def dispatch(self, pq: ProcessQueue, messages: list[Message]) -> None:
         pq.put(messages)
@@ -234,7 +239,7 @@ class ConcurrentConsumeService(ConsumeService):
             logger.warning("%s group=%s queue=%s msg_id=%s", reason, self.settings.group,
                            pq.queue, m.msg_id)
             self.stats.add("timeouts")
-            if self._return_failed(m, TIMEOUT_LEVEL, reason):
+            if self._return_failed(m, CONSUME_TIMEOUT_LEVEL, reason):
                 pq.finish([m.queue_offset])
             else:
                 pq.release([m.queue_offset])
@@ -250,7 +255,8 @@ class OrderlyConsumeService(ConsumeService):
 
     @property
     def max_reconsume(self) -> int:
-        return self.settings.max_reconsume_times or DEFAULT_MAX_RECONSUME_ORDERLY
+        return max_reconsume_times_or(self.settings.max_reconsume_times,
+                                      ORDERLY_MAX_RECONSUME_TIMES)
 
     def dispatch(self, pq: ProcessQueue, messages: list[Message]) -> None:
         pq.put(messages, orderly=True)

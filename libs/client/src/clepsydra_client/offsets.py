@@ -20,9 +20,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
-from clepsydra_client.http import HttpClient
 from clepsydra_client.message import MessageQueue
 from clepsydra_core.errors import ClepsydraError, Unavailable
+from clepsydra_core.http import HttpClient
 
 logger = logging.getLogger(__name__)
 

@@ -16,13 +16,13 @@ from typing import Any
 
 from opentelemetry import trace
 
-from clepsydra_client.http import HttpClient, Json
 from clepsydra_client.ids import new_uniq_key
 from clepsydra_client.message import SendResult
 from clepsydra_client.settings import ensure_tracing
 from clepsydra_core import properties as P
 from clepsydra_core import telemetry
 from clepsydra_core.errors import ValidationError
+from clepsydra_core.http import HttpClient, Json
 
 TRACER = "clepsydra_client"
 MAX_BATCH = 500

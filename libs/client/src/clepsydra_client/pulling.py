@@ -11,7 +11,6 @@ import time
 from dataclasses import dataclass
 
 from clepsydra_client.consume_service import ConsumeService, Stats, wait_idle
-from clepsydra_client.http import HttpClient
 from clepsydra_client.message import Message, MessageQueue
 from clepsydra_client.offsets import OffsetTracker
 from clepsydra_client.process_queue import ProcessQueue
@@ -19,6 +18,7 @@ from clepsydra_client.tags import TagExpression
 from clepsydra_client.timers import TimerPool
 from clepsydra_client.topics import fetch_topic
 from clepsydra_core.errors import ClepsydraError, OffsetOutOfRange
+from clepsydra_core.http import HttpClient
 
 logger = logging.getLogger(__name__)
 

@@ -31,8 +31,7 @@ from clepsydra_client.consume_service import (
     OrderlyConsumeService,
     Stats,
 )
-from clepsydra_client.http import HttpClient
-from clepsydra_client.ids import new_client_id
+from clepsydra_client.ids import local_ip, new_client_id
 from clepsydra_client.listener import (
     ConcurrentListener,
     ConsumeFromWhere,
@@ -50,9 +49,15 @@ from clepsydra_client.tags import TagExpression
 from clepsydra_client.timers import TimerPool, WorkerPool
 from clepsydra_core import naming
 from clepsydra_core.errors import ClepsydraError, ConfigError
+from clepsydra_core.http import HttpClient
 
 logger = logging.getLogger(__name__)
 
+
+BROADCASTING_DEFAULT_INSTANCE = "DEFAULT"
+"""The instance name a broadcasting consumer's progress file is kept under when none is set
+(RocketMQ's default instanceName): a restarted consumer finds its progress. Several
+broadcasting consumers of one group on one machine each need their own ``instance_name``."""
 
 @dataclass(frozen=True, slots=True)
 class PushSettings:
@@ -86,6 +91,7 @@ class PushSettings:
     """How long a newly owned queue that another live consumer held waits before its first
     pull; default 2 x heartbeat interval + drop wait + 0.2 s."""
     instance_name: str | None = None
+    """Names this consumer (its client id, and its broadcasting progress file)."""
     offset_dir: Path | None = None
     """Broadcasting progress folder (default ``~/.clepsydra/offsets``)."""
     shutdown_wait_s: float = 10.0
@@ -153,8 +159,11 @@ class PushConsumer:
     def _offset_store(self) -> OffsetStore:
         if self.clustering:
             return RemoteOffsetStore(self.store, self.group)
+        # keyed by a name that survives a restart (RocketMQ keeps instanceName DEFAULT in
+        # broadcasting mode), not by the client id, which carries the pid (issue 12.4)
         folder = self.settings.offset_dir or Path.home() / ".clepsydra" / "offsets"
-        name = re.sub(r"[^A-Za-z0-9_.@-]", "_", self.client_id)
+        instance = self.settings.instance_name or BROADCASTING_DEFAULT_INSTANCE
+        name = re.sub(r"[^A-Za-z0-9_.@-]", "_", f"{local_ip()}@{instance}")
         return LocalOffsetStore(folder / self.group / f"{name}.json")
 
     def subscribe(self, topic: str, expression: str = "*") -> PushConsumer:
@@ -231,7 +240,7 @@ class PushConsumer:
         self._started = True
         self._timers.schedule(self._heartbeat_tick)
         self._timers.schedule(self._persist_tick, s.persist_interval_s)
-        if not orderly and self.clustering:
+        if not orderly:  # R13 in both models (issue 12.6); broadcasting skips, R14
             self._timers.schedule(self._timeout_tick, self._timeout_scan_s)
         logger.info("consumer started group=%s client_id=%s model=%s subscriptions=%s",
                     self.group, self.client_id, s.message_model,

@@ -17,21 +17,22 @@ from typing import Any
 
 from opentelemetry import trace
 
-from clepsydra_client.http import HttpClient, RemoteError, error_from_response
 from clepsydra_client.message import Attempt, Message, append_failure
 from clepsydra_client.producer import encode_body
 from clepsydra_core import naming, telemetry
 from clepsydra_core import properties as P
-from clepsydra_core.errors import ClepsydraError, GroupNotFound, NotFound
+from clepsydra_core.errors import ClepsydraError, GroupNotFound, NotFound, ValidationError
+from clepsydra_core.groups import GroupSettings
+from clepsydra_core.http import HttpClient, RemoteError, error_from_response
+from clepsydra_core.retry_rules import (
+    DEFAULT_MAX_RECONSUME_TIMES,
+    max_reconsume_times_or,
+    retry_level_for,
+)
+from clepsydra_core.wire.retry import SendBackAnswer, SendBackBatch, SendBackRequest
 
 logger = logging.getLogger(__name__)
 
-DLQ_LEVEL = -1
-BROKER_DECIDES = 0
-DEFAULT_MAX_RECONSUME_TIMES = 16
-"""R5: what the fallback assumes when neither the consumer nor the message names a max."""
-TIMEOUT_LEVEL = 3
-"""R13: a message held past the consume timeout is sent back with level 3."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +90,7 @@ class BatchSender:
         self._queue: list[_Pending] = []
         self._leading = False
 
-    def submit(self, body: dict[str, Any]) -> dict[str, Any]:
+    def submit(self, body: SendBackRequest) -> dict[str, Any]:
         """The retry service's answer for one send-back; ClepsydraError when it failed."""
         if not self.batch_route:
             return self._single(body)
@@ -113,15 +114,15 @@ class BatchSender:
             raise pending.error
         return pending.result
 
-    def _single(self, body: dict[str, Any]) -> dict[str, Any]:
-        single = {k: v for k, v in body.items() if k not in _HINTS}
-        return self.retry.post(self.retry.path("/v1/groups/{}/send-back", self.group), single)
+    def _single(self, body: SendBackRequest) -> dict[str, Any]:
+        return self.retry.post(self.retry.path("/v1/groups/{}/send-back", self.group),
+                               body.without_hints().to_json())
 
     def _flush(self, batch: list[_Pending]) -> None:
         path = self.retry.path("/v1/groups/{}/send-back/batch", self.group)
         try:
             try:
-                raw = self.retry.post(path, {"items": [p.body for p in batch]})
+                raw = self.retry.post(path, SendBackBatch([p.body for p in batch]).to_json())
             except NotFound as exc:
                 if isinstance(exc, GroupNotFound):
                     raise
@@ -153,14 +154,17 @@ class BatchSender:
 class _Pending:
     __slots__ = ("body", "done", "error", "result")
 
-    def __init__(self, body: dict[str, Any]) -> None:
+    def __init__(self, body: SendBackRequest) -> None:
         self.body = body
         self.done = threading.Event()
         self.result: dict[str, Any] = {}
         self.error: ClepsydraError | None = None
 
 
-_HINTS = ("topic", "queueId", "queueOffset")
+
+
+GROUP_SETTINGS_TTL_S = 30.0
+"""How long the fallback trusts the group's retryMaxTimes it read from the store."""
 
 
 class SendBack:
@@ -173,6 +177,7 @@ class SendBack:
         self.store = store
         self.retry = retry
         self.batcher = BatchSender(retry, group) if retry is not None else None
+        self._group_max_cache: tuple[float, int | None] | None = None
         if self.batcher is not None and not batch:
             self.batcher.batch_route = False
         self._tracer = telemetry.tracer("clepsydra_client")
@@ -188,39 +193,57 @@ class SendBack:
                             "messaging.consumer.group.name": self.group,
                             "messaging.clepsydra.delay_level": delay_level}) as span:
             if self.batcher is not None:
-                body: dict[str, Any] = {
-                    "commitLogOffset": msg.commitlog_offset, "delayLevel": delay_level,
-                    "originTopic": msg.origin_topic, "reason": reason,
-                    "consumerId": self.consumer_id, "topic": msg.store_topic or msg.topic,
-                    "queueId": msg.queue_id, "queueOffset": msg.queue_offset}
-                if max_reconsume_times is not None:
-                    body["maxReconsumeTimes"] = max_reconsume_times
+                body = SendBackRequest(
+                    commitlog_offset=msg.commitlog_offset, delay_level=delay_level,
+                    max_reconsume_times=max_reconsume_times, origin_topic=msg.origin_topic,
+                    reason=reason, consumer_id=self.consumer_id,
+                    topic=msg.store_topic or msg.topic, queue_id=msg.queue_id,
+                    queue_offset=msg.queue_offset)
                 try:
-                    outcome = _outcome(self.batcher.submit(body), delay_level)
+                    outcome = _outcome(self.batcher.submit(body))
                     span.set_attribute("messaging.clepsydra.outcome", outcome.outcome)
                     return outcome
                 except ClepsydraError as exc:
                     logger.warning("send-back failed, sending to the retry topic directly (R9) "
                                    "group=%s msg_id=%s error=%s", self.group, msg.msg_id, exc)
-            max_times = (max_reconsume_times or msg.max_reconsume_times
-                         or DEFAULT_MAX_RECONSUME_TIMES)
+            max_times = max_reconsume_times_or(max_reconsume_times, self._group_max(msg))
             outcome = self.fallback(msg, delay_level, max_times, reason)
             span.set_attribute("messaging.clepsydra.outcome", outcome.outcome)
             span.set_attribute("messaging.clepsydra.fallback", True)
             return outcome
 
+    def _group_max(self, msg: Message) -> int:
+        """R5 as the retry service applies it when the consumer names no max: the group's
+        retryMaxTimes (read from the store, which keeps it; cached), else the message's
+        MAX_RECONSUME_TIMES, else 16."""
+        now = time.monotonic()
+        cached = self._group_max_cache
+        if cached is None or now - cached[0] > GROUP_SETTINGS_TTL_S:
+            try:
+                doc = self.store.get(self.store.path("/v1/groups/{}/settings", self.group))
+                cached = (now, GroupSettings.from_json(doc).retry_max_times)
+            except ClepsydraError as exc:
+                logger.info("group settings not readable for the fallback group=%s: %s",
+                            self.group, exc)
+                cached = (now, None)
+            self._group_max_cache = cached
+        if cached[1] is not None:
+            return cached[1]
+        return max_reconsume_times_or(msg.max_reconsume_times, DEFAULT_MAX_RECONSUME_TIMES)
+
     def fallback(self, msg: Message, delay_level: int, max_reconsume_times: int,
                  reason: str) -> SendBackOutcome:
-        """R9: a new message to ``%RETRY%<group>`` with reconsumeTimes + 1 and delay level
-        3 + reconsumeTimes (or the listener's level; -1 dead-letters through R10)."""
-        reconsume = msg.reconsume_times + 1
-        if delay_level < 0:
-            reconsume = max(reconsume, max_reconsume_times)
-            level = 0
-        else:
-            level = delay_level if delay_level > 0 else TIMEOUT_LEVEL + msg.reconsume_times
-        return self._send_retry_copy(msg, level, reconsume, max_reconsume_times, reason,
-                                     fallback=True)
+        """R9 with the retry service's ladder (issue 12.2): dead-lettered when the service
+        would (reconsumeTimes >= max, or a level below 0: a plain send that R10 reroutes),
+        else a new message to ``%RETRY%<group>`` with reconsumeTimes + 1, delayed by the
+        listener's level or 3 + reconsumeTimes (R10 leaves delayed sends alone)."""
+        if delay_level < 0 or msg.reconsume_times >= max_reconsume_times:
+            return self._send_retry_copy(msg, 0, max(msg.reconsume_times + 1,
+                                                     max_reconsume_times),
+                                         max_reconsume_times, reason, fallback=True)
+        level = delay_level if delay_level > 0 else retry_level_for(msg.reconsume_times)
+        return self._send_retry_copy(msg, level, msg.reconsume_times + 1, max_reconsume_times,
+                                     reason, fallback=True)
 
     def dead_letter(self, msg: Message, max_reconsume_times: int, reason: str) -> SendBackOutcome:
         """R12: an orderly consumer gave up locally; ``RECONSUME_TIME`` = max makes the store
@@ -255,8 +278,10 @@ class SendBack:
         return SendBackOutcome(outcome, stored, level, str(raw.get("msgId", "")), fallback)
 
 
-def _outcome(raw: dict[str, Any], delay_level: int) -> SendBackOutcome:
-    return SendBackOutcome(
-        outcome=str(raw.get("outcome", "RETRY")), topic=str(raw.get("topic", "")),
-        delay_level=int(raw.get("delayLevel", delay_level) or 0),
-        msg_id=str(raw.get("msgId", "")))
+def _outcome(raw: dict[str, Any]) -> SendBackOutcome:
+    try:
+        answer = SendBackAnswer.from_json(raw)
+    except ValidationError as exc:
+        raise RemoteError(f"unexpected send-back answer: {exc.message}") from exc
+    return SendBackOutcome(outcome=answer.outcome, topic=answer.topic or "",
+                           delay_level=answer.delay_level or 0, msg_id=answer.msg_id or "")

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from clepsydra_client.http import HttpClient
 from clepsydra_client.message import MessageQueue
 from clepsydra_core import naming
 from clepsydra_core.errors import TopicNotFound
+from clepsydra_core.http import HttpClient
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,19 +9,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from clepsydra_core.errors import ValidationError
+from clepsydra_core.retry_rules import DEFAULT_MAX_RECONSUME_TIMES, ORDERLY_MAX_RECONSUME_TIMES
 
 DEFAULT_RETRY_QUEUE_NUMS = 1
 """R3: queues of a group's retry topic when the group does not say."""
-DEFAULT_RETRY_MAX_TIMES = 16
-"""R5: concurrent consumers retry 16 times by default."""
-MAX_RECONSUME_TIMES_LIMIT = 2**31 - 1
-"""R5: orderly consumers retry "forever" (2^31 - 1); nothing larger is meaningful."""
 MAX_RETRY_QUEUE_NUMS = 64
 """More retry queues than this is refused as absurd (a group rarely has more consumers)."""
 
 FIELDS = {"retryQueueNums": "retry_queue_nums", "retryMaxTimes": "retry_max_times"}
 """JSON name -> attribute of :class:`GroupSettings`."""
-_LIMITS = {"retryQueueNums": MAX_RETRY_QUEUE_NUMS, "retryMaxTimes": MAX_RECONSUME_TIMES_LIMIT}
+_LIMITS = {"retryQueueNums": MAX_RETRY_QUEUE_NUMS, "retryMaxTimes": ORDERLY_MAX_RECONSUME_TIMES}
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +26,7 @@ class GroupSettings:
     """A consumer group's retry settings (R3, R5); 0 retry queues means "drop retries" (R2)."""
 
     retry_queue_nums: int = DEFAULT_RETRY_QUEUE_NUMS
-    retry_max_times: int = DEFAULT_RETRY_MAX_TIMES
+    retry_max_times: int = DEFAULT_MAX_RECONSUME_TIMES
 
     def to_json(self) -> dict[str, int]:
         return {"retryQueueNums": self.retry_queue_nums, "retryMaxTimes": self.retry_max_times}
@@ -39,7 +36,7 @@ class GroupSettings:
         """From a stored or cached ``to_json()`` (values may be the strings of a Redis hash);
         missing fields take the defaults. ValueError when a value is not a whole number."""
         return cls(retry_queue_nums=int(doc.get("retryQueueNums", DEFAULT_RETRY_QUEUE_NUMS)),
-                   retry_max_times=int(doc.get("retryMaxTimes", DEFAULT_RETRY_MAX_TIMES)))
+                   retry_max_times=int(doc.get("retryMaxTimes", DEFAULT_MAX_RECONSUME_TIMES)))
 
 
 def validate_settings(body: object, current: GroupSettings | None) -> GroupSettings:

@@ -54,8 +54,11 @@ CLIENT_SETTABLE = frozenset(
 )
 """Reserved names a producer may still set itself (trace context, and the R9 fallback fields)."""
 
-_NAME_LEN = struct.Struct(">H")
-_VALUE_LEN = struct.Struct(">I")
+NAME_LEN = struct.Struct(">H")
+"""A property name's length prefix (the stored properties layout: name_len | name | value_len |
+value, repeated)."""
+VALUE_LEN = struct.Struct(">I")
+"""A property value's length prefix."""
 
 
 _NAME_PREFIX_CACHE: dict[str, bytes] = {}
@@ -73,12 +76,12 @@ def encode_properties(props: dict[str, str]) -> bytes:
         prefix = cache.get(name)
         if prefix is None:
             n = name.encode()
-            prefix = _NAME_LEN.pack(len(n)) + n
+            prefix = NAME_LEN.pack(len(n)) + n
             if len(cache) < _NAME_PREFIX_CACHE_MAX:
                 cache[name] = prefix
         v = value.encode()
         append(prefix)
-        append(_VALUE_LEN.pack(len(v)))
+        append(VALUE_LEN.pack(len(v)))
         append(v)
     return b"".join(out)
 
@@ -89,11 +92,11 @@ def decode_properties(raw: bytes | memoryview) -> dict[str, str]:
     pos, end = 0, len(raw)
     try:
         while pos < end:
-            (nlen,) = _NAME_LEN.unpack_from(raw, pos)
+            (nlen,) = NAME_LEN.unpack_from(raw, pos)
             pos += 2
             name = bytes(raw[pos:pos + nlen]).decode()
             pos += nlen
-            (vlen,) = _VALUE_LEN.unpack_from(raw, pos)
+            (vlen,) = VALUE_LEN.unpack_from(raw, pos)
             pos += 4
             if pos + vlen > end:
                 raise CorruptRecordError("property value runs past the properties block")

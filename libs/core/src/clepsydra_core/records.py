@@ -40,14 +40,22 @@ SYS_FLAG_TRANSACTION_MASK = 0xC
 SYS_FLAG_TRANSACTION_PREPARED = 0x4
 SYS_FLAG_TRANSACTION_COMMIT = 0x8
 SYS_FLAG_TRANSACTION_ROLLBACK = 0xC
-_U8 = struct.Struct(">B")
-_I32 = struct.Struct(">i")
+U8 = struct.Struct(">B")
+"""The topic length of a record."""
+I32 = struct.Struct(">i")
+"""The properties length of a record."""
 _END = struct.Struct(">ii")
 
 
 def tags_code(tags: str | None) -> int:
-    """Stable hash of a tags string used as ConsumeQueue tagsCode for ordinary topics."""
-    return zlib.crc32(tags.encode()) if tags else 0
+    """SPEC S2: the ConsumeQueue tagsCode of an ordinary topic's message, a stable hash of its
+    tags string (0 without tags); the schedule topic's entries carry the deliver time instead."""
+    return tags_code_of(tags.encode()) if tags else 0
+
+
+def tags_code_of(tags_raw: bytes) -> int:
+    """:func:`tags_code` of tags already encoded as UTF-8 (writers that hold the bytes)."""
+    return zlib.crc32(tags_raw)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +135,7 @@ def encode_record_tail(body: bytes, topic_raw: bytes, props_raw: bytes) -> bytes
     """Everything after the fixed header: ``body | topic_length | topic | properties_length |
     properties``. The whole record is ``RECORD_HEADER.pack(...) + tail`` with
     ``total_size = HEADER_SIZE + len(tail)``."""
-    return b"".join((body, _U8.pack(len(topic_raw)), topic_raw, _I32.pack(len(props_raw)),
+    return b"".join((body, U8.pack(len(topic_raw)), topic_raw, I32.pack(len(props_raw)),
                      props_raw))
 
 
@@ -141,7 +149,7 @@ def encode_record(r: CommitLogRecord, props_raw: bytes | None = None) -> bytes:
         _HEADER.pack(size, MAGIC_V1, zlib.crc32(body), r.queue_id, r.flag, r.queue_offset,
                      r.commitlog_offset, r.sys_flag, r.born_timestamp, r.born_host,
                      r.store_timestamp, r.store_host, r.reconsume_times, len(body)),
-        body, _U8.pack(len(topic)), topic, _I32.pack(len(props_raw)), props_raw,
+        body, U8.pack(len(topic)), topic, I32.pack(len(props_raw)), props_raw,
     ))
 
 
@@ -188,7 +196,7 @@ def decode_record(raw: bytes | memoryview, pos: int = 0) -> tuple[CommitLogRecor
     except UnicodeDecodeError as exc:
         raise CorruptRecordError(f"record at byte {pos}: topic is not UTF-8") from exc
     p += topic_len
-    (props_len,) = _I32.unpack_from(raw, p)
+    (props_len,) = I32.unpack_from(raw, p)
     p += 4
     if props_len < 0 or p + props_len != end:
         raise CorruptRecordError(f"record at byte {pos}: properties length {props_len} is wrong")

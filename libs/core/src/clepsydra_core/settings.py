@@ -89,6 +89,9 @@ class CommonSettings:
     delay_levels: DelayLevels
     otel_exporter: str
     log_level: str
+    auto_create_groups: bool = True
+    """A consumer group is created with default settings the first time it is seen (a
+    heartbeat or a send-back), as RocketMQ's broker does by default (issue 12.2)."""
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> CommonSettings:
@@ -104,6 +107,7 @@ class CommonSettings:
             delay_levels=env_levels(env),
             otel_exporter=env_str(env, "CLEPSYDRA_OTEL_EXPORTER", "none"),
             log_level=env_str(env, "CLEPSYDRA_LOG_LEVEL", "INFO").upper(),
+            auto_create_groups=env_bool(env, "CLEPSYDRA_AUTO_CREATE_GROUPS", True),
         )
 
     @property

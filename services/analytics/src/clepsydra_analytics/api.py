@@ -1,16 +1,14 @@
-"""HTTP routes of the analytics service: reports (list, one, its HTML and charts, run now),
-export status, and the usual /healthz, /metrics, /openapi.json. Thin: the work is in
-reports.py and status.py."""
+"""HTTP routes of the analytics service: reports (list, one, its HTML and charts, run now) and
+export status; /healthz, /metrics and /openapi.json come from clepsydra_web.ops. Thin: the
+work is in reports.py and status.py."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 
 from clepsydra_analytics.export_files import ExportFiles
 from clepsydra_analytics.reports import Reports
@@ -19,6 +17,7 @@ from clepsydra_analytics.status import export_status
 from clepsydra_analytics.store_reader import StoreReader
 from clepsydra_core import naming
 from clepsydra_core.errors import ClepsydraError, ValidationError
+from clepsydra_web.jsonio import loads_object
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,16 +36,7 @@ def services() -> Services:
 
 def _body() -> dict[str, Any]:
     raw = request.get_data(cache=True)
-    if not raw.strip():
-        return {}
-    try:
-        body = json.loads(raw)
-    except ValueError as exc:
-        raise ValidationError(f"request body is not valid JSON: {exc}",
-                              code="INVALID_JSON") from exc
-    if not isinstance(body, dict):
-        raise ValidationError("request body must be a JSON object", code="INVALID_JSON")
-    return body
+    return loads_object(raw) if raw.strip() else {}
 
 
 def _job_names(body: dict[str, Any]) -> list[str] | None:
@@ -105,30 +95,16 @@ def status() -> Response:
                     "topics": [t.to_json() for t in topics]})
 
 
-ops_bp = Blueprint("ops", __name__)
-
-
-@ops_bp.get("/healthz")
-def healthz() -> Response:
+def health() -> tuple[dict[str, Any], int]:
+    """``/healthz``: the API answers (200); whether the store does is reported."""
     svc = services()
     try:
         svc.reader.http.get("/healthz")
         store_ok = True
     except ClepsydraError:
         store_ok = False
-    return jsonify({"status": "ok", "store": store_ok, "exportUri": svc.settings.export_uri,
-                    "reports": str(svc.settings.reports_dir)})
+    return {"status": "ok", "store": store_ok, "exportUri": svc.settings.export_uri,
+            "reports": str(svc.settings.reports_dir)}, 200
 
 
-@ops_bp.get("/metrics")
-def metrics() -> Response:
-    return Response(generate_latest(services().registry), mimetype=CONTENT_TYPE_LATEST)
-
-
-@ops_bp.get("/openapi.json")
-def openapi() -> Response:
-    text = resources.files("clepsydra_analytics").joinpath("openapi.json").read_text("utf-8")
-    return Response(text, mimetype="application/json")
-
-
-BLUEPRINTS = (reports_bp, ops_bp)
+BLUEPRINTS = (reports_bp,)

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import logging
 
-from flask import Flask, Response, jsonify
-from werkzeug.exceptions import HTTPException
+from flask import Flask
 
 from clepsydra_analytics import api
 from clepsydra_analytics.export_files import ExportFiles
 from clepsydra_analytics.metrics import AnalyticsCollector, build_registry
 from clepsydra_analytics.reports import Reports
-from clepsydra_analytics.settings import AnalyticsSettings
+from clepsydra_analytics.settings import MAX_REQUEST_BYTES_VAR, AnalyticsSettings
 from clepsydra_analytics.store_reader import StoreReader
 from clepsydra_core import telemetry
-from clepsydra_core.errors import ClepsydraError
+from clepsydra_web.errors import register_error_handlers
+from clepsydra_web.ops import ops_blueprint
 
 logger = logging.getLogger(__name__)
 
@@ -22,6 +22,7 @@ logger = logging.getLogger(__name__)
 def create_app(settings: AnalyticsSettings) -> Flask:
     telemetry.init_tracing("analytics", settings.common.otel_exporter)
     app = Flask("clepsydra_analytics")
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_request_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
     files = ExportFiles(settings.export_uri)
     reader = StoreReader(settings.store_url, timeout_s=10.0)
@@ -31,16 +32,7 @@ def create_app(settings: AnalyticsSettings) -> Flask:
         settings=settings, reports=reports, files=files, reader=reader, registry=registry)
     for blueprint in api.BLUEPRINTS:
         app.register_blueprint(blueprint)
-
-    @app.errorhandler(ClepsydraError)
-    def clepsydra_error(exc: ClepsydraError) -> tuple[Response, int]:
-        if exc.http_status >= 500:
-            logger.warning("request failed code=%s: %s", exc.code, exc.message)
-        return jsonify(exc.to_json()), exc.http_status
-
-    @app.errorhandler(HTTPException)
-    def http_error(exc: HTTPException) -> tuple[Response, int]:
-        code = (exc.name or "error").upper().replace(" ", "_")
-        return jsonify({"error": code, "message": exc.description or code}), exc.code or 500
-
+    app.register_blueprint(ops_blueprint("clepsydra_analytics", health=api.health,
+                                         registry=lambda: registry))
+    register_error_handlers(app, size_setting=MAX_REQUEST_BYTES_VAR)
     return app

@@ -94,6 +94,10 @@ class Exporter:
         self.buffers: dict[tuple[str, int], QueueBuffer] = {}
         self.positions: dict[tuple[str, int], int] = {}
         self.rows_written_total = 0
+        self.last_cycle_s: float | None = None
+        """When the last cycle ended (``clock_s``), whether it succeeded or not."""
+        self.last_error: str | None = None
+        self.cycle_failures = 0
         self._last_snapshot_s: float | None = None
         self._flush_request_ns: int | None = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="export-pull")
@@ -323,11 +327,15 @@ class Exporter:
         while not stop.is_set():
             try:
                 r = self.cycle()
+                self.last_error = None
             except (ClepsydraError, OSError, pa.ArrowException) as exc:
                 # the store away, a full disk: the buffers stay, the next cycle writes them
                 logger.warning("export cycle failed, retrying: %s", exc)
+                self.last_error, self.cycle_failures = str(exc), self.cycle_failures + 1
+                self.last_cycle_s = self.clock_s()
                 stop.wait(self.settings.poll_interval_s)
                 continue
+            self.last_cycle_s = self.clock_s()
             if r.rows_pulled == 0:
                 stop.wait(self.settings.poll_interval_s)
         for (topic, queue_id), buf in list(self.buffers.items()):
@@ -336,14 +344,22 @@ class Exporter:
 
 
 def run_exporter(settings: AnalyticsSettings, stop: threading.Event) -> None:
-    """The ``export`` command: take the lock, prepare, run until stopped."""
+    """The ``export`` command: take the lock, prepare, answer /healthz and /metrics on
+    CLEPSYDRA_ANALYTICS_EXPORTER_PORT (0: none), run until stopped."""
     telemetry.init_tracing("analytics", settings.common.otel_exporter)
     lock = ExporterLock(settings.state_dir)
     if not lock.acquire():
         raise ConfigError(f"another exporter holds {lock.path}: one exporter per export folder")
+    health = None
     try:
         exporter = Exporter(settings)
         exporter.prepare()
+        if settings.exporter_port:
+            from clepsydra_analytics.exporter_health import HealthServer
+
+            health = HealthServer(exporter, settings.bind, settings.exporter_port).start()
         exporter.run(stop)
     finally:
+        if health is not None:
+            health.stop()
         lock.release()

@@ -24,6 +24,7 @@ from clepsydra_core.settings import (
 )
 
 DEFAULT_TOPICS = "*,%RETRY%*,%DLQ%*"
+MAX_REQUEST_BYTES_VAR = "CLEPSYDRA_ANALYTICS_MAX_REQUEST_BYTES"
 _DURATION = re.compile(r"^([1-9][0-9]*)([smhd])$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -87,6 +88,9 @@ class AnalyticsSettings:
     runs_kept: int
     job_timeout_s: float
     catch_up_timeout_s: float
+    max_request_bytes: int
+    exporter_port: int
+    """Where the exporter answers /healthz and /metrics (its own; the API is on ``port``)."""
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> AnalyticsSettings:
@@ -97,9 +101,10 @@ class AnalyticsSettings:
             since_s = parse_duration_s(since, "CLEPSYDRA_ANALYTICS_SINCE")
         except ValidationError as exc:
             raise ConfigError(exc.message) from exc
+        port = env_int(env, "CLEPSYDRA_ANALYTICS_PORT", 8085, minimum=1, maximum=65535)
         return cls(
             common=common,
-            port=env_int(env, "CLEPSYDRA_ANALYTICS_PORT", 8085, minimum=1, maximum=65535),
+            port=port,
             bind=env_str(env, "CLEPSYDRA_ANALYTICS_BIND", "127.0.0.1"),
             export_uri=env_str(env, "CLEPSYDRA_ANALYTICS_EXPORT_URI",
                                str(common.home / naming.EXPORT_DIR)),
@@ -128,6 +133,9 @@ class AnalyticsSettings:
                                     minimum=1.0),
             catch_up_timeout_s=env_float(env, "CLEPSYDRA_ANALYTICS_CATCH_UP_S", 60.0,
                                          minimum=0.0),
+            max_request_bytes=env_int(env, MAX_REQUEST_BYTES_VAR, 65_536, minimum=1024),
+            exporter_port=env_int(env, "CLEPSYDRA_ANALYTICS_EXPORTER_PORT", port, minimum=0,
+                                  maximum=65535),
         )
 
     @property

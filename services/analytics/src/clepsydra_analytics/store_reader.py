@@ -1,26 +1,21 @@
 """What the exporter asks of the store, through its public HTTP API only: topics and their
 queues, pulls (parsed with orjson, the hot path), the export group's offsets, every group's
-offsets (for lag) and the schedule levels (for pending counts)."""
+offsets (for lag) and the schedule levels (for pending counts), through the one HTTP client
+(clepsydra_core.http, orjson)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import orjson
-import requests
-
-from clepsydra_client.http import HttpClient, error_from_response, segment
 from clepsydra_client.topics import TopicInfo, list_topics
-from clepsydra_core.errors import ClepsydraError, Unavailable
+from clepsydra_core.errors import ClepsydraError
+from clepsydra_core.http import HttpClient
 
 
 class StoreReader:
     def __init__(self, store_url: str, *, timeout_s: float = 30.0) -> None:
-        self.http = HttpClient(store_url, timeout_s=timeout_s, service="store")
-        self.base_url = store_url.rstrip("/")
-        self.timeout_s = timeout_s
-        self._session = requests.Session()
-        self._session.trust_env = False
+        self.http = HttpClient(store_url, timeout_s=timeout_s, service="store",
+                               env_proxies=False)
 
     def topics(self) -> list[TopicInfo]:
         return list_topics(self.http)
@@ -28,23 +23,8 @@ class StoreReader:
     def pull(self, topic: str, queue_id: int, queue_offset: int, max_count: int, *,
              with_body: bool) -> dict[str, Any]:
         """``{messages, nextOffset, minOffset, maxOffset}`` of one queue from ``queue_offset``."""
-        url = (f"{self.base_url}/v1/topics/{segment(topic)}/queues/{queue_id}/messages")
-        params = {"offset": queue_offset, "max": max_count,
-                  "body": "true" if with_body else "false"}
-        try:
-            resp = self._session.get(url, params=params, timeout=self.timeout_s)
-        except requests.RequestException as exc:
-            raise Unavailable(f"the store at {self.base_url} did not answer "
-                              f"({type(exc).__name__})") from exc
-        try:
-            payload = orjson.loads(resp.content) if resp.content else {}
-        except orjson.JSONDecodeError:
-            payload = None
-        if resp.status_code >= 400:
-            raise error_from_response(resp.status_code, payload, url)
-        if not isinstance(payload, dict):
-            raise Unavailable(f"GET {url} answered {resp.status_code} without a JSON object")
-        return payload
+        return self.http.get(self.http.path("/v1/topics/{}/queues/{}/messages", topic, queue_id),
+                             {"offset": queue_offset, "max": max_count, "body": with_body})
 
     def committed(self, group: str, topic: str) -> dict[int, int]:
         raw = self.http.get(self.http.path("/v1/groups/{}/offsets", group), {"topic": topic})
@@ -72,5 +52,4 @@ class StoreReader:
         return [lv for lv in raw.get("levels") or [] if isinstance(lv, dict)]
 
     def close(self) -> None:
-        self._session.close()
         self.http.close()

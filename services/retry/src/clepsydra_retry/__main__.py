@@ -7,44 +7,25 @@ any number; each worker builds its own app after the fork (tracing initialised p
 from __future__ import annotations
 
 import sys
-from typing import Any
-
-from flask import Flask
-from gunicorn.app.base import BaseApplication
 
 from clepsydra_core import logging as clogging
 from clepsydra_core.errors import ConfigError
 from clepsydra_retry.app import create_app
 from clepsydra_retry.settings import RetrySettings
+from clepsydra_web.server import GunicornServer
 
 
-class RetryServer(BaseApplication):  # type: ignore[misc]
-    def __init__(self, settings: RetrySettings) -> None:
-        self.settings = settings
-        super().__init__()
-
-    def load_config(self) -> None:
-        s = self.settings
-        options: dict[str, Any] = {
-            "bind": f"{s.bind}:{s.port}",
-            "workers": s.workers,
-            "threads": s.threads,
-            "worker_class": "gthread",
-            "timeout": 120,
-            "graceful_timeout": 10,
-            "keepalive": 30,
-            "accesslog": None,
-            "loglevel": s.common.log_level.lower(),
-        }
-        if "control_socket_disable" in self.cfg.settings:
-            # gunicorn >= 24 opens a control socket at one shared path per user; several
-            # services (and tests) on one machine would fight over it.
-            options["control_socket_disable"] = True
-        for key, value in options.items():
-            self.cfg.set(key, value)
-
-    def load(self) -> Flask:
-        return create_app(self.settings)
+def server(settings: RetrySettings) -> GunicornServer:
+    return GunicornServer(lambda: create_app(settings), {
+        "bind": f"{settings.bind}:{settings.port}",
+        "workers": settings.workers,
+        "threads": settings.threads,
+        "timeout": 120,
+        "graceful_timeout": 10,
+        "keepalive": 30,
+        "loglevel": settings.common.log_level.lower(),
+        "proc_name": "clepsydra-retry",
+    })
 
 
 def main() -> int:
@@ -54,7 +35,7 @@ def main() -> int:
         print(f"clepsydra retry: {exc.message}", file=sys.stderr)
         return 2
     clogging.configure(settings.common.log_level)
-    RetryServer(settings).run()
+    server(settings).run()
     return 0
 
 

@@ -4,25 +4,25 @@ Thin: parse the request, call the service object, return JSON. Errors are raised
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 import redis
 from flask import Blueprint, Response, current_app, g, jsonify, request
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Histogram
 
 from clepsydra_core.errors import ClepsydraError, ValidationError
 from clepsydra_core.groups import validate_settings
 from clepsydra_core.validation import validate_group_name
+from clepsydra_core.wire.retry import MAX_SEND_BACK_BATCH
 from clepsydra_retry.dlq import DlqToolkit
 from clepsydra_retry.dlq_filter import FILTER_FIELDS, DlqFilter
 from clepsydra_retry.groups import GroupStore
-from clepsydra_retry.sendback import MAX_BATCH, SendBackService
+from clepsydra_retry.sendback import SendBackService
 from clepsydra_retry.settings import RetrySettings
 from clepsydra_retry.store_client import StoreClient
+from clepsydra_web import jsonio
 
 LIST_MAX_DEFAULT = 32
 LIST_MAX = 1000
@@ -49,33 +49,21 @@ def services() -> Services:
 
 
 def json_body(*, empty_ok: bool = False) -> Any:
-    """The request's JSON (400 when it is not JSON; ``{}`` for an empty body when allowed)."""
+    """The request's JSON (400 INVALID_JSON when it cannot be read; ``{}`` for an empty body
+    when allowed). The one reader every service uses (clepsydra_web.jsonio)."""
     raw = request.get_data(cache=True)
-    if not raw.strip():
-        if empty_ok:
-            return {}
-        raise ValidationError("request body must be JSON", code="INVALID_REQUEST")
-    try:
-        return json.loads(raw)
-    except ValueError as exc:
-        raise ValidationError(f"request body is not valid JSON: {exc}",
-                              code="INVALID_REQUEST") from exc
+    if empty_ok and not raw.strip():
+        return {}
+    return jsonio.loads_json(raw)
 
 
 def query_int(name: str, default: int | None, *, minimum: int = 0,
               maximum: int | None = None) -> int | None:
-    raw = request.args.get(name, "")
-    if raw == "":
+    """An integer query parameter (ASCII digits); missing or empty: ``default``."""
+    if request.args.get(name, "") == "":
         return default
-    try:
-        value = int(raw)
-    except ValueError as exc:
-        raise ValidationError(f"{name} must be a whole number, got {raw!r}",
-                              code="INVALID_REQUEST") from exc
-    if value < minimum or (maximum is not None and value > maximum):
-        raise ValidationError(f"{name} must be in {minimum}..{maximum or 'any'}, got {value}",
-                              code="INVALID_REQUEST")
-    return value
+    return jsonio.query_int(request.args, name, 0, minimum=minimum,
+                            maximum=jsonio.INT64_MAX if maximum is None else maximum)
 
 
 def group_name(group: str) -> str:
@@ -126,9 +114,9 @@ def send_back_batch(group: str) -> Response:
     group = group_name(group)
     body = json_body()
     items = body.get("items") if isinstance(body, dict) else None
-    if not isinstance(items, list) or not items or len(items) > MAX_BATCH:
-        raise ValidationError(f"body must be {{items: [send-back, ...]}} with 1..{MAX_BATCH} "
-                              "items", code="INVALID_REQUEST")
+    if not isinstance(items, list) or not items or len(items) > MAX_SEND_BACK_BATCH:
+        raise ValidationError("body must be {items: [send-back, ...]} with 1.."
+                              f"{MAX_SEND_BACK_BATCH} items", code="INVALID_REQUEST")
     return jsonify({"results": services().send_back.send_back_many(group, items)})
 
 
@@ -192,11 +180,8 @@ def delete_dlq(group: str) -> Response:
 
 
 # ---- operations ----------------------------------------------------------------------------
-ops_bp = Blueprint("ops", __name__)
-
-
-@ops_bp.get("/healthz")
-def healthz() -> tuple[Response, int]:
+def health() -> tuple[dict[str, Any], int]:
+    """``/healthz``: healthy (200) while Redis answers; the store's state is reported."""
     svc = services()
     try:
         redis_ok = bool(svc.redis.ping())
@@ -209,18 +194,7 @@ def healthz() -> tuple[Response, int]:
         store_ok, writable = False, False
     body = {"status": "ok" if redis_ok else "degraded", "redis": redis_ok, "store": store_ok,
             "storeWritable": writable}
-    return jsonify(body), 200 if redis_ok else 503
-
-
-@ops_bp.get("/metrics")
-def metrics() -> Response:
-    return Response(generate_latest(services().registry), mimetype=CONTENT_TYPE_LATEST)
-
-
-@ops_bp.get("/openapi.json")
-def openapi() -> Response:
-    text = resources.files("clepsydra_retry").joinpath("openapi.json").read_text("utf-8")
-    return Response(text, mimetype="application/json")
+    return body, 200 if redis_ok else 503
 
 
 def start_timer() -> None:
@@ -235,4 +209,4 @@ def observe(response: Response) -> Response:
     return response
 
 
-BLUEPRINTS = (groups_bp, sendback_bp, dlq_bp, ops_bp)
+BLUEPRINTS = (groups_bp, sendback_bp, dlq_bp)

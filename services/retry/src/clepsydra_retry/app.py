@@ -5,19 +5,19 @@ from __future__ import annotations
 import logging
 
 import redis
-from flask import Flask, Response, jsonify
-from werkzeug.exceptions import HTTPException
+from flask import Flask
 
 from clepsydra_core import telemetry
-from clepsydra_core.errors import ClepsydraError
 from clepsydra_retry import api
 from clepsydra_retry.dlq import DlqToolkit
 from clepsydra_retry.dlq_state import DlqState, RedisDlqState
 from clepsydra_retry.groups import GroupStore, StoreGroupStore
 from clepsydra_retry.metrics import build_registry
 from clepsydra_retry.sendback import SendBackService
-from clepsydra_retry.settings import RetrySettings
+from clepsydra_retry.settings import MAX_REQUEST_BYTES_VAR, RetrySettings
 from clepsydra_retry.store_client import StoreClient
+from clepsydra_web.errors import register_error_handlers
+from clepsydra_web.ops import ops_blueprint
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +27,7 @@ def create_app(settings: RetrySettings, *, groups: GroupStore | None = None,
     """The Flask app. ``groups``/``dlq_state`` replace the Redis backends (in-memory twins)."""
     telemetry.init_tracing("retry", settings.common.otel_exporter)
     app = Flask("clepsydra_retry")
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_request_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
     client = redis.Redis.from_url(settings.redis_url, decode_responses=True,
                                   socket_timeout=10, socket_connect_timeout=5,
@@ -45,22 +46,15 @@ def create_app(settings: RetrySettings, *, groups: GroupStore | None = None,
     app.extensions["clepsydra_retry"] = api.Services(
         settings=settings, redis=client, groups=groups, store=store,
         send_back=SendBackService(groups, store, settings.delay_levels,
+                                  auto_create_groups=settings.common.auto_create_groups,
                                   history_max=settings.history_max),
         dlq=dlq, registry=registry, latency=latency)
     for blueprint in api.BLUEPRINTS:
         app.register_blueprint(blueprint)
+    app.register_blueprint(ops_blueprint("clepsydra_retry", health=api.health,
+                                         registry=lambda: registry))
     app.before_request(api.start_timer)
     app.after_request(api.observe)
 
-    @app.errorhandler(ClepsydraError)
-    def clepsydra_error(exc: ClepsydraError) -> tuple[Response, int]:
-        if exc.http_status >= 500:
-            logger.warning("request failed code=%s: %s", exc.code, exc.message)
-        return jsonify(exc.to_json()), exc.http_status
-
-    @app.errorhandler(HTTPException)
-    def http_error(exc: HTTPException) -> tuple[Response, int]:
-        code = (exc.name or "error").upper().replace(" ", "_")
-        return jsonify({"error": code, "message": exc.description or code}), exc.code or 500
-
+    register_error_handlers(app, size_setting=MAX_REQUEST_BYTES_VAR)
     return app

@@ -21,6 +21,7 @@ from clepsydra_core import properties as P
 from clepsydra_core.errors import ClepsydraError, MessageNotFound, NoPermission, ValidationError
 from clepsydra_core.levels import DelayLevels
 from clepsydra_core.msgid import decode_msg_id
+from clepsydra_core.wire.copy import ORIGIN, CopyItem, RangeCopy
 from clepsydra_retry import policy
 from clepsydra_retry.dlq_filter import DlqAction, DlqFilter, parse_action
 from clepsydra_retry.dlq_state import DlqState, Floor
@@ -256,21 +257,21 @@ class DlqToolkit:
         if action.target == "retry":
             target, level = naming.retry_topic(group), action.delay_level or 0
         else:
-            target, level = "origin", 0
+            target, level = ORIGIN, 0
         while offset < high:
-            r = self._store.copy_range(
-                naming.dlq_topic(group), 0, offset, min(self._batch, high - offset),
-                target=target, delay_level=level, reconsume_times=0,
-                remove_properties=RESEND_REMOVES)
-            progress.done += int(r["copied"])
-            progress.skipped += len(r["skipped"])
-            contiguous = contiguous and not r["skipped"]
-            next_offset = int(r["nextOffset"])
-            last = r.get("lastCommitLogOffset")
+            r = self._store.copy_range(RangeCopy(
+                topic=naming.dlq_topic(group), queue_id=0, from_offset=offset, target=target,
+                max_count=min(self._batch, high - offset), delay_level=level,
+                reconsume_times=0, remove_properties=RESEND_REMOVES))
+            progress.done += r.copied
+            progress.skipped += len(r.skipped)
+            contiguous = contiguous and not r.skipped
+            next_offset = r.next_offset
+            last = r.last_commitlog_offset
             if contiguous and last is not None:
-                self._state.raise_floor(group, Floor(next_offset, int(last) + 1), compact=False)
-            elif r["copiedMsgIds"]:
-                self._state.remove(group, [str(m) for m in r["copiedMsgIds"]])
+                self._state.raise_floor(group, Floor(next_offset, last + 1), compact=False)
+            elif r.copied_msg_ids:
+                self._state.remove(group, r.copied_msg_ids)
             if next_offset <= offset:
                 break
             offset = next_offset
@@ -293,22 +294,18 @@ class DlqToolkit:
         return None
 
     def _copy_item(self, group: str, message: dict[str, Any], action: DlqAction,
-                   retry_queues: int) -> dict[str, Any]:
-        """One ``/v1/internal/copy`` item (wire form: built per message on the bulk path)."""
+                   retry_queues: int) -> CopyItem:
+        """The copy of one dead letter: back to its group's retry topic, or to its origin."""
         props = message.get("properties", {})
-        item: dict[str, Any] = {"commitLogOffset": int(message["commitLogOffset"]),
-                                "reconsumeTimes": 0}
-        removes = [n for n in RESEND_REMOVES if n in props]
-        if removes:
-            item["removeProperties"] = removes
+        removes = tuple(n for n in RESEND_REMOVES if n in props)
+        offset = int(message["commitLogOffset"])
         if action.target == "retry":
-            item["topic"] = naming.retry_topic(group)
-            item["queueId"] = self._rng.randrange(max(retry_queues, 1))
-            if action.delay_level:
-                item["delayLevel"] = action.delay_level
-        else:
-            item["topic"] = props[P.RETRY_TOPIC]
-        return item
+            return CopyItem(offset, naming.retry_topic(group),
+                            queue_id=self._rng.randrange(max(retry_queues, 1)),
+                            delay_level=action.delay_level or 0, reconsume_times=0,
+                            remove_properties=removes)
+        return CopyItem(offset, props[P.RETRY_TOPIC], reconsume_times=0,
+                        remove_properties=removes)
 
     def _resend_chunked(self, group: str, messages: list[dict[str, Any]], action: DlqAction,
                         retry_queues: int, progress: _Progress, started: float, *,
@@ -322,8 +319,7 @@ class DlqToolkit:
                 wait_s = started + progress.done / action.max_per_second - time.monotonic()
                 if wait_s > 0:
                     self._sleep(wait_s)
-            self._store.copy_json([self._copy_item(group, m, action, retry_queues)
-                                   for m in part])
+            self._store.copy([self._copy_item(group, m, action, retry_queues) for m in part])
             if floor_up:
                 last = part[-1]
                 self._state.raise_floor(group, Floor(int(last["queueOffset"]) + 1,

@@ -11,6 +11,7 @@ from clepsydra_core import properties as P
 from clepsydra_core.errors import ValidationError
 from clepsydra_core.msgid import decode_msg_id
 from clepsydra_retry import policy
+from clepsydra_web.jsonio import parse_int
 
 FILTER_FIELDS = ("topic", "key", "reason", "fromMs", "toMs")
 MAX_MSG_IDS = 10_000
@@ -25,10 +26,10 @@ def _opt_int(raw: Mapping[str, Any], name: str, *, from_text: bool) -> int | Non
     if value is None or value == "":
         return None
     if from_text and isinstance(value, str):
-        try:
-            value = int(value)
-        except ValueError as exc:
-            raise _bad(f"{name} must be a whole number (epoch ms), got {value!r}") from exc
+        parsed = parse_int(value)
+        if parsed is None:
+            raise _bad(f"{name} must be a whole number (epoch ms, ASCII digits), got {value!r}")
+        value = parsed
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise _bad(f"{name} must be a whole number >= 0 (epoch ms), got {value!r}")
     return value

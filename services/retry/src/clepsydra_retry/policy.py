@@ -18,9 +18,9 @@ from clepsydra_core import naming
 from clepsydra_core import properties as P
 from clepsydra_core.groups import GroupSettings
 from clepsydra_core.levels import DelayLevels
+from clepsydra_core.retry_rules import max_reconsume_times_or, retry_level_for
+from clepsydra_core.wire.retry import SendBackAnswer, SendBackRequest
 
-FIRST_RETRY_LEVEL = 3
-"""R7: level 0 means the broker decides: 3 + reconsumeTimes."""
 HISTORY_MAX_ENTRIES = 32
 """Failure history keeps the newest attempts only, so properties stay bounded (P1)."""
 REASON_MAX_CHARS = 1024
@@ -63,17 +63,6 @@ class StoredHeaders:
 
 
 @dataclass(frozen=True, slots=True)
-class SendBack:
-    """A consumer's send-back request (R1), already validated for types and ranges."""
-
-    delay_level: int = 0
-    max_reconsume_times: int | None = None
-    origin_topic: str | None = None
-    reason: str | None = None
-    consumer_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class Decision:
     """Where the message goes and how the copy differs from the stored message."""
 
@@ -88,10 +77,10 @@ class Decision:
     dlq_reason: str | None = None
 
     def to_json(self, msg_id: str | None) -> dict[str, Any]:
-        """The send-back response body (DESIGN "Retry")."""
-        return {"outcome": str(self.outcome), "topic": self.topic,
-                "delayLevel": self.delay_level if self.outcome != Outcome.DROPPED else None,
-                "msgId": msg_id}
+        """The send-back answer (DESIGN "Retry")."""
+        return SendBackAnswer(
+            outcome=str(self.outcome), topic=self.topic, msg_id=msg_id,
+            delay_level=self.delay_level if self.outcome != Outcome.DROPPED else None).to_json()
 
 
 DROPPED = Decision(outcome=Outcome.DROPPED)
@@ -102,20 +91,19 @@ def drops_retries(settings: GroupSettings) -> bool:
     return settings.retry_queue_nums == 0
 
 
-def max_reconsume_times(settings: GroupSettings, request: SendBack) -> int:
-    """R5: the request's value when given, else the group's retryMaxTimes."""
-    if request.max_reconsume_times is not None:
-        return request.max_reconsume_times
-    return settings.retry_max_times
+def max_reconsume_times(settings: GroupSettings, request: SendBackRequest) -> int:
+    """R5: the request's value when given (0: dead-letter now), else - absent or -1 - the
+    group's retryMaxTimes."""
+    return max_reconsume_times_or(request.max_reconsume_times, settings.retry_max_times)
 
 
 def retry_level(request_level: int, reconsume_times: int, levels: DelayLevels) -> int:
     """R7: 0 -> 3 + reconsumeTimes, > 0 -> as given; both clamped to the table's max (L2)."""
-    level = FIRST_RETRY_LEVEL + reconsume_times if request_level == 0 else request_level
+    level = retry_level_for(reconsume_times) if request_level == 0 else request_level
     return levels.clamp(level)
 
 
-def origin_topic(headers: StoredHeaders, request: SendBack) -> str:
+def origin_topic(headers: StoredHeaders, request: SendBackRequest) -> str:
     """R4: the topic the message was first produced to. Kept in RETRY_TOPIC after the first
     retry; before that it is the message's own topic (or the request's originTopic when the
     message already sits in a system topic without RETRY_TOPIC, e.g. an R9 fallback)."""
@@ -153,14 +141,14 @@ def parse_history(raw: str | None) -> list[Any]:
     return parsed if isinstance(parsed, list) else [{"unparsed": raw}]
 
 
-def history_entry(headers: StoredHeaders, request: SendBack, now_ms: int) -> dict[str, Any]:
+def history_entry(headers: StoredHeaders, request: SendBackRequest, now_ms: int) -> dict[str, Any]:
     """One failed attempt: when, by which consumer, why, and which attempt it was."""
     reason = request.reason[:REASON_MAX_CHARS] if request.reason else None
     return {"time": now_ms, "consumer": request.consumer_id, "reason": reason,
             "reconsumeTimes": headers.reconsume_times}
 
 
-def decide(settings: GroupSettings, headers: StoredHeaders, request: SendBack, *,
+def decide(settings: GroupSettings, headers: StoredHeaders, request: SendBackRequest, *,
            group: str, levels: DelayLevels, retry_queue_count: int, rng: random.Random,
            now_ms: int, history_max: int = HISTORY_MAX_ENTRIES) -> Decision:
     """R2 (drop), R4-R8: the decision for one send-back of a message that exists.

@@ -12,30 +12,27 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from opentelemetry import trace
 
 from clepsydra_core import naming, telemetry
 from clepsydra_core.errors import ClepsydraError, MessageNotFound, NoPermission, ValidationError
+from clepsydra_core.groups import GroupSettings
 from clepsydra_core.levels import DelayLevels
 from clepsydra_core.msgid import decode_msg_id
+from clepsydra_core.wire.copy import CopyItem
+from clepsydra_core.wire.retry import SendBackRequest
 from clepsydra_retry import policy
 from clepsydra_retry.groups import GroupStore
 from clepsydra_retry.headers import HeaderReader, Locator
-from clepsydra_retry.policy import Decision, Outcome, SendBack, StoredHeaders
-from clepsydra_retry.store_client import CopyItem, StoreClient
+from clepsydra_retry.policy import Decision, Outcome, StoredHeaders
+from clepsydra_retry.store_client import StoreClient
 
 logger = logging.getLogger(__name__)
 _tracer = trace.get_tracer("clepsydra_retry")
-
-MAX_BATCH = 1000
-_REQUEST_FIELDS = frozenset({"msgId", "commitLogOffset", "delayLevel", "maxReconsumeTimes",
-                             "originTopic", "reason", "consumerId",
-                             "topic", "queueId", "queueOffset"})
-_INT32_MAX = 2**31 - 1
-
 
 class SendBackMessageNotFound(MessageNotFound):
     """R2's last check: no message at the offset or msgId of a send-back. SPEC R2 names the
@@ -45,28 +42,10 @@ class SendBackMessageNotFound(MessageNotFound):
     http_status = 404
 
 
-def _int_field(body: Mapping[str, Any], name: str, *, minimum: int | None = None,
-               maximum: int = _INT32_MAX) -> int | None:
-    value = body.get(name)
-    if value is None:
+def _text(value: str | None, name: str, max_chars: int) -> str | None:
+    """Valid Unicode text, cut at ``max_chars``; empty is None."""
+    if not value:
         return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValidationError(f"{name} must be a whole number, got {value!r}",
-                              code="INVALID_REQUEST")
-    if minimum is not None and value < minimum:
-        raise ValidationError(f"{name} must be >= {minimum}, got {value}", code="INVALID_REQUEST")
-    if value > maximum:
-        raise ValidationError(f"{name}={value} is too large (at most {maximum})",
-                              code="INVALID_REQUEST")
-    return value
-
-
-def _text_field(body: Mapping[str, Any], name: str, max_chars: int = 100_000) -> str | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise ValidationError(f"{name} must be a string", code="INVALID_REQUEST")
     try:
         value.encode()
     except UnicodeEncodeError as exc:
@@ -75,40 +54,30 @@ def _text_field(body: Mapping[str, Any], name: str, max_chars: int = 100_000) ->
     return value[:max_chars]
 
 
-def parse_request(body: object) -> tuple[Locator, SendBack]:
-    """Check a send-back body's shape and types (400 on anything malformed)."""
-    if not isinstance(body, dict):
-        raise ValidationError("send-back body must be a JSON object", code="INVALID_REQUEST")
-    unknown = sorted(set(body) - _REQUEST_FIELDS)
-    if unknown:
-        raise ValidationError(f"unknown send-back field(s) {', '.join(unknown)}",
-                              code="INVALID_REQUEST")
-    offset = _int_field(body, "commitLogOffset", minimum=0, maximum=2**63 - 1)
-    msg_id = _text_field(body, "msgId", 64)
+def parse_request(body: object) -> tuple[Locator, SendBackRequest]:
+    """A send-back body as its wire type (400 naming the field on anything malformed), with
+    where to read the message and the texts checked and bounded."""
+    request = SendBackRequest.from_json(body, what="send-back", strict=True)
+    offset, msg_id = request.commitlog_offset, request.msg_id
     if offset is None and msg_id is None:
         raise ValidationError("send-back needs msgId or commitLogOffset", rule="R1",
                               code="INVALID_REQUEST")
     if msg_id is not None:
+        msg_id = _text(msg_id, "msgId", 64) or ""
         decoded = decode_msg_id(msg_id).commitlog_offset
         if offset is not None and offset != decoded:
             raise ValidationError(f"msgId {msg_id} is at commitLogOffset {decoded}, "
                                   f"not {offset}", code="INVALID_REQUEST")
         offset, msg_id = decoded, msg_id.upper()
     assert offset is not None
-    hint = (_text_field(body, "topic", 127), _int_field(body, "queueId", minimum=0),
-            _int_field(body, "queueOffset", minimum=0, maximum=2**63 - 1))
+    hint = (_text(request.topic, "topic", 127), request.queue_id, request.queue_offset)
     if any(h is not None for h in hint) and not all(h is not None for h in hint):
         raise ValidationError("topic, queueId and queueOffset (where the message was pulled "
                               "from) go together", code="INVALID_REQUEST")
-    level = _int_field(body, "delayLevel", minimum=-1)
-    origin = _text_field(body, "originTopic", 127)
-    request = SendBack(
-        delay_level=level or 0,
-        max_reconsume_times=_int_field(body, "maxReconsumeTimes", minimum=0),
-        origin_topic=origin or None,
-        reason=_text_field(body, "reason"),
-        consumer_id=_text_field(body, "consumerId", 256),
-    )
+    request = replace(request, commitlog_offset=offset, msg_id=msg_id,
+                      origin_topic=_text(request.origin_topic, "originTopic", 127),
+                      reason=_text(request.reason, "reason", 100_000),
+                      consumer_id=_text(request.consumer_id, "consumerId", 256))
     return Locator(offset, msg_id, hint[0], hint[1], hint[2]), request
 
 
@@ -137,14 +106,29 @@ class SendBackService:
     def __init__(self, groups: GroupStore, store: StoreClient, levels: DelayLevels, *,
                  history_max: int = policy.HISTORY_MAX_ENTRIES,
                  rng: random.Random | None = None,
-                 clock_ms: Callable[[], int] | None = None) -> None:
+                 clock_ms: Callable[[], int] | None = None,
+                 auto_create_groups: bool = True) -> None:
         self._groups = groups
+        self._auto_create = auto_create_groups
         self._store = store
         self._reader = HeaderReader(store)
         self._levels = levels
         self._history_max = history_max
         self._rng = rng or random.Random()
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+
+    def _group_settings(self, group: str) -> GroupSettings:
+        """R2 (1): the group's settings; a group seen for the first time is created with the
+        defaults unless CLEPSYDRA_AUTO_CREATE_GROUPS is off (then 404, as R2 says)."""
+        found = self._groups.find(group)
+        if found is not None:
+            return found
+        if not self._auto_create:
+            return self._groups.get(group)  # raises GroupNotFound
+        settings = GroupSettings()
+        self._groups.put(group, settings)
+        logger.info("consumer group created on its first send-back group=%s", group)
+        return settings
 
     def send_back(self, group: str, body: object) -> dict[str, Any]:
         """One send-back; raises the R2 error of the first check that fails."""
@@ -156,7 +140,7 @@ class SendBackService:
         """Several send-backs of one group with one copy call. The group-level checks (R2's
         first four) apply to all; a malformed item or a missing message fails only that item
         (its result is ``{error, message}``), unless ``single``, when it raises."""
-        parsed: list[tuple[Locator, SendBack] | ClepsydraError] = []
+        parsed: list[tuple[Locator, SendBackRequest] | ClepsydraError] = []
         for body in bodies:
             try:
                 parsed.append(parse_request(body))
@@ -164,7 +148,7 @@ class SendBackService:
                 if single:
                     raise
                 parsed.append(exc)
-        settings = self._groups.get(group)  # R2 (1)
+        settings = self._group_settings(group)  # R2 (1)
         if not self._store.is_writable():  # R2 (2)
             raise NoPermission("the store does not accept writes now", rule="R2")
         if policy.drops_retries(settings):  # R2 (3)

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from clepsydra_core.levels import DelayLevels
 from clepsydra_core.settings import CommonSettings, Env, env_float, env_int, env_str
 
+MAX_REQUEST_BYTES_VAR = "CLEPSYDRA_RETRY_MAX_REQUEST_BYTES"
+
 
 @dataclass(frozen=True, slots=True)
 class RetrySettings:
@@ -26,6 +28,8 @@ class RetrySettings:
     """Messages per store copy call when resending from the DLQ."""
     audit_max: int
     """Audit records kept per group (oldest dropped)."""
+    max_request_bytes: int
+    """Largest request body (413 REQUEST_TOO_LARGE above it, naming the variable)."""
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> RetrySettings:
@@ -44,6 +48,7 @@ class RetrySettings:
             resend_batch=env_int(env, "CLEPSYDRA_RETRY_RESEND_BATCH", 1000, minimum=1,
                                  maximum=1000),  # the store's copy calls take at most 1000
             audit_max=env_int(env, "CLEPSYDRA_RETRY_AUDIT_MAX", 10_000, minimum=1),
+            max_request_bytes=env_int(env, MAX_REQUEST_BYTES_VAR, 16 << 20, minimum=1024),
         )
 
     @classmethod

@@ -1,8 +1,7 @@
-"""HTTP client of the store's API (DESIGN "Store", docs/contracts.md internal routes).
-
-One ``requests.Session`` per thread (keep-alive connections, no shared mutable state between
-request threads). The store's ``{"error", "message"}`` answers become the matching
-``ClepsydraError``; a store that does not answer is ``Unavailable`` (503).
+"""The retry service's calls to the store (DESIGN "Store", docs/contracts.md internal routes),
+over the one HTTP client of clepsydra_core.http: a keep-alive session per request thread, the
+current span's trace context on every call, the store's ``{"error", "message"}`` answers as
+the matching ``ClepsydraError``; a store that does not answer is ``Unavailable`` (503).
 """
 
 from __future__ import annotations
@@ -10,149 +9,56 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
-
-import orjson
-import requests
-from requests.adapters import HTTPAdapter
 
 from clepsydra_core.errors import (
     ClepsydraError,
     GroupNotFound,
-    MessageNotFound,
     NoPermission,
-    TopicNotFound,
+    NotFound,
     Unavailable,
+    ValidationError,
 )
 from clepsydra_core.groups import GroupSettings
+from clepsydra_core.http import HttpClient, RemoteError, segment
+from clepsydra_core.wire.copy import CopyBatch, CopyItem, RangeCopy, RangeCopyAnswer
 
-
-class StoreRejected(ClepsydraError):
-    """The store refused a request for a reason this service passes on as is (its code and,
-    for 4xx, its status; a store 5xx becomes 502)."""
-
-    def __init__(self, code: str, message: str, status: int) -> None:
-        super().__init__(f"store: {message}")
-        self.code = code
-        self.http_status = status if 400 <= status < 500 else 502
-
-
-@dataclass(frozen=True, slots=True)
-class CopyItem:
-    """One item of ``POST /v1/internal/copy``."""
-
-    commitlog_offset: int
-    topic: str
-    queue_id: int | None = None
-    delay_level: int = 0
-    reconsume_times: int | None = None
-    set_properties: dict[str, str] = field(default_factory=dict)
-    remove_properties: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"commitLogOffset": self.commitlog_offset, "topic": self.topic}
-        if self.queue_id is not None:
-            out["queueId"] = self.queue_id
-        if self.delay_level:
-            out["delayLevel"] = self.delay_level
-        if self.reconsume_times is not None:
-            out["reconsumeTimes"] = self.reconsume_times
-        if self.set_properties:
-            out["setProperties"] = self.set_properties
-        if self.remove_properties:
-            out["removeProperties"] = list(self.remove_properties)
-        return out
-
-
-_JSON = {"Content-Type": "application/json"}
-
-
-def topic_path(topic: str) -> str:
-    """Topic names travel as percent-encoded path segments (`%RETRY%G` -> `%25RETRY%25G`)."""
-    return quote(topic, safe="")
+_BAD_GATEWAY = 502
 
 
 class StoreClient:
     def __init__(self, base_url: str, *, timeout_s: float = 30.0, writable_ttl_ms: int = 1000,
                  pool_size: int = 16) -> None:
         self.base_url = base_url.rstrip("/")
-        self._timeout_s = timeout_s
-        self._pool_size = pool_size
-        self._local = threading.local()
+        self._http = HttpClient(base_url, timeout_s=timeout_s, service="store",
+                                env_proxies=False, pool_size=pool_size)
         self._writable_ttl_s = writable_ttl_ms / 1000
         self._writable: tuple[float, bool] | None = None
         self._topics: dict[str, int] = {}
         self._topics_lock = threading.Lock()
-        self._sessions: list[requests.Session] = []
-
-    # ---- plumbing ----------------------------------------------------------------------
-    def _session(self) -> requests.Session:
-        session: requests.Session | None = getattr(self._local, "session", None)
-        if session is None:
-            session = requests.Session()
-            # No proxy/netrc look-ups in the environment on every call (~1 ms each): the
-            # store is a cluster-internal address.
-            session.trust_env = False
-            adapter = HTTPAdapter(pool_connections=2, pool_maxsize=self._pool_size)
-            session.mount("http://", adapter)
-            session.mount("https://", adapter)
-            self._local.session = session
-            with self._topics_lock:
-                self._sessions.append(session)
-        return session
 
     def close(self) -> None:
         """Close every thread's connections (idle keep-alives would hold up a store's stop)."""
-        with self._topics_lock:
-            sessions, self._sessions = self._sessions, []
-        for session in sessions:
-            session.close()
+        self._http.close()
 
     def _call(self, method: str, path: str, *, json_body: Any = None,
-              params: dict[str, Any] | None = None, ok: Sequence[int] = (200, 201)) -> Any:
-        return self._call_status(method, path, json_body=json_body, params=params, ok=ok)[1]
+              params: dict[str, Any] | None = None) -> Any:
+        return self._call_status(method, path, json_body=json_body, params=params)[1]
 
     def _call_status(self, method: str, path: str, *, json_body: Any = None,
-                     params: dict[str, Any] | None = None,
-                     ok: Sequence[int] = (200, 201)) -> tuple[int, Any]:
-        """(status, JSON answer) of a call answered with a status in ``ok``; the store's
-        errors as ``ClepsydraError``, no answer as ``Unavailable``."""
-        url = self.base_url + path
-        data = None if json_body is None else orjson.dumps(json_body)
+                     params: dict[str, Any] | None = None) -> tuple[int, Any]:
+        """(status, JSON answer); the store's errors as the error tree (clepsydra_core.http),
+        passed on with their code: a store 5xx other than 503 as 502 (the store failed, not
+        this service); a NO_PERMISSION answer also marks the store not writable (R2)."""
         try:
-            resp = self._session().request(method, url, data=data, params=params,
-                                           headers=_JSON if data is not None else None,
-                                           timeout=self._timeout_s)
-        except requests.RequestException as exc:
-            raise Unavailable(f"store at {self.base_url} did not answer {method} {path}: "
-                              f"{exc}") from exc
-        if resp.status_code in ok:
-            try:
-                return resp.status_code, orjson.loads(resp.content)
-            except orjson.JSONDecodeError as exc:
-                raise StoreRejected("SYSTEM_ERROR", f"{method} {path} answered non-JSON",
-                                    502) from exc
-        raise self._error(resp)
-
-    def _error(self, resp: requests.Response) -> ClepsydraError:
-        try:
-            body = resp.json()
-            code = str(body.get("error") or "SYSTEM_ERROR")
-            message = str(body.get("message") or resp.text)
-        except ValueError:
-            code, message = "SYSTEM_ERROR", resp.text[:500]
-        if code == "NO_PERMISSION":
+            return self._http.request_status(method, path, params=params, json=json_body)
+        except NoPermission:
             self._writable = (time.monotonic(), False)
-            return NoPermission(f"store refuses writes: {message}", rule="R2")
-        if resp.status_code == 404 and code == "TOPIC_NOT_EXIST":
-            return TopicNotFound(message)
-        if resp.status_code == 404 and code == "MESSAGE_NOT_FOUND":
-            return MessageNotFound(message)
-        if resp.status_code == 404 and code == GroupNotFound.code:
-            return GroupNotFound(message, rule="R2")
-        return StoreRejected(code, message, resp.status_code)
+            raise
+        except ClepsydraError as exc:
+            if exc.http_status >= 500 and exc.http_status != Unavailable.http_status:
+                exc.http_status = _BAD_GATEWAY
+            raise
 
     # ---- health ----------------------------------------------------------------------------
     def healthz(self) -> dict[str, Any]:
@@ -174,7 +80,7 @@ class StoreClient:
     def group_settings(self, group: str) -> GroupSettings | None:
         """``GET /v1/groups/{group}/settings``, or None when the group has no settings."""
         try:
-            doc = self._call("GET", f"/v1/groups/{quote(group, safe='')}/settings")
+            doc = self._call("GET", f"/v1/groups/{segment(group)}/settings")
         except GroupNotFound:
             return None
         return GroupSettings.from_json(doc)
@@ -182,7 +88,7 @@ class StoreClient:
     def put_group_settings(self, group: str, settings: GroupSettings) -> bool:
         """``PUT /v1/groups/{group}/settings`` (written durably by the store before it
         answers); True when the group is new."""
-        status, _ = self._call_status("PUT", f"/v1/groups/{quote(group, safe='')}/settings",
+        status, _ = self._call_status("PUT", f"/v1/groups/{segment(group)}/settings",
                                       json_body=settings.to_json())
         return status == 201
 
@@ -195,13 +101,9 @@ class StoreClient:
     def topic(self, name: str) -> dict[str, Any] | None:
         """``GET /v1/topics/{topic}``, or None when the store has no such topic."""
         try:
-            result: dict[str, Any] = self._call("GET", f"/v1/topics/{topic_path(name)}")
-        except TopicNotFound:
+            result: dict[str, Any] = self._call("GET", f"/v1/topics/{segment(name)}")
+        except NotFound:
             return None
-        except StoreRejected as exc:
-            if exc.http_status == 404:
-                return None
-            raise
         return result
 
     def ensure_topic(self, name: str, queues: int) -> int:
@@ -214,7 +116,9 @@ class StoreClient:
             created = self._call("POST", "/v1/internal/topics",
                                  json_body={"name": name, "queues": queues})
             count = len(created.get("queues") or []) or queues
-        except StoreRejected:
+        except ClepsydraError as exc:
+            if exc.http_status != 409:
+                raise
             # Exists with another queue count (retryQueueNums changed): use what it has.
             info = self.topic(name)
             if info is None:
@@ -244,29 +148,19 @@ class StoreClient:
 
     def copy(self, items: Sequence[CopyItem]) -> list[dict[str, Any]]:
         """``POST /v1/internal/copy``: the store copies stored messages (bodies stay there)."""
-        return self.copy_json([item.to_json() for item in items])
-
-    def copy_json(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """:meth:`copy` with items already in their wire form (bulk resends)."""
-        result = self._call("POST", "/v1/internal/copy", json_body={"items": items})
+        result = self._call("POST", "/v1/internal/copy",
+                            json_body=CopyBatch(list(items)).to_json())
         results: list[dict[str, Any]] = result["results"]
         return results
 
-    def copy_range(self, topic: str, queue_id: int, from_offset: int, max_count: int, *,
-                   target: str, delay_level: int = 0, reconsume_times: int | None = None,
-                   remove_properties: Sequence[str] = ()) -> dict[str, Any]:
-        """``POST /v1/internal/copy-range``: the store copies queue offsets
-        ``[from_offset, from_offset+max_count)`` to ``target`` (a topic, or ``"origin"``) in one
-        write: ``{copied, copiedMsgIds, skipped, nextOffset, lastCommitLogOffset}``."""
-        body: dict[str, Any] = {"topic": topic, "queueId": queue_id, "fromOffset": from_offset,
-                                "max": max_count, "target": target,
-                                "removeProperties": list(remove_properties)}
-        if delay_level:
-            body["delayLevel"] = delay_level
-        if reconsume_times is not None:
-            body["reconsumeTimes"] = reconsume_times
-        result: dict[str, Any] = self._call("POST", "/v1/internal/copy-range", json_body=body)
-        return result
+    def copy_range(self, request: RangeCopy) -> RangeCopyAnswer:
+        """``POST /v1/internal/copy-range``: the store copies a range of a queue to a topic
+        (or each message to its origin) in one write."""
+        result = self._call("POST", "/v1/internal/copy-range", json_body=request.to_json())
+        try:
+            return RangeCopyAnswer.from_json(result)
+        except ValidationError as exc:
+            raise RemoteError(f"unexpected copy-range answer: {exc.message}") from exc
 
     def pull(self, topic: str, queue_id: int, queue_offset: int,
              max_count: int, *, with_body: bool = True) -> dict[str, Any]:
@@ -276,5 +170,5 @@ class StoreClient:
         if not with_body:
             params["body"] = "false"
         result: dict[str, Any] = self._call(
-            "GET", f"/v1/topics/{topic_path(topic)}/queues/{queue_id}/messages", params=params)
+            "GET", f"/v1/topics/{segment(topic)}/queues/{queue_id}/messages", params=params)
         return result

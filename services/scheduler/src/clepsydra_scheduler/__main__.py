@@ -1,4 +1,4 @@
-"""``python -m clepsydra_scheduler worker|beat|status``.
+"""``python -m clepsydra_scheduler worker|beat|status|autoscale``.
 
 - ``worker``: a Celery worker with a thread pool consuming every level queue (concurrency >
   number of levels, so each level's run and the keep-alives all get a thread). Extra arguments
@@ -7,6 +7,8 @@
   ``$CLEPSYDRA_HOME/scheduler/``.
 - ``status``: one table row per level (queue range, handedOver, progress, backlog, lag,
   delivered, lateness p50/p99/max, lease); ``--prometheus`` prints the Prometheus text instead.
+- ``autoscale``: sets the worker Deployment's replicas from the levels' backlog and lag
+  (autoscaler.py; settings in autoscale_settings.py); in a pod, with its ServiceAccount.
 """
 
 from __future__ import annotations
@@ -68,6 +70,20 @@ def _status(settings: SchedulerSettings, prometheus: bool) -> int:
     return 0
 
 
+def _autoscale() -> int:
+    from clepsydra_scheduler.autoscale_settings import AutoscaleSettings
+
+    try:
+        settings = AutoscaleSettings.from_env()
+    except ConfigError as exc:
+        print(f"clepsydra scheduler autoscale: {exc.message}", file=sys.stderr)
+        return 2
+    clepsydra_logging.configure(settings.common.log_level)
+    from clepsydra_scheduler.autoscaler import run_service
+
+    return run_service(settings)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m clepsydra_scheduler",
                                      description="Clepsydra scheduler (SPEC D1-D10)")
@@ -77,7 +93,12 @@ def main(argv: list[str] | None = None) -> int:
     status = sub.add_parser("status", help="per-level table (or --prometheus text)")
     status.add_argument("--prometheus", action="store_true",
                         help="print the metrics in Prometheus text format")
+    sub.add_parser("autoscale", help="scale the worker Deployment on the levels' backlog and lag")
     args, extra = parser.parse_known_args(argv)
+    if args.command == "autoscale":
+        if extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        return _autoscale()
     try:
         settings = SchedulerSettings.from_env()
     except ConfigError as exc:

@@ -28,9 +28,9 @@ from enum import StrEnum
 from opentelemetry import trace
 
 from clepsydra_core import telemetry
+from clepsydra_core.wire.schedule import HandoverAnswer
 from clepsydra_scheduler.ports import (
     Clock,
-    Handover,
     LevelSample,
     OffsetStore,
     OffsetStoreUnavailable,
@@ -405,7 +405,7 @@ class LevelDelivery:
         self._backlog_due = advanced >= self._cfg.batch and not result.not_due
         return 0.0
 
-    def _record_handover(self, result: Handover) -> None:
+    def _record_handover(self, result: HandoverAnswer) -> None:
         self._report.handovers += 1
         self._report.delivered += result.delivered
         self._report.parked += result.parked
@@ -421,7 +421,7 @@ class LevelDelivery:
         else:
             self._window = []
 
-    def _sample(self, now: int, result: Handover | None = None,
+    def _sample(self, now: int, result: HandoverAnswer | None = None,
                 lag_ms: int | None = None) -> LevelSample:
         if lag_ms is None:
             lag_ms = 0

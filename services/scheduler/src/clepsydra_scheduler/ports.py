@@ -1,7 +1,8 @@
 """What the delivery core needs from the outside, as values and protocols (no framework here).
 
-The store side mirrors the store's schedule hand-over routes (docs/contracts.md):
-``GET /v1/schedule/levels``, ``GET .../entries`` and ``POST .../handover``. The Redis side is the
+The store side is the store's schedule hand-over routes (docs/contracts.md), whose values are
+``clepsydra_core.wire.schedule``'s: ``GET /v1/schedule/levels``, ``GET .../entries`` and
+``POST .../handover``. The Redis side is the
 level's lease, its progress offset and its statistics. ``delivery.py`` codes against these
 protocols; ``store_client.py`` and ``offsets.py`` implement them (with in-memory twins for tests).
 """
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from clepsydra_core.errors import ClepsydraError
+from clepsydra_core.wire.schedule import HandoverAnswer, LevelInfo, ScheduleEntries
 
 
 class StoreCallFailed(ClepsydraError):
@@ -40,58 +42,16 @@ class OffsetStoreUnavailable(ClepsydraError):
     http_status = 503
 
 
-@dataclass(frozen=True, slots=True)
-class LevelInfo:
-    """One level of the store's schedule topic (``GET /v1/schedule/levels``)."""
-
-    level: int
-    delay_ms: int
-    queue_id: int
-    min_offset: int
-    max_offset: int
-    """One past the last entry."""
-    handed_over: int
-    """Highest queue offset already handed to a real topic, -1 if none (SPEC D9)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Entries:
-    """Deliver timestamps (tagsCode) of entries ``queue_offset, queue_offset + 1, ...``."""
-
-    level: int
-    queue_offset: int
-    deliver_ts: Sequence[int]
-    min_offset: int
-    max_offset: int
-    handed_over: int
-
-
-@dataclass(frozen=True, slots=True)
-class Handover:
-    """The store's answer to a hand-over request (SPEC D4, D5, D7, D9)."""
-
-    level: int
-    from_offset: int
-    next_offset: int
-    delivered: int
-    parked: int
-    skipped: int
-    not_due: bool
-    next_deliver_ts: int | None
-    lateness_ms: Sequence[int]
-    handed_over: int
-
-
 class StoreClient(Protocol):
     """The store's schedule hand-over routes. Every method raises StoreCallFailed when the
     store fails or cannot be reached."""
 
     def levels(self) -> list[LevelInfo]: ...
 
-    def entries(self, level: int, queue_offset: int, max_count: int) -> Entries: ...
+    def entries(self, level: int, queue_offset: int, max_count: int) -> ScheduleEntries: ...
 
     def handover(self, level: int, from_offset: int, max_count: int,
-                 headers: dict[str, str] | None = None) -> Handover: ...
+                 headers: dict[str, str] | None = None) -> HandoverAnswer: ...
 
     def close(self) -> None: ...
 

@@ -14,29 +14,19 @@ import sys
 from typing import Any
 
 from flask import Flask
-from gunicorn.app.base import BaseApplication
-from gunicorn.glogging import Logger as GunicornLogger
 
 from clepsydra_core.errors import ConfigError
-from clepsydra_core.logging import JsonFormatter, configure
+from clepsydra_core.logging import configure
 from clepsydra_store.api.context import EXTENSION, StoreContext
 from clepsydra_store.app import create_app
 from clepsydra_store.settings import StoreSettings
+from clepsydra_web.server import GunicornServer
 
 logger = logging.getLogger("clepsydra_store")
 
 WORKER_TIMEOUT_S = 300
 """Recovery of a large store happens while the worker boots; give it time."""
 GRACEFUL_TIMEOUT_S = 30
-
-
-class JsonGunicornLogger(GunicornLogger):  # type: ignore[misc]
-    """gunicorn's own log lines as JSON, like every other line of the service."""
-
-    def setup(self, cfg: Any) -> None:
-        super().setup(cfg)
-        for handler in self.error_log.handlers:
-            handler.setFormatter(JsonFormatter())
 
 
 def _worker_exit(server: Any, worker: Any) -> None:
@@ -51,36 +41,21 @@ def _worker_exit(server: Any, worker: Any) -> None:
     logger.info("message store closed pid=%s", worker.pid)
 
 
-class StoreApplication(BaseApplication):  # type: ignore[misc]
-    def __init__(self, settings: StoreSettings) -> None:
-        self.settings = settings
-        super().__init__()
-
-    def load_config(self) -> None:
-        s = self.settings
-        options: dict[str, Any] = {
-            "bind": [f"{s.bind}:{s.port}"],
-            "workers": 1,
-            "worker_class": "clepsydra_store.worker.StoreThreadWorker",
-            "threads": s.threads,
-            "keepalive": s.keepalive_s,
-            "timeout": WORKER_TIMEOUT_S,
-            "graceful_timeout": GRACEFUL_TIMEOUT_S,
-            "accesslog": None,
-            "errorlog": "-",
-            "loglevel": s.common.log_level.lower(),
-            "logger_class": JsonGunicornLogger,
-            "proc_name": "clepsydra-store",
-            "preload_app": False,
-            "worker_exit": _worker_exit,
-        }
-        if "control_socket_disable" in self.cfg.settings:  # gunicorn >= 24: no shared socket
-            options["control_socket_disable"] = True
-        for key, value in options.items():
-            self.cfg.set(key, value)
-
-    def load(self) -> Flask:
-        return create_app(self.settings)
+def server(settings: StoreSettings) -> GunicornServer:
+    """One worker process (the single writer) with the store's own gthread worker."""
+    return GunicornServer(lambda: create_app(settings), {
+        "bind": [f"{settings.bind}:{settings.port}"],
+        "workers": 1,
+        "worker_class": "clepsydra_store.worker.StoreThreadWorker",
+        "threads": settings.threads,
+        "keepalive": settings.keepalive_s,
+        "timeout": WORKER_TIMEOUT_S,
+        "graceful_timeout": GRACEFUL_TIMEOUT_S,
+        "loglevel": settings.common.log_level.lower(),
+        "proc_name": "clepsydra-store",
+        "preload_app": False,
+        "worker_exit": _worker_exit,
+    })
 
 
 def main() -> int:
@@ -93,7 +68,7 @@ def main() -> int:
     logger.info("starting store bind=%s port=%d threads=%d flush=%s data_dir=%s",
                 settings.bind, settings.port, settings.threads, settings.engine.flush,
                 settings.engine.data_dir)
-    StoreApplication(settings).run()
+    server(settings).run()
     return 0
 
 

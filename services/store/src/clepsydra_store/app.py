@@ -14,17 +14,19 @@ import logging
 from flask import Flask, Response, g, request
 
 from clepsydra_core.telemetry import init_tracing
-from clepsydra_store.api import errors, groups, health, internal, messages, queues, schedule, topics
+from clepsydra_store.api import groups, handover, internal, messages, queues, topics
 from clepsydra_store.api.context import EXTENSION, StoreContext
 from clepsydra_store.api.fastpath import ProduceFastPath
 from clepsydra_store.api.observability import Observability, RequestScope
 from clepsydra_store.consumers import ConsumerRegistry
 from clepsydra_store.engine.message_store import MessageStore
-from clepsydra_store.settings import StoreSettings
+from clepsydra_store.settings import MAX_REQUEST_BYTES_VAR, StoreSettings
+from clepsydra_web.errors import register_error_handlers
+from clepsydra_web.ops import ops_blueprint
 
 logger = logging.getLogger(__name__)
 
-BLUEPRINTS = (topics.bp, messages.bp, queues.bp, groups.bp, schedule.bp, internal.bp, health.bp)
+BLUEPRINTS = (topics.bp, messages.bp, queues.bp, groups.bp, handover.bp, internal.bp)
 
 
 def create_app(settings: StoreSettings, store: MessageStore | None = None) -> Flask:
@@ -42,7 +44,10 @@ def create_app(settings: StoreSettings, store: MessageStore | None = None) -> Fl
     app.extensions[EXTENSION] = context
     for bp in BLUEPRINTS:
         app.register_blueprint(bp)
-    errors.register(app)
+    app.register_blueprint(ops_blueprint(
+        "clepsydra_store", registry=lambda: context.obs.registry,
+        health=lambda: ({"status": "ok", "writable": settings.engine.writable}, 200)))
+    register_error_handlers(app, size_setting=MAX_REQUEST_BYTES_VAR)
     _trace_requests(app, context)
     if settings.fast_path:
         app.wsgi_app = ProduceFastPath(app.wsgi_app, context)  # type: ignore[method-assign]

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from clepsydra_core import naming
 from clepsydra_core.settings import (
     CommonSettings,
     Env,
@@ -16,6 +17,8 @@ from clepsydra_core.settings import (
 )
 from clepsydra_store.engine.config import EngineConfig
 
+MAX_REQUEST_BYTES_VAR = "CLEPSYDRA_STORE_MAX_REQUEST_BYTES"
+"""The setting that bounds a request body (named in the 413 answer)."""
 
 @dataclass(frozen=True, slots=True)
 class StoreSettings:
@@ -40,8 +43,11 @@ class StoreSettings:
         common = CommonSettings.from_env(env)
         port = env_int(env, "CLEPSYDRA_STORE_PORT", 8081, minimum=1)
         data_dir = Path(env_str(env, "CLEPSYDRA_STORE_DIR", str(common.home / "store"))).absolute()
+        consumequeue_dir = Path(env_str(env, "CLEPSYDRA_STORE_CONSUMEQUEUE_DIR",
+                                        str(data_dir / naming.CONSUMEQUEUE_DIR))).absolute()
         engine = EngineConfig(
             data_dir=data_dir,
+            consumequeue_dir=consumequeue_dir,
             store_host=env_str(env, "CLEPSYDRA_STORE_HOST", f"127.0.0.1:{port}"),
             delay_levels=common.delay_levels,
             segment_size_bytes=env_int(env, "CLEPSYDRA_STORE_SEGMENT_BYTES", 1 << 30,
@@ -63,7 +69,7 @@ class StoreSettings:
             threads=env_int(env, "CLEPSYDRA_STORE_THREADS", 8, minimum=1),
             consumer_expiry_ms=env_int(env, "CLEPSYDRA_STORE_CONSUMER_EXPIRY_MS", 30_000,
                                        minimum=1),
-            max_request_bytes=env_int(env, "CLEPSYDRA_STORE_MAX_REQUEST_BYTES",
+            max_request_bytes=env_int(env, MAX_REQUEST_BYTES_VAR,
                                       max(64 << 20, 2 * engine.max_body_bytes + (1 << 20)),
                                       minimum=1024),
             keepalive_s=env_int(env, "CLEPSYDRA_STORE_KEEPALIVE_S", 75, minimum=1),

@@ -19,6 +19,8 @@ from typing import Any
 from gunicorn import util
 from gunicorn.workers.gthread import ThreadWorker
 
+from clepsydra_web.server import JsonErrorsMixin
+
 LINGER_S = 0.005
 """How long a thread waits for the next request on its connection before handing it back."""
 
@@ -41,7 +43,7 @@ def cached_http_date(timestamp: float | None = None) -> str:
     return cached[1]
 
 
-class StoreThreadWorker(ThreadWorker):  # type: ignore[misc]
+class StoreThreadWorker(JsonErrorsMixin, ThreadWorker):  # type: ignore[misc]
     def init_process(self) -> None:
         util.http_date = cached_http_date  # this worker process only
         super().init_process()

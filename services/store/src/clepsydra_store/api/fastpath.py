@@ -15,7 +15,7 @@ from typing import Any
 
 from clepsydra_store.api import produce
 from clepsydra_store.api.context import StoreContext
-from clepsydra_store.api.jsonio import JSON_TYPE
+from clepsydra_web.jsonio import JSON_TYPE
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 

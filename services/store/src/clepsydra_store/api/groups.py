@@ -16,10 +16,10 @@ from clepsydra_core import validation
 from clepsydra_core.errors import Forbidden, GroupNotFound, OffsetOutOfRange, ValidationError
 from clepsydra_core.groups import GroupSettings
 from clepsydra_core.naming import SCHEDULE_TOPIC
-from clepsydra_store.api import jsonio
 from clepsydra_store.api.context import ctx
 from clepsydra_store.api.web import json_response, trace_topic
 from clepsydra_store.consumers import CLUSTERING, MESSAGE_MODELS, GroupView
+from clepsydra_web import jsonio
 
 bp = Blueprint("groups", __name__)
 
@@ -123,7 +123,10 @@ def heartbeat(group: str) -> Response:
     if model not in MESSAGE_MODELS:
         raise ValidationError(f"messageModel must be {' or '.join(MESSAGE_MODELS)}, "
                               f"got {model!r}", code="INVALID_REQUEST")
-    view = ctx().consumers.heartbeat(group, client_id, subscriptions, model)
+    c = ctx()
+    view = c.consumers.heartbeat(group, client_id, subscriptions, model)
+    if c.settings.common.auto_create_groups and c.store.group_settings(group) is None:
+        c.store.put_group_settings(group, {})  # first seen: created with defaults (12.2)
     return json_response(_view_json(view, detailed=False))
 
 

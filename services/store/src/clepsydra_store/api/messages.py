@@ -9,10 +9,11 @@ from werkzeug.exceptions import RequestEntityTooLarge
 from clepsydra_core import validation
 from clepsydra_core.errors import ValidationError
 from clepsydra_core.msgid import decode_msg_id
-from clepsydra_store.api import jsonio, produce
+from clepsydra_store.api import produce
 from clepsydra_store.api.context import ctx
 from clepsydra_store.api.observability import MESSAGE_ID, set_attribute
 from clepsydra_store.api.web import json_response, messages_json, trace_topic, with_body_arg
+from clepsydra_web import jsonio
 
 bp = Blueprint("messages", __name__)
 

@@ -27,7 +27,6 @@ from clepsydra_core import properties as P
 from clepsydra_core import validation
 from clepsydra_core.errors import ClepsydraError, ValidationError
 from clepsydra_core.msgid import pack_host
-from clepsydra_store.api import jsonio
 from clepsydra_store.api.context import StoreContext
 from clepsydra_store.api.observability import (
     BATCH_COUNT,
@@ -38,6 +37,9 @@ from clepsydra_store.api.observability import (
 )
 from clepsydra_store.engine.batch_encoder import settable_properties
 from clepsydra_store.engine.types import PutRequest, PutResult, PutStatus
+from clepsydra_store.settings import MAX_REQUEST_BYTES_VAR
+from clepsydra_web import jsonio
+from clepsydra_web.errors import too_large
 
 logger = logging.getLogger(__name__)
 
@@ -333,15 +335,6 @@ def produce_parent(environ: Mapping[str, Any], payload: object,
     return parent_context(environ, message_parent(payload.get("properties")))
 
 
-def too_large(limit: int) -> ClepsydraError:
-    """The 413 both paths answer for a request body over the limit."""
-    err = ValidationError(f"request body is larger than {limit} bytes "
-                          "(CLEPSYDRA_STORE_MAX_REQUEST_BYTES)", rule="P1",
-                          code="REQUEST_TOO_LARGE")
-    err.http_status = 413
-    return err
-
-
 def serve(c: StoreContext, environ: Mapping[str, Any], topic: str, raw: bytes | None,
           batch: bool) -> tuple[int, bytes]:
     """Answer one produce request (span, metrics and errors included): (status, JSON body).
@@ -350,7 +343,7 @@ def serve(c: StoreContext, environ: Mapping[str, Any], topic: str, raw: bytes | 
     error: ClepsydraError | None = None
     try:
         if raw is None:
-            raise too_large(c.settings.max_request_bytes)
+            raise too_large(c.settings.max_request_bytes, MAX_REQUEST_BYTES_VAR)
         payload = jsonio.loads_object(raw)
     except ClepsydraError as exc:
         error = exc

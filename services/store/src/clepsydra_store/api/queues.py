@@ -11,9 +11,9 @@ from flask import Blueprint, Response, request
 
 from clepsydra_core import validation
 from clepsydra_core.errors import OffsetOutOfRange
-from clepsydra_store.api import jsonio
 from clepsydra_store.api.context import ctx
 from clepsydra_store.api.web import json_response, messages_json, trace_topic, with_body_arg
+from clepsydra_web import jsonio
 
 bp = Blueprint("queues", __name__)
 

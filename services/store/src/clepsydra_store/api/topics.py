@@ -7,9 +7,9 @@ from flask import Blueprint, Response
 
 from clepsydra_core import naming, validation
 from clepsydra_core.errors import ClepsydraError, Forbidden, TopicNotFound
-from clepsydra_store.api import jsonio
 from clepsydra_store.api.context import StoreContext, ctx
 from clepsydra_store.api.web import json_response, request_object, topic_json, trace_topic
+from clepsydra_web import jsonio
 
 bp = Blueprint("topics", __name__)
 

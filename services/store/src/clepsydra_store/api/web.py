@@ -9,9 +9,9 @@ from typing import Any
 from flask import Response, request
 
 from clepsydra_core.records import CommitLogRecord, message_to_json
-from clepsydra_store.api.jsonio import JSON_TYPE, dumps, loads_object
 from clepsydra_store.api.observability import DESTINATION, set_attribute
 from clepsydra_store.engine.types import TopicInfo
+from clepsydra_web.jsonio import JSON_TYPE, dumps, loads_object
 
 
 def json_response(obj: Any, status: int = 200) -> Response:

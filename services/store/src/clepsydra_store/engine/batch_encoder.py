@@ -11,24 +11,27 @@ byte-equal to ``Prepared.build``'s.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterator, Sequence
-from zlib import adler32, crc32
+from zlib import crc32
 
 from clepsydra_core import naming
 from clepsydra_core import properties as P
-from clepsydra_core.records import HEADER_SIZE, MIN_END_MARKER, is_transaction_prepared_or_rollback
+from clepsydra_core.properties import NAME_LEN, VALUE_LEN
+from clepsydra_core.records import (
+    HEADER_SIZE,
+    I32,
+    MIN_END_MARKER,
+    U8,
+    is_transaction_prepared_or_rollback,
+    tags_code_of,
+)
 from clepsydra_core.validation import MAX_PROPERTIES_BYTES
-from clepsydra_store.engine.key_index import key_hash
+from clepsydra_store.engine.key_index import key_hash, key_hash_of
 from clepsydra_store.engine.prepare import Prepared, Preparer, too_large
 from clepsydra_store.engine.types import PutRequest
 
 # record tail = body | u8 topic length | topic | i32 properties length | properties, and each
 # property u16 name length | name | u32 value length | value (clepsydra_core.records/.properties)
-_U8 = struct.Struct(">B")
-_I32 = struct.Struct(">i")
-_NAME_LEN = struct.Struct(">H")
-_VALUE_LEN = struct.Struct(">I")
 
 _NAMES: dict[str, bytes] = {}
 """Names a producer may set (P1) seen so far -> their encoded ``u16 length | name``."""
@@ -90,7 +93,7 @@ class BatchEncoder:
         if create_retry or naming.is_retry_topic(topic):
             return None
         raw = topic.encode()
-        return queues, _U8.pack(len(raw)) + raw, preparer.round_robin(topic)
+        return queues, U8.pack(len(raw)) + raw, preparer.round_robin(topic)
 
     def _encode(self, req: PutRequest, info: TopicInfo) -> Prepared | None:
         """put() of a request to an ordinary topic; None, with nothing changed, when a check
@@ -136,12 +139,12 @@ class BatchEncoder:
                 raw = keys.encode()
             except UnicodeEncodeError:
                 return None
-            parts += (_KEYS, _VALUE_LEN.pack(len(raw)), raw)
+            parts += (_KEYS, VALUE_LEN.pack(len(raw)), raw)
             props_len += _KEYS_OVERHEAD + len(raw)
             # every whitespace character but the space is unprintable, so a printable text
             # without a space is one key to str.split(), and raw is its bytes
             if keys.isprintable() and " " not in keys:
-                hashes = ((crc32(raw) << 32) | adler32(raw),)  # key_index.key_hash
+                hashes = (key_hash_of(raw),)
             else:
                 hashes = tuple(map(key_hash, keys.split()))
         if uniq:
@@ -163,7 +166,7 @@ class BatchEncoder:
             for prefix, value in ((_REAL_TOPIC, topic), (_REAL_QID, str(queue_id)),
                                   (_DELAY, str(level))):
                 raw = value.encode()
-                parts += (prefix, _VALUE_LEN.pack(len(raw)), raw)
+                parts += (prefix, VALUE_LEN.pack(len(raw)), raw)
                 props_len += len(prefix) + 4 + len(raw)
             levels = self._preparer.levels
             topic, queue_id = naming.SCHEDULE_TOPIC, levels.queue_id(level)
@@ -171,7 +174,7 @@ class BatchEncoder:
             parts[1] = _SCHEDULE_TOPIC_RAW
             if delay_ms:
                 code = 0
-        parts[2] = _I32.pack(props_len)
+        parts[2] = I32.pack(props_len)
         tail = b"".join(parts)
         size = HEADER_SIZE + len(tail)
         if size > self._max_size:
@@ -194,7 +197,7 @@ def _encode_properties(props: dict[str, str]) -> tuple[bytes, tuple[int, ...]] |
             raw = value.encode()
         except UnicodeEncodeError:
             return None
-        parts += (prefix, _VALUE_LEN.pack(len(raw)), raw)
+        parts += (prefix, VALUE_LEN.pack(len(raw)), raw)
     block = b"".join(parts)
     if len(block) > MAX_PROPERTIES_BYTES:  # validate_properties counts name + value + 6 each
         return None
@@ -232,7 +235,7 @@ def _settable_name(name: str) -> bytes | None:
         return None
     if len(raw) > 0xFFFF:
         return None
-    prefix = _NAME_LEN.pack(len(raw)) + raw
+    prefix = NAME_LEN.pack(len(raw)) + raw
     if len(raw) <= _CACHE_MAX_LEN:
         if len(_NAMES) >= _CACHE_MAX:
             _NAMES.clear()
@@ -247,7 +250,7 @@ def _tags(tags: str) -> tuple[bytes, int] | None:
         raw = tags.encode()
     except UnicodeEncodeError:
         return None
-    seen = _TAGS + _VALUE_LEN.pack(len(raw)) + raw, crc32(raw)  # records.tags_code
+    seen = _TAGS + VALUE_LEN.pack(len(raw)) + raw, tags_code_of(raw)
     if len(raw) <= _CACHE_MAX_LEN:
         if len(_TAGS_SEEN) >= _CACHE_MAX:
             _TAGS_SEEN.clear()
@@ -257,7 +260,7 @@ def _tags(tags: str) -> tuple[bytes, int] | None:
 
 def _name_prefix(name: str) -> bytes:
     raw = name.encode()
-    return _NAME_LEN.pack(len(raw)) + raw
+    return NAME_LEN.pack(len(raw)) + raw
 
 
 _TAGS = _name_prefix(P.TAGS)
@@ -266,4 +269,4 @@ _KEYS_OVERHEAD = len(_KEYS) + 4  # name and value length
 _REAL_TOPIC = _name_prefix(P.REAL_TOPIC)
 _REAL_QID = _name_prefix(P.REAL_QID)
 _DELAY = _name_prefix(P.DELAY)
-_SCHEDULE_TOPIC_RAW = _U8.pack(len(naming.SCHEDULE_TOPIC)) + naming.SCHEDULE_TOPIC.encode()
+_SCHEDULE_TOPIC_RAW = U8.pack(len(naming.SCHEDULE_TOPIC)) + naming.SCHEDULE_TOPIC.encode()

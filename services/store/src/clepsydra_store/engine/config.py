@@ -11,6 +11,9 @@ from clepsydra_core.levels import DelayLevels
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     data_dir: Path
+    consumequeue_dir: Path | None = None
+    """Where the ConsumeQueue files live; None: ``data_dir/consumequeue``. A separate path lets
+    a cluster put the ConsumeQueue on its own volume, apart from the CommitLog."""
     store_host: str = "127.0.0.1:8081"
     delay_levels: DelayLevels = field(default_factory=DelayLevels.default)
     segment_size_bytes: int = 1 << 30

@@ -24,7 +24,11 @@ ENTRY = struct.Struct(">Qq")
 
 def key_hash(key: str) -> int:
     """Stable 64-bit hash of a key (crc32 and adler32 of its UTF-8 bytes)."""
-    raw = key.encode()
+    return key_hash_of(key.encode())
+
+
+def key_hash_of(raw: bytes) -> int:
+    """:func:`key_hash` of a key already encoded as UTF-8."""
     return (zlib.crc32(raw) << 32) | zlib.adler32(raw)
 
 
@@ -84,8 +88,7 @@ class KeyIndex:
         """Index a record's keys (the caller then calls :meth:`write_pending`)."""
         pack = ENTRY.pack
         for key in keys:
-            raw = key.encode()
-            h = (zlib.crc32(raw) << 32) | zlib.adler32(raw)
+            h = key_hash_of(key.encode())
             if self._insert(h, commitlog_offset, dedupe=dedupe):
                 self._pending.append(pack(h, commitlog_offset))
 

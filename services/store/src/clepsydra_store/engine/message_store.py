@@ -20,21 +20,20 @@ from clepsydra_core.groups import GroupSettings, validate_settings
 from clepsydra_core.msgid import decode_msg_id
 from clepsydra_core.records import CommitLogRecord, tags_code
 from clepsydra_core.validation import check_consumable, validate_group_name, validate_topic_name
+from clepsydra_core.wire.copy import CopyItem, RangeCopy, SkippedCopy
+from clepsydra_core.wire.schedule import ScheduleEntries
 from clepsydra_store.engine.batch_encoder import BatchEncoder
 from clepsydra_store.engine.config import EngineConfig
 from clepsydra_store.engine.consume_queue import ENTRY
 from clepsydra_store.engine.prepare import Prepared
 from clepsydra_store.engine.store_core import StoreCore
 from clepsydra_store.engine.types import (
-    CopyRequest,
     HandoverResult,
     PutRequest,
     PutResult,
     QueueInfo,
     QueueRead,
-    RangeCopyRequest,
     RangeCopyResult,
-    ScheduleEntries,
     TopicInfo,
 )
 
@@ -127,7 +126,7 @@ class MessageStore(StoreCore):
         items = BatchEncoder(self._preparer, ensure).prepare(requests)
         return self._store(items, ensure)
 
-    def copy(self, requests: list[CopyRequest]) -> list[PutResult]:
+    def copy(self, requests: list[CopyItem]) -> list[PutResult]:
         """Internal: copy stored messages into other topics (retry, DLQ, resend); topics other
         than ordinary ones (%RETRY%, %DLQ%) are created with 1 queue when missing."""
         ensure: dict[str, int] = {}
@@ -141,30 +140,30 @@ class MessageStore(StoreCore):
             items.append(self._preparer.copy(req, record, ensure))
         return self._store(items, ensure)
 
-    def copy_range(self, req: RangeCopyRequest) -> RangeCopyResult:
-        """Internal: copy a range of a queue (see :class:`RangeCopyRequest`); all checked
+    def copy_range(self, req: RangeCopy) -> RangeCopyResult:
+        """Internal: copy a range of a queue (see :class:`RangeCopy`); all checked
         before any is written, appended with one write."""
         read = self.read_queue(req.topic, req.queue_id, req.from_offset, req.max_count)
         ensure: dict[str, int] = {}
         items: list[Prepared] = []
         copied: list[str] = []
-        skipped: list[tuple[int, str, str]] = []
+        skipped: list[SkippedCopy] = []
         for record in read.messages:
             target = req.target_topic
             if target is None:
                 target = record.properties.get(P.RETRY_TOPIC, "")
                 why = self._origin_problem(target)
                 if why is not None:
-                    skipped.append((record.queue_offset, record.msg_id, why))
+                    skipped.append(SkippedCopy(record.queue_offset, record.msg_id, why))
                     continue
-            items.append(self._preparer.copy(CopyRequest(
+            items.append(self._preparer.copy(CopyItem(
                 commitlog_offset=record.commitlog_offset, topic=target,
                 delay_level=req.delay_level, reconsume_times=req.reconsume_times,
                 remove_properties=req.remove_properties), record, ensure))
             copied.append(record.msg_id)
         last = read.messages[-1].commitlog_offset if read.messages else None
-        return RangeCopyResult(copied, skipped, read.next_offset, last,
-                               self._store(items, ensure))
+        return RangeCopyResult(len(copied), copied, skipped, read.next_offset, last,
+                               results=self._store(items, ensure))
 
     def _origin_problem(self, origin: str) -> str | None:
         """Why a message cannot go back to its original topic (R16), or None."""
@@ -260,7 +259,7 @@ class MessageStore(StoreCore):
     def schedule_entries(self, level: int, queue_offset: int, max_count: int) -> ScheduleEntries:
         """Deliver times (raw tagsCode) of a level's schedule queue from queue_offset (D3, D8
         done by caller; an offset below the minimum reads from the minimum)."""
-        cq = self._scheduler.queue(level)
+        cq = self._handover.queue(level)
         start = min(max(queue_offset, cq.min_offset), cq.max_offset)
         raw = cq.read_raw(start, max(0, max_count))
         deliver_ts = [code for _, _, code in ENTRY.iter_unpack(raw)]
@@ -275,7 +274,7 @@ class MessageStore(StoreCore):
         now = _now_ms() if now_ms is None else now_ms
         end = None
         with self._lock:
-            plan = self._scheduler.plan(level, from_offset, max_count, now)
+            plan = self._handover.plan(level, from_offset, max_count, now)
             results: list[PutResult] = []
             if plan.items:
                 results, end = self._append_locked(plan.items)
@@ -299,7 +298,8 @@ class MessageStore(StoreCore):
                         len(results) - delivered, plan.skipped)
         return HandoverResult(level, plan.start, plan.next_offset, delivered,
                               len(results) - delivered, plan.skipped, plan.not_due,
-                              plan.next_deliver_ts, lateness, handed_over, delivered_messages)
+                              plan.next_deliver_ts, lateness, handed_over,
+                              delivered_messages=delivered_messages)
 
     # ---- consumer progress -------------------------------------------------------------------
     def commit_offset(self, group: str, topic: str, queue_id: int, queue_offset: int) -> None:
@@ -338,7 +338,8 @@ class MessageStore(StoreCore):
         out["commitlog_segments"] = len(cl.segments)
         out["topics"] = len(self._topics.all()) + 1
         for level in self._levels.levels():
-            cq = self._dispatcher.existing_queue(naming.SCHEDULE_TOPIC, level - 1)
+            queue_id = self._levels.queue_id(level)
+            cq = self._dispatcher.existing_queue(naming.SCHEDULE_TOPIC, queue_id)
             high = cq.max_offset if cq is not None else 0
             mark = self._dispatcher.mark(level)
             out[f"schedule_max_offset_level_{level}"] = high

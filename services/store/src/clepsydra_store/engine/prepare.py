@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 from clepsydra_core import naming
@@ -19,6 +19,7 @@ from clepsydra_core.errors import (
     TopicNotFound,
     ValidationError,
 )
+from clepsydra_core.groups import GroupSettings
 from clepsydra_core.levels import DelayLevels
 from clepsydra_core.properties import encode_properties
 from clepsydra_core.records import (
@@ -29,6 +30,7 @@ from clepsydra_core.records import (
     is_transaction_prepared_or_rollback,
     tags_code,
 )
+from clepsydra_core.retry_rules import DEFAULT_MAX_RECONSUME_TIMES, max_reconsume_times_or
 from clepsydra_core.validation import (
     check_producible,
     validate_body,
@@ -36,13 +38,13 @@ from clepsydra_core.validation import (
     validate_text,
     validate_topic_name,
 )
+from clepsydra_core.wire.copy import CopyItem
 from clepsydra_store.engine.config import EngineConfig
 from clepsydra_store.engine.dispatch import record_keys
 from clepsydra_store.engine.key_index import key_hash
 from clepsydra_store.engine.topics import TopicRegistry
-from clepsydra_store.engine.types import CopyRequest, PutRequest
+from clepsydra_store.engine.types import PutRequest
 
-DEFAULT_MAX_RECONSUME_TIMES = 16
 DLQ_REASON_MAX_RECONSUME = "max_reconsume_times"
 
 
@@ -93,10 +95,13 @@ def too_large(size: int, max_size: int) -> ValidationError:
 
 
 class Preparer:
-    def __init__(self, config: EngineConfig, topics: TopicRegistry) -> None:
+    def __init__(self, config: EngineConfig, topics: TopicRegistry,
+                 group_settings: Callable[[str], GroupSettings | None] = lambda _: None) -> None:
         self.config = config
         self.levels: DelayLevels = config.delay_levels
         self.topics = topics
+        self.group_settings = group_settings
+        """The settings of a consumer group, None when it has none (R3, R5 for %RETRY%)."""
         self._rr: dict[str, Iterator[int]] = {}
 
     def seed_round_robin(self, topic: str, start: int) -> None:
@@ -145,6 +150,9 @@ class Preparer:
             return queues, False
         if not naming.is_retry_topic(topic):
             raise TopicNotFound(f"topic {topic} does not exist")
+        group = self.group_settings(naming.group_of_retry_topic(topic) or "")
+        if group is not None and group.retry_queue_nums > 0:  # R3: the group's count
+            return group.retry_queue_nums, True
         return self.config.retry_topic_queues, True
 
     def put(self, req: PutRequest, ensure: dict[str, int],
@@ -172,8 +180,13 @@ class Preparer:
         level = self.levels.clamp(req.delay_level) if req.delay_level else 0
         reconsume = req.reconsume_times
         if create_retry or naming.is_retry_topic(topic):
-            reconsume, max_times = _retry_counts(props, reconsume)
-            if reconsume >= max_times:  # R10
+            group = self.group_settings(naming.group_of_retry_topic(topic) or "")
+            reconsume, max_times = _retry_counts(
+                props, reconsume,
+                group.retry_max_times if group is not None else DEFAULT_MAX_RECONSUME_TIMES)
+            # R10 reroutes plain sends only: a delayed copy (an R9 fallback's retry) is a
+            # retry, whose count reaches the max before its last attempt (issue 12.2)
+            if reconsume >= max_times and not level:  # R10
                 dlq = naming.dlq_topic(naming.group_of_retry_topic(topic) or "")
                 validate_topic_name(dlq)
                 if self.queue_count(dlq, ensure) is None:
@@ -196,7 +209,7 @@ class Preparer:
                               delay_ms=delay_ms, max_size=self.config.segment_size_bytes)
 
     # ---- copy (internal) -----------------------------------------------------------------------
-    def copy(self, req: CopyRequest, record: CommitLogRecord, ensure: dict[str, int]) -> Prepared:
+    def copy(self, req: CopyItem, record: CommitLogRecord, ensure: dict[str, int]) -> Prepared:
         topic = validate_topic_name(req.topic)
         if topic == naming.SCHEDULE_TOPIC:
             raise Forbidden(f"cannot copy into {topic}; use delay_level", rule="S3")
@@ -223,12 +236,15 @@ class Preparer:
                               delay_ms=delay_ms, max_size=self.config.segment_size_bytes)
 
 
-def _retry_counts(props: dict[str, str], reconsume: int) -> tuple[int, int]:
-    """R10: (reconsumeTimes, maxReconsumeTimes) of a plain send to a %RETRY% topic."""
+def _retry_counts(props: dict[str, str], reconsume: int, default_max: int) -> tuple[int, int]:
+    """R10: (reconsumeTimes, maxReconsumeTimes) of a plain send to a %RETRY% topic; the max
+    absent or -1 is ``default_max`` (the group's retryMaxTimes, else 16)."""
     try:
         if P.RECONSUME_TIME in props:
             reconsume = int(props[P.RECONSUME_TIME])
-        max_times = int(props.get(P.MAX_RECONSUME_TIMES) or DEFAULT_MAX_RECONSUME_TIMES)
+        asked = props.get(P.MAX_RECONSUME_TIMES)
+        max_times = max_reconsume_times_or(None if asked in (None, "") else int(asked),
+                                           default_max)
     except ValueError as exc:
         raise ValidationError(f"{P.RECONSUME_TIME}/{P.MAX_RECONSUME_TIMES} must be whole "
                               f"numbers: {exc}", rule="R10", code="INVALID_PROPERTIES") from exc

@@ -22,8 +22,8 @@ from clepsydra_store.engine.consume_queue import ENTRY, ConsumeQueue
 from clepsydra_store.engine.dispatch import Dispatcher
 from clepsydra_store.engine.group_offsets import GroupOffsets
 from clepsydra_store.engine.group_settings import GroupSettingsRegistry
+from clepsydra_store.engine.handover import Handover
 from clepsydra_store.engine.prepare import Prepared, Preparer
-from clepsydra_store.engine.schedule import Scheduler
 from clepsydra_store.engine.segment import Segment
 from clepsydra_store.engine.topics import TopicRegistry
 from clepsydra_store.engine.types import PutResult, PutStatus
@@ -44,6 +44,8 @@ _HOUR_MS = 3_600_000
 @dataclass(frozen=True, slots=True)
 class StoreDirs:
     root: Path
+    consumequeue_root: Path | None = None
+    """The ConsumeQueue folder when it is not ``root/consumequeue`` (its own volume)."""
 
     @property
     def commitlog(self) -> Path:
@@ -51,6 +53,8 @@ class StoreDirs:
 
     @property
     def consumequeue(self) -> Path:
+        if self.consumequeue_root is not None:
+            return self.consumequeue_root
         return self.root / naming.CONSUMEQUEUE_DIR
 
     @property
@@ -70,7 +74,7 @@ class StoreCore:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         self._levels = config.delay_levels
-        self._dirs = dirs = StoreDirs(config.data_dir)
+        self._dirs = dirs = StoreDirs(config.data_dir, config.consumequeue_dir)
         dirs.root.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         """The writer lock: appends, dispatch, hand-over and segment deletion."""
@@ -88,8 +92,8 @@ class StoreCore:
         self._commitlog = CommitLog(dirs.commitlog, config.segment_size_bytes)
         self._dispatcher = Dispatcher(dirs.consumequeue, dirs.index, config.cq_entries_per_file,
                                       self._levels)
-        self._preparer = Preparer(config, self._topics)
-        self._scheduler = Scheduler(self._commitlog, self._dispatcher, self._topics,
+        self._preparer = Preparer(config, self._topics, self._group_settings.get)
+        self._handover = Handover(self._commitlog, self._dispatcher, self._topics,
                                     self._levels, config.segment_size_bytes)
         self._checkpoint_offset = -1
         self._force_checkpoint = False
@@ -331,7 +335,7 @@ class StoreCore:
             old, self._graveyard = self._graveyard, []
             for segment in old:
                 segment.close()
-            protect = self._scheduler.protect_offset()
+            protect = self._handover.protect_offset()
             count = 0
             for segment in cl.segments[:-1]:
                 if segment.mtime_ms() >= cutoff:

@@ -7,6 +7,9 @@ from enum import StrEnum
 from typing import NamedTuple
 
 from clepsydra_core.records import CommitLogRecord
+from clepsydra_core.wire.codec import wire_meta
+from clepsydra_core.wire.copy import RangeCopyAnswer
+from clepsydra_core.wire.schedule import HandoverAnswer
 
 
 class PutStatus(StrEnum):
@@ -81,86 +84,18 @@ class QueueRead:
 
 
 @dataclass(frozen=True, slots=True)
-class ScheduleEntries:
-    """Deliver timestamps of a level's schedule queue from ``queue_offset`` on."""
+class HandoverResult(HandoverAnswer):
+    """The wire answer of a hand-over, plus what the API layer needs and no client sees."""
 
-    level: int
-    queue_offset: int
-    deliver_ts: list[int]
-    min_offset: int
-    max_offset: int
-    handed_over: int
-    """Highest schedule queue offset of this level already handed to a real topic, -1 if none
-    (durable, recovered from the CommitLog; SPEC D9)."""
-
-
-@dataclass(frozen=True, slots=True)
-class HandoverResult:
-    level: int
-    from_offset: int
-    next_offset: int
-    """Where the level's progress should now stand."""
-    delivered: int
-    parked: int
-    """Moved to %SCHEDULE_ERROR% (D7)."""
-    skipped: int
-    """Already handed over before (a replay after a crash): not written again (D9)."""
-    not_due: bool
-    """Stopped at an entry that is not due yet (D5); ``next_deliver_ts`` is its time."""
-    next_deliver_ts: int | None
-    lateness_ms: list[int]
-    """store timestamp of each delivered message minus its deliver time (D10)."""
-    handed_over: int
-    delivered_messages: list[tuple[str, str, str | None, int]] = field(default_factory=list)
+    delivered_messages: list[tuple[str, str, str | None, int]] = field(
+        default_factory=list, metadata=wire_meta(internal=True))
     """(real topic, new msgId, producer's ``traceparent`` or None, lateness ms) of each
     delivered message, in order: the API layer links a ``store.deliver`` span to the
     producer's trace (O1, D10). Plain strings: the engine imports no OpenTelemetry."""
 
 
 @dataclass(frozen=True, slots=True)
-class CopyRequest:
-    """Copy a stored message into another topic (retry send-back, DLQ, DLQ resend).
+class RangeCopyResult(RangeCopyAnswer):
+    """The wire answer of a range copy, plus the appends' results (for the flush check)."""
 
-    The engine reads the message at ``commitlog_offset`` and appends a new record with body,
-    flag, properties, bornTimestamp, bornHost and sysFlag kept, tags hash recomputed, and the
-    given changes applied; ``delay_level`` > 0 parks it in the schedule topic (S1)."""
-
-    commitlog_offset: int
-    topic: str
-    queue_id: int | None = None
-    delay_level: int = 0
-    reconsume_times: int | None = None
-    set_properties: dict[str, str] = field(default_factory=dict)
-    remove_properties: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class RangeCopyRequest:
-    """Copy the messages of queue offsets ``[from_offset, from_offset + max_count)`` of one
-    queue (the DLQ resend of R16, "all" without hidden messages): like a :class:`CopyRequest`
-    per message, the whole range appended at once, and nothing of it shipped to the caller.
-
-    ``target_topic`` None sends each message back to its original topic (its ``RETRY_TOPIC``
-    property); a message without one, or whose original topic is a system topic or does not
-    exist, is skipped with the reason."""
-
-    topic: str
-    queue_id: int
-    from_offset: int
-    max_count: int
-    target_topic: str | None = None
-    delay_level: int = 0
-    reconsume_times: int | None = None
-    remove_properties: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class RangeCopyResult:
-    copied_msg_ids: list[str]
-    """msgIds of the source messages copied, in queue order."""
-    skipped: list[tuple[int, str, str]]
-    """(queue offset, msgId, why) of each source message left where it is."""
-    next_offset: int
-    last_commitlog_offset: int | None
-    """CommitLog offset of the last source message read (copied or skipped)."""
-    results: list[PutResult]
+    results: list[PutResult] = field(default_factory=list, metadata=wire_meta(internal=True))

@@ -13,12 +13,16 @@ from clepsydra_core import naming
 from clepsydra_core import properties as P
 from clepsydra_core.errors import MessageNotFound, StoreError, ValidationError
 from clepsydra_core.levels import DelayLevels
+from clepsydra_core.properties import NAME_LEN, VALUE_LEN
 from clepsydra_core.records import (
     HEADER_SIZE,
+    I32,
     MAGIC_V1,
     MIN_END_MARKER,
     RECORD_HEADER,
+    U8,
     CommitLogRecord,
+    tags_code,
 )
 from clepsydra_store.engine.commitlog import CommitLog
 from clepsydra_store.engine.consume_queue import ENTRY, ConsumeQueue
@@ -29,10 +33,6 @@ from clepsydra_store.engine.topics import TopicRegistry
 
 logger = logging.getLogger(__name__)
 
-_U8 = struct.Struct(">B")
-_I32 = struct.Struct(">i")
-_NAME_LEN = struct.Struct(">H")
-_VALUE_LEN = struct.Struct(">I")
 _SPAN_GAP = 64 * 1024
 _SPAN_MAX = 8 * 1024 * 1024
 """Schedule entries whose records lie close together in one segment are read with one pread:
@@ -41,7 +41,7 @@ gaps of at most _SPAN_GAP bytes, spans of at most _SPAN_MAX bytes."""
 
 def _name_prefix(name: str) -> bytes:
     raw = name.encode()
-    return _NAME_LEN.pack(len(raw)) + raw
+    return NAME_LEN.pack(len(raw)) + raw
 
 
 _P_DELAY = P.DELAY.encode()
@@ -96,10 +96,10 @@ def _props_template(block: bytes) -> _Template | None:
     end = len(block)
     try:
         while p < end:
-            (nlen,) = _NAME_LEN.unpack_from(block, p)
+            (nlen,) = NAME_LEN.unpack_from(block, p)
             q = p + 2 + nlen
             name = block[p + 2:q]
-            (vlen,) = _VALUE_LEN.unpack_from(block, q)
+            (vlen,) = VALUE_LEN.unpack_from(block, q)
             q += 4
             v_end = q + vlen
             if v_end > end or name in seen:
@@ -140,7 +140,7 @@ def _props_template(block: bytes) -> _Template | None:
     return static[0], order[0], static[1], static[2], values
 
 
-class Scheduler:
+class Handover:
     """Plans a hand-over batch; the caller appends ``plan.items`` under the same lock."""
 
     def __init__(self, commitlog: CommitLog, dispatcher: Dispatcher, topics: TopicRegistry,
@@ -275,7 +275,7 @@ class Scheduler:
             buf[p - topic_len:p].decode()
         except UnicodeDecodeError:
             return None
-        (props_len,) = _I32.unpack_from(buf, p)
+        (props_len,) = I32.unpack_from(buf, p)
         p += 4
         if props_len < 0 or p + props_len != end:
             return None
@@ -292,7 +292,7 @@ class Scheduler:
         schedule_offset = f"{level}:{queue_offset}".encode()
         deliver = str(deliver_ts).encode()
         first, second = (schedule_offset, deliver) if offset_first else (deliver, schedule_offset)
-        parts = (t0, _VALUE_LEN.pack(len(first)), first, t1, _VALUE_LEN.pack(len(second)),
+        parts = (t0, VALUE_LEN.pack(len(first)), first, t1, VALUE_LEN.pack(len(second)),
                  second, t2)
         topic, queue_id, reason = self._destination(values.get(P.REAL_TOPIC),
                                                     values.get(P.REAL_QID))
@@ -300,7 +300,7 @@ class Scheduler:
             return None
         props_raw = b"".join(parts)
         topic_raw = _TOPICS.get(topic) or _topic_raw(topic)
-        tail = b"".join((body, _U8.pack(len(topic_raw)), topic_raw, _I32.pack(len(props_raw)),
+        tail = b"".join((body, U8.pack(len(topic_raw)), topic_raw, I32.pack(len(props_raw)),
                          props_raw))
         new_size = HEADER_SIZE + len(tail)
         if new_size + MIN_END_MARKER > self.segment_size_bytes:
@@ -311,7 +311,7 @@ class Scheduler:
         if uniq:
             keys.append(uniq)
         prepared = tuple.__new__(Prepared, (
-            new_size, topic, queue_id, crc32(tags.encode()) if tags else 0, 0, crc, flag,
+            new_size, topic, queue_id, tags_code(tags), 0, crc, flag,
             sys_flag, born_ts, born_host, reconsume, body_len, tail,
             tuple(key_hash(k) for k in keys), (level, queue_offset), deliver_ts))
         return prepared, values.get(P.TRACEPARENT)
@@ -385,7 +385,7 @@ class Scheduler:
         retention (P4); None when every level is fully handed over."""
         best: tuple[int, int] | None = None
         for level in self.levels.levels():
-            cq = self.dispatcher.existing_queue(naming.SCHEDULE_TOPIC, level - 1)
+            cq = self.dispatcher.existing_queue(naming.SCHEDULE_TOPIC, self.levels.queue_id(level))
             if cq is None:
                 continue
             first = max(self.dispatcher.mark(level) + 1, cq.min_offset)

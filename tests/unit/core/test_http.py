@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from clepsydra_client.http import HttpClient, RemoteError, error_from_response, segment
 from clepsydra_core.errors import (
     Forbidden,
     GroupNotFound,
@@ -18,6 +17,7 @@ from clepsydra_core.errors import (
     Unavailable,
     ValidationError,
 )
+from clepsydra_core.http import HttpClient, RemoteError, error_from_response, segment
 from tests.fixtures.processes import free_port
 
 if TYPE_CHECKING:

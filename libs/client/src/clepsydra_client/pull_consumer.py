@@ -15,13 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from clepsydra_client.http import HttpClient
 from clepsydra_client.message import Message, MessageQueue
 from clepsydra_client.offsets import RemoteOffsetStore
 from clepsydra_client.settings import ensure_tracing
 from clepsydra_client.tags import TagExpression
 from clepsydra_client.topics import TopicInfo, fetch_topic
 from clepsydra_core.errors import ConfigError
+from clepsydra_core.http import HttpClient
 from clepsydra_core.validation import check_consumable, validate_group_name
 
 

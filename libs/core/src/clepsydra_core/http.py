@@ -1,8 +1,12 @@
-"""One small JSON-over-HTTP client for the store and the retry service (DESIGN.md, HTTP v1).
+"""One JSON-over-HTTP client for every caller of the store and the retry service: the client
+SDK, the retry service's store calls, the scheduler's hand-over calls (issue 13.1).
 
-Errors come back as the ``clepsydra_core.errors`` tree, chosen by the wire ``code`` (a 404
-``TOPIC_NOT_EXIST`` raises :class:`TopicNotFound`, a 403 ``NO_PERMISSION`` :class:`NoPermission`,
-...). A service that does not answer raises :class:`Unavailable` naming the URL.
+It holds once what each of them did its own way: a keep-alive ``requests.Session`` per thread,
+timeouts, orjson bodies, the W3C trace context of the current span on every call (SPEC O1), and
+the mapping of error answers onto the ``clepsydra_core.errors`` tree, chosen by the wire
+``code`` (a 404 ``TOPIC_NOT_EXIST`` raises :class:`TopicNotFound`, a 403 ``NO_PERMISSION``
+:class:`NoPermission`, ...). A service that does not answer raises :class:`Unavailable` naming
+the URL.
 
 ``HttpClient("http://127.0.0.1:8081").get("/v1/topics/{}", "%RETRY%G")`` percent-encodes each
 path argument as one segment (``%25RETRY%25G``).
@@ -14,7 +18,9 @@ import threading
 from typing import Any
 from urllib.parse import quote
 
+import orjson
 import requests
+from requests.adapters import HTTPAdapter
 
 from clepsydra_core import telemetry
 from clepsydra_core.errors import (
@@ -33,18 +39,14 @@ from clepsydra_core.errors import (
 Json = dict[str, Any]
 
 _BY_CODE: dict[str, type[ClepsydraError]] = {
-    "TOPIC_NOT_EXIST": TopicNotFound,
-    "MESSAGE_NOT_FOUND": MessageNotFound,
-    "SUBSCRIPTION_GROUP_NOT_EXIST": GroupNotFound,
-    "NO_PERMISSION": NoPermission,
-    "FORBIDDEN": Forbidden,
-    "OFFSET_OUT_OF_RANGE": OffsetOutOfRange,
-    "SERVICE_UNAVAILABLE": Unavailable,
-}
+    cls.code: cls for cls in (TopicNotFound, MessageNotFound, GroupNotFound, NoPermission,
+                              Forbidden, OffsetOutOfRange, Unavailable)}
 _BY_STATUS: dict[int, type[ClepsydraError]] = {
     400: ValidationError, 403: Forbidden, 404: NotFound, 409: ValidationError,
-    413: ValidationError, 422: ValidationError, 503: Unavailable,
+    413: ValidationError, 414: ValidationError, 422: ValidationError, 431: ValidationError,
+    503: Unavailable,
 }
+_JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 class RemoteError(ClepsydraError):
@@ -81,12 +83,21 @@ def error_from_response(status: int, payload: Any, url: str) -> ClepsydraError:
 
 class HttpClient:
     """JSON requests against one base URL. Safe to share between threads: each thread gets its
-    own ``requests.Session`` (connection pooling without cross-thread sharing)."""
+    own ``requests.Session`` (connection pooling without cross-thread sharing).
 
-    def __init__(self, base_url: str, *, timeout_s: float = 10.0, service: str = "service") -> None:
+    ``env_proxies``: take proxies from the environment (read once per session; a user's SDK);
+    service-to-service clients pass False (cluster-internal addresses). ``pool_size``: keep-alive
+    connections per session (a service answering many threads at once wants more)."""
+
+    def __init__(self, base_url: str, *, timeout_s: float = 10.0,
+                 connect_timeout_s: float | None = None, service: str = "service",
+                 env_proxies: bool = True, pool_size: int = 10) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
+        self.connect_timeout_s = connect_timeout_s
         self.service = service
+        self._env_proxies = env_proxies
+        self._pool_size = pool_size
         self._local = threading.local()
         self._sessions: list[requests.Session] = []
         self._lock = threading.Lock()
@@ -98,8 +109,13 @@ class HttpClient:
             # The environment's proxies are read once here, not on every call: with trust_env
             # requests looks for ~/.netrc and parses the proxy variables per request (~5 % of
             # a consumer's CPU). Our APIs take no netrc credentials.
-            session.proxies.update(requests.utils.get_environ_proxies(self.base_url))
+            if self._env_proxies:
+                session.proxies.update(requests.utils.get_environ_proxies(self.base_url))
             session.trust_env = False
+            if self._pool_size != 10:
+                adapter = HTTPAdapter(pool_connections=2, pool_maxsize=self._pool_size)
+                session.mount("http://", adapter)
+                session.mount("https://", adapter)
             self._local.session = session
             with self._lock:
                 self._sessions.append(session)
@@ -109,28 +125,41 @@ class HttpClient:
         """Fill ``{}`` placeholders with percent-encoded segments."""
         return template.format(*(segment(a) for a in args))
 
-    def request(self, method: str, path: str, *, params: dict[str, Any] | None = None,
-                json: Any = None, timeout_s: float | None = None) -> Json:
+    def request_status(self, method: str, path: str, *, params: dict[str, Any] | None = None,
+                       json: Any = None, timeout_s: float | None = None,
+                       headers: dict[str, str] | None = None) -> tuple[int, Json]:
+        """(status, JSON object) of a call answered below 400; the error tree otherwise."""
         url = self.base_url + path
-        headers: dict[str, str] = {}
-        telemetry.inject(headers)
+        sent = dict(_JSON_HEADERS) if json is not None else {}
+        telemetry.inject(sent)  # the current span's context (a caller's headers win)
+        if headers:
+            sent.update(headers)
+        read_s = timeout_s or self.timeout_s
+        timeout = read_s if self.connect_timeout_s is None else (self.connect_timeout_s, read_s)
         try:
             resp = self._session().request(
-                method, url, params=_clean(params), json=json, headers=headers,
-                timeout=timeout_s or self.timeout_s)
+                method, url, params=_clean(params),
+                data=None if json is None else orjson.dumps(json), headers=sent,
+                timeout=timeout)
         except requests.RequestException as exc:
             raise Unavailable(
                 f"the {self.service} at {self.base_url} did not answer ({type(exc).__name__}): "
                 "check that it runs and that the URL is right") from exc
         try:
-            payload = resp.json() if resp.content else {}
-        except ValueError:
+            payload = orjson.loads(resp.content) if resp.content else {}
+        except orjson.JSONDecodeError:
             payload = None
         if resp.status_code >= 400:
             raise error_from_response(resp.status_code, payload, url)
         if not isinstance(payload, dict):
             raise RemoteError(f"{method} {url} answered {resp.status_code} without a JSON object")
-        return payload
+        return resp.status_code, payload
+
+    def request(self, method: str, path: str, *, params: dict[str, Any] | None = None,
+                json: Any = None, timeout_s: float | None = None,
+                headers: dict[str, str] | None = None) -> Json:
+        return self.request_status(method, path, params=params, json=json,
+                                   timeout_s=timeout_s, headers=headers)[1]
 
     def get(self, path: str, params: dict[str, Any] | None = None, **kw: Any) -> Json:
         return self.request("GET", path, params=params, **kw)

@@ -1,11 +1,15 @@
-"""JSON in and out of the HTTP layer, and the type checks every route shares.
+"""JSON in and out of the HTTP layer, and the type checks every route of every service shares.
 
-Parsing uses orjson; a body that is not a JSON object, or a field of the wrong type, is a 400
-``{error, message}`` naming the field (never a 500). Booleans are not integers here.
+One reader for every service (issue 18.4): orjson parses the body, so anything it cannot read
+(invalid UTF-8, a number out of range, nesting deeper than it allows) is a 400 ``INVALID_JSON``,
+never a 500. A field of the wrong type is a 400 naming the field. Booleans are not integers here.
+Numbers in paths and query strings are ASCII digits only: Python's ``int()`` also takes Arabic-Indic
+and fullwidth digits, which no client means as an offset.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,17 +24,26 @@ JSON_TYPE = "application/json"
 dumps = orjson.dumps
 
 
+_ASCII_INT = re.compile(r"-?[0-9]+\Z", re.ASCII)
+INVALID_JSON = "INVALID_JSON"
+
+
+def loads_json(raw: bytes, what: str = "request body") -> Any:
+    """Any JSON value in ``raw``; ValidationError INVALID_JSON if it cannot be read."""
+    if not raw.strip():
+        raise ValidationError(f"{what} is empty; a JSON object is expected", code=INVALID_JSON)
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ValidationError(f"{what} is not valid JSON: {exc}", code=INVALID_JSON) from exc
+
+
 def loads_object(raw: bytes, what: str = "request body") -> dict[str, Any]:
     """The JSON object in ``raw``; ValidationError INVALID_JSON if it is not one."""
-    if not raw:
-        raise ValidationError(f"{what} is empty; a JSON object is expected", code="INVALID_JSON")
-    try:
-        obj = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise ValidationError(f"{what} is not valid JSON: {exc}", code="INVALID_JSON") from exc
+    obj = loads_json(raw, what)
     if not isinstance(obj, dict):
         raise ValidationError(f"{what} must be a JSON object, got {type_name(obj)}",
-                              code="INVALID_JSON")
+                              code=INVALID_JSON)
     return obj
 
 
@@ -116,6 +129,14 @@ def str_map(value: object, name: str) -> dict[str, str]:
     return value
 
 
+def parse_int(raw: str) -> int | None:
+    """``raw`` as an integer when it is ASCII digits with an optional leading ``-``, else None
+    (no spaces, no ``+``, no ``_``, no other scripts' digits: ``int()`` takes all of those)."""
+    if _ASCII_INT.match(raw) is None:
+        return None
+    return int(raw)
+
+
 def query_int(args: Mapping[str, str], name: str, default: int, *, minimum: int = 0,
               maximum: int = INT64_MAX, rule: str | None = None,
               code: str = "INVALID_REQUEST") -> int:
@@ -123,19 +144,18 @@ def query_int(args: Mapping[str, str], name: str, default: int, *, minimum: int 
     raw = args.get(name)
     if raw is None or raw == "":
         return default
-    try:
-        value = int(raw)
-    except ValueError as exc:
-        raise ValidationError(f"query parameter {name}={raw!r} is not an integer",
-                              code="INVALID_REQUEST") from exc
+    value = parse_int(raw)
+    if value is None:
+        raise ValidationError(f"query parameter {name}={raw!r} is not an integer "
+                              "(ASCII digits)", code="INVALID_REQUEST")
     return as_int(value, name, minimum=minimum, maximum=maximum, rule=rule, code=code)
 
 
 def path_int(raw: str, name: str, *, minimum: int = 0, maximum: int = INT64_MAX,
              code: str = "INVALID_REQUEST", rule: str | None = None) -> int:
     """An integer path segment (queueId, CommitLog offset, level)."""
-    try:
-        value = int(raw)
-    except ValueError as exc:
-        raise ValidationError(f"{name} {raw!r} is not an integer", code="INVALID_REQUEST") from exc
+    value = parse_int(raw)
+    if value is None:
+        raise ValidationError(f"{name} {raw!r} is not an integer (ASCII digits)",
+                              code="INVALID_REQUEST")
     return as_int(value, name, minimum=minimum, maximum=maximum, code=code, rule=rule)

@@ -4,24 +4,24 @@ deliver timestamps of a level's entries, and hand-over of due entries done insid
 
 from __future__ import annotations
 
-from typing import Any
-
 from flask import Blueprint, Response, request
 from opentelemetry import trace
 
 from clepsydra_core import naming, telemetry
 from clepsydra_core import properties as P
-from clepsydra_store.api import jsonio
+from clepsydra_core.wire.schedule import (
+    DEFAULT_ENTRIES,
+    MAX_ENTRIES,
+    HandoverRequest,
+    LevelInfo,
+    LevelTable,
+)
 from clepsydra_store.api.context import StoreContext, ctx
 from clepsydra_store.api.observability import DESTINATION, MESSAGE_ID, set_attribute
 from clepsydra_store.api.web import json_response
+from clepsydra_web import jsonio
 
 bp = Blueprint("schedule", __name__)
-
-DEFAULT_ENTRIES = 100
-MAX_ENTRIES = 10_000
-MAX_HANDOVER = 10_000
-HANDOVER_FIELDS = frozenset({"fromOffset", "max"})
 
 
 def _level(c: StoreContext, raw: str) -> int:
@@ -59,20 +59,19 @@ def _deliver_spans(tracer: trace.Tracer, level: int,
 
 @bp.get("/v1/schedule/levels")
 def levels() -> Response:
-    """``{levels: [{level, delayMs, queueId, minOffset, maxOffset, handedOver}]}``."""
+    """The level table with each schedule queue's bounds and handed-over mark."""
     c = ctx()
     table = c.settings.common.delay_levels
     queues = {q.queue_id: q for q in c.store.get_topic(naming.SCHEDULE_TOPIC).queues}
-    out: list[dict[str, Any]] = []
+    out: list[LevelInfo] = []
     for level in table.levels():
         queue_id = table.queue_id(level)
         queue = queues.get(queue_id)
         min_offset = queue.min_offset if queue else 0
         entries = c.store.schedule_entries(level, min_offset, 1)
-        out.append({"level": level, "delayMs": table.delay_ms(level), "queueId": queue_id,
-                    "minOffset": entries.min_offset, "maxOffset": entries.max_offset,
-                    "handedOver": entries.handed_over})
-    return json_response({"levels": out})
+        out.append(LevelInfo(level, table.delay_ms(level), queue_id, entries.min_offset,
+                             entries.max_offset, entries.handed_over))
+    return json_response(LevelTable(out).to_json())
 
 
 @bp.get("/v1/schedule/levels/<level>/entries")
@@ -83,10 +82,7 @@ def entries(level: str) -> Response:
     queue_offset = jsonio.query_int(request.args, "offset", 0, code="OFFSET_OUT_OF_RANGE")
     max_count = jsonio.query_int(request.args, "max", DEFAULT_ENTRIES, minimum=1,
                                  maximum=MAX_ENTRIES)
-    e = c.store.schedule_entries(lvl, queue_offset, max_count)
-    return json_response({"level": e.level, "queueOffset": e.queue_offset,
-                          "deliverTs": e.deliver_ts, "minOffset": e.min_offset,
-                          "maxOffset": e.max_offset, "handedOver": e.handed_over})
+    return json_response(c.store.schedule_entries(lvl, queue_offset, max_count).to_json())
 
 
 @bp.post("/v1/schedule/levels/<level>/handover")
@@ -95,12 +91,9 @@ def handover(level: str) -> Response:
     c = ctx()
     c.require_writable()
     lvl = _level(c, level)
-    body = jsonio.loads_object(request.get_data(cache=False))
-    jsonio.check_fields(body, HANDOVER_FIELDS, "handover")
-    from_offset = jsonio.req_int(body, "fromOffset")
-    max_count = jsonio.opt_int(body, "max", DEFAULT_ENTRIES, minimum=1,
-                               maximum=MAX_HANDOVER) or DEFAULT_ENTRIES
-    r = c.store.handover(lvl, from_offset, max_count)
+    asked = HandoverRequest.from_json(jsonio.loads_object(request.get_data(cache=False)),
+                                      what="handover", strict=True)
+    r = c.store.handover(lvl, asked.from_offset, asked.max_count)
     label = str(lvl)
     if r.delivered:
         c.obs.delivered.labels(label).inc(r.delivered)
@@ -109,8 +102,4 @@ def handover(level: str) -> Response:
     c.obs.lateness.observe_many(label, r.lateness_ms)
     set_attribute("clepsydra.delivered", r.delivered)
     _deliver_spans(c.obs.tracer, lvl, r.delivered_messages)
-    return json_response({"level": r.level, "fromOffset": r.from_offset,
-                          "nextOffset": r.next_offset, "delivered": r.delivered,
-                          "parked": r.parked, "skipped": r.skipped, "notDue": r.not_due,
-                          "nextDeliverTs": r.next_deliver_ts, "latenessMs": r.lateness_ms,
-                          "handedOver": r.handed_over})
+    return json_response(r.to_json())

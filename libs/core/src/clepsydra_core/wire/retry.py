@@ -1,0 +1,68 @@
+"""The retry service's send-back routes (SPEC R1-R8; DESIGN "Retry"), spoken by the retry
+service and the client SDK:
+
+- ``POST /v1/groups/{group}/send-back`` :class:`SendBackRequest` -> :class:`SendBackAnswer`
+- ``POST /v1/groups/{group}/send-back/batch`` :class:`SendBackBatch` ->
+  ``{results: [SendBackAnswer | {error, message}]}``, one per item, in order
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from clepsydra_core.retry_rules import ORDERLY_MAX_RECONSUME_TIMES, USE_DEFAULT_MAX
+from clepsydra_core.wire.codec import INT32_MAX, INT32_MIN, WireValue, wire_meta
+
+MAX_SEND_BACK_BATCH = 1000
+"""Most items one batch send-back takes."""
+PULL_HINTS = ("topic", "queueId", "queueOffset")
+"""The fields that say where a consumer pulled the message (hints for the service's reads)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SendBackRequest(WireValue):
+    """A consumer returns a message it failed (R1): by ``msg_id`` or ``commitlog_offset``,
+    with the level it wants (0: the ladder decides, R7; below 0: straight to the DLQ, R6), the
+    most retries it allows (R5), where it pulled the message from (optional hints, all three
+    or none) and why it failed (kept in the message's failure history)."""
+    # ``DLQ_LEVEL`` (-1) is what the SDK sends to dead-letter; any negative level does it.
+
+    commitlog_offset: int | None = field(
+        default=None, metadata=wire_meta(json="commitLogOffset", minimum=0))
+    msg_id: str | None = None
+    delay_level: int = field(default=0, metadata=wire_meta(minimum=INT32_MIN,
+                                                           maximum=INT32_MAX))
+    """R6: any level below 0 dead-letters (RocketMQ's rule); 0: the ladder (R7)."""
+    max_reconsume_times: int | None = field(
+        default=None, metadata=wire_meta(minimum=USE_DEFAULT_MAX,
+                                         maximum=ORDERLY_MAX_RECONSUME_TIMES))
+    """R5: None or -1: the group's retryMaxTimes; 0: dead-letter on this failure."""
+    origin_topic: str | None = None
+    reason: str | None = None
+    consumer_id: str | None = None
+    topic: str | None = None
+    queue_id: int | None = field(default=None, metadata=wire_meta(minimum=0,
+                                                                  maximum=INT32_MAX))
+    queue_offset: int | None = field(default=None, metadata=wire_meta(minimum=0))
+
+    def without_hints(self) -> SendBackRequest:
+        """The same request without the pull hints (for a service that has no batch route)."""
+        return replace(self, topic=None, queue_id=None, queue_offset=None)
+
+
+@dataclass(frozen=True, slots=True)
+class SendBackBatch(WireValue):
+    items: list[SendBackRequest] = field(
+        metadata=wire_meta(min_items=1, max_items=MAX_SEND_BACK_BATCH))
+
+
+@dataclass(frozen=True, slots=True)
+class SendBackAnswer(WireValue):
+    """What became of a send-back: ``RETRY`` (a copy in ``%RETRY%<group>``, parked for
+    ``delay_level``), ``DLQ`` (in ``%DLQ%<group>``) or ``DROPPED`` (the group has no retry
+    queues, R2); ``msg_id`` is the copy's (None when dropped)."""
+
+    outcome: str
+    topic: str | None
+    delay_level: int | None
+    msg_id: str | None

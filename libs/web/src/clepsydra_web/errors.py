@@ -1,0 +1,84 @@
+"""Error answers, once for every HTTP service: the codes of errors that come from HTTP itself
+(an unknown route, a wrong method, a body, request line or headers over a limit) and the Flask
+handlers that turn every error into ``{"error": CODE, "message": text}``. The same bad request
+gets the same status and code from every service."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+import orjson
+from flask import Flask, Response
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+
+from clepsydra_core.errors import ClepsydraError
+
+logger = logging.getLogger(__name__)
+
+JSON_TYPE = "application/json"
+
+HTTP_CODES: Mapping[int, str] = {
+    400: "BAD_REQUEST",
+    403: "FORBIDDEN",
+    404: "NOT_FOUND",
+    405: "METHOD_NOT_ALLOWED",
+    413: "REQUEST_TOO_LARGE",
+    414: "URI_TOO_LONG",
+    415: "UNSUPPORTED_MEDIA_TYPE",
+    417: "EXPECTATION_FAILED",
+    431: "REQUEST_HEADER_FIELDS_TOO_LARGE",
+    500: "SYSTEM_ERROR",
+    501: "NOT_IMPLEMENTED",
+}
+
+
+def http_code(status: int) -> str:
+    """The v1 error code of an HTTP-level error with this status."""
+    return HTTP_CODES.get(status, f"HTTP_{status}")
+
+
+def error_body(status: int, message: str, code: str | None = None) -> bytes:
+    """``{"error": CODE, "message": text}``, the v1 error shape (DESIGN "HTTP contract")."""
+    return orjson.dumps({"error": code or http_code(status), "message": message})
+
+
+def too_large(limit_bytes: int, setting: str) -> ClepsydraError:
+    """The 413 for a request body over ``limit_bytes`` (the ``setting`` that sets it)."""
+    err = ClepsydraError(f"request body is larger than {limit_bytes} bytes ({setting})",
+                         rule="P1")
+    err.code, err.http_status = http_code(413), 413
+    return err
+
+
+def error_response(status: int, body: bytes) -> Response:
+    return Response(body, status=status, mimetype=JSON_TYPE)
+
+
+def register_error_handlers(app: Flask, *, size_setting: str) -> None:
+    """Every error of ``app`` as a v1 error answer: ``ClepsydraError`` with its code and
+    status, Werkzeug's HTTP errors by :data:`HTTP_CODES` (a body over ``MAX_CONTENT_LENGTH``
+    names ``size_setting``), anything else a logged 500 ``SYSTEM_ERROR``."""
+
+    @app.errorhandler(ClepsydraError)
+    def _clepsydra(exc: ClepsydraError) -> Response:
+        if exc.http_status >= 500:
+            logger.error("request failed code=%s: %s", exc.code, exc.message)
+        return error_response(exc.http_status, orjson.dumps(exc.to_json()))
+
+    @app.errorhandler(HTTPException)
+    def _http(exc: HTTPException) -> Response:
+        status = exc.code or 500
+        if isinstance(exc, RequestEntityTooLarge):
+            err = too_large(int(app.config.get("MAX_CONTENT_LENGTH") or 0), size_setting)
+            return error_response(status, orjson.dumps(err.to_json()))
+        resp = error_response(status, error_body(status, exc.description or exc.name or ""))
+        for name, value in exc.get_headers():
+            if name.lower() != "content-type":
+                resp.headers[name] = value  # Allow: on a 405
+        return resp
+
+    @app.errorhandler(Exception)
+    def _unexpected(exc: Exception) -> Response:
+        logger.exception("unexpected error")
+        return error_response(500, error_body(500, "internal error; see the service's log"))
