@@ -94,3 +94,11 @@ def test_rows_are_camel_case_with_group() -> None:
         "p50Ms", "oldestAgeS", "group", "count"]
     assert rows_json([{"after_retries": {2: 1, 1: 3}, "first_time_share": 2 / 3}]) == [
         {"afterRetries": {"1": 3, "2": 1}, "firstTimeShare": 0.666667}]
+
+
+def test_run_ids_sort_by_start_time_to_the_millisecond() -> None:
+    assert naming.report_run_id(1_764_064_800_999, "ffff") < naming.report_run_id(
+        1_764_064_801_000, "0000")
+    assert naming.report_run_id(1_764_064_800_001, "ffff") < naming.report_run_id(
+        1_764_064_800_002, "0000")
+    assert naming.report_run_id(1_764_064_800_123, "1a2b") == "20251125T100000123Z-1a2b"

@@ -188,5 +188,6 @@ REPORT_TABLES_DIR = "tables"
 
 
 def report_run_id(started_ms: int, suffix: str) -> str:
-    """``20261125T103000Z-1a2b``: runs sort by start time."""
-    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(started_ms / 1000)) + f"-{suffix}"
+    """``20261125T103000123Z-1a2b`` (UTC, to the millisecond): runs sort by start time."""
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(started_ms // 1000))
+    return f"{stamp}{started_ms % 1000:03d}Z-{suffix}"
