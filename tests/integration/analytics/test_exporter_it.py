@@ -222,3 +222,30 @@ def test_a_write_error_is_retried_without_duplicates_or_gaps(
         thread.join(30)
     assert exported_ids(settings) == {i: 1 for i in ids}
     assert FailingOnce.writes >= 4  # three files, one of them written twice
+
+
+def test_a_jobs_run_leaves_exporting_to_a_live_exporter_without_its_lock(
+        start_store: Callable[..., HttpService], tmp_path: Path) -> None:
+    """On a cluster the exporter's lock may not reach the CronJob's pod: its heartbeat does
+    (the shared state folder), so the run asks it to flush instead of exporting too."""
+    from clepsydra_analytics.runner import catch_up
+
+    store = start_store()
+    create_topic(store.url, "orders", queues=2)
+    settings = settings_for(store.url, tmp_path, CLEPSYDRA_ANALYTICS_EXPORT_POLL_S="0.05",
+                            CLEPSYDRA_ANALYTICS_EXPORT_FLUSH_S="600")
+    exporter = Exporter(settings)  # runs without taking the lock, as on another machine
+    exporter.prepare()
+    stop = threading.Event()
+    thread = threading.Thread(target=exporter.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: (settings.state_dir / naming.EXPORTER_HEARTBEAT).exists(), 30,
+                   what="the heartbeat")
+        ids = produce(store.url, "orders", 50)
+        assert catch_up(settings).mode == "waited"
+        assert exported_ids(settings) == {i: 1 for i in ids}
+    finally:
+        stop.set()
+        thread.join(30)
+    assert exported_ids(settings) == {i: 1 for i in ids}

@@ -139,6 +139,9 @@ EXPORT_TEMP_PREFIX = ".tmp-"
 EXPORT_FLUSH_REQUEST = "export-flush-request"
 """Touched (in the analytics state folder) by a jobs run that wants the running exporter to
 write its buffers now."""
+EXPORTER_HEARTBEAT = "exporter.alive"
+"""Touched (in the analytics state folder) by the running exporter after every cycle: a jobs run
+that sees it fresh leaves the exporting to that exporter, on this machine or another."""
 EXPORT_SNAPSHOT_DIR = "_snapshots"
 """Small tables the exporter refreshes each cycle (schedule levels, consumer lag)."""
 

@@ -248,6 +248,16 @@ class Exporter:
                     queue_id, written, files, end)
         return written, files
 
+    def _beat(self) -> None:
+        """Tell jobs runs (here or on another machine sharing the state folder) that an
+        exporter is at work, so they do not export themselves."""
+        path = self.settings.state_dir / naming.EXPORTER_HEARTBEAT
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch()
+        except OSError as exc:
+            logger.warning("heartbeat not written path=%s: %s", path, exc)
+
     def _flush_request_stamp(self) -> int:
         try:
             return (self.settings.state_dir / naming.EXPORT_FLUSH_REQUEST).stat().st_mtime_ns
@@ -336,11 +346,22 @@ class Exporter:
                 stop.wait(self.settings.poll_interval_s)
                 continue
             self.last_cycle_s = self.clock_s()
+            self._beat()
             if r.rows_pulled == 0:
                 stop.wait(self.settings.poll_interval_s)
         for (topic, queue_id), buf in list(self.buffers.items()):
             if buf.next_offset > buf.start_offset:
                 self._flush(topic, queue_id, buf)
+
+
+def exporter_alive(settings: AnalyticsSettings) -> bool:
+    """Whether an exporter's heartbeat is fresh (it cycles at least every poll interval, and
+    sleeps at most that long; a stale limit of a minute or ten polls covers slow cycles)."""
+    try:
+        age_s = time.time() - (settings.state_dir / naming.EXPORTER_HEARTBEAT).stat().st_mtime
+    except FileNotFoundError:
+        return False
+    return age_s < max(60.0, 10 * settings.poll_interval_s)
 
 
 def run_exporter(settings: AnalyticsSettings, stop: threading.Event) -> None:

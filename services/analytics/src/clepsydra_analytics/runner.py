@@ -18,7 +18,7 @@ from typing import Any
 
 from clepsydra_analytics import jobs, report
 from clepsydra_analytics.export_files import ExportFiles
-from clepsydra_analytics.exporter import Exporter, ExporterLock
+from clepsydra_analytics.exporter import Exporter, ExporterLock, exporter_alive
 from clepsydra_analytics.rows import rows_json
 from clepsydra_analytics.settings import AnalyticsSettings
 from clepsydra_analytics.status import wait_caught_up
@@ -67,12 +67,12 @@ class RunResult:
 
 
 def catch_up(settings: AnalyticsSettings) -> ExportCatchUp:
-    """Export what is not exported yet: here when no exporter runs on this machine, else ask
-    the running one to flush and wait (up to the catch-up timeout) until it reaches the
-    queues' current ends."""
+    """Export what is not exported yet: here when no exporter is at work (no fresh heartbeat in
+    the state folder, and its lock free), else ask the running one to flush and wait (up to
+    the catch-up timeout) until the files reach the queues' current ends."""
     try:
         lock = ExporterLock(settings.state_dir)
-        if lock.acquire():
+        if not exporter_alive(settings) and lock.acquire():
             try:
                 exporter = Exporter(settings)
                 exporter.prepare()
