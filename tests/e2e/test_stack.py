@@ -97,6 +97,8 @@ def start_stack(tmp_path: Path) -> Iterator[Callable[..., RunningStack]]:
             "CLEPSYDRA_STORE_PORT": str(store_port),
             "CLEPSYDRA_RETRY_PORT": str(retry_port),
             "CLEPSYDRA_REDIS_PORT": str(redis_port),
+            "CLEPSYDRA_SCHEDULER_PORT": str(free_port()),
+            "CLEPSYDRA_SCHEDULER_BEAT_PORT": str(free_port()),
             "CLEPSYDRA_ANALYTICS_PORT": str(free_port()),
             "CLEPSYDRA_ANALYTICS_EXPORTER_PORT": str(free_port()),
             **extra_env,

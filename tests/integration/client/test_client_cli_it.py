@@ -155,8 +155,10 @@ def test_dlq_commands(cli: Cli, admin: AdminClient, producer: Producer, consumer
     assert one.code == 0 and "resent 1 messages" in one.out
     rec.wait_for(lambda seen: [m.text for m in seen].count("bad1") == 2, what="bad1 resent")
     assert len(cli("--json", "dlq", "list", group).json()) == 2
-    no_confirm = cli("dlq", "purge", group)
+    no_confirm = cli("dlq", "purge", group, "--key", "key-bad2")
     assert no_confirm.code == 1 and "--yes" in no_confirm.err
+    no_selection = cli("dlq", "purge", group, "--yes")
+    assert no_selection.code == 2 and "--all" in no_selection.err
     purged = cli("dlq", "purge", group, "--key", "key-bad2", "--yes")
     assert purged.code == 0 and "purged 1" in purged.out
     rest = cli("--json", "dlq", "resend", group, "--all").json()

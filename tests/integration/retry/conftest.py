@@ -25,6 +25,7 @@ from flask.testing import FlaskClient
 from clepsydra_core import naming
 from clepsydra_retry.app import create_app
 from clepsydra_retry.settings import RetrySettings
+from tests.fixtures.otlp import OtlpReceiver
 from tests.fixtures.processes import (
     HttpService,
     Process,
@@ -53,11 +54,14 @@ def retry_service(home: Path, *, store_url: str, redis_url: str,
                        env=full_env, log_dir=home / "logs")
 
 
-def scheduler_processes(home: Path, *, store_url: str, redis_url: str) -> list[Process]:
+def scheduler_processes(home: Path, *, store_url: str, redis_url: str,
+                        env: dict[str, str] | None = None) -> list[Process]:
     env = {"CLEPSYDRA_HOME": str(home), "CLEPSYDRA_STORE_URL": store_url,
            "CLEPSYDRA_REDIS_URL": redis_url, "CLEPSYDRA_DELAY_LEVELS": LEVELS_1S,
            "CLEPSYDRA_SCHEDULER_KEEPALIVE_S": "1", "CLEPSYDRA_SCHEDULER_POLL_MS": "100",
-           "CLEPSYDRA_SCHEDULER_BACKOFF_S": "1"}
+           "CLEPSYDRA_SCHEDULER_BACKOFF_S": "1",
+           "CLEPSYDRA_SCHEDULER_PORT": str(free_port()),
+           "CLEPSYDRA_SCHEDULER_BEAT_PORT": str(free_port()), **(env or {})}
     return [Process(f"scheduler-{role}", [sys.executable, "-m", "clepsydra_scheduler", role],
                     env=env, log_dir=home / "logs") for role in ("worker", "beat")]
 
@@ -196,27 +200,73 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             process.stop()
 
 
+def start_scheduler(processes: list[Process]) -> None:
+    """Start the scheduler's worker and beat; wait until the worker is ready."""
+    for process in processes:
+        process.start()
+    worker = processes[0]
+
+    def ready() -> bool:
+        if not all(p.alive() for p in processes):
+            raise RuntimeError("scheduler exited early:\n" +
+                               "\n".join(p.log()[-3000:] for p in processes))
+        return "ready" in worker.log()
+
+    wait_until(ready, 60, 0.2, what="scheduler worker ready")
+
+
 @pytest.fixture(scope="session")
 def scheduler(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Process]]:
     """The scheduler (Celery worker + beat) delivering the stack's delayed messages."""
     home = tmp_path_factory.mktemp("scheduler")
     processes = scheduler_processes(home, store_url=stack.store.url, redis_url=stack.redis.url)
     try:
-        for process in processes:
-            process.start()
-        worker = processes[0]
-
-        def ready() -> bool:
-            if not all(p.alive() for p in processes):
-                raise RuntimeError("scheduler exited early:\n" +
-                                   "\n".join(p.log()[-3000:] for p in processes))
-            return "ready" in worker.log()
-
-        wait_until(ready, 60, 0.2, what="scheduler worker ready")
+        start_scheduler(processes)
         yield processes
     finally:
         for process in processes:
             process.stop()
+
+
+@dataclass
+class TracedStack:
+    """Store, retry service and scheduler exporting OTLP to a receiver in this process."""
+
+    receiver: OtlpReceiver
+    store: HttpService
+    retry: HttpService
+
+
+OTLP_TEST_RESOURCE = "deployment.environment.name=trace-test"
+"""OTEL_RESOURCE_ATTRIBUTES given to every traced process (the resource must carry it)."""
+
+
+@pytest.fixture(scope="module")
+def traced_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TracedStack]:
+    """Its own Redis, store, retry service and scheduler (worker + beat), every one exporting
+    its spans over OTLP/HTTP to an :class:`OtlpReceiver` (issue 19)."""
+    root = tmp_path_factory.mktemp("traced-stack")
+    receiver = OtlpReceiver().start()
+    otel = {"CLEPSYDRA_OTEL_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+            "OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_RESOURCE_ATTRIBUTES": OTLP_TEST_RESOURCE}
+    redis = RedisServer(root / "redis").start()
+    started: list[Process] = [redis]
+    try:
+        store = store_service(root / "home", env={"CLEPSYDRA_DELAY_LEVELS": LEVELS_1S,
+                                                  **otel}).start()
+        started.append(store)
+        retry = retry_service(root / "home", store_url=store.url, redis_url=redis.url,
+                              env=otel).start()
+        started.append(retry)
+        processes = scheduler_processes(root / "scheduler", store_url=store.url,
+                                        redis_url=redis.url, env=otel)
+        started.extend(processes)
+        start_scheduler(processes)
+        yield TracedStack(receiver=receiver, store=store, retry=retry)
+    finally:
+        for process in reversed(started):
+            process.stop()
+        receiver.stop()
 
 
 @pytest.fixture

@@ -7,14 +7,14 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import pytest
 import redis
 from flask.testing import FlaskClient
 
-from clepsydra_core import naming
+from clepsydra_core import naming, telemetry
 from clepsydra_core import properties as P
 from clepsydra_retry.app import create_app
 from clepsydra_retry.settings import RetrySettings
@@ -323,22 +323,52 @@ def test_batch_with_pull_hints_reads_the_store_not_the_client(stack: Stack,
         assert json.loads(copy["properties"][P.FAILURE_HISTORY])[0]["reason"] == f"r{n}"
 
 
-def test_send_back_span_links_and_continues_the_trace(stack: Stack,
-                                                      setup: tuple[str, str]) -> None:
-    # SPEC O1: a span per send-back, linked to the message's trace; the copy continues it
+def send_back_spans(stack: Stack, msg_id: str) -> list[dict[str, Any]]:
+    return [s for s in stack.spans() if s["name"] == "retry.send_back"
+            and s["attributes"].get(telemetry.MESSAGE_ID) == msg_id]
+
+
+def test_send_back_span_continues_the_messages_trace(stack: Stack,
+                                                     setup: tuple[str, str]) -> None:
+    # SPEC O1: a span per send-back; without a caller's context, a child of the message's
     group, topic = setup
     sent = stack.produce(topic)
-    trace_id = stack.message(sent["commitLogOffset"])["properties"][P.TRACEPARENT].split("-")[1]
+    traceparent = stack.message(sent["commitLogOffset"])["properties"][P.TRACEPARENT]
+    trace_id = traceparent.split("-")[1]
     result = stack.ok_send_back(group, commitLogOffset=sent["commitLogOffset"])
     copy = stack.by_msg_id(result["msgId"])
     assert copy["properties"][P.TRACEPARENT].split("-")[1] == trace_id
-    spans = [s for s in stack.spans() if s["name"] == "retry.send_back"
-             and s["attributes"].get("messaging.message.id") == sent["msgId"]]
+    spans = send_back_spans(stack, sent["msgId"])
     assert len(spans) == 1
     span = spans[0]
-    assert span["service"] == "retry" and span["traceId"] == trace_id
-    assert trace_id in span["links"]
+    assert span["service"] == telemetry.RETRY_SERVICE and span["traceId"] == trace_id
+    assert span["parentSpanId"] == traceparent.split("-")[2]
+    assert span["links"] == []  # the same trace: nothing to link
     assert copy["properties"][P.TRACEPARENT].split("-")[2] == span["spanId"]
+
+
+def test_send_back_span_is_a_child_of_the_failed_attempt(stack: Stack,
+                                                         setup: tuple[str, str]) -> None:
+    # issue 19: the caller's traceparent (header, or a batch item's own) is the parent; the
+    # message's trace, when another one, is linked
+    group, topic = setup
+    sent = stack.produce(topic)
+    message_trace = stack.message(sent["commitLogOffset"])["properties"][P.TRACEPARENT]
+    header_attempt = "00-" + "1" * 32 + "-" + "2" * 16 + "-01"
+    resp = stack.http.post(f"{stack.retry.url}/v1/groups/{group}/send-back",
+                           json={"commitLogOffset": sent["commitLogOffset"]},
+                           headers={"traceparent": header_attempt})
+    assert resp.status_code == 200, resp.text
+    item_attempt = "00-" + "3" * 32 + "-" + "4" * 16 + "-01"
+    resp = stack.http.post(f"{stack.retry.url}/v1/groups/{group}/send-back/batch",
+                           json={"items": [{"commitLogOffset": sent["commitLogOffset"],
+                                            P.TRACEPARENT: item_attempt}]},
+                           headers={"traceparent": header_attempt})
+    assert resp.status_code == 200, resp.text
+    spans = send_back_spans(stack, sent["msgId"])
+    assert [(s["traceId"], s["parentSpanId"]) for s in spans] == [
+        ("1" * 32, "2" * 16), ("3" * 32, "4" * 16)]
+    assert all(s["links"] == [message_trace.split("-")[1]] for s in spans)
 
 
 def test_group_settings_api(stack: Stack, names: Names) -> None:  # SPEC R2, R3, R5

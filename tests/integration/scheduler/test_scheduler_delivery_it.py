@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from clepsydra_core import naming
+from clepsydra_core import naming, telemetry
 from clepsydra_core import properties as P
 from clepsydra_core.naming import delay_offset_key
 from tests.fixtures.processes import free_port, wait_until
@@ -164,7 +164,8 @@ def test_store_handover_spans_are_children_of_the_delivery_span(
     for span in deliver:
         child = handovers[span["spanId"]]
         assert child["traceId"] == span["traceId"]
-        assert child["service"] == "store" and span["service"] == "clepsydra-scheduler"
+        assert child["service"] == telemetry.STORE_SERVICE
+        assert span["service"] == telemetry.SCHEDULER_SERVICE
 
 
 def test_status_prints_prometheus_text(stack: SchedulerStack) -> None:

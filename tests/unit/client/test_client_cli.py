@@ -81,8 +81,15 @@ def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_purge_asks_for_confirmation_before_calling_anything() -> None:
-    code, _, err = run("dlq", "purge", "g", env_store=f"http://127.0.0.1:{free_port()}")
+    code, _, err = run("dlq", "purge", "g", "--all", env_store=f"http://127.0.0.1:{free_port()}")
     assert code == 1 and "--yes" in err
+
+
+def test_purge_without_a_selection_is_refused_saying_how_to_select() -> None:
+    # issue 20.2: with no ids, filter or --all it emptied the whole DLQ
+    for argv in (("dlq", "purge", "g", "--yes"), ("dlq", "purge", "g", "--all", "--key", "k")):
+        code, _, err = run(*argv, env_store=f"http://127.0.0.1:{free_port()}")
+        assert code == 2 and "msgIds, a filter (--topic, --key, --reason) or --all" in err
 
 
 def test_resend_needs_a_selection() -> None:

@@ -97,9 +97,28 @@ def test_md5_hash_is_rocketmq_compatible_first_four_bytes() -> None:
     assert md5_hash("a") == 0x0CC175B9
 
 
-def test_config_strategy_returns_configured_queues_that_exist() -> None:
+def test_config_strategy_returns_the_configured_list_as_given() -> None:
+    # issue 12.7: RocketMQ's AllocateMessageQueueByConfig returns its list unchanged
     s = ConfigStrategy([MessageQueue("T", 1), MessageQueue("T", 9), MessageQueue("T", 0)])
-    assert ids(s.allocate("any", queues(4), CONSUMERS)) == [0, 1]
+    assert ids(s.allocate("any", queues(4), CONSUMERS)) == [1, 9, 0]
+
+
+@pytest.mark.parametrize(("broker", "topic", "count", "consumers", "owners"), [
+    # computed by RocketMQ's own ConsistentHashRouter and MessageQueue (compiled from the
+    # apache/rocketmq sources and run with 10 virtual nodes), not by this code
+    ("broker-a", "orders", 8, ["c1", "c2", "c3"], "c2 c1 c2 c1 c2 c2 c2 c1"),
+    ("broker-a", "orders", 12, ["10.0.0.1@a", "10.0.0.2@b"],
+     "10.0.0.2@b 10.0.0.2@b 10.0.0.1@a 10.0.0.2@b 10.0.0.1@a 10.0.0.1@a 10.0.0.2@b "
+     "10.0.0.2@b 10.0.0.1@a 10.0.0.2@b 10.0.0.2@b 10.0.0.1@a"),
+    ("clepsydra", "%RETRY%billing", 4, ["x@1", "x@2", "x@3", "x@4"], "x@3 x@1 x@3 x@2"),
+])
+def test_consistent_hash_agrees_with_rocketmq(broker: str, topic: str, count: int,
+                                              consumers: list[str], owners: str) -> None:
+    # SPEC C1 (issue 12.7): the queue key is MessageQueue.toString(), with the broker name
+    s = ConsistentHashStrategy(broker_name=broker)
+    qs = [MessageQueue(topic, i) for i in range(count)]
+    got = allocate_all(s, qs, consumers)
+    assert " ".join(got[q] for q in qs) == owners
 
 
 def test_machine_room_shares_the_rooms_queues_evenly() -> None:  # SPEC C1

@@ -7,7 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 from clepsydra_client.message import Message
 from clepsydra_client.sendback import SendBack, failure_reason, fallback_properties
+from clepsydra_client.settings import ensure_tracing
 from clepsydra_core import properties as P
+from clepsydra_core import telemetry
 from clepsydra_core.errors import Unavailable
 from tests.unit.client.fakes import FakeHttp, FakeRetry, as_http, failing
 
@@ -47,13 +49,19 @@ def test_send_back_calls_the_retry_service_with_reason_and_consumer() -> None:  
     retry = FakeRetry(lambda item: {"outcome": "RETRY", "topic": "%RETRY%g", "delayLevel": 5,
                                     "msgId": "X"})
     store = FakeHttp()
+    ensure_tracing("none")  # what a consumer does: spans have ids even when not exported
     sb = SendBack("g", "10.0.0.1@1", store=as_http(store), retry=as_http(retry))
     outcome = sb.send_back(MSG, 0, None, "ValueError: bad")
     assert outcome.outcome == "RETRY" and not outcome.fallback
     assert retry.calls[0][:2] == ("POST", "/v1/groups/g/send-back/batch")
-    assert retry.items == [{"commitLogOffset": 4096, "delayLevel": 0, "originTopic": "orders",
-                            "reason": "ValueError: bad", "consumerId": "10.0.0.1@1",
-                            "topic": "orders", "queueId": 0, "queueOffset": 3}]
+    item = dict(retry.items[0])
+    # the item names the attempt's own context (a batch gathers several threads' send-backs)
+    traceparent = item.pop(P.TRACEPARENT)
+    assert traceparent.startswith("00-") and traceparent.split("-")[1] != "0" * 32
+    assert item == {"commitLogOffset": 4096, "delayLevel": 0, "originTopic": "orders",
+                    "reason": "ValueError: bad", "consumerId": "10.0.0.1@1",
+                    "topic": "orders", "queueId": 0, "queueOffset": 3}
+    assert len(retry.items) == 1
     assert store.calls == []
 
 
@@ -105,7 +113,10 @@ def test_fallback_sends_a_new_message_to_the_retry_topic() -> None:  # SPEC R9
     store = FakeHttp(store_answer())
     sb = SendBack("g", "c1", store=as_http(store),
                   retry=as_http(FakeHttp(failing(Unavailable("down")))))
-    outcome = sb.send_back(MSG, 0, None, "boom")
+    ensure_tracing("none")
+    with telemetry.tracer("test").start_as_current_span(
+            "client.consume", context=telemetry.extract(MSG.properties)):
+        outcome = sb.send_back(MSG, 0, None, "boom")
     assert outcome.fallback and outcome.outcome == "RETRY"
     method, path, body = posts(store)[0]
     assert (method, path) == ("POST", "/v1/topics/%25RETRY%25g/messages")
@@ -117,7 +128,9 @@ def test_fallback_sends_a_new_message_to_the_retry_topic() -> None:  # SPEC R9
     assert props[P.MAX_RECONSUME_TIMES] == "16"
     assert props[P.ORIGIN_MESSAGE_ID] == "M1"
     assert props[P.UNIQ_KEY] == "U1" and props["user"] == "v"
-    assert P.TRACEPARENT in props
+    # the copy continues from this attempt (its client.send_back span), in the message's trace
+    _, trace_id, span_id, _ = props[P.TRACEPARENT].split("-")
+    assert trace_id == "a" * 32 and span_id != "b" * 16
     for reserved in (P.TAGS, P.KEYS, P.REAL_TOPIC, P.DELIVER_TS):
         assert reserved not in props  # the store refuses reserved names from clients
     history = json.loads(props[P.FAILURE_HISTORY])

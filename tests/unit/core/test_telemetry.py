@@ -6,31 +6,17 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Iterator
+from importlib import metadata
 
 import pytest
 from opentelemetry import trace
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from clepsydra_core import properties as P
 from clepsydra_core import telemetry
 from clepsydra_core.errors import ConfigError
 from clepsydra_core.logging import JsonFormatter, configure
-
-
-@pytest.fixture
-def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
-    """A fresh process-wide tracer provider with the memory exporter; the previous one is
-    put back afterwards, so test order does not matter."""
-    for module, attr in ((telemetry, "_provider"), (telemetry, "_memory"),
-                         (telemetry, "_exporting"), (trace, "_TRACER_PROVIDER"),
-                         (trace, "_TRACER_PROVIDER_SET_ONCE")):
-        monkeypatch.setattr(module, attr, getattr(module, attr))
-    telemetry.reset_after_fork()
-    provider = telemetry.init_tracing("clepsydra-test", "memory")
-    assert trace.get_tracer_provider() is provider
-    yield telemetry.memory_exporter()
-    provider.shutdown()
 
 
 def test_traceparent_round_trips_through_properties(spans: InMemorySpanExporter) -> None:  # O1
@@ -98,6 +84,38 @@ def test_exporting_is_false_only_for_the_none_exporter(spans: InMemorySpanExport
     provider.shutdown()
 
 
+def test_resource_names_the_service_and_its_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
+    monkeypatch.delenv("OTEL_RESOURCE_ATTRIBUTES", raising=False)
+    attrs = telemetry.service_resource(telemetry.STORE_SERVICE).attributes
+    assert attrs["service.name"] == "clepsydra-store"
+    assert attrs["service.version"] == metadata.version("clepsydra-store")
+
+
+def test_resource_honours_the_standard_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    # OTEL_RESOURCE_ATTRIBUTES over ours; OTEL_SERVICE_NAME over a service.name in them
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES",
+                       "service.name=from-attrs,deployment.environment.name=prod,"
+                       "service.version=9")
+    attrs = telemetry.service_resource(telemetry.RETRY_SERVICE).attributes
+    assert (attrs["service.name"], attrs["service.version"]) == ("from-attrs", "9")
+    assert attrs["deployment.environment.name"] == "prod"
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "retry-eu")
+    assert telemetry.service_resource(telemetry.RETRY_SERVICE).attributes[
+        "service.name"] == "retry-eu"
+
+
+def test_idle_spans_are_not_exported(spans: InMemorySpanExporter) -> None:
+    tracer = telemetry.tracer("test")
+    with tracer.start_as_current_span("store.pull") as empty:
+        telemetry.mark_idle(empty)
+    with tracer.start_as_current_span("store.pull"):
+        pass
+    exported = spans.get_finished_spans()
+    assert [s.name for s in exported] == ["store.pull"]
+    assert telemetry.IDLE not in (exported[0].attributes or {})
+
+
 @pytest.mark.parametrize(("traceparent", "sampled"), [
     ("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", True),
     ("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-03", True),
@@ -149,3 +167,28 @@ def test_configure_sends_json_lines_to_stdout(capsys: pytest.CaptureFixture[str]
         root.setLevel(level)
     [line] = capsys.readouterr().out.splitlines()
     assert json.loads(line)["message"] == "hello world"
+
+
+def test_without_an_exporter_spans_carry_context_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 19: exporter none costs (almost) nothing, yet traceparent still flows
+    for module, attr in ((telemetry, "_provider"), (telemetry, "_memory"),
+                         (telemetry, "_exporting"), (trace, "_TRACER_PROVIDER"),
+                         (trace, "_TRACER_PROVIDER_SET_ONCE")):
+        monkeypatch.setattr(module, attr, getattr(module, attr))
+    telemetry.reset_after_fork()
+    provider = telemetry.init_tracing(telemetry.CLIENT_SERVICE, "none")
+    tracer = telemetry.tracer("test")
+    with tracer.start_as_current_span("client.produce") as root:
+        assert not root.is_recording()
+        props = telemetry.inject({})
+        child = tracer.start_span("client.consume", context=telemetry.extract(props))
+    root_ctx, child_ctx = root.get_span_context(), child.get_span_context()
+    assert root_ctx.is_valid and root_ctx.trace_flags.sampled
+    assert props[P.TRACEPARENT] == f"00-{root_ctx.trace_id:032x}-{root_ctx.span_id:016x}-01"
+    assert child_ctx.trace_id == root_ctx.trace_id and child_ctx.span_id != root_ctx.span_id
+    exporter = InMemorySpanExporter()  # a processor added later (a test's): real spans
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with tracer.start_as_current_span("client.produce") as span:
+        assert span.is_recording()
+    assert [s.name for s in exporter.get_finished_spans()] == ["client.produce"]
+    provider.shutdown()

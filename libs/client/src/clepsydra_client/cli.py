@@ -28,6 +28,7 @@ from typing import TextIO
 from clepsydra_client import commands as c
 from clepsydra_client import k8s_commands
 from clepsydra_client.analytics_commands import AnalyticsUnavailable, add_analytics_commands
+from clepsydra_client.commands import UsageError
 from clepsydra_client.rebalance import STRATEGIES
 from clepsydra_client.settings import ClientSettings
 from clepsydra_core.errors import (
@@ -40,10 +41,6 @@ from clepsydra_core.errors import (
     Unavailable,
     ValidationError,
 )
-
-
-class UsageError(Exception):
-    """argparse found the command line wrong."""
 
 
 class Parser(argparse.ArgumentParser):
@@ -159,9 +156,10 @@ def build_parser() -> Parser:
     d.add_argument("--delay-level", type=int, default=0, help="with --to-retry: delay level")
     d.add_argument("--rate", type=float, metavar="MSGS_PER_S", help="resend at most this fast")
     d.set_defaults(fn=c.dlq_resend)
-    d = dlq.add_parser("purge", help="delete dead letters for good (all, a filter, or msgIds)")
+    d = dlq.add_parser("purge", help="delete dead letters for good (msgIds, a filter, or --all)")
     d.add_argument("group")
     d.add_argument("msg_ids", nargs="*", metavar="MSGID")
+    d.add_argument("--all", action="store_true", help="every dead letter of the group")
     filters(d)
     d.add_argument("--yes", action="store_true", help="confirm")
     d.set_defaults(fn=c.dlq_purge)
@@ -226,10 +224,13 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
     ctx = c.Context(store_url=args.store_url or settings.store_url,
                     retry_url=args.retry_url or settings.retry_url, json=args.json,
                     timeout_s=args.timeout or settings.timeout_s, out=out, err=err,
-                    progress=not args.no_progress,
+                    progress=not args.no_progress, broker_name=settings.broker_name,
                     analytics_url=args.analytics_url or settings.analytics_url)
     try:
         result = args.fn(args, ctx)
+    except UsageError as exc:
+        err.write(f"{exc}\n")
+        return 2
     except KeyboardInterrupt:
         err.write("interrupted\n")
         return 130

@@ -15,7 +15,7 @@ from clepsydra_client.admin import AdminClient, DlqFilter, LevelStatus, QueuePro
 from clepsydra_client.message import Message
 from clepsydra_client.producer import OutgoingMessage, Producer
 from clepsydra_client.pull_consumer import PullConsumer
-from clepsydra_client.rebalance import strategy_by_name
+from clepsydra_client.rebalance import DEFAULT_BROKER_NAME, strategy_by_name
 from clepsydra_client.render import (
     ProgressBar,
     format_delay_ms,
@@ -36,6 +36,10 @@ from clepsydra_core.errors import (
 )
 
 
+class UsageError(Exception):
+    """argparse found the command line wrong."""
+
+
 @dataclass
 class Context:
     store_url: str
@@ -45,6 +49,8 @@ class Context:
     out: TextIO = field(default_factory=lambda: sys.stdout)
     err: TextIO = field(default_factory=lambda: sys.stderr)
     progress: bool = True
+    broker_name: str = DEFAULT_BROKER_NAME
+    """The broker name of queues in RocketMQ's form (CLEPSYDRA_CLIENT_BROKER_NAME)."""
     analytics_url: str = "http://127.0.0.1:8085"
     _admin: AdminClient | None = None
 
@@ -340,7 +346,8 @@ def groups_consumers(args: argparse.Namespace, ctx: Context) -> Output:
 
 
 def groups_progress(args: argparse.Namespace, ctx: Context) -> Output:
-    rows = ctx.admin().progress(args.group, args.topic or None, strategy_by_name(args.strategy))
+    strategy = strategy_by_name(args.strategy, broker_name=ctx.broker_name)
+    rows = ctx.admin().progress(args.group, args.topic or None, strategy)
     return Output(progress_json(rows), progress_table(rows))
 
 
@@ -351,7 +358,8 @@ def groups_show(args: argparse.Namespace, ctx: Context) -> Output:
     except ClepsydraError as exc:
         settings = f"unavailable ({exc.message})"
     consumers = groups_consumers(args, ctx)
-    rows = admin.progress(args.group, args.topic or None, strategy_by_name(args.strategy))
+    strategy = strategy_by_name(args.strategy, broker_name=ctx.broker_name)
+    rows = admin.progress(args.group, args.topic or None, strategy)
     settings_text = (render_fields(sorted(settings.items())) if isinstance(settings, dict)
                      else settings)
     text = "\n\n".join([f"group {args.group}", "settings\n" + settings_text,
@@ -425,12 +433,17 @@ def dlq_resend(args: argparse.Namespace, ctx: Context) -> Output:
 
 def dlq_purge(args: argparse.Namespace, ctx: Context) -> Output:
     flt = dlq_filter(args)
+    chosen = [bool(args.msg_ids), bool(flt), args.all]
+    if sum(chosen) != 1:
+        raise UsageError(f"clepsydra dlq purge: say what to purge, one of: msgIds, a filter "
+                         f"(--topic, --key, --reason) or --all (see them first with "
+                         f"`clepsydra dlq list {args.group}`)")
     what = ("the messages named" if args.msg_ids else "the dead letters matching the filter"
             if flt else f"every dead letter of {args.group}")
     if not args.yes:
         raise ValidationError(f"purge deletes {what}: run again with --yes to confirm (see them "
                               f"first with `clepsydra dlq list {args.group}`)")
-    n = ctx.admin().dlq_purge(args.group, args.msg_ids or None, all_messages=not flt,
+    n = ctx.admin().dlq_purge(args.group, args.msg_ids or None, all_messages=args.all,
                               dlq_filter=flt)
     return Output({"purged": n}, f"purged {n} messages from {args.group}'s DLQ")
 

@@ -119,14 +119,15 @@ class ConsumeService:
         return ConsumeSpan(self._tracer.start_span(
             "client.consume", context=telemetry.extract(first.properties),
             kind=trace.SpanKind.CONSUMER, links=links,
-            attributes={"messaging.system": "clepsydra", "messaging.operation": "process",
-                        "messaging.destination.name": first.topic,
-                        "messaging.consumer.group.name": self.settings.group,
-                        "messaging.message.id": first.msg_id,
-                        "messaging.batch.message_count": len(messages),
-                        "messaging.clepsydra.queue": str(pq.queue),
-                        "messaging.clepsydra.reconsume_times": first.reconsume_times,
-                        "messaging.clepsydra.consumer_id": self.settings.client_id}))
+            attributes={telemetry.MESSAGING_SYSTEM: telemetry.SYSTEM,
+                        telemetry.OPERATION_TYPE: telemetry.PROCESS,
+                        telemetry.DESTINATION: first.topic,
+                        telemetry.CONSUMER_GROUP: self.settings.group,
+                        telemetry.MESSAGE_ID: first.msg_id,
+                        telemetry.BATCH_COUNT: len(messages),
+                        telemetry.QUEUE: str(pq.queue),
+                        telemetry.RECONSUME_TIMES: first.reconsume_times,
+                        telemetry.CLIENT_ID: self.settings.client_id}))
 
     def _submit(self, fn: Callable[..., None], *args: Any) -> None:
         if self.stopped:
@@ -175,7 +176,7 @@ class ConcurrentConsumeService(ConsumeService):
                                failure_reason(exc), exc_info=logger.isEnabledFor(logging.DEBUG))
                 result, error = ConsumeResult.RECONSUME_LATER, exc
                 span.record_exception(exc)
-            span.set_attribute("messaging.clepsydra.result", str(result))
+            span.set_attribute(telemetry.RESULT, str(result))
             if pq.drop_final:
                 logger.info("queue %s was handed over: outcome of %d messages ignored",
                             pq.queue, len(batch))
@@ -303,7 +304,7 @@ class OrderlyConsumeService(ConsumeService):
                                failure_reason(exc), exc_info=logger.isEnabledFor(logging.DEBUG))
                 result, error = OrderlyResult.SUSPEND_CURRENT_QUEUE_A_MOMENT, exc
                 span.record_exception(exc)
-            span.set_attribute("messaging.clepsydra.result", str(result))
+            span.set_attribute(telemetry.RESULT, str(result))
         if result == OrderlyResult.SUCCESS:
             self.stats.add("consumed", len(batch))
             pq.finish(m.queue_offset for m in batch)

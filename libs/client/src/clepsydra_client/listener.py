@@ -46,7 +46,8 @@ class ConsumeFromWhere(StrEnum):
     """Where a queue with no committed offset starts (C1)."""
 
     LAST = "LAST"
-    """At the queue's end: only messages sent from now on (the default)."""
+    """At the queue's end: only messages sent from now on (the default) - except on a young
+    queue (nothing deleted yet, at most ``young_queue_limit`` entries), which starts at 0."""
     FIRST = "FIRST"
     """At the queue's minimum offset: everything the store still holds."""
 

@@ -106,10 +106,10 @@ class Producer:
             req = message_request(message, uniq_key)
             raw = self.http.post(self.http.path("/v1/topics/{}/messages", topic), req)
             result = SendResult.from_json(raw, uniq_key)
-            span.set_attribute("messaging.message.id", result.msg_id)
-            span.set_attribute("messaging.clepsydra.uniq_key", uniq_key)
+            span.set_attribute(telemetry.MESSAGE_ID, result.msg_id)
+            span.set_attribute(telemetry.UNIQ_KEY, uniq_key)
             if message.delay_level:
-                span.set_attribute("messaging.clepsydra.delay_level", message.delay_level)
+                span.set_attribute(telemetry.DELAY_LEVEL, message.delay_level)
             return result
 
     def send_batch(self, topic: str, messages: Iterable[OutgoingMessage]) -> list[SendResult]:
@@ -138,8 +138,10 @@ class Producer:
                                  {"messages": reqs})
             answers: list[Any] = raw.get("results") or []
             results = [SendResult.from_json(a, k) for a, k in zip(answers, keys, strict=False)]
-            for span, result in zip(spans, results, strict=False):
-                span.set_attribute("messaging.message.id", result.msg_id)
+            for span, message, result in zip(spans, chunk, results, strict=False):
+                span.set_attribute(telemetry.MESSAGE_ID, result.msg_id)
+                if message.delay_level:
+                    span.set_attribute(telemetry.DELAY_LEVEL, message.delay_level)
             return results
         finally:
             for span in spans:
@@ -147,8 +149,8 @@ class Producer:
 
     @staticmethod
     def _attributes(topic: str) -> dict[str, str]:
-        return {"messaging.system": "clepsydra", "messaging.operation": "publish",
-                "messaging.destination.name": topic}
+        return {telemetry.MESSAGING_SYSTEM: telemetry.SYSTEM,
+                telemetry.OPERATION_TYPE: telemetry.SEND, telemetry.DESTINATION: topic}
 
     def _span(self, topic: str) -> Any:
         return self._tracer.start_as_current_span(

@@ -65,6 +65,9 @@ class PushSettings:
 
     message_model: MessageModel = MessageModel.CLUSTERING
     consume_from_where: ConsumeFromWhere = ConsumeFromWhere.LAST
+    young_queue_limit: int = 100_000
+    """With LAST, a queue with no committed offset that never lost a message and holds at most
+    this many starts at 0 instead of its end (RocketMQ's rule for a new group); 0: never."""
     strategy: AllocateStrategy = field(default_factory=AverageStrategy)
     consume_threads: int = 20
     consume_batch_size: int = 1

@@ -84,26 +84,46 @@ def md5_hash(key: str) -> int:
     return int.from_bytes(hashlib.md5(key.encode(), usedforsecurity=False).digest()[:4], "big")
 
 
+DEFAULT_BROKER_NAME = "broker-a"
+"""The broker name in a queue's RocketMQ form when none is configured (RocketMQ's sample
+broker); set the same name as the RocketMQ brokers a mixed fleet shares queues with."""
+
+
+def rocketmq_queue_key(queue: MessageQueue, broker_name: str) -> str:
+    """A queue as RocketMQ's ``MessageQueue.toString()`` writes it: the key its consistent hash
+    places on the ring."""
+    return (f"MessageQueue [topic={queue.topic}, brokerName={broker_name}, "
+            f"queueId={queue.queue_id}]")
+
+
 class ConsistentHashStrategy:
     """Each queue goes to the consumer whose virtual node follows the queue's hash on a ring
     (RocketMQ ``AllocateMessageQueueConsistentHash``): when a consumer joins or leaves, only
-    the queues next to its nodes move."""
+    the queues next to its nodes move. The same ring as RocketMQ's (virtual nodes
+    ``<clientId>-<i>``, MD5, a later node on an equal hash replacing the earlier one) and the
+    same queue keys (:func:`rocketmq_queue_key` with ``broker_name``), so a mixed fleet agrees
+    on ownership (issue 12.7)."""
 
     name = "consistent-hash"
 
-    def __init__(self, virtual_nodes: int = 10, hash_fn: Callable[[str], int] = md5_hash) -> None:
+    def __init__(self, virtual_nodes: int = 10, hash_fn: Callable[[str], int] = md5_hash,
+                 broker_name: str = DEFAULT_BROKER_NAME) -> None:
         if virtual_nodes < 1:
             raise ConfigError(f"consistent hash needs at least 1 virtual node, got {virtual_nodes}")
         self.virtual_nodes = virtual_nodes
         self.hash_fn = hash_fn
+        self.broker_name = broker_name
 
     def ring(self, consumer_ids: Sequence[str]) -> tuple[list[int], list[str]]:
-        points = sorted((self.hash_fn(f"{cid}-{i}"), cid)
-                        for cid in consumer_ids for i in range(self.virtual_nodes))
-        return [p for p, _ in points], [c for _, c in points]
+        nodes: dict[int, str] = {}
+        for cid in consumer_ids:  # in order: a later node on an equal hash wins (a TreeMap)
+            for i in range(self.virtual_nodes):
+                nodes[self.hash_fn(f"{cid}-{i}")] = cid
+        hashes = sorted(nodes)
+        return hashes, [nodes[h] for h in hashes]
 
     def owner(self, queue: MessageQueue, hashes: list[int], owners: list[str]) -> str:
-        h = self.hash_fn(f"{queue.topic}@{queue.queue_id}")
+        h = self.hash_fn(rocketmq_queue_key(queue, self.broker_name))
         pos = bisect.bisect_left(hashes, h)
         return owners[pos % len(owners)]
 
@@ -118,19 +138,18 @@ class ConsistentHashStrategy:
 
 
 class ConfigStrategy:
-    """The queues this consumer was configured with, whatever the others do
-    (RocketMQ ``AllocateMessageQueueByConfig``); the operator keeps the configurations of a
-    group disjoint and complete. Queues the topic does not have are left out."""
+    """The queues this consumer was configured with, as given, whatever the others do and
+    whatever the topic holds now (RocketMQ ``AllocateMessageQueueByConfig``, issue 12.7); the
+    operator keeps the configurations of a group disjoint and complete."""
 
     name = "config"
 
     def __init__(self, queues: Iterable[MessageQueue]) -> None:
-        self.queues = sorted(set(queues))
+        self.queues = list(queues)
 
     def allocate(self, current_id: str, queues: Iterable[MessageQueue],
                  consumer_ids: Iterable[str]) -> list[MessageQueue]:
-        present = set(queues)
-        return [q for q in self.queues if q in present]
+        return list(self.queues)
 
 
 class MachineRoomStrategy:
@@ -167,7 +186,7 @@ class MachineRoomStrategy:
         return result
 
 
-STRATEGIES: dict[str, Callable[[], AllocateStrategy]] = {
+STRATEGIES: dict[str, Callable[..., AllocateStrategy]] = {
     AverageStrategy.name: AverageStrategy,
     AverageByCircleStrategy.name: AverageByCircleStrategy,
     ConsistentHashStrategy.name: ConsistentHashStrategy,
@@ -175,12 +194,16 @@ STRATEGIES: dict[str, Callable[[], AllocateStrategy]] = {
 """Strategies that need no configuration, by name (the CLI's ``--strategy``)."""
 
 
-def strategy_by_name(name: str) -> AllocateStrategy:
+def strategy_by_name(name: str, *, broker_name: str = DEFAULT_BROKER_NAME) -> AllocateStrategy:
+    """A strategy by its name; the consistent hash keys queues with ``broker_name``."""
     try:
-        return STRATEGIES[name]()
+        factory = STRATEGIES[name]
     except KeyError:
         raise ConfigError(f"unknown allocation strategy {name!r}: choose one of "
                           f"{', '.join(sorted(STRATEGIES))}") from None
+    if factory is ConsistentHashStrategy:
+        return ConsistentHashStrategy(broker_name=broker_name)
+    return factory()
 
 
 def allocate_all(strategy: AllocateStrategy, queues: Iterable[MessageQueue],

@@ -201,7 +201,10 @@ class RebalanceService:
 
     def _start_offset(self, queue: MessageQueue) -> int:
         """The group's committed offset, else consume-from-where (retry topics: from the
-        start, so that nothing sent back before this consumer came is skipped)."""
+        start, so that nothing sent back before this consumer came is skipped). LAST on a young
+        queue - nothing deleted yet, at most ``young_queue_limit`` entries - starts at 0, as
+        RocketMQ's broker starts a new group while the queue's first message is still at hand
+        (issue 20.6): a group's first consumer sees what was sent just before it came."""
         c = self.consumer
         committed = c.offset_store.read(queue)
         if committed is not None and committed >= 0:
@@ -211,7 +214,8 @@ class RebalanceService:
         if info is None:
             start = 0
         elif (naming.is_retry_topic(queue.topic)
-              or c.settings.consume_from_where == ConsumeFromWhere.FIRST):
+              or c.settings.consume_from_where == ConsumeFromWhere.FIRST
+              or (info.min_offset == 0 and info.max_offset <= c.settings.young_queue_limit)):
             start = info.min_offset
         else:
             start = info.max_offset

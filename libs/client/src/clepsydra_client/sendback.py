@@ -189,27 +189,28 @@ class SendBack:
         group's retryMaxTimes in charge (R5)."""
         with self._tracer.start_as_current_span(
                 "client.send_back", kind=trace.SpanKind.CLIENT,
-                attributes={"messaging.system": "clepsydra", "messaging.message.id": msg.msg_id,
-                            "messaging.consumer.group.name": self.group,
-                            "messaging.clepsydra.delay_level": delay_level}) as span:
+                attributes=self._attributes(msg, delay_level)) as span:
             if self.batcher is not None:
+                # A batch carries several threads' send-backs in one call: each item names
+                # its own attempt, so the retry service's span continues the right trace.
+                carrier = telemetry.inject({})
                 body = SendBackRequest(
                     commitlog_offset=msg.commitlog_offset, delay_level=delay_level,
                     max_reconsume_times=max_reconsume_times, origin_topic=msg.origin_topic,
                     reason=reason, consumer_id=self.consumer_id,
                     topic=msg.store_topic or msg.topic, queue_id=msg.queue_id,
-                    queue_offset=msg.queue_offset)
+                    queue_offset=msg.queue_offset, traceparent=carrier.get(P.TRACEPARENT))
                 try:
                     outcome = _outcome(self.batcher.submit(body))
-                    span.set_attribute("messaging.clepsydra.outcome", outcome.outcome)
+                    span.set_attribute(telemetry.OUTCOME, outcome.outcome)
                     return outcome
                 except ClepsydraError as exc:
                     logger.warning("send-back failed, sending to the retry topic directly (R9) "
                                    "group=%s msg_id=%s error=%s", self.group, msg.msg_id, exc)
             max_times = max_reconsume_times_or(max_reconsume_times, self._group_max(msg))
             outcome = self.fallback(msg, delay_level, max_times, reason)
-            span.set_attribute("messaging.clepsydra.outcome", outcome.outcome)
-            span.set_attribute("messaging.clepsydra.fallback", True)
+            span.set_attribute(telemetry.OUTCOME, outcome.outcome)
+            span.set_attribute(telemetry.FALLBACK, True)
             return outcome
 
     def _group_max(self, msg: Message) -> int:
@@ -231,6 +232,14 @@ class SendBack:
             return cached[1]
         return max_reconsume_times_or(msg.max_reconsume_times, DEFAULT_MAX_RECONSUME_TIMES)
 
+    def _attributes(self, msg: Message, delay_level: int) -> dict[str, str | int | bool]:
+        return {telemetry.MESSAGING_SYSTEM: telemetry.SYSTEM,
+                telemetry.OPERATION_TYPE: telemetry.SETTLE,
+                telemetry.OPERATION_NAME: "send_back",
+                telemetry.DESTINATION: msg.origin_topic, telemetry.MESSAGE_ID: msg.msg_id,
+                telemetry.CONSUMER_GROUP: self.group, telemetry.DELAY_LEVEL: delay_level,
+                telemetry.RECONSUME_TIMES: msg.reconsume_times}
+
     def fallback(self, msg: Message, delay_level: int, max_reconsume_times: int,
                  reason: str) -> SendBackOutcome:
         """R9 with the retry service's ladder (issue 12.2): dead-lettered when the service
@@ -248,11 +257,10 @@ class SendBack:
     def dead_letter(self, msg: Message, max_reconsume_times: int, reason: str) -> SendBackOutcome:
         """R12: an orderly consumer gave up locally; ``RECONSUME_TIME`` = max makes the store
         reroute the copy to ``%DLQ%<group>`` (R10)."""
-        with self._tracer.start_as_current_span(
-                "client.send_back", kind=trace.SpanKind.CLIENT,
-                attributes={"messaging.system": "clepsydra", "messaging.message.id": msg.msg_id,
-                            "messaging.consumer.group.name": self.group,
-                            "messaging.clepsydra.orderly": True}):
+        attributes = self._attributes(msg, 0)
+        attributes[telemetry.ORDERLY] = True
+        with self._tracer.start_as_current_span("client.send_back", kind=trace.SpanKind.CLIENT,
+                                                attributes=attributes):
             return self._send_retry_copy(msg, 0, max_reconsume_times, max_reconsume_times,
                                          reason, fallback=False)
 
@@ -261,6 +269,9 @@ class SendBack:
         props = fallback_properties(msg, reconsume_times=reconsume,
                                     max_reconsume_times=max_times, reason=reason,
                                     consumer_id=self.consumer_id)
+        for name in (P.TRACEPARENT, P.TRACESTATE):  # the copy continues from this attempt
+            props.pop(name, None)
+        telemetry.inject(props)
         req: dict[str, Any] = encode_body(msg.body)
         req["properties"] = props
         if msg.tags:

@@ -10,10 +10,11 @@ from dataclasses import dataclass
 
 from opentelemetry import trace
 
+from clepsydra_client.rebalance import DEFAULT_BROKER_NAME
 from clepsydra_core import telemetry
 from clepsydra_core.settings import Env, env_float, env_int, env_str
 
-SERVICE_NAME = "clepsydra-client"
+SERVICE_NAME = telemetry.CLIENT_SERVICE
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +24,8 @@ class ClientSettings:
     otel_exporter: str
     analytics_url: str
     timeout_s: float
+    broker_name: str
+    """The broker name in the RocketMQ form of a queue (consistent-hash allocation)."""
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> ClientSettings:
@@ -36,6 +39,7 @@ class ClientSettings:
             analytics_url=env_str(env, "CLEPSYDRA_ANALYTICS_URL", "http://127.0.0.1:"
                                   f"{env_int(env, 'CLEPSYDRA_ANALYTICS_PORT', 8085, minimum=1)}"),
             timeout_s=env_float(env, "CLEPSYDRA_CLIENT_TIMEOUT_S", 10.0, minimum=0.1),
+            broker_name=env_str(env, "CLEPSYDRA_CLIENT_BROKER_NAME", DEFAULT_BROKER_NAME),
         )
 
 

@@ -10,19 +10,31 @@ The exporter is chosen by a setting (``CLEPSYDRA_OTEL_EXPORTER``):
 - ``memory``: kept in memory, for tests in the same process (:func:`memory_exporter`);
 - ``file:<path>``: one JSON object per finished span appended to a file, so tests can read the
   spans of services running as separate processes.
+
+Each process reports ``service.name`` ``clepsydra-<part>`` and ``service.version`` (its
+distribution's version); ``OTEL_RESOURCE_ATTRIBUTES`` and ``OTEL_SERVICE_NAME`` override them as
+the OpenTelemetry SDK documents (``OTEL_SERVICE_NAME`` wins over a ``service.name`` in the
+attributes). The sampler is the SDK's (parent-based, always on), or ``OTEL_TRACES_SAMPLER``.
+
+A span that turned out to carry no message (an empty long-poll pull, a hand-over with nothing
+due) is marked with :func:`mark_idle` and is not exported: an idle stack sends (almost) nothing.
+The span attribute names live here, once (:data:`MESSAGING_SYSTEM` ...).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import threading
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from importlib import metadata
+from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.resources import OTELResourceDetector, Resource
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
     ConsoleSpanExporter,
@@ -32,16 +44,60 @@ from opentelemetry.sdk.trace.export import (
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.util._decorator import _agnosticcontextmanager
 from opentelemetry.util._once import Once
 
 from clepsydra_core import properties as P
 from clepsydra_core.errors import ConfigError
+
+# ---- service names (resource ``service.name``) ------------------------------------------------
+STORE_SERVICE = "clepsydra-store"
+SCHEDULER_SERVICE = "clepsydra-scheduler"
+RETRY_SERVICE = "clepsydra-retry"
+CLIENT_SERVICE = "clepsydra-client"
+ANALYTICS_SERVICE = "clepsydra-analytics"
+
+# ---- span attributes: OpenTelemetry messaging conventions, then ours -------------------------
+MESSAGING_SYSTEM = "messaging.system"
+SYSTEM = "clepsydra"
+"""The value of ``messaging.system`` on every messaging span."""
+OPERATION_TYPE = "messaging.operation.type"
+OPERATION_NAME = "messaging.operation.name"
+SEND, RECEIVE, PROCESS, SETTLE = "send", "receive", "process", "settle"
+"""Values of ``messaging.operation.type``."""
+DESTINATION = "messaging.destination.name"
+MESSAGE_ID = "messaging.message.id"
+CONSUMER_GROUP = "messaging.consumer.group.name"
+BATCH_COUNT = "messaging.batch.message_count"
+CLIENT_ID = "messaging.client.id"
+DELAY_LEVEL = "clepsydra.delay_level"
+RECONSUME_TIMES = "clepsydra.reconsume_times"
+DLQ_REASON = "clepsydra.dlq_reason"
+OUTCOME = "clepsydra.outcome"
+STORED_TOPIC = "clepsydra.stored_topic"
+"""Where a produced message was stored when not its destination (parked, rerouted)."""
+NEW_MESSAGE_ID = "clepsydra.new_message.id"
+LATENESS_MS = "clepsydra.lateness_ms"
+UNIQ_KEY = "clepsydra.uniq_key"
+QUEUE = "clepsydra.queue"
+RESULT = "clepsydra.result"
+FALLBACK = "clepsydra.fallback"
+ORDERLY = "clepsydra.orderly"
+DELIVERED = "clepsydra.delivered"
+PARKED = "clepsydra.parked"
+SKIPPED = "clepsydra.skipped"
+FROM_OFFSET = "clepsydra.from_offset"
+NEXT_OFFSET = "clepsydra.next_offset"
+COUNT = "clepsydra.count"
+IDLE = "clepsydra.idle"
+"""Set (True) on a span that carried no message; such spans are not exported."""
 
 _lock = threading.Lock()
 _provider: TracerProvider | None = None
 _exporting = False
 _memory: InMemorySpanExporter | None = None
 _propagator = TraceContextTextMapPropagator()
+_SAMPLED = trace.TraceFlags(trace.TraceFlags.SAMPLED)
 
 
 class JsonLinesSpanExporter(SpanExporter):
@@ -77,31 +133,133 @@ class JsonLinesSpanExporter(SpanExporter):
         return None
 
 
+class DropIdle(SpanProcessor):
+    """Passes finished spans on to ``inner`` unless they are marked idle (:func:`mark_idle`)."""
+
+    def __init__(self, inner: SpanProcessor) -> None:
+        self._inner = inner
+
+    def on_start(self, span: trace.Span, parent_context: otel_context.Context | None = None
+                 ) -> None:
+        self._inner.on_start(span, parent_context)  # type: ignore[arg-type]
+
+    def on_end(self, span: ReadableSpan) -> None:
+        attributes = span.attributes
+        if attributes and attributes.get(IDLE):
+            return
+        self._inner.on_end(span)
+
+    def shutdown(self) -> None:
+        self._inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self._inner.force_flush(timeout_millis)
+
+
+class LeanTracer(trace.Tracer):
+    """The SDK's tracer while its provider has somewhere to send spans; until then (exporter
+    ``none``) a span is a non-recording one with a fresh span id in its parent's trace (a new
+    trace id when there is none): trace context still flows - ``traceparent`` in message
+    properties and headers, trace ids in log lines - at a few microseconds instead of the
+    SDK span's tens (issue 19: tracing without an exporter costs < 1 %)."""
+
+    def __init__(self, sdk: trace.Tracer, provider: LeanTracerProvider) -> None:
+        self._sdk = sdk
+        self._provider = provider
+
+    def start_span(self, name: str, context: otel_context.Context | None = None,
+                   kind: trace.SpanKind = trace.SpanKind.INTERNAL,
+                   attributes: Any = None, links: Any = None, start_time: int | None = None,
+                   record_exception: bool = True,
+                   set_status_on_exception: bool = True) -> trace.Span:
+        if self._provider.records:
+            return self._sdk.start_span(name, context, kind, attributes, links, start_time,
+                                        record_exception, set_status_on_exception)
+        parent = trace.get_current_span(context).get_span_context()
+        span_id = random.getrandbits(64) or 1
+        if parent.is_valid:
+            return trace.NonRecordingSpan(trace.SpanContext(
+                parent.trace_id, span_id, False, parent.trace_flags, parent.trace_state))
+        return trace.NonRecordingSpan(trace.SpanContext(
+            random.getrandbits(128) or 1, span_id, False, _SAMPLED))
+
+    @_agnosticcontextmanager
+    def start_as_current_span(self, name: str, context: otel_context.Context | None = None,
+                              kind: trace.SpanKind = trace.SpanKind.INTERNAL,
+                              attributes: Any = None, links: Any = None,
+                              start_time: int | None = None, record_exception: bool = True,
+                              set_status_on_exception: bool = True,
+                              end_on_exit: bool = True) -> Iterator[trace.Span]:
+        span = self.start_span(name, context, kind, attributes, links, start_time,
+                               record_exception, set_status_on_exception)
+        with trace.use_span(span, end_on_exit=end_on_exit, record_exception=record_exception,
+                            set_status_on_exception=set_status_on_exception) as current:
+            yield current
+
+
+class LeanTracerProvider(TracerProvider):
+    """The SDK provider whose tracers are :class:`LeanTracer`: real spans once a span
+    processor is added (an exporter, or a test's in-memory one), context-only ones before."""
+
+    records = False
+
+    def get_tracer(self, *args: Any, **kwargs: Any) -> trace.Tracer:
+        return LeanTracer(super().get_tracer(*args, **kwargs), self)
+
+    def add_span_processor(self, span_processor: SpanProcessor) -> None:
+        super().add_span_processor(span_processor)
+        self.records = True
+
+
+def mark_idle(span: trace.Span) -> None:
+    """The span carried no message: it is not exported (nor should its children be made)."""
+    span.set_attribute(IDLE, True)
+
+
+def service_resource(service_name: str) -> Resource:
+    """``service.name`` and ``service.version`` of a process, with the standard environment
+    variables over them: ``OTEL_RESOURCE_ATTRIBUTES``, then ``OTEL_SERVICE_NAME``."""
+    try:
+        version = metadata.version(service_name)
+    except metadata.PackageNotFoundError:
+        version = metadata.version("clepsydra-core")
+    ours = Resource.create({"service.name": service_name, "service.version": version})
+    return ours.merge(OTELResourceDetector().detect())
+
+
+def _processor(exporter: str) -> SpanProcessor | None:
+    global _memory
+    if exporter == "none":
+        return None
+    if exporter == "console":
+        return BatchSpanProcessor(ConsoleSpanExporter())
+    if exporter == "otlp":
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        return BatchSpanProcessor(OTLPSpanExporter())
+    if exporter == "memory":
+        _memory = InMemorySpanExporter()
+        return SimpleSpanProcessor(_memory)
+    if exporter.startswith("file:"):
+        path = exporter[len("file:"):]
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        return SimpleSpanProcessor(JsonLinesSpanExporter(path))
+    raise ConfigError(f"CLEPSYDRA_OTEL_EXPORTER={exporter!r} must be none, console, "
+                      "otlp, memory or file:<path>")
+
+
 def init_tracing(service_name: str, exporter: str = "none") -> TracerProvider:
-    """Install the process's tracer provider (first call wins; later calls return it)."""
-    global _provider, _memory, _exporting
+    """Install the process's tracer provider (first call wins; later calls return it).
+    ``service_name`` is one of the ``*_SERVICE`` names (also the distribution whose version
+    is reported)."""
+    global _provider, _exporting
     with _lock:
         if _provider is not None:
             return _provider
-        provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
-        if exporter == "none":
-            pass
-        elif exporter == "console":
-            provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
-        elif exporter == "otlp":
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-        elif exporter == "memory":
-            _memory = InMemorySpanExporter()
-            provider.add_span_processor(SimpleSpanProcessor(_memory))
-        elif exporter.startswith("file:"):
-            path = exporter[len("file:"):]
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            provider.add_span_processor(SimpleSpanProcessor(JsonLinesSpanExporter(path)))
-        else:
-            raise ConfigError(f"CLEPSYDRA_OTEL_EXPORTER={exporter!r} must be none, console, "
-                              "otlp, memory or file:<path>")
+        processor = _processor(exporter)
+        provider = LeanTracerProvider(resource=service_resource(service_name))
+        if processor is not None:
+            provider.add_span_processor(DropIdle(processor))
         trace.set_tracer_provider(provider)
         _provider = provider
         _exporting = exporter != "none"

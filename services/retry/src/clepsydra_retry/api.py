@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, Histogram
 
 from clepsydra_core.errors import ClepsydraError, ValidationError
 from clepsydra_core.groups import validate_settings
+from clepsydra_core.properties import TRACEPARENT
 from clepsydra_core.validation import validate_group_name
 from clepsydra_core.wire.retry import MAX_SEND_BACK_BATCH
 from clepsydra_retry.dlq import DlqToolkit
@@ -104,9 +105,10 @@ sendback_bp = Blueprint("send_back", __name__)
 
 
 @sendback_bp.post("/v1/groups/<group>/send-back")
-def send_back(group: str) -> Response:
+def send_back_one(group: str) -> Response:
     group = group_name(group)
-    return jsonify(services().send_back.send_back(group, json_body()))
+    return jsonify(services().send_back.send_back(group, json_body(),
+                                                  traceparent=request.headers.get(TRACEPARENT)))
 
 
 @sendback_bp.post("/v1/groups/<group>/send-back/batch")
@@ -117,7 +119,8 @@ def send_back_batch(group: str) -> Response:
     if not isinstance(items, list) or not items or len(items) > MAX_SEND_BACK_BATCH:
         raise ValidationError("body must be {items: [send-back, ...]} with 1.."
                               f"{MAX_SEND_BACK_BATCH} items", code="INVALID_REQUEST")
-    return jsonify({"results": services().send_back.send_back_many(group, items)})
+    return jsonify({"results": services().send_back.send_back_many(
+        group, items, traceparent=request.headers.get(TRACEPARENT))})
 
 
 # ---- DLQ -----------------------------------------------------------------------------------

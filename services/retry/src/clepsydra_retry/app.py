@@ -18,6 +18,7 @@ from clepsydra_retry.settings import MAX_REQUEST_BYTES_VAR, RetrySettings
 from clepsydra_retry.store_client import StoreClient
 from clepsydra_web.errors import register_error_handlers
 from clepsydra_web.ops import ops_blueprint
+from clepsydra_web.tracing import ServerTracing
 
 logger = logging.getLogger(__name__)
 
@@ -25,7 +26,7 @@ logger = logging.getLogger(__name__)
 def create_app(settings: RetrySettings, *, groups: GroupStore | None = None,
                dlq_state: DlqState | None = None) -> Flask:
     """The Flask app. ``groups``/``dlq_state`` replace the Redis backends (in-memory twins)."""
-    telemetry.init_tracing("retry", settings.common.otel_exporter)
+    telemetry.init_tracing(telemetry.RETRY_SERVICE, settings.common.otel_exporter)
     app = Flask("clepsydra_retry")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_request_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
@@ -55,6 +56,9 @@ def create_app(settings: RetrySettings, *, groups: GroupStore | None = None,
                                          registry=lambda: registry))
     app.before_request(api.start_timer)
     app.after_request(api.observe)
+    # A span per request, a child of the caller's traceparent (issue 19); the send-back
+    # routes also make one retry.send_back span per message (sendback.py).
+    ServerTracing("retry").install(app)
 
     register_error_handlers(app, size_setting=MAX_REQUEST_BYTES_VAR)
     return app

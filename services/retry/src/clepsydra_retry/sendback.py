@@ -19,6 +19,7 @@ from typing import Any
 from opentelemetry import trace
 
 from clepsydra_core import naming, telemetry
+from clepsydra_core import properties as P
 from clepsydra_core.errors import ClepsydraError, MessageNotFound, NoPermission, ValidationError
 from clepsydra_core.groups import GroupSettings
 from clepsydra_core.levels import DelayLevels
@@ -77,29 +78,36 @@ def parse_request(body: object) -> tuple[Locator, SendBackRequest]:
     request = replace(request, commitlog_offset=offset, msg_id=msg_id,
                       origin_topic=_text(request.origin_topic, "originTopic", 127),
                       reason=_text(request.reason, "reason", 100_000),
-                      consumer_id=_text(request.consumer_id, "consumerId", 256))
+                      consumer_id=_text(request.consumer_id, "consumerId", 256),
+                      traceparent=_text(request.traceparent, "traceparent", 55))
     return Locator(offset, msg_id, hint[0], hint[1], hint[2]), request
 
 
-def _start_span(headers: StoredHeaders, group: str, decision: Decision) -> trace.Span:
-    """`retry.send_back`: a child of the message's own trace context when it carries one (so
-    the retried message continues that trace), always linked to it (SPEC O1). The same as
-    ``telemetry.link_from``, with the properties parsed once (this runs per message)."""
-    parent = telemetry.extract(headers.properties)
-    carried = trace.get_current_span(parent).get_span_context()
-    return _tracer.start_span(
-        "retry.send_back",
-        context=parent if carried.is_valid else None,
-        links=[trace.Link(carried)] if carried.is_valid else None,
-        kind=trace.SpanKind.PRODUCER,
-        attributes={"messaging.system": "clepsydra", "messaging.operation.name": "send_back",
-                    "messaging.consumer.group.name": group,
-                    "messaging.message.id": headers.msg_id,
-                    "messaging.destination.name": decision.topic or "",
-                    "clepsydra.outcome": str(decision.outcome),
-                    "clepsydra.delay_level": decision.delay_level,
-                    "clepsydra.reconsume_times": decision.reconsume_times},
-    )
+def _start_span(headers: StoredHeaders, group: str, request: SendBackRequest, decision: Decision,
+                caller: str | None) -> trace.Span:
+    """``retry.send_back``: a child of the consume attempt that failed - the item's
+    ``traceparent`` (a batch gathers several consumers' send-backs), else the request's
+    (``caller``), else the message's own context - linked to the message's own trace when
+    that is another one (SPEC O1, issue 19). Runs per message: properties parsed once."""
+    message = telemetry.extract(headers.properties)
+    carried = trace.get_current_span(message).get_span_context()
+    attempt = request.traceparent or caller
+    parent = telemetry.extract({P.TRACEPARENT: attempt}) if attempt else None
+    caller_ctx = trace.get_current_span(parent).get_span_context() if parent else None
+    if caller_ctx is None or not caller_ctx.is_valid:
+        parent, caller_ctx = (message if carried.is_valid else None), carried
+    links = ([trace.Link(carried)]
+             if carried.is_valid and carried.trace_id != caller_ctx.trace_id else None)
+    attributes: dict[str, str | int] = {
+        telemetry.MESSAGING_SYSTEM: telemetry.SYSTEM, telemetry.OPERATION_TYPE: telemetry.SETTLE,
+        telemetry.OPERATION_NAME: "send_back", telemetry.CONSUMER_GROUP: group,
+        telemetry.MESSAGE_ID: headers.msg_id, telemetry.DESTINATION: decision.topic or "",
+        telemetry.OUTCOME: str(decision.outcome), telemetry.DELAY_LEVEL: decision.delay_level,
+        telemetry.RECONSUME_TIMES: decision.reconsume_times}
+    if decision.dlq_reason:
+        attributes[telemetry.DLQ_REASON] = decision.dlq_reason
+    return _tracer.start_span("retry.send_back", context=parent, links=links,
+                              kind=trace.SpanKind.PRODUCER, attributes=attributes)
 
 
 class SendBackService:
@@ -130,16 +138,19 @@ class SendBackService:
         logger.info("consumer group created on its first send-back group=%s", group)
         return settings
 
-    def send_back(self, group: str, body: object) -> dict[str, Any]:
-        """One send-back; raises the R2 error of the first check that fails."""
-        result = self.send_back_many(group, [body], single=True)[0]
+    def send_back(self, group: str, body: object, *,
+                  traceparent: str | None = None) -> dict[str, Any]:
+        """One send-back; raises the R2 error of the first check that fails. ``traceparent``:
+        the request's W3C header (the consume attempt that failed)."""
+        result = self.send_back_many(group, [body], single=True, traceparent=traceparent)[0]
         return result
 
-    def send_back_many(self, group: str, bodies: list[object], *,
-                       single: bool = False) -> list[dict[str, Any]]:
+    def send_back_many(self, group: str, bodies: list[object], *, single: bool = False,
+                       traceparent: str | None = None) -> list[dict[str, Any]]:
         """Several send-backs of one group with one copy call. The group-level checks (R2's
         first four) apply to all; a malformed item or a missing message fails only that item
-        (its result is ``{error, message}``), unless ``single``, when it raises."""
+        (its result is ``{error, message}``), unless ``single``, when it raises.
+        ``traceparent``: the request's header, for items that carry none of their own."""
         parsed: list[tuple[Locator, SendBackRequest] | ClepsydraError] = []
         for body in bodies:
             try:
@@ -167,7 +178,7 @@ class SendBackService:
             if isinstance(p, ClepsydraError):
                 results[i] = p.to_json()
         found = self._reader.read_many([item[0] for _, item in wanted])
-        pending: list[tuple[int, StoredHeaders, Decision]] = []
+        pending: list[tuple[int, StoredHeaders, SendBackRequest, Decision]] = []
         for (i, (locator, request)), headers in zip(wanted, found, strict=True):
             if isinstance(headers, MessageNotFound):  # R2 (5)
                 error = SendBackMessageNotFound(f"no message at {locator.describe()}",
@@ -180,20 +191,21 @@ class SendBackService:
                 settings, headers, request, group=group, levels=self._levels,
                 retry_queue_count=queue_count, rng=self._rng, now_ms=self._clock_ms(),
                 history_max=self._history_max)
-            pending.append((i, headers, decision))
+            pending.append((i, headers, request, decision))
         if pending:
-            for i, result in self._write(group, pending):
+            for i, result in self._write(group, pending, traceparent):
                 results[i] = result
         return [r if r is not None else {} for r in results]
 
-    def _write(self, group: str, pending: list[tuple[int, StoredHeaders, Decision]]
-               ) -> list[tuple[int, dict[str, Any]]]:
-        if any(d.outcome == Outcome.DLQ for _, _, d in pending):
+    def _write(self, group: str,
+               pending: list[tuple[int, StoredHeaders, SendBackRequest, Decision]],
+               caller: str | None) -> list[tuple[int, dict[str, Any]]]:
+        if any(d.outcome == Outcome.DLQ for _, _, _, d in pending):
             self._store.ensure_topic(naming.dlq_topic(group), 1)  # R6: one queue
         items: list[CopyItem] = []
         spans: list[trace.Span] = []
-        for _, headers, decision in pending:
-            span = _start_span(headers, group, decision)
+        for _, headers, request, decision in pending:
+            span = _start_span(headers, group, request, decision, caller)
             spans.append(span)
             props = dict(decision.set_properties)
             with trace.use_span(span, end_on_exit=False):
@@ -214,9 +226,9 @@ class SendBackService:
             raise
         out: list[tuple[int, dict[str, Any]]] = []
         counts: dict[str, int] = {}
-        for (i, headers, decision), result, span in zip(pending, stored, spans, strict=True):
+        for (i, headers, _, decision), result, span in zip(pending, stored, spans, strict=True):
             new_id = str(result.get("msgId"))
-            span.set_attribute("clepsydra.new_message.id", new_id)
+            span.set_attribute(telemetry.NEW_MESSAGE_ID, new_id)
             span.end()
             out.append((i, decision.to_json(new_id)))
             counts[decision.outcome] = counts.get(decision.outcome, 0) + 1

@@ -5,6 +5,9 @@
   go to Celery (``worker -n name@%h``).
 - ``beat``: Celery beat, one keep-alive per level; schedule file and pid file under
   ``$CLEPSYDRA_HOME/scheduler/``.
+- Both serve their health endpoint (``health.py``) on ``CLEPSYDRA_SCHEDULER_PORT`` (worker,
+  also ``/metrics``) / ``CLEPSYDRA_SCHEDULER_BEAT_PORT`` (beat); a port in use stops start-up
+  with exit status 2.
 - ``status``: one table row per level (queue range, handedOver, progress, backlog, lag,
   delivered, lateness p50/p99/max, lease); ``--prometheus`` prints the Prometheus text instead.
 - ``autoscale``: sets the worker Deployment's replicas from the levels' backlog and lag
@@ -22,9 +25,30 @@ from clepsydra_core.errors import ConfigError
 from clepsydra_scheduler.settings import SchedulerSettings
 
 
+def _serve_health(settings: SchedulerSettings, role: str) -> bool:
+    """Start the role's health endpoint (health.py); False (after saying why) when its port
+    cannot be bound."""
+    from clepsydra_scheduler.health import serve_health
+
+    port = settings.port if role == "worker" else settings.beat_port
+    if port is None:
+        return True
+    try:
+        serve_health(settings, role, port)
+    except OSError as exc:
+        name = "CLEPSYDRA_SCHEDULER_PORT" if role == "worker" else "CLEPSYDRA_SCHEDULER_BEAT_PORT"
+        print(f"clepsydra scheduler: cannot serve {role} health on "
+              f"{settings.bind}:{port} ({exc.strerror}): stop what listens there or set "
+              f"{name} (0: no health endpoint)", file=sys.stderr)
+        return False
+    return True
+
+
 def _worker(settings: SchedulerSettings, extra: list[str]) -> int:
     from clepsydra_scheduler.celery_app import create_celery, level_queues
 
+    if not _serve_health(settings, "worker"):
+        return 2
     app = create_celery(settings)
     argv = ["--quiet", "worker", "-P", "threads", "-c", str(settings.concurrency),
             "-Q", ",".join(level_queues(settings)),
@@ -40,6 +64,8 @@ def _beat(settings: SchedulerSettings, extra: list[str]) -> int:
     from clepsydra_scheduler.celery_app import create_celery
 
     settings.state_dir.mkdir(parents=True, exist_ok=True)
+    if not _serve_health(settings, "beat"):
+        return 2
     app = create_celery(settings)
     app.start(["--quiet", "beat", "-s", str(settings.beat_schedule_path),
                "--pidfile", str(settings.beat_pid_path), "-l", settings.common.log_level, *extra])

@@ -23,7 +23,7 @@ from clepsydra_scheduler.settings import SchedulerSettings
 
 logger = logging.getLogger(__name__)
 
-SERVICE_NAME = "clepsydra-scheduler"
+SERVICE_NAME = telemetry.SCHEDULER_SERVICE
 _CHATTY_LOGGERS = ("celery.worker.strategy", "celery.app.trace", "celery.beat")
 
 

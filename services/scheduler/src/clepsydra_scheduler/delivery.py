@@ -28,6 +28,7 @@ from enum import StrEnum
 from opentelemetry import trace
 
 from clepsydra_core import telemetry
+from clepsydra_core.naming import schedule_queue_name
 from clepsydra_core.wire.schedule import HandoverAnswer
 from clepsydra_scheduler.ports import (
     Clock,
@@ -363,22 +364,27 @@ class LevelDelivery:
         """Hand ``count`` entries from progress over (``blind``: without having read them; the
         store stops at the first one not due)."""
         level, from_offset = self._cfg.level, self._progress
-        with self._tracer.start_as_current_span("scheduler.deliver", attributes={
-            "clepsydra.delay_level": level,
-            "messaging.destination.name": f"schedule.level.{level}",
-            "clepsydra.from_offset": from_offset,
-            "clepsydra.count": count,
+        with self._tracer.start_as_current_span("scheduler.deliver",
+                                                kind=trace.SpanKind.PRODUCER, attributes={
+            telemetry.MESSAGING_SYSTEM: telemetry.SYSTEM,
+            telemetry.OPERATION_TYPE: telemetry.SEND,
+            telemetry.DELAY_LEVEL: level,
+            telemetry.DESTINATION: schedule_queue_name(level),
+            telemetry.FROM_OFFSET: from_offset,
+            telemetry.COUNT: count,
         }) as span:
             headers: dict[str, str] = {}
             telemetry.inject(headers)
             result = self._store.handover(level, from_offset, count, headers)
             span.set_attributes({
-                "clepsydra.next_offset": result.next_offset,
-                "clepsydra.delivered": result.delivered,
-                "clepsydra.parked": result.parked,
-                "clepsydra.skipped": result.skipped,
-                "messaging.batch.message_count": result.delivered,
+                telemetry.NEXT_OFFSET: result.next_offset,
+                telemetry.DELIVERED: result.delivered,
+                telemetry.PARKED: result.parked,
+                telemetry.SKIPPED: result.skipped,
+                telemetry.BATCH_COUNT: result.delivered,
             })
+            if not (result.delivered or result.parked or result.skipped):
+                telemetry.mark_idle(span)  # nothing was due: not exported (issue 19)
         self._record_handover(result)
         advanced = result.next_offset - from_offset
         self._advance_window(result.next_offset)

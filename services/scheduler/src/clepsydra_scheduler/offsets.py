@@ -142,6 +142,15 @@ class RedisOffsetStore:
         value = self._call("get", lambda: self._redis.get(delay_lease_key(level)))
         return None if value is None else str(value)
 
+    def lease_ttl_ms(self, level: int) -> int | None:
+        """Milliseconds left on the level's lease; None when no run holds it."""
+        ttl = int(self._call("pttl", lambda: self._redis.pttl(delay_lease_key(level))))
+        return ttl if ttl >= 0 else None
+
+    def ping(self) -> None:
+        """OffsetStoreUnavailable unless Redis answers PING."""
+        self._call("ping", self._redis.ping)
+
     def load(self, level: int) -> int:
         raw = self._call("load", lambda: self._redis.get(delay_offset_key(level)))
         if raw is None:
@@ -223,6 +232,17 @@ class MemoryOffsetStore:
     def holder(self, level: int) -> str | None:
         with self._lock:
             return self._holder(level)
+
+    def lease_ttl_ms(self, level: int) -> int | None:
+        with self._lock:
+            self._check()
+            if self._holder(level) is None:
+                return None
+            return self.leases[level][1] - self._now_ms()
+
+    def ping(self) -> None:
+        with self._lock:
+            self._check()
 
     def load(self, level: int) -> int:
         with self._lock:

@@ -14,6 +14,9 @@ The shared ``CLEPSYDRA_*`` names (DESIGN.md) plus the scheduler's own:
 | ``CLEPSYDRA_SCHEDULER_METRICS_PORT`` | Prometheus endpoint of a worker (unset: none) | unset |
 | ``CLEPSYDRA_SCHEDULER_METRICS_BIND`` | address that endpoint listens on | 127.0.0.1 |
 | ``CLEPSYDRA_SCHEDULER_STORE_TIMEOUT_S`` | read timeout of a store call | 10 |
+| ``CLEPSYDRA_SCHEDULER_PORT`` | a worker's /healthz, /livez, /metrics (health.py; 0: none) | 8083 |
+| ``CLEPSYDRA_SCHEDULER_BEAT_PORT`` | beat's /healthz, /livez (0: none) | 8084 |
+| ``CLEPSYDRA_SCHEDULER_BIND`` | address both health endpoints listen on | 127.0.0.1 |
 """
 
 from __future__ import annotations
@@ -42,6 +45,11 @@ class SchedulerSettings:
     metrics_port: int | None = None
     metrics_bind: str = "127.0.0.1"
     store_timeout_s: float = 10.0
+    port: int | None = 8083
+    """The worker's health endpoint (None: not served)."""
+    beat_port: int | None = 8084
+    """Beat's health endpoint (None: not served)."""
+    bind: str = "127.0.0.1"
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> SchedulerSettings:
@@ -61,12 +69,18 @@ class SchedulerSettings:
             metrics_port=metrics_port or None,
             metrics_bind=env_str(env, _PREFIX + "METRICS_BIND", "127.0.0.1"),
             store_timeout_s=env_float(env, _PREFIX + "STORE_TIMEOUT_S", 10.0, minimum=0.1),
+            port=env_int(env, _PREFIX + "PORT", 8083, minimum=0, maximum=65535) or None,
+            beat_port=env_int(env, _PREFIX + "BEAT_PORT", 8084, minimum=0, maximum=65535) or None,
+            bind=env_str(env, _PREFIX + "BIND", "127.0.0.1"),
         )
         if settings.concurrency <= common.delay_levels.max_level:
             raise ConfigError(
                 f"{_PREFIX}CONCURRENCY={settings.concurrency} must exceed the number of delay "
                 f"levels ({common.delay_levels.max_level}): each level's run holds a thread and "
                 "keep-alives need free ones")
+        if settings.port is not None and settings.port == settings.beat_port:
+            raise ConfigError(f"{_PREFIX}PORT and {_PREFIX}BEAT_PORT are both {settings.port}: "
+                              "a worker and beat on one machine would both listen there")
         return settings
 
     @property

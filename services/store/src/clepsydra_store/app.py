@@ -2,22 +2,23 @@
 
 The app opens the MessageStore itself unless one is given (tests, the benchmark); whoever
 opened it closes it: ``app.extensions["clepsydra"].close()`` (``__main__`` does it when the
-gunicorn worker exits). Every request is a span ``store.<operation>``; the two produce routes
-are answered by a lean WSGI path in front of Flask (``api/fastpath.py``) unless
-``CLEPSYDRA_STORE_FAST_PATH=false``.
+gunicorn worker exits). Every request that carries messages is a span ``store.<operation>``
+(clepsydra_web.tracing; the ops routes, the level table and empty pulls make none); the two
+produce routes are answered by a lean WSGI path in front of Flask (``api/fastpath.py``)
+unless ``CLEPSYDRA_STORE_FAST_PATH=false``.
 """
 
 from __future__ import annotations
 
 import logging
 
-from flask import Flask, Response, g, request
+from flask import Flask
 
-from clepsydra_core.telemetry import init_tracing
+from clepsydra_core.telemetry import STORE_SERVICE, init_tracing
 from clepsydra_store.api import groups, handover, internal, messages, queues, topics
 from clepsydra_store.api.context import EXTENSION, StoreContext
 from clepsydra_store.api.fastpath import ProduceFastPath
-from clepsydra_store.api.observability import Observability, RequestScope
+from clepsydra_store.api.observability import Observability
 from clepsydra_store.consumers import ConsumerRegistry
 from clepsydra_store.engine.message_store import MessageStore
 from clepsydra_store.settings import MAX_REQUEST_BYTES_VAR, StoreSettings
@@ -30,13 +31,14 @@ BLUEPRINTS = (topics.bp, messages.bp, queues.bp, groups.bp, handover.bp, interna
 
 
 def create_app(settings: StoreSettings, store: MessageStore | None = None) -> Flask:
-    init_tracing("store", settings.common.otel_exporter)
+    init_tracing(STORE_SERVICE, settings.common.otel_exporter)
     owns_store = store is None
     if store is None:
         store = MessageStore(settings.engine)
     consumers = ConsumerRegistry(settings.consumer_expiry_ms)
     context = StoreContext(settings=settings, store=store, consumers=consumers,
-                           obs=Observability(store, settings.common.delay_levels, consumers),
+                           obs=Observability(store, settings.common.delay_levels, consumers,
+                                             self_traced=messages.SELF_TRACED),
                            owns_store=owns_store)
     app = Flask("clepsydra_store", static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = settings.max_request_bytes
@@ -48,33 +50,9 @@ def create_app(settings: StoreSettings, store: MessageStore | None = None) -> Fl
         "clepsydra_store", registry=lambda: context.obs.registry,
         health=lambda: ({"status": "ok", "writable": settings.engine.writable}, 200)))
     register_error_handlers(app, size_setting=MAX_REQUEST_BYTES_VAR)
-    _trace_requests(app, context)
+    context.obs.tracing.install(app, on_end=context.obs.count)
     if settings.fast_path:
         app.wsgi_app = ProduceFastPath(app.wsgi_app, context)  # type: ignore[method-assign]
     logger.info("store app ready data_dir=%s writable=%s fast_path=%s",
                 settings.engine.data_dir, settings.engine.writable, settings.fast_path)
     return app
-
-
-def _trace_requests(app: Flask, context: StoreContext) -> None:
-    """One span per request, named for the endpoint (`store.pull`, `store.get_topic`, ...)."""
-    obs = context.obs
-
-    @app.before_request
-    def _begin() -> None:
-        endpoint = request.endpoint
-        if endpoint in messages.SELF_TRACED:
-            return
-        operation = endpoint.rpartition(".")[2] if endpoint else "unknown_route"
-        g.clepsydra_scope = obs.begin(operation, request.environ)
-
-    @app.after_request
-    def _status(response: Response) -> Response:
-        g.clepsydra_status = response.status_code
-        return response
-
-    @app.teardown_request
-    def _end(exc: BaseException | None) -> None:
-        scope: RequestScope | None = g.pop("clepsydra_scope", None)
-        if scope is not None:
-            obs.end(scope, g.pop("clepsydra_status", 500))

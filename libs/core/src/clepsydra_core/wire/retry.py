@@ -44,6 +44,9 @@ class SendBackRequest(WireValue):
     queue_id: int | None = field(default=None, metadata=wire_meta(minimum=0,
                                                                   maximum=INT32_MAX))
     queue_offset: int | None = field(default=None, metadata=wire_meta(minimum=0))
+    traceparent: str | None = None
+    """The W3C context of the consume attempt that failed: a batch carries several attempts'
+    send-backs in one call, so each item names its own (SPEC O1)."""
 
     def without_hints(self) -> SendBackRequest:
         """The same request without the pull hints (for a service that has no batch route)."""

@@ -20,6 +20,7 @@ from clepsydra_store.api.context import StoreContext, ctx
 from clepsydra_store.api.observability import DESTINATION, MESSAGE_ID, set_attribute
 from clepsydra_store.api.web import json_response
 from clepsydra_web import jsonio
+from clepsydra_web.tracing import idle
 
 bp = Blueprint("schedule", __name__)
 
@@ -29,7 +30,7 @@ def _level(c: StoreContext, raw: str) -> int:
     level = jsonio.path_int(raw, "level", minimum=1, maximum=levels.max_level,
                             code="INVALID_DELAY_LEVEL", rule="L3")
     set_attribute(DESTINATION, naming.SCHEDULE_TOPIC)
-    set_attribute("clepsydra.delay_level", level)
+    set_attribute(telemetry.DELAY_LEVEL, level)
     return level
 
 
@@ -52,9 +53,11 @@ def _deliver_spans(tracer: trace.Tracer, level: int,
         parent = telemetry.extract({P.TRACEPARENT: traceparent}) if traceparent else None
         if parent is not None and not trace.get_current_span(parent).get_span_context().is_valid:
             parent = None  # malformed traceparent: stay in the hand-over's trace
-        tracer.start_span("store.deliver", context=parent, links=links, attributes={
-            DESTINATION: topic, MESSAGE_ID: msg_id, "clepsydra.delay_level": level,
-            "clepsydra.lateness_ms": lateness_ms}).end()
+        tracer.start_span("store.deliver", context=parent, links=links,
+                          kind=trace.SpanKind.PRODUCER, attributes={
+            telemetry.MESSAGING_SYSTEM: telemetry.SYSTEM, telemetry.OPERATION_TYPE: telemetry.SEND,
+            DESTINATION: topic, MESSAGE_ID: msg_id, telemetry.DELAY_LEVEL: level,
+            telemetry.LATENESS_MS: lateness_ms}).end()
 
 
 @bp.get("/v1/schedule/levels")
@@ -100,6 +103,8 @@ def handover(level: str) -> Response:
     if r.parked:
         c.obs.parked.labels(label).inc(r.parked)
     c.obs.lateness.observe_many(label, r.lateness_ms)
-    set_attribute("clepsydra.delivered", r.delivered)
+    set_attribute(telemetry.DELIVERED, r.delivered)
+    if not (r.delivered or r.parked or r.skipped):
+        idle()  # nothing was due: neither this span nor the scheduler's is exported
     _deliver_spans(c.obs.tracer, lvl, r.delivered_messages)
     return json_response(r.to_json())

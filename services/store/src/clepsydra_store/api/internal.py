@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, Response
+from flask import Blueprint, Response, request
+from opentelemetry import trace
 
-from clepsydra_core import validation
+from clepsydra_core import properties as P
+from clepsydra_core import telemetry, validation
 from clepsydra_core.errors import ClepsydraError
 from clepsydra_core.wire.copy import CopyBatch, CopyItem, RangeCopy
 from clepsydra_store.api.context import ctx
@@ -16,7 +18,8 @@ from clepsydra_store.api.observability import BATCH_COUNT, set_attribute
 from clepsydra_store.api.produce import FlushTimeout, result_json
 from clepsydra_store.api.topics import create
 from clepsydra_store.api.web import json_response, request_object, trace_topic
-from clepsydra_store.engine.types import PutStatus
+from clepsydra_store.engine.types import PutResult, PutStatus
+from clepsydra_web.tracing import parent_context
 
 bp = Blueprint("internal", __name__)
 
@@ -47,13 +50,55 @@ def copy() -> Response:
             exc.message = f"items[{index}]: {exc.message}"
             exc.args = (exc.message,)
             raise
-    trace_topic(requests[0].topic)
-    set_attribute(BATCH_COUNT, len(requests))
-    results = c.store.copy(requests)
+    spans = _copy_spans(c.obs.tracer, requests)
+    try:
+        results = c.store.copy(requests)
+    except BaseException:
+        for span in spans:
+            span.set_status(trace.Status(trace.StatusCode.ERROR))
+            span.end()
+        raise
+    _end_copy_spans(spans, requests, results)
     out: list[dict[str, Any]] = [result_json(r) for r in results]
     if any(r.status is not PutStatus.OK for r in results):
         raise FlushTimeout(f"{len(results)} copied message(s) not flushed to disk in time", out)
     return json_response({"results": out}, 201)
+
+
+def _copy_spans(tracer: trace.Tracer, items: list[CopyItem]) -> list[trace.Span]:
+    """One ``store.copy`` span per copied message (the request itself makes none): a child of
+    the context the retry service wrote into the copy's properties (its ``retry.send_back``
+    span), else of the request's ``traceparent`` header - so a batch of send-backs from
+    several traces puts each copy into its own message's trace (issue 19)."""
+    if not telemetry.exporting():
+        return []
+    header = parent_context(request.environ)
+    spans = []
+    for item in items:
+        carried = item.set_properties.get(P.TRACEPARENT)
+        parent = telemetry.extract(item.set_properties) if carried else header
+        attributes: dict[str, str | int] = {
+            telemetry.MESSAGING_SYSTEM: telemetry.SYSTEM,
+            telemetry.OPERATION_TYPE: telemetry.SEND, telemetry.DESTINATION: item.topic}
+        if item.reconsume_times is not None:
+            attributes[telemetry.RECONSUME_TIMES] = item.reconsume_times
+        if item.delay_level:
+            attributes[telemetry.DELAY_LEVEL] = item.delay_level
+        reason = item.set_properties.get(P.DLQ_REASON)
+        if reason:
+            attributes[telemetry.DLQ_REASON] = reason
+        spans.append(tracer.start_span("store.copy", context=parent,
+                                       kind=trace.SpanKind.SERVER, attributes=attributes))
+    return spans
+
+
+def _end_copy_spans(spans: list[trace.Span], items: list[CopyItem],
+                    results: list[PutResult]) -> None:
+    for span, item, result in zip(spans, items, results, strict=False):
+        span.set_attribute(telemetry.MESSAGE_ID, result.msg_id)
+        if result.topic != item.topic:  # parked in the schedule topic, or rerouted (R10)
+            span.set_attribute(telemetry.STORED_TOPIC, result.topic)
+        span.end()
 
 
 @bp.post("/v1/internal/copy-range")

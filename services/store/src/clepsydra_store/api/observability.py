@@ -1,9 +1,8 @@
 """Spans and metrics of the HTTP layer (SPEC O1, O2).
 
-Every request is one span named ``store.<operation>``, a child of the caller's W3C
-``traceparent`` header when it sends one. Spans are started by hand (two calls per request)
-rather than by opentelemetry-instrumentation-flask, whose middleware costs several times more
-per request on the produce path (see README, "Where the time goes").
+Every request that carries messages is one span named ``store.<operation>``, a child of the
+caller's W3C ``traceparent`` header when it sends one (clepsydra_web.tracing, shared by every
+HTTP service); ops routes, the level table and empty pulls make none (issue 19).
 
 Metrics live in a private Prometheus registry: request counts and latency by operation, produced
 messages and bytes, scheduler hand-over counts and lateness per level (D10), and, read at scrape
@@ -18,20 +17,19 @@ import re
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from clepsydra_core import naming
-from clepsydra_core import properties as P
+from clepsydra_core import naming, telemetry
 from clepsydra_core.levels import DelayLevels
+from clepsydra_web.tracing import ServerScope, ServerTracing
+
+RequestScope = ServerScope
 
 if TYPE_CHECKING:
     from clepsydra_store.consumers import ConsumerRegistry
@@ -39,47 +37,24 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_propagator = TraceContextTextMapPropagator()
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
 _LATENESS_BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 60000)
 _METRIC_NAME = re.compile(r"[^a-zA-Z0-9_]")
 _PER_LEVEL = re.compile(r"^(.+)_level_(\d+)$")
 
-DESTINATION = "messaging.destination.name"
-MESSAGE_ID = "messaging.message.id"
-BATCH_COUNT = "messaging.batch.message_count"
-
-
-@dataclass(slots=True)
-class RequestScope:
-    """One request's span, the context token that made it current, and its start time."""
-
-    operation: str
-    span: trace.Span
-    token: object
-    started: float
-
-
-def parent_context(environ: Mapping[str, Any],
-                   props: Mapping[str, str] | None = None) -> otel_context.Context | None:
-    """The caller's trace context: the ``traceparent`` header, else a single message's
-    ``traceparent`` property, else None (a new trace)."""
-    header = environ.get("HTTP_TRACEPARENT")
-    if header:
-        carrier = {P.TRACEPARENT: header}
-        state = environ.get("HTTP_TRACESTATE")
-        if state:
-            carrier[P.TRACESTATE] = state
-        return _propagator.extract(carrier)
-    if props and P.TRACEPARENT in props:
-        return _propagator.extract({k: v for k, v in props.items()
-                                    if k in (P.TRACEPARENT, P.TRACESTATE)})
-    return None
-
-
-def inject_current(props: dict[str, str]) -> None:
-    """Write the current span's context into a message's properties (O1)."""
-    _propagator.inject(props)
+DESTINATION = telemetry.DESTINATION
+MESSAGE_ID = telemetry.MESSAGE_ID
+BATCH_COUNT = telemetry.BATCH_COUNT
+UNTRACED = frozenset({"schedule.levels", "internal.copy"})
+"""No request span: the level table (polled by the scheduler and the CLI, carries no message);
+the copy (one ``store.copy`` span per copied message instead, api/internal.py)."""
+IN_TRACE_ONLY = frozenset({
+    "schedule.entries", "topics.get_topic", "topics.list_topics", "groups.list_groups",
+    "groups.get_group_settings", "groups.get_offsets", "groups.commit_offset",
+    "groups.heartbeat", "groups.list_consumers", "groups.unregister_consumer"})
+"""Polls that carry no message - deliver timestamps read between hand-overs, a consumer's
+route look-ups, heartbeats, rebalances, offset commits and unregistering, the retry service's group
+refresh: a span only when the caller is inside a trace (a send-back's topic check is)."""
 
 
 def set_attribute(key: str, value: str | int | bool) -> None:
@@ -90,9 +65,12 @@ class Observability:
     """The tracer and the metrics of one app."""
 
     def __init__(self, store: MessageStore, levels: DelayLevels,
-                 consumers: ConsumerRegistry) -> None:
+                 consumers: ConsumerRegistry, *, self_traced: frozenset[str] = frozenset()
+                 ) -> None:
         disable_created_metrics()  # type: ignore[no-untyped-call]  # no `_created` series
-        self.tracer = trace.get_tracer("clepsydra_store")
+        self.tracing = ServerTracing("store", untraced=UNTRACED, in_trace_only=IN_TRACE_ONLY,
+                                     self_traced=self_traced)
+        self.tracer = self.tracing.tracer
         self.registry = CollectorRegistry(auto_describe=False)
         self.requests = Counter("clepsydra_store_requests", "HTTP requests by operation and "
                                 "status", ["operation", "status"], registry=self.registry)
@@ -117,26 +95,18 @@ class Observability:
         self._children: dict[tuple[str, int], tuple[Any, Any]] = {}
 
     def begin(self, operation: str, environ: Mapping[str, Any],
-              parent: otel_context.Context | None = None) -> RequestScope:
+              parent: otel_context.Context | None = None, *,
+              traced: bool = True) -> RequestScope:
         """Start the request's span and make it current."""
-        if parent is None:
-            parent = parent_context(environ)
-        span = self.tracer.start_span(
-            f"store.{operation}", context=parent, kind=SpanKind.SERVER,
-            attributes={"http.request.method": environ.get("REQUEST_METHOD", ""),
-                        "url.path": environ.get("PATH_INFO", "")})
-        token = otel_context.attach(trace.set_span_in_context(span))
-        return RequestScope(operation, span, token, time.perf_counter())
+        return self.tracing.begin(operation, environ, parent, traced=traced)
 
     def end(self, scope: RequestScope, status: int) -> None:
         """End the span, count the request."""
-        span = scope.span
-        if span.is_recording():
-            span.set_attribute("http.response.status_code", status)
-            if status >= 500:
-                span.set_status(Status(StatusCode.ERROR))
-        span.end()
-        otel_context.detach(scope.token)  # type: ignore[arg-type]
+        self.tracing.end(scope, status)
+        self.count(scope, status)
+
+    def count(self, scope: RequestScope, status: int) -> None:
+        """Count a request and its latency (every request, traced or not)."""
         key = (scope.operation, status)
         children = self._children.get(key)
         if children is None:

@@ -24,7 +24,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from clepsydra_core import properties as P
-from clepsydra_core import validation
+from clepsydra_core import telemetry, validation
 from clepsydra_core.errors import ClepsydraError, ValidationError
 from clepsydra_core.msgid import pack_host
 from clepsydra_store.api.context import StoreContext
@@ -32,18 +32,17 @@ from clepsydra_store.api.observability import (
     BATCH_COUNT,
     DESTINATION,
     MESSAGE_ID,
-    inject_current,
-    parent_context,
 )
 from clepsydra_store.engine.batch_encoder import settable_properties
 from clepsydra_store.engine.types import PutRequest, PutResult, PutStatus
 from clepsydra_store.settings import MAX_REQUEST_BYTES_VAR
 from clepsydra_web import jsonio
 from clepsydra_web.errors import too_large
+from clepsydra_web.tracing import parent_context
 
 logger = logging.getLogger(__name__)
 
-STORED_TOPIC = "clepsydra.stored_topic"
+STORED_TOPIC = telemetry.STORED_TOPIC
 MAX_BATCH = 1000
 MESSAGE_FIELDS = frozenset({"body", "bodyBase64", "tags", "keys", "properties", "queueId",
                             "delayLevel", "delayMs", "deliverAt", "flag", "bornTimestamp",
@@ -53,6 +52,7 @@ PLAIN_FIELDS = MESSAGE_FIELDS - {"bodyBase64", "delayMs", "deliverAt"}
 BATCH_FIELDS = frozenset({"messages"})
 _ALL_OK = frozenset({PutStatus.OK})
 _STATUS = attrgetter("status")
+_SEND = {telemetry.MESSAGING_SYSTEM: telemetry.SYSTEM, telemetry.OPERATION_TYPE: telemetry.SEND}
 _BODY = attrgetter("body")
 
 
@@ -296,8 +296,11 @@ def produce_one(c: StoreContext, topic: str, payload: dict[str, Any],
     result = c.store.put(request)
     out = _acknowledge(c, [result], [request])[0]
     if span.is_recording():
+        span.set_attributes(_SEND)
         span.set_attribute(DESTINATION, topic)
         span.set_attribute(MESSAGE_ID, result.msg_id)
+        if request.delay_level:
+            span.set_attribute(telemetry.DELAY_LEVEL, request.delay_level)
         if result.topic != topic:  # parked in the schedule topic (S1) or rerouted (R10)
             span.set_attribute(STORED_TOPIC, result.topic)
     return out
@@ -322,6 +325,7 @@ def produce_batch(c: StoreContext, topic: str, payload: dict[str, Any],
     out = _acknowledge(c, results, requests)
     span = _span()
     if span.is_recording():
+        span.set_attributes(_SEND)
         span.set_attribute(DESTINATION, topic)
         span.set_attribute(BATCH_COUNT, len(out))
     return {"results": out}
@@ -375,7 +379,7 @@ def serve(c: StoreContext, environ: Mapping[str, Any], topic: str, raw: bytes | 
 def _trace_props() -> dict[str, str]:
     """The current (request) span's W3C context as message properties (O1)."""
     props: dict[str, str] = {}
-    inject_current(props)
+    telemetry.inject(props)
     return props
 
 

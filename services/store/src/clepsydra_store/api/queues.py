@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, request
 
-from clepsydra_core import validation
+from clepsydra_core import telemetry, validation
 from clepsydra_core.errors import OffsetOutOfRange
 from clepsydra_store.api.context import ctx
+from clepsydra_store.api.observability import set_attribute
 from clepsydra_store.api.web import json_response, messages_json, trace_topic, with_body_arg
 from clepsydra_web import jsonio
+from clepsydra_web.tracing import idle
 
 bp = Blueprint("queues", __name__)
 
@@ -51,6 +53,12 @@ def pull(topic: str, queue_id: str) -> Response:
         raise OffsetOutOfRange(f"offset {queue_offset} is past the end of {topic!r} queue {qid} "
                                f"(maxOffset {queue.max_offset})")
     read = store.read_queue(topic, qid, queue_offset, max_count, parse_tags(args.get("tags")))
+    if read.messages:
+        set_attribute(telemetry.MESSAGING_SYSTEM, telemetry.SYSTEM)
+        set_attribute(telemetry.OPERATION_TYPE, telemetry.RECEIVE)
+        set_attribute(telemetry.BATCH_COUNT, len(read.messages))
+    else:
+        idle()  # an empty (long-poll) pull: no span exported (issue 19)
     return json_response({"messages": messages_json(read.messages, with_body_arg(args)),
                           "nextOffset": read.next_offset, "minOffset": read.min_offset,
                           "maxOffset": read.max_offset})

@@ -1,0 +1,245 @@
+"""The scheduler's health endpoints: a small stdlib HTTP server on a daemon thread (the
+scheduler stays Flask-free), for ``make run``'s readiness check, the images' HEALTHCHECK and
+the Kubernetes probes.
+
+Worker, on ``CLEPSYDRA_SCHEDULER_PORT`` (default 8083; 0: none):
+
+- ``GET /healthz``: 200 when Redis answers PING, the store answers (its schedule levels), and
+  every delay level's task is alive: a run holds the level's lease and the lease is fresh (its
+  time to live in Redis has not run out; runs renew it every ``lease_s / 3``). Else 503. The
+  JSON body says what was checked and what failed::
+
+      {"status": "ok" | "unhealthy", "role": "worker", "problems": ["level 3: no run holds
+       its lease"], "redis": {"ok": true}, "store": {"ok": true, "url": "..."},
+       "levels": [{"level": 1, "leased": true, "leaseTtlMs": 2480, "statsAgeMs": 130}]}
+
+- ``GET /livez``: 200 while the process serves: for a liveness probe, which must not restart a
+  worker only because the store or Redis is away.
+- ``GET /metrics``: the Prometheus families of ``status --prometheus`` (from Redis).
+
+Beat, on ``CLEPSYDRA_SCHEDULER_BEAT_PORT`` (default 8084; 0: none): ``GET /healthz`` (200 when
+its broker, Redis, answers PING) and ``GET /livez``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Protocol
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from clepsydra_core.levels import DelayLevels
+from clepsydra_scheduler.ports import OffsetStoreUnavailable, StoreCallFailed, StoreClient
+from clepsydra_scheduler.settings import SchedulerSettings
+from clepsydra_scheduler.stats import LevelStats
+
+logger = logging.getLogger(__name__)
+
+JSON = "application/json"
+PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
+HEALTH_TIMEOUT_S = 2.0
+"""A probe's store call gives up after this (Kubernetes probes time out after a few seconds)."""
+
+Response = tuple[int, str, bytes]
+"""(status, content type, body)."""
+
+
+class HealthSource(Protocol):
+    """What the checks read from Redis (RedisOffsetStore, or its in-memory twin)."""
+
+    def ping(self) -> None: ...
+
+    def lease_ttl_ms(self, level: int) -> int | None: ...
+
+    def read_stats(self, level: int) -> LevelStats: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LevelHealth:
+    level: int
+    lease_ttl_ms: int | None
+    """Time left on the lease; None when no run holds it."""
+    stats_age_ms: int | None
+    """How long ago a run last recorded the level's figures; None if never."""
+
+    @property
+    def alive(self) -> bool:
+        return self.lease_ttl_ms is not None and self.lease_ttl_ms > 0
+
+    def as_json(self) -> dict[str, Any]:
+        return {"level": self.level, "leased": self.alive, "leaseTtlMs": self.lease_ttl_ms,
+                "statsAgeMs": self.stats_age_ms}
+
+
+@dataclass(frozen=True, slots=True)
+class HealthReport:
+    role: str
+    redis_error: str | None = None
+    store_url: str | None = None
+    store_error: str | None = None
+    levels: tuple[LevelHealth, ...] = ()
+    problems: tuple[str, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def as_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "status": "ok" if self.ok else "unhealthy",
+            "role": self.role,
+            "problems": list(self.problems),
+            "redis": {"ok": self.redis_error is None, "error": self.redis_error},
+        }
+        if self.role == "worker":
+            body["store"] = {"ok": self.store_error is None, "url": self.store_url,
+                             "error": self.store_error}
+            body["levels"] = [lv.as_json() for lv in self.levels]
+        return body
+
+
+def check_worker(levels: DelayLevels, offsets: HealthSource, store: StoreClient,
+                 store_url: str, now_ms: int) -> HealthReport:
+    """Redis, the store, and every level's lease."""
+    problems: list[str] = []
+    redis_error: str | None = None
+    level_health: list[LevelHealth] = []
+    try:
+        offsets.ping()
+        for level in levels.levels():
+            stats = offsets.read_stats(level)
+            health = LevelHealth(
+                level=level, lease_ttl_ms=offsets.lease_ttl_ms(level),
+                stats_age_ms=max(now_ms - stats.updated_ms, 0) if stats.updated_ms else None)
+            level_health.append(health)
+            if not health.alive:
+                problems.append(f"level {level}: no run holds its lease")
+    except OffsetStoreUnavailable as exc:
+        redis_error = exc.message
+        problems.insert(0, f"redis: {exc.message}")
+    store_error: str | None = None
+    try:
+        store.levels()
+    except StoreCallFailed as exc:
+        store_error = exc.message
+        problems.insert(0, f"store: {exc.message}")
+    return HealthReport(role="worker", redis_error=redis_error, store_url=store_url,
+                        store_error=store_error, levels=tuple(level_health),
+                        problems=tuple(problems))
+
+
+def check_beat(offsets: HealthSource) -> HealthReport:
+    """Beat needs only its broker."""
+    try:
+        offsets.ping()
+    except OffsetStoreUnavailable as exc:
+        return HealthReport(role="beat", redis_error=exc.message,
+                            problems=(f"redis: {exc.message}",))
+    return HealthReport(role="beat")
+
+
+def report_response(report: HealthReport) -> Response:
+    body = json.dumps(report.as_json(), separators=(",", ":")).encode()
+    return (200 if report.ok else 503), JSON, body
+
+
+def live_response() -> Response:
+    return 200, JSON, b'{"status":"ok"}'
+
+
+Routes = Mapping[str, Callable[[], Response]]
+
+
+class HealthServer:
+    """GET routes on ``bind:port``, served by daemon threads. ``start`` raises OSError when
+    the port cannot be bound (the caller stops start-up with a message naming the setting)."""
+
+    def __init__(self, bind: str, port: int, routes: Routes) -> None:
+        self._routes = dict(routes)
+        handler = _handler_class(self._routes)
+        self._server = ThreadingHTTPServer((bind, port), handler)
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    def start(self) -> HealthServer:
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={
+            "poll_interval": 0.5}, name="scheduler-health", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def _handler_class(routes: Routes) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "clepsydra-scheduler"
+
+        def do_GET(self) -> None:
+            route = routes.get(self.path.split("?", 1)[0])
+            if route is None:
+                status, ctype, body = 404, JSON, b'{"error":"NOT_FOUND","message":"no such path"}'
+            else:
+                try:
+                    status, ctype, body = route()
+                except Exception:
+                    logger.exception("health route failed path=%s", self.path)
+                    status, ctype = 500, JSON
+                    body = b'{"error":"SYSTEM_ERROR","message":"health check failed"}'
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            logger.debug("health request " + format, *args)
+
+    return Handler
+
+
+def serve_health(settings: SchedulerSettings, role: str, port: int) -> HealthServer:
+    """The worker's or beat's endpoint, started (OSError when the port cannot be bound)."""
+    from clepsydra_scheduler.delivery import SystemClock
+    from clepsydra_scheduler.metrics import SchedulerCollector, gather
+    from clepsydra_scheduler.offsets import RedisOffsetStore
+    from clepsydra_scheduler.store_client import HttpStoreClient
+
+    offsets = RedisOffsetStore.from_url(settings.common.effective_redis_url)
+    clock = SystemClock()
+    store_url = settings.common.store_url
+
+    def healthz_worker() -> Response:
+        store = HttpStoreClient(store_url, timeout_s=HEALTH_TIMEOUT_S,
+                                connect_timeout_s=HEALTH_TIMEOUT_S)
+        try:
+            return report_response(check_worker(settings.levels, offsets, store, store_url,
+                                                clock.now_ms()))
+        finally:
+            store.close()
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SchedulerCollector(
+        lambda: gather(settings.levels, offsets, None, clock.now_ms())))
+
+    def metrics() -> Response:
+        return 200, PROMETHEUS, generate_latest(registry)
+
+    routes: dict[str, Callable[[], Response]] = {"/livez": live_response}
+    if role == "worker":
+        routes.update({"/healthz": healthz_worker, "/metrics": metrics})
+    else:
+        routes["/healthz"] = lambda: report_response(check_beat(offsets))
+    server = HealthServer(settings.bind, port, routes).start()
+    logger.info("scheduler %s health on bind=%s port=%d", role, settings.bind, server.port)
+    return server

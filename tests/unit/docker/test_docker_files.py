@@ -1,0 +1,53 @@
+"""Static checks of docker/: hadolint finds nothing at warning level in any Dockerfile, and the
+compose files validate against the Compose specification's JSON schema (the copy vendored in
+check-jsonschema: no network), and say what the images and the manifests agree on."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+DOCKER = REPO / "docker"
+BIN = Path(sys.executable).parent
+DOCKERFILES = sorted(DOCKER.glob("*.Dockerfile"))
+
+
+def tool(name: str) -> str:
+    path = BIN / name
+    if not path.exists():
+        raise AssertionError(f"{name} not found next to {sys.executable}: run `make setup` "
+                             "(requirements/dev.txt pins it)")
+    return str(path)
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_hadolint_finds_nothing_at_warning_level(dockerfile: Path) -> None:
+    proc = subprocess.run([tool("hadolint"), "--failure-threshold", "warning", str(dockerfile)],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_compose_files_follow_the_compose_specification() -> None:
+    files = [str(DOCKER / "compose.yaml"), str(DOCKER / "compose.loopback.yaml")]
+    proc = subprocess.run([tool("check-jsonschema"), "--builtin-schema", "vendor.compose-spec",
+                           *files], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_every_service_target_runs_as_uid_10001_with_its_command() -> None:
+    text = (DOCKER / "service.Dockerfile").read_text()
+    targets = re.findall(r"^FROM \S+ AS (\S+)$", text, flags=re.M)
+    assert targets == ["builder", "runtime-base", "runtime", "store", "scheduler-worker",
+                       "scheduler-beat", "retry", "builder-analytics", "analytics-exporter"]
+    runtime = text[text.index("AS runtime-base"):text.index("AS store")]
+    assert "USER 10001:10001" in runtime and "COPY --from=builder /opt/venv" in runtime
+    assert "/wheels" not in runtime  # the wheelhouse stays in the builder
+    commands = re.findall(r'^CMD \["python", "-m", (.+)\]$', text, flags=re.M)
+    assert commands == ['"clepsydra_store"', '"clepsydra_scheduler", "worker"',
+                        '"clepsydra_scheduler", "beat"', '"clepsydra_retry"',
+                        '"clepsydra_analytics", "export"']
