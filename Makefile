@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TOX_STAMP := .tox/.installed
-TOX_ENVS ?= lint,type,unit,integration,e2e,k8s
+TOX_ENVS ?= lint,type,unit,integration,e2e,k8s,spark
 # auto: `make test` also runs the images env when a Docker engine answers or can be started
 # here (docker/engine.sh --check), and says why not otherwise; 0: never
 IMAGES_TEST ?= auto
@@ -77,8 +77,8 @@ images-down: setup
 run: setup
 	@export PATH="$(CURDIR)/$(BIN):$$PATH"; exec $(BIN)/python -m tools.stack
 
-## test: set up, then run every tox env (lint, type, unit, integration, e2e, k8s, and images when a
-## Docker engine can be had).
+## test: set up, then run every tox env (lint, type, unit, integration, e2e, k8s, spark, and images
+## when a Docker engine can be had).
 test: setup $(TOX_STAMP)
 	@envs="$(TOX_ENVS)"; \
 	if [ "$(IMAGES_TEST)" = auto ]; then \
@@ -96,13 +96,13 @@ $(TOX_STAMP): $(STAMP) tox.ini
 
 ## test-fast: the pytest suites only, no tox.
 test-fast: setup
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q tests/unit tests/integration tests/e2e
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q tests/unit tests/integration tests/e2e tests/spark
 
 lint: setup
 	$(BIN)/ruff check .
 
 type: setup
-	$(BIN)/mypy libs/core/src libs/web/src services/store/src services/scheduler/src services/retry/src libs/client/src tools
+	$(BIN)/mypy libs/core/src libs/web/src services/store/src services/scheduler/src services/retry/src libs/client/src services/analytics/src tools
 
 bench: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python bench/store_produce.py

@@ -14,6 +14,10 @@ Each child runs in its own process group, with its output in ``CLEPSYDRA_HOME/lo
                       on CLEPSYDRA_SCHEDULER_PORT (0: its log says "ready")
     scheduler-beat    python -m clepsydra_scheduler beat      ready: GET /healthz answers 200
                       on CLEPSYDRA_SCHEDULER_BEAT_PORT (0: running)
+    analytics-export  python -m clepsydra_analytics export    ready: GET /healthz answers 200
+                      (on CLEPSYDRA_ANALYTICS_EXPORTER_PORT, default the API's port + 1)
+    analytics-api     python -m clepsydra_analytics serve     ready: GET /healthz answers 200
+    analytics-schedule python -m clepsydra_analytics schedule ready: its log says "ready"
 
 Once all are ready it prints exactly one line ``clepsydra: ready`` and a table of addresses.
 SIGINT, SIGTERM or SIGHUP: SIGTERM to every child group (services first, Redis last), wait,
@@ -198,6 +202,9 @@ class Stack:
                  restart_window_s: float = 60.0) -> None:
         self.settings = settings
         self.env = settings.child_env(env)
+        # the exporter answers /healthz on its own port: beside the analytics API's by default
+        self.env.setdefault("CLEPSYDRA_ANALYTICS_EXPORTER_PORT",
+                            str(int(self.env.get("CLEPSYDRA_ANALYTICS_PORT") or 8085) + 1))
         self.console = console
         self.ready_timeout_s = ready_timeout_s
         self.grace_s = grace_s
@@ -350,7 +357,20 @@ class Stack:
                   logs / "scheduler-worker.log", worker_ready),
             Child("scheduler-beat", [py, "-m", "clepsydra_scheduler", "beat"],
                   logs / "scheduler-beat.log", beat_ready),
+            Child("analytics-export", [py, "-m", "clepsydra_analytics", "export"],
+                  logs / "analytics-export.log", _http_ready(
+                      f"http://127.0.0.1:{self.env['CLEPSYDRA_ANALYTICS_EXPORTER_PORT']}")),
+            Child("analytics-api", [py, "-m", "clepsydra_analytics", "serve"],
+                  logs / "analytics-api.log", _http_ready(self.analytics_url)),
+            Child("analytics-schedule", [py, "-m", "clepsydra_analytics", "schedule"],
+                  logs / "analytics-schedule.log", _worker_ready),
         ]
+
+    @property
+    def analytics_url(self) -> str:
+        """Where the analytics API answers (CLEPSYDRA_ANALYTICS_URL / _PORT, as it reads them)."""
+        port = self.env.get("CLEPSYDRA_ANALYTICS_PORT") or "8085"
+        return self.env.get("CLEPSYDRA_ANALYTICS_URL") or f"http://127.0.0.1:{port}"
 
     def _ready_what(self, child: Child) -> str:
         if child.name == "store":
@@ -363,15 +383,20 @@ class Stack:
             return f"scheduler-beat at 127.0.0.1:{self.settings.scheduler_beat_port}/healthz"
         if child.name == "scheduler-worker":
             return "scheduler-worker logging 'ready'"
+        if child.name == "analytics-schedule":
+            return "analytics-schedule logging 'ready'"
+        if child.name == "analytics-api":
+            return f"analytics-api at {self.analytics_url}/healthz"
         return child.name
 
     def address_table(self) -> str:
         c = self.settings.common
         rows = [("store", c.store_url), ("retry", c.retry_url),
+                ("analytics", self.analytics_url),
                 ("redis", c.effective_redis_url + ("" if self.settings.own_redis
                                                    else " (CLEPSYDRA_REDIS_URL)")),
                 ("home", str(c.home)), ("logs", str(self.settings.log_dir))]
-        table = "\n".join(f"  {name:<6} {value}" for name, value in rows)
+        table = "\n".join(f"  {name:<9} {value}" for name, value in rows)
         return f"{table}\n  Ctrl-C stops every process of the stack."
 
     def _take_home_lock(self) -> None:

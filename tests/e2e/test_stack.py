@@ -99,6 +99,8 @@ def start_stack(tmp_path: Path) -> Iterator[Callable[..., RunningStack]]:
             "CLEPSYDRA_REDIS_PORT": str(redis_port),
             "CLEPSYDRA_SCHEDULER_PORT": str(free_port()),
             "CLEPSYDRA_SCHEDULER_BEAT_PORT": str(free_port()),
+            "CLEPSYDRA_ANALYTICS_PORT": str(free_port()),
+            "CLEPSYDRA_ANALYTICS_EXPORTER_PORT": str(free_port()),
             **extra_env,
         })
         output_path = tmp_path / f"stack{len(started)}.out"

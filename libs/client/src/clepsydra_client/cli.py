@@ -7,10 +7,13 @@
     clepsydra groups list | show|settings|consumers|progress GROUP
     clepsydra dlq list|show|resend|purge|audit GROUP ...
     clepsydra levels
+    clepsydra report run [--job NAME ...] [--since 2h] [--format json] | list | show RUN_ID
+    clepsydra export status
     clepsydra k8s status | scale workers N | report-now   (cluster via kubeconfig)
 
 Where the services are: ``--store-url`` / ``--retry-url``, else ``CLEPSYDRA_STORE_URL`` /
-``CLEPSYDRA_RETRY_URL``. ``--json`` prints JSON for scripts. Errors print what to do, and the
+``CLEPSYDRA_RETRY_URL``; the analytics service: ``--analytics-url``, else
+``CLEPSYDRA_ANALYTICS_URL``. ``--json`` prints JSON for scripts. Errors print what to do, and the
 exit status is 1 (2 for a usage error, 130 after Ctrl-C).
 """
 
@@ -24,6 +27,7 @@ from typing import TextIO
 
 from clepsydra_client import commands as c
 from clepsydra_client import k8s_commands
+from clepsydra_client.analytics_commands import AnalyticsUnavailable, add_analytics_commands
 from clepsydra_client.commands import UsageError
 from clepsydra_client.rebalance import STRATEGIES
 from clepsydra_client.settings import ClientSettings
@@ -50,6 +54,7 @@ def build_parser() -> Parser:
     p = Parser(prog="clepsydra", description="Delayed messages, consumer retry and dead letters.")
     p.add_argument("--store-url", help="store service URL (CLEPSYDRA_STORE_URL)")
     p.add_argument("--retry-url", help="retry service URL (CLEPSYDRA_RETRY_URL)")
+    p.add_argument("--analytics-url", help="analytics service URL (CLEPSYDRA_ANALYTICS_URL)")
     p.add_argument("--json", action="store_true", help="print JSON (for scripts)")
     p.add_argument("--timeout", type=float, help="seconds to wait for a service answer")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -167,11 +172,15 @@ def build_parser() -> Parser:
     lv.set_defaults(fn=c.levels)
 
     k8s_commands.add_parser(sub, Parser)
+    add_analytics_commands(sub, Parser)
     return p
 
 
 def hint(exc: ClepsydraError, ctx: c.Context) -> str:
     """What to do about an error."""
+    if isinstance(exc, AnalyticsUnavailable):
+        return ("is the analytics service running? `make run` starts it; or point "
+                f"--analytics-url (CLEPSYDRA_ANALYTICS_URL) at it (now {ctx.analytics_url})")
     if exc.code == "CLUSTER_ERROR":
         return ("check the kubeconfig context and namespace (`clepsydra k8s --context C -n NS "
                 "...`), that the manifests are applied (`kubectl apply -k k8s/overlays/dev`) "
@@ -215,7 +224,8 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
     ctx = c.Context(store_url=args.store_url or settings.store_url,
                     retry_url=args.retry_url or settings.retry_url, json=args.json,
                     timeout_s=args.timeout or settings.timeout_s, out=out, err=err,
-                    progress=not args.no_progress, broker_name=settings.broker_name)
+                    progress=not args.no_progress, broker_name=settings.broker_name,
+                    analytics_url=args.analytics_url or settings.analytics_url)
     try:
         result = args.fn(args, ctx)
     except UsageError as exc:

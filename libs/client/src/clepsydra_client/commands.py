@@ -51,6 +51,7 @@ class Context:
     progress: bool = True
     broker_name: str = DEFAULT_BROKER_NAME
     """The broker name of queues in RocketMQ's form (CLEPSYDRA_CLIENT_BROKER_NAME)."""
+    analytics_url: str = "http://127.0.0.1:8085"
     _admin: AdminClient | None = None
 
     def admin(self) -> AdminClient:

@@ -22,6 +22,7 @@ class ClientSettings:
     store_url: str
     retry_url: str
     otel_exporter: str
+    analytics_url: str
     timeout_s: float
     broker_name: str
     """The broker name in the RocketMQ form of a queue (consistent-hash allocation)."""
@@ -35,6 +36,8 @@ class ClientSettings:
             store_url=env_str(env, "CLEPSYDRA_STORE_URL", f"http://127.0.0.1:{store_port}"),
             retry_url=env_str(env, "CLEPSYDRA_RETRY_URL", f"http://127.0.0.1:{retry_port}"),
             otel_exporter=env_str(env, "CLEPSYDRA_OTEL_EXPORTER", "none"),
+            analytics_url=env_str(env, "CLEPSYDRA_ANALYTICS_URL", "http://127.0.0.1:"
+                                  f"{env_int(env, 'CLEPSYDRA_ANALYTICS_PORT', 8085, minimum=1)}"),
             timeout_s=env_float(env, "CLEPSYDRA_CLIENT_TIMEOUT_S", 10.0, minimum=0.1),
             broker_name=env_str(env, "CLEPSYDRA_CLIENT_BROKER_NAME", DEFAULT_BROKER_NAME),
         )

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from urllib.parse import quote, unquote
+
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 """System topic with one queue per delay level (SPEC S1, L3)."""
 
@@ -119,3 +122,75 @@ def sendback_stats_key(group: str) -> str:
 def schedule_queue_name(level: int) -> str:
     """The Celery queue a level's delivery task is routed to."""
     return f"schedule.level.{level}"
+
+
+# ---- analytics export and reports (services/analytics) --------------------------------------
+
+EXPORT_DIR = "export"
+"""Default export folder under CLEPSYDRA_HOME."""
+REPORTS_DIR = "reports"
+"""Default reports folder under CLEPSYDRA_HOME."""
+ANALYTICS_DIR = "analytics"
+"""Local state of the analytics service under CLEPSYDRA_HOME (locks, beat schedule)."""
+EXPORT_GROUP = "clepsydra-analytics-export"
+"""The exporter's own consumer group."""
+EXPORT_TEMP_PREFIX = ".tmp-"
+"""A file being written; readers (Spark, pyarrow) skip names starting with a dot."""
+EXPORT_FLUSH_REQUEST = "export-flush-request"
+"""Touched (in the analytics state folder) by a jobs run that wants the running exporter to
+write its buffers now."""
+EXPORTER_HEARTBEAT = "exporter.alive"
+"""Touched (in the analytics state folder) by the running exporter after every cycle: a jobs run
+that sees it fresh leaves the exporting to that exporter, on this machine or another."""
+EXPORT_SNAPSHOT_DIR = "_snapshots"
+"""Small tables the exporter refreshes each cycle (schedule levels, consumer lag)."""
+
+
+def export_schema_dir(version: int) -> str:
+    """The export's top folder for one schema version: ``v1``."""
+    return f"v{version}"
+
+
+def export_topic_dir(topic: str) -> str:
+    """``topic=<name>``, percent-encoded so ``%RETRY%G`` is a safe folder name."""
+    return "topic=" + quote(topic, safe="")
+
+
+def topic_of_export_dir(name: str) -> str | None:
+    """Inverse of :func:`export_topic_dir`; None for any other folder name."""
+    return unquote(name[len("topic="):]) if name.startswith("topic=") else None
+
+
+def export_hour_dir(hour: str) -> str:
+    """``hour=2026-11-25T10`` (UTC hour of the messages' store timestamps)."""
+    return f"hour={hour}"
+
+
+def export_file_name(queue_id: int, start_offset: int, end_offset: int) -> str:
+    """``q0003-00000000000000000100-00000000000000000200.parquet``: the queue and the range
+    ``[start_offset, end_offset)`` of queue offsets the file holds."""
+    return f"q{queue_id:04d}-{start_offset:020d}-{end_offset:020d}.parquet"
+
+
+def parse_export_file_name(name: str) -> tuple[int, int, int] | None:
+    """(queue_id, start_offset, end_offset) of an export file name, None for any other name."""
+    if not (name.startswith("q") and name.endswith(".parquet")):
+        return None
+    parts = name[1:-len(".parquet")].split("-")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        return None
+    return int(parts[0]), int(parts[1]), int(parts[2])
+
+
+REPORT_HTML = "report.html"
+"""A report run's HTML page, in its run folder under the reports folder."""
+REPORT_RESULT = "result.json"
+"""A report run's results (the rows of every job), as `clepsydra report run --format json`."""
+REPORT_CHARTS_DIR = "charts"
+REPORT_TABLES_DIR = "tables"
+
+
+def report_run_id(started_ms: int, suffix: str) -> str:
+    """``20261125T103000123Z-1a2b`` (UTC, to the millisecond): runs sort by start time."""
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(started_ms // 1000))
+    return f"{stamp}{started_ms % 1000:03d}Z-{suffix}"

@@ -229,6 +229,7 @@ def message_to_json(r: CommitLogRecord, *, with_body: bool = True) -> dict[str, 
         "storeHost": unpack_host(r.store_host),
         "reconsumeTimes": r.reconsume_times,
         "sysFlag": r.sys_flag,
+        "bodySize": len(r.body),
     }
     if with_body:
         try:

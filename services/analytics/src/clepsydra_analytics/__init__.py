@@ -1,0 +1,1 @@
+"""Clepsydra analytics: the exporter (topics to Parquet), PySpark jobs and their reports."""

@@ -1,0 +1,38 @@
+"""create_app(settings) -> Flask: the analytics service's HTTP API."""
+
+from __future__ import annotations
+
+import logging
+
+from flask import Flask
+
+from clepsydra_analytics import api
+from clepsydra_analytics.export_files import ExportFiles
+from clepsydra_analytics.metrics import AnalyticsCollector, build_registry
+from clepsydra_analytics.reports import Reports
+from clepsydra_analytics.settings import MAX_REQUEST_BYTES_VAR, AnalyticsSettings
+from clepsydra_analytics.store_reader import StoreReader
+from clepsydra_core import telemetry
+from clepsydra_web.errors import register_error_handlers
+from clepsydra_web.ops import ops_blueprint
+
+logger = logging.getLogger(__name__)
+
+
+def create_app(settings: AnalyticsSettings) -> Flask:
+    telemetry.init_tracing("analytics", settings.common.otel_exporter)
+    app = Flask("clepsydra_analytics")
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_request_bytes
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    files = ExportFiles(settings.export_uri)
+    reader = StoreReader(settings.store_url, timeout_s=10.0)
+    reports = Reports(settings)
+    registry = build_registry(AnalyticsCollector(files, reader, settings.topics, reports))
+    app.extensions["clepsydra_analytics"] = api.Services(
+        settings=settings, reports=reports, files=files, reader=reader, registry=registry)
+    for blueprint in api.BLUEPRINTS:
+        app.register_blueprint(blueprint)
+    app.register_blueprint(ops_blueprint("clepsydra_analytics", health=api.health,
+                                         registry=lambda: registry))
+    register_error_handlers(app, size_setting=MAX_REQUEST_BYTES_VAR)
+    return app

@@ -1,0 +1,62 @@
+"""The local schedule: a small Celery app whose beat sends one ``run_jobs`` task every
+CLEPSYDRA_ANALYTICS_SCHEDULE_S (hourly by default); the task runs
+``python -m clepsydra_analytics jobs run`` as a child process, so the JVM's memory is returned
+after each run. ``python -m clepsydra_analytics schedule`` runs it as one ``celery worker -B``
+process (one beat for the stack). On Kubernetes a CronJob runs ``jobs run`` instead."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+
+from celery import Celery
+
+from clepsydra_analytics.settings import AnalyticsSettings
+from clepsydra_core import naming
+
+logger = logging.getLogger(__name__)
+
+QUEUE = "analytics.jobs"
+TASK_NAME = "clepsydra_analytics.run_jobs"
+
+
+def jobs_argv() -> list[str]:
+    return [sys.executable, "-m", "clepsydra_analytics", "jobs", "run"]
+
+
+def create_celery(settings: AnalyticsSettings) -> Celery:
+    app = Celery("clepsydra_analytics", broker=settings.common.effective_redis_url,
+                 set_as_current=False)
+    app.conf.update(
+        broker_connection_retry_on_startup=True,
+        task_ignore_result=True,
+        task_default_queue=QUEUE,
+        worker_hijack_root_logger=False,
+        worker_prefetch_multiplier=1,
+        beat_schedule={"analytics-jobs": {
+            "task": TASK_NAME, "schedule": settings.schedule_interval_s,
+            "options": {"queue": QUEUE, "expires": settings.schedule_interval_s}}},
+    )
+
+    @app.task(name=TASK_NAME)  # type: ignore[untyped-decorator]
+    def run_jobs() -> int:
+        logger.info("scheduled jobs run starting")
+        proc = subprocess.run(jobs_argv(), check=False, timeout=settings.job_timeout_s,
+                              stdout=subprocess.DEVNULL)
+        logger.info("scheduled jobs run finished exit=%d", proc.returncode)
+        return proc.returncode
+
+    return app
+
+
+def run_schedule(settings: AnalyticsSettings) -> int:
+    """One worker with beat embedded, concurrency 1 (runs never overlap)."""
+    state = settings.state_dir
+    state.mkdir(parents=True, exist_ok=True)
+    app = create_celery(settings)
+    app.worker_main(["worker", "-B", "--pool", "solo", "--concurrency", "1", "-Q", QUEUE,
+                     "--schedule", str(state / "beat-schedule"), "--loglevel",
+                     settings.common.log_level, "--without-gossip", "--without-mingle",
+                     "--hostname", f"analytics@{naming.ANALYTICS_DIR}"])
+    return 0

@@ -1,0 +1,67 @@
+"""Export status: for each exported topic, how far the files reach and how far behind the
+store's queues they are (the lag, in messages)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from clepsydra_analytics.export_files import ExportFiles
+from clepsydra_analytics.settings import TopicPatterns
+from clepsydra_analytics.store_reader import StoreReader
+
+
+@dataclass(frozen=True, slots=True)
+class TopicStatus:
+    topic: str
+    queues: int
+    exported_rows: int
+    store_end: int
+    """Sum of the queues' max offsets."""
+    exported_end: int
+    """Sum of the queues' exported ends (never past their max offsets)."""
+
+    @property
+    def lag(self) -> int:
+        return max(0, self.store_end - self.exported_end)
+
+    def to_json(self) -> dict[str, int | str]:
+        return {"topic": self.topic, "queues": self.queues, "exportedRows": self.exported_rows,
+                "storeEnd": self.store_end, "exportedEnd": self.exported_end, "lag": self.lag}
+
+
+def export_status(files: ExportFiles, reader: StoreReader,
+                  patterns: TopicPatterns) -> list[TopicStatus]:
+    ranges = files.ranges()
+    ends: dict[tuple[str, int], int] = {}
+    rows: dict[str, int] = {}
+    for r in ranges:
+        key = (r.topic, r.queue_id)
+        ends[key] = max(ends.get(key, 0), r.end_offset)
+        rows[r.topic] = rows.get(r.topic, 0) + (r.end_offset - r.start_offset)
+    out = []
+    for info in reader.topics():
+        if not patterns.matches(info.name):
+            continue
+        store_end = sum(q.max_offset for q in info.queues)
+        exported = sum(min(max(ends.get((info.name, q.queue_id), q.min_offset), q.min_offset),
+                           q.max_offset) for q in info.queues)
+        out.append(TopicStatus(info.name, len(info.queues), rows.get(info.name, 0), store_end,
+                               exported))
+    return sorted(out, key=lambda s: s.topic)
+
+
+def wait_caught_up(files: ExportFiles, reader: StoreReader, patterns: TopicPatterns,
+                   timeout_s: float, poll_s: float = 0.5) -> bool:
+    """Until the files reach every queue's end as it was when called (another process
+    exports); False on timeout."""
+    targets = {(t.name, q.queue_id): q.max_offset for t in reader.topics()
+               if patterns.matches(t.name) for q in t.queues}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        ends = files.exported_ends()
+        if all(ends.get(k, 0) >= v for k, v in targets.items() if v > 0):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(poll_s)
