@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from clepsydra_core.errors import ValidationError
+from clepsydra_core.wire.codec import type_name as type_name
 
 INT64_MAX = (1 << 63) - 1
 INT32_MAX = (1 << 31) - 1
@@ -45,21 +46,6 @@ def loads_object(raw: bytes, what: str = "request body") -> dict[str, Any]:
         raise ValidationError(f"{what} must be a JSON object, got {type_name(obj)}",
                               code=INVALID_JSON)
     return obj
-
-
-def type_name(value: object) -> str:
-    """The JSON name of a decoded value's type, for error messages."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
 
 
 def check_fields(obj: Mapping[str, Any], allowed: frozenset[str], what: str) -> None:

@@ -44,7 +44,8 @@ def wire_meta(*, json: str | None = None, minimum: int | None = None,
             "max_items": max_items, "internal": internal}
 
 
-def _type_name(value: object) -> str:
+def type_name(value: object) -> str:
+    """The JSON name of a decoded value's type, for error messages."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -59,7 +60,7 @@ def _type_name(value: object) -> str:
 
 
 def _bad(name: str, expected: str, value: object) -> ValidationError:
-    return ValidationError(f"{name} must be {expected}, got {_type_name(value)}",
+    return ValidationError(f"{name} must be {expected}, got {type_name(value)}",
                            code="INVALID_REQUEST")
 
 
