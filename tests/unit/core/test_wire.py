@@ -148,3 +148,12 @@ def test_send_back_request_names_and_bounds() -> None:
     dropped = SendBackAnswer("DROPPED", None, None, None)
     assert dropped.to_json() == {"outcome": "DROPPED", "topic": None, "delayLevel": None,
                                  "msgId": None}
+
+
+def test_level_backlog_starts_after_the_mark_and_never_below_the_minimum() -> None:
+    # SPEC D8, D9: derived once here for the SDK, the scheduler's metrics and the autoscaler
+    assert (LevelInfo(1, 1_000, 0, 0, 10, 3).first_pending,
+            LevelInfo(1, 1_000, 0, 0, 10, 3).backlog) == (4, 6)
+    assert LevelInfo(1, 1_000, 0, 7, 10, -1).first_pending == 7  # old segments deleted
+    assert LevelInfo(1, 1_000, 0, 0, 10, 9).backlog == 0
+    assert LevelInfo(1, 1_000, 0, 0, 0, -1).backlog == 0

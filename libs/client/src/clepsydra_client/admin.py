@@ -73,9 +73,12 @@ class LevelStatus:
     nothing is due) and its deliver time."""
 
     info: LevelInfo
-    backlog: int
     lag_ms: int
     next_deliver_ts: int | None
+
+    @property
+    def backlog(self) -> int:
+        return self.info.backlog
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,11 +313,9 @@ class AdminClient:
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         out = []
         for info in table.levels:
-            first = max(info.handed_over + 1, info.min_offset)
-            backlog = max(info.max_offset - first, 0)
-            next_ts = self._deliver_ts(info.level, first) if backlog else None
+            next_ts = self._deliver_ts(info.level, info.first_pending) if info.backlog else None
             lag = max(now_ms - next_ts, 0) if next_ts is not None else 0
-            out.append(LevelStatus(info, backlog, lag, next_ts))
+            out.append(LevelStatus(info, lag, next_ts))
         return out
 
     def _deliver_ts(self, level: int, offset: int) -> int | None:

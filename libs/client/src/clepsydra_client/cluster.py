@@ -156,8 +156,7 @@ class Cluster:
             raise ClusterError(f"unexpected answer from the store's levels: {exc}") from exc
         out = []
         for info in table.levels:
-            backlog = max(info.max_offset - max(info.handed_over + 1, info.min_offset), 0)
-            out.append(LevelBacklog(info.level, info.delay_ms, backlog))
+            out.append(LevelBacklog(info.level, info.delay_ms, info.backlog))
         return out
 
     # ---- changing ---------------------------------------------------------------------------

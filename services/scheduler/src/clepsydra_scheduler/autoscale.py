@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from clepsydra_core.levels import DelayLevels
-from clepsydra_core.wire.schedule import LevelInfo
 from clepsydra_scheduler.delivery import corrected_deliver_ts
 from clepsydra_scheduler.ports import StoreClient
 
@@ -112,11 +111,6 @@ def decide(loads: Sequence[LevelLoad], current: int, policy: ScalePolicy, *, now
     return ScaleDecision(current, current, needed, reason)
 
 
-def backlog_of(info: LevelInfo) -> int:
-    """Entries of a level not yet handed over (the store's range and its handed-over mark)."""
-    return max(info.max_offset - max(info.handed_over, info.min_offset - 1) - 1, 0)
-
-
 def level_loads(store: StoreClient, levels: DelayLevels, now_ms: int) -> list[LevelLoad]:
     """Each level's backlog (GET /v1/schedule/levels) and lag (the deliver time of its oldest
     entry not handed over, GET .../entries). StoreCallFailed (ports) when the store does not
@@ -125,11 +119,10 @@ def level_loads(store: StoreClient, levels: DelayLevels, now_ms: int) -> list[Le
     for info in store.levels():
         if info.level not in levels.levels():
             continue
-        backlog = backlog_of(info)
+        backlog = info.backlog
         lag_ms, due = 0, False
         if backlog:
-            first = max(info.handed_over + 1, info.min_offset)
-            entries = store.entries(info.level, first, 1)
+            entries = store.entries(info.level, info.first_pending, 1)
             if entries.deliver_ts:
                 deliver_ts = corrected_deliver_ts(entries.deliver_ts[0], now_ms,
                                                   levels.delay_ms(info.level))

@@ -98,11 +98,10 @@ def gather(levels: DelayLevels, offsets: StatsSource, store: StoreClient | None,
 
 def _live_lag(store: StoreClient, info: LevelInfo, delay_ms: int, now_ms: int) -> int:
     """now - deliverTs of the oldest entry not yet handed over, if it is due (else 0)."""
-    first = max(info.handed_over + 1, info.min_offset)
-    if first >= info.max_offset:
+    if not info.backlog:
         return 0
     try:
-        entries = store.entries(info.level, first, 1)
+        entries = store.entries(info.level, info.first_pending, 1)
     except StoreCallFailed:
         return 0
     if not entries.deliver_ts:

@@ -32,6 +32,16 @@ class LevelInfo(WireValue):
     handed_over: int
     """Highest queue offset already handed to a real topic, -1 if none (SPEC D9)."""
 
+    @property
+    def first_pending(self) -> int:
+        """The queue offset of the oldest entry not yet handed over (D8, D9)."""
+        return max(self.handed_over + 1, self.min_offset)
+
+    @property
+    def backlog(self) -> int:
+        """Entries stored but not yet handed over to their real topic."""
+        return max(self.max_offset - self.first_pending, 0)
+
 
 @dataclass(frozen=True, slots=True)
 class LevelTable(WireValue):
