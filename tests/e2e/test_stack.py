@@ -76,6 +76,17 @@ class RunningStack:
     def output(self) -> str:
         return self.output_path.read_text(errors="replace")
 
+    def why(self) -> str:
+        """The stack's own account of a failure: from its first `clepsydra:` line that is
+        not a progress line (the child that died and the tail of its log) on, at most 60
+        lines; the last 60 lines when it gave none."""
+        lines = self.output().splitlines()
+        for i, line in enumerate(lines):
+            if line.startswith("clepsydra: ") and not line.startswith(
+                    ("clepsydra: starting", "clepsydra: ready", "clepsydra: stopping")):
+                return "\n".join(lines[i:i + 60])
+        return "\n".join(lines[-60:])
+
     def stop_with(self, sig: signal.Signals, timeout_s: float = 60.0) -> int:
         os.kill(self.proc.pid, sig)
         return self.proc.wait(timeout_s)
@@ -116,7 +127,7 @@ def start_stack(tmp_path: Path) -> Iterator[Callable[..., RunningStack]]:
         def ready() -> bool:
             if proc.poll() is not None:
                 pytest.fail(f"the stack exited with {proc.returncode} before it was ready:\n"
-                            f"{stack.output()[-6000:]}")
+                            f"{stack.why()}")
             return READY_LINE in stack.output().splitlines()
 
         try:
