@@ -15,8 +15,8 @@ import pytest
 from clepsydra_core.levels import DelayLevels
 from clepsydra_scheduler.autoscale import ScalePolicy, ScaleReason
 from clepsydra_scheduler.autoscaler import Autoscaler
+from clepsydra_scheduler.handover_client import HttpHandoverApi
 from clepsydra_scheduler.kube import DeploymentScale, KubeCallFailed, api_client
-from clepsydra_scheduler.store_client import HttpStoreClient
 from tests.fixtures.kube_api import KubeApi, deployment, start_kube_api
 from tests.fixtures.processes import HttpService, free_port, wait_until
 from tests.fixtures.scheduler import STORE_LEVELS, TOPIC, StoreApi
@@ -91,7 +91,7 @@ def test_due_backlog_in_the_store_scales_the_workers_up(
     api.create_topic(TOPIC, 1)
     # no scheduler runs: the 2,500 level-1 messages stay in the schedule topic and fall due
     api.produce(TOPIC, [{"body": f"m{i}", "delayLevel": 1} for i in range(2_500)])
-    client = HttpStoreClient(store.url)
+    client = HttpHandoverApi(store.url)
     policy = ScalePolicy(min_replicas=1, max_replicas=5, cooldown_s=300.0,
                          backlog_per_worker=1_000, levels_per_worker=4, lag_target_ms=60_000)
     autoscaler = Autoscaler(policy, DelayLevels.parse(STORE_LEVELS), client, worker_scale,

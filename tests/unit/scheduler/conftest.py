@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from clepsydra_scheduler.delivery import DeliveryConfig, LevelDelivery
-from clepsydra_scheduler.offsets import MemoryOffsetStore
+from clepsydra_scheduler.level_state import MemoryLevelState
 from tests.fixtures.scheduler import FakeClock, FakeStore
 
 DELAYS_MS = [1_000, 2_000, 3_000]
@@ -25,13 +25,13 @@ def store(clock: FakeClock) -> FakeStore:
 
 
 @pytest.fixture
-def offsets(clock: FakeClock) -> MemoryOffsetStore:
-    return MemoryOffsetStore(clock.now_ms)
+def offsets(clock: FakeClock) -> MemoryLevelState:
+    return MemoryLevelState(clock.now_ms)
 
 
 @pytest.fixture
 def delivery(clock: FakeClock, store: FakeStore,
-             offsets: MemoryOffsetStore) -> Callable[..., LevelDelivery]:
+             offsets: MemoryLevelState) -> Callable[..., LevelDelivery]:
     """delivery(level=1, **config) -> a LevelDelivery over the fakes (run_s 10 by default)."""
 
     def make(level: int = 1, **config: Any) -> LevelDelivery:

@@ -15,8 +15,8 @@ from clepsydra_scheduler.delivery import (
     corrected_deliver_ts,
     due_count,
 )
-from clepsydra_scheduler.offsets import MemoryOffsetStore
-from clepsydra_scheduler.ports import LevelSample, OffsetStoreUnavailable
+from clepsydra_scheduler.level_state import MemoryLevelState
+from clepsydra_scheduler.ports import LevelSample, LevelStateUnavailable
 from tests.fixtures.scheduler import FakeClock, FakeStore
 
 Make = Callable[..., LevelDelivery]
@@ -54,7 +54,7 @@ def test_nothing_is_handed_over_before_its_deliver_time(
 
 
 def test_all_due_entries_are_delivered_once_in_order(
-        clock: FakeClock, store: FakeStore, offsets: MemoryOffsetStore, delivery: Make) -> None:
+        clock: FakeClock, store: FakeStore, offsets: MemoryLevelState, delivery: Make) -> None:
     # SPEC D4, D9
     for i in range(250):
         store.park(2, f"m{i}", deliver_ts=clock.now - 10)
@@ -67,7 +67,7 @@ def test_all_due_entries_are_delivered_once_in_order(
 
 
 def test_a_due_backlog_is_drained_without_reading_entries_between_full_batches(
-        clock: FakeClock, store: FakeStore, offsets: MemoryOffsetStore, delivery: Make) -> None:
+        clock: FakeClock, store: FakeStore, offsets: MemoryLevelState, delivery: Make) -> None:
     # SPEC D4, D5: after a whole batch, the next hand-over goes straight away (the store
     # re-checks due-ness and stops at the first entry not due)
     for i in range(350):
@@ -95,7 +95,7 @@ def test_shortened_table_entry_is_delivered_now(
 
 
 def test_store_failure_keeps_progress_and_retries_after_backoff(
-        clock: FakeClock, store: FakeStore, offsets: MemoryOffsetStore, delivery: Make,
+        clock: FakeClock, store: FakeStore, offsets: MemoryLevelState, delivery: Make,
         caplog: pytest.LogCaptureFixture) -> None:
     # SPEC D6: progress stays at the failed entry; retried after the back-off; nothing skipped
     for i in range(3):
@@ -130,7 +130,7 @@ def test_store_500s_are_retried_without_skipping(
 
 @pytest.mark.parametrize(("saved", "expected"), [(-5, 4), (2, 4), (7, 4), (50, 4)])
 def test_progress_outside_the_queue_is_corrected_and_logged(
-        clock: FakeClock, store: FakeStore, offsets: MemoryOffsetStore, delivery: Make,
+        clock: FakeClock, store: FakeStore, offsets: MemoryLevelState, delivery: Make,
         caplog: pytest.LogCaptureFixture, saved: int, expected: int) -> None:
     # SPEC D8: below the minimum -> minimum; logged. Ahead of the store's handed-over mark
     # (inside the queue or past its end) -> back to the entry after the mark (D9, issue 18.2):
@@ -151,7 +151,7 @@ def test_progress_outside_the_queue_is_corrected_and_logged(
 
 
 def test_entries_already_handed_over_are_not_asked_for_again(
-        clock: FakeClock, store: FakeStore, offsets: MemoryOffsetStore, delivery: Make) -> None:
+        clock: FakeClock, store: FakeStore, offsets: MemoryLevelState, delivery: Make) -> None:
     # SPEC D9: a crash after the store's append but before progress was saved
     for i in range(6):
         store.park(1, f"m{i}", deliver_ts=clock.now - 1)
@@ -164,7 +164,7 @@ def test_entries_already_handed_over_are_not_asked_for_again(
 
 
 def test_progress_ahead_of_a_recovered_store_steps_back(
-        clock: FakeClock, store: FakeStore, offsets: MemoryOffsetStore, delivery: Make) -> None:
+        clock: FakeClock, store: FakeStore, offsets: MemoryLevelState, delivery: Make) -> None:
     # SPEC D9 (issue 18.2): the store came back from a machine crash with its last hand-over
     # copies lost and its mark re-derived; Redis progress, saved after them, is ahead
     for i in range(8):
@@ -189,7 +189,7 @@ def test_replayed_range_writes_nothing_twice(clock: FakeClock, store: FakeStore)
 
 
 def test_unbuildable_message_is_parked_and_progress_moves_on(
-        clock: FakeClock, store: FakeStore, offsets: MemoryOffsetStore, delivery: Make) -> None:
+        clock: FakeClock, store: FakeStore, offsets: MemoryLevelState, delivery: Make) -> None:
     # SPEC D7 (the store parks; the scheduler moves on and counts it)
     store.park(1, "bad", deliver_ts=clock.now - 1, real_topic=None)
     store.park(1, "good", deliver_ts=clock.now - 1)
@@ -201,7 +201,7 @@ def test_unbuildable_message_is_parked_and_progress_moves_on(
 
 
 def test_a_held_lease_makes_the_run_return_at_once(
-        store: FakeStore, offsets: MemoryOffsetStore, delivery: Make) -> None:
+        store: FakeStore, offsets: MemoryLevelState, delivery: Make) -> None:
     # SPEC D1: one deliverer per level
     assert offsets.acquire(1, "other", 10_000)
     report = delivery(1).run()
@@ -210,7 +210,7 @@ def test_a_held_lease_makes_the_run_return_at_once(
 
 
 def test_losing_the_lease_stops_the_run_without_saving_progress(
-        clock: FakeClock, store: FakeStore, offsets: MemoryOffsetStore, delivery: Make) -> None:
+        clock: FakeClock, store: FakeStore, offsets: MemoryLevelState, delivery: Make) -> None:
     # fencing: after another run took the lease, this one writes no progress
     t0 = clock.now
     for i in range(20):
@@ -228,7 +228,7 @@ def test_losing_the_lease_stops_the_run_without_saving_progress(
 
 
 def test_run_end_keeps_the_lease_for_the_successor(
-        clock: FakeClock, store: FakeStore, offsets: MemoryOffsetStore, delivery: Make) -> None:
+        clock: FakeClock, store: FakeStore, offsets: MemoryLevelState, delivery: Make) -> None:
     first = delivery(1, run_s=1.0).run()
     assert first.outcome is RunOutcome.RUN_ENDED
     assert offsets.holder(1) == first.token
@@ -239,7 +239,7 @@ def test_run_end_keeps_the_lease_for_the_successor(
 
 
 def test_stopping_releases_the_lease(
-        clock: FakeClock, offsets: MemoryOffsetStore, delivery: Make) -> None:
+        clock: FakeClock, offsets: MemoryLevelState, delivery: Make) -> None:
     clock.stop_at_ms = clock.now + 500
     report = delivery(1, run_s=60.0).run()
     assert report.outcome is RunOutcome.STOPPED
@@ -261,7 +261,7 @@ def test_empty_queue_wakes_at_least_every_poll_interval(
 
 
 def test_redis_outage_shorter_than_the_lease_is_ridden_out(
-        clock: FakeClock, store: FakeStore, offsets: MemoryOffsetStore, delivery: Make) -> None:
+        clock: FakeClock, store: FakeStore, offsets: MemoryLevelState, delivery: Make) -> None:
     t0 = clock.now
     for i in range(4):
         store.park(1, f"m{i}", deliver_ts=t0 + 1_000 * i)
@@ -274,14 +274,14 @@ def test_redis_outage_shorter_than_the_lease_is_ridden_out(
 
 
 def test_redis_outage_longer_than_the_lease_ends_the_run(
-        clock: FakeClock, store: FakeStore, offsets: MemoryOffsetStore, delivery: Make) -> None:
+        clock: FakeClock, store: FakeStore, offsets: MemoryLevelState, delivery: Make) -> None:
     clock.at(clock.now + 100, lambda: setattr(offsets, "down", True))
     report = delivery(1, lease_ms=3_000, run_s=30.0).run()
     assert report.outcome is RunOutcome.LEASE_LOST
 
 
 def test_statistics_are_recorded_per_level(
-        clock: FakeClock, store: FakeStore, offsets: MemoryOffsetStore, delivery: Make) -> None:
+        clock: FakeClock, store: FakeStore, offsets: MemoryLevelState, delivery: Make) -> None:
     # SPEC D10: delivered count, lateness histogram, backlog, lag
     t0 = clock.now
     for i in range(30):
@@ -301,7 +301,7 @@ def test_statistics_are_recorded_per_level(
 
 
 def test_each_handover_carries_the_delivery_span_context(
-        clock: FakeClock, store: FakeStore, offsets: MemoryOffsetStore) -> None:
+        clock: FakeClock, store: FakeStore, offsets: MemoryLevelState) -> None:
     # SPEC O1: the store's spans become children of scheduler.deliver (traceparent header)
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -325,7 +325,7 @@ def test_each_handover_carries_the_delivery_span_context(
     assert traceparent.split("-")[1:3] == [f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}"]
 
 
-class _CommitFailsOnce(MemoryOffsetStore):
+class _CommitFailsOnce(MemoryLevelState):
     """Redis drops the connection during one progress save."""
 
     def __init__(self, clock: FakeClock) -> None:
@@ -335,7 +335,7 @@ class _CommitFailsOnce(MemoryOffsetStore):
     def commit(self, level: int, token: str, queue_offset: int, sample: LevelSample) -> bool:
         if self.failures:
             self.failures -= 1
-            raise OffsetStoreUnavailable("connection reset")
+            raise LevelStateUnavailable("connection reset")
         return super().commit(level, token, queue_offset, sample)
 
 
@@ -357,7 +357,7 @@ def test_progress_unsaved_by_a_redis_blip_is_saved_after_the_next_renewal(
 
 
 def test_backlog_gauge_follows_entries_stored_behind_a_waiting_head(
-        clock: FakeClock, offsets: MemoryOffsetStore) -> None:
+        clock: FakeClock, offsets: MemoryLevelState) -> None:
     # SPEC D10: backlog = maxOffset - handedOver - 1, while the run sleeps on its head
     store = FakeStore([60_000], clock.now_ms)
     store.park(1, "head")
@@ -369,7 +369,7 @@ def test_backlog_gauge_follows_entries_stored_behind_a_waiting_head(
 
 
 def test_lag_gauge_grows_while_the_store_is_down(
-        clock: FakeClock, store: FakeStore, offsets: MemoryOffsetStore, delivery: Make) -> None:
+        clock: FakeClock, store: FakeStore, offsets: MemoryLevelState, delivery: Make) -> None:
     # SPEC D10: lag = now - deliverTs of the oldest due entry not handed over
     store.park(1, "m0", deliver_ts=clock.now + 500)
     store.park(1, "m1", deliver_ts=clock.now + 600)

@@ -9,7 +9,7 @@ import pytest
 from clepsydra_core.errors import ConfigError
 from clepsydra_core.levels import DelayLevels
 from clepsydra_scheduler.health import check_beat, check_worker, report_response
-from clepsydra_scheduler.offsets import MemoryOffsetStore
+from clepsydra_scheduler.level_state import MemoryLevelState
 from clepsydra_scheduler.ports import LevelSample
 from clepsydra_scheduler.settings import SchedulerSettings
 from tests.fixtures.scheduler import FakeClock, FakeStore
@@ -18,9 +18,9 @@ LEVELS = DelayLevels.parse("1s 2s 3s")
 URL = "http://store.example:8081"
 
 
-def _parts() -> tuple[FakeClock, MemoryOffsetStore, FakeStore]:
+def _parts() -> tuple[FakeClock, MemoryLevelState, FakeStore]:
     clock = FakeClock()
-    return clock, MemoryOffsetStore(clock.now_ms), FakeStore([1_000, 2_000, 3_000], clock.now_ms)
+    return clock, MemoryLevelState(clock.now_ms), FakeStore([1_000, 2_000, 3_000], clock.now_ms)
 
 
 def test_worker_is_healthy_when_every_level_is_leased() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from clepsydra_core.levels import DelayLevels
 from clepsydra_core.wire.schedule import LevelInfo
+from clepsydra_scheduler.level_state import MemoryLevelState
 from clepsydra_scheduler.metrics import LevelRow, gather, prometheus_text, status_table
-from clepsydra_scheduler.offsets import MemoryOffsetStore
 from clepsydra_scheduler.ports import LevelSample
 from clepsydra_scheduler.stats import LevelStats, lateness_counts
 from tests.fixtures.scheduler import FakeClock, FakeStore
@@ -18,7 +18,7 @@ def test_lateness_goes_into_inclusive_buckets() -> None:
 
 
 def test_percentiles_interpolate_within_a_bucket() -> None:
-    offsets = MemoryOffsetStore(lambda: 0)
+    offsets = MemoryLevelState(lambda: 0)
     offsets.commit(1, "t", 0, LevelSample(delivered=100, lateness_ms=[3] * 98 + [40, 45]))
     stats = offsets.read_stats(1)
     p50, p99 = stats.percentile_ms(0.5), stats.percentile_ms(0.99)
@@ -33,7 +33,7 @@ def test_gather_reads_store_and_redis_and_computes_live_lag() -> None:
     for i in range(3):
         store.park(1, f"m{i}", deliver_ts=clock.now - 700 + i)
     store.handover(1, 0, 1)
-    offsets = MemoryOffsetStore(clock.now_ms)
+    offsets = MemoryLevelState(clock.now_ms)
     offsets.acquire(1, "tok", 10_000)
     offsets.commit(1, "tok", 1, LevelSample(delivered=1, lateness_ms=[700], now_ms=clock.now))
     rows = gather(DelayLevels.parse("1s 2s"), offsets, store, clock.now)

@@ -74,16 +74,16 @@ def _beat(settings: SchedulerSettings, extra: list[str]) -> int:
 
 def _status(settings: SchedulerSettings, prometheus: bool) -> int:
     from clepsydra_scheduler.delivery import SystemClock
+    from clepsydra_scheduler.handover_client import HttpHandoverApi
+    from clepsydra_scheduler.level_state import RedisLevelState
     from clepsydra_scheduler.metrics import gather, prometheus_text, status_table
-    from clepsydra_scheduler.offsets import RedisOffsetStore
-    from clepsydra_scheduler.ports import OffsetStoreUnavailable
-    from clepsydra_scheduler.store_client import HttpStoreClient
+    from clepsydra_scheduler.ports import LevelStateUnavailable
 
-    offsets = RedisOffsetStore.from_url(settings.common.effective_redis_url)
-    store = HttpStoreClient(settings.common.store_url, timeout_s=5.0)
+    state = RedisLevelState.from_url(settings.common.effective_redis_url)
+    store = HttpHandoverApi(settings.common.store_url, timeout_s=5.0)
     try:
-        rows = gather(settings.levels, offsets, store, SystemClock().now_ms())
-    except OffsetStoreUnavailable as exc:
+        rows = gather(settings.levels, state, store, SystemClock().now_ms())
+    except LevelStateUnavailable as exc:
         print(f"clepsydra scheduler status: {exc.message}", file=sys.stderr)
         return 1
     finally:

@@ -22,7 +22,7 @@ from enum import StrEnum
 
 from clepsydra_core.levels import DelayLevels
 from clepsydra_scheduler.delivery import corrected_deliver_ts
-from clepsydra_scheduler.ports import StoreClient
+from clepsydra_scheduler.ports import HandoverApi
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +111,7 @@ def decide(loads: Sequence[LevelLoad], current: int, policy: ScalePolicy, *, now
     return ScaleDecision(current, current, needed, reason)
 
 
-def level_loads(store: StoreClient, levels: DelayLevels, now_ms: int) -> list[LevelLoad]:
+def level_loads(store: HandoverApi, levels: DelayLevels, now_ms: int) -> list[LevelLoad]:
     """Each level's backlog (GET /v1/schedule/levels) and lag (the deliver time of its oldest
     entry not handed over, GET .../entries). StoreCallFailed (ports) when the store does not
     answer."""

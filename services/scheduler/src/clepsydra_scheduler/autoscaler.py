@@ -23,7 +23,7 @@ from clepsydra_core.errors import ClepsydraError
 from clepsydra_core.levels import DelayLevels
 from clepsydra_scheduler.autoscale import ScaleDecision, ScalePolicy, decide, level_loads
 from clepsydra_scheduler.autoscale_settings import AutoscaleSettings
-from clepsydra_scheduler.ports import StoreCallFailed, StoreClient
+from clepsydra_scheduler.ports import HandoverApi, StoreCallFailed
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class ScaleTarget(Protocol):
 class Autoscaler:
     policy: ScalePolicy
     levels: DelayLevels
-    store: StoreClient
+    store: HandoverApi
     target: ScaleTarget
     now_s: Callable[[], float] = time.monotonic
     now_ms: Callable[[], int] = field(default=lambda: time.time_ns() // 1_000_000)
@@ -132,8 +132,8 @@ def serve_health(heartbeat: Heartbeat, bind: str, port: int) -> ThreadingHTTPSer
 def run_service(settings: AutoscaleSettings, stop: threading.Event | None = None) -> int:
     """The process: the Kubernetes client (ServiceAccount in a pod, else kubeconfig), the store
     client, /healthz, and the loop until SIGTERM / SIGINT (or ``stop``)."""
+    from clepsydra_scheduler.handover_client import HttpHandoverApi
     from clepsydra_scheduler.kube import DeploymentScale, KubeCallFailed, api_client
-    from clepsydra_scheduler.store_client import HttpStoreClient
 
     stop = stop or _stop_on_signals()
     try:
@@ -141,7 +141,7 @@ def run_service(settings: AutoscaleSettings, stop: threading.Event | None = None
     except KubeCallFailed as exc:
         logger.error("autoscale cannot start: %s", exc.message)
         return 1
-    store = HttpStoreClient(settings.common.store_url, timeout_s=settings.store_timeout_s)
+    store = HttpHandoverApi(settings.common.store_url, timeout_s=settings.store_timeout_s)
     target = DeploymentScale(api, settings.namespace, settings.deployment)
     heartbeat = Heartbeat(stale_after_s=3 * settings.interval_s + 30.0)
     server = serve_health(heartbeat, settings.bind, settings.port) if settings.port else None

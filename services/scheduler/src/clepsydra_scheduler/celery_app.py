@@ -125,7 +125,7 @@ def _serve_metrics(runtime: SchedulerRuntime) -> None:
     clock = SystemClock()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SchedulerCollector(
-        lambda: gather(settings.levels, runtime.offsets, None, clock.now_ms())))
+        lambda: gather(settings.levels, runtime.level_state, None, clock.now_ms())))
     assert settings.metrics_port is not None
     start_http_server(settings.metrics_port, addr=settings.metrics_bind, registry=registry)
     logger.info("scheduler metrics on bind=%s port=%d", settings.metrics_bind,

@@ -32,11 +32,11 @@ from clepsydra_core.naming import schedule_queue_name
 from clepsydra_core.wire.schedule import HandoverAnswer
 from clepsydra_scheduler.ports import (
     Clock,
+    HandoverApi,
     LevelSample,
-    OffsetStore,
-    OffsetStoreUnavailable,
+    LevelState,
+    LevelStateUnavailable,
     StoreCallFailed,
-    StoreClient,
 )
 
 logger = logging.getLogger(__name__)
@@ -137,12 +137,12 @@ class SystemClock:
 class LevelDelivery:
     """One run of one level's delivery loop (see the module docstring)."""
 
-    def __init__(self, config: DeliveryConfig, store: StoreClient, offsets: OffsetStore,
+    def __init__(self, config: DeliveryConfig, store: HandoverApi, state: LevelState,
                  clock: Clock, tracer: trace.Tracer | None = None) -> None:
         self._cfg = config
         self._tracer = tracer or _tracer
         self._store = store
-        self._offsets = offsets
+        self._state = state
         self._clock = clock
         self._token = ""
         self._report = RunReport(config.level, "")
@@ -172,10 +172,10 @@ class LevelDelivery:
         self._token = token or uuid.uuid4().hex
         self._report = RunReport(level, self._token)
         try:
-            if not self._offsets.acquire(level, self._token, self._cfg.lease_ms):
+            if not self._state.acquire(level, self._token, self._cfg.lease_ms):
                 return self._report
-            self._progress = self._offsets.load(level)
-        except OffsetStoreUnavailable as exc:
+            self._progress = self._state.load(level)
+        except LevelStateUnavailable as exc:
             logger.warning("offset store unavailable at run start level=%d: %s", level, exc)
             return self._report
         now = self._clock.now_ms()
@@ -195,8 +195,8 @@ class LevelDelivery:
     def release(self) -> None:
         """Give the lease back (when the run will have no successor)."""
         try:
-            self._offsets.release(self._cfg.level, self._token)
-        except OffsetStoreUnavailable as exc:
+            self._state.release(self._cfg.level, self._token)
+        except LevelStateUnavailable as exc:
             logger.warning("could not release lease level=%d: %s", self._cfg.level, exc)
 
     def _loop(self, deadline_ms: int) -> RunOutcome:
@@ -210,7 +210,7 @@ class LevelDelivery:
                 self._renew(now)
             except LeaseLost:
                 return RunOutcome.LEASE_LOST
-            except OffsetStoreUnavailable as exc:
+            except LevelStateUnavailable as exc:
                 if now - self._last_renew_ms >= self._cfg.lease_ms:
                     logger.warning("lease lost level=%d: offset store down for %d ms",
                                    self._cfg.level, now - self._last_renew_ms)
@@ -222,7 +222,7 @@ class LevelDelivery:
                 wait_s = self._step(now)
             except LeaseLost:
                 return RunOutcome.LEASE_LOST
-            except OffsetStoreUnavailable as exc:
+            except LevelStateUnavailable as exc:
                 logger.warning("offset store unavailable level=%d: %s", self._cfg.level, exc)
                 self._unsaved = True
                 wait_s = self._cfg.redis_retry_s
@@ -235,7 +235,7 @@ class LevelDelivery:
         self._clock.wait(max(min(wait_s, self._cfg.renew_interval_s, remaining_s), 0.0))
 
     def _renew(self, now: int) -> None:
-        if not self._offsets.renew(self._cfg.level, self._token, self._cfg.lease_ms):
+        if not self._state.renew(self._cfg.level, self._token, self._cfg.lease_ms):
             logger.warning("lease lost level=%d queue_offset=%d", self._cfg.level,
                            self._progress)
             raise LeaseLost
@@ -289,7 +289,7 @@ class LevelDelivery:
                        "in %.1fs: %s", self._cfg.level, self._progress, self._cfg.backoff_s,
                        exc.message)
         self._retry_at_ms = now + int(self._cfg.backoff_s * 1_000)
-        self._offsets.record(self._cfg.level, self._sample(now, lag_ms=lag_ms))
+        self._state.record(self._cfg.level, self._sample(now, lag_ms=lag_ms))
         return self._cfg.backoff_s
 
     def _check_range(self) -> None:
@@ -357,7 +357,7 @@ class LevelDelivery:
         self._window = []
 
     def _save(self, queue_offset: int) -> None:
-        if not self._offsets.save(self._cfg.level, self._token, queue_offset):
+        if not self._state.save(self._cfg.level, self._token, queue_offset):
             raise LeaseLost
 
     def _hand_over(self, count: int, now: int, *, blind: bool = False) -> float:
@@ -393,7 +393,7 @@ class LevelDelivery:
         self._progress = result.next_offset
         now = self._clock.now_ms()
         sample = self._sample(now, result)
-        if not self._offsets.commit(level, self._token, result.next_offset, sample):
+        if not self._state.commit(level, self._token, result.next_offset, sample):
             logger.warning("lease lost before saving progress level=%d queue_offset=%d",
                            level, result.next_offset)
             raise LeaseLost
@@ -464,4 +464,4 @@ class LevelDelivery:
             self._max_offset = max(self._max_offset, head.max_offset)
             self._handed_over = head.handed_over
         sample = self._sample(now)
-        self._offsets.record(self._cfg.level, sample)
+        self._state.record(self._cfg.level, sample)

@@ -34,7 +34,7 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry, generate_latest
 
 from clepsydra_core.levels import DelayLevels
-from clepsydra_scheduler.ports import OffsetStoreUnavailable, StoreCallFailed, StoreClient
+from clepsydra_scheduler.ports import HandoverApi, LevelStateUnavailable, StoreCallFailed
 from clepsydra_scheduler.settings import SchedulerSettings
 from clepsydra_scheduler.stats import LevelStats
 
@@ -50,7 +50,7 @@ Response = tuple[int, str, bytes]
 
 
 class HealthSource(Protocol):
-    """What the checks read from Redis (RedisOffsetStore, or its in-memory twin)."""
+    """What the checks read from Redis (RedisLevelState, or its in-memory twin)."""
 
     def ping(self) -> None: ...
 
@@ -103,23 +103,23 @@ class HealthReport:
         return body
 
 
-def check_worker(levels: DelayLevels, offsets: HealthSource, store: StoreClient,
+def check_worker(levels: DelayLevels, state: HealthSource, store: HandoverApi,
                  store_url: str, now_ms: int) -> HealthReport:
     """Redis, the store, and every level's lease."""
     problems: list[str] = []
     redis_error: str | None = None
     level_health: list[LevelHealth] = []
     try:
-        offsets.ping()
+        state.ping()
         for level in levels.levels():
-            stats = offsets.read_stats(level)
+            stats = state.read_stats(level)
             health = LevelHealth(
-                level=level, lease_ttl_ms=offsets.lease_ttl_ms(level),
+                level=level, lease_ttl_ms=state.lease_ttl_ms(level),
                 stats_age_ms=max(now_ms - stats.updated_ms, 0) if stats.updated_ms else None)
             level_health.append(health)
             if not health.alive:
                 problems.append(f"level {level}: no run holds its lease")
-    except OffsetStoreUnavailable as exc:
+    except LevelStateUnavailable as exc:
         redis_error = exc.message
         problems.insert(0, f"redis: {exc.message}")
     store_error: str | None = None
@@ -133,11 +133,11 @@ def check_worker(levels: DelayLevels, offsets: HealthSource, store: StoreClient,
                         problems=tuple(problems))
 
 
-def check_beat(offsets: HealthSource) -> HealthReport:
+def check_beat(state: HealthSource) -> HealthReport:
     """Beat needs only its broker."""
     try:
-        offsets.ping()
-    except OffsetStoreUnavailable as exc:
+        state.ping()
+    except LevelStateUnavailable as exc:
         return HealthReport(role="beat", redis_error=exc.message,
                             problems=(f"redis: {exc.message}",))
     return HealthReport(role="beat")
@@ -211,26 +211,26 @@ def _handler_class(routes: Routes) -> type[BaseHTTPRequestHandler]:
 def serve_health(settings: SchedulerSettings, role: str, port: int) -> HealthServer:
     """The worker's or beat's endpoint, started (OSError when the port cannot be bound)."""
     from clepsydra_scheduler.delivery import SystemClock
+    from clepsydra_scheduler.handover_client import HttpHandoverApi
+    from clepsydra_scheduler.level_state import RedisLevelState
     from clepsydra_scheduler.metrics import SchedulerCollector, gather
-    from clepsydra_scheduler.offsets import RedisOffsetStore
-    from clepsydra_scheduler.store_client import HttpStoreClient
 
-    offsets = RedisOffsetStore.from_url(settings.common.effective_redis_url)
+    state = RedisLevelState.from_url(settings.common.effective_redis_url)
     clock = SystemClock()
     store_url = settings.common.store_url
 
     def healthz_worker() -> Response:
-        store = HttpStoreClient(store_url, timeout_s=HEALTH_TIMEOUT_S,
+        store = HttpHandoverApi(store_url, timeout_s=HEALTH_TIMEOUT_S,
                                 connect_timeout_s=HEALTH_TIMEOUT_S)
         try:
-            return report_response(check_worker(settings.levels, offsets, store, store_url,
+            return report_response(check_worker(settings.levels, state, store, store_url,
                                                 clock.now_ms()))
         finally:
             store.close()
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SchedulerCollector(
-        lambda: gather(settings.levels, offsets, None, clock.now_ms())))
+        lambda: gather(settings.levels, state, None, clock.now_ms())))
 
     def metrics() -> Response:
         return 200, PROMETHEUS, generate_latest(registry)
@@ -239,7 +239,7 @@ def serve_health(settings: SchedulerSettings, role: str, port: int) -> HealthSer
     if role == "worker":
         routes.update({"/healthz": healthz_worker, "/metrics": metrics})
     else:
-        routes["/healthz"] = lambda: report_response(check_beat(offsets))
+        routes["/healthz"] = lambda: report_response(check_beat(state))
     server = HealthServer(settings.bind, port, routes).start()
     logger.info("scheduler %s health on bind=%s port=%d", role, settings.bind, server.port)
     return server

@@ -26,14 +26,14 @@ from prometheus_client.registry import Collector
 from clepsydra_core.levels import DelayLevels, format_delay
 from clepsydra_core.wire.schedule import LevelInfo
 from clepsydra_scheduler.delivery import corrected_deliver_ts
-from clepsydra_scheduler.ports import StoreCallFailed, StoreClient
+from clepsydra_scheduler.ports import HandoverApi, StoreCallFailed
 from clepsydra_scheduler.stats import LATENESS_BUCKETS_MS, LevelStats
 
 logger = logging.getLogger(__name__)
 
 
 class StatsSource(Protocol):
-    """What the figures are read from (RedisOffsetStore, or its in-memory twin)."""
+    """What the figures are read from (RedisLevelState, or its in-memory twin)."""
 
     def read_stats(self, level: int) -> LevelStats: ...
 
@@ -73,7 +73,7 @@ class LevelRow:
                    - 1, 0)
 
 
-def gather(levels: DelayLevels, offsets: StatsSource, store: StoreClient | None,
+def gather(levels: DelayLevels, state: StatsSource, store: HandoverApi | None,
            now_ms: int) -> list[LevelRow]:
     """One row per level of the table."""
     infos: dict[int, LevelInfo] = {}
@@ -85,18 +85,18 @@ def gather(levels: DelayLevels, offsets: StatsSource, store: StoreClient | None,
             store = None
     rows = []
     for level in levels.levels():
-        stats = offsets.read_stats(level)
+        stats = state.read_stats(level)
         info = infos.get(level)
         lag_ms = stats.lag_ms
         if store is not None and info is not None:
             lag_ms = _live_lag(store, info, levels.delay_ms(level), now_ms)
         rows.append(LevelRow(level=level, delay_ms=levels.delay_ms(level), stats=stats,
-                             progress=offsets.load(level), leased=offsets.holder(level) is not None,
+                             progress=state.load(level), leased=state.holder(level) is not None,
                              store=info, lag_ms=lag_ms))
     return rows
 
 
-def _live_lag(store: StoreClient, info: LevelInfo, delay_ms: int, now_ms: int) -> int:
+def _live_lag(store: HandoverApi, info: LevelInfo, delay_ms: int, now_ms: int) -> int:
     """now - deliverTs of the oldest entry not yet handed over, if it is due (else 0)."""
     if not info.backlog:
         return 0

@@ -2,9 +2,9 @@
 
 The store side is the store's schedule hand-over routes (docs/contracts.md), whose values are
 ``clepsydra_core.wire.schedule``'s: ``GET /v1/schedule/levels``, ``GET .../entries`` and
-``POST .../handover``. The Redis side is the
-level's lease, its progress offset and its statistics. ``delivery.py`` codes against these
-protocols; ``store_client.py`` and ``offsets.py`` implement them (with in-memory twins for tests).
+``POST .../handover`` (``HandoverApi``). The Redis side is the level's lease, its progress
+offset and its statistics (``LevelState``). ``delivery.py`` codes against these protocols;
+``handover_client.py`` and ``level_state.py`` implement them (with in-memory twins for tests).
 """
 
 from __future__ import annotations
@@ -35,14 +35,14 @@ class StoreCallFailed(ClepsydraError):
         return self.error_code == "OFFSET_OUT_OF_RANGE"
 
 
-class OffsetStoreUnavailable(ClepsydraError):
+class LevelStateUnavailable(ClepsydraError):
     """The offset store (Redis) did not answer; a run stops delivering until it does."""
 
     code = "SERVICE_UNAVAILABLE"
     http_status = 503
 
 
-class StoreClient(Protocol):
+class HandoverApi(Protocol):
     """The store's schedule hand-over routes. Every method raises StoreCallFailed when the
     store fails or cannot be reached."""
 
@@ -74,7 +74,7 @@ class LevelSample:
     now_ms: int = 0
 
 
-class OffsetStore(Protocol):
+class LevelState(Protocol):
     """A level's lease, progress and statistics (Redis in production).
 
     The lease makes one run the level's only deliverer; ``save`` and ``commit`` write progress

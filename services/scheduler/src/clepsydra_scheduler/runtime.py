@@ -8,9 +8,9 @@ import threading
 from collections.abc import Callable
 
 from clepsydra_scheduler.delivery import DeliveryConfig, LevelDelivery, RunOutcome, SystemClock
-from clepsydra_scheduler.offsets import RedisOffsetStore
+from clepsydra_scheduler.handover_client import HttpHandoverApi
+from clepsydra_scheduler.level_state import RedisLevelState
 from clepsydra_scheduler.settings import SchedulerSettings
-from clepsydra_scheduler.store_client import HttpStoreClient
 
 logger = logging.getLogger(__name__)
 
@@ -23,14 +23,14 @@ class SchedulerRuntime:
         self.settings = settings
         self.stop = threading.Event()
         self._lock = threading.Lock()
-        self._offsets: RedisOffsetStore | None = None
+        self._state: RedisLevelState | None = None
 
     @property
-    def offsets(self) -> RedisOffsetStore:
+    def level_state(self) -> RedisLevelState:
         with self._lock:
-            if self._offsets is None:
-                self._offsets = RedisOffsetStore.from_url(self.settings.common.effective_redis_url)
-            return self._offsets
+            if self._state is None:
+                self._state = RedisLevelState.from_url(self.settings.common.effective_redis_url)
+            return self._state
 
     def delivery_config(self, level: int) -> DeliveryConfig:
         s = self.settings
@@ -45,10 +45,10 @@ class SchedulerRuntime:
             return "unknown_level"
         if self.stop.is_set():
             return RunOutcome.STOPPED.value
-        store = HttpStoreClient(self.settings.common.store_url,
+        store = HttpHandoverApi(self.settings.common.store_url,
                                 timeout_s=self.settings.store_timeout_s)
         try:
-            delivery = LevelDelivery(self.delivery_config(level), store, self.offsets,
+            delivery = LevelDelivery(self.delivery_config(level), store, self.level_state,
                                      SystemClock(self.stop))
             report = delivery.run(token)
         finally:

@@ -23,7 +23,7 @@ from clepsydra_scheduler.ports import StoreCallFailed
 W = TypeVar("W", bound=WireValue)
 
 
-class HttpStoreClient:
+class HttpHandoverApi:
     def __init__(self, base_url: str, *, timeout_s: float = 10.0,
                  connect_timeout_s: float = 2.0) -> None:
         self._http = HttpClient(base_url, timeout_s=timeout_s,

@@ -1,5 +1,5 @@
-"""A level's lease, progress offset and statistics: in Redis (:class:`RedisOffsetStore`) and
-in memory for unit tests (:class:`MemoryOffsetStore`), same semantics.
+"""A level's lease, progress offset and statistics: in Redis (:class:`RedisLevelState`) and
+in memory for unit tests (:class:`MemoryLevelState`), same semantics.
 
 - Lease (``naming.delay_lease_key``): a random token set with ``SET NX PX``; renewed and
   released only by the token that holds it (Lua compare-and-act), so one run per level
@@ -24,7 +24,7 @@ import redis
 
 from clepsydra_core.naming import delay_lease_key, delay_offset_key, delay_stats_key
 from clepsydra_scheduler import stats
-from clepsydra_scheduler.ports import LevelSample, OffsetStoreUnavailable
+from clepsydra_scheduler.ports import LevelSample, LevelStateUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -100,8 +100,8 @@ def _commit_args(token: str, queue_offset: int, sample: LevelSample | None) -> l
     return args
 
 
-class RedisOffsetStore:
-    """The production OffsetStore. Every Redis failure surfaces as OffsetStoreUnavailable."""
+class RedisLevelState:
+    """The production LevelState. Every Redis failure surfaces as LevelStateUnavailable."""
 
     def __init__(self, client: redis.Redis) -> None:
         self._redis = client
@@ -112,7 +112,7 @@ class RedisOffsetStore:
         self._commit = client.register_script(_COMMIT)
 
     @classmethod
-    def from_url(cls, url: str) -> RedisOffsetStore:
+    def from_url(cls, url: str) -> RedisLevelState:
         return cls(redis.Redis.from_url(url, decode_responses=True, socket_timeout=5.0,
                                         socket_connect_timeout=2.0, health_check_interval=30))
 
@@ -124,7 +124,7 @@ class RedisOffsetStore:
         try:
             return fn()
         except redis.RedisError as exc:
-            raise OffsetStoreUnavailable(f"redis {what} failed: {exc}") from exc
+            raise LevelStateUnavailable(f"redis {what} failed: {exc}") from exc
 
     def acquire(self, level: int, token: str, ttl_ms: int) -> bool:
         return bool(self._call("acquire", lambda: self._acquire(
@@ -148,7 +148,7 @@ class RedisOffsetStore:
         return ttl if ttl >= 0 else None
 
     def ping(self) -> None:
-        """OffsetStoreUnavailable unless Redis answers PING."""
+        """LevelStateUnavailable unless Redis answers PING."""
         self._call("ping", self._redis.ping)
 
     def load(self, level: int) -> int:
@@ -180,8 +180,8 @@ class RedisOffsetStore:
         return stats.LevelStats.from_hash(level, {str(k): str(v) for k, v in raw.items()})
 
 
-class MemoryOffsetStore:
-    """In-memory twin of RedisOffsetStore for unit tests; the lease expires by ``now_ms``."""
+class MemoryLevelState:
+    """In-memory twin of RedisLevelState for unit tests; the lease expires by ``now_ms``."""
 
     def __init__(self, now_ms: Callable[[], int]) -> None:
         self._now_ms = now_ms
@@ -195,7 +195,7 @@ class MemoryOffsetStore:
 
     def _check(self) -> None:
         if self.down:
-            raise OffsetStoreUnavailable("memory offset store is down")
+            raise LevelStateUnavailable("memory offset store is down")
 
     def _holder(self, level: int) -> str | None:
         lease = self.leases.get(level)
