@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TOX_STAMP := .tox/.installed
-TOX_ENVS ?= lint,type,unit,integration,e2e,k8s,spark
+TOX_ENVS ?= lint,type,unit,integration,e2e,faults,k8s,spark
 # auto: `make test` also runs the images env when a Docker engine answers or can be started
 # here (docker/engine.sh --check), and says why not otherwise; 0: never
 IMAGES_TEST ?= auto

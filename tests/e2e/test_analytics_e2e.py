@@ -19,11 +19,10 @@ from clepsydra_client.cli import main as cli_main
 from clepsydra_client.listener import ConsumeFromWhere, ConsumeResult
 from clepsydra_client.message import Message
 from clepsydra_client.push import PushConsumer
-from tests.e2e.test_stack import RunningStack, start_stack
 from tests.fixtures.processes import wait_until
+from tests.fixtures.stack import RunningStack
 
 pytestmark = pytest.mark.e2e
-__all__ = ["start_stack"]  # the fixture, shared with test_stack.py
 
 LEVELS = (1, 2, 3)
 PER_LEVEL = 8  # N = 24 delayed messages

@@ -1,0 +1,216 @@
+"""The fault matrix's steady load and its books: a producer thread sending numbered immediate
+and delayed messages (what was acknowledged is recorded with the time the send began), consumer
+processes in two groups, and the data read back from the store to check the invariants.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import requests
+
+from clepsydra_client import Producer
+from clepsydra_core.errors import ClepsydraError
+from tests.faults.consumer import FAIL_ALWAYS, fails
+from tests.fixtures.processes import REPO
+
+# (delay level, its delay in ms with the default table): immediate, 1 s, 5 s
+DELAYS = ((0, 0), (1, 1000), (2, 5000))
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    seq: int
+    phase: str
+    level: int
+    delay_ms: int
+    began_ms: int
+
+
+@dataclass(eq=False)
+class Producing(threading.Thread):
+    """Sends ``rate`` messages a second to ``topic`` until stopped; every acknowledged send is
+    in ``acked``, every refused or failed one counted in ``failed`` (a send the store may or may
+    not have kept: at-least-once producing allows it to appear, it is never checked)."""
+
+    store_url: str
+    topic: str
+    rate: float = 40.0
+    phase: str = "warm-up"
+    acked: list[Sent] = field(default_factory=list)
+    failed: Counter[str] = field(default_factory=Counter)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        threading.Thread.__init__(self, name="fault-producer", daemon=True)
+
+    def run(self) -> None:
+        producer = Producer(self.store_url, timeout_s=5.0)
+        seq = 0
+        next_at = time.monotonic()
+        while not self.stop.is_set():
+            seq += 1
+            level, delay_ms = DELAYS[seq % len(DELAYS)]
+            phase = self.phase
+            began = int(time.time() * 1000)
+            body = json.dumps({"seq": seq, "phase": phase})
+            try:
+                producer.send(self.topic, body, delay_level=level)
+            except (ClepsydraError, OSError, requests.RequestException):
+                self.failed[phase] += 1
+            else:
+                self.acked.append(Sent(seq, phase, level, delay_ms, began))
+            next_at += 1.0 / self.rate
+            pause = next_at - time.monotonic()
+            if pause > 0:
+                self.stop.wait(pause)
+            else:
+                next_at = time.monotonic()
+
+
+class ConsumerProcess:
+    """``python -m tests.faults.consumer`` as a child of the test, restartable."""
+
+    def __init__(self, group: str, topic: str, out: Path, env: dict[str, str], *,
+                 fail: bool) -> None:
+        self.argv = [sys.executable, "-m", "tests.faults.consumer", group, topic, str(out)]
+        if fail:
+            self.argv.append("--fail")
+        self.env, self.out, self.group = env, out, group
+        self.log = out.with_suffix(".log")
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(self.argv, cwd=REPO, env=self.env,
+                                         stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+
+    def lines(self) -> list[dict[str, Any]]:
+        if not self.out.exists():
+            return []
+        text = self.out.read_text()
+        # a line cut by a kill -9 mid-write is not an attempt the listener answered
+        return [json.loads(line) for line in text.splitlines() if line.endswith("}")]
+
+
+def pull_all(store_url: str, topic: str) -> Iterator[dict[str, Any]]:
+    """Every message of every queue of ``topic`` from offset 0 (an absent topic: none)."""
+    described = requests.get(f"{store_url}/v1/topics/{quote(topic, safe='')}",
+                             timeout=10)
+    if described.status_code == 404:
+        return
+    described.raise_for_status()
+    for queue in described.json()["queues"]:
+        offset = queue.get("minOffset", 0)
+        while True:
+            page = requests.get(
+                f"{store_url}/v1/topics/{quote(topic, safe='')}/queues/"
+                f"{queue['queueId']}/messages", params={"offset": offset, "max": 500},
+                timeout=10)
+            page.raise_for_status()
+            answer = page.json()
+            yield from answer["messages"]
+            if not answer["messages"]:
+                break
+            offset = answer["nextOffset"]
+
+
+def seqs_in(store_url: str, topic: str) -> Counter[int]:
+    """How many copies of each ``seq`` the topic holds."""
+    return Counter(json.loads(_body(m))["seq"] for m in pull_all(store_url, topic))
+
+
+def _body(message: dict[str, Any]) -> str:
+    if "body" in message:
+        return str(message["body"])
+    import base64
+
+    return base64.b64decode(message["bodyBase64"]).decode()
+
+
+@dataclass
+class Books:
+    """What each acknowledged message became, per phase: the invariants of the fault matrix."""
+
+    acked: list[Sent]
+    in_topic: Counter[int]
+    in_dlq: Counter[int]
+    passing: list[dict[str, Any]]
+    failing: list[dict[str, Any]]
+
+    def end_state_missing(self) -> dict[str, list[int]]:
+        """Acknowledged seqs not (yet) at their end state, per check."""
+        ok_a = {line["seq"] for line in self.passing if line["ok"]}
+        ok_b = {line["seq"] for line in self.failing if line["ok"]}
+        missing: dict[str, list[int]] = defaultdict(list)
+        for sent in self.acked:
+            if self.in_topic[sent.seq] == 0:
+                missing["not in its topic"].append(sent.seq)
+            if sent.seq not in ok_a:
+                missing["never consumed by the passing group"].append(sent.seq)
+            if sent.seq % FAIL_ALWAYS == 0:
+                if self.in_dlq[sent.seq] == 0:
+                    missing["not dead-lettered by the failing group"].append(sent.seq)
+            elif sent.seq not in ok_b:
+                missing["never consumed by the failing group"].append(sent.seq)
+        return dict(missing)
+
+    def early(self) -> list[tuple[int, int]]:
+        """(seq, ms early) of every delivery seen before its time."""
+        due = {s.seq: s.began_ms + s.delay_ms for s in self.acked if s.delay_ms}
+        return [(line["seq"], due[line["seq"]] - line["t"])
+                for line in self.passing + self.failing
+                if line["reconsume"] == 0 and line["seq"] in due and line["t"] < due[line["seq"]]]
+
+    def table(self, phases: list[str], recovery_ms: dict[str, list[int]],
+              failed_sends: Counter[str]) -> list[dict[str, Any]]:
+        """One row per phase: runs, acknowledged, lost, store copies > 1, consumer duplicates,
+        refused sends and the recovery times seen."""
+        missing = {seq for seqs in self.end_state_missing().values() for seq in seqs}
+        attempts: Counter[tuple[str, int, int]] = Counter()
+        for line in self.passing + self.failing:
+            if line["ok"] or fails(line["seq"], line["reconsume"]):
+                attempts[(line["group"], line["seq"], line["reconsume"])] += 1
+        rows = []
+        for phase in phases:
+            sent = [s for s in self.acked if s.phase == phase]
+            seqs = {s.seq for s in sent}
+            rows.append({
+                "fault": phase,
+                "runs": len(recovery_ms.get(phase, [])),
+                "acked": len(sent),
+                "lost": len(seqs & missing),
+                "store_duplicates": sum(1 for s in seqs if self.in_topic[s] > 1),
+                "consumer_duplicates": sum(n - 1 for (_, seq, _), n in attempts.items()
+                                           if seq in seqs and n > 1),
+                "refused_sends": failed_sends.get(phase, 0),
+                "recovery_ms": recovery_ms.get(phase, []),
+            })
+        return rows

@@ -1,0 +1,302 @@
+"""The fault matrix (issue 16): under a steady load -- a producer sending immediate and delayed
+messages, a consumer group that passes everything and one that fails a share into retries and
+the DLQ -- each process of the local stack is killed with SIGKILL at a random moment, twice,
+and comes back (the stack restarts its children; the test restarts the consumer): the store,
+the scheduler's worker and beat, the retry service, Redis (with its append-only file), a
+consumer. Also Redis restarted *empty* (its offsets forgotten) and the CommitLog's tail torn in
+the middle of a record while the store is down.
+
+The invariants are checked from the data -- the topics read back from the store and the
+consumers' own records -- never from logs:
+- every acknowledged produce is in its topic exactly once: each due delayed message was handed
+  over exactly once (SPEC D9), even after Redis forgot the scheduler's offsets;
+- every acknowledged message reaches its end state in both groups (consumed, or dead-lettered
+  for the failing share): nothing lost;
+- no consumer sees a delayed message before its time;
+- consumer-visible duplicates (at-least-once) are counted, per fault, not forbidden;
+- the stack is running and healthy at the end, on its own.
+
+The table (fault x runs x acknowledged x lost x duplicates x recovery) is printed; run with
+``-s`` to see it (README "Fault tolerance" holds one run's figures).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import redis
+import requests
+
+from clepsydra_client import AdminClient
+from clepsydra_core.errors import CorruptRecordError
+from clepsydra_core.records import END_MAGIC, decode_record, peek_size_magic
+from tests.faults.load import Books, ConsumerProcess, Producing, seqs_in
+from tests.fixtures.processes import wait_until
+from tests.fixtures.stack import RunningStack, descendants, stack_factory
+
+pytestmark = pytest.mark.faults
+
+TOPIC = "fault-orders"
+PASSING, FAILING = "fault-passing", "fault-failing"
+RUNS = 2  # each fault, at a random moment
+RECOVERY_TIMEOUT_S = 90.0
+DRAIN_TIMEOUT_S = 180.0
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[RunningStack]:
+    factory = stack_factory(tmp_path)
+    start = next(factory)
+    yield start("--max-restarts", "50", "--quiet")
+    next(factory, None)
+
+
+@pytest.fixture
+def consumers(stack: RunningStack, tmp_path: Path) -> Iterator[list[ConsumerProcess]]:
+    """The two groups' consumer processes (started by the test), stopped at the end."""
+    env = dict(os.environ)
+    env.update({"CLEPSYDRA_STORE_URL": stack.store_url, "CLEPSYDRA_RETRY_URL": stack.retry_url,
+                "CLEPSYDRA_OTEL_EXPORTER": "none"})
+    started = [ConsumerProcess(PASSING, TOPIC, tmp_path / "passing.jsonl", env, fail=False),
+               ConsumerProcess(FAILING, TOPIC, tmp_path / "failing.jsonl", env, fail=True)]
+    yield started
+    for consumer in started:
+        consumer.stop()
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return requests.get(url + "/healthz", timeout=2).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def _redis_ok(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+
+
+@dataclass
+class Fault:
+    name: str
+    inject: Callable[[], None]
+    recovered: Callable[[], bool]
+
+
+STORE = (b"clepsydra_store",)
+RETRY = (b"clepsydra_retry",)
+WORKER = (b"clepsydra_scheduler", b"worker")
+BEAT = (b"clepsydra_scheduler", b"beat")
+REDIS = (b"redis-server",)
+
+
+class Matrix:
+    """The faults, each a way to kill one part and a way to see it back. A stack child is
+    killed with its whole process group (gunicorn's master and worker, as a crashed container
+    loses them), and it is back when a new process answers its health check."""
+
+    def __init__(self, stack: RunningStack, consumers: list[ConsumerProcess]) -> None:
+        self.stack = stack
+        self.consumers = consumers
+        self.redis = redis.Redis(port=int(stack.env["CLEPSYDRA_REDIS_PORT"]),
+                                 socket_timeout=2)
+        self._victim = 0
+        self._grown_from = 0
+        self.tears: list[int] = []
+
+    def faults(self) -> list[Fault]:
+        s = self.stack
+        worker = s.url("CLEPSYDRA_SCHEDULER_PORT")
+        beat = s.url("CLEPSYDRA_SCHEDULER_BEAT_PORT")
+        return [
+            Fault("store", lambda: self._kill(STORE), self._back(STORE, s.store_url)),
+            Fault("scheduler-worker", lambda: self._kill(WORKER), self._back(WORKER, worker)),
+            Fault("scheduler-beat", lambda: self._kill(BEAT), self._back(BEAT, beat)),
+            Fault("retry", lambda: self._kill(RETRY), self._back(RETRY, s.retry_url)),
+            Fault("redis", lambda: self._kill(REDIS), self._back(REDIS, None)),
+            Fault("redis-empty", self._wipe_redis, self._redis_back_empty),
+            Fault("consumer", self._kill_consumer, self._consumer_grew),
+            Fault("commitlog-torn", self._tear_commitlog, self._back(STORE, s.store_url)),
+        ]
+
+    def _pid_of(self, words: tuple[bytes, ...]) -> int | None:
+        """The process below the stack whose command line has each of ``words`` (as a whole
+        argument, or inside the program's path); the group leader when several match."""
+        found = []
+        for pid in descendants(self.stack.proc.pid):
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except FileNotFoundError:
+                continue
+            if all(w in argv or w in argv[0] for w in words):
+                found.append(pid)
+        leaders = [pid for pid in found if _pgid(pid) == pid]
+        return next(iter(leaders or found), None)
+
+    def _kill(self, words: tuple[bytes, ...]) -> None:
+        pid = self._pid_of(words)
+        assert pid is not None, f"no process {words} below the stack"
+        self._victim = pid
+        os.killpg(pid, signal.SIGKILL)
+
+    def _back(self, words: tuple[bytes, ...], url: str | None) -> Callable[[], bool]:
+        def back() -> bool:
+            pid = self._pid_of(words)
+            if pid is None or pid == self._victim:
+                return False
+            return _redis_ok(self.redis) if url is None else _healthy(url)
+        return back
+
+    def _wipe_redis(self) -> None:
+        self.redis.set("fault-matrix:sentinel", "1")
+        with _Paused(self.stack.proc.pid):
+            self._kill(REDIS)
+            time.sleep(0.2)
+            for path in (self.stack.home / "redis").rglob("*"):
+                if path.is_file():
+                    path.unlink()
+
+    def _redis_back_empty(self) -> bool:
+        if not self._back(REDIS, None)():
+            return False
+        assert self.redis.get("fault-matrix:sentinel") is None, "Redis kept its data"
+        return True
+
+    def _kill_consumer(self) -> None:
+        victim = self.consumers[1]
+        self._grown_from = len(victim.lines())
+        victim.kill()
+        victim.start()
+
+    def _consumer_grew(self) -> bool:
+        return len(self.consumers[1].lines()) > self._grown_from
+
+    def _tear_commitlog(self) -> None:
+        with _Paused(self.stack.proc.pid):
+            self._kill(STORE)
+            time.sleep(0.2)
+            self.tears.append(tear_tail(self.stack.home / "store" / "commitlog"))
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
+class _Paused:
+    """The stack's supervisor stopped (SIGSTOP) for the block, so it restarts nothing until
+    the damage is done."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def __enter__(self) -> None:
+        os.kill(self.pid, signal.SIGSTOP)
+
+    def __exit__(self, *exc: object) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+
+
+def tear_tail(commitlog: Path) -> int:
+    """Write the first half of a copy of the newest segment's first record after its last
+    record (an append cut mid-record, as a crash leaves it); the byte position of the tear."""
+    newest = max(commitlog.iterdir(), key=lambda p: p.name)
+    raw = newest.read_bytes()
+    pos, first = 0, b""
+    while True:
+        size, magic = peek_size_magic(raw, pos)
+        if size <= 0 or magic == END_MAGIC:
+            break
+        try:
+            _, size = decode_record(raw, pos)
+        except CorruptRecordError:
+            break
+        first = first or bytes(raw[pos:pos + size])
+        pos += size
+    assert first, f"no record in {newest}"
+    torn = first[:len(first) // 2]  # segments are not pre-allocated: this extends the file
+    with open(newest, "r+b") as f:
+        f.seek(pos)
+        f.write(torn)
+    return pos
+
+
+def _books(stack: RunningStack, producing: Producing,
+           consumers: list[ConsumerProcess]) -> Books:
+    return Books(list(producing.acked), seqs_in(stack.store_url, TOPIC),
+                 seqs_in(stack.store_url, f"%DLQ%{FAILING}"),
+                 consumers[0].lines(), consumers[1].lines())
+
+
+@pytest.mark.timeout(900)
+def test_no_acknowledged_message_is_lost_when_any_process_dies(
+        stack: RunningStack, consumers: list[ConsumerProcess]) -> None:
+    seed = int(os.environ.get("CLEPSYDRA_FAULTS_SEED", random.randrange(1 << 30)))
+    rng = random.Random(seed)
+    admin = AdminClient(stack.store_url, stack.retry_url)
+    admin.create_topic(TOPIC, 4)
+    admin.set_group_settings(FAILING, retry_max_times=1)  # one retry, then the DLQ
+    for consumer in consumers:
+        consumer.start()
+    producing = Producing(stack.store_url, TOPIC)
+    producing.start()
+    matrix = Matrix(stack, consumers)
+    plan = [f for f in matrix.faults() for _ in range(RUNS)]
+    rng.shuffle(plan)
+    recovery_ms: dict[str, list[int]] = defaultdict(list)
+    try:
+        wait_until(lambda: consumers[0].lines() != [], 60, what="the first consumed message")
+        for fault in plan:
+            producing.phase = fault.name
+            time.sleep(rng.uniform(0.3, 2.0))
+            began = time.monotonic()
+            fault.inject()
+            wait_until(fault.recovered, RECOVERY_TIMEOUT_S, interval_s=0.1,
+                       what=f"recovery from {fault.name} (seed {seed})")
+            recovery_ms[fault.name].append(int((time.monotonic() - began) * 1000))
+            time.sleep(1.0)
+        producing.phase = "after"
+        time.sleep(3.0)
+    finally:
+        producing.stop.set()
+        producing.join(30)
+
+    def settled() -> bool:
+        return not _books(stack, producing, consumers).end_state_missing()
+
+    try:
+        wait_until(settled, DRAIN_TIMEOUT_S, interval_s=2.0, what="every message at its end")
+    except TimeoutError:
+        pass  # the assertions below say what is missing
+    books = _books(stack, producing, consumers)
+    phases = ["warm-up", *sorted(recovery_ms), "after"]
+    rows = books.table(phases, recovery_ms, producing.failed)
+    print(f"\nfault matrix, seed {seed}:\n" + json.dumps(rows, indent=1))
+    report = os.environ.get("CLEPSYDRA_FAULTS_REPORT")
+    if report:
+        Path(report).write_text(json.dumps({"seed": seed, "rows": rows}, indent=1))
+
+    missing = books.end_state_missing()
+    assert missing == {}, f"lost (seed {seed}): { {k: v[:20] for k, v in missing.items()} }"
+    assert [s for s, n in books.in_topic.items() if n > 1] == [], \
+        f"a message stored twice in its topic (SPEC D9, seed {seed})"
+    assert books.early() == [], f"delivered before its time (SPEC D3, seed {seed})"
+    assert sum(r["acked"] for r in rows) == len(books.acked) > 0
+    assert all(r["runs"] == RUNS for r in rows if r["fault"] not in ("warm-up", "after"))
+    assert next(r for r in rows if r["fault"] == "after")["acked"] > 0  # throughput came back
+    assert matrix.tears and all(pos >= 0 for pos in matrix.tears), matrix.tears  # really torn
+    assert stack.proc.poll() is None, stack.why()
+    assert _healthy(stack.store_url) and _healthy(stack.retry_url)
