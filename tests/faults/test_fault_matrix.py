@@ -175,8 +175,8 @@ class Matrix:
 
     def _kill_consumer(self) -> None:
         victim = self.consumers[1]
-        self._grown_from = len(victim.lines())
         victim.kill()
+        self._grown_from = len(victim.lines())
         victim.start()
 
     def _consumer_grew(self) -> bool:
