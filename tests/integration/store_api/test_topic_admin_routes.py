@@ -53,8 +53,12 @@ def test_bad_updates_are_refused(client: FlaskClient, payload: dict[str, Any]) -
     assert stored_count(client) == before
 
 
-def test_update_or_delete_of_a_missing_topic_is_404(client: FlaskClient) -> None:
-    assert_error(client.put("/v1/topics/nope", json={"queues": 2}), 404, "TOPIC_NOT_EXIST")
+def test_update_creates_a_missing_topic_and_delete_of_one_is_404(client: FlaskClient) -> None:
+    # issue 20.1: PUT is RocketMQ's updateTopic, which creates or updates
+    resp = client.put("/v1/topics/fresh", json={"queues": 2})
+    assert resp.status_code == 201, resp.get_json()
+    assert [q["queueId"] for q in resp.get_json()["queues"]] == [0, 1]
+    assert client.put("/v1/topics/fresh", json={"queues": 2}).status_code == 200
     assert_error(client.delete("/v1/topics/nope"), 404, "TOPIC_NOT_EXIST")
 
 

@@ -146,10 +146,10 @@ class AdminClient:
         return info if info.queues else self.topic(name)
 
     def update_topic(self, name: str, queues: int) -> TopicInfo:
-        """Change a topic's number of queues (RocketMQ's ``updateTopic``, rule A1 of
-        docs/semantics.md): growing adds empty queues; shrinking hides the last ones and is
-        refused (``TOPIC_NOT_DRAINED``) while one still holds messages not consumed. Consumers
-        rebalance at their next heartbeat."""
+        """Create a topic, or change its number of queues (RocketMQ's ``updateTopic``, rule
+        A1 of docs/semantics.md): growing adds empty queues; shrinking hides the last ones and
+        is refused (``TOPIC_NOT_DRAINED``) while one still holds messages not consumed.
+        Consumers rebalance at their next heartbeat."""
         raw = self.store.put(self.store.path("/v1/topics/{}", name), {"queues": queues})
         return TopicInfo.from_json(raw)
 

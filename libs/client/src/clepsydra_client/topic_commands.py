@@ -43,7 +43,8 @@ def topics_show(args: argparse.Namespace, ctx: Context) -> Output:
 
 
 def topics_update(args: argparse.Namespace, ctx: Context) -> Output:
-    """Change the queue count (A1): consumers rebalance at their next heartbeat."""
+    """Change the queue count, or create the topic (A1): consumers rebalance at their next
+    heartbeat."""
     t = ctx.admin().update_topic(args.name, args.queues)
     return Output(topic_json(t), f"topic {t.name} has {len(t.queues)} queues")
 
@@ -75,7 +76,8 @@ def add_topic_commands(sub: Any, parser_class: type[argparse.ArgumentParser]) ->
     t.add_argument("name")
     t.set_defaults(fn=topics_show)
     t = actions.add_parser("update", help="change a topic's number of queues (grow, or shrink "
-                                          "past queues every group has consumed)")
+                                          "past queues every group has consumed); a missing "
+                                          "topic is created")
     t.add_argument("name")
     t.add_argument("--queues", type=int, required=True, help="the new number of queues")
     t.set_defaults(fn=topics_update)

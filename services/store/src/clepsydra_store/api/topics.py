@@ -72,7 +72,8 @@ def get_topic(topic: str) -> Response:
 @bp.put("/v1/topics/<topic>")
 def update_topic(topic: str) -> Response:
     """``{queues}``: grow (new empty queues) or shrink (refused while a hidden queue holds
-    unconsumed messages, 409 TOPIC_NOT_DRAINED); 200 with the topic as it now is (A1)."""
+    unconsumed messages, 409 TOPIC_NOT_DRAINED); 200 with the topic as it now is (A1). A
+    missing topic is created (201), as RocketMQ's updateTopic does."""
     c = ctx()
     c.require_writable()
     validation.validate_topic_name(topic)
@@ -80,7 +81,11 @@ def update_topic(topic: str) -> Response:
     body = request_object()
     jsonio.check_fields(body, UPDATE_FIELDS, "topic update")
     queues = jsonio.req_int(body, "queues", minimum=1, maximum=MAX_QUEUES)
-    return json_response(topic_json(c.store.update_topic(topic, queues)))
+    try:
+        return json_response(topic_json(c.store.update_topic(topic, queues)))
+    except TopicNotFound:
+        info, created = c.store.create_topic(topic, queues)
+        return json_response(topic_json(info), 201 if created else 200)
 
 
 @bp.delete("/v1/topics/<topic>")
