@@ -83,8 +83,9 @@ class MessageStore(StoreCore):
         if cfg.queues != queues:
             raise _ValidationError(f"topic {name} exists with {cfg.queues} queues, not {queues}",
                                    code="TOPIC_EXISTS")
+        if created and not system:  # a consumer of a deleted namesake may have committed
+            self._groups.forget_topic(name)
         if created:
-            self._groups.forget_topic(name)  # a consumer of the deleted one may have committed
             logger.info("topic created topic=%s queues=%d system=%s", name, queues, system)
         return self.get_topic(name), created
 
