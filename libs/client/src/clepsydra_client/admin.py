@@ -145,6 +145,19 @@ class AdminClient:
                                    else raw)
         return info if info.queues else self.topic(name)
 
+    def update_topic(self, name: str, queues: int) -> TopicInfo:
+        """Create a topic, or change its number of queues (RocketMQ's ``updateTopic``, rule
+        A1 of docs/semantics.md): growing adds empty queues; shrinking hides the last ones and
+        is refused (``TOPIC_NOT_DRAINED``) while one still holds messages not consumed.
+        Consumers rebalance at their next heartbeat."""
+        raw = self.store.put(self.store.path("/v1/topics/{}", name), {"queues": queues})
+        return TopicInfo.from_json(raw)
+
+    def delete_topic(self, name: str) -> None:
+        """Delete a topic, its queues and every group's progress on it (RocketMQ's
+        ``deleteTopic``, rule A2); system topics are refused (Forbidden, S3)."""
+        self.store.delete(self.store.path("/v1/topics/{}", name))
+
     # ---- messages ------------------------------------------------------------------------
 
     def message(self, msg_id: str) -> Message:

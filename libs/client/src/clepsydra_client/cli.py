@@ -1,6 +1,7 @@
 """``clepsydra``: the command line over every Clepsydra API.
 
-    clepsydra topics list | create NAME [--queues N] | show NAME
+    clepsydra topics list | create NAME [--queues N] | show NAME | update NAME --queues N
+                   | delete NAME --yes        (`clepsydra topic ...` is the same)
     clepsydra send TOPIC BODY [--tags T] [--keys K ...] [--prop NAME=VALUE ...] [--delay-level N]
     clepsydra consume TOPIC [--tags 'a || b'] [--from-beginning] [--count N]
     clepsydra message show MSGID | --key KEY --topic TOPIC
@@ -31,6 +32,7 @@ from clepsydra_client.analytics_commands import AnalyticsUnavailable, add_analyt
 from clepsydra_client.commands import UsageError
 from clepsydra_client.rebalance import STRATEGIES
 from clepsydra_client.settings import ClientSettings
+from clepsydra_client.topic_commands import add_topic_commands
 from clepsydra_core.errors import (
     ClepsydraError,
     ConfigError,
@@ -62,18 +64,7 @@ def build_parser() -> Parser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
 
-    topics = sub.add_parser("topics", help="list, create and show topics").add_subparsers(
-        dest="action", metavar="ACTION", parser_class=Parser, required=True)
-    t = topics.add_parser("list", help="every topic with its queues and message count")
-    t.add_argument("--all", action="store_true", help="include system topics")
-    t.set_defaults(fn=c.topics_list)
-    t = topics.add_parser("create", help="create a topic")
-    t.add_argument("name")
-    t.add_argument("--queues", type=int, default=8, help="number of queues (default 8)")
-    t.set_defaults(fn=c.topics_create)
-    t = topics.add_parser("show", help="a topic's queues and offsets")
-    t.add_argument("name")
-    t.set_defaults(fn=c.topics_show)
+    add_topic_commands(sub, Parser)
 
     s = sub.add_parser("send", help="send messages")
     s.add_argument("topic")

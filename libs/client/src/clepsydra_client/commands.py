@@ -25,7 +25,6 @@ from clepsydra_client.render import (
     render_table,
 )
 from clepsydra_client.tags import TagExpression
-from clepsydra_client.topics import TopicInfo
 from clepsydra_core import naming
 from clepsydra_core import properties as P
 from clepsydra_core.errors import (
@@ -74,38 +73,6 @@ class Output:
 
 
 Command = Callable[[argparse.Namespace, Context], Output | None]
-
-
-# ---- topics --------------------------------------------------------------------------------
-
-def topic_json(t: TopicInfo) -> dict[str, Any]:
-    return {"name": t.name, "system": t.system, "messages": t.message_count,
-            "queues": [{"queueId": q.queue_id, "minOffset": q.min_offset,
-                        "maxOffset": q.max_offset} for q in t.queues]}
-
-
-def topics_list(args: argparse.Namespace, ctx: Context) -> Output:
-    topics = [t for t in ctx.admin().topics() if args.all or not t.system]
-    rows = [(t.name, len(t.queues), t.message_count, t.system) for t in topics]
-    return Output([topic_json(t) for t in topics],
-                  render_table(["TOPIC", "QUEUES", "MESSAGES", "SYSTEM"], rows, right=(1, 2),
-                               empty="(no topics: create one with `clepsydra topics create "
-                                     "NAME --queues 8`)"))
-
-
-def topics_create(args: argparse.Namespace, ctx: Context) -> Output:
-    t = ctx.admin().create_topic(args.name, args.queues)
-    return Output(topic_json(t), f"topic {t.name} has {len(t.queues)} queues")
-
-
-def topics_show(args: argparse.Namespace, ctx: Context) -> Output:
-    t = ctx.admin().topic(args.name)
-    rows = [(q.queue_id, q.min_offset, q.max_offset, q.count) for q in t.queues]
-    text = render_fields([("topic", t.name), ("queues", len(t.queues)),
-                          ("messages", t.message_count), ("system", t.system)])
-    text += "\n\n" + render_table(["QUEUE", "MIN OFFSET", "MAX OFFSET", "MESSAGES"], rows,
-                                  right=(0, 1, 2, 3))
-    return Output(topic_json(t), text)
 
 
 # ---- send / consume ------------------------------------------------------------------------

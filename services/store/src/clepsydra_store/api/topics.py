@@ -1,5 +1,6 @@
 """Topics: create (201, 200 when it exists alike, 409 when it exists with other queues), list,
-show with per-queue min/max offsets."""
+show with per-queue min/max offsets, update the queue count (A1) and delete (A2); system topics
+are the store's own (S3)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ bp = Blueprint("topics", __name__)
 
 MAX_QUEUES = 1024
 TOPIC_FIELDS = frozenset({"name", "queues"})
+UPDATE_FIELDS = frozenset({"queues"})
 
 
 class TopicConflict(ClepsydraError):
@@ -65,3 +67,34 @@ def get_topic(topic: str) -> Response:
     validation.validate_topic_name(topic)
     trace_topic(topic)
     return json_response(topic_json(ctx().store.get_topic(topic)))
+
+
+@bp.put("/v1/topics/<topic>")
+def update_topic(topic: str) -> Response:
+    """``{queues}``: grow (new empty queues) or shrink (refused while a hidden queue holds
+    unconsumed messages, 409 TOPIC_NOT_DRAINED); 200 with the topic as it now is (A1). A
+    missing topic is created (201), as RocketMQ's updateTopic does."""
+    c = ctx()
+    c.require_writable()
+    validation.validate_topic_name(topic)
+    trace_topic(topic)
+    body = request_object()
+    jsonio.check_fields(body, UPDATE_FIELDS, "topic update")
+    queues = jsonio.req_int(body, "queues", minimum=1, maximum=MAX_QUEUES)
+    try:
+        return json_response(topic_json(c.store.update_topic(topic, queues)))
+    except TopicNotFound:
+        info, created = c.store.create_topic(topic, queues)
+        return json_response(topic_json(info), 201 if created else 200)
+
+
+@bp.delete("/v1/topics/<topic>")
+def delete_topic(topic: str) -> Response:
+    """200 ``{name, deleted: true}``; 404 when absent; 403 for a system topic (S3, A2)."""
+    c = ctx()
+    c.require_writable()
+    validation.validate_topic_name(topic)
+    trace_topic(topic)
+    if not c.store.delete_topic(topic):
+        raise TopicNotFound(f"topic {topic} does not exist")
+    return json_response({"name": topic, "deleted": True})

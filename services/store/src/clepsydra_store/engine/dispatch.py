@@ -56,6 +56,9 @@ class Dispatcher:
         """level -> highest schedule queue offset handed to a real topic (D9)."""
         self._replay: dict[ConsumeQueue, tuple[int, list[bytes]]] = {}
         self.replay_known: set[str] = set()
+        self.replay_since: dict[str, int] = {}
+        """topic -> CommitLog offset it was created at: older records of that name belong to
+        a topic deleted since (TopicConfig.since)."""
 
     def queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         """The ConsumeQueue of (topic, queue_id), opened (or created) on first use."""
@@ -85,8 +88,9 @@ class Dispatcher:
         """Dispatch one recovered record again (idempotent: its entry goes at byte
         20·queueOffset; keys are deduplicated; marks only rise)."""
         topic = record.topic
-        if topic not in self.replay_known:
-            return  # topic deleted since
+        if topic not in self.replay_known or record.commitlog_offset < self.replay_since.get(
+                topic, 0):
+            return  # topic deleted since (and perhaps created anew)
         props = record.properties
         if topic == naming.SCHEDULE_TOPIC:
             level = self.delay_levels.level_of_queue(record.queue_id)

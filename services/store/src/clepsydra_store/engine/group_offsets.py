@@ -45,6 +45,24 @@ class GroupOffsets:
             topics = self._offsets.get(group, {})
             return {t: dict(q) for t, q in topics.items() if topic is None or t == topic}
 
+    def topic_offsets(self, topic: str) -> dict[str, dict[int, int]]:
+        """{group: {queueId: offset}} of every group that committed progress on ``topic``."""
+        with self._lock:
+            return {g: dict(ts[topic]) for g, ts in self._offsets.items() if topic in ts}
+
+    def forget_topic(self, topic: str) -> list[str]:
+        """Drop every group's progress on ``topic`` (deleted, or created anew) and write the
+        file at once; the groups that had some."""
+        with self._lock:
+            groups = sorted(g for g, ts in self._offsets.items() if topic in ts)
+            for group in groups:
+                del self._offsets[group][topic]
+                if not self._offsets[group]:
+                    del self._offsets[group]
+            self._dirty = self._dirty or bool(groups)
+        self.persist()
+        return groups
+
     def persist(self) -> bool:
         """Write the file if anything changed; True when written."""
         with self._write_lock:

@@ -14,7 +14,13 @@ import time
 
 from clepsydra_core import naming
 from clepsydra_core import properties as P
-from clepsydra_core.errors import Forbidden, MessageNotFound, OffsetOutOfRange, TopicNotFound
+from clepsydra_core.errors import (
+    ClepsydraError,
+    Forbidden,
+    MessageNotFound,
+    OffsetOutOfRange,
+    TopicNotFound,
+)
 from clepsydra_core.errors import ValidationError as _ValidationError
 from clepsydra_core.groups import GroupSettings, validate_settings
 from clepsydra_core.msgid import decode_msg_id
@@ -43,6 +49,13 @@ MAX_PULL_SCAN_FACTOR = 16
 """A tag-filtered pull scans at most this many entries per message asked for."""
 
 
+class TopicBusy(ClepsydraError):
+    """A topic cannot shrink: a queue it would hide still holds unconsumed messages (A1)."""
+
+    code = "TOPIC_NOT_DRAINED"
+    http_status = 409
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -65,17 +78,68 @@ class MessageStore(StoreCore):
         if not isinstance(queues, int) or not 1 <= queues <= 1024:
             raise _ValidationError(f"queues must be 1..1024, got {queues!r}",
                                    code="INVALID_REQUEST")
-        cfg, created = self._topics.create(name, queues, system)
+        # records of an earlier topic of this name (deleted) stay out of this one (A2)
+        cfg, created = self._topics.create(name, queues, system, self._commitlog.max_offset)
         if cfg.queues != queues:
             raise _ValidationError(f"topic {name} exists with {cfg.queues} queues, not {queues}",
                                    code="TOPIC_EXISTS")
+        if created and not system:  # a consumer of a deleted namesake may have committed
+            self._groups.forget_topic(name)
         if created:
             logger.info("topic created topic=%s queues=%d system=%s", name, queues, system)
         return self.get_topic(name), created
 
+    def update_topic(self, name: str, queues: int) -> TopicInfo:
+        """Change a topic's queue count (A1). Growing adds empty queues. Shrinking hides the
+        queues from ``queues`` on from producers and consumers, and is refused (TopicBusy)
+        while one of them holds a message that a group with progress on the topic has not
+        consumed, or any message when no group has; their files stay, so growing again shows
+        them with their offsets. System topics are refused (Forbidden, S3)."""
+        validate_topic_name(name)
+        if naming.is_system_topic(name):
+            raise Forbidden(f"cannot change system topic {name!r}: the store keeps its queues",
+                            rule="S3")
+        if isinstance(queues, bool) or not isinstance(queues, int) or not 1 <= queues <= 1024:
+            raise _ValidationError(f"queues must be 1..1024, got {queues!r}",
+                                   code="INVALID_REQUEST")
+        with self._lock:  # no append lands in a queue between the check and the change
+            cfg = self._topics.get(name)
+            if cfg is None:
+                raise TopicNotFound(f"topic {name} does not exist")
+            if queues < cfg.queues:
+                self._check_drained(name, queues, cfg.queues)
+            self._topics.set_queues(name, queues)
+        if queues != cfg.queues:
+            logger.info("topic updated topic=%s queues=%d previous=%d", name, queues, cfg.queues)
+        return self.get_topic(name)
+
+    def _check_drained(self, name: str, keep: int, queues: int) -> None:
+        progress = self._groups.topic_offsets(name)
+        for queue_id in range(keep, queues):
+            cq = self._dispatcher.existing_queue(name, queue_id)
+            if cq is None or cq.max_offset <= cq.min_offset:
+                continue
+            behind = {g: max(o.get(queue_id, cq.min_offset), cq.min_offset)
+                      for g, o in progress.items()}
+            behind = {g: o for g, o in behind.items() if o < cq.max_offset}
+            if not progress or behind:
+                who = (", ".join(f"{g} at {o}" for g, o in sorted(behind.items()))
+                       if behind else "no group has consumed them")
+                raise TopicBusy(
+                    f"cannot shrink topic {name} to {keep} queues: queue {queue_id} holds "
+                    f"messages up to offset {cq.max_offset} not yet consumed ({who}); let the "
+                    f"consumers finish, or move a group past them with PUT "
+                    f"/v1/groups/{{group}}/offsets, then try again", rule="A1")
+
     def delete_topic(self, name: str) -> bool:
-        """Remove a topic and its ConsumeQueue files (its CommitLog records stay until
-        retention). Scheduled messages aimed at it are parked on delivery (D7)."""
+        """Remove a topic (A2): its ConsumeQueue files and every group's progress on it go;
+        its CommitLog records stay until retention (found by msgId, never in a topic of the
+        same name created later). Scheduled messages aimed at it are parked on delivery (D7).
+        System topics are refused (Forbidden, S3); False when there is no such topic."""
+        if naming.is_system_topic(name):
+            raise Forbidden(f"cannot delete system topic {name!r}: {naming.SCHEDULE_TOPIC}, "
+                            f"{naming.RETRY_PREFIX}<group>, {naming.DLQ_PREFIX}<group> and the "
+                            f"store's other system topics are its own", rule="S3")
         with self._lock:
             self._force_checkpoint = True
             if not self._topics.delete(name):
@@ -84,7 +148,9 @@ class MessageStore(StoreCore):
                 cq.close()
             shutil.rmtree(self._dirs.consumequeue / name, ignore_errors=True)
             self._dispatcher.replay_known.discard(name)
-        logger.info("topic deleted topic=%s", name)
+        groups = self._groups.forget_topic(name)
+        logger.info("topic deleted topic=%s groups_progress_dropped=%s", name,
+                    ",".join(groups) or "-")
         return True
 
     def get_topic(self, name: str) -> TopicInfo:
@@ -242,8 +308,10 @@ class MessageStore(StoreCore):
         """Messages of a topic whose KEYS contain ``key`` or whose UNIQ_KEY is ``key``: the
         newest ``max_count``, oldest first."""
         found: list[CommitLogRecord] = []
+        cfg = self._topics.get(topic)
+        since = cfg.since if cfg is not None else 0
         for commitlog_offset in reversed(self._dispatcher.key_index.lookup(key)):
-            if len(found) >= max_count:
+            if len(found) >= max_count or commitlog_offset < since:
                 break
             try:
                 record = self._commitlog.read_record(commitlog_offset)

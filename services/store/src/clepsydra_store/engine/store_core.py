@@ -111,6 +111,7 @@ class StoreCore:
         cl, disp = self._commitlog, self._dispatcher
         known = {cfg.name for cfg in self._topics.all()} | {naming.SCHEDULE_TOPIC}
         disp.replay_known = known
+        disp.replay_since = {cfg.name: cfg.since for cfg in self._topics.all() if cfg.since}
         for topic in sorted(known):
             topic_dir = self._dirs.consumequeue / topic
             if topic_dir.is_dir():

@@ -1,0 +1,88 @@
+"""``clepsydra topics list|create|show|update|delete`` (``topic`` is the same command): topics
+and their queues on the store (issue 20.1: a topic's queue count can change, and a topic can be
+deleted; system topics cannot, SPEC S3)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from clepsydra_client.commands import Context, Output, UsageError
+from clepsydra_client.render import render_fields, render_table
+from clepsydra_client.topics import TopicInfo
+
+
+def topic_json(t: TopicInfo) -> dict[str, Any]:
+    return {"name": t.name, "system": t.system, "messages": t.message_count,
+            "queues": [{"queueId": q.queue_id, "minOffset": q.min_offset,
+                        "maxOffset": q.max_offset} for q in t.queues]}
+
+
+def topics_list(args: argparse.Namespace, ctx: Context) -> Output:
+    topics = [t for t in ctx.admin().topics() if args.all or not t.system]
+    rows = [(t.name, len(t.queues), t.message_count, t.system) for t in topics]
+    return Output([topic_json(t) for t in topics],
+                  render_table(["TOPIC", "QUEUES", "MESSAGES", "SYSTEM"], rows, right=(1, 2),
+                               empty="(no topics: create one with `clepsydra topics create "
+                                     "NAME --queues 8`)"))
+
+
+def topics_create(args: argparse.Namespace, ctx: Context) -> Output:
+    t = ctx.admin().create_topic(args.name, args.queues)
+    return Output(topic_json(t), f"topic {t.name} has {len(t.queues)} queues")
+
+
+def topics_show(args: argparse.Namespace, ctx: Context) -> Output:
+    t = ctx.admin().topic(args.name)
+    rows = [(q.queue_id, q.min_offset, q.max_offset, q.count) for q in t.queues]
+    text = render_fields([("topic", t.name), ("queues", len(t.queues)),
+                          ("messages", t.message_count), ("system", t.system)])
+    text += "\n\n" + render_table(["QUEUE", "MIN OFFSET", "MAX OFFSET", "MESSAGES"], rows,
+                                  right=(0, 1, 2, 3))
+    return Output(topic_json(t), text)
+
+
+def topics_update(args: argparse.Namespace, ctx: Context) -> Output:
+    """Change the queue count, or create the topic (A1): consumers rebalance at their next
+    heartbeat."""
+    t = ctx.admin().update_topic(args.name, args.queues)
+    return Output(topic_json(t), f"topic {t.name} has {len(t.queues)} queues")
+
+
+def topics_delete(args: argparse.Namespace, ctx: Context) -> Output:
+    """Delete a topic (A2); without ``--yes`` a usage error (exit 2), nothing deleted."""
+    if not args.yes:
+        raise UsageError(f"clepsydra topics delete: deleting {args.name} removes its queues and "
+                         f"every group's progress on it; run again with --yes to confirm (see "
+                         f"it first with `clepsydra topics show {args.name}`)")
+    ctx.admin().delete_topic(args.name)
+    return Output({"name": args.name, "deleted": True}, f"topic {args.name} deleted")
+
+
+def add_topic_commands(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
+    """The ``topics`` sub-command (alias ``topic``) on the ``clepsydra`` parser."""
+    topics = sub.add_parser("topics", aliases=["topic"],
+                            help="list, create, show, update and delete topics")
+    actions = topics.add_subparsers(dest="action", metavar="ACTION", parser_class=parser_class,
+                                    required=True)
+    t = actions.add_parser("list", help="every topic with its queues and message count")
+    t.add_argument("--all", action="store_true", help="include system topics")
+    t.set_defaults(fn=topics_list)
+    t = actions.add_parser("create", help="create a topic")
+    t.add_argument("name")
+    t.add_argument("--queues", type=int, default=8, help="number of queues (default 8)")
+    t.set_defaults(fn=topics_create)
+    t = actions.add_parser("show", help="a topic's queues and offsets")
+    t.add_argument("name")
+    t.set_defaults(fn=topics_show)
+    t = actions.add_parser("update", help="change a topic's number of queues (grow, or shrink "
+                                          "past queues every group has consumed); a missing "
+                                          "topic is created")
+    t.add_argument("name")
+    t.add_argument("--queues", type=int, required=True, help="the new number of queues")
+    t.set_defaults(fn=topics_update)
+    t = actions.add_parser("delete", help="delete a topic: its queues and the groups' progress "
+                                          "on it (system topics cannot be deleted)")
+    t.add_argument("name")
+    t.add_argument("--yes", action="store_true", help="confirm")
+    t.set_defaults(fn=topics_delete)
