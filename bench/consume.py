@@ -16,7 +16,8 @@ consumer as its own process (``PushConsumer``, clustering, FIRST). Phases (issue
            first sent), what a message sees from send to listener (bounded by the produce rate)
 
 ``--quick``: 10,000 messages.
-The machine is shared (FACTS.md: +-40 %); the figures printed are what was measured here.
+The machine is shared (+-40 % between runs seen here); the figures printed are what was
+measured here.
 """
 
 from __future__ import annotations

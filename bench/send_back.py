@@ -19,7 +19,7 @@ the max reconsume count, which the store stores in ``%DLQ%<g>``), so set-up stay
 Each send-back reads the message's headers from the store and writes one copy there, so the
 store's request rate bounds the figure. ``--profile`` samples the retry worker and the store
 worker with py-spy during ``batch`` and ``resend`` and prints where their time goes.
-The clients share the 2 cores with the services: figures are noisy (FACTS.md: +-40 %).
+The clients share the 2 cores with the services: figures are noisy (+-40 % between runs seen here).
 """
 
 from __future__ import annotations

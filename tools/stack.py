@@ -114,8 +114,8 @@ class RestartPolicy:
 
 @dataclass(frozen=True, slots=True)
 class StackSettings:
-    """The shared settings (DESIGN.md) plus the ports the stack's services listen on (the
-    scheduler's two health ports: None when set to 0)."""
+    """The shared settings (README.md, Configuration) plus the ports the stack's services
+    listen on (the scheduler's two health ports: None when set to 0)."""
 
     common: CommonSettings
     store_port: int

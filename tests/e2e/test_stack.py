@@ -1,6 +1,6 @@
 """The local stack (`python -m tools.stack`, what `make run` starts) as a black box: it becomes
 ready, a delayed message goes store -> scheduler -> store, and a stop signal ends every process
-it started (DESIGN.md "make run" rules)."""
+it started (README.md, Quick start)."""
 
 from __future__ import annotations
 

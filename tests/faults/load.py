@@ -23,7 +23,7 @@ import requests
 
 from clepsydra_client import Producer
 from clepsydra_core.errors import ClepsydraError
-from tests.faults.consumer import FAIL_ALWAYS, fails
+from tests.faults.consumer import FAIL_ALWAYS
 from tests.fixtures.processes import REPO
 
 # (delay level, its delay in ms with the default table): immediate, 1 s, 5 s
@@ -189,15 +189,20 @@ class Books:
                 for line in self.passing + self.failing
                 if line["reconsume"] == 0 and line["seq"] in due and line["t"] < due[line["seq"]]]
 
-    def table(self, phases: list[str], recovery_ms: dict[str, list[int]],
+    def table(self, phases: list[str], timeline: list[tuple[str, int]],
+              recovery_ms: dict[str, list[int]],
               failed_sends: Counter[str]) -> list[dict[str, Any]]:
-        """One row per phase: runs, acknowledged, lost, store copies > 1, consumer duplicates,
-        refused sends and the recovery times seen."""
+        """One row per phase: runs, acknowledged and lost (of the messages sent during it),
+        store copies > 1, consumer duplicates (attempts seen again during it: the listener
+        called twice for the same message and attempt), refused sends and recovery times."""
         missing = {seq for seqs in self.end_state_missing().values() for seq in seqs}
-        attempts: Counter[tuple[str, int, int]] = Counter()
-        for line in self.passing + self.failing:
-            if line["ok"] or fails(line["seq"], line["reconsume"]):
-                attempts[(line["group"], line["seq"], line["reconsume"])] += 1
+        seen: set[tuple[str, int, int]] = set()
+        again: Counter[str] = Counter()
+        for line in sorted(self.passing + self.failing, key=lambda ln: ln["t"]):
+            attempt = (line["group"], line["seq"], line["reconsume"])
+            if attempt in seen:
+                again[_phase_at(timeline, line["t"])] += 1
+            seen.add(attempt)
         rows = []
         for phase in phases:
             sent = [s for s in self.acked if s.phase == phase]
@@ -208,9 +213,17 @@ class Books:
                 "acked": len(sent),
                 "lost": len(seqs & missing),
                 "store_duplicates": sum(1 for s in seqs if self.in_topic[s] > 1),
-                "consumer_duplicates": sum(n - 1 for (_, seq, _), n in attempts.items()
-                                           if seq in seqs and n > 1),
+                "consumer_duplicates": again.get(phase, 0),
                 "refused_sends": failed_sends.get(phase, 0),
                 "recovery_ms": recovery_ms.get(phase, []),
             })
         return rows
+
+
+def _phase_at(timeline: list[tuple[str, int]], t_ms: int) -> str:
+    """The phase under way at ``t_ms``: the last one that began before it."""
+    current = timeline[0][0]
+    for phase, began in timeline:
+        if began <= t_ms:
+            current = phase
+    return current

@@ -257,10 +257,12 @@ def test_no_acknowledged_message_is_lost_when_any_process_dies(
     plan = [f for f in matrix.faults() for _ in range(RUNS)]
     rng.shuffle(plan)
     recovery_ms: dict[str, list[int]] = defaultdict(list)
+    timeline: list[tuple[str, int]] = [("warm-up", 0)]  # (phase, epoch ms it began)
     try:
         wait_until(lambda: consumers[0].lines() != [], 60, what="the first consumed message")
         for fault in plan:
             producing.phase = fault.name
+            timeline.append((fault.name, int(time.time() * 1000)))
             time.sleep(rng.uniform(0.3, 2.0))
             began = time.monotonic()
             fault.inject()
@@ -269,6 +271,7 @@ def test_no_acknowledged_message_is_lost_when_any_process_dies(
             recovery_ms[fault.name].append(int((time.monotonic() - began) * 1000))
             time.sleep(1.0)
         producing.phase = "after"
+        timeline.append(("after", int(time.time() * 1000)))
         time.sleep(3.0)
     finally:
         producing.stop.set()
@@ -283,7 +286,7 @@ def test_no_acknowledged_message_is_lost_when_any_process_dies(
         pass  # the assertions below say what is missing
     books = _books(stack, producing, consumers)
     phases = ["warm-up", *sorted(recovery_ms), "after"]
-    rows = books.table(phases, recovery_ms, producing.failed)
+    rows = books.table(phases, timeline, recovery_ms, producing.failed)
     print(f"\nfault matrix, seed {seed}:\n" + json.dumps(rows, indent=1))
     report = os.environ.get("CLEPSYDRA_FAULTS_REPORT")
     if report:

@@ -1,5 +1,5 @@
-"""Policy over what every overlay renders (k8s/overlays/*): the rules of issue 11 and STYLE.md
-"Kubernetes", checked on the objects a cluster would receive, not on the source files."""
+"""Policy over what every overlay renders (k8s/overlays/*): the rules of issue 11 and k8s/README.md,
+checked on the objects a cluster would receive, not on the source files."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """One local SparkSession for the whole spark suite (the JVM's start is the slow part: 7-9 s,
-FACTS.md), two cores, few shuffle partitions, no UI, UTC; and helpers to build export rows
+measured here), two cores, few shuffle partitions, no UI, UTC; and helpers to build export rows
 by hand."""
 
 from __future__ import annotations

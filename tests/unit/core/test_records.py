@@ -1,5 +1,5 @@
 """CommitLog records, properties encoding, ConsumeQueue entries and the end-of-segment marker
-(DESIGN.md "Formats"; SPEC P1, P3)."""
+(docs/semantics.md; SPEC P1, P3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""ClientSettings: where the services are, read once from the environment (DESIGN.md names).
+"""ClientSettings: where the services are, read once from the environment (the names of the
+README's configuration table).
 
 Only the CLI and :func:`ClientSettings.from_env` read ``os.environ``; the SDK classes take URLs
 as arguments."""

@@ -1,4 +1,5 @@
-"""Reading settings from the environment, and the settings every part agrees on (DESIGN.md).
+"""Reading settings from the environment, and the settings every part agrees on (README.md,
+Configuration).
 
 Each service has one frozen settings dataclass built once by ``from_env()``; these helpers read
 one variable each and raise ConfigError naming the variable. Nothing else reads os.environ.
@@ -79,7 +80,7 @@ def env_levels(env: Env, name: str = "CLEPSYDRA_DELAY_LEVELS") -> DelayLevels:
 
 @dataclass(frozen=True, slots=True)
 class CommonSettings:
-    """The settings shared by every part (DESIGN.md, "Settings every part agrees on")."""
+    """The settings shared by every part (README.md, Configuration)."""
 
     home: Path
     store_url: str

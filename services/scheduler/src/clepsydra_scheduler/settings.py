@@ -1,6 +1,6 @@
 """SchedulerSettings: the scheduler's settings, read once from the environment.
 
-The shared ``CLEPSYDRA_*`` names (DESIGN.md) plus the scheduler's own:
+The shared ``CLEPSYDRA_*`` names (README.md, Configuration) plus the scheduler's own:
 
 | variable | meaning | default |
 |---|---|---|
