@@ -77,7 +77,7 @@ images-down: setup
 run: setup
 	@export PATH="$(CURDIR)/$(BIN):$$PATH"; exec $(BIN)/python -m tools.stack
 
-## test: set up, then run every tox env (lint, type, unit, integration, e2e, k8s, spark, and images
+## test: set up, then run every tox env (lint, type, unit, integration, e2e, faults, k8s, spark, and images
 ## when a Docker engine can be had).
 test: setup $(TOX_STAMP)
 	@envs="$(TOX_ENVS)"; \
@@ -96,7 +96,7 @@ $(TOX_STAMP): $(STAMP) tox.ini
 
 ## test-fast: the pytest suites only, no tox.
 test-fast: setup
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q tests/unit tests/integration tests/e2e tests/spark
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q tests/unit tests/integration tests/e2e tests/faults tests/spark
 
 lint: setup
 	$(BIN)/ruff check .

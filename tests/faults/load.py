@@ -189,20 +189,36 @@ class Books:
                 for line in self.passing + self.failing
                 if line["reconsume"] == 0 and line["seq"] in due and line["t"] < due[line["seq"]]]
 
-    def table(self, phases: list[str], timeline: list[tuple[str, int]],
+    def duplicates_by_cause(self, injected: list[tuple[str, int]]) -> Counter[str]:
+        """Consumer duplicates (the listener called again for an attempt it had seen) per the
+        fault injected between the two calls, "none" when no fault was. An attempt that failed
+        twice was sent back twice, so its next attempt comes twice as well: that duplicate is
+        charged to the cause of the first."""
+        first: dict[tuple[str, int, int], int] = {}
+        cause_of: dict[tuple[str, int, int], str] = {}
+        again: Counter[str] = Counter()
+        for line in sorted(self.passing + self.failing, key=lambda ln: ln["t"]):
+            group, seq, n = line["group"], line["seq"], line["reconsume"]
+            attempt = (group, seq, n)
+            if attempt in first:
+                cause = _cause(injected, first[attempt], line["t"])
+                if cause == "none":
+                    cause = cause_of.get((group, seq, n - 1), cause)
+                cause_of.setdefault(attempt, cause)
+                again[cause] += 1
+            else:
+                first[attempt] = line["t"]
+        return again
+
+    def table(self, phases: list[str], injected: list[tuple[str, int]],
               recovery_ms: dict[str, list[int]],
               failed_sends: Counter[str]) -> list[dict[str, Any]]:
         """One row per phase: runs, acknowledged and lost (of the messages sent during it),
-        store copies > 1, consumer duplicates (attempts seen again during it: the listener
-        called twice for the same message and attempt), refused sends and recovery times."""
+        store copies > 1, refused sends, recovery times, and consumer duplicates (the listener
+        called again for an attempt it had seen) charged to the fault injected between the
+        two calls ("none" when no fault was: a duplicate nothing explains)."""
         missing = {seq for seqs in self.end_state_missing().values() for seq in seqs}
-        seen: set[tuple[str, int, int]] = set()
-        again: Counter[str] = Counter()
-        for line in sorted(self.passing + self.failing, key=lambda ln: ln["t"]):
-            attempt = (line["group"], line["seq"], line["reconsume"])
-            if attempt in seen:
-                again[_phase_at(timeline, line["t"])] += 1
-            seen.add(attempt)
+        again = self.duplicates_by_cause(injected)
         rows = []
         for phase in phases:
             sent = [s for s in self.acked if s.phase == phase]
@@ -220,10 +236,9 @@ class Books:
         return rows
 
 
-def _phase_at(timeline: list[tuple[str, int]], t_ms: int) -> str:
-    """The phase under way at ``t_ms``: the last one that began before it."""
-    current = timeline[0][0]
-    for phase, began in timeline:
-        if began <= t_ms:
-            current = phase
-    return current
+
+def _cause(injected: list[tuple[str, int]], first_ms: int, again_ms: int) -> str:
+    """The first fault injected between two calls of the listener for one attempt: the crash
+    that lost the first call's acknowledgement."""
+    causes = [name for name, at in injected if first_ms <= at <= again_ms]
+    return causes[0] if causes else "none"
