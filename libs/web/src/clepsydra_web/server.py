@@ -26,6 +26,7 @@ from gunicorn.workers.gthread import ThreadWorker
 
 from clepsydra_core.logging import JsonFormatter
 from clepsydra_web.errors import error_body
+from clepsydra_web.slow_clients import CompleteRequestsOnly
 
 
 def write_json_error(sock: socket.socket, status_int: int, reason: str, mesg: str) -> None:
@@ -44,8 +45,9 @@ class JsonErrorsMixin:
         super().init_process()  # type: ignore[misc]
 
 
-class JsonThreadWorker(JsonErrorsMixin, ThreadWorker):  # type: ignore[misc]
-    """gunicorn's gthread worker with JSON error pages (``worker_class`` of the services)."""
+class JsonThreadWorker(JsonErrorsMixin, CompleteRequestsOnly, ThreadWorker):  # type: ignore[misc]
+    """gunicorn's gthread worker with JSON error pages, whose threads take only requests that
+    arrived whole (``worker_class`` of the services; slow_clients.py)."""
 
 
 JSON_THREAD_WORKER = f"{__name__}.JsonThreadWorker"

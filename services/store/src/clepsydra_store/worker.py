@@ -7,7 +7,8 @@ poller updates, a futures hand-off and several GIL hand-overs) costs more CPU th
 itself (README, "Where the time goes"). This worker lets the thread that answered a request
 wait a little for the same client's next one and serve it directly; it gives the connection
 back to the poller when the client stays quiet for ``LINGER_S`` or when other connections are
-waiting for a thread, so they wait at most one linger.
+waiting for a thread, so they wait at most one linger. Like every service's worker, a thread
+takes only a request that arrived whole (clepsydra_web/slow_clients.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from gunicorn import util
 from gunicorn.workers.gthread import ThreadWorker
 
 from clepsydra_web.server import JsonErrorsMixin
+from clepsydra_web.slow_clients import CompleteRequestsOnly
 
 LINGER_S = 0.005
 """How long a thread waits for the next request on its connection before handing it back."""
@@ -43,7 +45,7 @@ def cached_http_date(timestamp: float | None = None) -> str:
     return cached[1]
 
 
-class StoreThreadWorker(JsonErrorsMixin, ThreadWorker):  # type: ignore[misc]
+class StoreThreadWorker(JsonErrorsMixin, CompleteRequestsOnly, ThreadWorker):  # type: ignore[misc]
     def init_process(self) -> None:
         util.http_date = cached_http_date  # this worker process only
         super().init_process()

@@ -1,0 +1,87 @@
+"""A slow client may not hold a thread (issue 16, "Bad input").
+
+gunicorn's gthread worker hands a connection to a pool thread as soon as its first bytes
+arrive, and the thread then reads the request with a blocking socket: a client that sends half a
+request head and trickles the rest a byte at a time holds that thread for as long as it likes,
+and as many such clients as the pool has threads stop the service for everyone (seen: 20
+connections left a store with 8 threads answering nothing, not even ``/healthz``).
+
+:class:`CompleteRequestsOnly`, mixed into a gthread worker before ``ThreadWorker``, lets a
+thread take a request only once the kernel holds all of it -- the head up to its blank line and
+``Content-Length`` bytes of body, seen with ``MSG_PEEK`` without consuming anything. Until then
+the connection goes back to the worker's poller (gunicorn's own "pending" path), costing no
+thread. A request still incomplete ``HEAD_DEADLINE_S`` after its first byte is dropped. Bodies
+larger than what one peek can see, and chunked bodies, are let through once ``PEEK_BYTES`` have
+arrived (they stream at the client's pace; the services cap bodies at a few MB).
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import time
+from typing import Any
+
+from gunicorn.workers import gthread
+
+PEEK_BYTES = 256 * 1024
+"""The most one check looks at; a request this far along goes to a thread."""
+HEAD_DEADLINE_S = 10.0
+"""How long a request may take to arrive whole once its first byte came."""
+
+_CONTENT_LENGTH = re.compile(rb"\r\ncontent-length[ \t]*:[ \t]*(\d{1,12})[ \t]*\r\n", re.I)
+_CHUNKED = re.compile(rb"\r\ntransfer-encoding[ \t]*:[^\r\n]*chunked", re.I)
+
+
+def request_complete(data: bytes) -> bool:
+    """Whether ``data`` (the start of what the client sent) holds one whole request, or enough
+    of it that waiting for more is the app's business."""
+    if len(data) >= PEEK_BYTES:
+        return True
+    head_end = data.find(b"\r\n\r\n")
+    if head_end < 0:
+        return False
+    head = data[:head_end + 2]
+    if _CHUNKED.search(head):
+        return data.find(b"\r\n0\r\n\r\n", head_end) >= 0 or data.endswith(b"0\r\n\r\n")
+    match = _CONTENT_LENGTH.search(head)
+    length = int(match.group(1)) if match else 0
+    return len(data) >= head_end + 4 + length
+
+
+class CompleteRequestsOnly:
+    """Mix into a gthread worker class (before ``ThreadWorker``)."""
+
+    def handle(self, conn: Any) -> Any:
+        verdict = self._arrived(conn)
+        if verdict is None:
+            return False  # past its deadline: close
+        if not verdict:
+            conn.data_ready = False  # the poller wakes us again on the next bytes
+            return gthread._DEFER
+        conn.guard_since = None
+        return super().handle(conn)  # type: ignore[misc]
+
+    def _arrived(self, conn: Any) -> bool | None:
+        """True: a thread may read the request; False: not yet; None: it took too long."""
+        if getattr(self, "cfg", None) is not None and self.cfg.is_ssl:  # type: ignore[attr-defined]
+            return True
+        parser = conn.parser
+        if parser is not None and parser.unreader.buf.getvalue():
+            return True  # read ahead with the previous request: gunicorn serves it
+        try:
+            data = conn.sock.recv(PEEK_BYTES, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            data = None
+        except OSError:
+            return True  # let gunicorn meet the error and close
+        if data == b"":
+            return True  # the client closed: gunicorn ends the connection
+        now = time.monotonic()
+        since = getattr(conn, "guard_since", None)
+        if data is not None and request_complete(data):
+            return True
+        if since is None:
+            conn.guard_since = now if data else None
+            return False
+        return False if now - since < HEAD_DEADLINE_S else None
