@@ -42,6 +42,8 @@ from clepsydra_core.retry_rules import (
 
 logger = logging.getLogger(__name__)
 
+LOCK_RECHECK_S = 0.1
+"""Orderly: how soon a queue whose store lock lapsed (renewal late) is looked at again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +266,8 @@ class OrderlyConsumeService(ConsumeService):
         self._kick(pq)
 
     def _kick(self, pq: ProcessQueue) -> None:
+        if pq.dropped or self.stopped:
+            return
         if pq.orderly_lock.acquire(blocking=False):
             self._submit(self._run, pq)
 
@@ -273,6 +277,10 @@ class OrderlyConsumeService(ConsumeService):
         suspended = False
         try:
             while not (pq.dropped or self.stopped):
+                if not pq.lock_held():  # issue 12.5: never without the queue lock
+                    self.stats.add("lock_waits")
+                    self.timers.schedule(lambda: self._kick(pq), LOCK_RECHECK_S)
+                    return
                 batch = pq.take_ordered(max(self.settings.batch_size, 1))
                 if not batch:
                     break

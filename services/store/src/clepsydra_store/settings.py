@@ -12,6 +12,7 @@ from clepsydra_core.settings import (
     Env,
     env_bool,
     env_choice,
+    env_float,
     env_int,
     env_str,
 )
@@ -36,6 +37,9 @@ class StoreSettings:
     """How long an idle keep-alive connection stays open."""
     fast_path: bool = True
     """Serve the two produce routes through the lean WSGI path (same behaviour as Flask's)."""
+    lock_expiry_ms: int = 60_000
+    """An orderly consumer's queue lock not renewed for this long is free for another
+    consumer (issue 12.5; RocketMQ's 60 s)."""
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> StoreSettings:
@@ -74,4 +78,6 @@ class StoreSettings:
                                       minimum=1024),
             keepalive_s=env_int(env, "CLEPSYDRA_STORE_KEEPALIVE_S", 75, minimum=1),
             fast_path=env_bool(env, "CLEPSYDRA_STORE_FAST_PATH", True),
+            lock_expiry_ms=round(1000 * env_float(env, "CLEPSYDRA_STORE_LOCK_EXPIRY_S", 60.0,
+                                                  minimum=0.1)),
         )
