@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clepsydra_core import naming
+from clepsydra_core.errors import ConfigError
 from clepsydra_core.settings import (
     CommonSettings,
     Env,
@@ -17,9 +18,24 @@ from clepsydra_core.settings import (
     env_str,
 )
 from clepsydra_store.engine.config import EngineConfig
+from clepsydra_store.engine.disk_usage import (
+    DISK_CAPACITY_VAR,
+    DISK_MAX_RATIO_VAR,
+    DISK_WARN_RATIO_VAR,
+)
 
 MAX_REQUEST_BYTES_VAR = "CLEPSYDRA_STORE_MAX_REQUEST_BYTES"
 """The setting that bounds a request body (named in the 413 answer)."""
+
+
+
+def _ratio(env: Env, name: str, default: float) -> float:
+    """A share of the disk: above 0, at most 1."""
+    value = env_float(env, name, default, minimum=0.0)
+    if not 0 < value <= 1:
+        raise ConfigError(f"{name}={value:g} must be above 0 and at most 1")
+    return value
+
 
 @dataclass(frozen=True, slots=True)
 class StoreSettings:
@@ -64,7 +80,13 @@ class StoreSettings:
             max_body_bytes=env_int(env, "CLEPSYDRA_STORE_MAX_BODY_BYTES", 4 * 1024 * 1024,
                                    minimum=1),
             writable=env_bool(env, "CLEPSYDRA_STORE_WRITABLE", True),
+            disk_max_ratio=_ratio(env, DISK_MAX_RATIO_VAR, 0.90),
+            disk_warn_ratio=_ratio(env, DISK_WARN_RATIO_VAR, 0.85),
+            disk_capacity_bytes=env_int(env, DISK_CAPACITY_VAR, 0, minimum=0),
         )
+        if engine.disk_warn_ratio > engine.disk_max_ratio:
+            raise ConfigError(f"{DISK_WARN_RATIO_VAR}={engine.disk_warn_ratio:g} must not be "
+                              f"above {DISK_MAX_RATIO_VAR}={engine.disk_max_ratio:g}")
         return cls(
             common=common,
             engine=engine,
