@@ -50,8 +50,7 @@ def create_app(settings: StoreSettings, store: MessageStore | None = None) -> Fl
         app.register_blueprint(bp)
     app.register_blueprint(ops_blueprint(
         "clepsydra_store", registry=lambda: context.obs.registry,
-        health=lambda: ({"status": "ok", "writable": settings.engine.writable,
-                         "diskWritable": store.disk_writable}, 200)))
+        health=lambda: ({"status": "ok", "writable": settings.engine.writable}, 200)))
     register_error_handlers(app, size_setting=MAX_REQUEST_BYTES_VAR)
     context.obs.tracing.install(app, on_end=context.obs.count)
     if settings.fast_path:

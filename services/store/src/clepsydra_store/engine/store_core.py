@@ -387,10 +387,6 @@ class StoreCore:
         """DiskFull (507) while the disk is past its high-water mark."""
         self._disk.check()
 
-    @property
-    def disk_writable(self) -> bool:
-        return self._disk.writable
-
     # ---- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:
         """Flush everything, write checkpoints, stop threads. Idempotent."""
