@@ -8,19 +8,22 @@ import itertools
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
+from contextlib import closing
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from clepsydra_client.listener import OrderlyResult
-from clepsydra_client.producer import OutgoingMessage
-from tests.fixtures.processes import wait_until
+from clepsydra_client.listener import ConsumeFromWhere, OrderlyResult
+from clepsydra_client.producer import OutgoingMessage, Producer
+from clepsydra_client.push import PushConsumer
+from clepsydra_core.http import HttpClient
+from tests.fixtures.processes import HttpService, wait_until
 
 if TYPE_CHECKING:
     from clepsydra_client.admin import AdminClient
     from clepsydra_client.message import Message
-    from clepsydra_client.producer import Producer
-    from clepsydra_client.push import PushConsumer
     from tests.integration.client.conftest import ClientStack, Consumers, Names
 
 pytestmark = pytest.mark.integration
@@ -116,3 +119,72 @@ def test_orderly_consumers_joining_and_leaving_never_overlap_or_reorder(
                                      "was still consuming the one before"
         clients |= {client for _, client, _, _ in rows}
     assert len(clients) >= 4  # the queues really moved between consumers
+
+
+def test_a_consumer_whose_lock_is_lost_stops_and_resumes_when_it_is_free(
+        tmp_path: Path, start_store: Callable[..., HttpService]) -> None:
+    # issue 12.5: no lock, no consumption; a lock lost at renewal drops the queue uncommitted
+    store = start_store(tmp_path / "home", env={"CLEPSYDRA_STORE_LOCK_EXPIRY_S": "1"})
+    topic, group = "locked", "g-locked"
+    with Producer(store.url) as producer, closing(HttpClient(store.url)) as http:
+        http.post("/v1/topics", {"name": topic, "queues": 1})
+        starts: list[float] = []
+        lock = threading.Lock()
+
+        def listener(messages: list[Message], context: Any) -> OrderlyResult:
+            with lock:
+                starts.extend(time.monotonic() for _ in messages)
+            time.sleep(0.01)
+            return OrderlyResult.SUCCESS
+
+        consumer = PushConsumer(group, store.url, None, heartbeat_interval_s=0.3,
+                                persist_interval_s=0.3, pull_idle_max_s=0.05,
+                                consume_from_where=ConsumeFromWhere.FIRST,
+                                lock_renew_interval_s=2.0)
+        consumer.subscribe(topic)
+        consumer.register_orderly(listener)
+        sent = 0
+
+        def send(n: int) -> None:
+            nonlocal sent
+            producer.send_batch(topic, [OutgoingMessage(f"m{sent + i}") for i in range(n)])
+            sent += n
+
+        consumer.start()
+        try:
+            send(5)
+            wait_until(lambda: len(starts) >= 5, 20, what="first messages consumed")
+            # its lock (renewed every 2 s) expires at the store after 1 s: another client
+            # takes it, and the consumer must not consume while that one holds it
+            body = {"clientId": "intruder", "queues": [{"topic": topic, "queueId": 0}]}
+            wait_until(lambda: http.post(f"/v1/groups/{group}/locks", body)["locked"], 10,
+                       0.05, what="the lock free for another client")
+            taken = time.monotonic()
+            held = [True]
+            release = threading.Event()
+
+            def hold() -> None:  # the intruder renews its lock like a consumer
+                while not release.wait(0.2):
+                    held.append(bool(http.post(f"/v1/groups/{group}/locks", body)["locked"]))
+
+            holder = threading.Thread(target=hold)
+            holder.start()
+            try:
+                send(20)
+                wait_until(lambda: consumer.stats.snapshot().get("locks_lost", 0) >= 1, 10,
+                           what="the consumer sees its lock lost at renewal")
+                time.sleep(1.0)
+            finally:
+                release.set()
+                holder.join()
+            with lock:
+                during = [s for s in starts if s >= taken]
+            http.post(f"/v1/groups/{group}/locks/unlock", body)
+            assert all(held)
+            assert during == []
+            wait_until(lambda: len(starts) >= sent, 20, what="consumption resumed")
+            locks = http.get(f"/v1/groups/{group}/locks")["locks"]
+            assert [x["clientId"] for x in locks] == [consumer.client_id]
+        finally:
+            consumer.shutdown()
+        assert http.get(f"/v1/groups/{group}/locks")["locks"] == []  # unlocked at shutdown
