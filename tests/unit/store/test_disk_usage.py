@@ -3,12 +3,19 @@ quota probe over real files, and the settings that bound it."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from clepsydra_core.errors import ConfigError, DiskFull
-from clepsydra_store.engine.disk_usage import DiskGuard, DiskLevel, DiskSample, quota_probe
+from clepsydra_store.engine.disk_usage import (
+    DiskGuard,
+    DiskLevel,
+    DiskSample,
+    quota_probe,
+    volume_probe,
+)
 from clepsydra_store.settings import StoreSettings
 
 
@@ -55,6 +62,14 @@ def test_quota_probe_counts_the_files_under_its_folders(tmp_path: Path) -> None:
     (tmp_path / "c" / "z").write_bytes(b"3" * 100)
     sample = quota_probe([tmp_path / "a", tmp_path / "c", tmp_path / "missing"], 1000)()
     assert (sample.used_bytes, sample.total_bytes, sample.ratio) == (600, 1000, 0.6)
+
+
+def test_volume_probe_counts_as_df_does(tmp_path: Path) -> None:
+    # issue 12.8: used over used + available (reserved blocks are neither)
+    st = os.statvfs(tmp_path)
+    used = (st.f_blocks - st.f_bfree) * st.f_frsize
+    expected = used / (used + st.f_bavail * st.f_frsize)
+    assert abs(volume_probe(tmp_path)().ratio - expected) < 0.01
 
 
 def test_disk_settings_are_ratios_and_warning_is_not_above_the_mark(tmp_path: Path) -> None:

@@ -12,9 +12,9 @@ thread (not on the put path: a put only reads a flag):
   Scheduler hand-overs and retention's carry-forward still write: they move messages that are
   stored already, and refusing them would only make delayed messages late.
 
-The used share is that of the volume (``(total - free) / total``, as RocketMQ counts), or, with
-``CLEPSYDRA_STORE_DISK_CAPACITY_BYTES`` set, the bytes of the store's own files over that
-capacity (a quota on a shared volume; tests use a small one).
+The used share is that of the volume (``used / (used + available)``, the ``Use%`` of ``df``),
+or, with ``CLEPSYDRA_STORE_DISK_CAPACITY_BYTES`` set, the bytes of the store's own files over
+that capacity (a quota on a shared volume; tests use a small one).
 """
 
 from __future__ import annotations
@@ -58,10 +58,11 @@ class DiskLevel(StrEnum):
 
 
 def volume_probe(path: Path) -> DiskProbe:
-    """The volume holding ``path``: (total - free, total)."""
+    """The volume holding ``path`` as ``df`` shows it: used over used + available to this
+    process (blocks reserved for root, or held back by the filesystem, count as neither)."""
     def probe() -> DiskSample:
-        usage = shutil.disk_usage(path)
-        return DiskSample(usage.total - usage.free, usage.total)
+        usage = shutil.disk_usage(path)  # its ``free`` is what an unprivileged writer gets
+        return DiskSample(usage.used, usage.used + usage.free)
     return probe
 
 
