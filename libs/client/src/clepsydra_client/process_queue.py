@@ -29,8 +29,10 @@ class ProcessQueue:
         self.drop_final = False
         """Set once the dropped queue's last offset was committed: later outcomes are ignored."""
         self.orderly_lock = threading.Lock()
-        """Orderly: held by the one thread consuming this queue."""
+        """Orderly: held by the one thread consuming this queue, while it consumes."""
         self.orderly_running = False
+        self.suspended_until = 0.0
+        """Orderly: ``time.monotonic()`` before which the queue is not consumed (R12)."""
         self.locking = False
         """Orderly in clustering mode: consumed only while the store's queue lock is held
         (issue 12.5)."""
