@@ -42,6 +42,8 @@ from clepsydra_core.retry_rules import (
 
 logger = logging.getLogger(__name__)
 
+LOCK_RECHECK_S = 0.1
+"""Orderly: how soon a queue whose store lock lapsed (renewal late) is looked at again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,27 +266,37 @@ class OrderlyConsumeService(ConsumeService):
         self._kick(pq)
 
     def _kick(self, pq: ProcessQueue) -> None:
+        if pq.dropped or self.stopped:
+            return
         if pq.orderly_lock.acquire(blocking=False):
             self._submit(self._run, pq)
 
     def _run(self, pq: ProcessQueue) -> None:
-        """Holds ``pq.orderly_lock`` (taken by the dispatcher) and releases it when the queue
-        has nothing more to consume or is suspended."""
-        suspended = False
+        """Holds ``pq.orderly_lock`` (taken by :meth:`_kick`) only while it consumes: released
+        when the queue has nothing more to consume, is suspended (R12) or its store lock is not
+        held (issue 12.5), so whoever takes it knows that no listener of the queue runs."""
+        again_s: float | None = None
         try:
             while not (pq.dropped or self.stopped):
+                wait_s = pq.suspended_until - time.monotonic()
+                if wait_s > 0:
+                    again_s = wait_s
+                    break
+                if not pq.lock_held():  # issue 12.5: never without the queue lock
+                    self.stats.add("lock_waits")
+                    again_s = LOCK_RECHECK_S
+                    break
                 batch = pq.take_ordered(max(self.settings.batch_size, 1))
                 if not batch:
                     break
                 suspend_ms = self._consume(pq, batch)
                 if suspend_ms is not None:
-                    suspended = True
-                    self.timers.schedule(lambda: self._submit(self._run, pq), suspend_ms / 1000)
-                    return
+                    pq.suspended_until = time.monotonic() + suspend_ms / 1000
         finally:
-            if not suspended:
-                pq.orderly_lock.release()
-        if not (pq.dropped or self.stopped) and pq.ordered_waiting():
+            pq.orderly_lock.release()
+        if again_s is not None:
+            self.timers.schedule(lambda: self._kick(pq), again_s)
+        elif not (pq.dropped or self.stopped) and pq.ordered_waiting():
             self._kick(pq)
 
     def _consume(self, pq: ProcessQueue, batch: list[Message]) -> int | None:

@@ -29,8 +29,15 @@ class ProcessQueue:
         self.drop_final = False
         """Set once the dropped queue's last offset was committed: later outcomes are ignored."""
         self.orderly_lock = threading.Lock()
-        """Orderly: held by the one thread consuming this queue."""
+        """Orderly: held by the one thread consuming this queue, while it consumes."""
         self.orderly_running = False
+        self.suspended_until = 0.0
+        """Orderly: ``time.monotonic()`` before which the queue is not consumed (R12)."""
+        self.locking = False
+        """Orderly in clustering mode: consumed only while the store's queue lock is held
+        (issue 12.5)."""
+        self.lock_valid_until = 0.0
+        """``time.monotonic()`` until which the queue lock may be trusted (renewals move it)."""
         self.last_pull_s = time.monotonic()
         self.last_consume_s = time.monotonic()
 
@@ -116,6 +123,12 @@ class ProcessQueue:
         return self.tracker.committable()
 
     # ---- orderly ---------------------------------------------------------------------------
+
+    def lock_held(self, now: float | None = None) -> bool:
+        """True when the queue may be consumed: no lock needed, or the lock is held."""
+        if not self.locking:
+            return True
+        return (time.monotonic() if now is None else now) < self.lock_valid_until
 
     def take_ordered(self, max_count: int) -> list[Message]:
         """Orderly: the next messages in offset order, marked as being consumed."""

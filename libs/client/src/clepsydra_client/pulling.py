@@ -60,8 +60,14 @@ class QueuePuller:
             return self._pqs.get(queue)
 
     def start_queue(self, queue: MessageQueue, expression: TagExpression,
-                    start_offset: int) -> ProcessQueue:
+                    start_offset: int, *, lock_valid_until: float | None = None
+                    ) -> ProcessQueue:
+        """Start pulling ``queue``; with ``lock_valid_until``, an orderly queue consumed only
+        while its store lock is held (issue 12.5)."""
         pq = ProcessQueue(queue, start_offset)
+        if lock_valid_until is not None:
+            pq.locking = True
+            pq.lock_valid_until = lock_valid_until
         with self._lock:
             old = self._pqs.get(queue)
             if old is not None:

@@ -93,6 +93,10 @@ class PushSettings:
     handover_grace_s: float | None = None
     """How long a newly owned queue that another live consumer held waits before its first
     pull; default 2 x heartbeat interval + drop wait + 0.2 s."""
+    lock_renew_interval_s: float = 20.0
+    """Orderly, clustering: how often the store's queue locks are renewed (RocketMQ's 20 s;
+    the store frees a lock after ``CLEPSYDRA_STORE_LOCK_EXPIRY_S``, 60 s, and the consumer
+    stops consuming a queue half of that after its last successful lock; issue 12.5)."""
     instance_name: str | None = None
     """Names this consumer (its client id, and its broadcasting progress file)."""
     offset_dir: Path | None = None
@@ -106,7 +110,8 @@ class PushSettings:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         if not 1 <= self.pull_batch_size <= 1000:
             raise ConfigError(f"pull_batch_size must be 1..1000, got {self.pull_batch_size}")
-        for name in ("heartbeat_interval_s", "persist_interval_s", "consume_timeout_s"):
+        for name in ("heartbeat_interval_s", "persist_interval_s", "consume_timeout_s",
+                     "lock_renew_interval_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
 
@@ -158,6 +163,11 @@ class PushConsumer:
     @property
     def clustering(self) -> bool:
         return self.settings.message_model == MessageModel.CLUSTERING
+
+    @property
+    def orderly(self) -> bool:
+        """An orderly listener is registered."""
+        return self._listener is not None and self._listener[0] == "orderly"
 
     def _offset_store(self) -> OffsetStore:
         if self.clustering:
@@ -243,6 +253,8 @@ class PushConsumer:
         self._started = True
         self._timers.schedule(self._heartbeat_tick)
         self._timers.schedule(self._persist_tick, s.persist_interval_s)
+        if self.rebalance.locking:  # issue 12.5
+            self._timers.schedule(self._lock_tick, s.lock_renew_interval_s)
         if not orderly:  # R13 in both models (issue 12.6); broadcasting skips, R14
             self._timers.schedule(self._timeout_tick, self._timeout_scan_s)
         logger.info("consumer started group=%s client_id=%s model=%s subscriptions=%s",
@@ -266,6 +278,16 @@ class PushConsumer:
             logger.exception("heartbeat/rebalance failed group=%s client_id=%s", self.group,
                              self.client_id)
         self._timers.schedule(self._heartbeat_tick, self.settings.heartbeat_interval_s)
+
+    def _lock_tick(self) -> None:
+        if not self._started or self.rebalance is None:
+            return
+        try:
+            self.rebalance.renew_locks()
+        except Exception:
+            logger.exception("queue lock renewal failed group=%s client_id=%s", self.group,
+                             self.client_id)
+        self._timers.schedule(self._lock_tick, self.settings.lock_renew_interval_s)
 
     def _persist_tick(self) -> None:
         if not self._started:
@@ -296,6 +318,8 @@ class PushConsumer:
             return
         queues = []
         for pq in self.puller.active():
+            if not pq.lock_held():
+                continue  # its lock lapsed: another consumer may own it now (issue 12.5)
             self.offset_store.update(pq.queue, pq.committable())
             queues.append(pq.queue)
         self.offset_store.persist(queues)
@@ -327,12 +351,16 @@ class PushConsumer:
             self.puller.stop_all(self.settings.shutdown_wait_s)
         if self.rebalance is not None:
             self.rebalance.finish_drops()
+        committed = False
         try:
             self.persist_offsets()
+            committed = True
         except ClepsydraError as exc:
             logger.warning("final offset commit failed group=%s error=%s", self.group, exc)
         except Exception:
             logger.exception("final offset commit failed group=%s", self.group)
+        if self.rebalance is not None and committed:
+            self.rebalance.unlock_idle()  # uncommitted: the locks expire instead (12.5)
         if self._executor is not None:
             self._executor.shutdown(wait=False)
         if self.rebalance is not None:

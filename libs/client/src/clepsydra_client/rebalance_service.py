@@ -11,6 +11,14 @@ that no message is consumed by two consumers at once:
   ``handover_grace_s`` (longer than one heartbeat plus the drop wait) before its committed
   offset is read and its first pull, so the previous owner has seen the change and
   committed. A queue whose previous owner left (unregistered or expired) starts at once.
+
+Orderly consumers in clustering mode rely on the store's queue locks instead of the grace
+(issue 12.5, :mod:`clepsydra_client.queue_lock`): a newly owned queue is locked before its
+committed offset is read (no lock: tried again a heartbeat later); every lock is renewed every
+``lock_renew_interval_s``; a queue given up is unlocked only once its listener has returned
+and its offset is committed (however long that takes; the lock is renewed meanwhile); a queue
+whose lock is lost (refused at renewal) is dropped without a commit, not consumed, and locked
+again when it can be.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from clepsydra_client.listener import ConsumeFromWhere
 from clepsydra_client.message import MessageQueue
 from clepsydra_client.process_queue import ProcessQueue
 from clepsydra_client.pulling import QueuePuller
+from clepsydra_client.queue_lock import QueueLockClient
 from clepsydra_client.rebalance import allocate_all
 from clepsydra_client.tags import TagExpression
 from clepsydra_client.timers import TimerPool
@@ -66,6 +75,9 @@ class RebalanceService:
         self._claims: dict[MessageQueue, Claim] = {}
         self._finalizing: dict[MessageQueue, ProcessQueue] = {}
         self._routes: dict[str, TopicInfo] = {}
+        self.locking = consumer.clustering and consumer.orderly
+        """Orderly clustering: queues are consumed under the store's queue locks (12.5)."""
+        self.locks = QueueLockClient(self.store, consumer.group, consumer.client_id)
 
     # ---- heartbeat -----------------------------------------------------------------------
 
@@ -145,8 +157,8 @@ class RebalanceService:
             before = allocate_all(strategy, queues, previous) if previous else {}
             for q in strategy.allocate(me, queues, consumers):
                 owner = before.get(q)
-                wanted[q] = (expression, owner is not None and owner != me
-                             and owner in consumers)
+                wanted[q] = (expression, not self.locking and owner is not None
+                             and owner != me and owner in consumers)
         self._previous = consumers
         self._apply(wanted)
 
@@ -186,18 +198,37 @@ class RebalanceService:
         if finalizing:
             self.timers.schedule(lambda: self._start(claim), DROP_POLL_S)
             return
+        valid_until: float | None = None
         try:
+            if self.locking:
+                locked, valid_until = self.locks.lock([claim.queue])
+                if claim.queue not in locked:
+                    logger.info("rebalance: %s is locked by another consumer; trying again in "
+                                "%.1fs", claim.queue, self._lock_retry_s)
+                    self.timers.schedule(lambda: self._start(claim), self._lock_retry_s)
+                    return
             offset = self._start_offset(claim.queue)
         except ClepsydraError as exc:
-            logger.warning("cannot read the committed offset of %s (%s); retrying",
+            logger.warning("cannot lock or read the committed offset of %s (%s); retrying",
                            claim.queue, exc)
             self.timers.schedule(lambda: self._start(claim), START_RETRY_S)
             return
         with self._lock:
             if self._claims.get(claim.queue) is not claim:
-                return
-            claim.started = True
-        self.puller.start_queue(claim.queue, claim.expression, offset)
+                stale = True
+            else:
+                stale = False
+                claim.started = True
+        if stale:
+            if valid_until is not None:
+                self._unlock([claim.queue])
+            return
+        self.puller.start_queue(claim.queue, claim.expression, offset,
+                                lock_valid_until=valid_until)
+
+    @property
+    def _lock_retry_s(self) -> float:
+        return self.consumer.settings.heartbeat_interval_s
 
     def _start_offset(self, queue: MessageQueue) -> int:
         """The group's committed offset, else consume-from-where (retry topics: from the
@@ -226,18 +257,27 @@ class RebalanceService:
 
     # ---- giving a queue up ---------------------------------------------------------------
 
-    def _drop(self, queue: MessageQueue) -> None:
+    def _drop(self, queue: MessageQueue, *, lock_lost: bool = False) -> None:
         pq = self.puller.drop_queue(queue)
         if pq is None:
             return
-        logger.info("rebalance: group=%s client_id=%s gives up %s", self.consumer.group,
-                    self.consumer.client_id, queue)
+        logger.info("rebalance: group=%s client_id=%s gives up %s%s", self.consumer.group,
+                    self.consumer.client_id, queue,
+                    " (its lock is lost: no commit)" if lock_lost else "")
         with self._lock:
             self._finalizing[queue] = pq
         deadline = time.monotonic() + self.consumer.settings.effective_drop_wait_s
 
         def finalize() -> None:
             if pq.drop_final:
+                return
+            if pq.locking:
+                # 12.5: the orderly thread holds this while it consumes; once taken here, no
+                # listener of the queue runs again, and only then is its lock given back
+                if not pq.orderly_lock.acquire(blocking=False):
+                    self.timers.schedule(finalize, DROP_POLL_S)
+                    return
+                self._commit_dropped(queue, pq, commit=not lock_lost and pq.lock_held())
                 return
             if pq.in_flight() and time.monotonic() < deadline:
                 self.timers.schedule(finalize, DROP_POLL_S)
@@ -246,8 +286,10 @@ class RebalanceService:
 
         finalize()
 
-    def _commit_dropped(self, queue: MessageQueue, pq: ProcessQueue) -> None:
-        """The dropped queue's last commit; outcomes arriving later are ignored."""
+    def _commit_dropped(self, queue: MessageQueue, pq: ProcessQueue, *,
+                        commit: bool = True) -> None:
+        """The dropped queue's last commit, then (orderly) its unlock; outcomes arriving later
+        are ignored. ``commit=False``: its lock is lost, another consumer may own it now."""
         with self._lock:
             if pq.drop_final:
                 return
@@ -255,9 +297,12 @@ class RebalanceService:
         store = self.consumer.offset_store
         offset = pq.committable()
         try:
-            store.update(queue, offset)
-            store.persist([queue])
-            logger.info("committed dropped queue=%s queue_offset=%d", queue, offset)
+            if commit:
+                store.update(queue, offset)
+                store.persist([queue])
+                logger.info("committed dropped queue=%s queue_offset=%d", queue, offset)
+                if pq.locking:
+                    self._unlock([queue])
         except ClepsydraError as exc:
             logger.warning("commit of dropped queue=%s failed: %s", queue, exc)
         finally:
@@ -267,8 +312,70 @@ class RebalanceService:
                     del self._finalizing[queue]
 
     def finish_drops(self) -> None:
-        """Shutdown: commit every queue still being given up, without waiting longer."""
+        """Shutdown: commit every queue still being given up, without waiting longer (an
+        orderly queue whose listener still runs keeps its lock until it expires)."""
         with self._lock:
             pending = list(self._finalizing.items())
         for queue, pq in pending:
+            if pq.locking:
+                if pq.orderly_lock.acquire(blocking=False):
+                    self._commit_dropped(queue, pq, commit=pq.lock_held())
+                continue
             self._commit_dropped(queue, pq)
+
+    # ---- queue locks (orderly, clustering; issue 12.5) -------------------------------------
+
+    def renew_locks(self) -> None:
+        """Renew the lock of every queue consumed or being given up; a queue whose lock is
+        refused is dropped (without a commit) and locked again later."""
+        if not self.locking:
+            return
+        pqs = [pq for pq in self.puller.active() if pq.locking]
+        with self._lock:
+            pqs += [pq for pq in self._finalizing.values() if pq.locking and not pq.drop_final]
+        if not pqs:
+            return
+        try:
+            locked, valid_until = self.locks.lock(pq.queue for pq in pqs)
+        except ClepsydraError as exc:
+            logger.warning("queue lock renewal failed group=%s client_id=%s error=%s",
+                           self.consumer.group, self.consumer.client_id, exc)
+            return
+        for pq in pqs:
+            if pq.queue in locked:
+                pq.lock_valid_until = max(pq.lock_valid_until, valid_until)
+                continue
+            pq.lock_valid_until = 0.0
+            self.consumer.stats.add("locks_lost")
+            logger.warning("queue lock lost group=%s client_id=%s queue=%s: not consumed "
+                           "any more", self.consumer.group, self.consumer.client_id, pq.queue)
+            if not pq.dropped:
+                self._lose(pq.queue)
+
+    def _lose(self, queue: MessageQueue) -> None:
+        """A queue still owned whose lock went to another consumer: drop it, then claim it
+        again (it starts once the lock is granted again)."""
+        self._drop(queue, lock_lost=True)
+        with self._lock:
+            claim = self._claims.get(queue)
+            if claim is None:
+                return
+            fresh = Claim(queue, claim.expression, time.monotonic())
+            self._claims[queue] = fresh
+        self.timers.schedule(functools.partial(self._start, fresh), self._lock_retry_s)
+
+    def unlock_idle(self) -> None:
+        """Shutdown, after the last commit: give back the locks of the queues no listener is
+        consuming (a running one keeps its lock until the store expires it)."""
+        if not self.locking:
+            return
+        idle = [pq.queue for pq in self.puller.active()
+                if pq.locking and pq.lock_held() and pq.orderly_lock.acquire(blocking=False)]
+        self._unlock(idle)
+
+    def _unlock(self, queues: list[MessageQueue]) -> None:
+        try:
+            self.locks.unlock(queues)
+        except ClepsydraError as exc:
+            logger.warning("unlock failed group=%s queues=%s error=%s (the store expires "
+                           "them)", self.consumer.group, [str(q) for q in queues], exc)

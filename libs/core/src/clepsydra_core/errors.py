@@ -90,6 +90,14 @@ class NoPermission(ClepsydraError):
     http_status = 403
 
 
+class DiskFull(ClepsydraError):
+    """The store's disk is used past its high-water mark (``CLEPSYDRA_STORE_DISK_MAX_RATIO``):
+    writes are refused, nothing of the request was stored (issue 12.8)."""
+
+    code = "DISK_FULL"
+    http_status = 507
+
+
 class StoreError(ClepsydraError):
     """The store's files failed (I/O error, a broken invariant)."""
 

@@ -25,6 +25,7 @@ from requests.adapters import HTTPAdapter
 from clepsydra_core import telemetry
 from clepsydra_core.errors import (
     ClepsydraError,
+    DiskFull,
     Forbidden,
     GroupNotFound,
     MessageNotFound,
@@ -40,7 +41,7 @@ Json = dict[str, Any]
 
 _BY_CODE: dict[str, type[ClepsydraError]] = {
     cls.code: cls for cls in (TopicNotFound, MessageNotFound, GroupNotFound, NoPermission,
-                              Forbidden, OffsetOutOfRange, Unavailable)}
+                              Forbidden, OffsetOutOfRange, Unavailable, DiskFull)}
 _BY_STATUS: dict[int, type[ClepsydraError]] = {
     400: ValidationError, 403: Forbidden, 404: NotFound, 409: ValidationError,
     413: ValidationError, 414: ValidationError, 422: ValidationError, 431: ValidationError,

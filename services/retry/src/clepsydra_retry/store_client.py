@@ -13,6 +13,7 @@ from typing import Any
 
 from clepsydra_core.errors import (
     ClepsydraError,
+    DiskFull,
     GroupNotFound,
     NoPermission,
     NotFound,
@@ -48,12 +49,16 @@ class StoreClient:
     def _call_status(self, method: str, path: str, *, json_body: Any = None,
                      params: dict[str, Any] | None = None) -> tuple[int, Any]:
         """(status, JSON answer); the store's errors as the error tree (clepsydra_core.http),
-        passed on with their code: a store 5xx other than 503 as 502 (the store failed, not
-        this service); a NO_PERMISSION answer also marks the store not writable (R2)."""
+        passed on with their code: a store 5xx other than 503 and 507 as 502 (the store
+        failed, not this service); 507 DISK_FULL as it is (the store refuses writes past its
+        disk high-water mark, issue 12.8); a NO_PERMISSION answer also marks the store not
+        writable (R2)."""
         try:
             return self._http.request_status(method, path, params=params, json=json_body)
         except NoPermission:
             self._writable = (time.monotonic(), False)
+            raise
+        except DiskFull:
             raise
         except ClepsydraError as exc:
             if exc.http_status >= 500 and exc.http_status != Unavailable.http_status:

@@ -15,19 +15,21 @@ import logging
 from flask import Flask
 
 from clepsydra_core.telemetry import STORE_SERVICE, init_tracing
-from clepsydra_store.api import groups, handover, internal, messages, queues, topics
+from clepsydra_store.api import groups, handover, internal, locks, messages, queues, topics
 from clepsydra_store.api.context import EXTENSION, StoreContext
 from clepsydra_store.api.fastpath import ProduceFastPath
 from clepsydra_store.api.observability import Observability
 from clepsydra_store.consumers import ConsumerRegistry
 from clepsydra_store.engine.message_store import MessageStore
+from clepsydra_store.engine.queue_locks import QueueLocks
 from clepsydra_store.settings import MAX_REQUEST_BYTES_VAR, StoreSettings
 from clepsydra_web.errors import register_error_handlers
 from clepsydra_web.ops import ops_blueprint
 
 logger = logging.getLogger(__name__)
 
-BLUEPRINTS = (topics.bp, messages.bp, queues.bp, groups.bp, handover.bp, internal.bp)
+BLUEPRINTS = (topics.bp, messages.bp, queues.bp, groups.bp, locks.bp, handover.bp,
+              internal.bp)
 
 
 def create_app(settings: StoreSettings, store: MessageStore | None = None) -> Flask:
@@ -39,7 +41,7 @@ def create_app(settings: StoreSettings, store: MessageStore | None = None) -> Fl
     context = StoreContext(settings=settings, store=store, consumers=consumers,
                            obs=Observability(store, settings.common.delay_levels, consumers,
                                              self_traced=messages.SELF_TRACED),
-                           owns_store=owns_store)
+                           locks=QueueLocks(settings.lock_expiry_ms), owns_store=owns_store)
     app = Flask("clepsydra_store", static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = settings.max_request_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]

@@ -7,18 +7,35 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clepsydra_core import naming
+from clepsydra_core.errors import ConfigError
 from clepsydra_core.settings import (
     CommonSettings,
     Env,
     env_bool,
     env_choice,
+    env_float,
     env_int,
     env_str,
 )
 from clepsydra_store.engine.config import EngineConfig
+from clepsydra_store.engine.disk_usage import (
+    DISK_CAPACITY_VAR,
+    DISK_MAX_RATIO_VAR,
+    DISK_WARN_RATIO_VAR,
+)
 
 MAX_REQUEST_BYTES_VAR = "CLEPSYDRA_STORE_MAX_REQUEST_BYTES"
 """The setting that bounds a request body (named in the 413 answer)."""
+
+
+
+def _ratio(env: Env, name: str, default: float) -> float:
+    """A share of the disk: above 0, at most 1."""
+    value = env_float(env, name, default, minimum=0.0)
+    if not 0 < value <= 1:
+        raise ConfigError(f"{name}={value:g} must be above 0 and at most 1")
+    return value
+
 
 @dataclass(frozen=True, slots=True)
 class StoreSettings:
@@ -36,6 +53,9 @@ class StoreSettings:
     """How long an idle keep-alive connection stays open."""
     fast_path: bool = True
     """Serve the two produce routes through the lean WSGI path (same behaviour as Flask's)."""
+    lock_expiry_ms: int = 60_000
+    """An orderly consumer's queue lock not renewed for this long is free for another
+    consumer (issue 12.5; RocketMQ's 60 s)."""
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> StoreSettings:
@@ -60,7 +80,13 @@ class StoreSettings:
             max_body_bytes=env_int(env, "CLEPSYDRA_STORE_MAX_BODY_BYTES", 4 * 1024 * 1024,
                                    minimum=1),
             writable=env_bool(env, "CLEPSYDRA_STORE_WRITABLE", True),
+            disk_max_ratio=_ratio(env, DISK_MAX_RATIO_VAR, 0.90),
+            disk_warn_ratio=_ratio(env, DISK_WARN_RATIO_VAR, 0.85),
+            disk_capacity_bytes=env_int(env, DISK_CAPACITY_VAR, 0, minimum=0),
         )
+        if engine.disk_warn_ratio > engine.disk_max_ratio:
+            raise ConfigError(f"{DISK_WARN_RATIO_VAR}={engine.disk_warn_ratio:g} must not be "
+                              f"above {DISK_MAX_RATIO_VAR}={engine.disk_max_ratio:g}")
         return cls(
             common=common,
             engine=engine,
@@ -74,4 +100,6 @@ class StoreSettings:
                                       minimum=1024),
             keepalive_s=env_int(env, "CLEPSYDRA_STORE_KEEPALIVE_S", 75, minimum=1),
             fast_path=env_bool(env, "CLEPSYDRA_STORE_FAST_PATH", True),
+            lock_expiry_ms=round(1000 * env_float(env, "CLEPSYDRA_STORE_LOCK_EXPIRY_S", 60.0,
+                                                  minimum=0.1)),
         )

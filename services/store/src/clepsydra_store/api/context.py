@@ -1,4 +1,5 @@
-"""What every route needs: the engine, the settings, the consumer registry, spans and metrics.
+"""What every route needs: the engine, the settings, the consumer registry, the orderly
+consumers' queue locks, spans and metrics.
 
 One ``StoreContext`` per app, kept in ``app.extensions["clepsydra"]``; the produce fast path
 holds the same object, so both paths behave alike.
@@ -15,6 +16,7 @@ from clepsydra_core.errors import NoPermission
 from clepsydra_store.api.observability import Observability
 from clepsydra_store.consumers import ConsumerRegistry
 from clepsydra_store.engine.message_store import MessageStore
+from clepsydra_store.engine.queue_locks import QueueLocks
 from clepsydra_store.settings import StoreSettings
 
 EXTENSION = "clepsydra"
@@ -26,6 +28,7 @@ class StoreContext:
     store: MessageStore
     consumers: ConsumerRegistry
     obs: Observability
+    locks: QueueLocks
     owns_store: bool = True
 
     def require_writable(self) -> None:

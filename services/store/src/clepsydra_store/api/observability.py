@@ -51,10 +51,12 @@ the copy (one ``store.copy`` span per copied message instead, api/internal.py)."
 IN_TRACE_ONLY = frozenset({
     "schedule.entries", "topics.get_topic", "topics.list_topics", "groups.list_groups",
     "groups.get_group_settings", "groups.get_offsets", "groups.commit_offset",
-    "groups.heartbeat", "groups.list_consumers", "groups.unregister_consumer"})
+    "groups.heartbeat", "groups.list_consumers", "groups.unregister_consumer",
+    "locks.lock_queues", "locks.unlock_queues", "locks.list_locks"})
 """Polls that carry no message - deliver timestamps read between hand-overs, a consumer's
-route look-ups, heartbeats, rebalances, offset commits and unregistering, the retry service's group
-refresh: a span only when the caller is inside a trace (a send-back's topic check is)."""
+route look-ups, heartbeats, rebalances, orderly queue locks, offset commits and unregistering,
+the retry service's group refresh: a span only when the caller is inside a trace (a
+send-back's topic check is)."""
 
 
 def set_attribute(key: str, value: str | int | bool) -> None:

@@ -23,6 +23,12 @@ class EngineConfig:
     retention_hours: int = 72
     max_body_bytes: int = 4 * 1024 * 1024
     writable: bool = True
+    disk_max_ratio: float = 0.90
+    """Used share of the disk past which client message writes are refused (507, 12.8)."""
+    disk_warn_ratio: float = 0.85
+    """Used share of the disk past which the store warns and retention runs every second."""
+    disk_capacity_bytes: int = 0
+    """0: the ratio is the volume's; > 0: the store's own files over this many bytes."""
     retry_topic_queues: int = 1
     """Queues of a %RETRY% topic created by a plain send (R9 fallback); the retry service
     creates it with the group's retryQueueNums first when it can (R3)."""

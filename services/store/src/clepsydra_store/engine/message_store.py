@@ -3,7 +3,8 @@
 Thread-safe: one writer lock serialises appends (validation and encoding happen before it);
 reads run concurrently. Dispatch is synchronous inside the append. Recovery (P3) runs in the
 constructor; background threads flush (async: every flush_interval_ms; sync: group commit) and
-keep house (group offsets each second, retention each minute).
+keep house (group offsets and the disk guard each second, retention each minute; every second
+while the disk is past its warning level).
 """
 
 from __future__ import annotations
@@ -242,6 +243,9 @@ class MessageStore(StoreCore):
         return None
 
     def _store(self, items: list[Prepared], ensure: dict[str, int]) -> list[PutResult]:
+        """Append a client's messages (produce, copies): refused whole while the disk is past
+        its high-water mark (DiskFull, 12.8), before anything is written."""
+        self.check_disk()
         for topic, queues in ensure.items():
             _, created = self._topics.create(topic, queues, True)
             if created:
@@ -405,6 +409,7 @@ class MessageStore(StoreCore):
         out["commitlog_flushed_offset"] = cl.flushed_offset
         out["commitlog_segments"] = len(cl.segments)
         out["topics"] = len(self._topics.all()) + 1
+        out.update(self._disk.stats())
         for level in self._levels.levels():
             queue_id = self._levels.queue_id(level)
             cq = self._dispatcher.existing_queue(naming.SCHEDULE_TOPIC, queue_id)

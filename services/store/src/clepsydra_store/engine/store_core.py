@@ -1,6 +1,7 @@
 """The store's machinery under MessageStore: opening and recovery (P3), the locked append with
 synchronous dispatch, flushing (async interval or sync group commit) with checkpoints, and
-housekeeping (group offsets, retention P4)."""
+housekeeping (group offsets, retention P4 with the carry-forward of undelivered scheduled
+messages, the disk guard of issue 12.8)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,18 @@ from pathlib import Path
 from clepsydra_core import naming
 from clepsydra_core.msgid import pack_host
 from clepsydra_core.records import MAGIC_V1, MIN_END_MARKER, RECORD_HEADER
+from clepsydra_store.engine.carry_forward import CarryForward
 from clepsydra_store.engine.checkpoint import Checkpoint
 from clepsydra_store.engine.commitlog import AppendBatch, CommitLog
 from clepsydra_store.engine.config import EngineConfig
 from clepsydra_store.engine.consume_queue import ENTRY, ConsumeQueue
+from clepsydra_store.engine.disk_usage import (
+    DiskGuard,
+    DiskLevel,
+    DiskProbe,
+    quota_probe,
+    volume_probe,
+)
 from clepsydra_store.engine.dispatch import Dispatcher
 from clepsydra_store.engine.group_offsets import GroupOffsets
 from clepsydra_store.engine.group_settings import GroupSettingsRegistry
@@ -95,9 +104,13 @@ class StoreCore:
         self._preparer = Preparer(config, self._topics, self._group_settings.get)
         self._handover = Handover(self._commitlog, self._dispatcher, self._topics,
                                     self._levels, config.segment_size_bytes)
+        self._carry = CarryForward(self._commitlog, self._dispatcher, self._levels)
         self._checkpoint_offset = -1
         self._force_checkpoint = False
         self._recover()
+        self._disk = DiskGuard(self._disk_probe(), max_ratio=config.disk_max_ratio,
+                               warn_ratio=config.disk_warn_ratio)
+        self._disk.sample()
         self._threads = [
             threading.Thread(target=self._flush_loop, name="store-flush", daemon=True),
             threading.Thread(target=self._housekeeping_loop, name="store-housekeeping",
@@ -105,6 +118,12 @@ class StoreCore:
         ]
         for thread in self._threads:
             thread.start()
+
+    def _disk_probe(self) -> DiskProbe:
+        dirs = self._dirs
+        if self.config.disk_capacity_bytes > 0:
+            return quota_probe([dirs.root, dirs.consumequeue], self.config.disk_capacity_bytes)
+        return volume_probe(dirs.commitlog)
 
     # ---- recovery (SPEC P3) ----------------------------------------------------------------
     def _recover(self) -> None:
@@ -319,16 +338,20 @@ class StoreCore:
         while not self._stop.wait(HOUSEKEEPING_INTERVAL_S):
             try:
                 self._groups.persist()
-                if time.monotonic() >= next_retention:
+                pressed = self._disk.sample() is not DiskLevel.OK
+                if pressed or time.monotonic() >= next_retention:
+                    # past the warning level, retention looks every second (12.8)
                     next_retention = time.monotonic() + RETENTION_INTERVAL_S
-                    self.delete_expired_segments()
+                    if self.delete_expired_segments() and pressed:
+                        self._disk.sample()
             except Exception:
                 logger.exception("housekeeping failed data_dir=%s; continuing", self._dirs.root)
 
     # ---- retention (SPEC P4) -----------------------------------------------------------------
     def delete_expired_segments(self, now_ms: int | None = None) -> int:
-        """P4: delete whole segments older than retention, never one holding an undelivered
-        scheduled message; returns how many were deleted."""
+        """P4: delete whole segments older than retention (never the active one); undelivered
+        scheduled messages in them are carried forward first (engine/carry_forward.py).
+        Returns how many segments were deleted."""
         now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
         cutoff = now - self.config.retention_hours * _HOUR_MS
         cl = self._commitlog
@@ -336,18 +359,18 @@ class StoreCore:
             old, self._graveyard = self._graveyard, []
             for segment in old:
                 segment.close()
-            protect = self._handover.protect_offset()
             count = 0
             for segment in cl.segments[:-1]:
                 if segment.mtime_ms() >= cutoff:
                     break
-                if protect is not None and segment.end > protect[0]:
-                    logger.warning("expired segment kept: it holds an undelivered scheduled "
-                                   "message segment=%d level=%d commitlog_offset=%d",
-                                   segment.start, protect[1], protect[0])
-                    break
                 count += 1
-            removed = cl.remove_head(count)
+            removed = []
+            if count:
+                carried = self._carry.carry(cl.segments[count].start)
+                self._counters["schedule_carried_total"] += carried.carried
+                self._counters["schedule_carried_bytes_total"] += carried.carried_bytes
+                self._counters["schedule_carry_unreadable_total"] += carried.unreadable
+                removed = cl.remove_head(count)
             if removed:
                 self._graveyard += removed
                 self._graveyard += self._dispatcher.drop_below(cl.min_offset)
@@ -358,6 +381,11 @@ class StoreCore:
         if removed:
             self.flush()
         return len(removed)
+
+    # ---- disk guard (issue 12.8) -------------------------------------------------------------
+    def check_disk(self) -> None:
+        """DiskFull (507) while the disk is past its high-water mark."""
+        self._disk.check()
 
     # ---- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:

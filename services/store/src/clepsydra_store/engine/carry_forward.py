@@ -1,0 +1,158 @@
+"""Carry-forward of undelivered scheduled messages (SPEC P4 "Beyond", issue 12.8): before
+retention deletes the CommitLog segments below ``cut``, every schedule entry not yet handed over
+whose record lies below ``cut`` gets a copy of that record at the end of the log, and its
+ConsumeQueue entry is pointed at the copy. The old segment can then go.
+
+The copy is the stored record byte for byte - same topic (``SCHEDULE_TOPIC_XXXX``), level
+queue, queue offset, store timestamp, body, properties (``UNIQ_KEY``, ``REAL_TOPIC``, ...),
+born fields - except its own CommitLog offset in the header. So:
+
+- the entry keeps its place in the level's queue and its deliver time (tagsCode): a recovery
+  that re-dispatches the copy rewrites the same entry (``store timestamp + delay(level)``,
+  at its queue offset), and the scheduler reads the same timestamps;
+- D9 holds unchanged: the level's handed-over mark counts queue offsets, the entry is handed
+  over once, from whichever record it points at; the old record is simply never read again;
+- only the store-assigned msgId (store host + CommitLog offset) of the parked copy differs:
+  the message delivered to its real topic gets a new one anyway (D4), and its ``UNIQ_KEY``
+  is the same.
+
+The copies are fsync'd before any entry is pointed at them, so an entry never names bytes a
+machine crash could lose; a crash between the two leaves the old entry, and recovery's
+re-dispatch of the copy rewrites it. A record that cannot be read back (corrupt) is not
+carried: its entry is parked as unreadable by the hand-over (D7), never silently lost.
+The caller holds the writer lock (and the flush lock).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from clepsydra_core import naming
+from clepsydra_core.errors import CorruptRecordError, MessageNotFound
+from clepsydra_core.levels import DelayLevels
+from clepsydra_core.records import HEADER_SIZE, RECORD_HEADER, decode_record
+from clepsydra_store.engine.commitlog import CommitLog
+from clepsydra_store.engine.consume_queue import ENTRY, ConsumeQueue
+from clepsydra_store.engine.dispatch import Dispatcher, record_keys
+
+logger = logging.getLogger(__name__)
+
+_SCAN_ENTRIES = 4096
+_CHUNK_BYTES = 16 * 1024 * 1024
+"""Records carried per append (bounds the memory a carry holds)."""
+_OFFSET_FIELD = 6
+"""Index of the record's own CommitLog offset in RECORD_HEADER."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    cq: ConsumeQueue
+    queue_offset: int
+    commitlog_offset: int
+    size: int
+    deliver_ts: int
+
+
+@dataclass(slots=True)
+class CarryResult:
+    carried: int = 0
+    carried_bytes: int = 0
+    unreadable: int = 0
+
+
+class CarryForward:
+    def __init__(self, commitlog: CommitLog, dispatcher: Dispatcher,
+                 levels: DelayLevels) -> None:
+        self.commitlog = commitlog
+        self.dispatcher = dispatcher
+        self.levels = levels
+
+    def pending_below(self, cut: int) -> list[_Pending]:
+        """Schedule entries not handed over whose record starts below ``cut``, by CommitLog
+        offset (a carried entry may point past later ones: every pending entry is looked at)."""
+        out: list[_Pending] = []
+        for level in self.levels.levels():
+            cq = self.dispatcher.existing_queue(naming.SCHEDULE_TOPIC,
+                                                self.levels.queue_id(level))
+            if cq is None:
+                continue
+            queue_offset = max(self.dispatcher.mark(level) + 1, cq.min_offset)
+            while queue_offset < cq.max_offset:
+                raw = cq.read_raw(queue_offset, _SCAN_ENTRIES)
+                if not raw:
+                    break
+                for i, (commitlog_offset, size, code) in enumerate(ENTRY.iter_unpack(raw)):
+                    if size > 0 and commitlog_offset < cut:
+                        out.append(_Pending(cq, queue_offset + i, commitlog_offset, size, code))
+                queue_offset += len(raw) // ENTRY.size
+        out.sort(key=lambda p: p.commitlog_offset)
+        return out
+
+    def carry(self, cut: int) -> CarryResult:
+        """Carry every pending schedule entry below ``cut`` to the end of the log."""
+        result = CarryResult()
+        chunk: list[tuple[_Pending, bytes]] = []
+        chunk_bytes = 0
+        for pending in self.pending_below(cut):
+            raw = self._read(pending)
+            if raw is None:
+                result.unreadable += 1
+                continue
+            chunk.append((pending, raw))
+            chunk_bytes += len(raw)
+            if chunk_bytes >= _CHUNK_BYTES:
+                self._append(chunk, result)
+                chunk, chunk_bytes = [], 0
+        if chunk:
+            self._append(chunk, result)
+        if result.carried or result.unreadable:
+            logger.info("scheduled messages carried forward before retention cut=%d "
+                        "carried=%d bytes=%d unreadable=%d", cut, result.carried,
+                        result.carried_bytes, result.unreadable)
+        return result
+
+    def _read(self, pending: _Pending) -> bytes | None:
+        """The record's bytes when they hold the schedule record the entry names."""
+        try:
+            raw = self.commitlog.read_bytes(pending.commitlog_offset, pending.size)
+            record, total = decode_record(raw, 0)
+        except (MessageNotFound, CorruptRecordError) as exc:
+            logger.warning("scheduled message not carried forward (unreadable; the hand-over "
+                           "parks it, D7) commitlog_offset=%d queue_offset=%d: %s",
+                           pending.commitlog_offset, pending.queue_offset, exc)
+            return None
+        if (total != pending.size or record.commitlog_offset != pending.commitlog_offset
+                or record.topic != naming.SCHEDULE_TOPIC
+                or record.queue_offset != pending.queue_offset):
+            logger.warning("scheduled message not carried forward (the entry does not match "
+                           "its record) commitlog_offset=%d queue_offset=%d",
+                           pending.commitlog_offset, pending.queue_offset)
+            return None
+        return raw
+
+    def _append(self, chunk: list[tuple[_Pending, bytes]], result: CarryResult) -> None:
+        batch = self.commitlog.begin()
+        placed: list[int] = []
+        try:
+            for pending, raw in chunk:
+                position = batch.place(pending.size)
+                header = list(RECORD_HEADER.unpack_from(raw, 0))
+                header[_OFFSET_FIELD] = position
+                batch.add(RECORD_HEADER.pack(*header), raw[HEADER_SIZE:])
+                placed.append(position)
+            batch.commit()
+        except BaseException:
+            batch.abort()
+            raise
+        self.commitlog.flush()  # the copies are durable before any entry names them
+        index = self.dispatcher.key_index
+        for (pending, raw), position in zip(chunk, placed, strict=True):
+            pending.cq.write(pending.queue_offset,
+                             ENTRY.pack(position, pending.size, pending.deliver_ts))
+            keys = record_keys(decode_record(raw, 0)[0].properties)
+            if keys:
+                index.add(keys, position, dedupe=True)
+            result.carried += 1
+            result.carried_bytes += pending.size
+        index.write_pending()
