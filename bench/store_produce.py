@@ -10,6 +10,8 @@ Scenarios (targets on a 2-core machine, issue 2):
   batch    HTTP batches of 100, 2 client threads                       >= 50,000 msgs/s
   batchraw the same with raw-socket clients (cheaper than requests: shows the server)
   sync8    HTTP batches of 100, 8 client threads, CLEPSYDRA_FLUSH=sync  >= 20,000 msgs/s
+  sdk1     the SDK's Producer.send, one message per request, 1 thread   (issue 14: >= 5,000)
+  sdkasync the SDK's Producer.send_async (automatic batching), 1 thread (issue 14: >= 80,000)
 
 It starts its own store processes (``python -m clepsydra_store``) on free ports with a temporary
 CLEPSYDRA_HOME, unless ``--url`` names a running one. Clients use one ``requests.Session`` per
@@ -245,6 +247,36 @@ def http_batch(url: str, threads: int, seconds: float) -> tuple[int, float]:
     return run_clients(threads, seconds, send)
 
 
+def sdk_send(url: str, seconds: float, *, batched: bool) -> tuple[int, float]:
+    """The SDK as an application uses it, from this process: ``Producer.send`` per message,
+    or ``send_async`` and ``flush()`` (every future's outcome counted)."""
+    from clepsydra_client import Producer
+
+    text = message(0)["body"]
+    with Producer(url) as producer:
+        producer.send(TOPIC, str(text), tags="bench")  # connect
+        n = 0
+        t0 = time.monotonic()
+        stop_at = t0 + seconds
+        if not batched:
+            while time.monotonic() < stop_at:
+                producer.send(TOPIC, str(text), tags="bench", keys=[f"k{n}"])
+                n += 1
+            return n, time.monotonic() - t0
+        futures = []
+        while time.monotonic() < stop_at:
+            for _ in range(1000):
+                futures.append(producer.send_async(TOPIC, str(text), tags="bench",
+                                                   keys=[f"k{n}"]))
+                n += 1
+        producer.flush()
+        elapsed = time.monotonic() - t0
+        failed = sum(1 for f in futures if f.exception() is not None)
+        if failed:
+            raise RuntimeError(f"{failed} of {n} async sends failed: {futures[0].exception()}")
+        return n, elapsed
+
+
 def in_process(home: Path, seconds: float) -> tuple[int, float]:
     from clepsydra_store.engine.config import EngineConfig
     from clepsydra_store.engine.message_store import MessageStore
@@ -353,7 +385,8 @@ def main() -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--only",
-                        default="inproc,single1,single8,single8raw,batch,batchraw,sync8")
+                        default="inproc,single1,single8,single8raw,batch,batchraw,sync8,"
+                                "sdk1,sdkasync")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--url", help="use a running store (async flush) instead of starting one")
     args = parser.parse_args()
@@ -365,7 +398,7 @@ def main() -> int:
         if "inproc" in only:
             rows.append(Row("in-process put_batch(100), async flush",
                             *in_process(home, args.seconds)))
-        if only & {"single1", "single8", "single8raw", "batch", "batchraw"}:
+        if only & {"single1", "single8", "single8raw", "batch", "batchraw", "sdk1", "sdkasync"}:
             store = None if args.url else StoreProcess(home / "async", "async")
             url = args.url or (store.url if store else "")
             try:
@@ -381,6 +414,10 @@ def main() -> int:
                      lambda: http_batch(url, 2, args.seconds)),
                     ("batchraw", "HTTP batch 100, 2 raw-socket clients",
                      lambda: raw_batch(url, 2, args.seconds)),
+                    ("sdk1", "SDK Producer.send, 1 thread",
+                     lambda: sdk_send(url, args.seconds, batched=False)),
+                    ("sdkasync", "SDK Producer.send_async, 1 thread",
+                     lambda: sdk_send(url, args.seconds, batched=True)),
                 ]
                 for key, label, run in scenarios:
                     if key not in only:

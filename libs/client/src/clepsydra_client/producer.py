@@ -10,12 +10,17 @@ context (``traceparent``) in its properties, so consumers continue its trace (SP
 from __future__ import annotations
 
 import base64
+import functools
+import threading
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry import trace
 
+from clepsydra_client import batching
+from clepsydra_client.batching import Batcher, Pending
 from clepsydra_client.ids import new_uniq_key
 from clepsydra_client.message import SendResult
 from clepsydra_client.settings import ensure_tracing
@@ -27,6 +32,8 @@ from clepsydra_core.http import HttpClient, Json
 TRACER = "clepsydra_client"
 MAX_BATCH = 500
 """Messages per batch request; longer batches are split."""
+REQUEST_OVERHEAD = 160
+"""What a message's JSON adds to its body in a batch request (properties, tags), roughly."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,10 +95,20 @@ class Producer:
     """Sends messages to one store. Thread-safe."""
 
     def __init__(self, store_url: str, *, timeout_s: float = 10.0,
-                 http: HttpClient | None = None) -> None:
+                 http: HttpClient | None = None, linger_ms: float = batching.LINGER_MS,
+                 batch_messages: int = batching.BATCH_MESSAGES,
+                 batch_bytes: int = batching.BATCH_BYTES,
+                 max_pending: int = batching.MAX_PENDING) -> None:
+        """``linger_ms``, ``batch_messages``, ``batch_bytes`` and ``max_pending`` shape the
+        batches of ``send_async`` (batching.py); ``send`` and ``send_batch`` ignore them."""
         ensure_tracing()
         self.http = http or HttpClient(store_url, timeout_s=timeout_s, service="store")
         self._tracer = telemetry.tracer(TRACER)
+        self._batch_options: dict[str, Any] = {
+            "linger_ms": linger_ms, "batch_messages": min(batch_messages, MAX_BATCH),
+            "batch_bytes": batch_bytes, "max_pending": max_pending}
+        self._batcher: Batcher | None = None
+        self._batcher_lock = threading.Lock()
 
     def send(self, topic: str, body: bytes | str, *, tags: str | None = None,
              keys: Sequence[str] | str = (), properties: Mapping[str, str] | None = None,
@@ -156,7 +173,65 @@ class Producer:
         return self._tracer.start_as_current_span(
             "client.produce", kind=trace.SpanKind.PRODUCER, attributes=self._attributes(topic))
 
+    # ---- asynchronous sends with automatic batching (batching.py) --------------------------
+
+    def send_async(self, topic: str, body: bytes | str, *, tags: str | None = None,
+                   keys: Sequence[str] | str = (), properties: Mapping[str, str] | None = None,
+                   delay_level: int = 0, queue_id: int | None = None) -> Future[SendResult]:
+        """Accept one message for a batched send; its future holds the result or the error.
+        A bad message (its delay level, keys) raises here and is not accepted."""
+        return self.send_message_async(topic, OutgoingMessage(
+            body, tags, keys, properties or {}, delay_level, queue_id))
+
+    def send_message_async(self, topic: str, message: OutgoingMessage) -> Future[SendResult]:
+        span = self._tracer.start_span("client.produce", kind=trace.SpanKind.PRODUCER,
+                                       attributes=self._attributes(topic))
+        try:
+            with trace.use_span(span, end_on_exit=False):
+                uniq_key = message.properties.get(P.UNIQ_KEY) or new_uniq_key()
+                request = message_request(message, uniq_key)
+        except BaseException:
+            span.end()
+            raise
+        future: Future[SendResult] = Future()
+        future.add_done_callback(functools.partial(_end_span, span, message.delay_level))
+        body = message.body
+        size = (len(body) if isinstance(body, bytes) else len(body.encode())) + REQUEST_OVERHEAD
+        self._batching().submit(topic, Pending(request, size, future))
+        return future
+
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Wait until every message accepted by ``send_async`` has its outcome (False if
+        ``timeout_s`` passed first)."""
+        batcher = self._batcher
+        return True if batcher is None else batcher.flush(timeout_s)
+
+    def _batching(self) -> Batcher:
+        batcher = self._batcher
+        if batcher is None:
+            with self._batcher_lock:
+                if self._batcher is None:
+                    self._batcher = Batcher(self._post_batch, self._post_one,
+                                            **self._batch_options)
+                batcher = self._batcher
+        return batcher
+
+    def _post_batch(self, topic: str, items: list[Pending]) -> list[SendResult]:
+        raw = self.http.post(self.http.path("/v1/topics/{}/messages/batch", topic),
+                             {"messages": [item.request for item in items]})
+        answers: list[Any] = raw.get("results") or []
+        return [SendResult.from_json(a, _uniq_key(item))
+                for a, item in zip(answers, items, strict=False)]
+
+    def _post_one(self, topic: str, item: Pending) -> SendResult:
+        raw = self.http.post(self.http.path("/v1/topics/{}/messages", topic), item.request)
+        return SendResult.from_json(raw, _uniq_key(item))
+
     def close(self) -> None:
+        """Send what ``send_async`` accepted (never dropped), then close the connections."""
+        batcher = self._batcher
+        if batcher is not None:
+            batcher.close()
         self.http.close()
 
     def __enter__(self) -> Producer:
@@ -164,3 +239,18 @@ class Producer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _uniq_key(item: Pending) -> str:
+    props = item.request.get("properties")
+    return str(props.get(P.UNIQ_KEY, "")) if isinstance(props, dict) else ""
+
+
+def _end_span(span: trace.Span, delay_level: int, future: Future[SendResult]) -> None:
+    if future.cancelled() or future.exception() is not None:
+        span.set_status(trace.Status(trace.StatusCode.ERROR))
+    else:
+        span.set_attribute(telemetry.MESSAGE_ID, future.result().msg_id)
+        if delay_level:
+            span.set_attribute(telemetry.DELAY_LEVEL, delay_level)
+    span.end()
