@@ -14,7 +14,8 @@ from clepsydra_core.errors import ValidationError
 from clepsydra_core.groups import GroupSettings, validate_settings
 from clepsydra_core.msgid import encode_msg_id, pack_host
 from clepsydra_retry.app import create_app
-from clepsydra_retry.dlq_filter import DlqFilter, parse_action
+from clepsydra_core.wire.dlq import DlqFilter
+from clepsydra_retry.dlq_filter import matches, parse_action, parse_query
 from clepsydra_retry.dlq_state import Floor, MemoryDlqState
 from clepsydra_retry.groups import MemoryGroupStore
 from clepsydra_retry.sendback import parse_request
@@ -103,7 +104,7 @@ def test_resend_action_shapes() -> None:  # SPEC R16
 @pytest.mark.parametrize("body", [
     {}, {"all": True, "msgIds": ["x"]}, {"msgIds": []}, {"msgIds": ["zz"]}, {"msgIds": "x"},
     {"all": "yes"}, {"filter": {}}, {"filter": {"bogus": 1}}, {"filter": {"fromMs": -1}},
-    {"filter": {"fromMs": 5, "toMs": 5}}, {"all": True, "target": "elsewhere"},
+    {"filter": {"topic": None}}, {"all": True, "target": "elsewhere"},
     {"all": True, "delayLevel": 2}, {"all": True, "target": "retry", "delayLevel": 19},
     {"all": True, "target": "retry", "delayLevel": -1}, {"all": True, "maxPerSecond": 0},
     {"all": True, "maxPerSecond": "fast"}, {"all": True, "extra": 1}, [1],
@@ -130,24 +131,32 @@ def dead(topic: str = "T", keys: str = "", uniq: str | None = None, reason: str 
 
 
 def test_filter_matches_each_field() -> None:  # SPEC R16
-    assert DlqFilter(topic="T").matches(dead("T"))
-    assert not DlqFilter(topic="T").matches(dead("U"))
-    assert DlqFilter(key="k2").matches(dead(keys="k1 k2"))
-    assert DlqFilter(key="u").matches(dead(uniq="u"))
-    assert not DlqFilter(key="k").matches(dead(keys="k1 k2"))
-    assert DlqFilter(reason="max_reconsume").matches(dead(reason="max_reconsume_times"))
-    assert DlqFilter(reason="timeout").matches(dead(history=[{"reason": "TimeoutError: 3s"}]))
-    assert not DlqFilter(reason="timeout").matches(dead(history=[{"reason": "KeyError"}]))
-    assert DlqFilter(from_ms=100, to_ms=101).matches(dead(stored_ms=100))
-    assert not DlqFilter(to_ms=100).matches(dead(stored_ms=100))
-    assert not DlqFilter(from_ms=101).matches(dead(stored_ms=100))
+    assert matches(DlqFilter(topic="T"), dead("T"))
+    assert not matches(DlqFilter(topic="T"), dead("U"))
+    assert matches(DlqFilter(key="k2"), dead(keys="k1 k2"))
+    assert matches(DlqFilter(key="u"), dead(uniq="u"))
+    assert not matches(DlqFilter(key="k"), dead(keys="k1 k2"))
+    assert matches(DlqFilter(reason="max_reconsume"), dead(reason="max_reconsume_times"))
+    assert matches(DlqFilter(reason="timeout"), dead(history=[{"reason": "TimeoutError: 3s"}]))
+    assert not matches(DlqFilter(reason="timeout"), dead(history=[{"reason": "KeyError"}]))
+    assert matches(DlqFilter(from_ms=100, to_ms=101), dead(stored_ms=100))
+    assert not matches(DlqFilter(to_ms=100), dead(stored_ms=100))
+    assert not matches(DlqFilter(from_ms=101), dead(stored_ms=100))
+
+
+def test_empty_window_selects_none() -> None:
+    # issue 12.10: toMs at or before fromMs is a window with nothing in it, not a 400 (the
+    # document cannot say "after fromMs"; one shared DlqFilter, issue 13.4)
+    flt = parse_action({"filter": {"fromMs": 5, "toMs": 5}}, resend=True, max_level=18).filter
+    assert flt == DlqFilter(from_ms=5, to_ms=5)
+    assert not matches(flt, dead(stored_ms=5))
 
 
 def test_query_filter_parses_text() -> None:
-    flt = DlqFilter.parse({"fromMs": "10", "toMs": "", "key": None}, from_text=True)
+    flt = parse_query({"fromMs": "10", "toMs": "", "key": None})
     assert flt == DlqFilter(from_ms=10)
     with pytest.raises(ValidationError):
-        DlqFilter.parse({"fromMs": "ten"}, from_text=True)
+        parse_query({"fromMs": "ten"})
 
 
 # ---- in-memory twins -----------------------------------------------------------------------

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from clepsydra_core.errors import ValidationError
 
 _LAYOUT = struct.Struct(">4sIq")
-_HEX32 = re.compile(r"[0-9A-Fa-f]{32}")
+MSG_ID_PATTERN = "^[0-9A-Fa-f]{32}$"
+"""A msgId: 32 hex digits (the OpenAPI documents carry it)."""
+_HEX32 = re.compile(MSG_ID_PATTERN[1:-1])
 
 
 @dataclass(frozen=True, slots=True)

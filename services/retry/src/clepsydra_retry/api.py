@@ -16,9 +16,10 @@ from clepsydra_core.errors import ClepsydraError, ValidationError
 from clepsydra_core.groups import validate_settings
 from clepsydra_core.properties import TRACEPARENT
 from clepsydra_core.validation import validate_group_name
+from clepsydra_core.wire.dlq import FILTER_FIELDS, DlqFilter
 from clepsydra_core.wire.retry import MAX_SEND_BACK_BATCH
 from clepsydra_retry.dlq import DlqToolkit
-from clepsydra_retry.dlq_filter import FILTER_FIELDS, DlqFilter
+from clepsydra_retry.dlq_filter import parse_query
 from clepsydra_retry.groups import GroupStore
 from clepsydra_retry.sendback import SendBackService
 from clepsydra_retry.settings import RetrySettings
@@ -28,6 +29,7 @@ from clepsydra_web import jsonio
 LIST_MAX_DEFAULT = 32
 LIST_MAX = 1000
 AUDIT_MAX_DEFAULT = 100
+AUDIT_MAX = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +130,7 @@ dlq_bp = Blueprint("dlq", __name__)
 
 
 def query_filter() -> DlqFilter:
-    return DlqFilter.parse({k: request.args.get(k) for k in FILTER_FIELDS}, from_text=True)
+    return parse_query({k: request.args.get(k) for k in FILTER_FIELDS})
 
 
 @dlq_bp.get("/v1/groups/<group>/dlq")
@@ -143,7 +145,7 @@ def list_dlq(group: str) -> Response:
 @dlq_bp.get("/v1/groups/<group>/dlq/audit")
 def dlq_audit(group: str) -> Response:
     group = group_name(group)
-    max_count = query_int("max", AUDIT_MAX_DEFAULT, minimum=1, maximum=10_000)
+    max_count = query_int("max", AUDIT_MAX_DEFAULT, minimum=1, maximum=AUDIT_MAX)
     assert max_count is not None
     return jsonify(services().dlq.audit(group, max_count))
 

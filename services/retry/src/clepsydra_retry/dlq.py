@@ -22,8 +22,9 @@ from clepsydra_core.errors import ClepsydraError, MessageNotFound, NoPermission,
 from clepsydra_core.levels import DelayLevels
 from clepsydra_core.msgid import decode_msg_id
 from clepsydra_core.wire.copy import ORIGIN, CopyItem, RangeCopy
+from clepsydra_core.wire.dlq import DlqFilter
 from clepsydra_retry import policy
-from clepsydra_retry.dlq_filter import DlqAction, DlqFilter, parse_action
+from clepsydra_retry.dlq_filter import DlqAction, matches, parse_action
 from clepsydra_retry.dlq_state import DlqState, Floor
 from clepsydra_retry.groups import GroupStore
 from clepsydra_retry.store_client import StoreClient
@@ -133,7 +134,7 @@ class DlqToolkit:
             visible = {id(m) for m in self._visible(group, floor, page)}
             for message in page:
                 next_offset = int(message["queueOffset"]) + 1
-                if id(message) in visible and flt.matches(message):
+                if id(message) in visible and matches(flt, message):
                     found.append(summarize(message))
                     if len(found) >= max_count:
                         break
@@ -232,7 +233,7 @@ class DlqToolkit:
             for page in self._pages(group, max(low, floor.queue_offset), high, prefetch=True):
                 visible = self._visible(group, floor, page)
                 chosen = [m for m in visible
-                          if action.filter is None or action.filter.matches(m)]
+                          if action.filter is None or matches(action.filter, m)]
                 todo = []
                 for message in chosen:
                     if self._origin_problem(message, action, origins):
@@ -347,7 +348,7 @@ class DlqToolkit:
             count = 0
             for page in self._pages(group, max(low, floor.queue_offset), high):
                 chosen = [str(m["msgId"]) for m in self._visible(group, floor, page)
-                          if action.filter.matches(m)]
+                          if matches(action.filter, m)]
                 self._state.remove(group, chosen)
                 count += len(chosen)
         self._audit(group, "purge", action, count, client)

@@ -5,7 +5,10 @@ say how each value is checked: ``int`` (never a boolean), ``bool``, ``str``, ``X
 ``list[X]``, ``dict[str, str]`` and nested wire types. A field's JSON name is its name in
 camelCase unless its metadata says otherwise (``field(metadata=wire_meta(json="max"))``);
 ``min_items``/``max_items`` bound a list; ``minimum`` and
-``maximum`` bound an integer; ``internal=True`` keeps a field off the wire. ``from_json``
+``maximum`` bound an integer (``code``/``rule`` name the error of a value out of range);
+``pattern``/``max_length`` constrain a string; ``doc`` describes the field and ``schema`` adds
+JSON Schema keywords the types cannot say (both for the OpenAPI documents,
+:mod:`clepsydra_core.wire.schema`); ``internal=True`` keeps a field off the wire. ``from_json``
 raises :class:`~clepsydra_core.errors.ValidationError` naming the field
 (``handover.fromOffset must be an integer, got string``); the server answers it as a 400, a
 client turns it into its own "unexpected answer" error.
@@ -14,6 +17,7 @@ client turns it into its own "unexpected answer" error.
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -38,10 +42,15 @@ def camel(name: str) -> str:
 
 def wire_meta(*, json: str | None = None, minimum: int | None = None,
               maximum: int | None = None, min_items: int | None = None,
-              max_items: int | None = None, internal: bool = False) -> dict[str, Any]:
+              max_items: int | None = None, pattern: str | None = None,
+              max_length: int | None = None, code: str | None = None, rule: str | None = None,
+              doc: str | None = None, schema: Mapping[str, Any] | None = None,
+              internal: bool = False) -> dict[str, Any]:
     """A field's wire metadata: ``field(metadata=wire_meta(json="max", minimum=1))``."""
     return {"json": json, "minimum": minimum, "maximum": maximum, "min_items": min_items,
-            "max_items": max_items, "internal": internal}
+            "max_items": max_items, "pattern": pattern, "max_length": max_length,
+            "code": code, "rule": rule, "doc": doc, "schema": dict(schema or {}),
+            "internal": internal}
 
 
 def type_name(value: object) -> str:
@@ -64,16 +73,23 @@ def _bad(name: str, expected: str, value: object) -> ValidationError:
                            code="INVALID_REQUEST")
 
 
-def _int_check(minimum: int | None, maximum: int | None) -> Check:
-    low = INT64_MIN if minimum is None else minimum
-    high = INT64_MAX if maximum is None else maximum
+def int_bounds(meta: Mapping[str, Any]) -> tuple[int, int]:
+    """The range a field's integers must be in (int64 when the metadata does not say)."""
+    low, high = meta.get("minimum"), meta.get("maximum")
+    return (INT64_MIN if low is None else low), (INT64_MAX if high is None else high)
+
+
+def _int_check(meta: Mapping[str, Any]) -> Check:
+    low, high = int_bounds(meta)
+    code, rule = meta.get("code") or "INVALID_REQUEST", meta.get("rule")
 
     def check(value: Any, name: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise _bad(name, "an integer", value)
+            raise ValidationError(f"{name} must be an integer, got {type_name(value)}",
+                                  code=code, rule=rule)
         if value < low or value > high:
             raise ValidationError(f"{name} must be between {low} and {high}, got {value}",
-                                  code="INVALID_REQUEST")
+                                  code=code, rule=rule)
         return value
     return check
 
@@ -90,19 +106,67 @@ def _str_check(value: Any, name: str) -> str:
     return value
 
 
+def _text_check(meta: Mapping[str, Any]) -> Check:
+    """A string, within ``max_length`` characters and matching ``pattern`` (an ECMA-262 regex
+    anchored ``^...$`` as JSON Schema reads it: no final newline before the ``$``)."""
+    pattern, most = meta.get("pattern"), meta.get("max_length")
+    if pattern is None and most is None:
+        return _str_check
+    whole = re.compile(pattern) if pattern is not None else None
+    code, rule = meta.get("code") or "INVALID_REQUEST", meta.get("rule")
+
+    def check(value: Any, name: str) -> str:
+        text = _str_check(value, name)
+        if most is not None and len(text) > most:
+            raise ValidationError(f"{name} is {len(text)} characters, at most {most}",
+                                  code=code, rule=rule)
+        found = None if whole is None else whole.search(text)
+        if whole is not None and (found is None or found.end() != len(text)):  # `$` is ECMA's
+            raise ValidationError(f"{name} {text[:40]!r} does not match {pattern}",
+                                  code=code, rule=rule)
+        return text
+    return check
+
+
+_KIND_NAMES: dict[Any, str] = {str: "a string", int: "an integer", bool: "a boolean",
+                                list[str]: "an array of strings"}
+
+
+def _json_kind(tp: Any) -> Callable[[Any], bool]:
+    """Whether a decoded JSON value is of the JSON type ``tp`` stands for."""
+    origin = typing.get_origin(tp) or tp
+    if origin in (list, tuple):
+        return lambda value: isinstance(value, list)
+    if origin is dict:
+        return lambda value: isinstance(value, dict)
+    return lambda value: isinstance(value, origin) and not (
+        origin is int and isinstance(value, bool))
+
+
 def _checker(tp: Any, meta: Mapping[str, Any]) -> Check:
     """The check of a value of type ``tp`` (resolved type hints, not strings)."""
     origin = typing.get_origin(tp)
     if origin in (types.UnionType, typing.Union):
         inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(inner) > 1:  # str | list[str]: the first alternative whose JSON type fits
+            checks = [(_json_kind(a), _checker(a, meta)) for a in inner]
+
+            def check_any(value: Any, name: str) -> Any:
+                if value is None:
+                    return None
+                for kind, alternative in checks:
+                    if kind(value):
+                        return alternative(value, name)
+                raise _bad(name, " or ".join(_KIND_NAMES[a] for a in inner), value)
+            return check_any
         check = _checker(inner[0], meta)
         return lambda value, name: None if value is None else check(value, name)
     if tp is bool:
         return _bool_check
     if tp is int:
-        return _int_check(meta.get("minimum"), meta.get("maximum"))
+        return _int_check(meta)
     if tp is str:
-        return _str_check
+        return _text_check(meta)
     if origin in (list, tuple):
         item = _checker(typing.get_args(tp)[0], {})
         as_tuple = origin is tuple
@@ -145,6 +209,16 @@ def _encoder(tp: Any) -> Callable[[Any], Any] | None:
     return None
 
 
+def field_specs(cls: type[WireValue]) -> list[tuple[str, bool, Any, Mapping[str, Any]]]:
+    """(JSON name, required, type, metadata) of each wire field, in order (for the schema)."""
+    hints = typing.get_type_hints(cls)
+    return [(f.metadata.get("json") or camel(f.name),
+             f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+             hints[f.name], f.metadata)
+            for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+            if not f.metadata.get("internal")]
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Spec:
     attr: str
@@ -159,6 +233,13 @@ class WireValue:
 
     __slots__ = ()
     _specs: ClassVar[dict[type, tuple[_Spec, ...]]] = {}
+    WIRE_SCHEMA: ClassVar[Mapping[str, Any]] = {}
+    """JSON Schema keywords of the whole object that its fields cannot say (exclusive fields),
+    checked by :meth:`wire_check`."""
+
+    def wire_check(self, name: str) -> None:
+        """Rules across fields (two fields that exclude each other), after each field's own
+        check; raises ValidationError naming them. None by default."""
 
     @classmethod
     def _wire_specs(cls) -> tuple[_Spec, ...]:
@@ -211,4 +292,6 @@ class WireValue:
             if value is None and not spec.required:
                 continue  # absent or null: the default
             kwargs[spec.attr] = spec.check(value, f"{name}.{spec.json}")
-        return cls(**kwargs)
+        value = cls(**kwargs)
+        value.wire_check(name)
+        return value
