@@ -13,8 +13,8 @@ from clepsydra_core import properties as P
 from clepsydra_core.errors import ValidationError
 from clepsydra_core.groups import GroupSettings, validate_settings
 from clepsydra_core.msgid import encode_msg_id, pack_host
-from clepsydra_retry.app import create_app
 from clepsydra_core.wire.dlq import DlqFilter
+from clepsydra_retry.app import create_app
 from clepsydra_retry.dlq_filter import matches, parse_action, parse_query
 from clepsydra_retry.dlq_state import Floor, MemoryDlqState
 from clepsydra_retry.groups import MemoryGroupStore

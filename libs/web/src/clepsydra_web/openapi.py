@@ -57,6 +57,7 @@ class Param:
     schema: Mapping[str, Any]
     doc: str | None = None
     required: bool = False
+    example: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +150,8 @@ class _Builder:
                                "schema": dict(p.schema)}
         if p.doc:
             out["description"] = p.doc
+        if p.example is not None:
+            out["example"] = p.example
         return out
 
     def operation(self, route: Route) -> dict[str, Any]:

@@ -30,6 +30,7 @@ LIST_MAX_DEFAULT = 32
 LIST_MAX = 1000
 AUDIT_MAX_DEFAULT = 100
 AUDIT_MAX = 10_000
+BATCH_FIELDS = frozenset({"items"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +63,8 @@ def json_body(*, empty_ok: bool = False) -> Any:
 
 def query_int(name: str, default: int | None, *, minimum: int = 0,
               maximum: int | None = None) -> int | None:
-    """An integer query parameter (ASCII digits); missing or empty: ``default``."""
-    if request.args.get(name, "") == "":
+    """An integer query parameter (ASCII digits); missing: ``default`` (empty: a 400)."""
+    if name not in request.args:
         return default
     return jsonio.query_int(request.args, name, 0, minimum=minimum,
                             maximum=jsonio.INT64_MAX if maximum is None else maximum)
@@ -117,6 +118,8 @@ def send_back_one(group: str) -> Response:
 def send_back_batch(group: str) -> Response:
     group = group_name(group)
     body = json_body()
+    if isinstance(body, dict):
+        jsonio.check_fields(body, BATCH_FIELDS, "send-back batch")
     items = body.get("items") if isinstance(body, dict) else None
     if not isinstance(items, list) or not items or len(items) > MAX_SEND_BACK_BATCH:
         raise ValidationError("body must be {items: [send-back, ...]} with 1.."
@@ -150,7 +153,7 @@ def dlq_audit(group: str) -> Response:
     return jsonify(services().dlq.audit(group, max_count))
 
 
-@dlq_bp.get("/v1/groups/<group>/dlq/<msg_id>")
+@dlq_bp.get("/v1/groups/<group>/dlq/<msgid:msg_id>")
 def show_dlq(group: str, msg_id: str) -> Response:
     group = group_name(group)
     return jsonify(services().dlq.show(group, msg_id))

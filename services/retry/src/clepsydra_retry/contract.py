@@ -17,12 +17,13 @@ from clepsydra_core.wire.codec import INT64_MAX
 from clepsydra_core.wire.dlq import DlqFilter
 from clepsydra_core.wire.groups import GroupSettingsAnswer, GroupSettingsPatch
 from clepsydra_core.wire.messages import StoredMessage
-from clepsydra_core.wire.retry import SendBackAnswer, SendBackBatch, SendBackRequest
+from clepsydra_core.wire.retry import MAX_SEND_BACK_BATCH, SendBackAnswer, SendBackRequest
 from clepsydra_retry.api import AUDIT_MAX, AUDIT_MAX_DEFAULT, LIST_MAX, LIST_MAX_DEFAULT
 from clepsydra_retry.dlq_filter import MAX_MSG_IDS
 from clepsydra_web.openapi import Answer, Api, Param, Route
 
 MAX_LEVEL = DelayLevels.default().max_level
+EXAMPLE_GROUP = "billing"
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -38,6 +39,13 @@ _SELECTION = {"oneOf": [
 SCHEMAS: dict[str, dict[str, Any]] = {
     "GroupNames": {"type": "object", "required": ["groups"], "properties": {
         "groups": {"type": "array", "items": {"type": "string"}}}},
+    "SendBackItems": {
+        "type": "object", "required": ["items"], "additionalProperties": False,
+        "description": "SendBackBatch as the service reads it: each item is checked on its own, "
+                       "and one that is not a SendBackRequest gets its {error, message} in the "
+                       "answer while the others are sent back",
+        "properties": {"items": {"type": "array", "minItems": 1, "maxItems": MAX_SEND_BACK_BATCH,
+                                 "items": {"anyOf": [_ref("SendBackRequest"), {}]}}}},
     "SendBackBatchResult": {"type": "object", "required": ["results"], "properties": {
         "results": {"type": "array", "items": {"oneOf": [_ref("SendBackAnswer"),
                                                          _ref("Error")]}}}},
@@ -98,7 +106,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
 PATH_PARAMS = {
     "group": Param("group", {"type": "string", "pattern": GROUP_PATTERN,
                              "maxLength": GROUP_MAX_LEN},
-                   "consumer group (letters, digits, _ - |)"),
+                   "consumer group (letters, digits, _ - |)", example=EXAMPLE_GROUP),
     "msgId": Param("msgId", _MSG_ID, "32 hex digits"),
 }
 _MS = {"type": "integer", "minimum": 0, "maximum": INT64_MAX}
@@ -135,7 +143,7 @@ ROUTES = [
     Route("POST", "/v1/groups/{group}/send-back/batch", "sendBackBatch",
           "Several send-backs of one group, one store write; per-item results (an item's "
           "malformed body or unknown message is its own error)",
-          [Answer(200, "results in order", "SendBackBatchResult")], request=SendBackBatch,
+          [Answer(200, "results in order", "SendBackBatchResult")], request="SendBackItems",
           errors=(403, 502, 503)),
     Route("GET", "/v1/groups/{group}/dlq", "listDlq",
           "Dead letters not resent or purged, paged by DLQ queue offset, filtered",
@@ -156,7 +164,9 @@ ROUTES = [
           "Resend msgIds / a filter / all to the original topic, or into the retry topic at a "
           "level; reconsumeTimes restarts at 0. msgIds not in the DLQ: 404 NOT_IN_DLQ, "
           "nothing changed", [Answer(200, "count", "ResendResult")], request="Resend",
-          headers=(CLIENT_ID,), errors=(403, 503)),
+          headers=(CLIENT_ID,), errors=(403, 409, 503),
+          error_text={409: "NO_RETRY_TOPIC: target retry, and the group has retryQueueNums 0 "
+                           "(R2)"}),
     Route("POST", "/v1/groups/{group}/dlq/purge", "purgeDlqSelected",
           "Purge msgIds / a filter / all (body form of DELETE .../dlq)",
           [Answer(200, "count", "PurgeResult")], request="Purge", headers=(CLIENT_ID,),
@@ -184,4 +194,4 @@ API = Api(
                 "METHOD_NOT_ALLOWED with an Allow header. Generated from "
                 "clepsydra_retry.contract (make openapi).",
     routes=ROUTES, path_params=PATH_PARAMS, schemas=SCHEMAS,
-    wire_requests=(DlqFilter,), wire_answers=(SendBackAnswer, StoredMessage))
+    wire_requests=(DlqFilter, SendBackRequest), wire_answers=(SendBackAnswer, StoredMessage))

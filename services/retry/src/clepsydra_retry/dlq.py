@@ -31,6 +31,14 @@ from clepsydra_retry.store_client import StoreClient
 
 logger = logging.getLogger(__name__)
 
+
+class NoRetryTopic(ClepsydraError):
+    """A resend into the retry topic of a group that has none (retryQueueNums 0, R2): the
+    request is well formed, the group's state refuses it (issue 12.10)."""
+
+    code = "NO_RETRY_TOPIC"
+    http_status = 409
+
 PULL_MAX = 1000
 """The store's largest pull (docs/contracts.md)."""
 LIST_SCAN_LIMIT = 20_000
@@ -192,8 +200,8 @@ class DlqToolkit:
         retry_queues = 0
         if action.target == "retry":
             if policy.drops_retries(settings):
-                raise ValidationError(f"group {group!r} has retryQueueNums 0: it has no retry "
-                                      "topic to resend into", rule="R2", code="INVALID_REQUEST")
+                raise NoRetryTopic(f"group {group!r} has retryQueueNums 0: it has no retry "
+                                   "topic to resend into", rule="R2")
             retry_queues = self._store.ensure_topic(naming.retry_topic(group),
                                                     settings.retry_queue_nums)
         progress = _Progress()

@@ -10,6 +10,7 @@ from typing import Any
 from clepsydra_core import properties as P
 from clepsydra_core.errors import ValidationError
 from clepsydra_core.msgid import decode_msg_id
+from clepsydra_core.wire.codec import INT64_MAX
 from clepsydra_core.wire.dlq import DlqFilter
 from clepsydra_retry import policy
 from clepsydra_web.jsonio import parse_int
@@ -23,15 +24,15 @@ def _bad(message: str) -> ValidationError:
 
 def _opt_int(raw: Mapping[str, Any], name: str, *, from_text: bool) -> int | None:
     value = raw.get(name)
-    if value is None or value == "":
+    if value is None:
         return None
     if from_text and isinstance(value, str):
         parsed = parse_int(value)
         if parsed is None:
             raise _bad(f"{name} must be a whole number (epoch ms, ASCII digits), got {value!r}")
         value = parsed
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise _bad(f"{name} must be a whole number >= 0 (epoch ms), got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= INT64_MAX:
+        raise _bad(f"{name} must be a whole number in 0..{INT64_MAX} (epoch ms), got {value!r}")
     return value
 
 
@@ -153,6 +154,8 @@ def parse_action(body: object, *, resend: bool, max_level: int) -> DlqAction:
     if resend and target not in ("origin", "retry"):
         raise _bad(f"target must be 'origin' or 'retry', got {target!r}")
     level = body.get("delayLevel", 0)
+    if isinstance(level, float) and level.is_integer():
+        level = int(level)  # JSON Schema's integer: 2.0 is one
     if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= max_level:
         raise _bad(f"delayLevel must be a whole number in 0..{max_level}, got {level!r}")
     if level and target != "retry":

@@ -16,6 +16,7 @@ client turns it into its own "unexpected answer" error.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import re
 import types
@@ -29,6 +30,9 @@ INT64_MAX = (1 << 63) - 1
 INT64_MIN = -(1 << 63)
 INT32_MAX = (1 << 31) - 1
 INT32_MIN = -(1 << 31)
+
+_STRICT: contextvars.ContextVar[bool] = contextvars.ContextVar("wire_strict", default=False)
+"""Whether the value being read refuses unknown fields; nested values are read alike."""
 
 Check = Callable[[Any, str], Any]
 """(decoded JSON value, the field's name for messages) -> the Python value."""
@@ -84,6 +88,8 @@ def _int_check(meta: Mapping[str, Any]) -> Check:
     code, rule = meta.get("code") or "INVALID_REQUEST", meta.get("rule")
 
     def check(value: Any, name: str) -> int:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # JSON Schema's integer: 219.0 is one
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValidationError(f"{name} must be an integer, got {type_name(value)}",
                                   code=code, rule=rule)
@@ -190,7 +196,7 @@ def _checker(tp: Any, meta: Mapping[str, Any]) -> Check:
             return value
         return check_map
     if isinstance(tp, type) and issubclass(tp, WireValue):
-        return lambda value, name: tp.from_json(value, what=name)
+        return lambda value, name: tp.from_json(value, what=name, strict=_STRICT.get())
     raise TypeError(f"no wire check for type {tp!r}")
 
 
@@ -273,7 +279,9 @@ class WireValue:
     @classmethod
     def from_json(cls, obj: Any, *, what: str | None = None, strict: bool = False) -> Self:
         """The value in the decoded JSON ``obj``; ValidationError naming the field otherwise.
-        ``strict``: unknown fields are refused too (requests; answers may carry new ones)."""
+        ``strict``: unknown fields are refused too, in nested values as well (requests;
+        answers may carry new ones). An integral number (``3.0``) is an integer, as JSON
+        Schema counts it."""
         name = what or cls.__name__
         if not isinstance(obj, dict):
             raise _bad(name, "an object", obj)
@@ -285,13 +293,18 @@ class WireValue:
                     raise ValidationError(f"{name}: unknown field {key!r} (allowed: "
                                           f"{', '.join(sorted(known))})", code="INVALID_REQUEST")
         kwargs: dict[str, Any] = {}
-        for spec in specs:
-            value = obj.get(spec.json)
-            if spec.json not in obj and spec.required:
-                raise ValidationError(f"{name}.{spec.json} is required", code="INVALID_REQUEST")
-            if value is None and not spec.required:
-                continue  # absent or null: the default
-            kwargs[spec.attr] = spec.check(value, f"{name}.{spec.json}")
+        token = _STRICT.set(strict)
+        try:
+            for spec in specs:
+                value = obj.get(spec.json)
+                if spec.json not in obj and spec.required:
+                    raise ValidationError(f"{name}.{spec.json} is required",
+                                          code="INVALID_REQUEST")
+                if value is None and not spec.required:
+                    continue  # absent or null: the default
+                kwargs[spec.attr] = spec.check(value, f"{name}.{spec.json}")
+        finally:
+            _STRICT.reset(token)
         value = cls(**kwargs)
         value.wire_check(name)
         return value

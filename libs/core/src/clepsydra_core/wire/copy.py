@@ -32,7 +32,8 @@ class CopyItem(WireValue):
     delay_level: int = field(default=0, metadata=wire_meta(minimum=0, maximum=INT32_MAX))
     reconsume_times: int | None = field(default=None,
                                         metadata=wire_meta(minimum=0, maximum=INT32_MAX))
-    set_properties: dict[str, str] = field(default_factory=dict)
+    set_properties: dict[str, str] = field(default_factory=dict, metadata=wire_meta(
+        schema={"propertyNames": {"minLength": 1}}))
     remove_properties: tuple[str, ...] = ()
 
 

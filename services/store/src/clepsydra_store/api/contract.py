@@ -77,17 +77,20 @@ SCHEMAS: dict[str, dict[str, Any]] = {
 FLUSH_TIMEOUT = Answer(503, "FLUSH_TIMEOUT: appended, fsync not done in time; not "
                             "acknowledged (P2)", "FlushTimeout")
 MAX_LEVEL = DelayLevels.default().max_level
+EXAMPLE_TOPIC = "orders"
+EXAMPLE_GROUP = "billing"
 
 PATH_PARAMS = {
     "topic": Param("topic", TOPIC_SCHEMA, "topic name (P1), percent-encoded (`%RETRY%G` "
-                   "travels as `%25RETRY%25G`)"),
+                   "travels as `%25RETRY%25G`)", example=EXAMPLE_TOPIC),
     "queueId": Param("queueId", {"type": "integer", "minimum": 0, "maximum": INT32_MAX}),
     "msgId": Param("msgId", {"type": "string", "pattern": MSG_ID_PATTERN},
                    "32 hex digits: store host and CommitLog offset"),
     "offset": Param("offset", {"type": "integer", "minimum": 0, "maximum": INT64_MAX},
                     "CommitLog offset of the record's first byte"),
     "group": Param("group", {"type": "string", "pattern": GROUP_PATTERN,
-                             "maxLength": GROUP_MAX_LEN}, "consumer group name"),
+                             "maxLength": GROUP_MAX_LEN}, "consumer group name",
+                   example=EXAMPLE_GROUP),
     "clientId": Param("clientId", {"type": "string", "minLength": 1}),
     "level": Param("level", {"type": "integer", "minimum": 1, "maximum": MAX_LEVEL},
                    f"delay level, 1..the table's highest ({MAX_LEVEL} with the default table; "
@@ -152,7 +155,7 @@ ROUTES = [
                       "list of one, the same shape as every look-up."),
     Route("GET", "/v1/messages", "find_messages",
           "Messages of a topic whose KEYS contain the key or whose UNIQ_KEY is the key.",
-          [Answer(200, "Messages", MessageList)],
+          [Answer(200, "Messages", MessageList)], errors=(404,),
           query=(Param("topic", TOPIC_SCHEMA, required=True),
                  Param("key", {"type": "string", "minLength": 1}, required=True),
                  _max(DEFAULT_PULL, MAX_PULL))),
@@ -216,13 +219,13 @@ ROUTES = [
     Route("POST", "/v1/internal/copy", "copy",
           "Copy stored messages into other topics (send-back, DLQ, resend); bodies never "
           "cross the wire.", [Answer(201, "Copied", ProduceResults), FLUSH_TIMEOUT],
-          request=CopyBatch, errors=(403,)),
+          request=CopyBatch, errors=(403, 404)),
     Route("POST", "/v1/internal/copy-range", "copyRange",
           "Copy queue offsets [fromOffset, fromOffset+max) of one queue to a topic, or each "
           "message to its original topic (RETRY_TOPIC): the DLQ 'resend all' (R16) in one "
           "write, no message crossing the wire.",
           [Answer(201, "Copied", RangeCopyAnswer), FLUSH_TIMEOUT], request=RangeCopy,
-          errors=(403,)),
+          errors=(403, 404)),
     Route("GET", "/healthz", "healthz", "Liveness and whether the store accepts writes.",
           [Answer(200, "Up", {"type": "object", "required": ["status", "writable"],
                               "properties": {"status": {"type": "string", "enum": ["ok"]},

@@ -84,8 +84,8 @@ def commit_offset(group: str) -> Response:
 def get_offsets(group: str) -> Response:
     """``{group, offsets: {topic: {queueId: offset}}}`` (queue ids as JSON object keys)."""
     validation.validate_group_name(group)
-    topic = request.args.get("topic") or None
-    if topic is not None:
+    topic = request.args.get("topic")
+    if topic is not None:  # given empty: not a topic (P1)
         validation.validate_topic_name(topic)
     offsets = ctx().store.group_offsets(group, topic)
     return json_response({"group": group, "offsets": {
