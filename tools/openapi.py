@@ -49,8 +49,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         path.write_text(text, encoding="utf-8")
         print(f"wrote {path} ({len(text.splitlines())} lines)")
-    for path in stale:
-        print(f"{path} is not what its contract generates: run make openapi", file=sys.stderr)
+    for name in stale:
+        print(f"{name} is not what its contract generates: run make openapi", file=sys.stderr)
     return 1 if stale else 0
 
 

@@ -4,6 +4,7 @@ OpenAPI document against the app's routes, and the in-memory twins. No network."
 from __future__ import annotations
 
 import json
+import re
 from importlib import resources
 from typing import Any
 
@@ -77,7 +78,7 @@ def test_any_negative_level_and_a_max_of_minus_one_are_taken() -> None:
 
 @pytest.mark.parametrize("body", [
     None, [], {}, {"delayLevel": 1}, {"commitLogOffset": -1}, {"commitLogOffset": "12"},
-    {"commitLogOffset": 1.0}, {"msgId": "nothex"}, {"msgId": 12},
+    {"commitLogOffset": 1.5}, {"msgId": "nothex"}, {"msgId": 12},
     {"msgId": msg_id(42), "commitLogOffset": 41}, {"commitLogOffset": 1, "delayLevel": -2**31 - 1},
     {"commitLogOffset": 1, "delayLevel": "3"}, {"commitLogOffset": 1, "maxReconsumeTimes": -2},
     {"commitLogOffset": 1, "maxReconsumeTimes": 2**31}, {"commitLogOffset": 1, "reason": 5},
@@ -87,6 +88,11 @@ def test_malformed_send_back_is_refused(body: Any) -> None:
     with pytest.raises(ValidationError) as err:
         parse_request(body)
     assert err.value.http_status == 400
+
+
+def test_integral_numbers_are_integers() -> None:
+    # issue 12.10: JSON Schema's integer, which the document says, takes 1.0
+    assert parse_request({"commitLogOffset": 1.0})[1].commitlog_offset == 1
 
 
 # ---- DLQ actions and filters ---------------------------------------------------------------
@@ -153,10 +159,11 @@ def test_empty_window_selects_none() -> None:
 
 
 def test_query_filter_parses_text() -> None:
-    flt = parse_query({"fromMs": "10", "toMs": "", "key": None})
+    flt = parse_query({"fromMs": "10", "toMs": None, "key": None})
     assert flt == DlqFilter(from_ms=10)
-    with pytest.raises(ValidationError):
-        parse_query({"fromMs": "ten"})
+    for bad in ("ten", "", str(2**63)):  # issue 12.10: the document says int64
+        with pytest.raises(ValidationError):
+            parse_query({"fromMs": bad})
 
 
 # ---- in-memory twins -----------------------------------------------------------------------
@@ -189,7 +196,7 @@ def test_openapi_lists_every_route_and_method() -> None:
     for rule in app.url_map.iter_rules():
         if rule.endpoint == "static":
             continue
-        path = rule.rule.replace("<group>", "{group}").replace("<msg_id>", "{msgId}")
+        path = re.sub(r"<(?:\w+:)?msg_id>", "{msgId}", rule.rule.replace("<group>", "{group}"))
         routes.setdefault(path, set()).update(m.lower() for m in rule.methods or ()
                                               if m not in ("HEAD", "OPTIONS"))
     doc = json.loads(resources.files("clepsydra_retry").joinpath("openapi.json").read_text())

@@ -11,6 +11,7 @@ from typing import Any
 import redis
 from flask import Blueprint, Response, current_app, g, jsonify, request
 from prometheus_client import CollectorRegistry, Histogram
+from werkzeug.routing import BaseConverter
 
 from clepsydra_core.errors import ClepsydraError, ValidationError
 from clepsydra_core.groups import validate_settings
@@ -132,6 +133,14 @@ def send_back_batch(group: str) -> Response:
 dlq_bp = Blueprint("dlq", __name__)
 
 
+class DlqItemConverter(BaseConverter):
+    """``/dlq/<msgId>``: any segment but the DLQ's own routes, so ``/dlq/purge`` is not also
+    a msgId whose GET would be advertised in its ``Allow`` (issue 12.10); a segment that is not
+    a msgId still reaches the route and is a 400 INVALID_MSG_ID."""
+
+    regex = "(?!(?:purge|resend|audit)$)[^/]+"
+
+
 def query_filter() -> DlqFilter:
     return parse_query({k: request.args.get(k) for k in FILTER_FIELDS})
 
@@ -153,7 +162,7 @@ def dlq_audit(group: str) -> Response:
     return jsonify(services().dlq.audit(group, max_count))
 
 
-@dlq_bp.get("/v1/groups/<group>/dlq/<msgid:msg_id>")
+@dlq_bp.get("/v1/groups/<group>/dlq/<dlq_item:msg_id>")
 def show_dlq(group: str, msg_id: str) -> Response:
     group = group_name(group)
     return jsonify(services().dlq.show(group, msg_id))

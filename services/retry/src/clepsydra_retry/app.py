@@ -18,7 +18,6 @@ from clepsydra_retry.settings import MAX_REQUEST_BYTES_VAR, RetrySettings
 from clepsydra_retry.store_client import StoreClient
 from clepsydra_web.errors import register_error_handlers
 from clepsydra_web.ops import ops_blueprint
-from clepsydra_web.routing import register_converters
 from clepsydra_web.tracing import ServerTracing
 
 logger = logging.getLogger(__name__)
@@ -51,7 +50,7 @@ def create_app(settings: RetrySettings, *, groups: GroupStore | None = None,
                                   auto_create_groups=settings.common.auto_create_groups,
                                   history_max=settings.history_max),
         dlq=dlq, registry=registry, latency=latency)
-    register_converters(app)
+    app.url_map.converters["dlq_item"] = api.DlqItemConverter
     for blueprint in api.BLUEPRINTS:
         app.register_blueprint(blueprint)
     app.register_blueprint(ops_blueprint("clepsydra_retry", health=api.health,

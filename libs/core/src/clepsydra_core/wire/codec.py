@@ -5,7 +5,8 @@ say how each value is checked: ``int`` (never a boolean), ``bool``, ``str``, ``X
 ``list[X]``, ``dict[str, str]`` and nested wire types. A field's JSON name is its name in
 camelCase unless its metadata says otherwise (``field(metadata=wire_meta(json="max"))``);
 ``min_items``/``max_items`` bound a list; ``minimum`` and
-``maximum`` bound an integer (``code``/``rule`` name the error of a value out of range);
+``maximum`` bound an integer (``code``/``rule`` name the error of a value out of range,
+``type_code`` the error of a value of the wrong type);
 ``pattern``/``max_length`` constrain a string; ``doc`` describes the field and ``schema`` adds
 JSON Schema keywords the types cannot say (both for the OpenAPI documents,
 :mod:`clepsydra_core.wire.schema`); ``internal=True`` keeps a field off the wire. ``from_json``
@@ -47,13 +48,15 @@ def camel(name: str) -> str:
 def wire_meta(*, json: str | None = None, minimum: int | None = None,
               maximum: int | None = None, min_items: int | None = None,
               max_items: int | None = None, pattern: str | None = None,
-              max_length: int | None = None, code: str | None = None, rule: str | None = None,
+              max_length: int | None = None, code: str | None = None,
+              type_code: str | None = None, rule: str | None = None,
               doc: str | None = None, schema: Mapping[str, Any] | None = None,
               internal: bool = False) -> dict[str, Any]:
     """A field's wire metadata: ``field(metadata=wire_meta(json="max", minimum=1))``."""
     return {"json": json, "minimum": minimum, "maximum": maximum, "min_items": min_items,
             "max_items": max_items, "pattern": pattern, "max_length": max_length,
-            "code": code, "rule": rule, "doc": doc, "schema": dict(schema or {}),
+            "code": code, "type_code": type_code, "rule": rule, "doc": doc,
+            "schema": dict(schema or {}),
             "internal": internal}
 
 
@@ -91,8 +94,7 @@ def _int_check(meta: Mapping[str, Any]) -> Check:
         if isinstance(value, float) and value.is_integer():
             value = int(value)  # JSON Schema's integer: 219.0 is one
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ValidationError(f"{name} must be an integer, got {type_name(value)}",
-                                  code=code, rule=rule)
+            raise _bad(name, "an integer", value)
         if value < low or value > high:
             raise ValidationError(f"{name} must be between {low} and {high}, got {value}",
                                   code=code, rule=rule)
@@ -147,6 +149,24 @@ def _json_kind(tp: Any) -> Callable[[Any], bool]:
         return lambda value: isinstance(value, dict)
     return lambda value: isinstance(value, origin) and not (
         origin is int and isinstance(value, bool))
+
+
+def _field_check(tp: Any, meta: Mapping[str, Any]) -> Check:
+    """A field's check: its type's, a value of the wrong type refused with the field's
+    ``type_code`` when it has one (a value out of range or off its pattern: ``code``)."""
+    check = _checker(tp, meta)
+    code = meta.get("type_code")
+    if not code:
+        return check
+
+    def coded(value: Any, name: str) -> Any:
+        try:
+            return check(value, name)
+        except ValidationError as exc:
+            if exc.code == "INVALID_REQUEST":
+                exc.code = code
+            raise
+    return coded
 
 
 def _checker(tp: Any, meta: Mapping[str, Any]) -> Check:
@@ -256,7 +276,7 @@ class WireValue:
                 _Spec(f.name, f.metadata.get("json") or camel(f.name),
                       f.default is dataclasses.MISSING
                       and f.default_factory is dataclasses.MISSING,
-                      _checker(hints[f.name], f.metadata), _encoder(hints[f.name]))
+                      _field_check(hints[f.name], f.metadata), _encoder(hints[f.name]))
                 for f in dataclasses.fields(cls)  # type: ignore[arg-type]
                 if not f.metadata.get("internal"))
             WireValue._specs[cls] = specs

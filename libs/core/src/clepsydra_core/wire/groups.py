@@ -30,11 +30,13 @@ class GroupSettingsPatch(WireValue):
     """Fields not given keep their current value (or the default)."""
 
     retry_queue_nums: int | None = field(default=None, metadata=wire_meta(
-        minimum=0, maximum=MAX_RETRY_QUEUE_NUMS, code="INVALID_GROUP_SETTINGS", rule="R3",
+        minimum=0, maximum=MAX_RETRY_QUEUE_NUMS, code="INVALID_GROUP_SETTINGS",
+        type_code="INVALID_GROUP_SETTINGS", rule="R3",
         doc="queues of the group's %RETRY% topic (R3); 0 drops retries (R2)"))
     retry_max_times: int | None = field(default=None, metadata=wire_meta(
         minimum=0, maximum=ORDERLY_MAX_RECONSUME_TIMES, code="INVALID_GROUP_SETTINGS",
-        rule="R5", doc="retries before the DLQ when a send-back does not say (R5)"))
+        type_code="INVALID_GROUP_SETTINGS", rule="R5",
+        doc="retries before the DLQ when a send-back does not say (R5)"))
 
 
 @dataclass(frozen=True, slots=True)

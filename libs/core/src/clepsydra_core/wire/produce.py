@@ -55,6 +55,7 @@ class ProduceMessage(WireValue):
                           {"type": "array", "items": {"type": "string", "pattern": "^[^ ]+$"}},
                           {"type": "null"}]}))
     properties: dict[str, str] | None = field(default=None, metadata=wire_meta(
+        type_code="INVALID_PROPERTIES", rule="P1",
         doc="names and values; reserved names are set by the system (P1)",
         schema={"propertyNames": {"minLength": 1, "not": {"enum": list(PRODUCER_RESERVED)}}}))
     queue_id: int | None = field(default=None, metadata=wire_meta(
