@@ -25,7 +25,7 @@ _VALUES = (st.text(max_size=4) | st.none() | st.integers(-2**31 - 1, 2**31)
 
 
 def test_the_fast_parser_takes_only_wire_fields() -> None:
-    assert produce.PLAIN_FIELDS < frozenset(ProduceMessage.json_names())
+    assert frozenset(ProduceMessage.json_names()) > produce.PLAIN_FIELDS
 
 
 @settings(max_examples=800, deadline=None)
