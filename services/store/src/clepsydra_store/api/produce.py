@@ -265,8 +265,9 @@ def produce_one(c: StoreContext, topic: str, payload: dict[str, Any],
     c.require_writable()
     check_topic(topic)
     span = _span()
-    request = parse_message(payload, topic, c.settings.engine.max_body_bytes, host, _now_ms(),
-                            _trace_props())
+    limit, now_ms, trace_props = c.settings.engine.max_body_bytes, _now_ms(), _trace_props()
+    request = (parse_plain(payload, topic, limit, host, now_ms, trace_props)
+               or parse_message(payload, topic, limit, host, now_ms, trace_props))
     result = c.store.put(request)
     out = _acknowledge(c, [result], [request])[0]
     if span.is_recording():
