@@ -1,6 +1,7 @@
 """The OpenAPI documents tell the truth (issue 12.10): schemathesis, every check
-(``--checks all``), against the store and the retry service as real processes on loopback with
-a real Redis, every operation with a bounded number of examples: no failure, no server error.
+(``--checks all``), against the store, the retry service and the analytics API as real
+processes on loopback with a real Redis, every operation with a bounded number of examples: no
+failure, no server error.
 
 A finding means the document or the server is wrong: the documents are generated from the
 wire types the servers validate with (``make openapi``), so the fix goes to the wire type, the
@@ -20,7 +21,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from clepsydra_store.api.contract import EXAMPLE_GROUP, EXAMPLE_TOPIC
+from clepsydra_core.wire.groups import EXAMPLE_GROUP
+from clepsydra_core.wire.topics import EXAMPLE_TOPIC
 from tests.fixtures.processes import HttpService, RedisServer, free_port, store_service
 
 pytestmark = pytest.mark.integration
@@ -31,7 +33,7 @@ TOPIC = EXAMPLE_TOPIC
 group with settings."""
 GROUP = EXAMPLE_GROUP
 MAX_EXAMPLES = 12
-"""Examples per operation and phase: the two runs stay well under two minutes on 2 cores."""
+"""Examples per operation and phase: the three runs take well under two minutes on 2 cores."""
 SEED = 20261125
 
 

@@ -15,7 +15,7 @@ from clepsydra_core.msgid import MSG_ID_PATTERN
 from clepsydra_core.validation import GROUP_MAX_LEN, GROUP_PATTERN
 from clepsydra_core.wire.codec import INT64_MAX
 from clepsydra_core.wire.dlq import DlqFilter
-from clepsydra_core.wire.groups import GroupSettingsAnswer, GroupSettingsPatch
+from clepsydra_core.wire.groups import EXAMPLE_GROUP, GroupSettingsAnswer, GroupSettingsPatch
 from clepsydra_core.wire.messages import StoredMessage
 from clepsydra_core.wire.retry import MAX_SEND_BACK_BATCH, SendBackAnswer, SendBackRequest
 from clepsydra_retry.api import AUDIT_MAX, AUDIT_MAX_DEFAULT, LIST_MAX, LIST_MAX_DEFAULT
@@ -23,7 +23,6 @@ from clepsydra_retry.dlq_filter import MAX_MSG_IDS
 from clepsydra_web.openapi import Answer, Api, Param, Route
 
 MAX_LEVEL = DelayLevels.default().max_level
-EXAMPLE_GROUP = "billing"
 
 
 def _ref(name: str) -> dict[str, str]:

@@ -17,6 +17,8 @@ from clepsydra_core.retry_rules import ORDERLY_MAX_RECONSUME_TIMES
 from clepsydra_core.wire.codec import INT32_MAX, WireValue, wire_meta
 from clepsydra_core.wire.topics import TOPIC_SCHEMA, topic_meta
 
+EXAMPLE_GROUP = "billing"
+"""The group name the documents' examples use."""
 MAX_CLIENT_ID = 255
 ANY_TEXT = r"^[\s\S]+$"
 """Any non-empty text (the same in ECMA-262 and Python: ``.`` is not)."""

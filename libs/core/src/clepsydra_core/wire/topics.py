@@ -14,6 +14,8 @@ from clepsydra_core.wire.codec import WireValue, wire_meta
 
 MAX_QUEUES = 1024
 """Most queues a topic has."""
+EXAMPLE_TOPIC = "orders"
+"""The topic name the documents' examples use."""
 
 
 TOPIC_SCHEMA = {"type": "string", "pattern": TOPIC_PATTERN, "maxLength": TOPIC_MAX_LEN}

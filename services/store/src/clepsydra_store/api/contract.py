@@ -17,6 +17,7 @@ from clepsydra_core.validation import GROUP_MAX_LEN, GROUP_PATTERN
 from clepsydra_core.wire.codec import INT32_MAX, INT64_MAX
 from clepsydra_core.wire.copy import CopyBatch, RangeCopy, RangeCopyAnswer
 from clepsydra_core.wire.groups import (
+    EXAMPLE_GROUP,
     GroupSettingsAnswer,
     GroupSettingsList,
     GroupSettingsPatch,
@@ -41,7 +42,13 @@ from clepsydra_core.wire.schedule import (
     LevelTable,
     ScheduleEntries,
 )
-from clepsydra_core.wire.topics import TOPIC_SCHEMA, TopicAnswer, TopicCreate, TopicList
+from clepsydra_core.wire.topics import (
+    EXAMPLE_TOPIC,
+    TOPIC_SCHEMA,
+    TopicAnswer,
+    TopicCreate,
+    TopicList,
+)
 from clepsydra_web.openapi import Answer, Api, Param, Route
 
 _STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
@@ -77,8 +84,6 @@ SCHEMAS: dict[str, dict[str, Any]] = {
 FLUSH_TIMEOUT = Answer(503, "FLUSH_TIMEOUT: appended, fsync not done in time; not "
                             "acknowledged (P2)", "FlushTimeout")
 MAX_LEVEL = DelayLevels.default().max_level
-EXAMPLE_TOPIC = "orders"
-EXAMPLE_GROUP = "billing"
 
 PATH_PARAMS = {
     "topic": Param("topic", TOPIC_SCHEMA, "topic name (P1), percent-encoded (`%RETRY%G` "
