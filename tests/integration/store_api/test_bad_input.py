@@ -214,19 +214,21 @@ def test_pulling_the_schedule_topic_is_forbidden(client: FlaskClient, before: in
 
 
 def test_offset_or_queue_id_out_of_range(client: FlaskClient, before: int) -> None:
+    # issue 12.10: a well-formed queue id or offset the topic does not have is a position that
+    # does not exist (404); a negative one is malformed (400); the code is the same
     pull = f"/v1/topics/{TOPIC}/queues"
-    assert_error(client.get(f"{pull}/2/messages"), 400, "OFFSET_OUT_OF_RANGE")
+    assert_error(client.get(f"{pull}/2/messages"), 404, "OFFSET_OUT_OF_RANGE")
     assert_error(client.get(f"{pull}/-1/messages"), 400, "OFFSET_OUT_OF_RANGE")
-    assert_error(client.get(f"{pull}/0/messages?offset=1000"), 400, "OFFSET_OUT_OF_RANGE")
+    assert_error(client.get(f"{pull}/0/messages?offset=1000"), 404, "OFFSET_OUT_OF_RANGE")
     assert_error(client.get(f"{pull}/0/messages?offset=-1"), 400, "OFFSET_OUT_OF_RANGE")
     assert_error(client.put("/v1/groups/G/offsets", json={"topic": TOPIC, "queueId": 5,
-                                                          "offset": 0}), 400,
+                                                          "offset": 0}), 404,
                  "OFFSET_OUT_OF_RANGE")
     assert_error(client.put("/v1/groups/G/offsets", json={"topic": TOPIC, "queueId": 0,
-                                                          "offset": 1000}), 400,
+                                                          "offset": 1000}), 404,
                  "OFFSET_OUT_OF_RANGE")
     resp = client.post(PRODUCE, json={"body": "a", "queueId": 7})
-    assert resp.status_code == 400, resp.get_json()
+    assert resp.status_code == 404, resp.get_json()
     assert stored_count(client) == before
     still_up(client, before)
 

@@ -3,11 +3,18 @@ camelCase names in one place, a validation error that names the field."""
 
 from __future__ import annotations
 
+import base64 as _b64
 import dataclasses
+import re as _re
 
+import jsonschema
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from clepsydra_core import validation
 from clepsydra_core.errors import ValidationError
+from clepsydra_core.msgid import MSG_ID_PATTERN, decode_msg_id
 from clepsydra_core.wire.codec import WireValue, camel, wire_meta
 from clepsydra_core.wire.copy import (
     MAX_COPY_BATCH,
@@ -18,6 +25,9 @@ from clepsydra_core.wire.copy import (
     RangeCopyAnswer,
     SkippedCopy,
 )
+from clepsydra_core.wire.dlq import DlqFilter
+from clepsydra_core.wire.groups import GroupSettingsPatch, Heartbeat
+from clepsydra_core.wire.produce import ProduceBatch, ProduceMessage
 from clepsydra_core.wire.retry import SendBackAnswer, SendBackRequest
 from clepsydra_core.wire.schedule import (
     MAX_HANDOVER,
@@ -27,6 +37,8 @@ from clepsydra_core.wire.schedule import (
     LevelTable,
     ScheduleEntries,
 )
+from clepsydra_core.wire.schema import nested_types, object_schema
+from clepsydra_core.wire.topics import TopicCreate
 
 
 def test_camel_case_names() -> None:
@@ -157,3 +169,118 @@ def test_level_backlog_starts_after_the_mark_and_never_below_the_minimum() -> No
     assert LevelInfo(1, 1_000, 0, 7, 10, -1).first_pending == 7  # old segments deleted
     assert LevelInfo(1, 1_000, 0, 0, 10, 9).backlog == 0
     assert LevelInfo(1, 1_000, 0, 0, 0, -1).backlog == 0
+
+
+# ---- the contracts the OpenAPI documents come from (issue 12.10, 13.1) ----------------------
+
+def _matches(pattern: str, text: str) -> bool:
+    """JSON Schema's reading of a pattern (ECMA-262: ``$`` is the very end)."""
+    found = _re.search(pattern, text)
+    return found is not None and found.end() == len(text)
+
+
+_NAME_CHARS = st.sampled_from([*"aZ09_|-%\n .", "%RETRY%", "%DLQ%", "%SCHEDULE_ERROR%"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_NAME_CHARS, max_size=8).map("".join) | st.text(max_size=130))
+def test_topic_and_group_patterns_are_the_name_rules(name: str) -> None:
+    # P1: the documents' patterns accept exactly what the servers' checks accept
+    def accepted(check: object) -> bool:
+        try:
+            check(name)  # type: ignore[operator]
+        except ValidationError:
+            return False
+        return True
+    assert (_matches(validation.TOPIC_PATTERN, name) and len(name) <= validation.TOPIC_MAX_LEN
+            ) == accepted(validation.validate_topic_name)
+    assert (_matches(validation.GROUP_PATTERN, name) and len(name) <= validation.GROUP_MAX_LEN
+            ) == accepted(validation.validate_group_name)
+
+
+@given(st.text(alphabet="0123456789abcdefABCDEFx", min_size=30, max_size=33))
+def test_msg_id_pattern_is_what_decodes(text: str) -> None:
+    try:
+        decode_msg_id(text)
+        decodes = True
+    except ValidationError:
+        decodes = False
+    assert _matches(MSG_ID_PATTERN, text) == decodes
+    if decodes:
+        assert decode_msg_id(text).commitlog_offset >= 0  # never a negative offset
+
+
+def _validator(cls: type[WireValue]) -> jsonschema.Draft202012Validator:
+    """The JSON Schema the documents carry for ``cls`` (requests: closed), with its nested
+    types as $defs."""
+    defs = {c.__name__: object_schema(c, lambda c: {"$ref": f"#/$defs/{c.__name__}"},
+                                      closed=True) for c in nested_types(cls)}
+    schema = object_schema(cls, lambda c: {"$ref": f"#/$defs/{c.__name__}"}, closed=True)
+    return jsonschema.Draft202012Validator({**schema, "$defs": defs})
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**64, 2**64)
+                     | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=5),
+                     lambda inner: st.lists(inner, max_size=3)
+                     | st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=6)
+_MESSAGE_FIELDS = st.sampled_from(["body", "bodyBase64", "tags", "keys", "properties",
+                                   "queueId", "delayLevel", "flag", "bornTimestamp", "topic"])
+_VALUES = (st.sampled_from(["", "x", "QQ==", "!!", "a b", "KEYS", "DELAY"]) | st.none()
+           | st.integers(-2**31 - 1, 2**31) | st.sampled_from([1.0, 1.5, True])
+           | st.lists(st.sampled_from(["k", "", "a b"]), max_size=2)
+           | st.dictionaries(st.sampled_from(["p", "", "KEYS", "UNIQ_KEY"]),
+                             st.sampled_from(["v", 1]), max_size=2) | _JSON)
+
+
+def _reads(cls: type[WireValue], raw: object) -> bool:
+    try:
+        cls.from_json(raw, strict=True)
+    except ValidationError:
+        return False
+    return True
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.dictionaries(_MESSAGE_FIELDS, _VALUES, max_size=5) | _JSON)
+def test_produce_schema_accepts_what_the_wire_type_reads(raw: object) -> None:
+    # the document and the server agree on every shape rule: exclusive bodies, patterns,
+    # ranges, reserved property names, nulls as absent, unknown fields
+    assert _validator(ProduceMessage).is_valid(raw) == _reads(ProduceMessage, raw), raw
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(["name", "queues", "retryQueueNums", "retryMaxTimes",
+                                        "clientId", "subscriptions", "messageModel", "topic",
+                                        "fromMs", "toMs", "key"]), _VALUES, max_size=3))
+def test_request_schemas_accept_what_the_wire_types_read(raw: dict[str, object]) -> None:
+    for cls in (TopicCreate, GroupSettingsPatch, Heartbeat, DlqFilter):
+        assert _validator(cls).is_valid(raw) == _reads(cls, raw), (cls.__name__, raw)
+
+
+def test_produce_message_errors_name_the_field_and_keep_their_codes() -> None:
+    def code(raw: object) -> str:
+        with pytest.raises(ValidationError) as err:
+            ProduceMessage.from_json(raw, what="message", strict=True)
+        return err.value.code
+    assert code({"body": "a", "bodyBase64": "YQ=="}) == "BODY_AND_BASE64"
+    assert code({"tags": "a"}) == "MISSING_BODY"
+    assert code({"bodyBase64": "!!"}) == "INVALID_BASE64"
+    assert code({"body": "a", "delayLevel": -1}) == "INVALID_DELAY_LEVEL"
+    assert code({"body": "a", "delayLevel": "1"}) == "INVALID_REQUEST"
+    assert code({"body": "a", "properties": ["x"]}) == "INVALID_PROPERTIES"
+    assert code({"body": "a", "topic": "t"}) == "INVALID_REQUEST"  # not a message field
+    m = ProduceMessage.from_json({"bodyBase64": _b64.b64encode(b"\xff").decode(),
+                                  "keys": ["a", "b"], "queueId": 2.0}, strict=True)
+    assert (m.keys, m.queue_id) == (["a", "b"], 2)  # an integral number is an integer
+
+
+def test_nested_requests_refuse_unknown_fields_too() -> None:
+    with pytest.raises(ValidationError, match=r"batch.messages\[0\]: unknown field 'x'"):
+        ProduceBatch.from_json({"messages": [{"body": "a", "x": 1}]}, what="batch", strict=True)
+    assert ProduceBatch.from_json({"messages": [{"body": "a", "x": 1}]}).messages[0].body == "a"
+
+
+def test_a_dlq_filter_selects_something() -> None:
+    with pytest.raises(ValidationError, match="filter is empty"):
+        DlqFilter.from_json({"topic": None}, what="filter")
+    assert DlqFilter.from_json({"fromMs": 5, "toMs": 5}).to_json() == {"fromMs": 5, "toMs": 5}

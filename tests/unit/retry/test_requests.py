@@ -4,6 +4,7 @@ OpenAPI document against the app's routes, and the in-memory twins. No network."
 from __future__ import annotations
 
 import json
+import re
 from importlib import resources
 from typing import Any
 
@@ -13,8 +14,9 @@ from clepsydra_core import properties as P
 from clepsydra_core.errors import ValidationError
 from clepsydra_core.groups import GroupSettings, validate_settings
 from clepsydra_core.msgid import encode_msg_id, pack_host
+from clepsydra_core.wire.dlq import DlqFilter
 from clepsydra_retry.app import create_app
-from clepsydra_retry.dlq_filter import DlqFilter, parse_action
+from clepsydra_retry.dlq_filter import matches, parse_action, parse_query
 from clepsydra_retry.dlq_state import Floor, MemoryDlqState
 from clepsydra_retry.groups import MemoryGroupStore
 from clepsydra_retry.sendback import parse_request
@@ -76,7 +78,7 @@ def test_any_negative_level_and_a_max_of_minus_one_are_taken() -> None:
 
 @pytest.mark.parametrize("body", [
     None, [], {}, {"delayLevel": 1}, {"commitLogOffset": -1}, {"commitLogOffset": "12"},
-    {"commitLogOffset": 1.0}, {"msgId": "nothex"}, {"msgId": 12},
+    {"commitLogOffset": 1.5}, {"msgId": "nothex"}, {"msgId": 12},
     {"msgId": msg_id(42), "commitLogOffset": 41}, {"commitLogOffset": 1, "delayLevel": -2**31 - 1},
     {"commitLogOffset": 1, "delayLevel": "3"}, {"commitLogOffset": 1, "maxReconsumeTimes": -2},
     {"commitLogOffset": 1, "maxReconsumeTimes": 2**31}, {"commitLogOffset": 1, "reason": 5},
@@ -86,6 +88,11 @@ def test_malformed_send_back_is_refused(body: Any) -> None:
     with pytest.raises(ValidationError) as err:
         parse_request(body)
     assert err.value.http_status == 400
+
+
+def test_integral_numbers_are_integers() -> None:
+    # issue 12.10: JSON Schema's integer, which the document says, takes 1.0
+    assert parse_request({"commitLogOffset": 1.0})[1].commitlog_offset == 1
 
 
 # ---- DLQ actions and filters ---------------------------------------------------------------
@@ -103,7 +110,7 @@ def test_resend_action_shapes() -> None:  # SPEC R16
 @pytest.mark.parametrize("body", [
     {}, {"all": True, "msgIds": ["x"]}, {"msgIds": []}, {"msgIds": ["zz"]}, {"msgIds": "x"},
     {"all": "yes"}, {"filter": {}}, {"filter": {"bogus": 1}}, {"filter": {"fromMs": -1}},
-    {"filter": {"fromMs": 5, "toMs": 5}}, {"all": True, "target": "elsewhere"},
+    {"filter": {"topic": None}}, {"all": True, "target": "elsewhere"},
     {"all": True, "delayLevel": 2}, {"all": True, "target": "retry", "delayLevel": 19},
     {"all": True, "target": "retry", "delayLevel": -1}, {"all": True, "maxPerSecond": 0},
     {"all": True, "maxPerSecond": "fast"}, {"all": True, "extra": 1}, [1],
@@ -130,24 +137,33 @@ def dead(topic: str = "T", keys: str = "", uniq: str | None = None, reason: str 
 
 
 def test_filter_matches_each_field() -> None:  # SPEC R16
-    assert DlqFilter(topic="T").matches(dead("T"))
-    assert not DlqFilter(topic="T").matches(dead("U"))
-    assert DlqFilter(key="k2").matches(dead(keys="k1 k2"))
-    assert DlqFilter(key="u").matches(dead(uniq="u"))
-    assert not DlqFilter(key="k").matches(dead(keys="k1 k2"))
-    assert DlqFilter(reason="max_reconsume").matches(dead(reason="max_reconsume_times"))
-    assert DlqFilter(reason="timeout").matches(dead(history=[{"reason": "TimeoutError: 3s"}]))
-    assert not DlqFilter(reason="timeout").matches(dead(history=[{"reason": "KeyError"}]))
-    assert DlqFilter(from_ms=100, to_ms=101).matches(dead(stored_ms=100))
-    assert not DlqFilter(to_ms=100).matches(dead(stored_ms=100))
-    assert not DlqFilter(from_ms=101).matches(dead(stored_ms=100))
+    assert matches(DlqFilter(topic="T"), dead("T"))
+    assert not matches(DlqFilter(topic="T"), dead("U"))
+    assert matches(DlqFilter(key="k2"), dead(keys="k1 k2"))
+    assert matches(DlqFilter(key="u"), dead(uniq="u"))
+    assert not matches(DlqFilter(key="k"), dead(keys="k1 k2"))
+    assert matches(DlqFilter(reason="max_reconsume"), dead(reason="max_reconsume_times"))
+    assert matches(DlqFilter(reason="timeout"), dead(history=[{"reason": "TimeoutError: 3s"}]))
+    assert not matches(DlqFilter(reason="timeout"), dead(history=[{"reason": "KeyError"}]))
+    assert matches(DlqFilter(from_ms=100, to_ms=101), dead(stored_ms=100))
+    assert not matches(DlqFilter(to_ms=100), dead(stored_ms=100))
+    assert not matches(DlqFilter(from_ms=101), dead(stored_ms=100))
+
+
+def test_empty_window_selects_none() -> None:
+    # issue 12.10: toMs at or before fromMs is a window with nothing in it, not a 400 (the
+    # document cannot say "after fromMs"; one shared DlqFilter, issue 13.4)
+    flt = parse_action({"filter": {"fromMs": 5, "toMs": 5}}, resend=True, max_level=18).filter
+    assert flt == DlqFilter(from_ms=5, to_ms=5)
+    assert not matches(flt, dead(stored_ms=5))
 
 
 def test_query_filter_parses_text() -> None:
-    flt = DlqFilter.parse({"fromMs": "10", "toMs": "", "key": None}, from_text=True)
+    flt = parse_query({"fromMs": "10", "toMs": None, "key": None})
     assert flt == DlqFilter(from_ms=10)
-    with pytest.raises(ValidationError):
-        DlqFilter.parse({"fromMs": "ten"}, from_text=True)
+    for bad in ("ten", "", str(2**63)):  # issue 12.10: the document says int64
+        with pytest.raises(ValidationError):
+            parse_query({"fromMs": bad})
 
 
 # ---- in-memory twins -----------------------------------------------------------------------
@@ -180,7 +196,7 @@ def test_openapi_lists_every_route_and_method() -> None:
     for rule in app.url_map.iter_rules():
         if rule.endpoint == "static":
             continue
-        path = rule.rule.replace("<group>", "{group}").replace("<msg_id>", "{msgId}")
+        path = re.sub(r"<(?:\w+:)?msg_id>", "{msgId}", rule.rule.replace("<group>", "{group}"))
         routes.setdefault(path, set()).update(m.lower() for m in rule.methods or ()
                                               if m not in ("HEAD", "OPTIONS"))
     doc = json.loads(resources.files("clepsydra_retry").joinpath("openapi.json").read_text())

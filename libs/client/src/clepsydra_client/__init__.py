@@ -4,7 +4,7 @@ rebalance, admin client) and the ``clepsydra`` command.
     from clepsydra_client import Producer, PushConsumer, ConsumeResult
 """
 
-from clepsydra_client.admin import AdminClient, DlqFilter
+from clepsydra_client.admin import AdminClient
 from clepsydra_client.listener import (
     ConcurrentContext,
     ConsumeFromWhere,
@@ -25,6 +25,7 @@ from clepsydra_client.rebalance import (
     MachineRoomStrategy,
 )
 from clepsydra_client.settings import ClientSettings
+from clepsydra_core.wire.dlq import DlqFilter  # one definition (issue 13.4)
 
 __all__ = [
     "AdminClient", "Attempt", "AverageByCircleStrategy", "AverageStrategy", "ClientSettings",

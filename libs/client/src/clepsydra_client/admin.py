@@ -20,6 +20,7 @@ from clepsydra_client.topics import TopicInfo, fetch_topic, fetch_topic_or_none,
 from clepsydra_core import naming
 from clepsydra_core.errors import ConfigError, MessageNotFound, NotFound, ValidationError
 from clepsydra_core.http import HttpClient
+from clepsydra_core.wire.dlq import DlqFilter
 from clepsydra_core.wire.schedule import LevelInfo, LevelTable, ScheduleEntries
 
 
@@ -86,23 +87,6 @@ class DlqPage:
     messages: list[Message]
     next_offset: int
     max_offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class DlqFilter:
-    """Which dead letters (the retry service filters): original topic, key, reason text,
-    stored between ``from_ms`` and ``to_ms``."""
-
-    topic: str | None = None
-    key: str | None = None
-    reason: str | None = None
-    from_ms: int | None = None
-    to_ms: int | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        out = {"topic": self.topic, "key": self.key, "reason": self.reason,
-               "fromMs": self.from_ms, "toMs": self.to_ms}
-        return {k: v for k, v in out.items() if v is not None}
 
 
 class AdminClient:

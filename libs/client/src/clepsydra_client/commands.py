@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from clepsydra_client.admin import AdminClient, DlqFilter, LevelStatus, QueueProgress
+from clepsydra_client.admin import AdminClient, LevelStatus, QueueProgress
 from clepsydra_client.message import Message
 from clepsydra_client.producer import OutgoingMessage, Producer
 from clepsydra_client.pull_consumer import PullConsumer
@@ -33,6 +33,7 @@ from clepsydra_core.errors import (
     TopicNotFound,
     ValidationError,
 )
+from clepsydra_core.wire.dlq import DlqFilter
 
 
 class UsageError(Exception):

@@ -70,10 +70,12 @@ class GroupNotFound(NotFound):
 
 
 class OffsetOutOfRange(ClepsydraError):
-    """A queue offset or queue id outside what the queue holds."""
+    """A queue offset or queue id outside what the queue holds: a 404, the position does not
+    exist (a request can be well formed and still name one; issue 12.10). A negative offset or
+    queue id is malformed: a 400 with the same code."""
 
     code = "OFFSET_OUT_OF_RANGE"
-    http_status = 400
+    http_status = 404
 
 
 class Forbidden(ClepsydraError):

@@ -8,17 +8,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from clepsydra_core.errors import ValidationError
-from clepsydra_core.retry_rules import DEFAULT_MAX_RECONSUME_TIMES, ORDERLY_MAX_RECONSUME_TIMES
+from clepsydra_core.retry_rules import DEFAULT_MAX_RECONSUME_TIMES
 
 DEFAULT_RETRY_QUEUE_NUMS = 1
 """R3: queues of a group's retry topic when the group does not say."""
 MAX_RETRY_QUEUE_NUMS = 64
 """More retry queues than this is refused as absurd (a group rarely has more consumers)."""
-
-FIELDS = {"retryQueueNums": "retry_queue_nums", "retryMaxTimes": "retry_max_times"}
-"""JSON name -> attribute of :class:`GroupSettings`."""
-_LIMITS = {"retryQueueNums": MAX_RETRY_QUEUE_NUMS, "retryMaxTimes": ORDERLY_MAX_RECONSUME_TIMES}
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,25 +35,15 @@ class GroupSettings:
 
 
 def validate_settings(body: object, current: GroupSettings | None) -> GroupSettings:
-    """The settings a ``PUT`` body asks for, merged over the current ones (or the defaults).
-    Unknown fields, non-integers, negatives and absurd values are refused (400)."""
-    if not isinstance(body, dict):
-        raise ValidationError("group settings must be a JSON object", code="INVALID_REQUEST")
-    unknown = sorted(set(body) - set(FIELDS))
-    if unknown:
-        raise ValidationError(f"unknown group setting(s) {', '.join(unknown)}; "
-                              f"known: {', '.join(FIELDS)}", code="INVALID_REQUEST")
-    values = (current or GroupSettings()).to_json()
-    for name, value in body.items():
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValidationError(f"{name} must be a whole number, got {value!r}",
-                                  code="INVALID_GROUP_SETTINGS")
-        if value < 0:
-            raise ValidationError(f"{name} must be >= 0, got {value}", rule="R2" if
-                                  name == "retryQueueNums" else "R5",
-                                  code="INVALID_GROUP_SETTINGS")
-        if value > _LIMITS[name]:
-            raise ValidationError(f"{name}={value} is absurd: at most {_LIMITS[name]}",
-                                  code="INVALID_GROUP_SETTINGS")
-        values[name] = value
-    return GroupSettings.from_json(values)
+    """The settings a ``PUT`` body (:class:`clepsydra_core.wire.groups.GroupSettingsPatch`)
+    asks for, merged over the current ones (or the defaults); a field absent or null keeps its
+    value. Unknown fields, non-integers, negatives and absurd values are refused (400)."""
+    from clepsydra_core.wire.groups import GroupSettingsPatch  # the wire module imports this one
+
+    patch = GroupSettingsPatch.from_json(body, what="group settings", strict=True)
+    values = current or GroupSettings()
+    return GroupSettings(
+        retry_queue_nums=(values.retry_queue_nums if patch.retry_queue_nums is None
+                          else patch.retry_queue_nums),
+        retry_max_times=(values.retry_max_times if patch.retry_max_times is None
+                         else patch.retry_max_times))

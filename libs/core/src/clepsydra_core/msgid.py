@@ -12,7 +12,10 @@ from dataclasses import dataclass
 from clepsydra_core.errors import ValidationError
 
 _LAYOUT = struct.Struct(">4sIq")
-_HEX32 = re.compile(r"[0-9A-Fa-f]{32}")
+MSG_ID_PATTERN = "^[0-9A-Fa-f]{16}[0-7][0-9A-Fa-f]{15}$"
+"""A msgId: 32 hex digits, the last 16 a CommitLog offset (never negative: its first digit is
+0-7). The OpenAPI documents carry it; :func:`decode_msg_id` refuses what it does not match."""
+_HEX32 = re.compile(MSG_ID_PATTERN[1:-1])
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +48,7 @@ def encode_msg_id(store_host: bytes, commitlog_offset: int) -> str:
 def decode_msg_id(msg_id: str) -> MsgId:
     """ValidationError if the text is not a msgId."""
     if not isinstance(msg_id, str) or not _HEX32.fullmatch(msg_id):
-        raise ValidationError(f"not a msgId (32 hex digits): {msg_id!r}", code="INVALID_MSG_ID")
+        raise ValidationError(f"not a msgId (32 hex digits, the last 16 an offset >= 0): "
+                              f"{msg_id!r}", code="INVALID_MSG_ID")
     ip, port, offset = _LAYOUT.unpack(bytes.fromhex(msg_id))
     return MsgId(socket.inet_ntoa(ip), port, offset)

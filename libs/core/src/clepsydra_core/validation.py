@@ -13,6 +13,17 @@ TOPIC_MAX_LEN = 127
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 MAX_PROPERTIES_BYTES = 64 * 1024
 _TOPIC = re.compile(r"[A-Za-z0-9_\-|%]+")
+_NAME_CHARS = "A-Za-z0-9_|"  # and "-", kept last in a character class
+TOPIC_PATTERN = (f"^(?:[{_NAME_CHARS}-]+|(?:"
+                 + "|".join(re.escape(p).replace("\\%", "%") for p in naming.SYSTEM_PREFIXES)
+                 + f")[{_NAME_CHARS}%-]*)$")
+"""P1 as a regular expression (ECMA-262 and Python alike; the OpenAPI documents carry it): a
+plain name, or a system prefix followed by name characters and ``%``. With
+:data:`TOPIC_MAX_LEN`, it accepts what :func:`validate_topic_name` accepts."""
+GROUP_MAX_LEN = TOPIC_MAX_LEN - len(naming.RETRY_PREFIX)
+"""A group names its retry topic ``%RETRY%<group>``, which must stay within P1's length."""
+GROUP_PATTERN = f"^[{_NAME_CHARS}-]+$"
+"""Group names: the topic characters without ``%`` (:func:`validate_group_name`)."""
 
 
 def validate_topic_name(topic: object) -> str:

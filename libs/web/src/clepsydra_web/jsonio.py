@@ -60,6 +60,8 @@ def check_fields(obj: Mapping[str, Any], allowed: frozenset[str], what: str) -> 
 
 def as_int(value: object, name: str, *, minimum: int = 0, maximum: int = INT64_MAX,
            rule: str | None = None, code: str = "INVALID_REQUEST") -> int:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # JSON Schema's integer (the documents say integer): 3.0 is one
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValidationError(f"{name} must be an integer, got {type_name(value)}",
                               code="INVALID_REQUEST")
@@ -126,9 +128,10 @@ def parse_int(raw: str) -> int | None:
 def query_int(args: Mapping[str, str], name: str, default: int, *, minimum: int = 0,
               maximum: int = INT64_MAX, rule: str | None = None,
               code: str = "INVALID_REQUEST") -> int:
-    """An integer query parameter; a missing or empty one is ``default``."""
+    """An integer query parameter; a missing one is ``default``, an empty one is not an integer
+    (the documents say integer; issue 12.10)."""
     raw = args.get(name)
-    if raw is None or raw == "":
+    if raw is None:
         return default
     value = parse_int(raw)
     if value is None:

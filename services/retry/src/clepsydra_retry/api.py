@@ -11,14 +11,16 @@ from typing import Any
 import redis
 from flask import Blueprint, Response, current_app, g, jsonify, request
 from prometheus_client import CollectorRegistry, Histogram
+from werkzeug.routing import BaseConverter
 
 from clepsydra_core.errors import ClepsydraError, ValidationError
 from clepsydra_core.groups import validate_settings
 from clepsydra_core.properties import TRACEPARENT
 from clepsydra_core.validation import validate_group_name
+from clepsydra_core.wire.dlq import FILTER_FIELDS, DlqFilter
 from clepsydra_core.wire.retry import MAX_SEND_BACK_BATCH
 from clepsydra_retry.dlq import DlqToolkit
-from clepsydra_retry.dlq_filter import FILTER_FIELDS, DlqFilter
+from clepsydra_retry.dlq_filter import parse_query
 from clepsydra_retry.groups import GroupStore
 from clepsydra_retry.sendback import SendBackService
 from clepsydra_retry.settings import RetrySettings
@@ -28,6 +30,8 @@ from clepsydra_web import jsonio
 LIST_MAX_DEFAULT = 32
 LIST_MAX = 1000
 AUDIT_MAX_DEFAULT = 100
+AUDIT_MAX = 10_000
+BATCH_FIELDS = frozenset({"items"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +64,8 @@ def json_body(*, empty_ok: bool = False) -> Any:
 
 def query_int(name: str, default: int | None, *, minimum: int = 0,
               maximum: int | None = None) -> int | None:
-    """An integer query parameter (ASCII digits); missing or empty: ``default``."""
-    if request.args.get(name, "") == "":
+    """An integer query parameter (ASCII digits); missing: ``default`` (empty: a 400)."""
+    if name not in request.args:
         return default
     return jsonio.query_int(request.args, name, 0, minimum=minimum,
                             maximum=jsonio.INT64_MAX if maximum is None else maximum)
@@ -115,6 +119,8 @@ def send_back_one(group: str) -> Response:
 def send_back_batch(group: str) -> Response:
     group = group_name(group)
     body = json_body()
+    if isinstance(body, dict):
+        jsonio.check_fields(body, BATCH_FIELDS, "send-back batch")
     items = body.get("items") if isinstance(body, dict) else None
     if not isinstance(items, list) or not items or len(items) > MAX_SEND_BACK_BATCH:
         raise ValidationError("body must be {items: [send-back, ...]} with 1.."
@@ -127,8 +133,16 @@ def send_back_batch(group: str) -> Response:
 dlq_bp = Blueprint("dlq", __name__)
 
 
+class DlqItemConverter(BaseConverter):
+    """``/dlq/<msgId>``: any segment but the DLQ's own routes, so ``/dlq/purge`` is not also
+    a msgId whose GET would be advertised in its ``Allow`` (issue 12.10); a segment that is not
+    a msgId still reaches the route and is a 400 INVALID_MSG_ID."""
+
+    regex = "(?!(?:purge|resend|audit)$)[^/]+"
+
+
 def query_filter() -> DlqFilter:
-    return DlqFilter.parse({k: request.args.get(k) for k in FILTER_FIELDS}, from_text=True)
+    return parse_query({k: request.args.get(k) for k in FILTER_FIELDS})
 
 
 @dlq_bp.get("/v1/groups/<group>/dlq")
@@ -143,12 +157,12 @@ def list_dlq(group: str) -> Response:
 @dlq_bp.get("/v1/groups/<group>/dlq/audit")
 def dlq_audit(group: str) -> Response:
     group = group_name(group)
-    max_count = query_int("max", AUDIT_MAX_DEFAULT, minimum=1, maximum=10_000)
+    max_count = query_int("max", AUDIT_MAX_DEFAULT, minimum=1, maximum=AUDIT_MAX)
     assert max_count is not None
     return jsonify(services().dlq.audit(group, max_count))
 
 
-@dlq_bp.get("/v1/groups/<group>/dlq/<msg_id>")
+@dlq_bp.get("/v1/groups/<group>/dlq/<dlq_item:msg_id>")
 def show_dlq(group: str, msg_id: str) -> Response:
     group = group_name(group)
     return jsonify(services().dlq.show(group, msg_id))

@@ -50,6 +50,7 @@ def create_app(settings: RetrySettings, *, groups: GroupStore | None = None,
                                   auto_create_groups=settings.common.auto_create_groups,
                                   history_max=settings.history_max),
         dlq=dlq, registry=registry, latency=latency)
+    app.url_map.converters["dlq_item"] = api.DlqItemConverter
     for blueprint in api.BLUEPRINTS:
         app.register_blueprint(blueprint)
     app.register_blueprint(ops_blueprint("clepsydra_retry", health=api.health,

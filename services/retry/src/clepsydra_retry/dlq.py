@@ -22,13 +22,22 @@ from clepsydra_core.errors import ClepsydraError, MessageNotFound, NoPermission,
 from clepsydra_core.levels import DelayLevels
 from clepsydra_core.msgid import decode_msg_id
 from clepsydra_core.wire.copy import ORIGIN, CopyItem, RangeCopy
+from clepsydra_core.wire.dlq import DlqFilter
 from clepsydra_retry import policy
-from clepsydra_retry.dlq_filter import DlqAction, DlqFilter, parse_action
+from clepsydra_retry.dlq_filter import DlqAction, matches, parse_action
 from clepsydra_retry.dlq_state import DlqState, Floor
 from clepsydra_retry.groups import GroupStore
 from clepsydra_retry.store_client import StoreClient
 
 logger = logging.getLogger(__name__)
+
+
+class NoRetryTopic(ClepsydraError):
+    """A resend into the retry topic of a group that has none (retryQueueNums 0, R2): the
+    request is well formed, the group's state refuses it (issue 12.10)."""
+
+    code = "NO_RETRY_TOPIC"
+    http_status = 409
 
 PULL_MAX = 1000
 """The store's largest pull (docs/contracts.md)."""
@@ -133,7 +142,7 @@ class DlqToolkit:
             visible = {id(m) for m in self._visible(group, floor, page)}
             for message in page:
                 next_offset = int(message["queueOffset"]) + 1
-                if id(message) in visible and flt.matches(message):
+                if id(message) in visible and matches(flt, message):
                     found.append(summarize(message))
                     if len(found) >= max_count:
                         break
@@ -191,8 +200,8 @@ class DlqToolkit:
         retry_queues = 0
         if action.target == "retry":
             if policy.drops_retries(settings):
-                raise ValidationError(f"group {group!r} has retryQueueNums 0: it has no retry "
-                                      "topic to resend into", rule="R2", code="INVALID_REQUEST")
+                raise NoRetryTopic(f"group {group!r} has retryQueueNums 0: it has no retry "
+                                   "topic to resend into", rule="R2")
             retry_queues = self._store.ensure_topic(naming.retry_topic(group),
                                                     settings.retry_queue_nums)
         progress = _Progress()
@@ -232,7 +241,7 @@ class DlqToolkit:
             for page in self._pages(group, max(low, floor.queue_offset), high, prefetch=True):
                 visible = self._visible(group, floor, page)
                 chosen = [m for m in visible
-                          if action.filter is None or action.filter.matches(m)]
+                          if action.filter is None or matches(action.filter, m)]
                 todo = []
                 for message in chosen:
                     if self._origin_problem(message, action, origins):
@@ -347,7 +356,7 @@ class DlqToolkit:
             count = 0
             for page in self._pages(group, max(low, floor.queue_offset), high):
                 chosen = [str(m["msgId"]) for m in self._visible(group, floor, page)
-                          if action.filter.matches(m)]
+                          if matches(action.filter, m)]
                 self._state.remove(group, chosen)
                 count += len(chosen)
         self._audit(group, "purge", action, count, client)

@@ -10,10 +10,11 @@ from typing import Any
 from clepsydra_core import properties as P
 from clepsydra_core.errors import ValidationError
 from clepsydra_core.msgid import decode_msg_id
+from clepsydra_core.wire.codec import INT64_MAX
+from clepsydra_core.wire.dlq import DlqFilter
 from clepsydra_retry import policy
 from clepsydra_web.jsonio import parse_int
 
-FILTER_FIELDS = ("topic", "key", "reason", "fromMs", "toMs")
 MAX_MSG_IDS = 10_000
 
 
@@ -23,15 +24,15 @@ def _bad(message: str) -> ValidationError:
 
 def _opt_int(raw: Mapping[str, Any], name: str, *, from_text: bool) -> int | None:
     value = raw.get(name)
-    if value is None or value == "":
+    if value is None:
         return None
     if from_text and isinstance(value, str):
         parsed = parse_int(value)
         if parsed is None:
             raise _bad(f"{name} must be a whole number (epoch ms, ASCII digits), got {value!r}")
         value = parsed
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise _bad(f"{name} must be a whole number >= 0 (epoch ms), got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= INT64_MAX:
+        raise _bad(f"{name} must be a whole number in 0..{INT64_MAX} (epoch ms), got {value!r}")
     return value
 
 
@@ -44,60 +45,39 @@ def _opt_text(raw: Mapping[str, Any], name: str) -> str | None:
     return value
 
 
-@dataclass(frozen=True, slots=True)
-class DlqFilter:
-    """Dead letters whose original topic (RETRY_TOPIC) is ``topic``, whose keys or UNIQ_KEY
-    include ``key``, whose DLQ_REASON or failure-history reasons contain ``reason``
-    (case-insensitive), and that were dead-lettered in [fromMs, toMs)."""
+def parse_query(raw: Mapping[str, str | None]) -> DlqFilter:
+    """The filter of a listing's or a ``DELETE``'s query parameters (empty ones absent)."""
+    return DlqFilter(topic=_opt_text(raw, "topic"), key=_opt_text(raw, "key"),
+                     reason=_opt_text(raw, "reason"),
+                     from_ms=_opt_int(raw, "fromMs", from_text=True),
+                     to_ms=_opt_int(raw, "toMs", from_text=True))
 
-    topic: str | None = None
-    key: str | None = None
-    reason: str | None = None
-    from_ms: int | None = None
-    to_ms: int | None = None
 
-    @classmethod
-    def parse(cls, raw: Mapping[str, Any], *, from_text: bool = False) -> DlqFilter:
-        flt = cls(topic=_opt_text(raw, "topic"), key=_opt_text(raw, "key"),
-                  reason=_opt_text(raw, "reason"),
-                  from_ms=_opt_int(raw, "fromMs", from_text=from_text),
-                  to_ms=_opt_int(raw, "toMs", from_text=from_text))
-        if flt.from_ms is not None and flt.to_ms is not None and flt.to_ms <= flt.from_ms:
-            raise _bad(f"toMs ({flt.to_ms}) must be after fromMs ({flt.from_ms})")
-        return flt
-
-    def is_empty(self) -> bool:
-        return all(v is None for v in (self.topic, self.key, self.reason, self.from_ms,
-                                       self.to_ms))
-
-    def to_json(self) -> dict[str, Any]:
-        values = (self.topic, self.key, self.reason, self.from_ms, self.to_ms)
-        return {k: v for k, v in zip(FILTER_FIELDS, values, strict=True) if v is not None}
-
-    def matches(self, message: Mapping[str, Any]) -> bool:
-        props: Mapping[str, str] = message.get("properties") or {}
-        if self.topic is not None and props.get(P.RETRY_TOPIC) != self.topic:
-            return False
-        if self.key is not None and self.key not in props.get(P.KEYS, "").split() \
-                and props.get(P.UNIQ_KEY) != self.key:
-            return False
-        stored_ms = int(message.get("storeTimestamp") or 0)
-        if self.from_ms is not None and stored_ms < self.from_ms:
-            return False
-        if self.to_ms is not None and stored_ms >= self.to_ms:
-            return False
-        return self.reason is None or self._reason_matches(props)
-
-    def _reason_matches(self, props: Mapping[str, str]) -> bool:
-        assert self.reason is not None
-        needle = self.reason.lower()
-        if needle in props.get(P.DLQ_REASON, "").lower():
-            return True
-        for entry in policy.parse_history(props.get(P.FAILURE_HISTORY)):
-            text = entry.get("reason") if isinstance(entry, dict) else entry
-            if isinstance(text, str) and needle in text.lower():
-                return True
+def matches(flt: DlqFilter, message: Mapping[str, Any]) -> bool:
+    """Whether the dead letter (the store's message view) is one ``flt`` selects."""
+    props: Mapping[str, str] = message.get("properties") or {}
+    if flt.topic is not None and props.get(P.RETRY_TOPIC) != flt.topic:
         return False
+    if flt.key is not None and flt.key not in props.get(P.KEYS, "").split() \
+            and props.get(P.UNIQ_KEY) != flt.key:
+        return False
+    stored_ms = int(message.get("storeTimestamp") or 0)
+    if flt.from_ms is not None and stored_ms < flt.from_ms:
+        return False
+    if flt.to_ms is not None and stored_ms >= flt.to_ms:
+        return False
+    return flt.reason is None or _reason_matches(flt.reason, props)
+
+
+def _reason_matches(reason: str, props: Mapping[str, str]) -> bool:
+    needle = reason.lower()
+    if needle in props.get(P.DLQ_REASON, "").lower():
+        return True
+    for entry in policy.parse_history(props.get(P.FAILURE_HISTORY)):
+        text = entry.get("reason") if isinstance(entry, dict) else entry
+        if isinstance(text, str) and needle in text.lower():
+            return True
+    return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,18 +149,13 @@ def parse_action(body: object, *, resend: bool, max_level: int) -> DlqAction:
     msg_ids = _msg_ids(body["msgIds"]) if chosen == ["msgIds"] else None
     flt = None
     if chosen == ["filter"]:
-        if not isinstance(body["filter"], dict):
-            raise _bad("filter must be an object")
-        unknown = sorted(set(body["filter"]) - set(FILTER_FIELDS))
-        if unknown:
-            raise _bad(f"unknown filter field(s) {', '.join(unknown)}")
-        flt = DlqFilter.parse(body["filter"])
-        if flt.is_empty():
-            raise _bad("filter is empty (use all: true to select every dead letter)")
+        flt = DlqFilter.from_json(body["filter"], what="filter", strict=True)
     target = body.get("target", "origin") if resend else ""
     if resend and target not in ("origin", "retry"):
         raise _bad(f"target must be 'origin' or 'retry', got {target!r}")
     level = body.get("delayLevel", 0)
+    if isinstance(level, float) and level.is_integer():
+        level = int(level)  # JSON Schema's integer: 2.0 is one
     if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= max_level:
         raise _bad(f"delayLevel must be a whole number in 0..{max_level}, got {level!r}")
     if level and target != "retry":

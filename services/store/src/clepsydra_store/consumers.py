@@ -16,11 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from clepsydra_core.wire.groups import BROADCASTING, CLUSTERING, MESSAGE_MODELS
+
 logger = logging.getLogger(__name__)
 
-CLUSTERING = "CLUSTERING"
-BROADCASTING = "BROADCASTING"
-MESSAGE_MODELS = (CLUSTERING, BROADCASTING)
+__all__ = ["BROADCASTING", "CLUSTERING", "MESSAGE_MODELS", "Consumer", "ConsumerRegistry",
+           "GroupView"]
 
 Signature = tuple[str, tuple[tuple[str, str], ...]]
 

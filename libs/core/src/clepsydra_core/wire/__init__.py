@@ -5,11 +5,18 @@ with ``to_json()`` and ``from_json()`` from :mod:`clepsydra_core.wire.codec`: th
 with it, the scheduler, the retry service and the client SDK read it back with it, and the
 camelCase names live in one place. One module per API:
 
+- :mod:`~clepsydra_core.wire.produce`: produce, one message and a batch, and the answers;
+- :mod:`~clepsydra_core.wire.topics`: topic creation and the topic views;
+- :mod:`~clepsydra_core.wire.groups`: group settings, offset commits, heartbeats;
+- :mod:`~clepsydra_core.wire.messages`: a stored message's view, pull and look-up answers;
 - :mod:`~clepsydra_core.wire.schedule`: the schedule hand-over routes (level table, entries,
   hand-over request and answer);
 - :mod:`~clepsydra_core.wire.copy`: the store's internal copy routes (send-back, DLQ resend);
-- :mod:`~clepsydra_core.wire.retry`: the retry service's send-back request and answer.
+- :mod:`~clepsydra_core.wire.retry`: the retry service's send-back request and answer;
+- :mod:`~clepsydra_core.wire.dlq`: the DLQ toolkit's filter.
 
-Still declared at their routes (not yet here): produce, pull, topics, groups and offsets, the
-DLQ toolkit's listing and resend/purge bodies.
+:mod:`~clepsydra_core.wire.schema` makes their JSON Schema, from which the OpenAPI documents are
+generated (``clepsydra_web.openapi``, ``make openapi``). Still without a wire type (JSON Schemas
+in the services' route tables): the consumer views, the offsets map, the DLQ listing and its
+resend/purge bodies, the analytics API.
 """

@@ -5,7 +5,11 @@ say how each value is checked: ``int`` (never a boolean), ``bool``, ``str``, ``X
 ``list[X]``, ``dict[str, str]`` and nested wire types. A field's JSON name is its name in
 camelCase unless its metadata says otherwise (``field(metadata=wire_meta(json="max"))``);
 ``min_items``/``max_items`` bound a list; ``minimum`` and
-``maximum`` bound an integer; ``internal=True`` keeps a field off the wire. ``from_json``
+``maximum`` bound an integer (``code``/``rule`` name the error of a value out of range,
+``type_code`` the error of a value of the wrong type);
+``pattern``/``max_length`` constrain a string; ``doc`` describes the field and ``schema`` adds
+JSON Schema keywords the types cannot say (both for the OpenAPI documents,
+:mod:`clepsydra_core.wire.schema`); ``internal=True`` keeps a field off the wire. ``from_json``
 raises :class:`~clepsydra_core.errors.ValidationError` naming the field
 (``handover.fromOffset must be an integer, got string``); the server answers it as a 400, a
 client turns it into its own "unexpected answer" error.
@@ -13,7 +17,9 @@ client turns it into its own "unexpected answer" error.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
+import re
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -25,6 +31,9 @@ INT64_MAX = (1 << 63) - 1
 INT64_MIN = -(1 << 63)
 INT32_MAX = (1 << 31) - 1
 INT32_MIN = -(1 << 31)
+
+_STRICT: contextvars.ContextVar[bool] = contextvars.ContextVar("wire_strict", default=False)
+"""Whether the value being read refuses unknown fields; nested values are read alike."""
 
 Check = Callable[[Any, str], Any]
 """(decoded JSON value, the field's name for messages) -> the Python value."""
@@ -38,10 +47,17 @@ def camel(name: str) -> str:
 
 def wire_meta(*, json: str | None = None, minimum: int | None = None,
               maximum: int | None = None, min_items: int | None = None,
-              max_items: int | None = None, internal: bool = False) -> dict[str, Any]:
+              max_items: int | None = None, pattern: str | None = None,
+              max_length: int | None = None, code: str | None = None,
+              type_code: str | None = None, rule: str | None = None,
+              doc: str | None = None, schema: Mapping[str, Any] | None = None,
+              internal: bool = False) -> dict[str, Any]:
     """A field's wire metadata: ``field(metadata=wire_meta(json="max", minimum=1))``."""
     return {"json": json, "minimum": minimum, "maximum": maximum, "min_items": min_items,
-            "max_items": max_items, "internal": internal}
+            "max_items": max_items, "pattern": pattern, "max_length": max_length,
+            "code": code, "type_code": type_code, "rule": rule, "doc": doc,
+            "schema": dict(schema or {}),
+            "internal": internal}
 
 
 def type_name(value: object) -> str:
@@ -64,16 +80,24 @@ def _bad(name: str, expected: str, value: object) -> ValidationError:
                            code="INVALID_REQUEST")
 
 
-def _int_check(minimum: int | None, maximum: int | None) -> Check:
-    low = INT64_MIN if minimum is None else minimum
-    high = INT64_MAX if maximum is None else maximum
+def int_bounds(meta: Mapping[str, Any]) -> tuple[int, int]:
+    """The range a field's integers must be in (int64 when the metadata does not say)."""
+    low, high = meta.get("minimum"), meta.get("maximum")
+    return (INT64_MIN if low is None else low), (INT64_MAX if high is None else high)
+
+
+def _int_check(meta: Mapping[str, Any]) -> Check:
+    low, high = int_bounds(meta)
+    code, rule = meta.get("code") or "INVALID_REQUEST", meta.get("rule")
 
     def check(value: Any, name: str) -> int:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # JSON Schema's integer: 219.0 is one
         if isinstance(value, bool) or not isinstance(value, int):
             raise _bad(name, "an integer", value)
         if value < low or value > high:
             raise ValidationError(f"{name} must be between {low} and {high}, got {value}",
-                                  code="INVALID_REQUEST")
+                                  code=code, rule=rule)
         return value
     return check
 
@@ -90,19 +114,85 @@ def _str_check(value: Any, name: str) -> str:
     return value
 
 
+def _text_check(meta: Mapping[str, Any]) -> Check:
+    """A string, within ``max_length`` characters and matching ``pattern`` (an ECMA-262 regex
+    anchored ``^...$`` as JSON Schema reads it: no final newline before the ``$``)."""
+    pattern, most = meta.get("pattern"), meta.get("max_length")
+    if pattern is None and most is None:
+        return _str_check
+    whole = re.compile(pattern) if pattern is not None else None
+    code, rule = meta.get("code") or "INVALID_REQUEST", meta.get("rule")
+
+    def check(value: Any, name: str) -> str:
+        text = _str_check(value, name)
+        if most is not None and len(text) > most:
+            raise ValidationError(f"{name} is {len(text)} characters, at most {most}",
+                                  code=code, rule=rule)
+        found = None if whole is None else whole.search(text)
+        if whole is not None and (found is None or found.end() != len(text)):  # `$` is ECMA's
+            raise ValidationError(f"{name} {text[:40]!r} does not match {pattern}",
+                                  code=code, rule=rule)
+        return text
+    return check
+
+
+_KIND_NAMES: dict[Any, str] = {str: "a string", int: "an integer", bool: "a boolean",
+                                list[str]: "an array of strings"}
+
+
+def _json_kind(tp: Any) -> Callable[[Any], bool]:
+    """Whether a decoded JSON value is of the JSON type ``tp`` stands for."""
+    origin = typing.get_origin(tp) or tp
+    if origin in (list, tuple):
+        return lambda value: isinstance(value, list)
+    if origin is dict:
+        return lambda value: isinstance(value, dict)
+    return lambda value: isinstance(value, origin) and not (
+        origin is int and isinstance(value, bool))
+
+
+def _field_check(tp: Any, meta: Mapping[str, Any]) -> Check:
+    """A field's check: its type's, a value of the wrong type refused with the field's
+    ``type_code`` when it has one (a value out of range or off its pattern: ``code``)."""
+    check = _checker(tp, meta)
+    code = meta.get("type_code")
+    if not code:
+        return check
+
+    def coded(value: Any, name: str) -> Any:
+        try:
+            return check(value, name)
+        except ValidationError as exc:
+            if exc.code == "INVALID_REQUEST":
+                exc.code = code
+            raise
+    return coded
+
+
 def _checker(tp: Any, meta: Mapping[str, Any]) -> Check:
     """The check of a value of type ``tp`` (resolved type hints, not strings)."""
     origin = typing.get_origin(tp)
     if origin in (types.UnionType, typing.Union):
         inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(inner) > 1:  # str | list[str]: the first alternative whose JSON type fits
+            checks = [(_json_kind(a), _checker(a, meta)) for a in inner]
+
+            def check_any(value: Any, name: str) -> Any:
+                if value is None:
+                    return None
+                for kind, alternative in checks:
+                    if kind(value):
+                        return alternative(value, name)
+                raise _bad(name, " or ".join(_KIND_NAMES[a] for a in inner), value)
+            return check_any
         check = _checker(inner[0], meta)
         return lambda value, name: None if value is None else check(value, name)
     if tp is bool:
         return _bool_check
     if tp is int:
-        return _int_check(meta.get("minimum"), meta.get("maximum"))
+        return _int_check(meta)
     if tp is str:
-        return _str_check
+        return _text_check(meta)
     if origin in (list, tuple):
         item = _checker(typing.get_args(tp)[0], {})
         as_tuple = origin is tuple
@@ -126,7 +216,7 @@ def _checker(tp: Any, meta: Mapping[str, Any]) -> Check:
             return value
         return check_map
     if isinstance(tp, type) and issubclass(tp, WireValue):
-        return lambda value, name: tp.from_json(value, what=name)
+        return lambda value, name: tp.from_json(value, what=name, strict=_STRICT.get())
     raise TypeError(f"no wire check for type {tp!r}")
 
 
@@ -145,6 +235,16 @@ def _encoder(tp: Any) -> Callable[[Any], Any] | None:
     return None
 
 
+def field_specs(cls: type[WireValue]) -> list[tuple[str, bool, Any, Mapping[str, Any]]]:
+    """(JSON name, required, type, metadata) of each wire field, in order (for the schema)."""
+    hints = typing.get_type_hints(cls)
+    return [(f.metadata.get("json") or camel(f.name),
+             f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+             hints[f.name], f.metadata)
+            for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+            if not f.metadata.get("internal")]
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Spec:
     attr: str
@@ -159,6 +259,13 @@ class WireValue:
 
     __slots__ = ()
     _specs: ClassVar[dict[type, tuple[_Spec, ...]]] = {}
+    WIRE_SCHEMA: ClassVar[Mapping[str, Any]] = {}
+    """JSON Schema keywords of the whole object that its fields cannot say (exclusive fields),
+    checked by :meth:`wire_check`."""
+
+    def wire_check(self, name: str) -> None:
+        """Rules across fields (two fields that exclude each other), after each field's own
+        check; raises ValidationError naming them. None by default."""
 
     @classmethod
     def _wire_specs(cls) -> tuple[_Spec, ...]:
@@ -169,7 +276,7 @@ class WireValue:
                 _Spec(f.name, f.metadata.get("json") or camel(f.name),
                       f.default is dataclasses.MISSING
                       and f.default_factory is dataclasses.MISSING,
-                      _checker(hints[f.name], f.metadata), _encoder(hints[f.name]))
+                      _field_check(hints[f.name], f.metadata), _encoder(hints[f.name]))
                 for f in dataclasses.fields(cls)  # type: ignore[arg-type]
                 if not f.metadata.get("internal"))
             WireValue._specs[cls] = specs
@@ -192,7 +299,9 @@ class WireValue:
     @classmethod
     def from_json(cls, obj: Any, *, what: str | None = None, strict: bool = False) -> Self:
         """The value in the decoded JSON ``obj``; ValidationError naming the field otherwise.
-        ``strict``: unknown fields are refused too (requests; answers may carry new ones)."""
+        ``strict``: unknown fields are refused too, in nested values as well (requests;
+        answers may carry new ones). An integral number (``3.0``) is an integer, as JSON
+        Schema counts it."""
         name = what or cls.__name__
         if not isinstance(obj, dict):
             raise _bad(name, "an object", obj)
@@ -204,11 +313,18 @@ class WireValue:
                     raise ValidationError(f"{name}: unknown field {key!r} (allowed: "
                                           f"{', '.join(sorted(known))})", code="INVALID_REQUEST")
         kwargs: dict[str, Any] = {}
-        for spec in specs:
-            value = obj.get(spec.json)
-            if spec.json not in obj and spec.required:
-                raise ValidationError(f"{name}.{spec.json} is required", code="INVALID_REQUEST")
-            if value is None and not spec.required:
-                continue  # absent or null: the default
-            kwargs[spec.attr] = spec.check(value, f"{name}.{spec.json}")
-        return cls(**kwargs)
+        token = _STRICT.set(strict)
+        try:
+            for spec in specs:
+                value = obj.get(spec.json)
+                if spec.json not in obj and spec.required:
+                    raise ValidationError(f"{name}.{spec.json} is required",
+                                          code="INVALID_REQUEST")
+                if value is None and not spec.required:
+                    continue  # absent or null: the default
+                kwargs[spec.attr] = spec.check(value, f"{name}.{spec.json}")
+        finally:
+            _STRICT.reset(token)
+        value = cls(**kwargs)
+        value.wire_check(name)
+        return value

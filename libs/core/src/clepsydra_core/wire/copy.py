@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from clepsydra_core.wire.codec import INT32_MAX, WireValue, wire_meta
+from clepsydra_core.wire.topics import topic_meta
 
 MAX_COPY_BATCH = 1000
 """Most items one copy call takes, and most messages one range copy moves."""
@@ -25,13 +26,14 @@ class CopyItem(WireValue):
     applied; ``delay_level`` > 0 parks the copy in the schedule topic (S1)."""
 
     commitlog_offset: int = field(metadata=wire_meta(json="commitLogOffset", minimum=0))
-    topic: str = field()
+    topic: str = field(metadata=topic_meta())
     queue_id: int | None = field(default=None,
                                  metadata=wire_meta(minimum=0, maximum=INT32_MAX))
     delay_level: int = field(default=0, metadata=wire_meta(minimum=0, maximum=INT32_MAX))
     reconsume_times: int | None = field(default=None,
                                         metadata=wire_meta(minimum=0, maximum=INT32_MAX))
-    set_properties: dict[str, str] = field(default_factory=dict)
+    set_properties: dict[str, str] = field(default_factory=dict, metadata=wire_meta(
+        schema={"propertyNames": {"minLength": 1}}))
     remove_properties: tuple[str, ...] = ()
 
 
@@ -48,10 +50,11 @@ class RangeCopy(WireValue):
     to ``target`` (a topic, or :data:`ORIGIN`) with one write: like a :class:`CopyItem` per
     message, nothing of it shipped to the caller (the DLQ "resend all" of R16)."""
 
-    topic: str = field()
+    topic: str = field(metadata=topic_meta())
     queue_id: int = field(metadata=wire_meta(minimum=0, maximum=INT32_MAX))
     from_offset: int = field(metadata=wire_meta(minimum=0))
-    target: str = field()
+    target: str = field(metadata=topic_meta(f"a topic, or {ORIGIN!r}: each message back to its "
+                                            "RETRY_TOPIC"))
     max_count: int = field(default=MAX_COPY_BATCH,
                            metadata=wire_meta(json="max", minimum=1, maximum=MAX_COPY_BATCH))
     delay_level: int = field(default=0, metadata=wire_meta(minimum=0, maximum=INT32_MAX))

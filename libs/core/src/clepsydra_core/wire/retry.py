@@ -9,9 +9,12 @@ service and the client SDK:
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
 
+from clepsydra_core.msgid import MSG_ID_PATTERN
 from clepsydra_core.retry_rules import ORDERLY_MAX_RECONSUME_TIMES, USE_DEFAULT_MAX
 from clepsydra_core.wire.codec import INT32_MAX, INT32_MIN, WireValue, wire_meta
+from clepsydra_core.wire.schema import non_null
 
 MAX_SEND_BACK_BATCH = 1000
 """Most items one batch send-back takes."""
@@ -27,9 +30,18 @@ class SendBackRequest(WireValue):
     or none) and why it failed (kept in the message's failure history)."""
     # ``DLQ_LEVEL`` (-1) is what the SDK sends to dead-letter; any negative level does it.
 
+    WIRE_SCHEMA: ClassVar[dict[str, Any]] = {
+        "oneOf": [non_null("msgId"), non_null("commitLogOffset")],
+        "allOf": [{"if": non_null(hint), "then": non_null(*PULL_HINTS)}
+                  for hint in PULL_HINTS],
+        "description": "msgId or commitLogOffset (both are taken only when they name the same "
+                       "message); topic, queueId and queueOffset together or none.",
+    }
+
     commitlog_offset: int | None = field(
         default=None, metadata=wire_meta(json="commitLogOffset", minimum=0))
-    msg_id: str | None = None
+    msg_id: str | None = field(default=None, metadata=wire_meta(pattern=MSG_ID_PATTERN,
+                                                                code="INVALID_MSG_ID"))
     delay_level: int = field(default=0, metadata=wire_meta(minimum=INT32_MIN,
                                                            maximum=INT32_MAX))
     """R6: any level below 0 dead-letters (RocketMQ's rule); 0: the ladder (R7)."""

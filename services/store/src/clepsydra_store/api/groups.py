@@ -13,19 +13,17 @@ from typing import Any
 from flask import Blueprint, Response, request
 
 from clepsydra_core import validation
-from clepsydra_core.errors import Forbidden, GroupNotFound, OffsetOutOfRange, ValidationError
+from clepsydra_core.errors import Forbidden, GroupNotFound, OffsetOutOfRange
 from clepsydra_core.groups import GroupSettings
 from clepsydra_core.naming import SCHEDULE_TOPIC
+from clepsydra_core.wire.groups import Heartbeat, OffsetCommit
 from clepsydra_store.api.context import ctx
 from clepsydra_store.api.web import json_response, trace_topic
-from clepsydra_store.consumers import CLUSTERING, MESSAGE_MODELS, GroupView
+from clepsydra_store.consumers import CLUSTERING, GroupView
 from clepsydra_web import jsonio
 
 bp = Blueprint("groups", __name__)
 
-OFFSET_FIELDS = frozenset({"topic", "queueId", "offset"})
-HEARTBEAT_FIELDS = frozenset({"clientId", "subscriptions", "messageModel"})
-MAX_CLIENT_ID = 255
 
 
 def _settings_json(group: str, settings: GroupSettings) -> dict[str, Any]:
@@ -62,12 +60,11 @@ def get_group_settings(group: str) -> Response:
 @bp.put("/v1/groups/<group>/offsets")
 def commit_offset(group: str) -> Response:
     validation.validate_group_name(group)
-    body = jsonio.loads_object(request.get_data(cache=False))
-    jsonio.check_fields(body, OFFSET_FIELDS, "offset commit")
-    topic = validation.validate_topic_name(jsonio.req_str(body, "topic"))
+    commit = OffsetCommit.from_json(jsonio.loads_object(request.get_data(cache=False)),
+                                    what="offset commit", strict=True)
+    topic = validation.validate_topic_name(commit.topic)
     validation.check_consumable(topic)
-    queue_id = jsonio.req_int(body, "queueId", maximum=jsonio.INT32_MAX)
-    queue_offset = jsonio.req_int(body, "offset")
+    queue_id, queue_offset = commit.queue_id, commit.offset
     trace_topic(topic)
     store = ctx().store
     info = store.get_topic(topic)
@@ -87,8 +84,8 @@ def commit_offset(group: str) -> Response:
 def get_offsets(group: str) -> Response:
     """``{group, offsets: {topic: {queueId: offset}}}`` (queue ids as JSON object keys)."""
     validation.validate_group_name(group)
-    topic = request.args.get("topic") or None
-    if topic is not None:
+    topic = request.args.get("topic")
+    if topic is not None:  # given empty: not a topic (P1)
         validation.validate_topic_name(topic)
     offsets = ctx().store.group_offsets(group, topic)
     return json_response({"group": group, "offsets": {
@@ -108,21 +105,15 @@ def _view_json(view: GroupView, detailed: bool) -> dict[str, Any]:
 def heartbeat(group: str) -> Response:
     """Register or refresh a consumer; ``{consumers: [clientId...], consistent}`` (C1, C5)."""
     validation.validate_group_name(group)
-    body = jsonio.loads_object(request.get_data(cache=False))
-    jsonio.check_fields(body, HEARTBEAT_FIELDS, "heartbeat")
-    client_id = jsonio.req_str(body, "clientId")
-    if not client_id or len(client_id) > MAX_CLIENT_ID:
-        raise ValidationError(f"clientId must be 1 to {MAX_CLIENT_ID} characters",
-                              code="INVALID_REQUEST")
-    subscriptions = jsonio.str_map(body.get("subscriptions"), "subscriptions")
+    beat = Heartbeat.from_json(jsonio.loads_object(request.get_data(cache=False)),
+                               what="heartbeat", strict=True)
+    client_id = beat.client_id
+    subscriptions = beat.subscriptions or {}
     for topic in subscriptions:
         validation.validate_topic_name(topic)
         if topic == SCHEDULE_TOPIC:
             raise Forbidden(f"consumers can never subscribe to {topic}", rule="S3")
-    model = jsonio.opt_str(body, "messageModel") or CLUSTERING
-    if model not in MESSAGE_MODELS:
-        raise ValidationError(f"messageModel must be {' or '.join(MESSAGE_MODELS)}, "
-                              f"got {model!r}", code="INVALID_REQUEST")
+    model = beat.message_model or CLUSTERING
     c = ctx()
     view = c.consumers.heartbeat(group, client_id, subscriptions, model)
     if c.settings.common.auto_create_groups and c.store.group_settings(group) is None:

@@ -9,6 +9,7 @@ from werkzeug.exceptions import RequestEntityTooLarge
 from clepsydra_core import validation
 from clepsydra_core.errors import ValidationError
 from clepsydra_core.msgid import decode_msg_id
+from clepsydra_core.wire.messages import DEFAULT_PULL, MAX_PULL
 from clepsydra_store.api import produce
 from clepsydra_store.api.context import ctx
 from clepsydra_store.api.observability import MESSAGE_ID, set_attribute
@@ -17,7 +18,7 @@ from clepsydra_web import jsonio
 
 bp = Blueprint("messages", __name__)
 
-MAX_KEY_RESULTS = 1000
+MAX_KEY_RESULTS = MAX_PULL
 SELF_TRACED = frozenset({"messages.produce_message", "messages.produce_batch"})
 """Endpoints that start their own span (the span's parent may come from the message)."""
 
@@ -57,7 +58,8 @@ def find_messages() -> Response:
     key = request.args.get("key")
     if not key:
         raise ValidationError("query parameter key is required", code="INVALID_REQUEST")
-    max_count = jsonio.query_int(request.args, "max", 32, minimum=1, maximum=MAX_KEY_RESULTS)
+    max_count = jsonio.query_int(request.args, "max", DEFAULT_PULL, minimum=1,
+                                 maximum=MAX_KEY_RESULTS)
     trace_topic(topic)
     store = ctx().store
     store.get_topic(topic)

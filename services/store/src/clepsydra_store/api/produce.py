@@ -4,10 +4,13 @@ Shared by the Flask routes (``messages.py``) and the WSGI fast path (``fastpath.
 answer identically. The whole request is checked before anything is stored; a batch with one bad
 message is refused as a whole, the error naming the message's index.
 
-Checks here (the engine repeats the storage rules): JSON shape and types, ``body`` xor
-``bodyBase64`` and valid base64, body size (P1), topic name (P1), system topics (S3; `%RETRY%`
-plain sends allowed, R10 happens in the engine), reserved properties (P1), ``delayLevel`` >= 0
-(L2), ``delayMs``/``deliverAt`` not supported yet (SPEC T).
+Checks here (the engine repeats the storage rules): the message's shape, types and ranges as
+:class:`clepsydra_core.wire.produce.ProduceMessage` defines them (``body`` xor ``bodyBase64``,
+valid base64, ``delayLevel`` >= 0 (L2), reserved properties (P1)), body size (P1), topic name
+(P1), system topics (S3; `%RETRY%` plain sends allowed, R10 happens in the engine),
+``delayMs``/``deliverAt`` not supported yet (SPEC T). The common shape is read by
+:func:`parse_plain` (the hot path, no validation objects); anything else by
+:func:`parse_message` through the wire type, whose errors name the field.
 """
 
 from __future__ import annotations
@@ -27,6 +30,12 @@ from clepsydra_core import properties as P
 from clepsydra_core import telemetry, validation
 from clepsydra_core.errors import ClepsydraError, ValidationError
 from clepsydra_core.msgid import pack_host
+from clepsydra_core.wire.produce import (
+    MAX_BATCH,
+    UNSUPPORTED,
+    ProduceBatch,
+    ProduceMessage,
+)
 from clepsydra_store.api.context import StoreContext
 from clepsydra_store.api.observability import (
     BATCH_COUNT,
@@ -43,13 +52,9 @@ from clepsydra_web.tracing import parent_context
 logger = logging.getLogger(__name__)
 
 STORED_TOPIC = telemetry.STORED_TOPIC
-MAX_BATCH = 1000
-MESSAGE_FIELDS = frozenset({"body", "bodyBase64", "tags", "keys", "properties", "queueId",
-                            "delayLevel", "delayMs", "deliverAt", "flag", "bornTimestamp",
-                            "topic"})
-PLAIN_FIELDS = MESSAGE_FIELDS - {"bodyBase64", "delayMs", "deliverAt"}
+PLAIN_FIELDS = frozenset(ProduceMessage.json_names()) - {"bodyBase64"}
 """Fields of a message that :func:`parse_plain` takes; others go through parse_message."""
-BATCH_FIELDS = frozenset({"messages"})
+BATCH_FIELDS = frozenset(ProduceBatch.json_names())
 _ALL_OK = frozenset({PutStatus.OK})
 _STATUS = attrgetter("status")
 _SEND = {telemetry.MESSAGING_SYSTEM: telemetry.SYSTEM, telemetry.OPERATION_TYPE: telemetry.SEND}
@@ -77,16 +82,10 @@ def born_host(environ: Mapping[str, Any]) -> bytes:
                      f"{environ.get('REMOTE_PORT') or 0}")
 
 
-def decode_body(msg: Mapping[str, Any], max_body_bytes: int) -> bytes:
-    """``body`` (UTF-8 text) or ``bodyBase64``, never both; P1 size limit."""
-    text = msg.get("body")
-    encoded = msg.get("bodyBase64")
-    if text is not None and encoded is not None:
-        raise ValidationError("give body or bodyBase64, not both", code="BODY_AND_BASE64")
+def decode_body(text: str | None, encoded: str | None, max_body_bytes: int) -> bytes:
+    """The body of a message read by :class:`ProduceMessage` (exactly one of ``text``, UTF-8,
+    and ``encoded``, valid base64, given); P1 size limit."""
     if encoded is not None:
-        if not isinstance(encoded, str):
-            raise ValidationError(f"bodyBase64 must be a string, got {jsonio.type_name(encoded)}",
-                                  code="INVALID_REQUEST")
         if len(encoded) > (max_body_bytes // 3 + 1) * 4 + 4:
             raise ValidationError(f"body is more than {max_body_bytes} bytes", rule="P1",
                                   code="BODY_TOO_LARGE")
@@ -95,28 +94,20 @@ def decode_body(msg: Mapping[str, Any], max_body_bytes: int) -> bytes:
         except (binascii.Error, ValueError) as exc:
             raise ValidationError(f"bodyBase64 is not valid base64: {exc}",
                                   code="INVALID_BASE64") from exc
-    elif text is not None:
-        if not isinstance(text, str):
-            raise ValidationError(f"body must be a string (UTF-8 text), got "
-                                  f"{jsonio.type_name(text)}; use bodyBase64 for bytes",
-                                  code="INVALID_REQUEST")
+    else:
+        assert text is not None
         try:
             body = text.encode()
         except UnicodeEncodeError as exc:
             raise ValidationError("body is not valid Unicode text", rule="P1",
                                   code="INVALID_REQUEST") from exc
-    else:
-        raise ValidationError("a message needs body or bodyBase64", code="MISSING_BODY")
     return validation.validate_body(body, max_body_bytes)
 
 
-def parse_keys(value: object) -> str | None:
+def parse_keys(value: str | list[str] | None) -> str | None:
     """``keys``: space-separated text, or a list of key strings."""
     if isinstance(value, list):
-        if not all(isinstance(k, str) and k and " " not in k for k in value):
-            raise ValidationError("keys must be a string or a list of non-empty strings "
-                                  "without spaces", code="INVALID_REQUEST")
-        return " ".join(value) or None
+        return validation.validate_text(" ".join(value), "keys") or None
     return validation.validate_text(value, "keys")
 
 
@@ -124,40 +115,24 @@ def parse_message(msg: object, topic: str, max_body_bytes: int, host: bytes,
                   now_ms: int, trace_props: Mapping[str, str]) -> PutRequest:
     """One message of a produce request as a PutRequest (nothing stored). ``trace_props`` is
     the request span's context (`traceparent`, ...), given to messages that carry none."""
-    if not isinstance(msg, dict):
-        raise ValidationError(f"a message must be a JSON object, got {jsonio.type_name(msg)}",
-                              code="INVALID_REQUEST")
-    jsonio.check_fields(msg, MESSAGE_FIELDS, "message")
-    if msg.get("delayMs") is not None or msg.get("deliverAt") is not None:
+    if isinstance(msg, dict) and any(msg.get(name) is not None for name in UNSUPPORTED):
         raise ValidationError("delayMs and deliverAt (arbitrary delivery time) are not "
                               "supported yet; use delayLevel", rule="T1", code="UNSUPPORTED")
-    inner_topic = msg.get("topic")
-    if inner_topic is not None and inner_topic != topic:
-        raise ValidationError(f"message topic {inner_topic!r} differs from the path's {topic!r}",
-                              code="INVALID_REQUEST")
-    body = decode_body(msg, max_body_bytes)
-    level = msg.get("delayLevel")
-    if level is not None:
-        level = jsonio.as_int(level, "delayLevel", minimum=-jsonio.INT32_MAX,
-                              maximum=jsonio.INT32_MAX)
-        if level < 0:
-            raise ValidationError(f"delayLevel must be >= 0 on a produce request, got {level}",
-                                  rule="L2", code="INVALID_DELAY_LEVEL")
-    props = msg.get("properties")
-    props = dict(validation.validate_properties(props)) if props is not None else {}
+    m = ProduceMessage.from_json(msg, what="message", strict=True)
+    body = decode_body(m.body, m.body_base64, max_body_bytes)
+    props = dict(validation.validate_properties(m.properties)) if m.properties else {}
     if P.TRACEPARENT not in props:
         props.update(trace_props)
     return PutRequest(
         topic=topic,
         body=body,
-        tags=validation.validate_text(msg.get("tags"), "tags"),
-        keys=parse_keys(msg.get("keys")),
+        tags=validation.validate_text(m.tags, "tags"),
+        keys=parse_keys(m.keys),
         properties=props,
-        queue_id=jsonio.opt_int(msg, "queueId", maximum=jsonio.INT32_MAX),
-        delay_level=level or 0,
-        flag=jsonio.opt_int(msg, "flag", 0, minimum=-jsonio.INT32_MAX - 1,
-                            maximum=jsonio.INT32_MAX) or 0,
-        born_timestamp=jsonio.opt_int(msg, "bornTimestamp", now_ms) or 0,
+        queue_id=m.queue_id,
+        delay_level=m.delay_level or 0,
+        flag=m.flag or 0,
+        born_timestamp=now_ms if m.born_timestamp is None else m.born_timestamp,
         born_host=host,
     )
 
@@ -202,9 +177,6 @@ def parse_plain(msg: object, topic: str, max_body_bytes: int, host: bytes, now_m
         present += 1
     if present == len(msg):  # nothing else given
         return PutRequest(topic, body, tags, keys, props, None, 0, 0, now_ms, host)
-    inner_topic = get("topic")
-    if inner_topic is not None and inner_topic != topic:
-        return None
     level = get("delayLevel")
     if level is None:
         level = 0
@@ -260,6 +232,8 @@ def check_topic(topic: str) -> None:
 
 
 def result_json(r: PutResult) -> dict[str, Any]:
+    """:class:`ProduceAnswer` of a stored message (built as a dict: this is the hot path; a
+    test holds the names equal to the wire type's)."""
     return {"msgId": r.msg_id, "topic": r.topic, "queueId": r.queue_id,
             "queueOffset": r.queue_offset, "commitLogOffset": r.commitlog_offset,
             "storeTimestamp": r.store_timestamp}
@@ -291,8 +265,9 @@ def produce_one(c: StoreContext, topic: str, payload: dict[str, Any],
     c.require_writable()
     check_topic(topic)
     span = _span()
-    request = parse_message(payload, topic, c.settings.engine.max_body_bytes, host, _now_ms(),
-                            _trace_props())
+    limit, now_ms, trace_props = c.settings.engine.max_body_bytes, _now_ms(), _trace_props()
+    request = (parse_plain(payload, topic, limit, host, now_ms, trace_props)
+               or parse_message(payload, topic, limit, host, now_ms, trace_props))
     result = c.store.put(request)
     out = _acknowledge(c, [result], [request])[0]
     if span.is_recording():
@@ -311,7 +286,7 @@ def produce_batch(c: StoreContext, topic: str, payload: dict[str, Any],
     """POST /v1/topics/{topic}/messages/batch: 201 ``{results}``, or raises (nothing stored)."""
     c.require_writable()
     check_topic(topic)
-    jsonio.check_fields(payload, BATCH_FIELDS, "batch")
+    jsonio.check_fields(payload, BATCH_FIELDS, "batch")  # ProduceBatch, its messages read below
     messages = payload.get("messages")
     if not isinstance(messages, list):
         raise ValidationError(f"messages must be an array, got {jsonio.type_name(messages)}",

@@ -11,6 +11,7 @@ from flask import Blueprint, Response, request
 
 from clepsydra_core import telemetry, validation
 from clepsydra_core.errors import OffsetOutOfRange
+from clepsydra_core.wire.messages import DEFAULT_PULL, MAX_PULL
 from clepsydra_store.api.context import ctx
 from clepsydra_store.api.observability import set_attribute
 from clepsydra_store.api.web import json_response, messages_json, trace_topic, with_body_arg
@@ -19,8 +20,8 @@ from clepsydra_web.tracing import idle
 
 bp = Blueprint("queues", __name__)
 
-DEFAULT_MAX = 32
-MAX_MESSAGES = 1000
+DEFAULT_MAX = DEFAULT_PULL
+MAX_MESSAGES = MAX_PULL
 
 
 def parse_tags(expression: str | None) -> frozenset[str] | None:

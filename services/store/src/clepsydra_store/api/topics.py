@@ -8,15 +8,12 @@ from flask import Blueprint, Response
 
 from clepsydra_core import naming, validation
 from clepsydra_core.errors import ClepsydraError, Forbidden, TopicNotFound
+from clepsydra_core.wire.topics import TopicCreate, TopicDeleted, TopicUpdate
 from clepsydra_store.api.context import StoreContext, ctx
 from clepsydra_store.api.web import json_response, request_object, topic_json, trace_topic
-from clepsydra_web import jsonio
 
 bp = Blueprint("topics", __name__)
 
-MAX_QUEUES = 1024
-TOPIC_FIELDS = frozenset({"name", "queues"})
-UPDATE_FIELDS = frozenset({"queues"})
 
 
 class TopicConflict(ClepsydraError):
@@ -29,10 +26,9 @@ class TopicConflict(ClepsydraError):
 def create(c: StoreContext, *, system: bool) -> Response:
     """Shared by POST /v1/topics and the internal route (system topics)."""
     c.require_writable()
-    body = request_object()
-    jsonio.check_fields(body, TOPIC_FIELDS, "topic")
-    name = validation.validate_topic_name(jsonio.req_str(body, "name"))
-    queues = jsonio.req_int(body, "queues", minimum=1, maximum=MAX_QUEUES)
+    asked = TopicCreate.from_json(request_object(), what="topic", strict=True)
+    name = validation.validate_topic_name(asked.name)
+    queues = asked.queues
     trace_topic(name)
     if system:
         if not (naming.is_retry_topic(name) or naming.is_dlq_topic(name)):
@@ -78,9 +74,7 @@ def update_topic(topic: str) -> Response:
     c.require_writable()
     validation.validate_topic_name(topic)
     trace_topic(topic)
-    body = request_object()
-    jsonio.check_fields(body, UPDATE_FIELDS, "topic update")
-    queues = jsonio.req_int(body, "queues", minimum=1, maximum=MAX_QUEUES)
+    queues = TopicUpdate.from_json(request_object(), what="topic update", strict=True).queues
     try:
         return json_response(topic_json(c.store.update_topic(topic, queues)))
     except TopicNotFound:
@@ -97,4 +91,4 @@ def delete_topic(topic: str) -> Response:
     trace_topic(topic)
     if not c.store.delete_topic(topic):
         raise TopicNotFound(f"topic {topic} does not exist")
-    return json_response({"name": topic, "deleted": True})
+    return json_response(TopicDeleted(topic, True).to_json())

@@ -8,6 +8,7 @@ from typing import Any
 
 from flask import Response, request
 
+from clepsydra_core.errors import ValidationError
 from clepsydra_core.records import CommitLogRecord, message_to_json
 from clepsydra_store.api.observability import DESTINATION, set_attribute
 from clepsydra_store.engine.types import TopicInfo
@@ -30,8 +31,13 @@ def topic_json(info: TopicInfo) -> dict[str, Any]:
 
 
 def with_body_arg(args: Mapping[str, str]) -> bool:
-    """``?body=false`` (or ``0``, ``no``): headers only, the body left out of the answer."""
-    return args.get("body", "true").lower() not in ("false", "0", "no")
+    """``?body=false``: headers only, the body left out of the answer; ``true`` (or absent):
+    with it. Anything else is a 400 (the documents say boolean; issue 12.10)."""
+    raw = args.get("body", "true")
+    if raw not in ("true", "false"):
+        raise ValidationError(f"query parameter body={raw!r} must be true or false",
+                              code="INVALID_REQUEST")
+    return raw == "true"
 
 
 def messages_json(records: list[CommitLogRecord], with_body: bool = True) -> list[dict[str, Any]]:

@@ -1,0 +1,82 @@
+"""The store's consumer-group routes (SPEC R2, R3, R5, C1, C5) and the retry service's group
+settings route:
+
+- ``PUT /v1/groups/{group}/settings`` (store), ``PUT /v1/groups/{group}`` (retry)
+  :class:`GroupSettingsPatch` -> :class:`GroupSettingsAnswer` (201 created, 200 changed)
+- ``GET /v1/groups`` (store) -> :class:`GroupSettingsList`
+- ``PUT /v1/groups/{group}/offsets`` :class:`OffsetCommit` -> :class:`OffsetCommitted`
+- ``POST /v1/groups/{group}/heartbeat`` :class:`Heartbeat`
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from clepsydra_core.groups import MAX_RETRY_QUEUE_NUMS
+from clepsydra_core.retry_rules import ORDERLY_MAX_RECONSUME_TIMES
+from clepsydra_core.wire.codec import INT32_MAX, WireValue, wire_meta
+from clepsydra_core.wire.topics import TOPIC_SCHEMA, topic_meta
+
+EXAMPLE_GROUP = "billing"
+"""The group name the documents' examples use."""
+MAX_CLIENT_ID = 255
+ANY_TEXT = r"^[\s\S]+$"
+"""Any non-empty text (the same in ECMA-262 and Python: ``.`` is not)."""
+CLUSTERING = "CLUSTERING"
+BROADCASTING = "BROADCASTING"
+MESSAGE_MODELS = (CLUSTERING, BROADCASTING)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSettingsPatch(WireValue):
+    """Fields not given keep their current value (or the default)."""
+
+    retry_queue_nums: int | None = field(default=None, metadata=wire_meta(
+        minimum=0, maximum=MAX_RETRY_QUEUE_NUMS, code="INVALID_GROUP_SETTINGS",
+        type_code="INVALID_GROUP_SETTINGS", rule="R3",
+        doc="queues of the group's %RETRY% topic (R3); 0 drops retries (R2)"))
+    retry_max_times: int | None = field(default=None, metadata=wire_meta(
+        minimum=0, maximum=ORDERLY_MAX_RECONSUME_TIMES, code="INVALID_GROUP_SETTINGS",
+        type_code="INVALID_GROUP_SETTINGS", rule="R5",
+        doc="retries before the DLQ when a send-back does not say (R5)"))
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSettingsAnswer(WireValue):
+    group: str
+    retry_queue_nums: int
+    retry_max_times: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSettingsList(WireValue):
+    groups: list[GroupSettingsAnswer]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommit(WireValue):
+    """The group's progress in one queue: the next offset to consume (at most the queue's
+    maxOffset; a queue or offset the topic does not have is 404 OFFSET_OUT_OF_RANGE)."""
+
+    topic: str = field(metadata=topic_meta())
+    queue_id: int = field(metadata=wire_meta(minimum=0, maximum=INT32_MAX))
+    offset: int = field(metadata=wire_meta(minimum=0))
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitted(WireValue):
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat(WireValue):
+    """A consumer registers or refreshes itself (C1, C5)."""
+
+    client_id: str = field(metadata=wire_meta(pattern=ANY_TEXT, max_length=MAX_CLIENT_ID))
+    subscriptions: dict[str, str] | None = field(default=None, metadata=wire_meta(
+        doc="topic -> tag expression", schema={"propertyNames": TOPIC_SCHEMA}))
+    message_model: str | None = field(default=None, metadata=wire_meta(
+        pattern=f"^(?:{'|'.join(MESSAGE_MODELS)})$", doc="default CLUSTERING"))

@@ -1,0 +1,64 @@
+"""The store's read routes (SPEC C3; DESIGN "HTTP contract"): a stored message's JSON view
+(:func:`clepsydra_core.records.message_to_json` writes it) and the answers that carry it:
+
+- ``GET /v1/topics/{topic}/queues/{queueId}/messages?offset=&max=&tags=&body=`` ->
+  :class:`PullAnswer`
+- ``GET /v1/messages/{msgId}`` and ``GET /v1/messages?topic=&key=`` -> :class:`MessageList`
+- ``GET /v1/commitlog/{offset}`` -> :class:`StoredMessage`
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from clepsydra_core.wire.codec import WireValue, wire_meta
+
+DEFAULT_PULL = 32
+MAX_PULL = 1000
+"""Most messages one pull, or one look-up by key, answers."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage(WireValue):
+    """A stored message: the body as ``body`` when it is UTF-8 text, else as ``bodyBase64``;
+    neither with ``body=false``."""
+
+    msg_id: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int = field(metadata=wire_meta(json="commitLogOffset"))
+    tags: str | None
+    keys: str
+    flag: int
+    properties: dict[str, str]
+    store_timestamp: int
+    born_timestamp: int
+    born_host: str
+    store_host: str
+    reconsume_times: int
+    sys_flag: int
+    body_size: int = field(metadata=wire_meta(doc="the body's length in bytes (given even "
+                                                  "with body=false)"))
+    body: str | None = None
+    body_base64: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MessageList(WireValue):
+    """Every stored message that matches, as a list even for a look-up by msgId (issue 12.11):
+    one message has several stored copies - the copy parked in the schedule topic (S1) and the
+    one delivered from it (D4), each retry of a send-back (R3) and its dead letter (R6) - which
+    share the message's identity (``UNIQ_KEY``, ``ORIGIN_MESSAGE_ID``), so a look-up by that
+    identity finds several. A store msgId names one stored copy (it is derived from the
+    CommitLog offset) and finds a list of one; every look-up answers the same shape."""
+
+    messages: list[StoredMessage]
+
+
+@dataclass(frozen=True, slots=True)
+class PullAnswer(WireValue):
+    messages: list[StoredMessage]
+    next_offset: int
+    min_offset: int
+    max_offset: int

@@ -1,0 +1,103 @@
+"""The store's produce routes (SPEC P1, L2, S3; DESIGN "HTTP contract"), spoken by the store
+and the client SDK:
+
+- ``POST /v1/topics/{topic}/messages`` :class:`ProduceMessage` -> 201 :class:`ProduceAnswer`
+- ``POST /v1/topics/{topic}/messages/batch`` :class:`ProduceBatch` -> 201
+  :class:`ProduceResults`, one result per message, in order
+
+The store's hot path reads the common shape of a message with a parser of its own
+(``clepsydra_store.api.produce.parse_plain``) that takes exactly what :class:`ProduceMessage`
+takes; any other message is read with :meth:`ProduceMessage.from_json`, whose error names the
+field. A test holds the two together.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from clepsydra_core import properties as P
+from clepsydra_core.errors import ValidationError
+from clepsydra_core.wire.codec import INT32_MAX, INT32_MIN, INT64_MAX, WireValue, wire_meta
+
+MAX_BATCH = 1000
+"""Most messages one batch takes."""
+BASE64_PATTERN = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+"""Standard base64 with its padding (what ``base64.b64decode(validate=True)`` reads)."""
+PRODUCER_RESERVED = tuple(sorted(P.RESERVED - P.CLIENT_SETTABLE))
+"""Property names the system sets and a producer may not (P1)."""
+UNSUPPORTED = ("delayMs", "deliverAt")
+"""Arbitrary delivery times (SPEC T): refused with UNSUPPORTED until they are supported."""
+
+_ONE_BODY = {"type": "string"}
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceMessage(WireValue):
+    """One message: exactly one of ``body`` (UTF-8 text) and ``bodyBase64`` (bytes). ``delayMs``
+    and ``deliverAt`` (SPEC T) are not supported yet: 400 UNSUPPORTED."""
+
+    WIRE_SCHEMA: ClassVar[dict[str, Any]] = {
+        "anyOf": [{"required": ["body"], "properties": {"body": _ONE_BODY}},
+                  {"required": ["bodyBase64"], "properties": {"bodyBase64": _ONE_BODY}}],
+        "not": {"required": ["body", "bodyBase64"],
+                "properties": {"body": _ONE_BODY, "bodyBase64": _ONE_BODY}},
+    }
+
+    body: str | None = field(default=None, metadata=wire_meta(doc="UTF-8 text"))
+    body_base64: str | None = field(default=None, metadata=wire_meta(
+        pattern=BASE64_PATTERN, code="INVALID_BASE64", doc="the body's bytes, base64",
+        schema={"contentEncoding": "base64"}))
+    tags: str | None = None
+    keys: str | list[str] | None = field(default=None, metadata=wire_meta(
+        doc="space-separated text, or a list of keys without spaces",
+        schema={"anyOf": [{"type": "string"},
+                          {"type": "array", "items": {"type": "string", "pattern": "^[^ ]+$"}},
+                          {"type": "null"}]}))
+    properties: dict[str, str] | None = field(default=None, metadata=wire_meta(
+        type_code="INVALID_PROPERTIES", rule="P1",
+        doc="names and values; reserved names are set by the system (P1)",
+        schema={"propertyNames": {"minLength": 1, "not": {"enum": list(PRODUCER_RESERVED)}}}))
+    queue_id: int | None = field(default=None, metadata=wire_meta(
+        minimum=0, maximum=INT32_MAX, doc="the queue; default: round robin"))
+    delay_level: int | None = field(default=None, metadata=wire_meta(
+        minimum=0, maximum=INT32_MAX, code="INVALID_DELAY_LEVEL", rule="L2",
+        doc="0: not delayed; above the highest level: the highest (L2)"))
+    flag: int | None = field(default=None, metadata=wire_meta(minimum=INT32_MIN,
+                                                               maximum=INT32_MAX))
+    born_timestamp: int | None = field(default=None, metadata=wire_meta(
+        minimum=0, maximum=INT64_MAX, doc="epoch ms; default: now"))
+
+    def wire_check(self, name: str) -> None:
+        if self.body is not None and self.body_base64 is not None:
+            raise ValidationError("give body or bodyBase64, not both", code="BODY_AND_BASE64")
+        if self.body is None and self.body_base64 is None:
+            raise ValidationError("a message needs body or bodyBase64", code="MISSING_BODY")
+        if isinstance(self.keys, list) and not all(k and " " not in k for k in self.keys):
+            raise ValidationError(f"{name}.keys must be a string or a list of non-empty strings "
+                                  "without spaces", code="INVALID_REQUEST")
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceBatch(WireValue):
+    """Messages stored together, or none of them: one bad message refuses the batch."""
+
+    messages: list[ProduceMessage] = field(metadata=wire_meta(min_items=1,
+                                                              max_items=MAX_BATCH))
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceAnswer(WireValue):
+    """Where a message was stored: its placement (the schedule topic for a delayed one, S1)."""
+
+    msg_id: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int = field(metadata=wire_meta(json="commitLogOffset"))
+    store_timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceResults(WireValue):
+    results: list[ProduceAnswer]

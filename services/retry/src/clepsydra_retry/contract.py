@@ -1,0 +1,201 @@
+"""The retry service's HTTP contract: one :class:`~clepsydra_web.openapi.Route` per operation,
+its values the wire types of :mod:`clepsydra_core.wire` (the DLQ toolkit's listing and action
+bodies, which have no wire type yet, are JSON Schemas in :data:`SCHEMAS`). ``openapi.json`` is
+generated from it (``make openapi``); a unit test holds the checked-in file equal to it.
+
+Adding a route: add its ``Route(...)`` to :data:`ROUTES`, run ``make openapi``, commit both.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from clepsydra_core.levels import DelayLevels
+from clepsydra_core.msgid import MSG_ID_PATTERN
+from clepsydra_core.validation import GROUP_MAX_LEN, GROUP_PATTERN
+from clepsydra_core.wire.codec import INT64_MAX
+from clepsydra_core.wire.dlq import DlqFilter
+from clepsydra_core.wire.groups import EXAMPLE_GROUP, GroupSettingsAnswer, GroupSettingsPatch
+from clepsydra_core.wire.messages import StoredMessage
+from clepsydra_core.wire.retry import MAX_SEND_BACK_BATCH, SendBackAnswer, SendBackRequest
+from clepsydra_retry.api import AUDIT_MAX, AUDIT_MAX_DEFAULT, LIST_MAX, LIST_MAX_DEFAULT
+from clepsydra_retry.dlq_filter import MAX_MSG_IDS
+from clepsydra_web.openapi import Answer, Api, Param, Route
+
+MAX_LEVEL = DelayLevels.default().max_level
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+_MSG_ID = {"type": "string", "pattern": MSG_ID_PATTERN}
+_MSG_IDS = {"type": "array", "items": _MSG_ID, "minItems": 1, "maxItems": MAX_MSG_IDS}
+_SELECTION = {"oneOf": [
+    {"required": ["msgIds"], "properties": {"msgIds": {"type": "array"}}},
+    {"required": ["all"], "properties": {"all": {"const": True}}},
+    {"required": ["filter"], "properties": {"filter": {"type": "object"}}}]}
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "GroupNames": {"type": "object", "required": ["groups"], "properties": {
+        "groups": {"type": "array", "items": {"type": "string"}}}},
+    "SendBackItems": {
+        "type": "object", "required": ["items"], "additionalProperties": False,
+        "description": "SendBackBatch as the service reads it: each item is checked on its own, "
+                       "and one that is not a SendBackRequest gets its {error, message} in the "
+                       "answer while the others are sent back",
+        "properties": {"items": {"type": "array", "minItems": 1, "maxItems": MAX_SEND_BACK_BATCH,
+                                 "items": {"anyOf": [_ref("SendBackRequest"), {}]}}}},
+    "SendBackBatchResult": {"type": "object", "required": ["results"], "properties": {
+        "results": {"type": "array", "items": {"oneOf": [_ref("SendBackAnswer"),
+                                                         _ref("Error")]}}}},
+    "DlqMessage": {"allOf": [_ref("StoredMessage"), {"type": "object", "properties": {
+        "originTopic": {"type": ["string", "null"]}, "dlqReason": {"type": ["string", "null"]},
+        "attempts": {"type": "integer"},
+        "failureHistory": {"type": "array", "items": {"type": "object", "properties": {
+            "time": {"type": "integer"}, "consumer": {"type": ["string", "null"]},
+            "reason": {"type": ["string", "null"]}, "reconsumeTimes": {"type": "integer"}}}}}}],
+        "description": "the store's message view plus originTopic, dlqReason, attempts "
+                       "(and the failure history when shown alone)"},
+    "DlqPage": {"type": "object", "required": ["messages", "nextOffset"], "properties": {
+        "messages": {"type": "array", "items": _ref("DlqMessage")},
+        "nextOffset": {"type": "integer"}, "maxOffset": {"type": "integer"}}},
+    "Resend": {"type": "object", "additionalProperties": False,
+               "description": "exactly one of msgIds, all: true, filter",
+               "properties": {
+                   "msgIds": {"anyOf": [_MSG_IDS, {"type": "null"}]},
+                   "all": {"type": "boolean"},
+                   "filter": {"anyOf": [_ref("DlqFilter"), {"type": "null"}]},
+                   "target": {"type": "string", "enum": ["origin", "retry"],
+                              "default": "origin"},
+                   "delayLevel": {"type": "integer", "minimum": 0, "maximum": MAX_LEVEL,
+                                  "description": "target retry only: the level of the copy "
+                                                 "in %RETRY%<group>"},
+                   "maxPerSecond": {"type": ["number", "null"], "exclusiveMinimum": 0,
+                                    "maximum": 1_000_000, "description": "rate limit"}},
+               "allOf": [_SELECTION, {
+                   "if": {"required": ["delayLevel"],
+                          "properties": {"delayLevel": {"minimum": 1}}},
+                   "then": {"required": ["target"],
+                            "properties": {"target": {"const": "retry"}}}}]},
+    "Purge": {"type": "object", "additionalProperties": False,
+              "description": "exactly one of msgIds, all: true, filter",
+              "properties": {"msgIds": {"anyOf": [_MSG_IDS, {"type": "null"}]},
+                             "all": {"type": "boolean"},
+                             "filter": {"anyOf": [_ref("DlqFilter"), {"type": "null"}]}},
+              **_SELECTION},
+    "ResendResult": {"type": "object", "required": ["resent"], "properties": {
+        "resent": {"type": "integer"},
+        "skipped": {"type": "integer", "description": "all/filter only: messages without a "
+                                                      "resendable original topic"},
+        "target": {"type": "string"}}},
+    "PurgeResult": {"type": "object", "required": ["purged"],
+                    "properties": {"purged": {"type": "integer"}}},
+    "Audit": {"type": "object", "required": ["records"], "properties": {
+        "records": {"type": "array", "items": {"type": "object", "properties": {
+            "time": {"type": "integer"}, "action": {"type": "string",
+                                                    "enum": ["resend", "purge"]},
+            "what": {"type": "object"}, "count": {"type": "integer"},
+            "client": {"type": "string"}, "skipped": {"type": "integer"}}}}}},
+    "Health": {"type": "object", "required": ["status", "redis", "store", "storeWritable"],
+               "properties": {"status": {"type": "string", "enum": ["ok", "degraded"]},
+                              "redis": {"type": "boolean"}, "store": {"type": "boolean"},
+                              "storeWritable": {"type": "boolean"}}},
+}
+
+PATH_PARAMS = {
+    "group": Param("group", {"type": "string", "pattern": GROUP_PATTERN,
+                             "maxLength": GROUP_MAX_LEN},
+                   "consumer group (letters, digits, _ - |)", example=EXAMPLE_GROUP),
+    "msgId": Param("msgId", _MSG_ID, "32 hex digits"),
+}
+_MS = {"type": "integer", "minimum": 0, "maximum": INT64_MAX}
+FILTER_QUERY = (
+    Param("topic", {"type": "string"}, "original topic (RETRY_TOPIC)"),
+    Param("key", {"type": "string"}, "a key (KEYS) or UNIQ_KEY"),
+    Param("reason", {"type": "string"}, "substring of DLQ_REASON or of a failure-history "
+                                        "reason (case-insensitive)"),
+    Param("fromMs", _MS, "dead-lettered at or after (epoch ms)"),
+    Param("toMs", _MS, "dead-lettered before (epoch ms); at or before fromMs selects none"),
+)
+CLIENT_ID = Param("X-Client-Id", {"type": "string"},
+                  "recorded in the audit list (else the remote address)")
+_UNAVAILABLE = (503,)
+
+_DISK_FULL = {507: "DISK_FULL: the store's disk is over its limit; nothing was written (the "
+                   "store's answer passed through; the client keeps the message and retries "
+                   "it later)"}
+
+ROUTES = [
+    Route("GET", "/v1/groups", "listGroups", "Consumer groups with retry settings",
+          [Answer(200, "names", "GroupNames")], errors=_UNAVAILABLE),
+    Route("PUT", "/v1/groups/{group}", "putGroup",
+          "Create or update a group's retry settings ({} -> defaults: retryQueueNums 1, "
+          "retryMaxTimes 16)",
+          [Answer(201, "created", GroupSettingsAnswer),
+           Answer(200, "updated", GroupSettingsAnswer)],
+          request=GroupSettingsPatch, request_required=False, errors=_UNAVAILABLE),
+    Route("GET", "/v1/groups/{group}", "getGroup", "A group's retry settings",
+          [Answer(200, "settings", GroupSettingsAnswer)], errors=_UNAVAILABLE),
+    Route("POST", "/v1/groups/{group}/send-back", "sendBack",
+          "Return a failed message (SPEC R1-R8). Checks in order: group exists (404 "
+          "SUBSCRIPTION_GROUP_NOT_EXIST), store writable (403 NO_PERMISSION), retryQueueNums 0 "
+          "(200 DROPPED), retry topic created (R3), message exists (404 SYSTEM_ERROR naming "
+          "the offset or msgId)",
+          [Answer(200, "outcome", SendBackAnswer)], request=SendBackRequest,
+          errors=(403, 502, 503, 507), error_text=_DISK_FULL),
+    Route("POST", "/v1/groups/{group}/send-back/batch", "sendBackBatch",
+          "Several send-backs of one group, one store write; per-item results (an item's "
+          "malformed body or unknown message is its own error)",
+          [Answer(200, "results in order", "SendBackBatchResult")], request="SendBackItems",
+          errors=(403, 502, 503, 507), error_text=_DISK_FULL),
+    Route("GET", "/v1/groups/{group}/dlq", "listDlq",
+          "Dead letters not resent or purged, paged by DLQ queue offset, filtered",
+          [Answer(200, "a page", "DlqPage")],
+          query=(Param("offset", _MS, "DLQ queue offset to start at"),
+                 Param("max", {"type": "integer", "minimum": 1, "maximum": LIST_MAX,
+                               "default": LIST_MAX_DEFAULT}, "page size"),
+                 *FILTER_QUERY), errors=_UNAVAILABLE),
+    Route("DELETE", "/v1/groups/{group}/dlq", "purgeDlq",
+          "Purge all dead letters, or those the query selects (filter fields or repeated "
+          "msgId)", [Answer(200, "count", "PurgeResult")],
+          query=(Param("msgId", {"type": "array", "items": _MSG_ID}), *FILTER_QUERY),
+          headers=(CLIENT_ID,), errors=_UNAVAILABLE),
+    Route("GET", "/v1/groups/{group}/dlq/{msgId}", "showDlq",
+          "One dead letter with body and attempt history",
+          [Answer(200, "message", "DlqMessage")], errors=_UNAVAILABLE),
+    Route("POST", "/v1/groups/{group}/dlq/resend", "resendDlq",
+          "Resend msgIds / a filter / all to the original topic, or into the retry topic at a "
+          "level; reconsumeTimes restarts at 0. msgIds not in the DLQ: 404 NOT_IN_DLQ, "
+          "nothing changed", [Answer(200, "count", "ResendResult")], request="Resend",
+          headers=(CLIENT_ID,), errors=(403, 409, 503, 507),
+          error_text={**_DISK_FULL,
+                      409: "NO_RETRY_TOPIC: target retry, and the group has retryQueueNums 0 "
+                           "(R2)"}),
+    Route("POST", "/v1/groups/{group}/dlq/purge", "purgeDlqSelected",
+          "Purge msgIds / a filter / all (body form of DELETE .../dlq)",
+          [Answer(200, "count", "PurgeResult")], request="Purge", headers=(CLIENT_ID,),
+          errors=_UNAVAILABLE),
+    Route("GET", "/v1/groups/{group}/dlq/audit", "dlqAudit",
+          "Every resend and purge of the group (oldest first, the newest `max`)",
+          [Answer(200, "records", "Audit")],
+          query=(Param("max", {"type": "integer", "minimum": 1, "maximum": AUDIT_MAX,
+                               "default": AUDIT_MAX_DEFAULT}, "records"),),
+          errors=_UNAVAILABLE),
+    Route("GET", "/healthz", "healthz", "200 when Redis answers; reports the store too",
+          [Answer(200, "ok", "Health"), Answer(503, "Redis down", "Health")]),
+    Route("GET", "/metrics", "metrics",
+          "Prometheus: clepsydra_retry_send_backs_total{group,outcome}, "
+          "clepsydra_retry_dlq_depth{group}, clepsydra_retry_request_seconds",
+          [Answer(200, "text exposition", {"type": "string"}, media="text/plain")]),
+    Route("GET", "/openapi.json", "openapi", "This document",
+          [Answer(200, "OpenAPI 3.1", {"type": "object"})]),
+]
+
+API = Api(
+    title="Clepsydra retry service", version="1.0.0",
+    description="Send-back, retry ladder, dead letters and the DLQ toolkit (SPEC R1-R10, R16). "
+                "Errors are {error, message}. A method a path does not list is 405 "
+                "METHOD_NOT_ALLOWED with an Allow header. Generated from "
+                "clepsydra_retry.contract (make openapi).",
+    routes=ROUTES, path_params=PATH_PARAMS, schemas=SCHEMAS,
+    wire_requests=(DlqFilter, SendBackRequest), wire_answers=(SendBackAnswer, StoredMessage))

@@ -1,0 +1,294 @@
+"""The store's HTTP contract: one :class:`~clepsydra_web.openapi.Route` per operation, its
+values the wire types of :mod:`clepsydra_core.wire` (a few answers that have no wire type yet
+are JSON Schemas in :data:`SCHEMAS`). ``openapi.json`` is generated from it (``make openapi``);
+a unit test holds the checked-in file equal to it.
+
+Adding a route: add its ``Route(...)`` to :data:`ROUTES` (a path parameter of a new name to
+:data:`PATH_PARAMS`), run ``make openapi``, commit both.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from clepsydra_core.levels import DelayLevels
+from clepsydra_core.msgid import MSG_ID_PATTERN
+from clepsydra_core.validation import GROUP_MAX_LEN, GROUP_PATTERN
+from clepsydra_core.wire.codec import INT32_MAX, INT64_MAX
+from clepsydra_core.wire.copy import CopyBatch, RangeCopy, RangeCopyAnswer
+from clepsydra_core.wire.groups import (
+    EXAMPLE_GROUP,
+    GroupSettingsAnswer,
+    GroupSettingsList,
+    GroupSettingsPatch,
+    Heartbeat,
+    OffsetCommit,
+    OffsetCommitted,
+)
+from clepsydra_core.wire.locks import LockAnswer, LockList, LockRequest, UnlockAnswer
+from clepsydra_core.wire.messages import (
+    DEFAULT_PULL,
+    MAX_PULL,
+    MessageList,
+    PullAnswer,
+    StoredMessage,
+)
+from clepsydra_core.wire.produce import MAX_BATCH, ProduceBatch, ProduceMessage, ProduceResults
+from clepsydra_core.wire.produce import ProduceAnswer as Stored
+from clepsydra_core.wire.schedule import (
+    DEFAULT_ENTRIES,
+    MAX_ENTRIES,
+    HandoverAnswer,
+    HandoverRequest,
+    LevelTable,
+    ScheduleEntries,
+)
+from clepsydra_core.wire.topics import (
+    EXAMPLE_TOPIC,
+    TOPIC_SCHEMA,
+    TopicAnswer,
+    TopicCreate,
+    TopicDeleted,
+    TopicList,
+    TopicUpdate,
+)
+from clepsydra_web.openapi import Answer, Api, Param, Route
+
+_STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "Mismatch": {"type": "object", "properties": {
+        "clientId": {"type": "string"}, "subscriptions": _STRINGS,
+        "messageModel": {"type": "string"}, "expected": {"type": "object"},
+        "message": {"type": "string"}}},
+    "Consumers": {"type": "object", "required": ["group", "consumers", "consistent",
+                                                  "mismatches"], "properties": {
+        "group": {"type": "string"},
+        "consumers": {"type": "array", "items": {"type": "object", "properties": {
+            "clientId": {"type": "string"}, "subscriptions": _STRINGS,
+            "messageModel": {"type": "string"}, "lastHeartbeatMs": {"type": "integer"}}}},
+        "consistent": {"type": "boolean"},
+        "mismatches": {"type": "array", "items": {"$ref": "#/components/schemas/Mismatch"}}}},
+    "HeartbeatAnswer": {"type": "object", "required": ["consumers", "consistent"],
+                        "properties": {
+        "consumers": {"type": "array", "items": {"type": "string"}},
+        "consistent": {"type": "boolean"},
+        "mismatches": {"type": "array", "items": {"$ref": "#/components/schemas/Mismatch"}}}},
+    "GroupOffsets": {"type": "object", "required": ["group", "offsets"], "properties": {
+        "group": {"type": "string"},
+        "offsets": {"type": "object", "description": "{topic: {queueId: offset}}",
+                    "additionalProperties": {"type": "object",
+                                             "additionalProperties": {"type": "integer"}}}}},
+    "FlushTimeout": {"description": "FLUSH_TIMEOUT: appended, but the fsync did not complete "
+                     "in time; not acknowledged, the producer may resend (P2)",
+                     "allOf": [{"$ref": "#/components/schemas/Error"},
+                               {"$ref": "#/components/schemas/ProduceResults"}]},
+}
+
+FLUSH_TIMEOUT = Answer(503, "FLUSH_TIMEOUT: appended, fsync not done in time; not "
+                            "acknowledged (P2)", "FlushTimeout")
+DISK_FULL = {507: "DISK_FULL: the store's disk is used past CLEPSYDRA_STORE_DISK_MAX_RATIO "
+                  "(default 0.90; the message names the ratio); nothing of the request was "
+                  "stored. Writes are accepted again once retention frees space (P4)"}
+MAX_LEVEL = DelayLevels.default().max_level
+
+PATH_PARAMS = {
+    "topic": Param("topic", TOPIC_SCHEMA, "topic name (P1), percent-encoded (`%RETRY%G` "
+                   "travels as `%25RETRY%25G`)", example=EXAMPLE_TOPIC),
+    "queueId": Param("queueId", {"type": "integer", "minimum": 0, "maximum": INT32_MAX}),
+    "msgId": Param("msgId", {"type": "string", "pattern": MSG_ID_PATTERN},
+                   "32 hex digits: store host and CommitLog offset"),
+    "offset": Param("offset", {"type": "integer", "minimum": 0, "maximum": INT64_MAX},
+                    "CommitLog offset of the record's first byte"),
+    "group": Param("group", {"type": "string", "pattern": GROUP_PATTERN,
+                             "maxLength": GROUP_MAX_LEN}, "consumer group name",
+                   example=EXAMPLE_GROUP),
+    "clientId": Param("clientId", {"type": "string", "minLength": 1}),
+    "level": Param("level", {"type": "integer", "minimum": 1, "maximum": MAX_LEVEL},
+                   f"delay level, 1..the table's highest ({MAX_LEVEL} with the default table; "
+                   "L1, L3)"),
+}
+_BODY_FLAG = Param("body", {"type": "boolean", "default": True},
+                   "false: headers only (the body left out; `bodySize` still given)")
+_TRACEPARENT = "`traceparent` (W3C trace context) header: the span continues it (O1)."
+
+
+def _max(default: int, most: int) -> Param:
+    return Param("max", {"type": "integer", "minimum": 1, "maximum": most, "default": default})
+
+
+def _offset(doc: str) -> Param:
+    return Param("offset", {"type": "integer", "minimum": 0, "maximum": INT64_MAX,
+                            "default": 0}, doc)
+
+
+ROUTES = [
+    Route("POST", "/v1/topics", "create_topic",
+          "Create a topic (201; 200 when it exists with the same queue count).",
+          [Answer(201, "Created", TopicAnswer),
+           Answer(200, "Already exists with the same queues", TopicAnswer)],
+          request=TopicCreate, errors=(403, 409),
+          error_text={403: "FORBIDDEN: a system topic (S3), or NO_PERMISSION (R2)",
+                      409: "TOPIC_CONFLICT: it exists with another queue count"}),
+    Route("GET", "/v1/topics", "list_topics", "Every topic, system topics included.",
+          [Answer(200, "Topics", TopicList)]),
+    Route("GET", "/v1/topics/{topic}", "get_topic",
+          "A topic with its queues' min/max offsets.", [Answer(200, "Topic", TopicAnswer)]),
+    Route("PUT", "/v1/topics/{topic}", "update_topic",
+          "Change a topic's queue count, or create it (201) when it does not exist, as "
+          "RocketMQ's updateTopic (A1).",
+          [Answer(200, "The topic as it now is", TopicAnswer),
+           Answer(201, "Created", TopicAnswer)],
+          request=TopicUpdate, errors=(403, 409),
+          error_text={403: "FORBIDDEN: a system topic (S3), or NO_PERMISSION (R2)",
+                      409: "TOPIC_NOT_DRAINED: a queue the shrink would hide holds "
+                           "unconsumed messages (A1)"},
+          description="Growing adds empty queues; shrinking hides the last queues from "
+                      "producers and consumers and is refused while one of them holds a "
+                      "message that a group with progress on the topic (or, with none, any "
+                      "group) has not consumed. Their files stay: growing again shows them "
+                      "with their offsets. Consumers rebalance at their next heartbeat."),
+    Route("DELETE", "/v1/topics/{topic}", "delete_topic",
+          "Delete a topic: its queues and every group's progress on it at once; its "
+          "messages stay until retention (A2).",
+          [Answer(200, "Deleted", TopicDeleted)], errors=(403,),
+          error_text={403: "FORBIDDEN: a system topic (S3), or NO_PERMISSION (R2)"}),
+    Route("POST", "/v1/topics/{topic}/messages", "produce",
+          "Produce one message (P1, L2, S1, S3, R10, P2).",
+          [Answer(201, "Stored", Stored), FLUSH_TIMEOUT], request=ProduceMessage,
+          errors=(403, 507), error_text=DISK_FULL,
+          description="Acknowledged (201) only after the append; with sync flush only after "
+                      "fsync. `traceparent` is injected when the message carries none (O1). "
+                      "The reported placement is where it was stored: `SCHEDULE_TOPIC_XXXX` "
+                      "for a delayed message, `%DLQ%<g>` for an R10 reroute. " + _TRACEPARENT),
+    Route("POST", "/v1/topics/{topic}/messages/batch", "produce_batch",
+          f"Produce up to {MAX_BATCH} messages in one append; one bad message refuses the "
+          "whole batch.",
+          [Answer(201, "Stored, one result per message in order", ProduceResults),
+           FLUSH_TIMEOUT], request=ProduceBatch, errors=(403, 507), error_text=DISK_FULL,
+          description=_TRACEPARENT),
+    Route("GET", "/v1/topics/{topic}/queues/{queueId}/messages", "pull",
+          "Pull from a queue, optionally filtered by tags (C3). The schedule topic is never "
+          "pulled (S3).", [Answer(200, "Messages", PullAnswer)],
+          query=(_offset("queue offset to read from (below the minimum reads from the "
+                         "minimum; past maxOffset, or a queue the topic does not have: 404 "
+                         "OFFSET_OUT_OF_RANGE)"),
+                 _max(DEFAULT_PULL, MAX_PULL),
+                 Param("tags", {"type": "string"}, "`*` or `a||b`"), _BODY_FLAG),
+          errors=(403,)),
+    Route("GET", "/v1/messages/{msgId}", "get_message", "Look a message up by msgId.",
+          [Answer(200, "A list holding the one message stored at that msgId", MessageList)],
+          description="Answers `{messages: [message]}` rather than the message itself: the "
+                      "copies of one message (the copy parked in the schedule topic and the "
+                      "one delivered from it, its retries, its dead letter) share the "
+                      "message's identity (UNIQ_KEY), so a look-up by identity finds several "
+                      "(`GET /v1/messages?topic=&key=`). A msgId is the store's physical id "
+                      "(store host + CommitLog offset) and names exactly one stored copy: a "
+                      "list of one, the same shape as every look-up."),
+    Route("GET", "/v1/messages", "find_messages",
+          "Messages of a topic whose KEYS contain the key or whose UNIQ_KEY is the key.",
+          [Answer(200, "Messages", MessageList)], errors=(404,),
+          query=(Param("topic", TOPIC_SCHEMA, required=True),
+                 Param("key", {"type": "string", "minLength": 1}, required=True),
+                 _max(DEFAULT_PULL, MAX_PULL))),
+    Route("GET", "/v1/commitlog/{offset}", "get_commitlog",
+          "The message whose record starts at a CommitLog offset.",
+          [Answer(200, "The message", StoredMessage)], query=(_BODY_FLAG,)),
+    Route("GET", "/v1/groups", "list_groups",
+          "Every consumer group that has settings, with them.",
+          [Answer(200, "Groups", GroupSettingsList)]),
+    Route("PUT", "/v1/groups/{group}/settings", "put_group_settings",
+          "Create (201) or change (200) a group's retry settings, written to disk before the "
+          "answer; fields not given keep their value (or the default: 1 retry queue, 16 "
+          "retries).",
+          [Answer(200, "Changed", GroupSettingsAnswer),
+           Answer(201, "Created", GroupSettingsAnswer)],
+          request=GroupSettingsPatch, request_required=False),
+    Route("GET", "/v1/groups/{group}/settings", "get_group_settings",
+          "A group's retry settings; 404 SUBSCRIPTION_GROUP_NOT_EXIST when it has none (R2).",
+          [Answer(200, "Settings", GroupSettingsAnswer)]),
+    Route("PUT", "/v1/groups/{group}/offsets", "commit_offset",
+          "Commit a group's progress on one queue.", [Answer(200, "Committed", OffsetCommitted)],
+          request=OffsetCommit, errors=(403,)),
+    Route("GET", "/v1/groups/{group}/offsets", "get_offsets",
+          "A group's committed offsets (empty when it committed none).",
+          [Answer(200, "Offsets", "GroupOffsets")], query=(Param("topic", TOPIC_SCHEMA),)),
+    Route("POST", "/v1/groups/{group}/heartbeat", "heartbeat",
+          "Register or refresh a consumer (C1); reports subscription mismatches (C5).",
+          [Answer(200, "The group's live consumers", "HeartbeatAnswer")], request=Heartbeat,
+          errors=(403,)),
+    Route("POST", "/v1/groups/{group}/locks", "lock_queues",
+          "Lock or renew a batch of queues for an orderly consumer (RocketMQ lockBatchMQ): an "
+          "orderly consumer in clustering mode consumes a queue only while it holds its lock.",
+          [Answer(200, "The queues the client now holds", LockAnswer)], request=LockRequest,
+          errors=(403,),
+          description="A queue held by another client whose lock has not expired "
+                      "(CLEPSYDRA_STORE_LOCK_EXPIRY_S, default 60 s since its last lock) is "
+                      "left out of the answer. Locks live in memory: after a store restart "
+                      "every queue is free."),
+    Route("POST", "/v1/groups/{group}/locks/unlock", "unlock_queues",
+          "Release queues the client holds (RocketMQ unlockBatchMQ); queues held by another "
+          "client are left alone.",
+          [Answer(200, "The queues released", UnlockAnswer)], request=LockRequest,
+          errors=(403,)),
+    Route("GET", "/v1/groups/{group}/locks", "list_locks",
+          "The group's orderly queue locks that have not expired.",
+          [Answer(200, "Locks held", LockList)]),
+    Route("GET", "/v1/groups/{group}/consumers", "list_consumers",
+          "Live consumers of a group (expired after CLEPSYDRA_STORE_CONSUMER_EXPIRY_MS).",
+          [Answer(200, "Consumers", "Consumers")]),
+    Route("DELETE", "/v1/groups/{group}/consumers/{clientId}", "unregister_consumer",
+          "Unregister a consumer at its shutdown.",
+          [Answer(200, "Removed or not registered", {
+              "type": "object", "required": ["removed"],
+              "properties": {"removed": {"type": "boolean"}}})]),
+    Route("GET", "/v1/schedule/levels", "schedule_levels",
+          "The delay-level table with each schedule queue's bounds and handed-over mark.",
+          [Answer(200, "Levels", LevelTable)]),
+    Route("GET", "/v1/schedule/levels/{level}/entries", "schedule_entries",
+          "Deliver timestamps of a level's schedule entries from an offset (D3).",
+          [Answer(200, "Entries", ScheduleEntries)],
+          query=(_offset("schedule queue offset to read from"),
+                 _max(DEFAULT_ENTRIES, MAX_ENTRIES))),
+    Route("POST", "/v1/schedule/levels/{level}/handover", "handover",
+          "Hand due entries over to their real topics (D4-D9): never early, never twice.",
+          [Answer(200, "Outcome", HandoverAnswer)], request=HandoverRequest, errors=(403,),
+          description="Continues at handedOver + 1 (the entry after the level's durable mark) "
+                      "whatever fromOffset names: a fromOffset at or below the mark writes "
+                      "nothing twice (D9, counted in skipped), one ahead of the mark starts at "
+                      "handedOver + 1 all the same (no entry is ever skipped); the answer's "
+                      "fromOffset is where it really started. At most max entries from there, "
+                      "while due (D3, D5)."),
+    Route("POST", "/v1/internal/topics", "create_system_topic",
+          "Create a %RETRY% or %DLQ% topic (retry service only).",
+          [Answer(201, "Created", TopicAnswer), Answer(200, "Already exists", TopicAnswer)],
+          request=TopicCreate, errors=(403, 409),
+          error_text={403: "FORBIDDEN: not a %RETRY% or %DLQ% topic (S3), or NO_PERMISSION",
+                      409: "TOPIC_CONFLICT: it exists with another queue count"}),
+    Route("POST", "/v1/internal/copy", "copy",
+          "Copy stored messages into other topics (send-back, DLQ, resend); bodies never "
+          "cross the wire.", [Answer(201, "Copied", ProduceResults), FLUSH_TIMEOUT],
+          request=CopyBatch, errors=(403, 404, 507), error_text=DISK_FULL),
+    Route("POST", "/v1/internal/copy-range", "copyRange",
+          "Copy queue offsets [fromOffset, fromOffset+max) of one queue to a topic, or each "
+          "message to its original topic (RETRY_TOPIC): the DLQ 'resend all' (R16) in one "
+          "write, no message crossing the wire.",
+          [Answer(201, "Copied", RangeCopyAnswer), FLUSH_TIMEOUT], request=RangeCopy,
+          errors=(403, 404, 507), error_text=DISK_FULL),
+    Route("GET", "/healthz", "healthz", "Liveness and whether the store accepts writes.",
+          [Answer(200, "Up", {"type": "object", "required": ["status", "writable"],
+                              "properties": {"status": {"type": "string", "enum": ["ok"]},
+                                             "writable": {"type": "boolean"}}})]),
+    Route("GET", "/metrics", "metrics", "Prometheus text exposition.",
+          [Answer(200, "Metrics", {"type": "string"}, media="text/plain")]),
+    Route("GET", "/openapi.json", "openapi", "This document.",
+          [Answer(200, "OpenAPI 3.1 document", {"type": "object"})]),
+]
+
+API = Api(
+    title="Clepsydra store", version="1.0.0",
+    description="The store service: CommitLog and ConsumeQueue owner (DESIGN.md HTTP contract "
+                "v1, docs/contracts.md). Errors are {error, message}; every route answers JSON "
+                "except /metrics. A method a path does not list is 405 METHOD_NOT_ALLOWED with "
+                "an Allow header. Generated from clepsydra_store.api.contract (make openapi).",
+    routes=ROUTES, path_params=PATH_PARAMS, schemas=SCHEMAS,
+    servers=("http://127.0.0.1:8081",))
