@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pytest
 import requests
 
-from clepsydra_web.slow_clients import PEEK_BYTES, request_complete
+from clepsydra_web.slow_clients import READY_BYTES, request_complete
 from tests.fixtures.processes import HttpService, RedisServer, free_port, store_service
 
 pytestmark = pytest.mark.integration
@@ -142,4 +142,14 @@ def test_what_counts_as_a_whole_request() -> None:
     chunked = b"POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
     assert not request_complete(chunked + b"5\r\nabcde\r\n")
     assert request_complete(chunked + b"5\r\nabcde\r\n0\r\n\r\n")
-    assert request_complete(b"X" * PEEK_BYTES)  # past one peek: the app reads at its pace
+    assert request_complete(b"X" * READY_BYTES)  # past one peek: the app reads at its pace
+
+
+def test_a_request_larger_than_what_is_buffered_is_served(services: Services) -> None:
+    # a batch of 300 KiB: it goes to a thread once READY_BYTES arrived, and the thread reads
+    # the rest (before, a guard that waited for all of it never let it through)
+    messages = [{"body": f"{i:04d}" + "x" * 1020} for i in range(300)]
+    sent = requests.post(f"{services.store.url}/v1/topics/{TOPIC}/messages/batch",
+                         json={"messages": messages}, timeout=ANSWER_S)
+    assert sent.status_code == 201, sent.text[:300]
+    assert len(sent.json()["results"]) == 300
