@@ -91,20 +91,25 @@ def test_malformed_send_back_is_refused(body: Any) -> None:
 # ---- DLQ actions and filters ---------------------------------------------------------------
 def test_resend_action_shapes() -> None:  # SPEC R16
     one = parse_action({"msgIds": [msg_id(1), msg_id(1).lower()]}, resend=True, max_level=18)
-    assert one.msg_ids == (msg_id(1),) and one.target == "origin"  # deduplicated
+    # deduplicated; issue 20.5: by default into the group's own retry topic
+    assert one.msg_ids == (msg_id(1),) and one.target == "retry"
     every = parse_action({"all": True, "target": "retry", "delayLevel": 2,
                           "maxPerSecond": 50}, resend=True, max_level=18)
     assert every.all and every.delay_level == 2 and every.max_per_second == 50.0
     some = parse_action({"filter": {"topic": "T", "fromMs": 5}}, resend=True, max_level=18)
     assert some.filter == DlqFilter(topic="T", from_ms=5)
-    assert some.describe(10) == {"filter": {"topic": "T", "fromMs": 5}, "target": "origin"}
+    assert some.describe(10) == {"filter": {"topic": "T", "fromMs": 5}, "target": "retry",
+                                 "delayLevel": 0}
+    home = parse_action({"all": True, "target": "origin"}, resend=True, max_level=18)
+    assert home.target == "origin"
 
 
 @pytest.mark.parametrize("body", [
     {}, {"all": True, "msgIds": ["x"]}, {"msgIds": []}, {"msgIds": ["zz"]}, {"msgIds": "x"},
     {"all": "yes"}, {"filter": {}}, {"filter": {"bogus": 1}}, {"filter": {"fromMs": -1}},
     {"filter": {"fromMs": 5, "toMs": 5}}, {"all": True, "target": "elsewhere"},
-    {"all": True, "delayLevel": 2}, {"all": True, "target": "retry", "delayLevel": 19},
+    {"all": True, "target": "origin", "delayLevel": 2},
+    {"all": True, "target": "retry", "delayLevel": 19},
     {"all": True, "target": "retry", "delayLevel": -1}, {"all": True, "maxPerSecond": 0},
     {"all": True, "maxPerSecond": "fast"}, {"all": True, "extra": 1}, [1],
 ])

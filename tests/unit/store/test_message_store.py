@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from clepsydra_core import naming
@@ -227,6 +229,26 @@ def test_copy_keeps_message_and_applies_changes(open_store: OpenStore) -> None:
     with pytest.raises(MessageNotFound) as info:
         store.copy([CopyItem(999_999, retry)])
     assert "999999" in str(info.value)
+
+
+def test_copy_appends_to_a_list_property(open_store: OpenStore) -> None:
+    # issue 20.5: a DLQ resend is appended to the message's RESEND_HISTORY by the copy
+    store = open_store()
+    store.create_topic("T", 1)
+    original = store.put(PutRequest("T", b"x"))
+    retry = naming.retry_topic("g")
+    [first] = store.copy([CopyItem(original.commitlog_offset, retry,
+                                   append_properties={P.RESEND_HISTORY: '{"n":1}'})])
+    [second] = store.copy([CopyItem(first.commitlog_offset, retry,
+                                    append_properties={P.RESEND_HISTORY: '{"n":2}'})])
+    props = store.get_by_commitlog_offset(second.commitlog_offset).properties
+    assert json.loads(props[P.RESEND_HISTORY]) == [{"n": 1}, {"n": 2}]
+    end = store.get_topic(retry).queues[0].max_offset
+    with pytest.raises(ValidationError, match="appendProperties"):
+        store.copy([CopyItem(original.commitlog_offset, retry),
+                    CopyItem(original.commitlog_offset, retry,
+                             append_properties={P.RESEND_HISTORY: "not json"})])
+    assert store.get_topic(retry).queues[0].max_offset == end  # nothing written
 
 
 def test_tag_filter_on_pull(open_store: OpenStore) -> None:

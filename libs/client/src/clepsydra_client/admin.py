@@ -290,15 +290,16 @@ class AdminClient:
 
     def dlq_resend(self, group: str, msg_ids: list[str] | None = None, *,
                    all_messages: bool = False, dlq_filter: DlqFilter | None = None,
-                   to_retry: bool = False, delay_level: int = 0,
+                   to_origin: bool = False, delay_level: int = 0,
                    max_per_second: float | None = None) -> dict[str, Any]:
-        """Resend to the original topics (or into the retry topic at a level): one, a
-        filter, or all (R16). ``{resent, skipped, target}``."""
+        """Resend into the group's retry topic at a level, so the group alone receives them
+        again; ``to_origin``: back to their original topics, where every subscribed group
+        does: one, a filter, or all (R16). ``{resent, skipped, target}``."""
         body = self._selection(msg_ids, all_messages, dlq_filter)
-        if to_retry:
-            body["target"] = "retry"
-            if delay_level:
-                body["delayLevel"] = delay_level
+        if to_origin:
+            body["target"] = "origin"
+        elif delay_level:
+            body["delayLevel"] = delay_level
         if max_per_second:
             body["maxPerSecond"] = max_per_second
         return self.retry.post(self.retry.path("/v1/groups/{}/dlq/resend", group), body,

@@ -372,10 +372,10 @@ def dlq_resend(args: argparse.Namespace, ctx: Context) -> Output:
     if not (args.msg_ids or args.all or flt):
         raise ValidationError("say what to resend: msgIds, --all, or a filter (--topic, --key, "
                               "--reason)")
-    if args.delay_level and not args.to_retry:
-        raise ValidationError("--delay-level applies with --to-retry only")
+    if args.to_origin and (args.to_retry or args.delay_level):
+        raise UsageError("--to-origin goes with neither --to-retry nor --delay-level")
     admin = ctx.admin()
-    kw: dict[str, Any] = {"to_retry": args.to_retry, "delay_level": args.delay_level,
+    kw: dict[str, Any] = {"to_origin": args.to_origin, "delay_level": args.delay_level,
                           "max_per_second": args.rate}
     if args.msg_ids:
         resent = skipped = 0
@@ -390,11 +390,12 @@ def dlq_resend(args: argparse.Namespace, ctx: Context) -> Output:
     else:
         ctx.err.write("resending (the retry service works through the DLQ)...\n")
         data = admin.dlq_resend(args.group, all_messages=args.all, dlq_filter=flt, **kw)
-    where = f"the retry topic of {args.group}" if args.to_retry else "their original topics"
+    where = ("their original topics (every subscribed group)" if args.to_origin
+             else f"the retry topic of {args.group} (this group alone)")
     text = f"resent {data.get('resent', 0)} messages to {where}"
     if data.get("skipped"):
         text += (f"; skipped {data['skipped']} (no original topic, or it no longer exists: "
-                 "resend them with --to-retry)")
+                 "resend them without --to-origin)")
     return Output(data, text)
 
 

@@ -3,11 +3,17 @@
 A group's dead letters are queue 0 of `%DLQ%<group>` in the store. The store's CommitLog is
 append-only, so "resent" and "purged" messages are hidden here (``dlq_state``): a set of msgIds
 and a floor queue offset. Resends are one store copy call per batch (bodies stay in the store);
-every resend and purge is appended to the group's audit list.
+every resend and purge is appended to the group's audit list, and each resent message carries
+the resend in its ``RESEND_HISTORY``.
+
+A resend goes into the group's own retry topic by default (``%RETRY%<group>``, as RocketMQ
+redelivers through it): only that group consumes it again. ``target: "origin"`` puts it back on
+its original topic instead, where every group subscribed to that topic receives it (issue 20.5).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import time
@@ -167,6 +173,7 @@ class DlqToolkit:
         message = self._locate(group, msg_id, self._state.floor(group), with_body=True)
         out = summarize(message)
         out["failureHistory"] = policy.parse_history(message["properties"].get(P.FAILURE_HISTORY))
+        out["resendHistory"] = policy.parse_history(message["properties"].get(P.RESEND_HISTORY))
         return out
 
     def depth(self, group: str) -> int:
@@ -182,8 +189,10 @@ class DlqToolkit:
 
     # ---- changing --------------------------------------------------------------------------
     def resend(self, group: str, body: object, client: str) -> dict[str, Any]:
-        """Resend one / a filter / all to the original topic (RETRY_TOPIC), or into the retry
-        topic at a chosen level; reconsumeTimes starts again at 0, failure history is kept."""
+        """Resend one / a filter / all into the group's retry topic at a chosen level (the
+        default: only this group receives them), or to the original topic (RETRY_TOPIC);
+        reconsumeTimes starts again at 0, failure history is kept, the resend is appended to
+        each message's RESEND_HISTORY."""
         action = parse_action(body, resend=True, max_level=self._levels.max_level)
         settings = self._groups.get(group)
         if not self._store.is_writable():
@@ -196,8 +205,10 @@ class DlqToolkit:
             retry_queues = self._store.ensure_topic(naming.retry_topic(group),
                                                     settings.retry_queue_nums)
         progress = _Progress()
+        entry = json.dumps({"time": self._clock_ms(), "client": client, "group": group,
+                            "target": action.target}, separators=(",", ":"))
         try:
-            self._resend(group, action, retry_queues, progress)
+            self._resend(group, action, retry_queues, progress, {P.RESEND_HISTORY: entry})
         except ClepsydraError as exc:
             if progress.done:  # a partial resend is still recorded, with what stopped it
                 self._audit(group, "resend", action, progress.done, client,
@@ -211,7 +222,7 @@ class DlqToolkit:
         return result
 
     def _resend(self, group: str, action: DlqAction, retry_queues: int,
-                progress: _Progress) -> None:
+                progress: _Progress, history: dict[str, str]) -> None:
         floor = self._state.floor(group)
         origins: dict[str, bool] = {}
         started = time.monotonic()
@@ -222,10 +233,11 @@ class DlqToolkit:
                 if problem:
                     raise ValidationError(f"cannot resend msgId {message['msgId']}: {problem}",
                                           rule="R16", code="INVALID_REQUEST")
-            self._resend_chunked(group, located, action, retry_queues, progress, started)
+            self._resend_chunked(group, located, action, retry_queues, progress, started,
+                                 history)
         elif (action.filter is None and not action.max_per_second
               and self._state.removed_count(group) == 0):
-            self._resend_ranges(group, action, floor, progress)
+            self._resend_ranges(group, action, floor, progress, history)
         else:
             low, high = self._bounds(group)
             contiguous = action.filter is None
@@ -241,12 +253,12 @@ class DlqToolkit:
                     else:
                         todo.append(message)
                 self._resend_chunked(group, todo, action, retry_queues, progress, started,
-                                     floor_up=contiguous)
+                                     history, floor_up=contiguous)
             if contiguous and high > 0:
                 self._raise_floor(group, high)
 
     def _resend_ranges(self, group: str, action: DlqAction, floor: Floor,
-                       progress: _Progress) -> None:
+                       progress: _Progress, history: dict[str, str]) -> None:
         """Resend all, nothing hidden one by one, no rate limit: the store copies the DLQ a
         range at a time (``/v1/internal/copy-range``), no message crosses the wire. The floor
         follows while every message went; after a skip, copied msgIds are hidden one by one
@@ -262,7 +274,8 @@ class DlqToolkit:
             r = self._store.copy_range(RangeCopy(
                 topic=naming.dlq_topic(group), queue_id=0, from_offset=offset, target=target,
                 max_count=min(self._batch, high - offset), delay_level=level,
-                reconsume_times=0, remove_properties=RESEND_REMOVES))
+                reconsume_times=0, remove_properties=RESEND_REMOVES,
+                append_properties=history))
             progress.done += r.copied
             progress.skipped += len(r.skipped)
             contiguous = contiguous and not r.skipped
@@ -294,7 +307,7 @@ class DlqToolkit:
         return None
 
     def _copy_item(self, group: str, message: dict[str, Any], action: DlqAction,
-                   retry_queues: int) -> CopyItem:
+                   retry_queues: int, history: dict[str, str]) -> CopyItem:
         """The copy of one dead letter: back to its group's retry topic, or to its origin."""
         props = message.get("properties", {})
         removes = tuple(n for n in RESEND_REMOVES if n in props)
@@ -303,13 +316,13 @@ class DlqToolkit:
             return CopyItem(offset, naming.retry_topic(group),
                             queue_id=self._rng.randrange(max(retry_queues, 1)),
                             delay_level=action.delay_level or 0, reconsume_times=0,
-                            remove_properties=removes)
+                            remove_properties=removes, append_properties=history)
         return CopyItem(offset, props[P.RETRY_TOPIC], reconsume_times=0,
-                        remove_properties=removes)
+                        remove_properties=removes, append_properties=history)
 
     def _resend_chunked(self, group: str, messages: list[dict[str, Any]], action: DlqAction,
-                        retry_queues: int, progress: _Progress, started: float, *,
-                        floor_up: bool = False) -> None:
+                        retry_queues: int, progress: _Progress, started: float,
+                        history: dict[str, str], *, floor_up: bool = False) -> None:
         chunk = self._batch
         if action.max_per_second:
             chunk = max(1, min(chunk, int(action.max_per_second / 10)))
@@ -319,7 +332,8 @@ class DlqToolkit:
                 wait_s = started + progress.done / action.max_per_second - time.monotonic()
                 if wait_s > 0:
                     self._sleep(wait_s)
-            self._store.copy([self._copy_item(group, m, action, retry_queues) for m in part])
+            self._store.copy([self._copy_item(group, m, action, retry_queues, history)
+                              for m in part])
             if floor_up:
                 last = part[-1]
                 self._state.raise_floor(group, Floor(int(last["queueOffset"]) + 1,
@@ -378,4 +392,5 @@ def summarize(message: dict[str, Any]) -> dict[str, Any]:
     out["originTopic"] = props.get(P.RETRY_TOPIC)
     out["dlqReason"] = props.get(P.DLQ_REASON)
     out["attempts"] = len(policy.parse_history(props.get(P.FAILURE_HISTORY)))
+    out["resends"] = len(policy.parse_history(props.get(P.RESEND_HISTORY)))
     return out

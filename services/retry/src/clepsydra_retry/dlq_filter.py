@@ -107,8 +107,10 @@ class DlqAction:
     msg_ids: tuple[str, ...] | None = None
     all: bool = False
     filter: DlqFilter | None = None
-    target: str = "origin"
-    """Resend only: "origin" or "retry"; empty for a purge."""
+    target: str = "retry"
+    """Resend only: "retry" (the group's retry topic: the group alone receives it again; the
+    default) or "origin" (the original topic: every group subscribed to it); empty for a
+    purge."""
     delay_level: int = 0
     max_per_second: float | None = None
 
@@ -151,7 +153,7 @@ def _msg_ids(value: object) -> tuple[str, ...]:
 
 
 def parse_action(body: object, *, resend: bool, max_level: int) -> DlqAction:
-    """A resend body ``{msgIds | all: true | filter: {...}, target?: "origin"|"retry",
+    """A resend body ``{msgIds | all: true | filter: {...}, target?: "retry"|"origin",
     delayLevel?, maxPerSecond?}`` or a purge body ``{msgIds | all: true | filter}``."""
     if body is None:
         body = {}
@@ -177,9 +179,9 @@ def parse_action(body: object, *, resend: bool, max_level: int) -> DlqAction:
         flt = DlqFilter.parse(body["filter"])
         if flt.is_empty():
             raise _bad("filter is empty (use all: true to select every dead letter)")
-    target = body.get("target", "origin") if resend else ""
+    target = body.get("target", "retry") if resend else ""
     if resend and target not in ("origin", "retry"):
-        raise _bad(f"target must be 'origin' or 'retry', got {target!r}")
+        raise _bad(f"target must be 'retry' (the default) or 'origin', got {target!r}")
     level = body.get("delayLevel", 0)
     if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= max_level:
         raise _bad(f"delayLevel must be a whole number in 0..{max_level}, got {level!r}")

@@ -21,9 +21,9 @@ from clepsydra_core.levels import DelayLevels
 from clepsydra_core.retry_rules import max_reconsume_times_or, retry_level_for
 from clepsydra_core.wire.retry import SendBackAnswer, SendBackRequest
 
-HISTORY_MAX_ENTRIES = 32
+HISTORY_MAX_ENTRIES = P.LIST_MAX_ENTRIES
 """Failure history keeps the newest attempts only, so properties stay bounded (P1)."""
-REASON_MAX_CHARS = 1024
+REASON_MAX_CHARS = P.UNPARSED_MAX_CHARS
 """A failure reason longer than this is cut (exception texts can be huge)."""
 
 DLQ_REASON_MAX_TIMES = "max_reconsume_times"
@@ -119,15 +119,7 @@ def append_history(raw: str | None, entry: dict[str, Any],
                    max_entries: int = HISTORY_MAX_ENTRIES) -> str:
     """The FAILURE_HISTORY JSON list with ``entry`` appended, newest ``max_entries`` kept.
     Text that is not a JSON list (a client may set the property) is kept as one entry."""
-    history: list[Any] = []
-    if raw:
-        try:
-            parsed = json.loads(raw)
-        except ValueError:
-            parsed = None
-        history = parsed if isinstance(parsed, list) else [{"unparsed": raw[:REASON_MAX_CHARS]}]
-    history.append(entry)
-    return json.dumps(history[-max_entries:], ensure_ascii=False, separators=(",", ":"))
+    return P.append_to_list(raw, entry, max_entries)
 
 
 def parse_history(raw: str | None) -> list[Any]:

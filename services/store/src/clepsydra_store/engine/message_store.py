@@ -226,7 +226,8 @@ class MessageStore(StoreCore):
             items.append(self._preparer.copy(CopyItem(
                 commitlog_offset=record.commitlog_offset, topic=target,
                 delay_level=req.delay_level, reconsume_times=req.reconsume_times,
-                remove_properties=req.remove_properties), record, ensure))
+                remove_properties=req.remove_properties,
+                append_properties=req.append_properties), record, ensure))
             copied.append(record.msg_id)
         last = read.messages[-1].commitlog_offset if read.messages else None
         return RangeCopyResult(len(copied), copied, skipped, read.next_offset, last,

@@ -6,6 +6,7 @@ under the lock by MessageStore."""
 from __future__ import annotations
 
 import itertools
+import json
 import zlib
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
@@ -226,6 +227,9 @@ class Preparer:
         for name in req.remove_properties:
             props.pop(name, None)
         props.update(validate_properties(req.set_properties, allow_reserved=True))
+        for name, entry in req.append_properties.items():
+            props[name] = P.append_to_list(props.get(name), _json_entry(name, entry))
+            validate_properties({name: props[name]}, allow_reserved=True)
         reconsume = record.reconsume_times if req.reconsume_times is None else req.reconsume_times
         delay_ms = 0
         if level > 0 and not is_transaction_prepared_or_rollback(record.sys_flag):
@@ -234,6 +238,15 @@ class Preparer:
                               sys_flag=record.sys_flag, born_timestamp=record.born_timestamp,
                               born_host=record.born_host, reconsume_times=reconsume,
                               delay_ms=delay_ms, max_size=self.config.segment_size_bytes)
+
+
+def _json_entry(name: str, entry: str) -> object:
+    """One entry of a copy's ``append_properties``: JSON text (400 when it is not)."""
+    try:
+        return json.loads(entry)
+    except ValueError as exc:
+        raise ValidationError(f"appendProperties[{name!r}] is not JSON: {exc}",
+                              code="INVALID_PROPERTIES") from exc
 
 
 def _retry_counts(props: dict[str, str], reconsume: int, default_max: int) -> tuple[int, int]:
