@@ -58,7 +58,13 @@ def test_send_back_by_offset_or_msg_id() -> None:  # SPEC R1
     assert locator.commitlog_offset == 42 and locator.msg_id is None
     assert request.delay_level == 0 and request.max_reconsume_times is None
     locator, _ = parse_request({"msgId": msg_id(42).lower(), "commitLogOffset": 42})
-    assert locator.commitlog_offset == 42 and locator.msg_id == msg_id(42)
+    assert locator.commitlog_offset == 42 and locator.msg_id == msg_id(42).lower()
+    # issue 20.4: a msgId alone (the unique id, or an offsetMsgId) is found by the store's
+    # look-up by msgId; any id a producer may give
+    locator, _ = parse_request({"msgId": "ORDER-1-UNIQ", "topic": "T", "queueId": 0,
+                                "queueOffset": 3})
+    assert locator.commitlog_offset is None and locator.msg_id == "ORDER-1-UNIQ"
+    assert locator.hint == ("T", 0, 3)
 
 
 def test_send_back_full_body() -> None:
@@ -76,8 +82,8 @@ def test_any_negative_level_and_a_max_of_minus_one_are_taken() -> None:
 
 @pytest.mark.parametrize("body", [
     None, [], {}, {"delayLevel": 1}, {"commitLogOffset": -1}, {"commitLogOffset": "12"},
-    {"commitLogOffset": 1.0}, {"msgId": "nothex"}, {"msgId": 12},
-    {"msgId": msg_id(42), "commitLogOffset": 41}, {"commitLogOffset": 1, "delayLevel": -2**31 - 1},
+    {"commitLogOffset": 1.0}, {"msgId": "not an id"}, {"msgId": 12}, {"msgId": "x" * 256},
+    {"commitLogOffset": 1, "delayLevel": -2**31 - 1},
     {"commitLogOffset": 1, "delayLevel": "3"}, {"commitLogOffset": 1, "maxReconsumeTimes": -2},
     {"commitLogOffset": 1, "maxReconsumeTimes": 2**31}, {"commitLogOffset": 1, "reason": 5},
     {"commitLogOffset": 1, "delayLevel": True}, {"commitLogOffset": 1, "surprise": 1},
@@ -90,7 +96,7 @@ def test_malformed_send_back_is_refused(body: Any) -> None:
 
 # ---- DLQ actions and filters ---------------------------------------------------------------
 def test_resend_action_shapes() -> None:  # SPEC R16
-    one = parse_action({"msgIds": [msg_id(1), msg_id(1).lower()]}, resend=True, max_level=18)
+    one = parse_action({"msgIds": [msg_id(1), msg_id(1)]}, resend=True, max_level=18)
     # deduplicated; issue 20.5: by default into the group's own retry topic
     assert one.msg_ids == (msg_id(1),) and one.target == "retry"
     every = parse_action({"all": True, "target": "retry", "delayLevel": 2,
@@ -105,7 +111,7 @@ def test_resend_action_shapes() -> None:  # SPEC R16
 
 
 @pytest.mark.parametrize("body", [
-    {}, {"all": True, "msgIds": ["x"]}, {"msgIds": []}, {"msgIds": ["zz"]}, {"msgIds": "x"},
+    {}, {"all": True, "msgIds": ["x"]}, {"msgIds": []}, {"msgIds": ["z z"]}, {"msgIds": "x"},
     {"all": "yes"}, {"filter": {}}, {"filter": {"bogus": 1}}, {"filter": {"fromMs": -1}},
     {"filter": {"fromMs": 5, "toMs": 5}}, {"all": True, "target": "elsewhere"},
     {"all": True, "target": "origin", "delayLevel": 2},

@@ -46,8 +46,10 @@ def test_put_then_read_round_trips_every_field(open_store: OpenStore) -> None:
     assert (record.flag, record.born_timestamp, record.born_host) == (7, 123, BORN_HOST)
     assert record.commitlog_offset == result.commitlog_offset
     assert record.store_timestamp == result.store_timestamp
-    assert record.msg_id == result.msg_id
-    assert store.get_by_msg_id(result.msg_id) == record
+    assert record.msg_id == result.msg_id == "u-1"  # issue 20.4: the unique id
+    assert record.offset_msg_id == result.offset_msg_id
+    assert store.get_by_msg_id(result.msg_id) == [record]
+    assert store.get_by_msg_id(result.offset_msg_id) == [record]
     assert store.get_by_commitlog_offset(result.commitlog_offset) == record
     assert store.get_by_key("Orders", "k2") == [record]
     assert store.get_by_key("Orders", "u-1") == [record]
@@ -287,4 +289,4 @@ def test_r10_takes_plain_sends_only_and_the_groups_settings(open_store: OpenStor
     assert plain.topic == naming.dlq_topic("G")  # the group's max is 3, not 16
     below = store.put(PutRequest(retry, b"below", properties={P.RECONSUME_TIME: "2"}))
     assert below.topic == retry
-    assert store.get_by_msg_id(delayed.msg_id).reconsume_times == 3
+    assert store.get_by_msg_id(delayed.offset_msg_id)[0].reconsume_times == 3

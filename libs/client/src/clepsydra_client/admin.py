@@ -160,15 +160,23 @@ class AdminClient:
 
     # ---- messages ------------------------------------------------------------------------
 
-    def message(self, msg_id: str) -> Message:
-        """A message by msgId (``{messages: [message]}``)."""
+    def message_copies(self, msg_id: str) -> list[Message]:
+        """Every stored copy of a message, oldest first - parked, delivered, retried,
+        dead-lettered, resent (issue 20.4) - by its msgId or one copy's offsetMsgId;
+        MessageNotFound when there is none."""
         raw = self.store.get(self.store.path("/v1/messages/{}", msg_id))
         found = raw.get("messages")
-        if isinstance(found, list):
-            if not found:
-                raise MessageNotFound(f"no message with msgId {msg_id}")
-            return Message.from_json(found[0])
-        return Message.from_json(raw)
+        copies = ([Message.from_json(m) for m in found] if isinstance(found, list)
+                  else [Message.from_json(raw)])
+        if not copies:
+            raise MessageNotFound(f"no message with msgId {msg_id}")
+        return copies
+
+    def message(self, msg_id: str) -> Message:
+        """A message by msgId: the copy whose offsetMsgId it is, else its newest copy."""
+        copies = self.message_copies(msg_id)
+        named = [m for m in copies if m.offset_msg_id.upper() == msg_id.upper()]
+        return (named or copies)[-1]
 
     def messages_by_key(self, topic: str, key: str) -> list[Message]:
         raw = self.store.get("/v1/messages", {"topic": topic, "key": key})

@@ -1,10 +1,12 @@
 """The DLQ toolkit (SPEC R16 Beyond): list, show, resend, purge, audit, depth.
 
 A group's dead letters are queue 0 of `%DLQ%<group>` in the store. The store's CommitLog is
-append-only, so "resent" and "purged" messages are hidden here (``dlq_state``): a set of msgIds
-and a floor queue offset. Resends are one store copy call per batch (bodies stay in the store);
-every resend and purge is appended to the group's audit list, and each resent message carries
-the resend in its ``RESEND_HISTORY``.
+append-only, so "resent" and "purged" messages are hidden here (``dlq_state``): a set of
+offsetMsgIds (one per dead-letter copy: a message dead-lettered again after a resend is another
+copy with the same msgId) and a floor queue offset. Requests name dead letters by msgId (or
+offsetMsgId), found with the store's look-up by msgId. Resends are one store copy call per
+batch (bodies stay in the store); every resend and purge is appended to the group's audit
+list, and each resent message carries the resend in its ``RESEND_HISTORY``.
 
 A resend goes into the group's own retry topic by default (``%RETRY%<group>``, as RocketMQ
 redelivers through it): only that group consumes it again. ``target: "origin"`` puts it back on
@@ -26,7 +28,7 @@ from clepsydra_core import naming
 from clepsydra_core import properties as P
 from clepsydra_core.errors import ClepsydraError, MessageNotFound, NoPermission, ValidationError
 from clepsydra_core.levels import DelayLevels
-from clepsydra_core.msgid import decode_msg_id
+from clepsydra_core.msgid import check_id
 from clepsydra_core.wire.copy import ORIGIN, CopyItem, RangeCopy
 from clepsydra_retry import policy
 from clepsydra_retry.dlq_filter import DlqAction, DlqFilter, parse_action
@@ -122,7 +124,7 @@ class DlqToolkit:
         above = [m for m in messages if int(m["queueOffset"]) >= floor.queue_offset]
         if not above or self._state.removed_count(group) == 0:
             return above  # the usual case: nothing hidden one by one, no per-id look-up
-        flags = self._state.removed_flags(group, [str(m["msgId"]) for m in above])
+        flags = self._state.removed_flags(group, [copy_id(m) for m in above])
         return [m for m, removed in zip(above, flags, strict=True) if not removed]
 
     def list_page(self, group: str, queue_offset: int | None, max_count: int,
@@ -149,28 +151,29 @@ class DlqToolkit:
             next_offset = max(next_offset, scan_end)
         return {"messages": found, "nextOffset": next_offset, "maxOffset": high}
 
-    def _locate(self, group: str, msg_id: str, floor: Floor, *,
-                with_body: bool) -> dict[str, Any]:
-        """The DLQ message with this msgId, or NotInDlq naming it (and the group)."""
-        offset = decode_msg_id(msg_id).commitlog_offset
+    def _locate(self, group: str, msg_id: str, floor: Floor) -> list[dict[str, Any]]:
+        """The visible dead letters of the group with this msgId (or offsetMsgId), oldest
+        first, or NotInDlq naming it (and the group)."""
         where = f"msgId {msg_id} is not in the DLQ of group {group!r}"
-        try:
-            message = self._store.message(offset, with_body=with_body)
-        except MessageNotFound as exc:
-            raise NotInDlq(f"{where}: no such message", rule="R16") from exc
-        if str(message.get("msgId", "")).upper() != msg_id.upper():
+        copies = self._store.copies(msg_id)
+        dlq = naming.dlq_topic(group)
+        dead = [m for m in copies if m.get("topic") == dlq]
+        if not dead:
+            if copies:
+                raise NotInDlq(f"{where}: it is in topic {copies[-1].get('topic')!r}",
+                               rule="R16")
             raise NotInDlq(f"{where}: no such message", rule="R16")
-        if message.get("topic") != naming.dlq_topic(group):
-            raise NotInDlq(f"{where}: it is in topic {message.get('topic')!r}", rule="R16")
-        if (int(message.get("queueOffset", 0)) < floor.queue_offset
-                or self._state.removed_flags(group, [str(message["msgId"])])[0]):
+        dead = [m for m in dead if int(m.get("queueOffset", 0)) >= floor.queue_offset]
+        flags = self._state.removed_flags(group, [copy_id(m) for m in dead]) if dead else []
+        visible = [m for m, removed in zip(dead, flags, strict=True) if not removed]
+        if not visible:
             raise NotInDlq(f"{where}: it was already resent or purged", rule="R16")
-        return message
+        return visible
 
     def show(self, group: str, msg_id: str) -> dict[str, Any]:
         """One dead letter with its body and its parsed attempt history."""
         self._groups.get(group)
-        message = self._locate(group, msg_id, self._state.floor(group), with_body=True)
+        message = self._locate(group, check_id(msg_id), self._state.floor(group))[-1]
         out = summarize(message)
         out["failureHistory"] = policy.parse_history(message["properties"].get(P.FAILURE_HISTORY))
         out["resendHistory"] = policy.parse_history(message["properties"].get(P.RESEND_HISTORY))
@@ -227,7 +230,7 @@ class DlqToolkit:
         origins: dict[str, bool] = {}
         started = time.monotonic()
         if action.msg_ids is not None:
-            located = [self._locate(group, m, floor, with_body=False) for m in action.msg_ids]
+            located = _unique([c for m in action.msg_ids for c in self._locate(group, m, floor)])
             for message in located:
                 problem = self._origin_problem(message, action, origins)
                 if problem:
@@ -340,7 +343,7 @@ class DlqToolkit:
                                                      int(last["commitLogOffset"]) + 1),
                                         compact=False)
             else:
-                self._state.remove(group, [str(m["msgId"]) for m in part])
+                self._state.remove(group, [copy_id(m) for m in part])
             progress.done += len(part)
 
     def purge(self, group: str, body: object, client: str) -> dict[str, Any]:
@@ -349,8 +352,8 @@ class DlqToolkit:
         self._groups.get(group)
         floor = self._state.floor(group)
         if action.msg_ids is not None:
-            located = [self._locate(group, m, floor, with_body=False) for m in action.msg_ids]
-            self._state.remove(group, [str(m["msgId"]) for m in located])
+            located = _unique([c for m in action.msg_ids for c in self._locate(group, m, floor)])
+            self._state.remove(group, [copy_id(m) for m in located])
             count = len(located)
         elif action.filter is None:
             count = self.depth(group)
@@ -360,7 +363,7 @@ class DlqToolkit:
             low, high = self._bounds(group)
             count = 0
             for page in self._pages(group, max(low, floor.queue_offset), high):
-                chosen = [str(m["msgId"]) for m in self._visible(group, floor, page)
+                chosen = [copy_id(m) for m in self._visible(group, floor, page)
                           if action.filter.matches(m)]
                 self._state.remove(group, chosen)
                 count += len(chosen)
@@ -382,6 +385,19 @@ class DlqToolkit:
         record = {"time": self._clock_ms(), "action": action_name, "what": action.describe(
             AUDIT_MSG_IDS), "count": count, "client": client, **extra}
         self._state.append_audit(group, record, self._audit_max)
+
+
+def copy_id(message: dict[str, Any]) -> str:
+    """Which dead-letter copy a message view is (its offsetMsgId): what is hidden."""
+    return str(message.get("offsetMsgId") or message["msgId"])
+
+
+def _unique(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each copy once (two ids named may find the same one), in the order found."""
+    seen: dict[str, dict[str, Any]] = {}
+    for message in messages:
+        seen.setdefault(copy_id(message), message)
+    return list(seen.values())
 
 
 def summarize(message: dict[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import Any
 
 from clepsydra_core import properties as P
 from clepsydra_core.errors import ValidationError
-from clepsydra_core.msgid import decode_msg_id
+from clepsydra_core.msgid import check_id
 from clepsydra_retry import policy
 from clepsydra_web.jsonio import parse_int
 
@@ -146,9 +146,9 @@ def _msg_ids(value: object) -> tuple[str, ...]:
     for item in value:
         if not isinstance(item, str):
             raise _bad(f"msgIds must be strings, got {item!r}")
-        decode_msg_id(item)  # INVALID_MSG_ID names it
-        if item.upper() not in out:
-            out.append(item.upper())
+        check_id(item)  # INVALID_MSG_ID names it
+        if item not in out:
+            out.append(item)
     return tuple(out)
 
 

@@ -45,10 +45,13 @@ class StoredHeaders:
     """What the decision needs of the stored message (its headers; the body stays in the store)."""
 
     msg_id: str
+    """The message's unique id, the same in every copy (issue 20.4)."""
     topic: str
     commitlog_offset: int
     reconsume_times: int
     properties: dict[str, str] = field(default_factory=dict)
+    offset_msg_id: str = ""
+    """Where this copy is stored."""
 
     @classmethod
     def from_json(cls, message: dict[str, Any]) -> StoredHeaders:
@@ -59,7 +62,13 @@ class StoredHeaders:
             commitlog_offset=int(message["commitLogOffset"]),
             reconsume_times=int(message.get("reconsumeTimes") or 0),
             properties=dict(message.get("properties") or {}),
+            offset_msg_id=str(message.get("offsetMsgId") or message["msgId"]),
         )
+
+    def named_by(self, msg_id: str) -> bool:
+        """True when ``msg_id`` is this copy's msgId or its offsetMsgId."""
+        wanted = msg_id.upper()
+        return wanted in (self.msg_id.upper(), self.offset_msg_id.upper())
 
 
 @dataclass(frozen=True, slots=True)

@@ -84,7 +84,8 @@ class SkippedCopy(WireValue):
 class RangeCopyAnswer(WireValue):
     copied: int
     copied_msg_ids: list[str]
-    """msgIds of the source messages copied, in queue order."""
+    """offsetMsgIds of the source copies copied, in queue order (each names one stored
+    record; the msgId is the same for every copy of a message)."""
     skipped: list[SkippedCopy]
     """Each source message left where it is, and why."""
     next_offset: int
