@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.e2e.test_stack import RunningStack, start_stack  # noqa: F401 - the fixture
 from tests.fixtures.processes import wait_until
+from tests.fixtures.stack import RunningStack
 
 pytestmark = pytest.mark.e2e
 
@@ -44,7 +44,7 @@ def _logs(stack: RunningStack) -> dict[str, list[str]]:
 
 
 def test_every_process_logs_json_and_an_idle_stack_says_nothing(
-        start_stack: Callable[..., RunningStack]) -> None:  # noqa: F811
+        start_stack: Callable[..., RunningStack]) -> None:
     stack = start_stack(CLEPSYDRA_SCHEDULER_RUN_S=str(RUN_S),
                         CLEPSYDRA_SCHEDULER_KEEPALIVE_S=str(RUN_S))
     created = requests.post(f"{stack.store_url}/v1/topics", json={"name": "quiet", "queues": 1},
@@ -74,7 +74,7 @@ def test_every_process_logs_json_and_an_idle_stack_says_nothing(
     assert added == {name: [] for name in OURS}, added
 
 
-def test_text_format_for_people(start_stack: Callable[..., RunningStack]) -> None:  # noqa: F811
+def test_text_format_for_people(start_stack: Callable[..., RunningStack]) -> None:
     stack = start_stack(CLEPSYDRA_LOG_FORMAT="text")
     for name, lines in _logs(stack).items():
         assert lines, f"{name} wrote nothing"
