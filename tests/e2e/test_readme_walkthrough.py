@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_stack import RunningStack, start_stack  # noqa: F401 (the fixture)
 from tests.fixtures.markdown import REPO, code_blocks, section, shell_commands
 from tests.fixtures.processes import wait_until
+from tests.fixtures.stack import RunningStack
 
 pytestmark = pytest.mark.e2e
 
@@ -81,13 +81,13 @@ def one(commands: list[str], needle: str) -> str:
 
 
 def test_readme_quick_start_then_the_client_tour(
-        start_stack: Callable[..., RunningStack], tmp_path: Path) -> None:  # noqa: F811
+        start_stack: Callable[..., RunningStack], tmp_path: Path) -> None:
     stack = start_stack()
     shell = Shell(stack, tmp_path)
 
     # ---- README.md "Quick start", the curl block ------------------------------------------
     quick = shell_commands(block_with(section(README, "Quick start"), "curl"))
-    assert len(quick) == 8, quick
+    assert len(quick) == 9, quick
 
     created = shell.json(one(quick, '"name": "orders"'))
     assert created["name"] == "orders" and len(created["queues"]) == 1
@@ -107,6 +107,11 @@ def test_readme_quick_start_then_the_client_tour(
     assert message["body"] == "charge order 42"
     assert {"DELIVER_TS", "REAL_TOPIC"} <= set(message["properties"])
     assert message["storeTimestamp"] >= sent["storeTimestamp"] + 10_000  # level 3, never early
+    # "with the msgId the send answered; every copy of it" (issue 20.4)
+    assert message["msgId"] == sent["msgId"] != message["offsetMsgId"]
+    copies = shell.json(one(quick, "/v1/messages/<msgId>").replace("<msgId>", sent["msgId"]))
+    assert [(c["topic"], c["msgId"]) for c in copies["messages"]] == [
+        ("SCHEDULE_TOPIC_XXXX", sent["msgId"]), ("orders", sent["msgId"])]
 
     # "a consumer group commits its progress, and sends a message back for a retry"
     committed = shell.json(one(quick, "/v1/groups/billing/offsets"))

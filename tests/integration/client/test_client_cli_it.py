@@ -3,6 +3,7 @@ the console script itself once."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pytest
 from clepsydra_client.listener import ConsumeResult
 from clepsydra_client.producer import OutgoingMessage
 from clepsydra_core import naming
+from clepsydra_core import properties as P
 from tests.fixtures.processes import wait_until
 
 if TYPE_CHECKING:
@@ -141,8 +143,11 @@ def test_dlq_commands(cli: Cli, admin: AdminClient, producer: Producer, consumer
 
     rec = recorder(decide)
     consumers(group, topic, rec)
+    bystander = recorder()  # another group on the same topic, consuming everything fine
+    consumers(names("other"), topic, bystander)
     producer.send_batch(topic, [_msg(b, keys=[f"key-{b}"]) for b in ("bad1", "bad2", "bad3")])
     wait_until(lambda: len(list(admin.dlq_messages(group))) == 3, 30, 0.1, what="3 dead")
+    bystander.wait_for(lambda seen: len(seen) == 3, what="the other group's three")
     listed = cli("dlq", "list", group)
     assert listed.code == 0 and "ValueError: rejected bad1" in listed.out
     dead = {m["body"]: m["msgId"] for m in cli("--json", "dlq", "list", group).json()}
@@ -154,6 +159,13 @@ def test_dlq_commands(cli: Cli, admin: AdminClient, producer: Producer, consumer
     one = cli("dlq", "resend", group, ids[0])
     assert one.code == 0 and "resent 1 messages" in one.out
     rec.wait_for(lambda seen: [m.text for m in seen].count("bad1") == 2, what="bad1 resent")
+    # issue 20.5: the resend reached this group alone (through its retry topic), counted from
+    # 0 again, with the resend in its history; the topic itself got nothing new
+    again = [m for m in rec.seen if m.text == "bad1"][-1]
+    assert again.is_retry and again.topic == topic and again.reconsume_times == 0
+    assert [e["target"] for e in json.loads(again.properties[P.RESEND_HISTORY])] == ["retry"]
+    assert admin.topic(topic).queues[0].max_offset == 3
+    assert sorted(bystander.bodies()) == ["bad1", "bad2", "bad3"]
     assert len(cli("--json", "dlq", "list", group).json()) == 2
     no_confirm = cli("dlq", "purge", group, "--key", "key-bad2")
     assert no_confirm.code == 1 and "--yes" in no_confirm.err

@@ -95,11 +95,19 @@ class Stack:
         result: dict[str, Any] = resp.json()
         return result
 
+    def copies(self, msg_id: str) -> list[dict[str, Any]]:
+        """Every stored copy of the message, oldest first (issue 20.4)."""
+        resp = self.http.get(f"{self.store.url}/v1/messages/{msg_id}")
+        assert resp.status_code == 200, resp.text
+        found: list[dict[str, Any]] = resp.json()["messages"]
+        return found
+
     def by_msg_id(self, msg_id: str) -> dict[str, Any]:
+        """The newest copy of the message (issue 20.4: a msgId names every copy of it)."""
         resp = self.http.get(f"{self.store.url}/v1/messages/{msg_id}")
         assert resp.status_code == 200, resp.text
         found: dict[str, Any] = resp.json()
-        return found["messages"][0] if "messages" in found else found
+        return found["messages"][-1] if "messages" in found else found
 
     def topic(self, name: str) -> dict[str, Any] | None:
         resp = self.http.get(f"{self.store.url}/v1/topics/{enc(name)}")

@@ -4,6 +4,7 @@ nothing."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -114,14 +115,16 @@ def test_show_one_with_history(dlq: Dlq) -> None:  # SPEC R16
     resp = dlq.stack.http.get(f"{dlq.base}/{sent['msgId']}")
     assert resp.status_code == 404 and resp.json()["error"] == "NOT_IN_DLQ"
     assert sent["msgId"] in resp.json()["message"]
-    assert dlq.stack.http.get(f"{dlq.base}/not-a-msgid").status_code == 400
+    assert dlq.stack.http.get(f"{dlq.base}/not a msgid").status_code == 400
+    # issue 20.4: any id a producer gave is a msgId; one nobody has is just not there
+    assert dlq.stack.http.get(f"{dlq.base}/not-a-msgid").status_code == 404
 
 
 def test_resend_one_to_the_original_topic(dlq: Dlq) -> None:  # SPEC R16
     keep = dlq.kill(body="stays")["msgId"]
     dead = dlq.kill(body="comes back", tags="TG", properties={"app": "v"})
     before = dlq.stack.pull_all(dlq.topic)
-    resp = dlq.post("resend", {"msgIds": [dead["msgId"]]})
+    resp = dlq.post("resend", {"msgIds": [dead["msgId"]], "target": "origin"})
     assert resp.status_code == 200 and resp.json()["resent"] == 1
     after = dlq.stack.pull_all(dlq.topic)
     assert len(after) == len(before) + 1
@@ -143,7 +146,7 @@ def test_resend_of_a_message_not_in_the_dlq_changes_nothing(dlq: Dlq) -> None:
         resp = dlq.post("resend", {"msgIds": ids})
         assert resp.status_code == 404, ids
         assert resp.json()["error"] == "NOT_IN_DLQ" and ids[-1] in resp.json()["message"]
-    resp = dlq.post("resend", {"msgIds": ["zz"]})
+    resp = dlq.post("resend", {"msgIds": ["z z"]})
     assert resp.status_code == 400 and resp.json()["error"] == "INVALID_MSG_ID"
     for bad in ({}, {"all": True, "msgIds": [dead]}, {"filter": {}}, {"all": True, "x": 1},
                 {"all": True, "target": "retry", "delayLevel": 99}, [dead]):
@@ -160,13 +163,13 @@ def test_resend_by_filter_and_all(dlq: Dlq) -> None:  # SPEC R16
     a = dlq.kill(body="a", keys="x")["msgId"]
     dlq.kill(topic=dlq.other, body="b", keys="y")
     dlq.kill(body="c", keys="x")
-    resp = dlq.post("resend", {"filter": {"key": "x"}})
+    resp = dlq.post("resend", {"filter": {"key": "x"}, "target": "origin"})
     assert resp.json() == {"resent": 2, "skipped": 0, "target": "origin"}
     assert sorted(m["body"] for m in dlq.stack.pull_all(dlq.topic)) == ["a", "a", "c", "c"]
     remaining = dlq.ids()
     assert len(remaining) == 1 and a not in remaining
     dlq.kill(body="d")
-    assert dlq.post("resend", {"all": True}).json()["resent"] == 2
+    assert dlq.post("resend", {"all": True, "target": "origin"}).json()["resent"] == 2
     assert dlq.ids() == []
     assert [m["body"] for m in dlq.stack.pull_all(dlq.other)] == ["b", "b"]
     assert dlq.post("resend", {"all": True}).json()["resent"] == 0  # nothing twice
@@ -238,7 +241,8 @@ def test_audit_records_every_resend_and_purge(dlq: Dlq, stack: Stack,
     records = dlq.audit()
     assert [(r["action"], r["count"], r["client"]) for r in records] == [
         ("resend", 1, "alice"), ("purge", 1, "bob"), ("purge", 0, "127.0.0.1")]
-    assert records[0]["what"] == {"msgIds": [a], "msgIdCount": 1, "target": "origin"}
+    assert records[0]["what"] == {"msgIds": [a], "msgIdCount": 1, "target": "retry",
+                                  "delayLevel": 0}
     assert records[1]["what"] == {"filter": {"key": "k"}}
     assert records[2]["what"] == {"all": True}
     assert all(isinstance(r["time"], int) and r["time"] > 0 for r in records)
@@ -263,10 +267,10 @@ def test_resend_skips_dead_letters_without_an_origin(dlq: Dlq) -> None:  # SPEC 
                                properties={P.RECONSUME_TIME: "16"})  # R10, no RETRY_TOPIC
     assert orphan["topic"] == naming.dlq_topic(dlq.group)
     dlq.kill(body="fine")
-    resp = dlq.post("resend", {"msgIds": [orphan["msgId"]]})
+    resp = dlq.post("resend", {"msgIds": [orphan["msgId"]], "target": "origin"})
     assert resp.status_code == 400 and "RETRY_TOPIC" in resp.json()["message"]
-    assert dlq.post("resend", {"all": True}).json() == {"resent": 1, "skipped": 1,
-                                                        "target": "origin"}
+    assert dlq.post("resend", {"all": True, "target": "origin"}).json() == {
+        "resent": 1, "skipped": 1, "target": "origin"}
     assert dlq.ids() == [orphan["msgId"]]
     resp = dlq.post("resend", {"msgIds": [orphan["msgId"]], "target": "retry"})
     assert resp.json()["resent"] == 1 and dlq.ids() == []
@@ -283,8 +287,8 @@ def test_resend_all_is_done_by_the_store_a_range_at_a_time(dlq: Dlq) -> None:  #
     for n in range(3):
         dlq.kill(body=f"all{n}", keys=f"k{n}")
     before = copy_range_calls()
-    assert dlq.post("resend", {"all": True}).json() == {"resent": 3, "skipped": 0,
-                                                        "target": "origin"}
+    assert dlq.post("resend", {"all": True, "target": "origin"}).json() == {
+        "resent": 3, "skipped": 0, "target": "origin"}
     assert copy_range_calls() > before
     assert dlq.ids() == []
     resent = [m for m in dlq.stack.pull_all(dlq.topic) if m["reconsumeTimes"] == 0
@@ -293,3 +297,38 @@ def test_resend_all_is_done_by_the_store_a_range_at_a_time(dlq: Dlq) -> None:  #
     dlq.kill(body="later")
     assert dlq.post("resend", {"all": True}).json()["resent"] == 1  # the floor followed
     assert dlq.ids() == []
+    [later] = dlq.stack.pull_all(naming.retry_topic(dlq.group))  # the default: into %RETRY%G
+    assert later["body"] == "later" and later["reconsumeTimes"] == 0
+    assert [e["target"] for e in json.loads(later["properties"][P.RESEND_HISTORY])] == ["retry"]
+
+
+def test_a_resend_reaches_only_its_group(dlq: Dlq, names: Names) -> None:
+    # issue 20.5: two groups on one topic; G's dead letter resent reaches G alone (through
+    # %RETRY%G, as RocketMQ redelivers), counted from 0 again, the resend in its history
+    other_group = names("H")
+    dlq.stack.put_group(other_group)
+    dead = dlq.kill(body="only-g", keys="k-only")
+    topic_before = dlq.stack.pull_all(dlq.topic)
+    resp = dlq.post("resend", {"msgIds": [dead["msgId"]]}, client="ops-1")
+    assert resp.status_code == 200 and resp.json()["target"] == "retry"
+    assert dlq.stack.pull_all(dlq.topic) == topic_before  # nothing new for other groups
+    assert dlq.stack.pull_all(naming.retry_topic(other_group)) == []
+    [back] = dlq.stack.pull_all(naming.retry_topic(dlq.group))
+    assert back["body"] == "only-g" and back["reconsumeTimes"] == 0
+    props = back["properties"]
+    assert P.RECONSUME_TIME not in props and P.DLQ_REASON not in props
+    assert props[P.RETRY_TOPIC] == dlq.topic  # the consumer still sees its original topic
+    [entry] = json.loads(props[P.RESEND_HISTORY])
+    assert entry["client"] == "ops-1" and entry["group"] == dlq.group
+    assert entry["target"] == "retry" and entry["time"] > 0
+    assert len(json.loads(props[P.FAILURE_HISTORY])) == 1  # the failures are kept too
+    # dead-lettered again and resent again (all, by the store's range copy): two resends
+    again = dlq.stack.ok_send_back(dlq.group, commitLogOffset=back["commitLogOffset"],
+                                   delayLevel=-1, reason="still", consumerId="c1")
+    shown = dlq.stack.http.get(f"{dlq.base}/{again['msgId']}").json()
+    assert len(shown["resendHistory"]) == 1 and shown["resends"] == 1
+    assert dlq.post("resend", {"all": True}).json()["resent"] == 1
+    retried = dlq.stack.pull_all(naming.retry_topic(dlq.group))
+    assert len(retried) == 2 and retried[-1]["reconsumeTimes"] == 0
+    assert len(json.loads(retried[-1]["properties"][P.RESEND_HISTORY])) == 2
+    assert dlq.stack.pull_all(dlq.topic) == topic_before

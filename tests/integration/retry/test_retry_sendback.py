@@ -77,6 +77,16 @@ def test_send_back_by_msg_id(stack: Stack, setup: tuple[str, str]) -> None:  # S
     result = stack.ok_send_back(group, msgId=sent["msgId"], delayLevel=2)
     assert (result["outcome"], result["delayLevel"]) == ("RETRY", 2)
     assert stack.by_msg_id(result["msgId"])["properties"][P.DELAY] == "2"
+    # issue 20.4: the msgId names every copy; by itself it means the copy the group consumed
+    # (not the parked retry copy), and an offsetMsgId names one copy exactly
+    assert result["msgId"] == sent["msgId"]
+    again = stack.ok_send_back(group, msgId=sent["msgId"], delayLevel=1)
+    parked = stack.copies(sent["msgId"])
+    assert [c["topic"] for c in parked] == [topic, naming.SCHEDULE_TOPIC, naming.SCHEDULE_TOPIC]
+    assert json.loads(parked[-1]["properties"][P.FAILURE_HISTORY])[-1]["reconsumeTimes"] == 0
+    assert again["msgId"] == sent["msgId"]
+    by_offset = stack.ok_send_back(group, msgId=sent["offsetMsgId"], delayLevel=1)
+    assert by_offset["msgId"] == sent["msgId"]
 
 
 def test_retry_topic_gets_the_groups_queue_count(stack: Stack, names: Names) -> None:
@@ -317,10 +327,12 @@ def test_batch_with_pull_hints_reads_the_store_not_the_client(stack: Stack,
     assert [r.get("outcome") for r in results] == ["RETRY"] * 5 + [None, "RETRY"]
     assert results[5]["error"] == "SYSTEM_ERROR" and str(10**12) in results[5]["message"]
     for n, result in enumerate(results[:5]):
-        copy = stack.by_msg_id(result["msgId"])
+        assert result["msgId"] == sent[n]["msgId"]  # issue 20.4: the message keeps its id
+        [copy] = [c for c in stack.copies(result["msgId"])
+                  if P.FAILURE_HISTORY in c["properties"] and json.loads(
+                      c["properties"][P.FAILURE_HISTORY])[0]["reason"] == f"r{n}"]
         assert copy["body"] == f"h{n}" and copy["properties"][P.ORIGIN_MESSAGE_ID] == \
             sent[n]["msgId"]
-        assert json.loads(copy["properties"][P.FAILURE_HISTORY])[0]["reason"] == f"r{n}"
 
 
 def send_back_spans(stack: Stack, msg_id: str) -> list[dict[str, Any]]:
@@ -402,14 +414,17 @@ def test_malformed_send_backs_change_nothing(stack: Stack, app_client: FlaskClie
                       (b"[]", "INVALID_REQUEST"), (b'"text"', "INVALID_REQUEST")):
         resp = app_client.post(url, data=raw, content_type="application/json")
         assert resp.status_code == 400 and resp.get_json()["error"] == code
-    for body in ({}, {"commitLogOffset": -1}, {"commitLogOffset": "1"}, {"msgId": "xyz"},
+    for body in ({}, {"commitLogOffset": -1}, {"commitLogOffset": "1"}, {"msgId": "x y"},
                  {"commitLogOffset": sent["commitLogOffset"], "delayLevel": -2**31 - 1},
                  {"commitLogOffset": sent["commitLogOffset"], "maxReconsumeTimes": -2},
-                 {"commitLogOffset": sent["commitLogOffset"], "extra": True},
-                 {"msgId": sent["msgId"], "commitLogOffset": sent["commitLogOffset"] + 1}):
+                 {"commitLogOffset": sent["commitLogOffset"], "extra": True}):
         resp = app_client.post(url, json=body)
         assert resp.status_code == 400, body
         assert set(resp.get_json()) == {"error", "message"}
+    for body in ({"msgId": "xyz"},  # no message has that id (R2 (5))
+                 {"msgId": sent["msgId"], "commitLogOffset": sent["commitLogOffset"] + 1}):
+        resp = app_client.post(url, json=body)
+        assert resp.status_code == 404 and resp.get_json()["error"] == "SYSTEM_ERROR", body
     assert app_client.get("/v1/nothing").status_code == 404
     assert app_client.get(url).status_code == 405
     assert stack.written(group, topic) == before

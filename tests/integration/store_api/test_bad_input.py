@@ -146,7 +146,7 @@ def test_wrong_types_on_other_routes(client: FlaskClient, before: int) -> None:
     assert_error(client.get(f"/v1/topics/{TOPIC}/queues/0/messages?max=1001"), 400,
                  "INVALID_REQUEST")
     assert_error(client.get("/v1/commitlog/abc"), 400, "INVALID_REQUEST")
-    assert_error(client.get("/v1/messages/not-a-msgid"), 400, "INVALID_MSG_ID")
+    assert_error(client.get("/v1/messages/not%20a%20msgid"), 400, "INVALID_MSG_ID")
     assert_error(client.post("/v1/schedule/levels/1/handover", json={"fromOffset": "0"}), 400,
                  "INVALID_REQUEST")
     assert_error(client.get("/v1/schedule/levels/0/entries"), 400, "INVALID_DELAY_LEVEL", "L3")

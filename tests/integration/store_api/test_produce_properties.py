@@ -8,6 +8,7 @@ the rules say, and the bytes on disk equal the reference encoding of the record
 from __future__ import annotations
 
 import base64
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -140,6 +141,10 @@ def test_random_produce_requests_round_trip_and_match_the_reference_encoding(
         props = dict(message["properties"])
         assert props.pop(P.TRACEPARENT, "").startswith("00-")  # the produce span's (O1)
         want = {**sent.properties, **added}
+        if not want.get(P.UNIQ_KEY):  # issue 20.4: the store gives the message its unique id
+            assert re.fullmatch(r"[0-9A-F]{32}", result["msgId"])
+            want[P.UNIQ_KEY] = result["msgId"]
+        assert message["offsetMsgId"] == result["offsetMsgId"] != result["msgId"]
         if sent.tags:
             want[P.TAGS] = sent.tags
         if sent.keys:

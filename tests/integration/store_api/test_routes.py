@@ -59,10 +59,10 @@ def test_produce_one_then_pull_it(client: FlaskClient) -> None:
                                       "bornTimestamp": 1234})
     assert resp.status_code == 201
     result = resp.get_json()
-    assert set(result) == {"msgId", "topic", "queueId", "queueOffset", "commitLogOffset",
-                           "storeTimestamp"}
+    assert set(result) == {"msgId", "offsetMsgId", "topic", "queueId", "queueOffset",
+                           "commitLogOffset", "storeTimestamp"}
     assert (result["topic"], result["queueId"], result["queueOffset"]) == (TOPIC, 1, 0)
-    assert decode_msg_id(result["msgId"]).commitlog_offset == result["commitLogOffset"]
+    assert decode_msg_id(result["offsetMsgId"]).commitlog_offset == result["commitLogOffset"]
     page = pull(client, TOPIC, 1)
     assert (page["nextOffset"], page["minOffset"], page["maxOffset"]) == (1, 0, 1)
     [msg] = page["messages"]
@@ -70,9 +70,10 @@ def test_produce_one_then_pull_it(client: FlaskClient) -> None:
     assert (msg["tags"], msg["keys"], msg["flag"], msg["bornTimestamp"]) == ("a", "k1 k2", 7, 1234)
     assert msg["properties"]["p"] == "v"
     assert msg["bornHost"].startswith("127.0.0.1:")
-    for field in ("msgId", "topic", "queueId", "queueOffset", "commitLogOffset",
+    for field in ("msgId", "offsetMsgId", "topic", "queueId", "queueOffset", "commitLogOffset",
                   "storeTimestamp", "storeHost", "reconsumeTimes", "sysFlag"):
         assert field in msg
+    assert (msg["msgId"], msg["offsetMsgId"]) == (result["msgId"], result["offsetMsgId"])
 
 
 def test_binary_body_round_trips_as_base64(client: FlaskClient) -> None:
@@ -273,19 +274,20 @@ def test_internal_copy_range_sends_each_message_to_its_origin_or_a_topic(
                 **props, "DLQ_REASON": "max_reconsume_times"}}]})
         assert put.status_code == 201, put.get_json()
     source = pull(client, "%25DLQ%25G3", max=10)["messages"]
-    before = {m["msgId"] for m in pull_all(client, TOPIC)}
+    before = {m["offsetMsgId"] for m in pull_all(client, TOPIC)}
     resp = client.post("/v1/internal/copy-range", json={
         "topic": "%DLQ%G3", "queueId": 0, "fromOffset": 0, "max": 4, "target": "origin",
         "reconsumeTimes": 0, "removeProperties": ["DLQ_REASON"]})
     assert resp.status_code == 201, resp.get_json()
     r = resp.get_json()
-    assert r["copied"] == 2 and r["copiedMsgIds"] == [source[0]["msgId"], source[2]["msgId"]]
+    assert r["copied"] == 2  # each source copy named by its offsetMsgId
+    assert r["copiedMsgIds"] == [source[0]["offsetMsgId"], source[2]["offsetMsgId"]]
     assert [(s["queueOffset"], s["msgId"]) for s in r["skipped"]] == [
-        (1, source[1]["msgId"]), (3, source[3]["msgId"])]
+        (1, source[1]["offsetMsgId"]), (3, source[3]["offsetMsgId"])]
     assert "no RETRY_TOPIC" in r["skipped"][0]["reason"]
     assert "does not exist" in r["skipped"][1]["reason"]
     assert r["nextOffset"] == 4 and r["lastCommitLogOffset"] == source[3]["commitLogOffset"]
-    resent = [m for m in pull_all(client, TOPIC) if m["msgId"] not in before]
+    resent = [m for m in pull_all(client, TOPIC) if m["offsetMsgId"] not in before]
     assert sorted(m["body"] for m in resent) == ["d0", "d2"]
     assert all(m["reconsumeTimes"] == 0 and "DLQ_REASON" not in m["properties"]
                and m["properties"]["k"] in ("0", "2") for m in resent)

@@ -46,7 +46,9 @@ def test_parser_reads_dlq_resend_selections() -> None:
                                       "--delay-level", "2"])
     assert args.msg_ids == ["ID1", "ID2"] and args.to_retry and args.delay_level == 2
     args = build_parser().parse_args(["dlq", "resend", "g", "--reason", "timeout"])
-    assert args.msg_ids == [] and args.reason == "timeout"
+    assert args.msg_ids == [] and args.reason == "timeout" and not args.to_origin
+    args = build_parser().parse_args(["dlq", "resend", "g", "--all", "--to-origin"])
+    assert args.to_origin  # issue 20.5: the original topic only when asked for
 
 
 def test_global_flags_come_before_the_command() -> None:

@@ -170,3 +170,19 @@ def test_message_json_view_has_every_word_and_the_body_form() -> None:
     assert "body" not in binary and body_from_json(binary) == b"\xff\x00"
     assert body_from_json(view) == b"hello"
     assert "body" not in message_to_json(record, with_body=False)
+
+
+def test_a_record_without_a_unique_id_reads_as_before() -> None:
+    # issue 20.4: the layout is unchanged (still MAGIC_V1): a record written before unique ids
+    # decodes alike, and its msgId is its offsetMsgId (store host + CommitLog offset)
+    old = full_record()
+    raw = old.encode()
+    assert struct.unpack_from(">i", raw, 4)[0] == MAGIC_V1
+    decoded, _ = decode_record(raw)
+    assert decoded == old and P.UNIQ_KEY not in decoded.properties
+    assert decoded.msg_id == decoded.offset_msg_id == "7F00000100001F910000000200000000"
+    view = message_to_json(decoded)
+    assert view["msgId"] == view["offsetMsgId"] == decoded.offset_msg_id
+    new = full_record(properties={**UNICODE_PROPERTIES, P.UNIQ_KEY: "AB" * 16})
+    view = message_to_json(decode_record(new.encode())[0])
+    assert (view["msgId"], view["offsetMsgId"]) == ("AB" * 16, decoded.offset_msg_id)

@@ -6,17 +6,26 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import warnings
+from collections.abc import Callable, Iterator
 from importlib import metadata
+from typing import Any
 
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from clepsydra_core import logging as clogging
 from clepsydra_core import properties as P
 from clepsydra_core import telemetry
 from clepsydra_core.errors import ConfigError
-from clepsydra_core.logging import JsonFormatter, configure
+from clepsydra_core.logging import (
+    CELERY_SERIALIZERS,
+    JsonFormatter,
+    configure,
+    quiet_celery_root_warning,
+)
 
 
 def test_traceparent_round_trips_through_properties(spans: InMemorySpanExporter) -> None:  # O1
@@ -138,17 +147,19 @@ def _record(msg: str, *args: object, exc: bool = False) -> logging.LogRecord:
 
 
 def test_json_log_line_carries_the_trace_id_inside_a_span(spans: InMemorySpanExporter) -> None:
-    formatter = JsonFormatter()
+    # issue 20.7: time, level, service, logger, message; trace_id and span_id inside a span
+    formatter = JsonFormatter("clepsydra-test")
     outside = json.loads(formatter.format(_record("idle")))
-    assert "traceId" not in outside
+    assert list(outside) == ["time", "level", "service", "logger", "message"]
     with telemetry.tracer("test").start_as_current_span("store.put") as span:
         line = formatter.format(_record("dispatched topic=%s queue_id=%d", "延迟", 3))
     out = json.loads(line)
-    assert out["traceId"] == f"{span.get_span_context().trace_id:032x}"
+    assert out["trace_id"] == f"{span.get_span_context().trace_id:032x}"
+    assert out["span_id"] == f"{span.get_span_context().span_id:016x}"
     assert out["message"] == "dispatched topic=延迟 queue_id=3"
     assert "延迟" in line  # not \u-escaped
     assert out["level"] == "INFO" and out["logger"] == "clepsydra.test"
-    assert out["ts"].endswith("Z")
+    assert out["service"] == "clepsydra-test" and out["time"].endswith("Z")
 
 
 def test_json_log_line_includes_the_exception() -> None:
@@ -156,17 +167,89 @@ def test_json_log_line_includes_the_exception() -> None:
     assert "RuntimeError: boom" in out["exc"]
 
 
-def test_configure_sends_json_lines_to_stdout(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.fixture
+def own_logging(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """configure() freely: the root logger, the chosen format and captured warnings are put
+    back afterwards."""
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
+    monkeypatch.setattr(clogging, "_current", dict(clogging._current))
     try:
-        configure("DEBUG")
-        logging.getLogger("clepsydra.test").debug("hello %s", "world")
+        yield
     finally:
         root.handlers[:] = handlers
         root.setLevel(level)
-    [line] = capsys.readouterr().out.splitlines()
+        logging.captureWarnings(False)
+
+
+def _configured(capsys: pytest.CaptureFixture[str], fmt: str, emit: Callable[[], None]) -> str:
+    configure("DEBUG", service="clepsydra-test", fmt=fmt)
+    emit()
+    return capsys.readouterr().out
+
+
+@pytest.mark.usefixtures("own_logging")
+def test_configure_sends_json_lines_to_stdout(capsys: pytest.CaptureFixture[str]) -> None:
+    out = _configured(capsys, "json",
+                      lambda: logging.getLogger("clepsydra.test").debug("hello %s", "world"))
+    [line] = out.splitlines()
     assert json.loads(line)["message"] == "hello world"
+    assert json.loads(line)["service"] == "clepsydra-test"
+
+
+@pytest.mark.usefixtures("own_logging")
+def test_text_format_is_one_readable_line(capsys: pytest.CaptureFixture[str],
+                                          spans: InMemorySpanExporter) -> None:
+    # issue 20.7: CLEPSYDRA_LOG_FORMAT=text, the same fields for people
+    def emit() -> None:
+        log = logging.getLogger("clepsydra.test")
+        log.info("plain %d", 1)
+        with telemetry.tracer("test").start_as_current_span("x") as span:
+            log.warning("in a span")
+        ids.append(span.get_span_context())
+
+    ids: list[Any] = []
+    first, second = _configured(capsys, "text", emit).splitlines()
+    assert first.endswith(" INFO    clepsydra-test clepsydra.test: plain 1")
+    assert first[:24].endswith("Z") and not first.startswith("{")
+    assert second.endswith(f"WARNING clepsydra-test clepsydra.test: in a span "
+                           f"trace_id={ids[0].trace_id:032x} span_id={ids[0].span_id:016x}")
+    with pytest.raises(ValueError):
+        configure("INFO", fmt="xml")
+
+
+@pytest.mark.usefixtures("own_logging")
+def test_python_warnings_become_log_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    # issue 20.7: a warning is a log line like any other, not plain text on stderr
+    def emit() -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.warn("careful", UserWarning, stacklevel=1)
+
+    [line] = _configured(capsys, "json", emit).splitlines()
+    out = json.loads(line)
+    assert out["level"] == "WARNING" and out["logger"] == "py.warnings"
+    assert "UserWarning: careful" in out["message"]
+
+
+@pytest.mark.usefixtures("own_logging")
+def test_celery_root_warning_is_left_out(capsys: pytest.CaptureFixture[str]) -> None:
+    # issue 20.7: the workers accept JSON only and run as the stack's user, as intended (see
+    # quiet_celery_root_warning); other warnings still show
+    from celery.exceptions import SecurityWarning
+    from celery.platforms import ROOT_DISCOURAGED
+
+    def emit() -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            quiet_celery_root_warning()
+            warnings.warn(SecurityWarning(ROOT_DISCOURAGED.format(uid=0, euid=0, gid=0,
+                                                                  egid=0)), stacklevel=1)
+            warnings.warn(SecurityWarning("another"), stacklevel=1)
+
+    [line] = _configured(capsys, "json", emit).splitlines()
+    assert "another" in json.loads(line)["message"]
+    assert CELERY_SERIALIZERS["accept_content"] == ["json"]
 
 
 def test_without_an_exporter_spans_carry_context_only(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -116,7 +116,7 @@ def test_copy_items_leave_unset_optionals_out_and_bound_the_batch() -> None:
     item = CopyItem(42, "%RETRY%G", delay_level=3, set_properties={"RETRY_TOPIC": "orders"})
     assert item.to_json() == {"commitLogOffset": 42, "topic": "%RETRY%G", "delayLevel": 3,
                               "setProperties": {"RETRY_TOPIC": "orders"},
-                              "removeProperties": []}
+                              "removeProperties": [], "appendProperties": {}}
     assert CopyBatch.from_json(CopyBatch([item]).to_json()) == CopyBatch([item])
     with pytest.raises(ValidationError, match=r"copy.items must hold 1 to 1000 items, got 0"):
         CopyBatch.from_json({"items": []}, what="copy")

@@ -237,4 +237,8 @@ def test_headers_from_store_json() -> None:
     stored = StoredHeaders.from_json({"msgId": "AB", "topic": "T", "commitLogOffset": 12,
                                       "reconsumeTimes": 3, "properties": {"a": "b"},
                                       "queueId": 0})
-    assert stored == StoredHeaders("AB", "T", 12, 3, {"a": "b"})
+    assert stored == StoredHeaders("AB", "T", 12, 3, {"a": "b"}, "AB")  # a record before 20.4
+    copy = StoredHeaders.from_json({"msgId": "U1", "offsetMsgId": "AB", "topic": "T",
+                                    "commitLogOffset": 12})
+    assert copy.offset_msg_id == "AB" and copy.named_by("u1") and copy.named_by("ab")
+    assert not copy.named_by("CD")

@@ -60,7 +60,13 @@ def test_send_back_by_offset_or_msg_id() -> None:  # SPEC R1
     assert locator.commitlog_offset == 42 and locator.msg_id is None
     assert request.delay_level == 0 and request.max_reconsume_times is None
     locator, _ = parse_request({"msgId": msg_id(42).lower(), "commitLogOffset": 42})
-    assert locator.commitlog_offset == 42 and locator.msg_id == msg_id(42)
+    assert locator.commitlog_offset == 42 and locator.msg_id == msg_id(42).lower()
+    # issue 20.4: a msgId alone (the unique id, or an offsetMsgId) is found by the store's
+    # look-up by msgId; any id a producer may give
+    locator, _ = parse_request({"msgId": "ORDER-1-UNIQ", "topic": "T", "queueId": 0,
+                                "queueOffset": 3})
+    assert locator.commitlog_offset is None and locator.msg_id == "ORDER-1-UNIQ"
+    assert locator.hint == ("T", 0, 3)
 
 
 def test_send_back_full_body() -> None:
@@ -78,8 +84,8 @@ def test_any_negative_level_and_a_max_of_minus_one_are_taken() -> None:
 
 @pytest.mark.parametrize("body", [
     None, [], {}, {"delayLevel": 1}, {"commitLogOffset": -1}, {"commitLogOffset": "12"},
-    {"commitLogOffset": 1.5}, {"msgId": "nothex"}, {"msgId": 12},
-    {"msgId": msg_id(42), "commitLogOffset": 41}, {"commitLogOffset": 1, "delayLevel": -2**31 - 1},
+    {"commitLogOffset": 1.5}, {"msgId": "not an id"}, {"msgId": 12}, {"msgId": "x" * 256},
+    {"commitLogOffset": 1, "delayLevel": -2**31 - 1},
     {"commitLogOffset": 1, "delayLevel": "3"}, {"commitLogOffset": 1, "maxReconsumeTimes": -2},
     {"commitLogOffset": 1, "maxReconsumeTimes": 2**31}, {"commitLogOffset": 1, "reason": 5},
     {"commitLogOffset": 1, "delayLevel": True}, {"commitLogOffset": 1, "surprise": 1},
@@ -97,21 +103,26 @@ def test_integral_numbers_are_integers() -> None:
 
 # ---- DLQ actions and filters ---------------------------------------------------------------
 def test_resend_action_shapes() -> None:  # SPEC R16
-    one = parse_action({"msgIds": [msg_id(1), msg_id(1).lower()]}, resend=True, max_level=18)
-    assert one.msg_ids == (msg_id(1),) and one.target == "origin"  # deduplicated
+    one = parse_action({"msgIds": [msg_id(1), msg_id(1)]}, resend=True, max_level=18)
+    # deduplicated; issue 20.5: by default into the group's own retry topic
+    assert one.msg_ids == (msg_id(1),) and one.target == "retry"
     every = parse_action({"all": True, "target": "retry", "delayLevel": 2,
                           "maxPerSecond": 50}, resend=True, max_level=18)
     assert every.all and every.delay_level == 2 and every.max_per_second == 50.0
     some = parse_action({"filter": {"topic": "T", "fromMs": 5}}, resend=True, max_level=18)
     assert some.filter == DlqFilter(topic="T", from_ms=5)
-    assert some.describe(10) == {"filter": {"topic": "T", "fromMs": 5}, "target": "origin"}
+    assert some.describe(10) == {"filter": {"topic": "T", "fromMs": 5}, "target": "retry",
+                                 "delayLevel": 0}
+    home = parse_action({"all": True, "target": "origin"}, resend=True, max_level=18)
+    assert home.target == "origin"
 
 
 @pytest.mark.parametrize("body", [
-    {}, {"all": True, "msgIds": ["x"]}, {"msgIds": []}, {"msgIds": ["zz"]}, {"msgIds": "x"},
+    {}, {"all": True, "msgIds": ["x"]}, {"msgIds": []}, {"msgIds": ["z z"]}, {"msgIds": "x"},
     {"all": "yes"}, {"filter": {}}, {"filter": {"bogus": 1}}, {"filter": {"fromMs": -1}},
     {"filter": {"topic": None}}, {"all": True, "target": "elsewhere"},
-    {"all": True, "delayLevel": 2}, {"all": True, "target": "retry", "delayLevel": 19},
+    {"all": True, "target": "origin", "delayLevel": 2},
+    {"all": True, "target": "retry", "delayLevel": 19},
     {"all": True, "target": "retry", "delayLevel": -1}, {"all": True, "maxPerSecond": 0},
     {"all": True, "maxPerSecond": "fast"}, {"all": True, "extra": 1}, [1],
 ])

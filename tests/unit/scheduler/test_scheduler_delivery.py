@@ -118,6 +118,23 @@ def test_store_failure_keeps_progress_and_retries_after_backoff(
                for r in caplog.records)
 
 
+def test_a_run_that_moved_nothing_says_so_at_debug_only(
+        clock: FakeClock, store: FakeStore, delivery: Make,
+        caplog: pytest.LogCaptureFixture) -> None:
+    # issue 20.7: an idle level's run (one a minute per level) writes nothing at INFO; a run
+    # that delivered something still reports at INFO
+    def finished(level: int) -> list[int]:
+        return [r.levelno for r in caplog.records
+                if r.getMessage().startswith(f"run finished level={level} ")]
+
+    with caplog.at_level(logging.DEBUG, logger="clepsydra_scheduler.delivery"):
+        delivery(2, run_s=1.0).run()
+        store.park(1, "m", deliver_ts=clock.now - 1)
+        delivery(1, run_s=1.0).run()
+    assert finished(2) == [logging.DEBUG]
+    assert finished(1) == [logging.INFO]
+
+
 def test_store_500s_are_retried_without_skipping(
         clock: FakeClock, store: FakeStore, delivery: Make) -> None:
     # SPEC D6

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from clepsydra_core import naming
@@ -44,8 +46,10 @@ def test_put_then_read_round_trips_every_field(open_store: OpenStore) -> None:
     assert (record.flag, record.born_timestamp, record.born_host) == (7, 123, BORN_HOST)
     assert record.commitlog_offset == result.commitlog_offset
     assert record.store_timestamp == result.store_timestamp
-    assert record.msg_id == result.msg_id
-    assert store.get_by_msg_id(result.msg_id) == record
+    assert record.msg_id == result.msg_id == "u-1"  # issue 20.4: the unique id
+    assert record.offset_msg_id == result.offset_msg_id
+    assert store.get_by_msg_id(result.msg_id) == [record]
+    assert store.get_by_msg_id(result.offset_msg_id) == [record]
     assert store.get_by_commitlog_offset(result.commitlog_offset) == record
     assert store.get_by_key("Orders", "k2") == [record]
     assert store.get_by_key("Orders", "u-1") == [record]
@@ -229,6 +233,26 @@ def test_copy_keeps_message_and_applies_changes(open_store: OpenStore) -> None:
     assert "999999" in str(info.value)
 
 
+def test_copy_appends_to_a_list_property(open_store: OpenStore) -> None:
+    # issue 20.5: a DLQ resend is appended to the message's RESEND_HISTORY by the copy
+    store = open_store()
+    store.create_topic("T", 1)
+    original = store.put(PutRequest("T", b"x"))
+    retry = naming.retry_topic("g")
+    [first] = store.copy([CopyItem(original.commitlog_offset, retry,
+                                   append_properties={P.RESEND_HISTORY: '{"n":1}'})])
+    [second] = store.copy([CopyItem(first.commitlog_offset, retry,
+                                    append_properties={P.RESEND_HISTORY: '{"n":2}'})])
+    props = store.get_by_commitlog_offset(second.commitlog_offset).properties
+    assert json.loads(props[P.RESEND_HISTORY]) == [{"n": 1}, {"n": 2}]
+    end = store.get_topic(retry).queues[0].max_offset
+    with pytest.raises(ValidationError, match="appendProperties"):
+        store.copy([CopyItem(original.commitlog_offset, retry),
+                    CopyItem(original.commitlog_offset, retry,
+                             append_properties={P.RESEND_HISTORY: "not json"})])
+    assert store.get_topic(retry).queues[0].max_offset == end  # nothing written
+
+
 def test_tag_filter_on_pull(open_store: OpenStore) -> None:
     # SPEC C3
     store = open_store()
@@ -265,4 +289,4 @@ def test_r10_takes_plain_sends_only_and_the_groups_settings(open_store: OpenStor
     assert plain.topic == naming.dlq_topic("G")  # the group's max is 3, not 16
     below = store.put(PutRequest(retry, b"below", properties={P.RECONSUME_TIME: "2"}))
     assert below.topic == retry
-    assert store.get_by_msg_id(delayed.msg_id).reconsume_times == 3
+    assert store.get_by_msg_id(delayed.offset_msg_id)[0].reconsume_times == 3

@@ -144,15 +144,23 @@ class AdminClient:
 
     # ---- messages ------------------------------------------------------------------------
 
-    def message(self, msg_id: str) -> Message:
-        """A message by msgId (``{messages: [message]}``)."""
+    def message_copies(self, msg_id: str) -> list[Message]:
+        """Every stored copy of a message, oldest first - parked, delivered, retried,
+        dead-lettered, resent (issue 20.4) - by its msgId or one copy's offsetMsgId;
+        MessageNotFound when there is none."""
         raw = self.store.get(self.store.path("/v1/messages/{}", msg_id))
         found = raw.get("messages")
-        if isinstance(found, list):
-            if not found:
-                raise MessageNotFound(f"no message with msgId {msg_id}")
-            return Message.from_json(found[0])
-        return Message.from_json(raw)
+        copies = ([Message.from_json(m) for m in found] if isinstance(found, list)
+                  else [Message.from_json(raw)])
+        if not copies:
+            raise MessageNotFound(f"no message with msgId {msg_id}")
+        return copies
+
+    def message(self, msg_id: str) -> Message:
+        """A message by msgId: the copy whose offsetMsgId it is, else its newest copy."""
+        copies = self.message_copies(msg_id)
+        named = [m for m in copies if m.offset_msg_id.upper() == msg_id.upper()]
+        return (named or copies)[-1]
 
     def messages_by_key(self, topic: str, key: str) -> list[Message]:
         raw = self.store.get("/v1/messages", {"topic": topic, "key": key})
@@ -274,15 +282,16 @@ class AdminClient:
 
     def dlq_resend(self, group: str, msg_ids: list[str] | None = None, *,
                    all_messages: bool = False, dlq_filter: DlqFilter | None = None,
-                   to_retry: bool = False, delay_level: int = 0,
+                   to_origin: bool = False, delay_level: int = 0,
                    max_per_second: float | None = None) -> dict[str, Any]:
-        """Resend to the original topics (or into the retry topic at a level): one, a
-        filter, or all (R16). ``{resent, skipped, target}``."""
+        """Resend into the group's retry topic at a level, so the group alone receives them
+        again; ``to_origin``: back to their original topics, where every subscribed group
+        does: one, a filter, or all (R16). ``{resent, skipped, target}``."""
         body = self._selection(msg_ids, all_messages, dlq_filter)
-        if to_retry:
-            body["target"] = "retry"
-            if delay_level:
-                body["delayLevel"] = delay_level
+        if to_origin:
+            body["target"] = "origin"
+        elif delay_level:
+            body["delayLevel"] = delay_level
         if max_per_second:
             body["maxPerSecond"] = max_per_second
         return self.retry.post(self.retry.path("/v1/groups/{}/dlq/resend", group), body,

@@ -142,9 +142,13 @@ def build_parser() -> Parser:
     d.add_argument("msg_ids", nargs="*", metavar="MSGID")
     d.add_argument("--all", action="store_true", help="every dead letter")
     filters(d)
+    d.add_argument("--to-origin", action="store_true",
+                   help="back to the original topic, where every subscribed group receives "
+                        "it (default: the group's retry topic, this group alone)")
     d.add_argument("--to-retry", action="store_true",
-                   help="into the group's retry topic instead of the original topic")
-    d.add_argument("--delay-level", type=int, default=0, help="with --to-retry: delay level")
+                   help="into the group's retry topic (the default; kept for old scripts)")
+    d.add_argument("--delay-level", type=int, default=0,
+                   help="delay level in the retry topic (not with --to-origin)")
     d.add_argument("--rate", type=float, metavar="MSGS_PER_S", help="resend at most this fast")
     d.set_defaults(fn=c.dlq_resend)
     d = dlq.add_parser("purge", help="delete dead letters for good (msgIds, a filter, or --all)")

@@ -116,7 +116,8 @@ def send(args: argparse.Namespace, ctx: Context) -> Output:
                     chunk = [_with_body(template, b) for b in bodies[start:start + 100]]
                     results.extend(producer.send_batch(args.topic, chunk))
                     bar.advance(len(chunk))
-    data = [{"msgId": r.msg_id, "uniqKey": r.uniq_key, "topic": r.topic, "queueId": r.queue_id,
+    data = [{"msgId": r.msg_id, "offsetMsgId": r.offset_msg_id, "uniqKey": r.uniq_key,
+             "topic": r.topic, "queueId": r.queue_id,
              "queueOffset": r.queue_offset} for r in results]
     if len(results) == 1:
         r = results[0]
@@ -189,7 +190,8 @@ def message_json(m: Message) -> dict[str, Any]:
 def message_text(m: Message, *, full_body: bool = False) -> str:
     body = m.text if full_body or len(m.text) <= 500 else m.text[:500] + "… (--full for all)"
     fields = [
-        ("msgId", m.msg_id), ("topic", m.topic), ("queue", f"{m.queue_id} offset {m.queue_offset}"),
+        ("msgId", m.msg_id), ("offsetMsgId", m.offset_msg_id), ("topic", m.topic),
+        ("queue", f"{m.queue_id} offset {m.queue_offset}"),
         ("tags", m.tags), ("keys", " ".join(m.keys) or None), ("uniqKey", m.uniq_key),
         ("born", format_ts(m.born_timestamp)), ("stored", format_ts(m.store_timestamp)),
         ("reconsumeTimes", m.reconsume_times), ("trace id", m.trace_id),
@@ -223,23 +225,23 @@ def message_life(admin: AdminClient, group: str, first: Message) -> list[Message
     for topic in (naming.retry_topic(group), naming.dlq_topic(group)):
         try:
             for m in admin.messages_by_key(topic, key):
-                copies[m.msg_id] = m
+                copies[m.offset_msg_id] = m
         except TopicNotFound:
             continue
     return sorted(copies.values(), key=lambda m: (m.store_timestamp, m.reconsume_times))
 
 
-def life_table(copies: list[Message]) -> str:
-    return render_table(["STORED", "TOPIC", "RETRIES", "MSG ID"],
-                        [(format_ts(m.store_timestamp), m.topic, m.reconsume_times, m.msg_id)
-                         for m in copies], right=(2,), empty="(no retry or dead-letter copy)")
+def life_table(copies: list[Message], empty: str = "(no retry or dead-letter copy)") -> str:
+    return render_table(["STORED", "TOPIC", "RETRIES", "OFFSET MSG ID"],
+                        [(format_ts(m.store_timestamp), m.topic, m.reconsume_times,
+                          m.offset_msg_id) for m in copies], right=(2,), empty=empty)
 
 
 def message_show(args: argparse.Namespace, ctx: Context) -> Output:
     admin = ctx.admin()
     if args.msg_id:
-        messages = [admin.message(args.msg_id)]
-    elif args.key and args.topic:
+        return message_copies_show(admin, args)
+    if args.key and args.topic:
         messages = admin.messages_by_key(args.topic, args.key)
     else:
         raise ValidationError("give a msgId, or --key KEY with --topic TOPIC")
@@ -258,7 +260,19 @@ def message_show(args: argparse.Namespace, ctx: Context) -> Output:
                 text += "\n\nattempts (latest copy)\n" + attempts_table(copies[-1])
         texts.append(text)
         data.append(item)
-    return Output(data[0] if args.msg_id else data, ("\n\n" + "=" * 40 + "\n\n").join(texts))
+    return Output(data, ("\n\n" + "=" * 40 + "\n\n").join(texts))
+
+
+def message_copies_show(admin: AdminClient, args: argparse.Namespace) -> Output:
+    """``message show MSGID``: the message (its newest copy, or the copy whose offsetMsgId was
+    given) and every stored copy of it, oldest first (issue 20.4)."""
+    copies = admin.message_copies(args.msg_id)
+    named = [m for m in copies if m.offset_msg_id.upper() == args.msg_id.upper()]
+    m = (named or copies)[-1]
+    text, item = message_text(m, full_body=args.full), message_json(m)
+    text += "\n\ncopies (every stored copy, oldest first)\n" + life_table(copies)
+    item["copies"] = [message_json(c) for c in copies]
+    return Output(item, text)
 
 
 # ---- groups --------------------------------------------------------------------------------
@@ -373,10 +387,10 @@ def dlq_resend(args: argparse.Namespace, ctx: Context) -> Output:
     if not (args.msg_ids or args.all or flt):
         raise ValidationError("say what to resend: msgIds, --all, or a filter (--topic, --key, "
                               "--reason)")
-    if args.delay_level and not args.to_retry:
-        raise ValidationError("--delay-level applies with --to-retry only")
+    if args.to_origin and (args.to_retry or args.delay_level):
+        raise UsageError("--to-origin goes with neither --to-retry nor --delay-level")
     admin = ctx.admin()
-    kw: dict[str, Any] = {"to_retry": args.to_retry, "delay_level": args.delay_level,
+    kw: dict[str, Any] = {"to_origin": args.to_origin, "delay_level": args.delay_level,
                           "max_per_second": args.rate}
     if args.msg_ids:
         resent = skipped = 0
@@ -391,11 +405,12 @@ def dlq_resend(args: argparse.Namespace, ctx: Context) -> Output:
     else:
         ctx.err.write("resending (the retry service works through the DLQ)...\n")
         data = admin.dlq_resend(args.group, all_messages=args.all, dlq_filter=flt, **kw)
-    where = f"the retry topic of {args.group}" if args.to_retry else "their original topics"
+    where = ("their original topics (every subscribed group)" if args.to_origin
+             else f"the retry topic of {args.group} (this group alone)")
     text = f"resent {data.get('resent', 0)} messages to {where}"
     if data.get("skipped"):
         text += (f"; skipped {data['skipped']} (no original topic, or it no longer exists: "
-                 "resend them with --to-retry)")
+                 "resend them without --to-origin)")
     return Output(data, text)
 
 

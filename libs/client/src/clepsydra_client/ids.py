@@ -5,12 +5,9 @@ from __future__ import annotations
 import itertools
 import os
 import socket
-import struct
-import threading
-import time
 
-_counter = itertools.count()
-_lock = threading.Lock()
+from clepsydra_core.msgid import UniqIds, uniq_prefix
+
 _client_seq = itertools.count(1)
 
 
@@ -24,16 +21,14 @@ def local_ip() -> str:
         return "127.0.0.1"
 
 
-_PREFIX = socket.inet_aton(local_ip()) + struct.pack(">H", os.getpid() & 0xFFFF)
+_IDS = UniqIds(uniq_prefix(local_ip()))
 
 
 def new_uniq_key() -> str:
-    """32 hex digits: IPv4, pid, milliseconds, counter; unique per process and sortable by
-    time within one process (like RocketMQ's MessageClientIDSetter)."""
-    with _lock:
-        seq = next(_counter) & 0xFFFFFFFF
-    now_ms = int(time.time() * 1000) & 0xFFFFFFFFFFFF
-    return (_PREFIX + now_ms.to_bytes(6, "big") + seq.to_bytes(4, "big")).hex().upper()
+    """A message's unique id, its msgId (``clepsydra_core.msgid``): 32 hex digits - IPv4,
+    pid, milliseconds, counter - unique per process and sortable by time within one process
+    (like RocketMQ's MessageClientIDSetter)."""
+    return _IDS.new()
 
 
 def new_client_id(instance_name: str | None = None) -> str:

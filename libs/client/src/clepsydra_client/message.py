@@ -59,7 +59,9 @@ class Attempt:
 class Message:
     """A stored message. ``topic`` is the business topic: for a message pulled from the group's
     retry topic the push consumer resets it to the original (``RETRY_TOPIC``, SPEC R15), while
-    ``store_topic`` keeps where it was pulled from."""
+    ``store_topic`` keeps where it was pulled from. ``msg_id`` is the message's unique id, the
+    same in every copy (the one its producer was given); ``offset_msg_id`` is where this copy
+    is stored (issue 20.4)."""
 
     msg_id: str
     topic: str
@@ -78,6 +80,7 @@ class Message:
     reconsume_times: int = 0
     sys_flag: int = 0
     store_topic: str = ""
+    offset_msg_id: str = ""
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> Message:
@@ -102,6 +105,7 @@ class Message:
             reconsume_times=int(raw.get("reconsumeTimes", 0)),
             sys_flag=int(raw.get("sysFlag", 0)),
             store_topic=topic,
+            offset_msg_id=str(raw.get("offsetMsgId") or raw.get("msgId", "")),
         )
 
     @property
@@ -161,7 +165,8 @@ class Message:
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "msgId": self.msg_id, "topic": self.store_topic or self.topic,
+            "msgId": self.msg_id, "offsetMsgId": self.offset_msg_id,
+            "topic": self.store_topic or self.topic,
             "queueId": self.queue_id, "queueOffset": self.queue_offset,
             "commitLogOffset": self.commitlog_offset, "tags": self.tags,
             "keys": " ".join(self.keys), "flag": self.flag, "properties": self.properties,
@@ -198,7 +203,8 @@ def append_failure(raw: str | None, attempt: Attempt, *, keep: int = 32) -> str:
 @dataclass(frozen=True, slots=True)
 class SendResult:
     """Where the store put a message (the schedule topic for a delayed one, the DLQ for an
-    R10 reroute)."""
+    R10 reroute). ``msg_id`` is the message's unique id: its consumers see the same, and every
+    look-up by it finds all its copies; ``offset_msg_id`` is where this copy is stored."""
 
     msg_id: str
     topic: str
@@ -207,6 +213,7 @@ class SendResult:
     commitlog_offset: int
     store_timestamp: int
     uniq_key: str | None = None
+    offset_msg_id: str = ""
 
     @classmethod
     def from_json(cls, raw: dict[str, Any], uniq_key: str | None = None) -> SendResult:
@@ -215,4 +222,5 @@ class SendResult:
             queue_id=int(raw.get("queueId", 0)), queue_offset=int(raw.get("queueOffset", 0)),
             commitlog_offset=int(raw.get("commitLogOffset", 0)),
             store_timestamp=int(raw.get("storeTimestamp", 0)), uniq_key=uniq_key,
+            offset_msg_id=str(raw.get("offsetMsgId") or raw.get("msgId", "")),
         )

@@ -1,4 +1,14 @@
-"""JSON logging to stdout, configured once by each entry point (library code adds no handlers)."""
+"""Log lines of every process, configured once by each entry point (library code adds no
+handlers).
+
+Every process of the stack writes the same lines (issue 20.7): by default one JSON object per
+line with ``time``, ``level``, ``service``, ``logger``, ``message`` and, inside a span,
+``trace_id`` and ``span_id`` (and ``exc`` for an exception), so a trace id printed in a log line
+finds the message's whole life. ``CLEPSYDRA_LOG_FORMAT=text`` writes the same fields as one
+readable line for people. Whatever else would write to the stream goes through here too:
+gunicorn's own lines (``clepsydra_web.server``), Celery's (its ``setup_logging`` signal, and its
+banner left out) and Python warnings (``logging.captureWarnings``).
+"""
 
 from __future__ import annotations
 
@@ -6,38 +16,120 @@ import json
 import logging
 import sys
 import time
-from typing import Any
+import warnings
+from typing import IO, Any
+
+JSON = "json"
+TEXT = "text"
+FORMATS = (JSON, TEXT)
+"""The values of CLEPSYDRA_LOG_FORMAT."""
+
+_current: dict[str, str] = {"service": "clepsydra", "format": JSON}
+"""What :func:`configure` chose for this process (a formatter made later, e.g. by gunicorn's
+logger class, follows it)."""
+
+
+def _time(record: logging.LogRecord) -> str:
+    return (time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z")
+
+
+def _span_ids() -> tuple[str, str] | None:
+    """(trace_id, span_id) of the span active in this thread, None outside one."""
+    try:
+        from opentelemetry import trace
+    except ImportError:  # pragma: no cover - telemetry is a dependency of core
+        return None
+    ctx = trace.get_current_span().get_span_context()
+    if not ctx.is_valid:
+        return None
+    return f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}"
+
+
+def fields(record: logging.LogRecord, service: str | None = None) -> dict[str, Any]:
+    """The fields of one log line, in their order."""
+    out: dict[str, Any] = {
+        "time": _time(record),
+        "level": record.levelname,
+        "service": service or _current["service"],
+        "logger": record.name,
+        "message": record.getMessage(),
+    }
+    ids = _span_ids()
+    if ids is not None:
+        out["trace_id"], out["span_id"] = ids
+    return out
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message, and the trace id when a span
-    is active, so a trace id printed in a log line finds the message's whole life."""
+    """One JSON object per line (see the module's docstring)."""
+
+    def __init__(self, service: str | None = None) -> None:
+        super().__init__()
+        self.service = service
 
     def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
-            "level": record.levelname,
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        try:
-            from opentelemetry import trace
-
-            ctx = trace.get_current_span().get_span_context()
-            if ctx.is_valid:
-                out["traceId"] = f"{ctx.trace_id:032x}"
-        except ImportError:  # pragma: no cover - telemetry is a dependency of core
-            pass
+        out = fields(record, self.service)
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return json.dumps(out, ensure_ascii=False)
 
 
-def configure(level: str = "INFO") -> None:
-    """Send every log record to stdout as JSON lines; call once per process."""
-    handler = logging.StreamHandler(sys.stdout)
-    handler.setFormatter(JsonFormatter())
+class TextFormatter(logging.Formatter):
+    """``time level service logger: message [trace_id=… span_id=…]``, an exception's
+    traceback on the lines after it."""
+
+    def __init__(self, service: str | None = None) -> None:
+        super().__init__()
+        self.service = service
+
+    def format(self, record: logging.LogRecord) -> str:
+        out = fields(record, self.service)
+        line = (f"{out['time']} {out['level']:<7} {out['service']} {out['logger']}: "
+                f"{out['message']}")
+        if "trace_id" in out:
+            line += f" trace_id={out['trace_id']} span_id={out['span_id']}"
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+def formatter(service: str | None = None) -> logging.Formatter:
+    """A formatter of the format :func:`configure` chose."""
+    return TextFormatter(service) if _current["format"] == TEXT else JsonFormatter(service)
+
+
+def configure(level: str = "INFO", *, service: str | None = None, fmt: str = JSON,
+              stream: IO[str] | None = None) -> None:
+    """Send every log record (and every Python warning) to ``stream`` (stdout) in ``fmt``;
+    call once per process, before anything logs."""
+    if fmt not in FORMATS:
+        raise ValueError(f"log format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    if service:
+        _current["service"] = service
+    _current["format"] = fmt
+    handler = logging.StreamHandler(stream or sys.stdout)
+    handler.setFormatter(formatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    logging.captureWarnings(True)
+
+
+CELERY_ROOT_WARNING = r"You're running the worker with superuser privileges"
+"""The start of Celery's SecurityWarning for a worker whose uid or gid is 0."""
+CELERY_SERIALIZERS = {"accept_content": ["json"], "task_serializer": "json",
+                      "result_serializer": "json"}
+"""The Celery settings of every worker of the stack: JSON only, never pickle."""
+
+
+def quiet_celery_root_warning() -> None:
+    """Leave out Celery's warning about a worker running as root (issue 20.7).
+
+    The stack runs its workers as the user who starts it, as intended: uid 10001 in the
+    images and on Kubernetes, the developer locally (root in a container or a CI machine).
+    Celery's warning is about pickle — a root worker that unpickles what the broker hands it
+    can be made to run any code, which is why Celery refuses to start as root with pickle
+    accepted — and every worker of the stack accepts JSON only (:data:`CELERY_SERIALIZERS`),
+    so the warning names no danger here and would only teach people to ignore warnings."""
+    warnings.filterwarnings("ignore", message=CELERY_ROOT_WARNING)

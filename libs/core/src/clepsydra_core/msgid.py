@@ -1,21 +1,42 @@
-"""msgId: store host (IPv4 + port) and CommitLog offset, 32 hex digits, so a msgId locates
-its message. ``encode_msg_id(b"\x7f\0\0\1", 8081, 4096)``.
+"""The two ids of a message (issue 20.4, as RocketMQ's msgId and offsetMsgId).
+
+- The **msgId** is the message's unique id, its ``UNIQ_KEY`` property: made by the client when
+  it sends (or by the store when a producer gives none), 32 hex digits - IPv4, pid,
+  milliseconds, counter, like RocketMQ's ``MessageClientIDSetter`` - and kept by every copy the
+  message gets: parked, delivered, retried, dead-lettered, resent. The id a producer is given
+  is the id its consumers see and the id every tool finds all the copies by.
+- The **offsetMsgId** locates one stored record: store host (IPv4 + port) and CommitLog offset,
+  also 32 hex digits (``encode_msg_id(b"\x7f\0\0\1" + port, 4096)``). A record written before
+  unique ids has no ``UNIQ_KEY``: its msgId is its offsetMsgId.
 """
 
 from __future__ import annotations
 
+import itertools
+import os
 import re
 import socket
 import struct
+import threading
+import time
 from dataclasses import dataclass
 
 from clepsydra_core.errors import ValidationError
 
 _LAYOUT = struct.Struct(">4sIq")
 MSG_ID_PATTERN = "^[0-9A-Fa-f]{16}[0-7][0-9A-Fa-f]{15}$"
-"""A msgId: 32 hex digits, the last 16 a CommitLog offset (never negative: its first digit is
-0-7). The OpenAPI documents carry it; :func:`decode_msg_id` refuses what it does not match."""
+"""An offsetMsgId (the store's physical id): 32 hex digits, the last 16 a CommitLog offset
+(never negative: its first digit is 0-7). :func:`decode_msg_id` refuses what it does not
+match."""
 _HEX32 = re.compile(MSG_ID_PATTERN[1:-1])
+MAX_ID_CHARS = 255
+"""A msgId is 32 hex digits when Clepsydra made it; a producer may set its own ``UNIQ_KEY``,
+up to this long."""
+ID_PATTERN = "^[!-~]{1,255}$"
+"""What a look-up takes as a msgId or offsetMsgId: printable ASCII without spaces, at most
+MAX_ID_CHARS (the OpenAPI documents carry it; :func:`check_id` refuses what it does not
+match)."""
+_ID = re.compile(ID_PATTERN[1:-1])
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,3 +73,50 @@ def decode_msg_id(msg_id: str) -> MsgId:
                               f"{msg_id!r}", code="INVALID_MSG_ID")
     ip, port, offset = _LAYOUT.unpack(bytes.fromhex(msg_id))
     return MsgId(socket.inet_ntoa(ip), port, offset)
+
+
+def offset_msg_id(text: str) -> MsgId | None:
+    """The decoded offsetMsgId, None when the text does not have its shape."""
+    if not isinstance(text, str) or not _HEX32.fullmatch(text):
+        return None
+    ip, port, offset = _LAYOUT.unpack(bytes.fromhex(text))
+    return MsgId(socket.inet_ntoa(ip), port, offset)
+
+
+def check_id(text: object) -> str:
+    """A msgId or offsetMsgId as a look-up takes it (:data:`ID_PATTERN`); ValidationError
+    (INVALID_MSG_ID) for anything else."""
+    if not isinstance(text, str) or not _ID.fullmatch(text):
+        raise ValidationError(f"not a msgId (the unique id of a message, or an offsetMsgId: "
+                              f"32 hex digits; printable ASCII without spaces, at most "
+                              f"{MAX_ID_CHARS}): {text!r}", code="INVALID_MSG_ID")
+    return text
+
+
+class UniqIds:
+    """Maker of unique ids for one process: ``prefix`` (IPv4 and pid, 6 bytes), then the time
+    in milliseconds (6 bytes) and a counter (4 bytes), as 32 upper-case hex digits; unique per
+    process and sortable by time within it. Thread-safe."""
+
+    def __init__(self, prefix: bytes) -> None:
+        if len(prefix) != 6:
+            raise ValueError(f"a unique id prefix is 6 bytes (IPv4, pid), got {len(prefix)}")
+        self._prefix = prefix.hex().upper()
+        self._counter = itertools.count()
+        self._lock = threading.Lock()
+
+    def new(self) -> str:
+        with self._lock:
+            seq = next(self._counter) & 0xFFFFFFFF
+        now_ms = time.time_ns() // 1_000_000 & 0xFFFFFFFFFFFF
+        return f"{self._prefix}{now_ms:012X}{seq:08X}"
+
+
+def uniq_prefix(ip: str) -> bytes:
+    """The 6-byte prefix of this process's unique ids: its IPv4 address (0.0.0.0 when it does
+    not parse) and its pid."""
+    try:
+        raw = socket.inet_aton(ip)
+    except OSError:
+        raw = b"\0" * 4
+    return raw + struct.pack(">H", os.getpid() & 0xFFFF)

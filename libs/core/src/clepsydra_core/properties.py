@@ -7,7 +7,9 @@ be encoded as UTF-8 (a lone surrogate) is refused by validation (SPEC P1).
 
 from __future__ import annotations
 
+import json
 import struct
+from typing import Any
 
 from clepsydra_core.errors import CorruptRecordError
 
@@ -38,13 +40,16 @@ FAILURE_HISTORY = "FAILURE_HISTORY"
 """JSON list of failed attempts ({time, consumer, reason}), carried across retries (R16)."""
 DLQ_REASON = "DLQ_REASON"
 """Why a message was dead-lettered: `max_reconsume_times` or `level_negative`."""
+RESEND_HISTORY = "RESEND_HISTORY"
+"""JSON list of the DLQ resends of a message ({time, client, group, from}), oldest first
+(R16; issue 20.5): set by the store's copy when the retry service resends a dead letter."""
 
 RESERVED = frozenset(
     {
         DELAY, REAL_TOPIC, REAL_QID, RETRY_TOPIC, ORIGIN_MESSAGE_ID, UNIQ_KEY, KEYS, TAGS,
         MAX_RECONSUME_TIMES, RECONSUME_TIME, TRACEPARENT, TRACESTATE, DELAY_MS, DELIVER_AT,
         DELIVER_TS, SCHEDULE_OFFSET, SCHEDULE_ERROR, TRANSACTION_PREPARED, FAILURE_HISTORY,
-        DLQ_REASON,
+        DLQ_REASON, RESEND_HISTORY,
     }
 )
 
@@ -53,6 +58,28 @@ CLIENT_SETTABLE = frozenset(
      RECONSUME_TIME, FAILURE_HISTORY}
 )
 """Reserved names a producer may still set itself (trace context, and the R9 fallback fields)."""
+
+LIST_MAX_ENTRIES = 32
+"""A list-valued property (FAILURE_HISTORY, RESEND_HISTORY) keeps its newest entries only, so
+properties stay bounded (P1)."""
+UNPARSED_MAX_CHARS = 1024
+"""Text of a list-valued property that is not a JSON list is kept as one entry, cut here."""
+
+
+def append_to_list(raw: str | None, entry: Any, max_entries: int = LIST_MAX_ENTRIES) -> str:
+    """The JSON list a list-valued property holds with ``entry`` appended, the newest
+    ``max_entries`` kept. Text that is not a JSON list (a client may set the property) is kept
+    as one ``{"unparsed": text}`` entry."""
+    items: list[Any] = []
+    if raw:
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            parsed = None
+        items = parsed if isinstance(parsed, list) else [{"unparsed": raw[:UNPARSED_MAX_CHARS]}]
+    items.append(entry)
+    return json.dumps(items[-max_entries:], ensure_ascii=False, separators=(",", ":"))
+
 
 NAME_LEN = struct.Struct(">H")
 """A property name's length prefix (the stored properties layout: name_len | name | value_len |

@@ -8,8 +8,10 @@ CommitLog record, big-endian (version 1; the magic carries the version):
     store_timestamp i64 | store_host 8B | reconsume_times i32 |
     body_length i32 | body | topic_length u8 | topic | properties_length i32 | properties
 
-``born_host``/``store_host`` are IPv4 + port (see msgid). Tags and keys travel in properties
-(`TAGS`, `KEYS`). A segment whose tail cannot hold the next record ends with an
+``born_host``/``store_host`` are IPv4 + port (see msgid). Tags, keys and the message's unique id
+travel in properties (`TAGS`, `KEYS`, `UNIQ_KEY`): the record layout did not change when
+msgIds became unique ids, and a record without `UNIQ_KEY` (written before) has its offsetMsgId
+as its msgId. A segment whose tail cannot hold the next record ends with an
 end-of-segment marker: ``total_size = remaining bytes | magic = END_MAGIC``.
 """
 
@@ -107,8 +109,15 @@ class CommitLogRecord:
         return self.properties.get(P.KEYS, "").split()
 
     @property
-    def msg_id(self) -> str:
+    def offset_msg_id(self) -> str:
+        """Where this record is stored (store host + CommitLog offset): one copy."""
         return encode_msg_id(self.store_host, self.commitlog_offset)
+
+    @property
+    def msg_id(self) -> str:
+        """The message's unique id (``UNIQ_KEY``), the same in every copy; the offsetMsgId
+        for a record without one (issue 20.4)."""
+        return self.properties.get(P.UNIQ_KEY) or self.offset_msg_id
 
     def with_(self, **changes: Any) -> CommitLogRecord:
         return replace(self, **changes)
@@ -211,10 +220,12 @@ def decode_record(raw: bytes | memoryview, pos: int = 0) -> tuple[CommitLogRecor
 
 
 def message_to_json(r: CommitLogRecord, *, with_body: bool = True) -> dict[str, Any]:
-    """The v1 JSON view of a stored message: every field, camelCase, properties as an object.
-    The body goes as ``body`` when it is UTF-8 text, else as ``bodyBase64``."""
+    """The v1 JSON view of a stored message: every field, camelCase, properties as an object;
+    ``msgId`` is the message's unique id, ``offsetMsgId`` this record's place. The body goes as
+    ``body`` when it is UTF-8 text, else as ``bodyBase64``."""
     out: dict[str, Any] = {
         "msgId": r.msg_id,
+        "offsetMsgId": r.offset_msg_id,
         "topic": r.topic,
         "queueId": r.queue_id,
         "queueOffset": r.queue_offset,

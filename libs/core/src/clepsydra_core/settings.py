@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from clepsydra_core import logging as clogging
 from clepsydra_core.errors import ConfigError
 from clepsydra_core.levels import DEFAULT_LEVELS, DelayLevels
 
@@ -90,6 +91,8 @@ class CommonSettings:
     delay_levels: DelayLevels
     otel_exporter: str
     log_level: str
+    log_format: str = clogging.JSON
+    """CLEPSYDRA_LOG_FORMAT: ``json`` lines (the default) or ``text`` for people (issue 20.7)."""
     auto_create_groups: bool = True
     """A consumer group is created with default settings the first time it is seen (a
     heartbeat or a send-back), as RocketMQ's broker does by default (issue 12.2)."""
@@ -108,8 +111,14 @@ class CommonSettings:
             delay_levels=env_levels(env),
             otel_exporter=env_str(env, "CLEPSYDRA_OTEL_EXPORTER", "none"),
             log_level=env_str(env, "CLEPSYDRA_LOG_LEVEL", "INFO").upper(),
+            log_format=env_choice(env, "CLEPSYDRA_LOG_FORMAT", clogging.JSON, clogging.FORMATS),
             auto_create_groups=env_bool(env, "CLEPSYDRA_AUTO_CREATE_GROUPS", True),
         )
+
+    def configure_logging(self, service: str) -> None:
+        """This process's log lines: CLEPSYDRA_LOG_LEVEL and CLEPSYDRA_LOG_FORMAT, named
+        ``service``."""
+        clogging.configure(self.log_level, service=service, fmt=self.log_format)
 
     @property
     def effective_redis_url(self) -> str:

@@ -24,7 +24,7 @@ from gunicorn.app.base import BaseApplication
 from gunicorn.glogging import Logger as GunicornLogger
 from gunicorn.workers.gthread import ThreadWorker
 
-from clepsydra_core.logging import JsonFormatter
+from clepsydra_core import logging as clogging
 from clepsydra_web.errors import error_body
 from clepsydra_web.slow_clients import CompleteRequestsOnly
 
@@ -54,12 +54,13 @@ JSON_THREAD_WORKER = f"{__name__}.JsonThreadWorker"
 
 
 class JsonGunicornLogger(GunicornLogger):  # type: ignore[misc]
-    """gunicorn's own log lines as JSON, like every other line of the service."""
+    """gunicorn's own log lines in the service's format (JSON, or CLEPSYDRA_LOG_FORMAT=text),
+    like every other line of the service (``clepsydra_core.logging``)."""
 
     def setup(self, cfg: Any) -> None:
         super().setup(cfg)
         for handler in self.error_log.handlers:
-            handler.setFormatter(JsonFormatter())
+            handler.setFormatter(clogging.formatter())
 
 
 class GunicornServer(BaseApplication):  # type: ignore[misc]

@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from types import FrameType
 
 from clepsydra_analytics.settings import AnalyticsSettings
-from clepsydra_core import logging as clogging
 from clepsydra_core.errors import ClepsydraError, ConfigError
+from clepsydra_core.telemetry import ANALYTICS_SERVICE
 
 PROG = "clepsydra analytics"
 
@@ -69,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:  # a bad setting stops start-up, naming the variable
         print(f"{PROG}: {exc.message}", file=sys.stderr)
         return 2
-    clogging.configure(settings.common.log_level)
+    settings.common.configure_logging(ANALYTICS_SERVICE)
     if args.command == "jobs":  # stdout carries the summary (or JSON): logs go to stderr
         for handler in logging.getLogger().handlers:
             if isinstance(handler, logging.StreamHandler):

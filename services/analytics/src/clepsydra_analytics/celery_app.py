@@ -9,11 +9,14 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
+from typing import Any
 
-from celery import Celery
+from celery import Celery, signals
 
 from clepsydra_analytics.settings import AnalyticsSettings
+from clepsydra_core import logging as clogging
 from clepsydra_core import naming
+from clepsydra_core.telemetry import ANALYTICS_SERVICE
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +37,7 @@ def create_celery(settings: AnalyticsSettings) -> Celery:
         task_default_queue=QUEUE,
         worker_hijack_root_logger=False,
         worker_prefetch_multiplier=1,
+        **clogging.CELERY_SERIALIZERS,
         beat_schedule={"analytics-jobs": {
             "task": TASK_NAME, "schedule": settings.schedule_interval_s,
             "options": {"queue": QUEUE, "expires": settings.schedule_interval_s}}},
@@ -47,6 +51,15 @@ def create_celery(settings: AnalyticsSettings) -> Celery:
         logger.info("scheduled jobs run finished exit=%d", proc.returncode)
         return proc.returncode
 
+    def setup_logging(**_: Any) -> None:
+        """Celery's own lines in the stack's format: with a receiver here Celery adds no
+        handler of its own (issue 20.7)."""
+        settings.common.configure_logging(ANALYTICS_SERVICE)
+        clogging.quiet_celery_root_warning()
+
+    signals.setup_logging.disconnect(dispatch_uid="clepsydra-analytics-setup_logging")
+    signals.setup_logging.connect(setup_logging, weak=False,
+                                  dispatch_uid="clepsydra-analytics-setup_logging")
     return app
 
 
@@ -55,7 +68,8 @@ def run_schedule(settings: AnalyticsSettings) -> int:
     state = settings.state_dir
     state.mkdir(parents=True, exist_ok=True)
     app = create_celery(settings)
-    app.worker_main(["worker", "-B", "--pool", "solo", "--concurrency", "1", "-Q", QUEUE,
+    clogging.quiet_celery_root_warning()
+    app.worker_main(["--quiet", "worker", "-B", "--pool", "solo", "--concurrency", "1", "-Q", QUEUE,
                      "--schedule", str(state / "beat-schedule"), "--loglevel",
                      settings.common.log_level, "--without-gossip", "--without-mingle",
                      "--hostname", f"analytics@{naming.ANALYTICS_DIR}"])

@@ -7,6 +7,7 @@ so a store outage does not get the exporter restarted."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -77,6 +78,8 @@ def health_app(exporter: Exporter) -> Flask:
 
 class HealthServer:
     def __init__(self, exporter: Exporter, bind: str, port: int) -> None:
+        # no access line per probe or scrape: an idle exporter writes nothing (issue 20.7)
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
         self.server: BaseWSGIServer = make_server(bind, port, health_app(exporter),
                                                   threaded=True)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True,

@@ -4,7 +4,8 @@ derived from it, and the conversion of the store's message JSON into columns.
 Version 1 columns (snake_case, units in the names):
 
 =========================  ==========================================================
-msg_id, topic, queue_id,   the message's place in the store
+msg_id                     the message's msgId: its unique id, the same in every copy
+topic, queue_id,           the copy's place in the store
 queue_offset,
 commitlog_offset
 store_timestamp_ms,        when the store appended it / when the producer made it

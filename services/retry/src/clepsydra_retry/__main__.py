@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import sys
 
-from clepsydra_core import logging as clogging
 from clepsydra_core.errors import ConfigError
+from clepsydra_core.telemetry import RETRY_SERVICE
 from clepsydra_retry.app import create_app
 from clepsydra_retry.settings import RetrySettings
 from clepsydra_web.server import GunicornServer
@@ -34,7 +34,7 @@ def main() -> int:
     except ConfigError as exc:  # a bad setting stops start-up, naming the variable
         print(f"clepsydra retry: {exc.message}", file=sys.stderr)
         return 2
-    clogging.configure(settings.common.log_level)
+    settings.common.configure_logging(RETRY_SERVICE)
     server(settings).run()
     return 0
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from clepsydra_core.levels import DelayLevels
-from clepsydra_core.msgid import MSG_ID_PATTERN
+from clepsydra_core.msgid import ID_PATTERN
 from clepsydra_core.validation import GROUP_MAX_LEN, GROUP_PATTERN
 from clepsydra_core.wire.codec import INT64_MAX
 from clepsydra_core.wire.dlq import DlqFilter
@@ -29,7 +29,7 @@ def _ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
-_MSG_ID = {"type": "string", "pattern": MSG_ID_PATTERN}
+_MSG_ID = {"type": "string", "pattern": ID_PATTERN}
 _MSG_IDS = {"type": "array", "items": _MSG_ID, "minItems": 1, "maxItems": MAX_MSG_IDS}
 _SELECTION = {"oneOf": [
     {"required": ["msgIds"], "properties": {"msgIds": {"type": "array"}}},
@@ -51,11 +51,21 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "DlqMessage": {"allOf": [_ref("StoredMessage"), {"type": "object", "properties": {
         "originTopic": {"type": ["string", "null"]}, "dlqReason": {"type": ["string", "null"]},
         "attempts": {"type": "integer"},
+        "offsetMsgId": {"type": "string",
+                        "description": "this dead-letter copy's place (store host + CommitLog "
+                                       "offset)"},
+        "resends": {"type": "integer", "description": "DLQ resends recorded in RESEND_HISTORY"},
+        "resendHistory": {"type": "array", "description": "RESEND_HISTORY: each DLQ resend of "
+                                                          "the message, oldest first (shown alone)",
+                          "items": {"type": "object", "properties": {
+                              "time": {"type": "integer"}, "client": {"type": "string"},
+                              "group": {"type": "string"},
+                              "target": {"type": "string", "enum": ["retry", "origin"]}}}},
         "failureHistory": {"type": "array", "items": {"type": "object", "properties": {
             "time": {"type": "integer"}, "consumer": {"type": ["string", "null"]},
             "reason": {"type": ["string", "null"]}, "reconsumeTimes": {"type": "integer"}}}}}}],
-        "description": "the store's message view plus originTopic, dlqReason, attempts "
-                       "(and the failure history when shown alone)"},
+        "description": "the store's message view plus originTopic, dlqReason, attempts, "
+                       "resends (and the failure and resend histories when shown alone)"},
     "DlqPage": {"type": "object", "required": ["messages", "nextOffset"], "properties": {
         "messages": {"type": "array", "items": _ref("DlqMessage")},
         "nextOffset": {"type": "integer"}, "maxOffset": {"type": "integer"}}},
@@ -65,18 +75,21 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                    "msgIds": {"anyOf": [_MSG_IDS, {"type": "null"}]},
                    "all": {"type": "boolean"},
                    "filter": {"anyOf": [_ref("DlqFilter"), {"type": "null"}]},
-                   "target": {"type": "string", "enum": ["origin", "retry"],
-                              "default": "origin"},
+                   "target": {"type": "string", "enum": ["retry", "origin"],
+                              "default": "retry",
+                              "description": "retry (default): into %RETRY%<group>, so only "
+                                             "this group receives the message again; origin: "
+                                             "back to its original topic (RETRY_TOPIC), where "
+                                             "every group subscribed to it receives it"},
                    "delayLevel": {"type": "integer", "minimum": 0, "maximum": MAX_LEVEL,
-                                  "description": "target retry only: the level of the copy "
-                                                 "in %RETRY%<group>"},
+                                  "description": "target retry: the level of the copy in "
+                                                 "%RETRY%<group> (0: at once)"},
                    "maxPerSecond": {"type": ["number", "null"], "exclusiveMinimum": 0,
                                     "maximum": 1_000_000, "description": "rate limit"}},
                "allOf": [_SELECTION, {
                    "if": {"required": ["delayLevel"],
                           "properties": {"delayLevel": {"minimum": 1}}},
-                   "then": {"required": ["target"],
-                            "properties": {"target": {"const": "retry"}}}}]},
+                   "then": {"properties": {"target": {"const": "retry"}}}}]},
     "Purge": {"type": "object", "additionalProperties": False,
               "description": "exactly one of msgIds, all: true, filter",
               "properties": {"msgIds": {"anyOf": [_MSG_IDS, {"type": "null"}]},
@@ -106,7 +119,8 @@ PATH_PARAMS = {
     "group": Param("group", {"type": "string", "pattern": GROUP_PATTERN,
                              "maxLength": GROUP_MAX_LEN},
                    "consumer group (letters, digits, _ - |)", example=EXAMPLE_GROUP),
-    "msgId": Param("msgId", _MSG_ID, "32 hex digits"),
+    "msgId": Param("msgId", _MSG_ID, "the message's msgId (its newest visible dead letter), "
+                   "or a dead-letter copy's offsetMsgId"),
 }
 _MS = {"type": "integer", "minimum": 0, "maximum": INT64_MAX}
 FILTER_QUERY = (
@@ -164,9 +178,11 @@ ROUTES = [
           "One dead letter with body and attempt history",
           [Answer(200, "message", "DlqMessage")], errors=_UNAVAILABLE),
     Route("POST", "/v1/groups/{group}/dlq/resend", "resendDlq",
-          "Resend msgIds / a filter / all to the original topic, or into the retry topic at a "
-          "level; reconsumeTimes restarts at 0. msgIds not in the DLQ: 404 NOT_IN_DLQ, "
-          "nothing changed", [Answer(200, "count", "ResendResult")], request="Resend",
+          "Resend msgIds / a filter / all into the group's retry topic at a level (default: only "
+          "this group receives them again), or to the original topic (target origin: every "
+          "group subscribed to it); reconsumeTimes restarts at 0 and the resend is appended "
+          "to each message's RESEND_HISTORY. msgIds not in the DLQ: 404 NOT_IN_DLQ, nothing "
+          "changed", [Answer(200, "count", "ResendResult")], request="Resend",
           headers=(CLIENT_ID,), errors=(403, 409, 503, 507),
           error_text={**_DISK_FULL,
                       409: "NO_RETRY_TOPIC: target retry, and the group has retryQueueNums 0 "

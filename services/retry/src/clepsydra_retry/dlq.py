@@ -1,13 +1,21 @@
 """The DLQ toolkit (SPEC R16 Beyond): list, show, resend, purge, audit, depth.
 
 A group's dead letters are queue 0 of `%DLQ%<group>` in the store. The store's CommitLog is
-append-only, so "resent" and "purged" messages are hidden here (``dlq_state``): a set of msgIds
-and a floor queue offset. Resends are one store copy call per batch (bodies stay in the store);
-every resend and purge is appended to the group's audit list.
+append-only, so "resent" and "purged" messages are hidden here (``dlq_state``): a set of
+offsetMsgIds (one per dead-letter copy: a message dead-lettered again after a resend is another
+copy with the same msgId) and a floor queue offset. Requests name dead letters by msgId (or
+offsetMsgId), found with the store's look-up by msgId. Resends are one store copy call per
+batch (bodies stay in the store); every resend and purge is appended to the group's audit
+list, and each resent message carries the resend in its ``RESEND_HISTORY``.
+
+A resend goes into the group's own retry topic by default (``%RETRY%<group>``, as RocketMQ
+redelivers through it): only that group consumes it again. ``target: "origin"`` puts it back on
+its original topic instead, where every group subscribed to that topic receives it (issue 20.5).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import time
@@ -20,7 +28,7 @@ from clepsydra_core import naming
 from clepsydra_core import properties as P
 from clepsydra_core.errors import ClepsydraError, MessageNotFound, NoPermission, ValidationError
 from clepsydra_core.levels import DelayLevels
-from clepsydra_core.msgid import decode_msg_id
+from clepsydra_core.msgid import check_id
 from clepsydra_core.wire.copy import ORIGIN, CopyItem, RangeCopy
 from clepsydra_core.wire.dlq import DlqFilter
 from clepsydra_retry import policy
@@ -125,7 +133,7 @@ class DlqToolkit:
         above = [m for m in messages if int(m["queueOffset"]) >= floor.queue_offset]
         if not above or self._state.removed_count(group) == 0:
             return above  # the usual case: nothing hidden one by one, no per-id look-up
-        flags = self._state.removed_flags(group, [str(m["msgId"]) for m in above])
+        flags = self._state.removed_flags(group, [copy_id(m) for m in above])
         return [m for m, removed in zip(above, flags, strict=True) if not removed]
 
     def list_page(self, group: str, queue_offset: int | None, max_count: int,
@@ -152,30 +160,32 @@ class DlqToolkit:
             next_offset = max(next_offset, scan_end)
         return {"messages": found, "nextOffset": next_offset, "maxOffset": high}
 
-    def _locate(self, group: str, msg_id: str, floor: Floor, *,
-                with_body: bool) -> dict[str, Any]:
-        """The DLQ message with this msgId, or NotInDlq naming it (and the group)."""
-        offset = decode_msg_id(msg_id).commitlog_offset
+    def _locate(self, group: str, msg_id: str, floor: Floor) -> list[dict[str, Any]]:
+        """The visible dead letters of the group with this msgId (or offsetMsgId), oldest
+        first, or NotInDlq naming it (and the group)."""
         where = f"msgId {msg_id} is not in the DLQ of group {group!r}"
-        try:
-            message = self._store.message(offset, with_body=with_body)
-        except MessageNotFound as exc:
-            raise NotInDlq(f"{where}: no such message", rule="R16") from exc
-        if str(message.get("msgId", "")).upper() != msg_id.upper():
+        copies = self._store.copies(msg_id)
+        dlq = naming.dlq_topic(group)
+        dead = [m for m in copies if m.get("topic") == dlq]
+        if not dead:
+            if copies:
+                raise NotInDlq(f"{where}: it is in topic {copies[-1].get('topic')!r}",
+                               rule="R16")
             raise NotInDlq(f"{where}: no such message", rule="R16")
-        if message.get("topic") != naming.dlq_topic(group):
-            raise NotInDlq(f"{where}: it is in topic {message.get('topic')!r}", rule="R16")
-        if (int(message.get("queueOffset", 0)) < floor.queue_offset
-                or self._state.removed_flags(group, [str(message["msgId"])])[0]):
+        dead = [m for m in dead if int(m.get("queueOffset", 0)) >= floor.queue_offset]
+        flags = self._state.removed_flags(group, [copy_id(m) for m in dead]) if dead else []
+        visible = [m for m, removed in zip(dead, flags, strict=True) if not removed]
+        if not visible:
             raise NotInDlq(f"{where}: it was already resent or purged", rule="R16")
-        return message
+        return visible
 
     def show(self, group: str, msg_id: str) -> dict[str, Any]:
         """One dead letter with its body and its parsed attempt history."""
         self._groups.get(group)
-        message = self._locate(group, msg_id, self._state.floor(group), with_body=True)
+        message = self._locate(group, check_id(msg_id), self._state.floor(group))[-1]
         out = summarize(message)
         out["failureHistory"] = policy.parse_history(message["properties"].get(P.FAILURE_HISTORY))
+        out["resendHistory"] = policy.parse_history(message["properties"].get(P.RESEND_HISTORY))
         return out
 
     def depth(self, group: str) -> int:
@@ -191,8 +201,10 @@ class DlqToolkit:
 
     # ---- changing --------------------------------------------------------------------------
     def resend(self, group: str, body: object, client: str) -> dict[str, Any]:
-        """Resend one / a filter / all to the original topic (RETRY_TOPIC), or into the retry
-        topic at a chosen level; reconsumeTimes starts again at 0, failure history is kept."""
+        """Resend one / a filter / all into the group's retry topic at a chosen level (the
+        default: only this group receives them), or to the original topic (RETRY_TOPIC);
+        reconsumeTimes starts again at 0, failure history is kept, the resend is appended to
+        each message's RESEND_HISTORY."""
         action = parse_action(body, resend=True, max_level=self._levels.max_level)
         settings = self._groups.get(group)
         if not self._store.is_writable():
@@ -205,8 +217,10 @@ class DlqToolkit:
             retry_queues = self._store.ensure_topic(naming.retry_topic(group),
                                                     settings.retry_queue_nums)
         progress = _Progress()
+        entry = json.dumps({"time": self._clock_ms(), "client": client, "group": group,
+                            "target": action.target}, separators=(",", ":"))
         try:
-            self._resend(group, action, retry_queues, progress)
+            self._resend(group, action, retry_queues, progress, {P.RESEND_HISTORY: entry})
         except ClepsydraError as exc:
             if progress.done:  # a partial resend is still recorded, with what stopped it
                 self._audit(group, "resend", action, progress.done, client,
@@ -220,21 +234,22 @@ class DlqToolkit:
         return result
 
     def _resend(self, group: str, action: DlqAction, retry_queues: int,
-                progress: _Progress) -> None:
+                progress: _Progress, history: dict[str, str]) -> None:
         floor = self._state.floor(group)
         origins: dict[str, bool] = {}
         started = time.monotonic()
         if action.msg_ids is not None:
-            located = [self._locate(group, m, floor, with_body=False) for m in action.msg_ids]
+            located = _unique([c for m in action.msg_ids for c in self._locate(group, m, floor)])
             for message in located:
                 problem = self._origin_problem(message, action, origins)
                 if problem:
                     raise ValidationError(f"cannot resend msgId {message['msgId']}: {problem}",
                                           rule="R16", code="INVALID_REQUEST")
-            self._resend_chunked(group, located, action, retry_queues, progress, started)
+            self._resend_chunked(group, located, action, retry_queues, progress, started,
+                                 history)
         elif (action.filter is None and not action.max_per_second
               and self._state.removed_count(group) == 0):
-            self._resend_ranges(group, action, floor, progress)
+            self._resend_ranges(group, action, floor, progress, history)
         else:
             low, high = self._bounds(group)
             contiguous = action.filter is None
@@ -250,12 +265,12 @@ class DlqToolkit:
                     else:
                         todo.append(message)
                 self._resend_chunked(group, todo, action, retry_queues, progress, started,
-                                     floor_up=contiguous)
+                                     history, floor_up=contiguous)
             if contiguous and high > 0:
                 self._raise_floor(group, high)
 
     def _resend_ranges(self, group: str, action: DlqAction, floor: Floor,
-                       progress: _Progress) -> None:
+                       progress: _Progress, history: dict[str, str]) -> None:
         """Resend all, nothing hidden one by one, no rate limit: the store copies the DLQ a
         range at a time (``/v1/internal/copy-range``), no message crosses the wire. The floor
         follows while every message went; after a skip, copied msgIds are hidden one by one
@@ -271,7 +286,8 @@ class DlqToolkit:
             r = self._store.copy_range(RangeCopy(
                 topic=naming.dlq_topic(group), queue_id=0, from_offset=offset, target=target,
                 max_count=min(self._batch, high - offset), delay_level=level,
-                reconsume_times=0, remove_properties=RESEND_REMOVES))
+                reconsume_times=0, remove_properties=RESEND_REMOVES,
+                append_properties=history))
             progress.done += r.copied
             progress.skipped += len(r.skipped)
             contiguous = contiguous and not r.skipped
@@ -303,7 +319,7 @@ class DlqToolkit:
         return None
 
     def _copy_item(self, group: str, message: dict[str, Any], action: DlqAction,
-                   retry_queues: int) -> CopyItem:
+                   retry_queues: int, history: dict[str, str]) -> CopyItem:
         """The copy of one dead letter: back to its group's retry topic, or to its origin."""
         props = message.get("properties", {})
         removes = tuple(n for n in RESEND_REMOVES if n in props)
@@ -312,13 +328,13 @@ class DlqToolkit:
             return CopyItem(offset, naming.retry_topic(group),
                             queue_id=self._rng.randrange(max(retry_queues, 1)),
                             delay_level=action.delay_level or 0, reconsume_times=0,
-                            remove_properties=removes)
+                            remove_properties=removes, append_properties=history)
         return CopyItem(offset, props[P.RETRY_TOPIC], reconsume_times=0,
-                        remove_properties=removes)
+                        remove_properties=removes, append_properties=history)
 
     def _resend_chunked(self, group: str, messages: list[dict[str, Any]], action: DlqAction,
-                        retry_queues: int, progress: _Progress, started: float, *,
-                        floor_up: bool = False) -> None:
+                        retry_queues: int, progress: _Progress, started: float,
+                        history: dict[str, str], *, floor_up: bool = False) -> None:
         chunk = self._batch
         if action.max_per_second:
             chunk = max(1, min(chunk, int(action.max_per_second / 10)))
@@ -328,14 +344,15 @@ class DlqToolkit:
                 wait_s = started + progress.done / action.max_per_second - time.monotonic()
                 if wait_s > 0:
                     self._sleep(wait_s)
-            self._store.copy([self._copy_item(group, m, action, retry_queues) for m in part])
+            self._store.copy([self._copy_item(group, m, action, retry_queues, history)
+                              for m in part])
             if floor_up:
                 last = part[-1]
                 self._state.raise_floor(group, Floor(int(last["queueOffset"]) + 1,
                                                      int(last["commitLogOffset"]) + 1),
                                         compact=False)
             else:
-                self._state.remove(group, [str(m["msgId"]) for m in part])
+                self._state.remove(group, [copy_id(m) for m in part])
             progress.done += len(part)
 
     def purge(self, group: str, body: object, client: str) -> dict[str, Any]:
@@ -344,8 +361,8 @@ class DlqToolkit:
         self._groups.get(group)
         floor = self._state.floor(group)
         if action.msg_ids is not None:
-            located = [self._locate(group, m, floor, with_body=False) for m in action.msg_ids]
-            self._state.remove(group, [str(m["msgId"]) for m in located])
+            located = _unique([c for m in action.msg_ids for c in self._locate(group, m, floor)])
+            self._state.remove(group, [copy_id(m) for m in located])
             count = len(located)
         elif action.filter is None:
             count = self.depth(group)
@@ -355,7 +372,7 @@ class DlqToolkit:
             low, high = self._bounds(group)
             count = 0
             for page in self._pages(group, max(low, floor.queue_offset), high):
-                chosen = [str(m["msgId"]) for m in self._visible(group, floor, page)
+                chosen = [copy_id(m) for m in self._visible(group, floor, page)
                           if matches(action.filter, m)]
                 self._state.remove(group, chosen)
                 count += len(chosen)
@@ -379,6 +396,19 @@ class DlqToolkit:
         self._state.append_audit(group, record, self._audit_max)
 
 
+def copy_id(message: dict[str, Any]) -> str:
+    """Which dead-letter copy a message view is (its offsetMsgId): what is hidden."""
+    return str(message.get("offsetMsgId") or message["msgId"])
+
+
+def _unique(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each copy once (two ids named may find the same one), in the order found."""
+    seen: dict[str, dict[str, Any]] = {}
+    for message in messages:
+        seen.setdefault(copy_id(message), message)
+    return list(seen.values())
+
+
 def summarize(message: dict[str, Any]) -> dict[str, Any]:
     """The store's message view plus what the DLQ adds: original topic, dead-letter reason,
     attempts recorded."""
@@ -387,4 +417,5 @@ def summarize(message: dict[str, Any]) -> dict[str, Any]:
     out["originTopic"] = props.get(P.RETRY_TOPIC)
     out["dlqReason"] = props.get(P.DLQ_REASON)
     out["attempts"] = len(policy.parse_history(props.get(P.FAILURE_HISTORY)))
+    out["resends"] = len(policy.parse_history(props.get(P.RESEND_HISTORY)))
     return out

@@ -9,7 +9,7 @@ from typing import Any
 
 from clepsydra_core import properties as P
 from clepsydra_core.errors import ValidationError
-from clepsydra_core.msgid import decode_msg_id
+from clepsydra_core.msgid import check_id
 from clepsydra_core.wire.codec import INT64_MAX
 from clepsydra_core.wire.dlq import DlqFilter
 from clepsydra_retry import policy
@@ -87,8 +87,10 @@ class DlqAction:
     msg_ids: tuple[str, ...] | None = None
     all: bool = False
     filter: DlqFilter | None = None
-    target: str = "origin"
-    """Resend only: "origin" or "retry"; empty for a purge."""
+    target: str = "retry"
+    """Resend only: "retry" (the group's retry topic: the group alone receives it again; the
+    default) or "origin" (the original topic: every group subscribed to it); empty for a
+    purge."""
     delay_level: int = 0
     max_per_second: float | None = None
 
@@ -124,14 +126,14 @@ def _msg_ids(value: object) -> tuple[str, ...]:
     for item in value:
         if not isinstance(item, str):
             raise _bad(f"msgIds must be strings, got {item!r}")
-        decode_msg_id(item)  # INVALID_MSG_ID names it
-        if item.upper() not in out:
-            out.append(item.upper())
+        check_id(item)  # INVALID_MSG_ID names it
+        if item not in out:
+            out.append(item)
     return tuple(out)
 
 
 def parse_action(body: object, *, resend: bool, max_level: int) -> DlqAction:
-    """A resend body ``{msgIds | all: true | filter: {...}, target?: "origin"|"retry",
+    """A resend body ``{msgIds | all: true | filter: {...}, target?: "retry"|"origin",
     delayLevel?, maxPerSecond?}`` or a purge body ``{msgIds | all: true | filter}``."""
     if body is None:
         body = {}
@@ -150,9 +152,9 @@ def parse_action(body: object, *, resend: bool, max_level: int) -> DlqAction:
     flt = None
     if chosen == ["filter"]:
         flt = DlqFilter.from_json(body["filter"], what="filter", strict=True)
-    target = body.get("target", "origin") if resend else ""
+    target = body.get("target", "retry") if resend else ""
     if resend and target not in ("origin", "retry"):
-        raise _bad(f"target must be 'origin' or 'retry', got {target!r}")
+        raise _bad(f"target must be 'retry' (the default) or 'origin', got {target!r}")
     level = body.get("delayLevel", 0)
     if isinstance(level, float) and level.is_integer():
         level = int(level)  # JSON Schema's integer: 2.0 is one

@@ -21,9 +21,9 @@ from clepsydra_core.levels import DelayLevels
 from clepsydra_core.retry_rules import max_reconsume_times_or, retry_level_for
 from clepsydra_core.wire.retry import SendBackAnswer, SendBackRequest
 
-HISTORY_MAX_ENTRIES = 32
+HISTORY_MAX_ENTRIES = P.LIST_MAX_ENTRIES
 """Failure history keeps the newest attempts only, so properties stay bounded (P1)."""
-REASON_MAX_CHARS = 1024
+REASON_MAX_CHARS = P.UNPARSED_MAX_CHARS
 """A failure reason longer than this is cut (exception texts can be huge)."""
 
 DLQ_REASON_MAX_TIMES = "max_reconsume_times"
@@ -45,10 +45,13 @@ class StoredHeaders:
     """What the decision needs of the stored message (its headers; the body stays in the store)."""
 
     msg_id: str
+    """The message's unique id, the same in every copy (issue 20.4)."""
     topic: str
     commitlog_offset: int
     reconsume_times: int
     properties: dict[str, str] = field(default_factory=dict)
+    offset_msg_id: str = ""
+    """Where this copy is stored."""
 
     @classmethod
     def from_json(cls, message: dict[str, Any]) -> StoredHeaders:
@@ -59,7 +62,13 @@ class StoredHeaders:
             commitlog_offset=int(message["commitLogOffset"]),
             reconsume_times=int(message.get("reconsumeTimes") or 0),
             properties=dict(message.get("properties") or {}),
+            offset_msg_id=str(message.get("offsetMsgId") or message["msgId"]),
         )
+
+    def named_by(self, msg_id: str) -> bool:
+        """True when ``msg_id`` is this copy's msgId or its offsetMsgId."""
+        wanted = msg_id.upper()
+        return wanted in (self.msg_id.upper(), self.offset_msg_id.upper())
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,15 +128,7 @@ def append_history(raw: str | None, entry: dict[str, Any],
                    max_entries: int = HISTORY_MAX_ENTRIES) -> str:
     """The FAILURE_HISTORY JSON list with ``entry`` appended, newest ``max_entries`` kept.
     Text that is not a JSON list (a client may set the property) is kept as one entry."""
-    history: list[Any] = []
-    if raw:
-        try:
-            parsed = json.loads(raw)
-        except ValueError:
-            parsed = None
-        history = parsed if isinstance(parsed, list) else [{"unparsed": raw[:REASON_MAX_CHARS]}]
-    history.append(entry)
-    return json.dumps(history[-max_entries:], ensure_ascii=False, separators=(",", ":"))
+    return P.append_to_list(raw, entry, max_entries)
 
 
 def parse_history(raw: str | None) -> list[Any]:

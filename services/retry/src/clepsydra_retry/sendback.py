@@ -23,7 +23,7 @@ from clepsydra_core import properties as P
 from clepsydra_core.errors import ClepsydraError, MessageNotFound, NoPermission, ValidationError
 from clepsydra_core.groups import GroupSettings
 from clepsydra_core.levels import DelayLevels
-from clepsydra_core.msgid import decode_msg_id
+from clepsydra_core.msgid import check_id
 from clepsydra_core.wire.copy import CopyItem
 from clepsydra_core.wire.retry import SendBackRequest
 from clepsydra_retry import policy
@@ -64,13 +64,9 @@ def parse_request(body: object) -> tuple[Locator, SendBackRequest]:
         raise ValidationError("send-back needs msgId or commitLogOffset", rule="R1",
                               code="INVALID_REQUEST")
     if msg_id is not None:
-        msg_id = _text(msg_id, "msgId", 64) or ""
-        decoded = decode_msg_id(msg_id).commitlog_offset
-        if offset is not None and offset != decoded:
-            raise ValidationError(f"msgId {msg_id} is at commitLogOffset {decoded}, "
-                                  f"not {offset}", code="INVALID_REQUEST")
-        offset, msg_id = decoded, msg_id.upper()
-    assert offset is not None
+        # the message's msgId (its unique id, issue 20.4) or one copy's offsetMsgId; without
+        # commitLogOffset the copy is found by the store's look-up by msgId (headers.pick)
+        msg_id = check_id(msg_id)
     hint = (_text(request.topic, "topic", 127), request.queue_id, request.queue_offset)
     if any(h is not None for h in hint) and not all(h is not None for h in hint):
         raise ValidationError("topic, queueId and queueOffset (where the message was pulled "
@@ -177,7 +173,7 @@ class SendBackService:
         for i, p in enumerate(parsed):
             if isinstance(p, ClepsydraError):
                 results[i] = p.to_json()
-        found = self._reader.read_many([item[0] for _, item in wanted])
+        found = self._reader.read_many([item[0] for _, item in wanted], group)
         pending: list[tuple[int, StoredHeaders, SendBackRequest, Decision]] = []
         for (i, (locator, request)), headers in zip(wanted, found, strict=True):
             if isinstance(headers, MessageNotFound):  # R2 (5)

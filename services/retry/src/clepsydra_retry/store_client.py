@@ -144,6 +144,15 @@ class StoreClient:
             "GET", f"/v1/commitlog/{commitlog_offset}", params={"body": "false"})
         return result
 
+    def copies(self, msg_id: str) -> list[dict[str, Any]]:
+        """``GET /v1/messages/{msgId}``: every stored copy of the message whose msgId (or one
+        of whose offsetMsgIds) this is, oldest first; [] when there is none."""
+        try:
+            result: dict[str, Any] = self._call("GET", f"/v1/messages/{segment(msg_id)}")
+        except NotFound:
+            return []
+        return list(result.get("messages") or [])
+
     def message(self, commitlog_offset: int, *, with_body: bool = True) -> dict[str, Any]:
         """The message at a CommitLog offset (``GET /v1/commitlog/{offset}``)."""
         params = None if with_body else {"body": "false"}

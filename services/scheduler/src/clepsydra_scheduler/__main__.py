@@ -21,6 +21,7 @@ import os
 import sys
 
 from clepsydra_core import logging as clepsydra_logging
+from clepsydra_core import telemetry
 from clepsydra_core.errors import ConfigError
 from clepsydra_scheduler.settings import SchedulerSettings
 
@@ -56,6 +57,7 @@ def _worker(settings: SchedulerSettings, extra: list[str]) -> int:
             "--without-gossip", "--without-mingle", "--without-heartbeat",
             "-l", settings.common.log_level, *extra]
     app.conf.worker_redirect_stdouts = False
+    clepsydra_logging.quiet_celery_root_warning()  # checked before Celery sets up logging
     app.worker_main(argv)
     return 0
 
@@ -104,7 +106,7 @@ def _autoscale() -> int:
     except ConfigError as exc:
         print(f"clepsydra scheduler autoscale: {exc.message}", file=sys.stderr)
         return 2
-    clepsydra_logging.configure(settings.common.log_level)
+    settings.common.configure_logging(telemetry.SCHEDULER_SERVICE)
     from clepsydra_scheduler.autoscaler import run_service
 
     return run_service(settings)

@@ -58,6 +58,7 @@ def create_celery(settings: SchedulerSettings) -> Celery:
         task_acks_late=False,
         worker_prefetch_multiplier=1,
         worker_hijack_root_logger=False,
+        **clepsydra_logging.CELERY_SERIALIZERS,
         worker_cancel_long_running_tasks_on_connection_loss=False,
         worker_send_task_events=False,
         worker_enable_remote_control=False,
@@ -75,7 +76,8 @@ def _connect_signals(app: Celery, runtime: SchedulerRuntime) -> None:
     settings = runtime.settings
 
     def setup_logging(**_: Any) -> None:
-        clepsydra_logging.configure(settings.common.log_level)
+        settings.common.configure_logging(SERVICE_NAME)
+        clepsydra_logging.quiet_celery_root_warning()
         if logging.getLogger().level > logging.DEBUG:
             # One line per keep-alive received / finished / sent is noise (18 levels every
             # 5 s); runs log their own summary ("run finished level=...").

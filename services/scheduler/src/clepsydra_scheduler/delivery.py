@@ -186,11 +186,15 @@ class LevelDelivery:
         self._report.end_offset = self._progress
         if outcome is RunOutcome.STOPPED:
             self.release()
-        logger.info("run finished level=%d outcome=%s start_offset=%d end_offset=%d "
-                    "delivered=%d parked=%d skipped=%d handovers=%d", level, outcome,
-                    self._report.start_offset, self._progress, self._report.delivered,
-                    self._report.parked, self._report.skipped, self._report.handovers)
-        return self._report
+        report = self._report
+        idle = not (report.delivered or report.parked or report.skipped)
+        # an idle level's run says nothing at INFO (issue 20.7: 18 levels, one run a minute)
+        logger.log(logging.DEBUG if idle else logging.INFO,
+                   "run finished level=%d outcome=%s start_offset=%d end_offset=%d "
+                   "delivered=%d parked=%d skipped=%d handovers=%d", level, outcome,
+                   report.start_offset, self._progress, report.delivered, report.parked,
+                   report.skipped, report.handovers)
+        return report
 
     def release(self) -> None:
         """Give the lease back (when the run will have no successor)."""

@@ -16,7 +16,7 @@ from typing import Any
 from flask import Flask
 
 from clepsydra_core.errors import ConfigError
-from clepsydra_core.logging import configure
+from clepsydra_core.telemetry import STORE_SERVICE
 from clepsydra_store.api.context import EXTENSION, StoreContext
 from clepsydra_store.app import create_app
 from clepsydra_store.settings import StoreSettings
@@ -64,7 +64,7 @@ def main() -> int:
     except ConfigError as exc:
         print(f"clepsydra-store: {exc.message}", file=sys.stderr)
         return 2
-    configure(settings.common.log_level)
+    settings.common.configure_logging(STORE_SERVICE)
     logger.info("starting store bind=%s port=%d threads=%d flush=%s data_dir=%s",
                 settings.bind, settings.port, settings.threads, settings.engine.flush,
                 settings.engine.data_dir)

@@ -23,7 +23,10 @@ ORIGIN = "origin"
 class CopyItem(WireValue):
     """Copy the message stored at ``commitlog_offset`` into ``topic``: body, flag,
     properties, bornTimestamp, bornHost and sysFlag kept, tags hash recomputed, the changes
-    applied; ``delay_level`` > 0 parks the copy in the schedule topic (S1)."""
+    applied; ``delay_level`` > 0 parks the copy in the schedule topic (S1).
+    ``append_properties``: property name -> one JSON value appended to the JSON list that
+    property holds (started when absent, newest ``properties.LIST_MAX_ENTRIES`` kept), e.g. a
+    DLQ resend recorded in ``RESEND_HISTORY``."""
 
     commitlog_offset: int = field(metadata=wire_meta(json="commitLogOffset", minimum=0))
     topic: str = field(metadata=topic_meta())
@@ -35,6 +38,7 @@ class CopyItem(WireValue):
     set_properties: dict[str, str] = field(default_factory=dict, metadata=wire_meta(
         schema={"propertyNames": {"minLength": 1}}))
     remove_properties: tuple[str, ...] = ()
+    append_properties: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +65,8 @@ class RangeCopy(WireValue):
     reconsume_times: int | None = field(default=None,
                                         metadata=wire_meta(minimum=0, maximum=INT32_MAX))
     remove_properties: tuple[str, ...] = ()
+    append_properties: dict[str, str] = field(default_factory=dict)
+    """As :class:`CopyItem`'s, the same entries appended to every message copied."""
 
     @property
     def target_topic(self) -> str | None:
@@ -81,7 +87,8 @@ class SkippedCopy(WireValue):
 class RangeCopyAnswer(WireValue):
     copied: int
     copied_msg_ids: list[str]
-    """msgIds of the source messages copied, in queue order."""
+    """offsetMsgIds of the source copies copied, in queue order (each names one stored
+    record; the msgId is the same for every copy of a message)."""
     skipped: list[SkippedCopy]
     """Each source message left where it is, and why."""
     next_offset: int

@@ -23,7 +23,10 @@ class StoredMessage(WireValue):
     """A stored message: the body as ``body`` when it is UTF-8 text, else as ``bodyBase64``;
     neither with ``body=false``."""
 
-    msg_id: str
+    msg_id: str = field(metadata=wire_meta(doc="the message's unique id, the same in every "
+                                               "copy (issue 20.4)"))
+    offset_msg_id: str = field(metadata=wire_meta(doc="this copy's place: store host + "
+                                                      "CommitLog offset"))
     topic: str
     queue_id: int
     queue_offset: int
@@ -48,10 +51,9 @@ class StoredMessage(WireValue):
 class MessageList(WireValue):
     """Every stored message that matches, as a list even for a look-up by msgId (issue 12.11):
     one message has several stored copies - the copy parked in the schedule topic (S1) and the
-    one delivered from it (D4), each retry of a send-back (R3) and its dead letter (R6) - which
-    share the message's identity (``UNIQ_KEY``, ``ORIGIN_MESSAGE_ID``), so a look-up by that
-    identity finds several. A store msgId names one stored copy (it is derived from the
-    CommitLog offset) and finds a list of one; every look-up answers the same shape."""
+    one delivered from it (D4), each retry of a send-back (R3), its dead letter (R6), its
+    resends - which keep the message's msgId (its ``UNIQ_KEY``, issue 20.4), so a look-up by
+    msgId answers every copy, oldest first; each copy's own place is its ``offsetMsgId``."""
 
     messages: list[StoredMessage]
 

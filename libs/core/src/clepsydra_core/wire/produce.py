@@ -90,12 +90,18 @@ class ProduceBatch(WireValue):
 class ProduceAnswer(WireValue):
     """Where a message was stored: its placement (the schedule topic for a delayed one, S1)."""
 
-    msg_id: str
+    msg_id: str = field(metadata=wire_meta(doc=(
+        "the message's unique id (its UNIQ_KEY, made by the client, or by the store when the "
+        "producer gave none): the id its consumers see, kept by every copy (parked, delivered, "
+        "retried, dead-lettered, resent), and the id GET /v1/messages/{msgId} finds them all "
+        "by (issue 20.4)")))
     topic: str
     queue_id: int
     queue_offset: int
     commitlog_offset: int = field(metadata=wire_meta(json="commitLogOffset"))
     store_timestamp: int
+    offset_msg_id: str = field(metadata=wire_meta(doc=(
+        "this copy's place: store host + CommitLog offset (RocketMQ's offsetMsgId)")))
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
-from clepsydra_core.msgid import MSG_ID_PATTERN
+from clepsydra_core.msgid import ID_PATTERN
 from clepsydra_core.retry_rules import ORDERLY_MAX_RECONSUME_TIMES, USE_DEFAULT_MAX
 from clepsydra_core.wire.codec import INT32_MAX, INT32_MIN, WireValue, wire_meta
 from clepsydra_core.wire.schema import non_null
@@ -40,8 +40,12 @@ class SendBackRequest(WireValue):
 
     commitlog_offset: int | None = field(
         default=None, metadata=wire_meta(json="commitLogOffset", minimum=0))
-    msg_id: str | None = field(default=None, metadata=wire_meta(pattern=MSG_ID_PATTERN,
-                                                                code="INVALID_MSG_ID"))
+    msg_id: str | None = field(default=None, metadata=wire_meta(
+        pattern=ID_PATTERN, code="INVALID_MSG_ID",
+        doc="the message's msgId or one copy's offsetMsgId (with commitLogOffset: that "
+            "record's msgId or offsetMsgId). A msgId alone is looked up in the store: the copy "
+            "whose offsetMsgId it is, else the one at topic/queueId/queueOffset, else the "
+            "newest copy the group consumes"))
     delay_level: int = field(default=0, metadata=wire_meta(minimum=INT32_MIN,
                                                            maximum=INT32_MAX))
     """R6: any level below 0 dead-letters (RocketMQ's rule); 0: the ladder (R7)."""
@@ -75,7 +79,8 @@ class SendBackBatch(WireValue):
 class SendBackAnswer(WireValue):
     """What became of a send-back: ``RETRY`` (a copy in ``%RETRY%<group>``, parked for
     ``delay_level``), ``DLQ`` (in ``%DLQ%<group>``) or ``DROPPED`` (the group has no retry
-    queues, R2); ``msg_id`` is the copy's (None when dropped)."""
+    queues, R2); ``msg_id`` is the message's msgId, which the new copy keeps (None when
+    dropped)."""
 
     outcome: str
     topic: str | None

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from clepsydra_core.levels import DelayLevels
-from clepsydra_core.msgid import MSG_ID_PATTERN
+from clepsydra_core.msgid import ID_PATTERN
 from clepsydra_core.validation import GROUP_MAX_LEN, GROUP_PATTERN
 from clepsydra_core.wire.codec import INT32_MAX, INT64_MAX
 from clepsydra_core.wire.copy import CopyBatch, RangeCopy, RangeCopyAnswer
@@ -95,8 +95,10 @@ PATH_PARAMS = {
     "topic": Param("topic", TOPIC_SCHEMA, "topic name (P1), percent-encoded (`%RETRY%G` "
                    "travels as `%25RETRY%25G`)", example=EXAMPLE_TOPIC),
     "queueId": Param("queueId", {"type": "integer", "minimum": 0, "maximum": INT32_MAX}),
-    "msgId": Param("msgId", {"type": "string", "pattern": MSG_ID_PATTERN},
-                   "32 hex digits: store host and CommitLog offset"),
+    "msgId": Param("msgId", {"type": "string", "pattern": ID_PATTERN},
+                   "the message's msgId (its unique id: 32 hex digits when Clepsydra made it, "
+                   "or the UNIQ_KEY its producer gave; printable ASCII, no spaces, at most 255 "
+                   "characters), or the offsetMsgId of one of its copies"),
     "offset": Param("offset", {"type": "integer", "minimum": 0, "maximum": INT64_MAX},
                     "CommitLog offset of the record's first byte"),
     "group": Param("group", {"type": "string", "pattern": GROUP_PATTERN,
@@ -175,15 +177,15 @@ ROUTES = [
                  _max(DEFAULT_PULL, MAX_PULL),
                  Param("tags", {"type": "string"}, "`*` or `a||b`"), _BODY_FLAG),
           errors=(403,)),
-    Route("GET", "/v1/messages/{msgId}", "get_message", "Look a message up by msgId.",
-          [Answer(200, "A list holding the one message stored at that msgId", MessageList)],
-          description="Answers `{messages: [message]}` rather than the message itself: the "
-                      "copies of one message (the copy parked in the schedule topic and the "
-                      "one delivered from it, its retries, its dead letter) share the "
-                      "message's identity (UNIQ_KEY), so a look-up by identity finds several "
-                      "(`GET /v1/messages?topic=&key=`). A msgId is the store's physical id "
-                      "(store host + CommitLog offset) and names exactly one stored copy: a "
-                      "list of one, the same shape as every look-up."),
+    Route("GET", "/v1/messages/{msgId}", "get_message",
+          "Every stored copy of a message, by its msgId or one copy's offsetMsgId.",
+          [Answer(200, "Every stored copy of the message, oldest first", MessageList)],
+          description="Answers `{messages: [...]}` in the same shape as the look-up by key "
+                      "(`GET /v1/messages?topic=&key=`): every stored copy of the message, "
+                      "oldest first (at most 1000) - the parked copy in SCHEDULE_TOPIC_XXXX, "
+                      "the delivered one, its %RETRY% copies, its dead letter, its resends - "
+                      "found by the msgId they all keep (UNIQ_KEY). Given an offsetMsgId, the "
+                      "copy stored there and every copy of its message (issues 12.11, 20.4)."),
     Route("GET", "/v1/messages", "find_messages",
           "Messages of a topic whose KEYS contain the key or whose UNIQ_KEY is the key.",
           [Answer(200, "Messages", MessageList)], errors=(404,),

@@ -33,6 +33,7 @@ def _checked(item: CopyItem) -> CopyItem:
     """The rules beyond the item's shape: a valid topic name, storable properties (P1)."""
     validation.validate_topic_name(item.topic)
     validation.validate_properties(item.set_properties, allow_reserved=True)
+    validation.validate_properties(item.append_properties, allow_reserved=True)
     return item
 
 

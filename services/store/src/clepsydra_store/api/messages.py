@@ -8,7 +8,7 @@ from werkzeug.exceptions import RequestEntityTooLarge
 
 from clepsydra_core import validation
 from clepsydra_core.errors import ValidationError
-from clepsydra_core.msgid import decode_msg_id
+from clepsydra_core.msgid import check_id
 from clepsydra_core.wire.messages import DEFAULT_PULL, MAX_PULL
 from clepsydra_store.api import produce
 from clepsydra_store.api.context import ctx
@@ -44,11 +44,13 @@ def produce_batch(topic: str) -> Response:
 
 @bp.get("/v1/messages/<msg_id>")
 def get_message(msg_id: str) -> Response:
-    """``{messages: [message]}`` (docs/contracts.md); 404 MESSAGE_NOT_FOUND."""
-    decode_msg_id(msg_id)
+    """``{messages: [...]}``: every copy of the message whose msgId (unique id) or
+    offsetMsgId this is, oldest first (docs/contracts.md, issue 20.4); 404
+    MESSAGE_NOT_FOUND."""
+    check_id(msg_id)
     set_attribute(MESSAGE_ID, msg_id)
-    record = ctx().store.get_by_msg_id(msg_id)
-    return json_response({"messages": messages_json([record])})
+    records = ctx().store.get_by_msg_id(msg_id)
+    return json_response({"messages": messages_json(records)})
 
 
 @bp.get("/v1/messages")

@@ -236,16 +236,16 @@ def result_json(r: PutResult) -> dict[str, Any]:
     test holds the names equal to the wire type's)."""
     return {"msgId": r.msg_id, "topic": r.topic, "queueId": r.queue_id,
             "queueOffset": r.queue_offset, "commitLogOffset": r.commitlog_offset,
-            "storeTimestamp": r.store_timestamp}
+            "storeTimestamp": r.store_timestamp, "offsetMsgId": r.offset_msg_id}
 
 
 def _acknowledge(c: StoreContext, results: list[PutResult],
                  requests: list[PutRequest]) -> list[dict[str, Any]]:
     out = [{"msgId": msg_id, "topic": topic, "queueId": queue_id,  # result_json, inlined
             "queueOffset": queue_offset, "commitLogOffset": commitlog_offset,
-            "storeTimestamp": store_timestamp}
+            "storeTimestamp": store_timestamp, "offsetMsgId": offset_msg_id}
            for (_, msg_id, topic, queue_id, queue_offset, commitlog_offset, store_timestamp,
-                _) in results]
+                _, offset_msg_id) in results]
     if not _ALL_OK.issuperset(map(_STATUS, results)):
         raise FlushTimeout(f"{len(results)} message(s) appended but not flushed to disk in time; "
                            "not acknowledged", out)

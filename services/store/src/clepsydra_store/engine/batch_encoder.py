@@ -58,9 +58,10 @@ class BatchEncoder:
         self._checked: dict[str, tuple[int, bool]] = {}
         self._topics: dict[str, TopicInfo | None] = {}
         self._props: object = None
-        self._encoded: tuple[bytes, tuple[int, ...]] = (b"", ())
-        """The last properties dict encoded, and (its encoding, its UNIQ_KEY's key hash): the
-        requests of a batch often share one (the HTTP layer's trace context)."""
+        self._encoded: tuple[bytes, tuple[int, ...], str] = (b"", (), "")
+        """The last properties dict encoded, and (its encoding, its UNIQ_KEY's key hash, its
+        UNIQ_KEY): the requests of a batch often share one (the HTTP layer's trace
+        context)."""
         config = preparer.config
         self._max_body = config.max_body_bytes
         self._max_size = config.segment_size_bytes - MIN_END_MARKER
@@ -105,10 +106,11 @@ class BatchEncoder:
         parts = [body, topic_raw, b""]  # [2]: the properties length, known at the end
         props_len = 0
         uniq: tuple[int, ...] = ()
+        uniq_key = ""
         props = req.properties
         if props:
             if props is self._props:
-                block, uniq = self._encoded
+                block, uniq, uniq_key = self._encoded
             else:
                 if type(props) is not dict:
                     return None
@@ -116,9 +118,10 @@ class BatchEncoder:
                 if encoded is None:
                     return None
                 self._props, self._encoded = props, encoded
-                block, uniq = encoded
+                block, uniq, uniq_key = encoded
             parts.append(block)
             props_len = len(block)
+        new_uniq = not uniq_key  # issue 20.4: the store gives it one (as Preparer.put)
         code = 0
         tags = req.tags
         if tags:
@@ -155,6 +158,13 @@ class BatchEncoder:
                 return None
             level = min(level, self._max_level)
         # checks done: from here on the request is stored or raises what put() raises
+        if new_uniq:
+            uniq_key = self._preparer.ids.new()
+            raw = uniq_key.encode()
+            # right after the producer's properties, where put()'s dict has it
+            parts.insert(4 if props else 3, _UNIQ_KEY + VALUE_LEN.pack(len(raw)) + raw)
+            props_len += _UNIQ_KEY_OVERHEAD + len(raw)
+            hashes += (key_hash_of(raw),)
         topic = req.topic
         queue_id = req.queue_id
         if queue_id is None:
@@ -182,12 +192,12 @@ class BatchEncoder:
         return tuple.__new__(Prepared, (
             size, topic, queue_id, code, delay_ms, crc32(body), req.flag, req.sys_flag,
             req.born_timestamp, req.born_host, req.reconsume_times, len(body), tail, hashes,
-            None, 0))
+            None, 0, uniq_key))
 
 
-def _encode_properties(props: dict[str, str]) -> tuple[bytes, tuple[int, ...]] | None:
-    """(encoding, key hash of UNIQ_KEY if set) of a producer's properties that
-    validate_properties passes (P1); None for any others."""
+def _encode_properties(props: dict[str, str]) -> tuple[bytes, tuple[int, ...], str] | None:
+    """(encoding, key hash of UNIQ_KEY if set, UNIQ_KEY or "") of a producer's properties
+    that validate_properties passes (P1); None for any others."""
     parts: list[bytes] = []
     for name, value in props.items():
         prefix = _NAMES.get(name) or _settable_name(name)
@@ -202,7 +212,9 @@ def _encode_properties(props: dict[str, str]) -> tuple[bytes, tuple[int, ...]] |
     if len(block) > MAX_PROPERTIES_BYTES:  # validate_properties counts name + value + 6 each
         return None
     uniq = props.get(P.UNIQ_KEY)
-    return block, (key_hash(uniq),) if uniq else ()
+    if uniq == "":  # put() gives it a value in its place
+        return None
+    return block, (key_hash(uniq),) if uniq else (), uniq or ""
 
 
 def settable_properties(props: dict[str, str]) -> bool:
@@ -266,6 +278,8 @@ def _name_prefix(name: str) -> bytes:
 _TAGS = _name_prefix(P.TAGS)
 _KEYS = _name_prefix(P.KEYS)
 _KEYS_OVERHEAD = len(_KEYS) + 4  # name and value length
+_UNIQ_KEY = _name_prefix(P.UNIQ_KEY)
+_UNIQ_KEY_OVERHEAD = len(_UNIQ_KEY) + 4
 _REAL_TOPIC = _name_prefix(P.REAL_TOPIC)
 _REAL_QID = _name_prefix(P.REAL_QID)
 _DELAY = _name_prefix(P.DELAY)

@@ -12,9 +12,10 @@ born fields - except its own CommitLog offset in the header. So:
   at its queue offset), and the scheduler reads the same timestamps;
 - D9 holds unchanged: the level's handed-over mark counts queue offsets, the entry is handed
   over once, from whichever record it points at; the old record is simply never read again;
-- only the store-assigned msgId (store host + CommitLog offset) of the parked copy differs:
-  the message delivered to its real topic gets a new one anyway (D4), and its ``UNIQ_KEY``
-  is the same.
+- only the offsetMsgId (store host + CommitLog offset) of the parked copy differs: its msgId,
+  the ``UNIQ_KEY`` every copy keeps, is the same (issue 20.4). (A record parked before unique
+  ids has none: its msgId was its offsetMsgId, so a carried one is delivered with the carried
+  copy's.)
 
 The copies are fsync'd before any entry is pointed at them, so an entry never names bytes a
 machine crash could lose; a crash between the two leaves the old entry, and recovery's

@@ -294,6 +294,9 @@ class Handover:
         first, second = (schedule_offset, deliver) if offset_first else (deliver, schedule_offset)
         parts = (t0, VALUE_LEN.pack(len(first)), first, t1, VALUE_LEN.pack(len(second)),
                  second, t2)
+        uniq = values.get(P.UNIQ_KEY)
+        if not uniq:  # parked before unique ids: _rebuild gives it its msgId
+            return None
         topic, queue_id, reason = self._destination(values.get(P.REAL_TOPIC),
                                                     values.get(P.REAL_QID))
         if reason is not None:
@@ -307,13 +310,11 @@ class Handover:
             raise too_large(new_size, self.segment_size_bytes)
         tags = values.get(P.TAGS)
         keys = values.get(P.KEYS, "").split()
-        uniq = values.get(P.UNIQ_KEY)
-        if uniq:
-            keys.append(uniq)
+        keys.append(uniq)
         prepared = tuple.__new__(Prepared, (
             new_size, topic, queue_id, tags_code(tags), 0, crc, flag,
             sys_flag, born_ts, born_host, reconsume, body_len, tail,
-            tuple(key_hash(k) for k in keys), (level, queue_offset), deliver_ts))
+            tuple(key_hash(k) for k in keys), (level, queue_offset), deliver_ts, uniq))
         return prepared, values.get(P.TRACEPARENT)
 
     def _rebuild(self, level: int, queue_offset: int, commitlog_offset: int, size: int,
@@ -330,6 +331,8 @@ class Handover:
                     False, None)
         props = dict(record.properties)
         props.pop(P.DELAY, None)
+        if not props.get(P.UNIQ_KEY):  # parked before unique ids: the msgId its producer got
+            props[P.UNIQ_KEY] = record.offset_msg_id
         props[P.SCHEDULE_OFFSET] = schedule_offset
         props[P.DELIVER_TS] = str(deliver_ts)
         topic, queue_id, reason = self._destination(props.get(P.REAL_TOPIC),

@@ -24,7 +24,7 @@ from clepsydra_core.errors import (
 )
 from clepsydra_core.errors import ValidationError as _ValidationError
 from clepsydra_core.groups import GroupSettings, validate_settings
-from clepsydra_core.msgid import decode_msg_id
+from clepsydra_core.msgid import offset_msg_id
 from clepsydra_core.records import CommitLogRecord, tags_code
 from clepsydra_core.validation import check_consumable, validate_group_name, validate_topic_name
 from clepsydra_core.wire.copy import CopyItem, RangeCopy, SkippedCopy
@@ -48,6 +48,8 @@ logger = logging.getLogger(__name__)
 
 MAX_PULL_SCAN_FACTOR = 16
 """A tag-filtered pull scans at most this many entries per message asked for."""
+MAX_COPIES = 1000
+"""A look-up by msgId returns at most this many copies (the newest)."""
 
 
 class TopicBusy(ClepsydraError):
@@ -221,13 +223,14 @@ class MessageStore(StoreCore):
                 target = record.properties.get(P.RETRY_TOPIC, "")
                 why = self._origin_problem(target)
                 if why is not None:
-                    skipped.append(SkippedCopy(record.queue_offset, record.msg_id, why))
+                    skipped.append(SkippedCopy(record.queue_offset, record.offset_msg_id, why))
                     continue
             items.append(self._preparer.copy(CopyItem(
                 commitlog_offset=record.commitlog_offset, topic=target,
                 delay_level=req.delay_level, reconsume_times=req.reconsume_times,
-                remove_properties=req.remove_properties), record, ensure))
-            copied.append(record.msg_id)
+                remove_properties=req.remove_properties,
+                append_properties=req.append_properties), record, ensure))
+            copied.append(record.offset_msg_id)
         last = read.messages[-1].commitlog_offset if read.messages else None
         return RangeCopyResult(len(copied), copied, skipped, read.next_offset, last,
                                results=self._store(items, ensure))
@@ -301,12 +304,37 @@ class MessageStore(StoreCore):
         """MessageNotFound if no record starts there (or its segment is deleted)."""
         return self._commitlog.read_record(commitlog_offset)
 
-    def get_by_msg_id(self, msg_id: str) -> CommitLogRecord:
-        decoded = decode_msg_id(msg_id)
-        record = self._commitlog.read_record(decoded.commitlog_offset)
-        if record.msg_id != msg_id.upper():
+    def get_by_msg_id(self, msg_id: str, max_count: int = MAX_COPIES) -> list[CommitLogRecord]:
+        """Every stored copy of a message, oldest first (issue 20.4): the records whose unique
+        id (UNIQ_KEY) is ``msg_id``, in any topic - the parked copy, the delivered one, its
+        retries, its dead letter, its resends - and, when ``msg_id`` is an offsetMsgId, the
+        record stored there with every copy of its message. MessageNotFound when none."""
+        found: dict[int, CommitLogRecord] = {}
+        wanted = {msg_id, msg_id.upper()}
+        located = offset_msg_id(msg_id)
+        if located is not None:
+            try:
+                record = self._commitlog.read_record(located.commitlog_offset)
+            except MessageNotFound:
+                record = None
+            if record is not None and record.offset_msg_id == msg_id.upper():
+                found[record.commitlog_offset] = record
+                wanted.add(record.msg_id)
+        for uniq in wanted:
+            for commitlog_offset in reversed(self._dispatcher.key_index.lookup(uniq)):
+                if len(found) >= max_count:
+                    break
+                if commitlog_offset in found:
+                    continue
+                try:
+                    record = self._commitlog.read_record(commitlog_offset)
+                except MessageNotFound:
+                    continue  # its segment was deleted (retention)
+                if record.properties.get(P.UNIQ_KEY) == uniq:
+                    found[commitlog_offset] = record
+        if not found:
             raise MessageNotFound(f"no message with msgId {msg_id}")
-        return record
+        return [found[offset] for offset in sorted(found)]
 
     def get_by_key(self, topic: str, key: str, max_count: int = 32) -> list[CommitLogRecord]:
         """Messages of a topic whose KEYS contain ``key`` or whose UNIQ_KEY is ``key``: the

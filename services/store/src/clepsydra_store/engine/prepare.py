@@ -6,6 +6,7 @@ under the lock by MessageStore."""
 from __future__ import annotations
 
 import itertools
+import json
 import zlib
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
@@ -21,6 +22,7 @@ from clepsydra_core.errors import (
 )
 from clepsydra_core.groups import GroupSettings
 from clepsydra_core.levels import DelayLevels
+from clepsydra_core.msgid import UniqIds, uniq_prefix
 from clepsydra_core.properties import encode_properties
 from clepsydra_core.records import (
     HEADER_SIZE,
@@ -73,6 +75,8 @@ class Prepared(NamedTuple):
     mark: tuple[int, int] | None
     """(level, schedule queue offset) this record hands over (D9)."""
     deliver_ts: int
+    uniq_key: str
+    """The message's unique id (its ``UNIQ_KEY``, its msgId); "" without one."""
 
     @classmethod
     def build(cls, topic: str, queue_id: int, body: bytes, props: dict[str, str], *,
@@ -86,7 +90,8 @@ class Prepared(NamedTuple):
         return cls(size, topic, queue_id, 0 if delay_ms else tags_code(props.get(P.TAGS)),
                    delay_ms, zlib.crc32(body), flag, sys_flag, born_timestamp, born_host,
                    reconsume_times, len(body), tail,
-                   tuple(key_hash(k) for k in record_keys(props)), mark, deliver_ts)
+                   tuple(key_hash(k) for k in record_keys(props)), mark, deliver_ts,
+                   props.get(P.UNIQ_KEY, ""))
 
 
 def too_large(size: int, max_size: int) -> ValidationError:
@@ -103,6 +108,8 @@ class Preparer:
         self.group_settings = group_settings
         """The settings of a consumer group, None when it has none (R3, R5 for %RETRY%)."""
         self._rr: dict[str, Iterator[int]] = {}
+        self.ids = UniqIds(uniq_prefix(config.store_host.rpartition(":")[0]))
+        """The unique ids (msgIds) the store gives messages whose producer gave none."""
 
     def seed_round_robin(self, topic: str, start: int) -> None:
         self._rr[topic] = itertools.count(start)
@@ -173,6 +180,8 @@ class Preparer:
             raise ValidationError("body must be bytes", rule="P1", code="INVALID_REQUEST")
         validate_body(body, self.config.max_body_bytes)
         props = dict(validate_properties(req.properties)) if req.properties else {}
+        if not props.get(P.UNIQ_KEY):  # issue 20.4: every message has its unique id
+            props[P.UNIQ_KEY] = self.ids.new()
         if req.tags:
             props[P.TAGS] = validate_text(req.tags, "tags") or ""
         if req.keys:
@@ -223,9 +232,14 @@ class Preparer:
         queue_id = self.pick_queue(topic, queues, req.queue_id)
         props = dict(record.properties)
         props.pop(P.SCHEDULE_OFFSET, None)  # a copy hands nothing over (D9)
+        if not props.get(P.UNIQ_KEY):  # a record from before unique ids: it keeps its msgId
+            props[P.UNIQ_KEY] = record.offset_msg_id
         for name in req.remove_properties:
             props.pop(name, None)
         props.update(validate_properties(req.set_properties, allow_reserved=True))
+        for name, entry in req.append_properties.items():
+            props[name] = P.append_to_list(props.get(name), _json_entry(name, entry))
+            validate_properties({name: props[name]}, allow_reserved=True)
         reconsume = record.reconsume_times if req.reconsume_times is None else req.reconsume_times
         delay_ms = 0
         if level > 0 and not is_transaction_prepared_or_rollback(record.sys_flag):
@@ -234,6 +248,15 @@ class Preparer:
                               sys_flag=record.sys_flag, born_timestamp=record.born_timestamp,
                               born_host=record.born_host, reconsume_times=reconsume,
                               delay_ms=delay_ms, max_size=self.config.segment_size_bytes)
+
+
+def _json_entry(name: str, entry: str) -> object:
+    """One entry of a copy's ``append_properties``: JSON text (400 when it is not)."""
+    try:
+        return json.loads(entry)
+    except ValueError as exc:
+        raise ValidationError(f"appendProperties[{name!r}] is not JSON: {exc}",
+                              code="INVALID_PROPERTIES") from exc
 
 
 def _retry_counts(props: dict[str, str], reconsume: int, default_max: int) -> tuple[int, int]:

@@ -245,7 +245,7 @@ class StoreCore:
         append = parts.append
         position, segment_end = batch.position, batch.segment_end
         for (size, topic, queue_id, code, delay_ms, crc, flag, sys_flag, born_timestamp,
-             born_host, reconsume_times, body_len, tail, key_hashes, mark, _) in items:
+             born_host, reconsume_times, body_len, tail, key_hashes, mark, _, uniq) in items:
             if position + size + MIN_END_MARKER > segment_end:
                 batch.position = position
                 position = batch.place(size)
@@ -259,8 +259,9 @@ class StoreCore:
             append(pack(size, MAGIC_V1, crc, queue_id, flag, queue_offset, position, sys_flag,
                         born_timestamp, born_host, now, host, reconsume_times, body_len))
             append(tail)
-            result(new(PutResult, (ok, f"{prefix}{position:016X}", topic, queue_id,
-                                   queue_offset, position, now, size)))
+            offset_id = f"{prefix}{position:016X}"
+            result(new(PutResult, (ok, uniq or offset_id, topic, queue_id, queue_offset,
+                                   position, now, size, offset_id)))
             for h in key_hashes:
                 hashes.append(h)
                 offsets.append(position)

@@ -48,6 +48,7 @@ class PutResult(NamedTuple):
 
     status: PutStatus
     msg_id: str
+    """The message's unique id (issue 20.4): the same for every copy of it."""
     topic: str
     """Where the message was stored: the schedule topic for delayed messages, the DLQ for an
     R10 reroute, else the topic asked for."""
@@ -56,6 +57,8 @@ class PutResult(NamedTuple):
     commitlog_offset: int
     store_timestamp: int
     size: int
+    offset_msg_id: str
+    """Where this copy is stored (store host + CommitLog offset)."""
 
 
 @dataclass(frozen=True, slots=True)
