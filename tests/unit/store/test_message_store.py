@@ -245,11 +245,14 @@ def test_copy_appends_to_a_list_property(open_store: OpenStore) -> None:
                                     append_properties={P.RESEND_HISTORY: '{"n":2}'})])
     props = store.get_by_commitlog_offset(second.commitlog_offset).properties
     assert json.loads(props[P.RESEND_HISTORY]) == [{"n": 1}, {"n": 2}]
+    [third] = store.copy([CopyItem(second.commitlog_offset, retry,
+                                   append_properties={P.RESEND_HISTORY: "not json"})])
+    props = store.get_by_commitlog_offset(third.commitlog_offset).properties
+    assert json.loads(props[P.RESEND_HISTORY])[-1] == "not json"  # text, not JSON: as text
     end = store.get_topic(retry).queues[0].max_offset
-    with pytest.raises(ValidationError, match="appendProperties"):
+    with pytest.raises(ValidationError, match="property"):
         store.copy([CopyItem(original.commitlog_offset, retry),
-                    CopyItem(original.commitlog_offset, retry,
-                             append_properties={P.RESEND_HISTORY: "not json"})])
+                    CopyItem(original.commitlog_offset, retry, append_properties={"": "x"})])
     assert store.get_topic(retry).queues[0].max_offset == end  # nothing written
 
 

@@ -38,7 +38,10 @@ class CopyItem(WireValue):
     set_properties: dict[str, str] = field(default_factory=dict, metadata=wire_meta(
         schema={"propertyNames": {"minLength": 1}}))
     remove_properties: tuple[str, ...] = ()
-    append_properties: dict[str, str] = field(default_factory=dict)
+    append_properties: dict[str, str] = field(default_factory=dict, metadata=wire_meta(
+        schema={"propertyNames": {"minLength": 1}},
+        doc="property name -> an entry appended to the JSON list it holds: the JSON value the "
+            "text holds, or the text itself"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +68,9 @@ class RangeCopy(WireValue):
     reconsume_times: int | None = field(default=None,
                                         metadata=wire_meta(minimum=0, maximum=INT32_MAX))
     remove_properties: tuple[str, ...] = ()
-    append_properties: dict[str, str] = field(default_factory=dict)
-    """As :class:`CopyItem`'s, the same entries appended to every message copied."""
+    append_properties: dict[str, str] = field(default_factory=dict, metadata=wire_meta(
+        schema={"propertyNames": {"minLength": 1}},
+        doc="as CopyItem.appendProperties: the same entries appended to every message copied"))
 
     @property
     def target_topic(self) -> str | None:

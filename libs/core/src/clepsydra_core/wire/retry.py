@@ -15,6 +15,7 @@ from clepsydra_core.msgid import ID_PATTERN
 from clepsydra_core.retry_rules import ORDERLY_MAX_RECONSUME_TIMES, USE_DEFAULT_MAX
 from clepsydra_core.wire.codec import INT32_MAX, INT32_MIN, WireValue, wire_meta
 from clepsydra_core.wire.schema import non_null
+from clepsydra_core.wire.topics import topic_meta
 
 MAX_SEND_BACK_BATCH = 1000
 """Most items one batch send-back takes."""
@@ -56,7 +57,8 @@ class SendBackRequest(WireValue):
     origin_topic: str | None = None
     reason: str | None = None
     consumer_id: str | None = None
-    topic: str | None = None
+    topic: str | None = field(default=None, metadata=topic_meta(
+        "where the message was pulled from (with queueId and queueOffset)"))
     queue_id: int | None = field(default=None, metadata=wire_meta(minimum=0,
                                                                   maximum=INT32_MAX))
     queue_offset: int | None = field(default=None, metadata=wire_meta(minimum=0))
