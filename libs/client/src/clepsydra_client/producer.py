@@ -106,10 +106,11 @@ class Producer:
             req = message_request(message, uniq_key)
             raw = self.http.post(self.http.path("/v1/topics/{}/messages", topic), req)
             result = SendResult.from_json(raw, uniq_key)
-            span.set_attribute(telemetry.MESSAGE_ID, result.msg_id)
-            span.set_attribute(telemetry.UNIQ_KEY, uniq_key)
-            if message.delay_level:
-                span.set_attribute(telemetry.DELAY_LEVEL, message.delay_level)
+            if span.is_recording():
+                span.set_attribute(telemetry.MESSAGE_ID, result.msg_id)
+                span.set_attribute(telemetry.UNIQ_KEY, uniq_key)
+                if message.delay_level:
+                    span.set_attribute(telemetry.DELAY_LEVEL, message.delay_level)
             return result
 
     def send_batch(self, topic: str, messages: Iterable[OutgoingMessage]) -> list[SendResult]:
@@ -127,8 +128,9 @@ class Producer:
         keys: list[str] = []
         try:
             for message in chunk:
-                span = self._tracer.start_span("client.produce", kind=trace.SpanKind.PRODUCER,
-                                               attributes=self._attributes(topic))
+                span = telemetry.unrecorded(self._tracer) or self._tracer.start_span(
+                    "client.produce", kind=trace.SpanKind.PRODUCER,
+                    attributes=self._attributes(topic))
                 spans.append(span)
                 with trace.use_span(span, end_on_exit=False):
                     uniq_key = message.properties.get(P.UNIQ_KEY) or new_uniq_key()
@@ -139,6 +141,8 @@ class Producer:
             answers: list[Any] = raw.get("results") or []
             results = [SendResult.from_json(a, k) for a, k in zip(answers, keys, strict=False)]
             for span, message, result in zip(spans, chunk, results, strict=False):
+                if not span.is_recording():
+                    continue
                 span.set_attribute(telemetry.MESSAGE_ID, result.msg_id)
                 if message.delay_level:
                     span.set_attribute(telemetry.DELAY_LEVEL, message.delay_level)
@@ -153,6 +157,9 @@ class Producer:
                 telemetry.OPERATION_TYPE: telemetry.SEND, telemetry.DESTINATION: topic}
 
     def _span(self, topic: str) -> Any:
+        lean = telemetry.unrecorded(self._tracer)
+        if lean is not None:  # not sampled (or not exported): no attributes
+            return trace.use_span(lean, end_on_exit=True)
         return self._tracer.start_as_current_span(
             "client.produce", kind=trace.SpanKind.PRODUCER, attributes=self._attributes(topic))
 

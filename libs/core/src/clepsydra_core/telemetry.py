@@ -14,7 +14,16 @@ The exporter is chosen by a setting (``CLEPSYDRA_OTEL_EXPORTER``):
 Each process reports ``service.name`` ``clepsydra-<part>`` and ``service.version`` (its
 distribution's version); ``OTEL_RESOURCE_ATTRIBUTES`` and ``OTEL_SERVICE_NAME`` override them as
 the OpenTelemetry SDK documents (``OTEL_SERVICE_NAME`` wins over a ``service.name`` in the
-attributes). The sampler is the SDK's (parent-based, always on), or ``OTEL_TRACES_SAMPLER``.
+attributes).
+
+The sampler is ``OTEL_TRACES_SAMPLER`` (and ``OTEL_TRACES_SAMPLER_ARG``) when set; otherwise
+(:func:`default_sampler`) parent-based, with one new trace in a hundred for ``otlp`` (the
+exporter of production: :data:`DEFAULT_RATIO` keeps exporting under 5 % of the produce rate,
+issue 19) and ``none``, and every trace for the local exporters (``console``, ``memory``,
+``file:``). The decision is made once, where a trace starts (the producer's span), and travels in
+``traceparent``'s flags: a sampled message is traced in every hop, an unsampled one in none. A
+span that will not be recorded (an unsampled parent, or no exporter) is a context-only span
+(:class:`LeanTracer`); hot paths ask :func:`unrecorded` before building attributes.
 
 A span that turned out to carry no message (an empty long-poll pull, a hand-over with nothing
 due) is marked with :func:`mark_idle` and is not exported: an idle stack sends (almost) nothing.
@@ -34,7 +43,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.resources import OTELResourceDetector, Resource
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider, sampling
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
     ConsoleSpanExporter,
@@ -43,6 +52,7 @@ from opentelemetry.sdk.trace.export import (
     SpanExportResult,
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util._decorator import _agnosticcontextmanager
 from opentelemetry.util._once import Once
@@ -98,6 +108,12 @@ _exporting = False
 _memory: InMemorySpanExporter | None = None
 _propagator = TraceContextTextMapPropagator()
 _SAMPLED = trace.TraceFlags(trace.TraceFlags.SAMPLED)
+_UNSAMPLED = trace.TraceFlags(trace.TraceFlags.DEFAULT)
+
+DEFAULT_RATIO = 0.01
+"""The share of new traces sampled by default with the ``otlp`` exporter (one in a hundred)."""
+SAMPLER_VAR = "OTEL_TRACES_SAMPLER"
+SAMPLER_ARG_VAR = "OTEL_TRACES_SAMPLER_ARG"
 
 
 class JsonLinesSpanExporter(SpanExporter):
@@ -157,31 +173,54 @@ class DropIdle(SpanProcessor):
 
 
 class LeanTracer(trace.Tracer):
-    """The SDK's tracer while its provider has somewhere to send spans; until then (exporter
-    ``none``) a span is a non-recording one with a fresh span id in its parent's trace (a new
-    trace id when there is none): trace context still flows - ``traceparent`` in message
-    properties and headers, trace ids in log lines - at a few microseconds instead of the
-    SDK span's tens (issue 19: tracing without an exporter costs < 1 %)."""
+    """The SDK's tracer for spans that will be recorded; a context-only span for those that
+    will not: while the provider has nowhere to send spans (exporter ``none``), and for a child
+    of an unsampled parent under a parent-based sampler (the SDK would drop it too). A
+    context-only span is a non-recording one with a fresh span id in its parent's trace (a new
+    trace id when there is none) and its parent's flags: trace context still flows -
+    ``traceparent`` in message properties and headers, the sampled decision in its flags, trace
+    ids in log lines - at a few microseconds instead of the SDK span's tens (issue 19: tracing
+    without an exporter costs < 1 %, unsampled messages almost nothing)."""
 
     def __init__(self, sdk: trace.Tracer, provider: LeanTracerProvider) -> None:
         self._sdk = sdk
         self._provider = provider
+
+    def unrecorded(self, context: otel_context.Context | None = None) -> trace.Span | None:
+        """The context-only span to use when a span started in ``context`` (default: the
+        current one) would not be recorded; None when it may be (the SDK's span)."""
+        provider = self._provider
+        parent = trace.get_current_span(context).get_span_context()
+        if parent.is_valid:
+            if provider.records and (parent.trace_flags.sampled or not provider.follows_parent):
+                return None
+            return trace.NonRecordingSpan(trace.SpanContext(
+                parent.trace_id, random.getrandbits(64) or 1, False, parent.trace_flags,
+                parent.trace_state))
+        if provider.records and not provider.root_known:
+            return None  # the sampler decides on more than the trace id: the SDK asks it
+        trace_id = random.getrandbits(128) or 1
+        sampled = provider.root_sampled(trace_id)
+        if provider.records:
+            if sampled:  # the SDK span takes this trace id, and samples it again alike
+                provider.ids.take_next(trace_id)
+                return None
+            flags = _UNSAMPLED
+        else:
+            flags = _SAMPLED if sampled else _UNSAMPLED
+        return trace.NonRecordingSpan(trace.SpanContext(
+            trace_id, random.getrandbits(64) or 1, False, flags))
 
     def start_span(self, name: str, context: otel_context.Context | None = None,
                    kind: trace.SpanKind = trace.SpanKind.INTERNAL,
                    attributes: Any = None, links: Any = None, start_time: int | None = None,
                    record_exception: bool = True,
                    set_status_on_exception: bool = True) -> trace.Span:
-        if self._provider.records:
-            return self._sdk.start_span(name, context, kind, attributes, links, start_time,
-                                        record_exception, set_status_on_exception)
-        parent = trace.get_current_span(context).get_span_context()
-        span_id = random.getrandbits(64) or 1
-        if parent.is_valid:
-            return trace.NonRecordingSpan(trace.SpanContext(
-                parent.trace_id, span_id, False, parent.trace_flags, parent.trace_state))
-        return trace.NonRecordingSpan(trace.SpanContext(
-            random.getrandbits(128) or 1, span_id, False, _SAMPLED))
+        lean = self.unrecorded(context)
+        if lean is not None:
+            return lean
+        return self._sdk.start_span(name, context, kind, attributes, links, start_time,
+                                    record_exception, set_status_on_exception)
 
     @_agnosticcontextmanager
     def start_as_current_span(self, name: str, context: otel_context.Context | None = None,
@@ -197,11 +236,53 @@ class LeanTracer(trace.Tracer):
             yield current
 
 
+class DecidedIds(RandomIdGenerator):
+    """Random ids, but the next trace id of a thread can be set beforehand: the one whose
+    sampling :class:`LeanTracer` already decided."""
+
+    def __init__(self) -> None:
+        self._next = threading.local()
+
+    def take_next(self, trace_id: int) -> None:
+        self._next.trace_id = trace_id
+
+    def generate_trace_id(self) -> int:
+        trace_id: int = getattr(self._next, "trace_id", 0)
+        if trace_id:
+            self._next.trace_id = 0
+            return trace_id
+        return super().generate_trace_id()
+
+
 class LeanTracerProvider(TracerProvider):
     """The SDK provider whose tracers are :class:`LeanTracer`: real spans once a span
-    processor is added (an exporter, or a test's in-memory one), context-only ones before."""
+    processor is added (an exporter, or a test's in-memory one), and then only for sampled
+    traces; context-only ones otherwise."""
 
     records = False
+    follows_parent = False
+    """The sampler drops every child of an unsampled parent (parent-based with the default
+    delegates): such a child is made context-only without asking it."""
+    root_known = False
+    """The sampler decides a new trace on its trace id alone (ratio, always on or off)."""
+
+    def __init__(self, resource: Resource, sampler: sampling.Sampler) -> None:
+        self.ids = DecidedIds()
+        super().__init__(resource=resource, sampler=sampler, id_generator=self.ids)
+        self.follows_parent = follows_parent(sampler)
+        root = sampler._root if isinstance(sampler, sampling.ParentBased) else sampler
+        self._root = root
+        self.root_known = isinstance(root, sampling.TraceIdRatioBased | sampling.StaticSampler)
+
+    def root_sampled(self, trace_id: int) -> bool:
+        """The sampler's decision for a new trace ``trace_id``."""
+        root = self._root
+        if isinstance(root, sampling.TraceIdRatioBased):
+            return trace_id & root.TRACE_ID_LIMIT < root.bound
+        if isinstance(root, sampling.StaticSampler):
+            return root._decision is not sampling.Decision.DROP
+        decision = root.should_sample(None, trace_id, "").decision
+        return decision is sampling.Decision.RECORD_AND_SAMPLE
 
     def get_tracer(self, *args: Any, **kwargs: Any) -> trace.Tracer:
         return LeanTracer(super().get_tracer(*args, **kwargs), self)
@@ -209,6 +290,35 @@ class LeanTracerProvider(TracerProvider):
     def add_span_processor(self, span_processor: SpanProcessor) -> None:
         super().add_span_processor(span_processor)
         self.records = True
+
+
+def follows_parent(sampler: sampling.Sampler) -> bool:
+    """Whether ``sampler`` drops every child of an unsampled parent, local or remote."""
+    return (isinstance(sampler, sampling.ParentBased)
+            and sampler._remote_parent_not_sampled is sampling.ALWAYS_OFF
+            and sampler._local_parent_not_sampled is sampling.ALWAYS_OFF)
+
+
+def default_sampler(exporter: str) -> sampling.Sampler:
+    """``OTEL_TRACES_SAMPLER`` (with ``OTEL_TRACES_SAMPLER_ARG``) when set, as the SDK reads
+    it; else parent-based: :data:`DEFAULT_RATIO` of new traces with ``otlp`` (and ``none``,
+    whose decision still travels to processes that export), all of them with the local
+    exporters (``console``, ``memory``, ``file:``: for reading a process's own spans)."""
+    if os.environ.get(SAMPLER_VAR):
+        return sampling._get_from_env_or_default()
+    if exporter in ("otlp", "none"):
+        return sampling.ParentBasedTraceIdRatio(DEFAULT_RATIO)
+    return sampling.ParentBased(sampling.ALWAYS_ON)
+
+
+def unrecorded(tracer: trace.Tracer, context: otel_context.Context | None = None
+               ) -> trace.Span | None:
+    """The context-only span to use instead when a span started by ``tracer`` in ``context``
+    would not be recorded; None when it may be (then build its attributes and start it). A hot
+    path builds nothing for a span nobody will see."""
+    if isinstance(tracer, LeanTracer):
+        return tracer.unrecorded(context)
+    return None
 
 
 def mark_idle(span: trace.Span) -> None:
@@ -257,7 +367,8 @@ def init_tracing(service_name: str, exporter: str = "none") -> TracerProvider:
         if _provider is not None:
             return _provider
         processor = _processor(exporter)
-        provider = LeanTracerProvider(resource=service_resource(service_name))
+        provider = LeanTracerProvider(resource=service_resource(service_name),
+                                      sampler=default_sampler(exporter))
         if processor is not None:
             provider.add_span_processor(DropIdle(processor))
         trace.set_tracer_provider(provider)
@@ -309,8 +420,13 @@ def tracer(name: str) -> trace.Tracer:
 
 
 def inject(props: MutableMapping[str, str]) -> MutableMapping[str, str]:
-    """Write the current span's W3C context (`traceparent`, `tracestate`) into properties."""
-    _propagator.inject(props)
+    """Write the current span's W3C context (`traceparent`, `tracestate`) into properties
+    (or headers): what the W3C propagator writes, without its generic carrier machinery."""
+    ctx = trace.get_current_span().get_span_context()
+    if ctx.is_valid:
+        props[P.TRACEPARENT] = f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{ctx.trace_flags:02x}"
+        if ctx.trace_state:
+            props[P.TRACESTATE] = ctx.trace_state.to_header()
     return props
 
 

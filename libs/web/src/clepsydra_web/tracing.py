@@ -98,7 +98,7 @@ class ServerTracing:
             return ServerScope(operation, trace.INVALID_SPAN, None, time.perf_counter())
         if parent is None:
             parent = parent_context(environ)
-        span = self.tracer.start_span(
+        span = telemetry.unrecorded(self.tracer, parent) or self.tracer.start_span(
             f"{self.service}.{operation}", context=parent, kind=SpanKind.SERVER,
             attributes={"http.request.method": environ.get("REQUEST_METHOD", ""),
                         "url.path": environ.get("PATH_INFO", "")})
