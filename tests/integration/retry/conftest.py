@@ -248,7 +248,9 @@ def traced_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TracedSta
     root = tmp_path_factory.mktemp("traced-stack")
     receiver = OtlpReceiver().start()
     otel = {"CLEPSYDRA_OTEL_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
-            "OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_RESOURCE_ATTRIBUTES": OTLP_TEST_RESOURCE}
+            "OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_RESOURCE_ATTRIBUTES": OTLP_TEST_RESOURCE,
+            # every trace, hand-over batches included (otlp's default samples 1 in 100)
+            "OTEL_TRACES_SAMPLER": "parentbased_always_on"}
     redis = RedisServer(root / "redis").start()
     started: list[Process] = [redis]
     try:

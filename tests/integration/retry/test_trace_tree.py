@@ -53,6 +53,7 @@ def client_provider(traced_stack: TracedStack,
         monkeypatch.setattr(module, attr, getattr(module, attr))
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", traced_stack.receiver.url)
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
+    monkeypatch.setenv(telemetry.SAMPLER_VAR, "parentbased_always_on")
     monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
     monkeypatch.delenv("OTEL_RESOURCE_ATTRIBUTES", raising=False)
     telemetry.reset_after_fork()

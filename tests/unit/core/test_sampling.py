@@ -1,0 +1,182 @@
+"""The sampler and what a span that will not be recorded costs (issue 19, "cheap"): the
+default sampler per exporter, ``OTEL_TRACES_SAMPLER`` honoured, the decision taken where a
+trace starts and carried in ``traceparent``'s flags to every later hop, and no SDK span (nor
+its attributes) for a span nobody will see."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import Span as SdkSpan
+from opentelemetry.sdk.trace import TracerProvider, sampling
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from clepsydra_core import properties as P
+from clepsydra_core import telemetry
+from clepsydra_web.tracing import ServerTracing
+
+SAMPLED = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+UNSAMPLED = "00-33333333333333333333333333333333-4444444444444444-00"
+
+Install = Callable[..., tuple[TracerProvider, InMemorySpanExporter]]
+
+
+@pytest.fixture
+def install(monkeypatch: pytest.MonkeyPatch) -> Iterator[Install]:
+    """install(exporter, sampler=None, ratio=None): this process's provider as init_tracing
+    makes it for ``exporter`` under the given OTEL_TRACES_SAMPLER(_ARG), with an in-memory
+    exporter added (put back afterwards)."""
+    for module, attr in ((telemetry, "_provider"), (telemetry, "_memory"),
+                         (telemetry, "_exporting"), (trace, "_TRACER_PROVIDER"),
+                         (trace, "_TRACER_PROVIDER_SET_ONCE")):
+        monkeypatch.setattr(module, attr, getattr(module, attr))
+    providers: list[TracerProvider] = []
+
+    def install(exporter: str, sampler: str | None = None,
+                ratio: str | None = None) -> tuple[TracerProvider, InMemorySpanExporter]:
+        for var, value in ((telemetry.SAMPLER_VAR, sampler), (telemetry.SAMPLER_ARG_VAR, ratio)):
+            if value is None:
+                monkeypatch.delenv(var, raising=False)
+            else:
+                monkeypatch.setenv(var, value)
+        telemetry.reset_after_fork()
+        provider = telemetry.init_tracing(telemetry.CLIENT_SERVICE, exporter)
+        memory = InMemorySpanExporter()
+        provider.add_span_processor(SimpleSpanProcessor(memory))
+        providers.append(provider)
+        return provider, memory
+
+    yield install
+    for provider in providers:
+        provider.shutdown()
+
+
+@pytest.mark.parametrize(("exporter", "description"), [
+    ("otlp", sampling.ParentBasedTraceIdRatio(telemetry.DEFAULT_RATIO).get_description()),
+    ("none", sampling.ParentBasedTraceIdRatio(telemetry.DEFAULT_RATIO).get_description()),
+    ("console", sampling.ParentBased(sampling.ALWAYS_ON).get_description()),
+    ("memory", sampling.ParentBased(sampling.ALWAYS_ON).get_description()),
+    ("file:/tmp/x", sampling.ParentBased(sampling.ALWAYS_ON).get_description()),
+])
+def test_default_sampler_per_exporter(monkeypatch: pytest.MonkeyPatch, exporter: str,
+                                      description: str) -> None:  # issue 19: default sampler
+    monkeypatch.delenv(telemetry.SAMPLER_VAR, raising=False)
+    assert telemetry.default_sampler(exporter).get_description() == description
+
+
+def test_the_sampler_variables_win_over_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(telemetry.SAMPLER_VAR, "parentbased_always_on")
+    assert telemetry.default_sampler("otlp").get_description() == \
+        sampling.ParentBased(sampling.ALWAYS_ON).get_description()
+    monkeypatch.setenv(telemetry.SAMPLER_VAR, "traceidratio")
+    monkeypatch.setenv(telemetry.SAMPLER_ARG_VAR, "0.25")
+    assert telemetry.default_sampler("memory").get_description() == \
+        sampling.TraceIdRatioBased(0.25).get_description()
+
+
+def test_a_trace_sampled_away_makes_no_span_yet_carries_its_context(install: Install) -> None:
+    _, memory = install("none", "parentbased_traceidratio", "0")
+    tracer = telemetry.tracer("test")
+    with tracer.start_as_current_span("client.produce") as root:
+        props = telemetry.inject({})
+        child = tracer.start_span("store.produce", context=telemetry.extract(props))
+        child.end()
+    assert not isinstance(root, SdkSpan) and not root.is_recording()
+    assert not isinstance(child, SdkSpan)
+    _, trace_id, span_id, flags = props[P.TRACEPARENT].split("-")
+    ctx = root.get_span_context()
+    assert (trace_id, span_id) == (f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}")
+    assert flags == "00"  # the decision travels: not sampled
+    assert child.get_span_context().trace_id == ctx.trace_id
+    assert memory.get_finished_spans() == ()
+
+
+def test_a_sampled_parent_is_traced_whatever_this_process_samples(install: Install) -> None:
+    # the producer decided (sampled); a process whose own ratio is 0 records its hop
+    _, memory = install("none", "parentbased_traceidratio", "0")
+    tracer = telemetry.tracer("test")
+    span = tracer.start_span("store.produce", context=telemetry.extract(
+        {P.TRACEPARENT: SAMPLED}), attributes={telemetry.DESTINATION: "T"})
+    with trace.use_span(span, end_on_exit=True):
+        props = telemetry.inject({})
+    [finished] = memory.get_finished_spans()
+    assert finished.context is not None and finished.parent is not None
+    assert f"{finished.context.trace_id:032x}" == SAMPLED.split("-")[1]
+    assert f"{finished.parent.span_id:016x}" == SAMPLED.split("-")[2]
+    assert finished.attributes == {telemetry.DESTINATION: "T"}
+    assert int(props[P.TRACEPARENT][-2:], 16) & 1  # passed on sampled
+
+
+def test_an_unsampled_parent_makes_no_span_even_where_everything_is_sampled(
+        install: Install) -> None:
+    _, memory = install("memory")  # parent-based, always on
+    tracer = telemetry.tracer("test")
+    parent = telemetry.extract({P.TRACEPARENT: UNSAMPLED})
+    assert telemetry.unrecorded(tracer, parent) is not None  # hot paths skip their attributes
+    assert telemetry.unrecorded(tracer, telemetry.extract({P.TRACEPARENT: SAMPLED})) is None
+    span = tracer.start_span("client.consume", context=parent)
+    assert not isinstance(span, SdkSpan)
+    with trace.use_span(span, end_on_exit=True):
+        props = telemetry.inject({})
+    assert props[P.TRACEPARENT].split("-")[1] == UNSAMPLED.split("-")[1]
+    assert props[P.TRACEPARENT].endswith("-00")
+    assert memory.get_finished_spans() == ()
+
+
+def test_unsampled_requests_make_no_recording_server_span(install: Install) -> None:
+    _, memory = install("memory")
+    server = ServerTracing("store")
+    scope = server.begin("produce", {"HTTP_TRACEPARENT": UNSAMPLED, "REQUEST_METHOD": "POST"})
+    assert not isinstance(scope.span, SdkSpan) and not scope.span.is_recording()
+    assert trace.get_current_span() is scope.span  # current, so its context is passed on
+    server.end(scope, 201)
+    scope = server.begin("produce", {"HTTP_TRACEPARENT": SAMPLED, "REQUEST_METHOD": "POST"})
+    assert scope.span.is_recording()
+    server.end(scope, 201)
+    assert [s.name for s in memory.get_finished_spans()] == ["store.produce"]
+
+
+def test_new_traces_are_sampled_at_the_ratio_decided_once(install: Install) -> None:
+    # the ratio applies once per new trace (decided on its trace id, which the recorded span
+    # keeps), not once more when the span is made
+    provider, memory = install("none", "parentbased_traceidratio", "0.5")
+    tracer = telemetry.tracer("test")
+    root = sampling.TraceIdRatioBased(0.5)
+    recorded = 0
+    for _ in range(400):
+        span = tracer.start_span("client.produce")
+        span.end()
+        ctx = span.get_span_context()
+        assert span.is_recording() is False  # ended
+        sampled = bool(ctx.trace_flags.sampled)
+        assert sampled == (ctx.trace_id & root.TRACE_ID_LIMIT < root.bound)
+        recorded += sampled
+    assert len(memory.get_finished_spans()) == recorded
+    assert 120 < recorded < 280  # ~200 of 400; deciding twice would give ~100
+    assert provider is trace.get_tracer_provider()
+
+
+def test_without_an_exporter_new_traces_carry_the_default_decision(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # exporter none: nothing recorded here, but the flags a new trace sends on are the
+    # sampler's, so that the processes that do export sample the same share
+    for module, attr in ((telemetry, "_provider"), (telemetry, "_memory"),
+                         (telemetry, "_exporting"), (trace, "_TRACER_PROVIDER"),
+                         (trace, "_TRACER_PROVIDER_SET_ONCE")):
+        monkeypatch.setattr(module, attr, getattr(module, attr))
+    monkeypatch.setenv(telemetry.SAMPLER_VAR, "parentbased_traceidratio")
+    monkeypatch.setenv(telemetry.SAMPLER_ARG_VAR, "0")
+    telemetry.reset_after_fork()
+    telemetry.init_tracing(telemetry.CLIENT_SERVICE, "none")
+    tracer = telemetry.tracer("test")
+    with tracer.start_as_current_span("client.produce"):
+        assert telemetry.inject({})[P.TRACEPARENT].endswith("-00")
+    monkeypatch.setenv(telemetry.SAMPLER_ARG_VAR, "1")
+    telemetry.reset_after_fork()
+    telemetry.init_tracing(telemetry.CLIENT_SERVICE, "none")
+    with telemetry.tracer("test").start_as_current_span("client.produce") as span:
+        assert not span.is_recording()
+        assert telemetry.inject({})[P.TRACEPARENT].endswith("-01")
