@@ -61,15 +61,17 @@ def encode_body(body: bytes | str) -> dict[str, str]:
         return {"bodyBase64": base64.b64encode(body).decode()}
 
 
-def message_request(message: OutgoingMessage, uniq_key: str) -> Json:
-    """The v1 produce body of one message (``UNIQ_KEY`` and the current trace context added)."""
+def message_request(message: OutgoingMessage, uniq_key: str,
+                    span: trace.Span | None = None) -> Json:
+    """The v1 produce body of one message (``UNIQ_KEY`` and the trace context of ``span``,
+    default the current span, added)."""
     if message.delay_level < 0:
         raise ValidationError(f"delay level must be >= 0, got {message.delay_level}",
                               rule="L2", code="INVALID_DELAY_LEVEL")
     props: dict[str, str] = dict(message.properties)
     props.setdefault(P.UNIQ_KEY, uniq_key)
     if P.TRACEPARENT not in props:
-        telemetry.inject(props)
+        telemetry.inject(props, span)
     req: Json = encode_body(message.body)
     req["properties"] = props
     if message.tags:
@@ -132,9 +134,8 @@ class Producer:
                     "client.produce", kind=trace.SpanKind.PRODUCER,
                     attributes=self._attributes(topic))
                 spans.append(span)
-                with trace.use_span(span, end_on_exit=False):
-                    uniq_key = message.properties.get(P.UNIQ_KEY) or new_uniq_key()
-                    reqs.append(message_request(message, uniq_key))
+                uniq_key = message.properties.get(P.UNIQ_KEY) or new_uniq_key()
+                reqs.append(message_request(message, uniq_key, span))
                 keys.append(uniq_key)
             raw = self.http.post(self.http.path("/v1/topics/{}/messages/batch", topic),
                                  {"messages": reqs})

@@ -197,8 +197,10 @@ class LeanTracer(trace.Tracer):
             return trace.NonRecordingSpan(trace.SpanContext(
                 parent.trace_id, random.getrandbits(64) or 1, False, parent.trace_flags,
                 parent.trace_state))
-        if provider.records and not provider.root_known:
-            return None  # the sampler decides on more than the trace id: the SDK asks it
+        if provider.records and (not provider.root_known or provider.ids.pending()):
+            # the sampler decides on more than the trace id (the SDK asks it), or a sampled
+            # new trace was decided already (unrecorded() asked before start_span)
+            return None
         trace_id = random.getrandbits(128) or 1
         sampled = provider.root_sampled(trace_id)
         if provider.records:
@@ -245,6 +247,10 @@ class DecidedIds(RandomIdGenerator):
 
     def take_next(self, trace_id: int) -> None:
         self._next.trace_id = trace_id
+
+    def pending(self) -> bool:
+        """A trace id was set and not taken yet."""
+        return bool(getattr(self._next, "trace_id", 0))
 
     def generate_trace_id(self) -> int:
         trace_id: int = getattr(self._next, "trace_id", 0)
@@ -419,10 +425,12 @@ def tracer(name: str) -> trace.Tracer:
     return trace.get_tracer(name)
 
 
-def inject(props: MutableMapping[str, str]) -> MutableMapping[str, str]:
-    """Write the current span's W3C context (`traceparent`, `tracestate`) into properties
-    (or headers): what the W3C propagator writes, without its generic carrier machinery."""
-    ctx = trace.get_current_span().get_span_context()
+def inject(props: MutableMapping[str, str],
+           span: trace.Span | None = None) -> MutableMapping[str, str]:
+    """Write the W3C context (`traceparent`, `tracestate`) of ``span`` (default: the current
+    one) into properties or headers: what the W3C propagator writes, without its generic
+    carrier machinery."""
+    ctx = (trace.get_current_span() if span is None else span).get_span_context()
     if ctx.is_valid:
         props[P.TRACEPARENT] = f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{ctx.trace_flags:02x}"
         if ctx.trace_state:
