@@ -61,17 +61,20 @@ def encode_body(body: bytes | str) -> dict[str, str]:
         return {"bodyBase64": base64.b64encode(body).decode()}
 
 
-def message_request(message: OutgoingMessage, uniq_key: str,
-                    span: trace.Span | None = None) -> Json:
-    """The v1 produce body of one message (``UNIQ_KEY`` and the trace context of ``span``,
-    default the current span, added)."""
+def message_request(message: OutgoingMessage, uniq_key: str, span: trace.Span | None = None,
+                    traceparent: str | None = None) -> Json:
+    """The v1 produce body of one message (``UNIQ_KEY`` and a trace context added: the given
+    ``traceparent``, else that of ``span``, default the current span)."""
     if message.delay_level < 0:
         raise ValidationError(f"delay level must be >= 0, got {message.delay_level}",
                               rule="L2", code="INVALID_DELAY_LEVEL")
     props: dict[str, str] = dict(message.properties)
     props.setdefault(P.UNIQ_KEY, uniq_key)
     if P.TRACEPARENT not in props:
-        telemetry.inject(props, span)
+        if traceparent is not None:
+            props[P.TRACEPARENT] = traceparent
+        else:
+            telemetry.inject(props, span)
     req: Json = encode_body(message.body)
     req["properties"] = props
     if message.tags:
@@ -130,13 +133,18 @@ class Producer:
         keys: list[str] = []
         try:
             for message in chunk:
-                span = telemetry.unrecorded(self._tracer) or self._tracer.start_span(
-                    "client.produce", kind=trace.SpanKind.PRODUCER,
-                    attributes=self._attributes(topic))
-                spans.append(span)
                 uniq_key = message.properties.get(P.UNIQ_KEY) or new_uniq_key()
-                reqs.append(message_request(message, uniq_key, span))
                 keys.append(uniq_key)
+                # one trace context per message; a span object only when it is recorded
+                lean = telemetry.unrecorded_traceparent(self._tracer)
+                if lean is not None:
+                    reqs.append(message_request(message, uniq_key, traceparent=lean))
+                    spans.append(trace.INVALID_SPAN)
+                    continue
+                span = self._tracer.start_span("client.produce", kind=trace.SpanKind.PRODUCER,
+                                               attributes=self._attributes(topic))
+                spans.append(span)
+                reqs.append(message_request(message, uniq_key, span))
             raw = self.http.post(self.http.path("/v1/topics/{}/messages/batch", topic),
                                  {"messages": reqs})
             answers: list[Any] = raw.get("results") or []

@@ -189,14 +189,23 @@ class LeanTracer(trace.Tracer):
     def unrecorded(self, context: otel_context.Context | None = None) -> trace.Span | None:
         """The context-only span to use when a span started in ``context`` (default: the
         current one) would not be recorded; None when it may be (the SDK's span)."""
+        ids = self.unrecorded_ids(context)
+        if ids is None:
+            return None
+        trace_id, span_id, flags, state = ids
+        return trace.NonRecordingSpan(trace.SpanContext(trace_id, span_id, False, flags, state))
+
+    def unrecorded_ids(self, context: otel_context.Context | None = None
+                       ) -> tuple[int, int, trace.TraceFlags, trace.TraceState | None] | None:
+        """(trace id, span id, flags, trace state) of :meth:`unrecorded`'s span, without
+        making it; None when a span would be recorded."""
         provider = self._provider
         parent = trace.get_current_span(context).get_span_context()
         if parent.is_valid:
             if provider.records and (parent.trace_flags.sampled or not provider.follows_parent):
                 return None
-            return trace.NonRecordingSpan(trace.SpanContext(
-                parent.trace_id, random.getrandbits(64) or 1, False, parent.trace_flags,
-                parent.trace_state))
+            return (parent.trace_id, random.getrandbits(64) or 1, parent.trace_flags,
+                    parent.trace_state)
         if provider.records and (not provider.root_known or provider.ids.pending()):
             # the sampler decides on more than the trace id (the SDK asks it), or a sampled
             # new trace was decided already (unrecorded() asked before start_span)
@@ -210,8 +219,7 @@ class LeanTracer(trace.Tracer):
             flags = _UNSAMPLED
         else:
             flags = _SAMPLED if sampled else _UNSAMPLED
-        return trace.NonRecordingSpan(trace.SpanContext(
-            trace_id, random.getrandbits(64) or 1, False, flags))
+        return trace_id, random.getrandbits(64) or 1, flags, None
 
     def start_span(self, name: str, context: otel_context.Context | None = None,
                    kind: trace.SpanKind = trace.SpanKind.INTERNAL,
@@ -327,6 +335,23 @@ def unrecorded(tracer: trace.Tracer, context: otel_context.Context | None = None
     return None
 
 
+def unrecorded_traceparent(tracer: trace.Tracer,
+                           context: otel_context.Context | None = None) -> str | None:
+    """The ``traceparent`` of :func:`unrecorded`'s span, without making the span (a batch's
+    messages, one context each); None when a span would be recorded, or has no context."""
+    if not isinstance(tracer, LeanTracer):
+        return None
+    ids = tracer.unrecorded_ids(context)
+    if ids is None or ids[3]:  # a trace state to carry too: the span's inject() does it
+        return None
+    return traceparent(ids[0], ids[1], ids[2])
+
+
+def traceparent(trace_id: int, span_id: int, flags: int) -> str:
+    """The W3C ``traceparent`` value (version 00)."""
+    return f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"
+
+
 def mark_idle(span: trace.Span) -> None:
     """The span carried no message: it is not exported (nor should its children be made)."""
     span.set_attribute(IDLE, True)
@@ -432,7 +457,7 @@ def inject(props: MutableMapping[str, str],
     carrier machinery."""
     ctx = (trace.get_current_span() if span is None else span).get_span_context()
     if ctx.is_valid:
-        props[P.TRACEPARENT] = f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{ctx.trace_flags:02x}"
+        props[P.TRACEPARENT] = traceparent(ctx.trace_id, ctx.span_id, ctx.trace_flags)
         if ctx.trace_state:
             props[P.TRACESTATE] = ctx.trace_state.to_header()
     return props
