@@ -55,15 +55,17 @@ BODY = "x" * 100
 RECEIVER = """
 import http.server, json, sys, threading
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-count = {"spans": 0}
+count = {}
 lock = threading.Lock()
 class H(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         request = ExportTraceServiceRequest()
         request.ParseFromString(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-        n = sum(len(s.spans) for r in request.resource_spans for s in r.scope_spans)
-        with lock:
-            count["spans"] += n
+        for r in request.resource_spans:
+            mode = next((a.value.string_value for a in r.resource.attributes
+                         if a.key == "bench.mode"), "?")
+            with lock:
+                count[mode] = count.get(mode, 0) + sum(len(s.spans) for s in r.scope_spans)
         self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
     def do_GET(self):
         body = json.dumps(count).encode()
@@ -75,6 +77,8 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_foreve
 
 
 def set_sampler(mode: str) -> None:
+    """OTEL_TRACES_SAMPLER for ``mode``, and the resource attribute the receiver counts by."""
+    os.environ["OTEL_RESOURCE_ATTRIBUTES"] = f"bench.mode={mode}"
     if mode in SAMPLER:
         os.environ[telemetry.SAMPLER_VAR] = SAMPLER[mode]
     else:
@@ -174,9 +178,11 @@ def drain_rate(store: StoreProcess, admin: AdminClient, topic: str,
     return (count - 1) / (seen[-1] - seen[0]), cpu.us_per(count)
 
 
-def received(port: int) -> int:
+def received(port: int) -> dict[str, int]:
+    """Spans the receiver got, by the exporting process's ``bench.mode``."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as answer:
-        return int(json.loads(answer.read())["spans"])
+        got: dict[str, int] = json.loads(answer.read())
+        return got
 
 
 def main() -> int:
@@ -194,7 +200,6 @@ def main() -> int:
     kinds = ("single", "batch", "drain")
     results: dict[str, dict[str, list[tuple[float, float]]]] = {
         m: {k: [] for k in kinds} for m in MODES}
-    exported = dict.fromkeys(MODES, 0)
     try:
         for mode in MODES[1:]:
             os.environ["CLEPSYDRA_OTEL_EXPORTER"] = EXPORTER[mode]
@@ -204,7 +209,6 @@ def main() -> int:
         for round_ in range(args.rounds):
             for mode in MODES:
                 store = stores["none" if mode == "off" else mode]
-                before = received(receiver_port)
                 use_client_tracing(mode)
                 admin = AdminClient(store.url)
                 topic = f"bench-{mode}-{round_}"
@@ -215,13 +219,13 @@ def main() -> int:
                 got["drain"].append(drain_rate(store, admin, f"drain-{mode}-{round_}",
                                                args.drain))
                 admin.close()
-                time.sleep(0.3)  # the store's exporter's schedule (OTEL_BSP_SCHEDULE_DELAY)
-                exported[mode] += received(receiver_port) - before
                 print(f"round {round_ + 1} {mode:7} " + "  ".join(
                     f"{kind} {got[kind][-1][0]:7.0f}/s {got[kind][-1][1]:5.0f} us"
                     for kind in kinds), flush=True)
         use_client_tracing("off")
-        report(results, exported, args)
+        for store in stores.values():
+            store.stop()  # its batch span processor exports what it holds
+        report(results, received(receiver_port), args)
     finally:
         for store in stores.values():
             store.stop()
@@ -246,7 +250,8 @@ def report(results: dict[str, dict[str, list[tuple[float, float]]]],
             (rate, us), (base_rate, base_us) = best(mode, kind), best("off", kind)
             cells.append(f"{rate:8.0f} ({100 * (1 - rate / base_rate):+5.1f}%)"
                          f" {us:5.0f} ({100 * (us / base_us - 1):+5.1f}%)")
-        print(f"{mode:8}" + "".join(f"{c:>30}" for c in cells) + f"{exported[mode]:>16}")
+        print(f"{mode:8}" + "".join(f"{c:>30}" for c in cells)
+              + f"{exported.get(mode, 0):>16}")
 
 
 if __name__ == "__main__":
