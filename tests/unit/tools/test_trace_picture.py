@@ -28,11 +28,11 @@ def capture(path: Path) -> None:
     with c.start_as_current_span("client.produce", attributes={telemetry.DELAY_LEVEL: 1}):
         with s.start_as_current_span("store.produce"):
             pass
-        with c.start_as_current_span("client.consume", attributes={
-                telemetry.RECONSUME_TIMES: 0, telemetry.RESULT: "RECONSUME_LATER"}):
-            with c.start_as_current_span("client.send_back"):
-                with s.start_as_current_span("store.copy"):
-                    pass
+        failed = {telemetry.RECONSUME_TIMES: 0, telemetry.RESULT: "RECONSUME_LATER"}
+        with c.start_as_current_span("client.consume", attributes=failed), \
+                c.start_as_current_span("client.send_back"), \
+                s.start_as_current_span("store.copy"):
+            pass
         with c.start_as_current_span("client.consume", attributes={
                 telemetry.RECONSUME_TIMES: 1, telemetry.RESULT: "SUCCESS"}):
             pass
@@ -59,7 +59,8 @@ def test_a_captured_trace_is_drawn_as_a_tree_of_bars(tmp_path: Path) -> None:
     assert rows[0].start_ms == 0 and all(r.end_ms >= r.start_ms >= 0 for r in rows)
     assert rows[2].note == "reconsume=0 RECONSUME_LATER"
     trace_id = rows[0].trace_id
-    assert trace_picture.story(spans, trace_id) == "sent with delay level 1, failed 1 time, consumed"
+    assert trace_picture.story(spans, trace_id) == \
+        "sent with delay level 1, failed 1 time, consumed"
 
 
 def test_the_script_draws_the_traces_asked_for(tmp_path: Path) -> None:
