@@ -13,6 +13,7 @@ from opentelemetry.sdk.trace import Span as SdkSpan
 from opentelemetry.sdk.trace import TracerProvider, sampling
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from clepsydra_core import properties as P
 from clepsydra_core import telemetry
@@ -182,3 +183,27 @@ def test_without_an_exporter_new_traces_carry_the_default_decision(
     with telemetry.tracer("test").start_as_current_span("client.produce") as span:
         assert not span.is_recording()
         assert telemetry.inject({})[P.TRACEPARENT].endswith("-01")
+
+
+@pytest.mark.parametrize("header", [
+    SAMPLED, UNSAMPLED, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-03",
+    " 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\t",
+    "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-future",
+    "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-extra",  # 00 has 4 fields
+    "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+    "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+    "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
+    "00-0AF7651916CD43DD8448EB211C80319C-B7AD6B7169203331-01",
+    "00-0af7651916cd43dd8448eb211c80319c-b7ad6b716920333-01", "garbage", "",
+])
+@pytest.mark.parametrize("state", [None, "vendor=abc,other=1"])
+def test_trace_context_is_read_as_the_w3c_propagator_reads_it(header: str,
+                                                              state: str | None) -> None:
+    # O1: telemetry.remote_context is the propagator's extract, made cheaper (issue 19)
+    carrier = {P.TRACEPARENT: header, **({P.TRACESTATE: state} if state else {})}
+    expected = trace.get_current_span(TraceContextTextMapPropagator().extract(carrier))
+    got = trace.get_current_span(telemetry.remote_context(header, state))
+    assert got.get_span_context() == expected.get_span_context()
+    assert got.get_span_context().trace_state == expected.get_span_context().trace_state
+    assert trace.get_current_span(telemetry.extract(carrier)).get_span_context() == \
+        expected.get_span_context()

@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import threading
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from importlib import metadata
@@ -53,7 +54,6 @@ from opentelemetry.sdk.trace.export import (
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util._decorator import _agnosticcontextmanager
 from opentelemetry.util._once import Once
 
@@ -106,7 +106,9 @@ _lock = threading.Lock()
 _provider: TracerProvider | None = None
 _exporting = False
 _memory: InMemorySpanExporter | None = None
-_propagator = TraceContextTextMapPropagator()
+_TRACEPARENT = re.compile(
+    r"[ \t]*([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*?)?[ \t]*")
+"""A W3C ``traceparent``: version, trace id, parent id, flags (and more, after version 00)."""
 _SAMPLED = trace.TraceFlags(trace.TraceFlags.SAMPLED)
 _UNSAMPLED = trace.TraceFlags(trace.TraceFlags.DEFAULT)
 
@@ -463,10 +465,27 @@ def inject(props: MutableMapping[str, str],
     return props
 
 
+def remote_context(traceparent: str | None,
+                   tracestate: str | None = None) -> otel_context.Context:
+    """The context a W3C ``traceparent`` (and ``tracestate``) carries - header or message
+    property -, or an empty context when it is missing or malformed: what the W3C propagator
+    extracts, in half its time (it runs once per request and per consumed message)."""
+    match = _TRACEPARENT.fullmatch(traceparent) if traceparent else None
+    if match is None:
+        return otel_context.Context()
+    version, trace_hex, span_hex, flags, rest = match.groups()
+    trace_id, span_id = int(trace_hex, 16), int(span_hex, 16)
+    if version == "ff" or (version == "00" and rest) or not trace_id or not span_id:
+        return otel_context.Context()
+    state = trace.TraceState.from_header([tracestate]) if tracestate else None
+    return trace.set_span_in_context(trace.NonRecordingSpan(trace.SpanContext(
+        trace_id, span_id, True, trace.TraceFlags(int(flags, 16)), state)),
+        otel_context.Context())
+
+
 def extract(props: Mapping[str, str]) -> otel_context.Context:
     """The context carried in a message's properties (empty context if none)."""
-    return _propagator.extract({k: v for k, v in props.items()
-                                if k in (P.TRACEPARENT, P.TRACESTATE)})
+    return remote_context(props.get(P.TRACEPARENT), props.get(P.TRACESTATE))
 
 
 def link_from(props: Mapping[str, str]) -> list[trace.Link]:
