@@ -207,3 +207,27 @@ def test_trace_context_is_read_as_the_w3c_propagator_reads_it(header: str,
     assert got.get_span_context().trace_state == expected.get_span_context().trace_state
     assert trace.get_current_span(telemetry.extract(carrier)).get_span_context() == \
         expected.get_span_context()
+
+
+@pytest.mark.parametrize(("sampler", "root", "under_sampled", "under_unsampled"), [
+    ("parentbased_always_on", True, True, False),
+    ("parentbased_always_off", False, True, False),
+    ("always_on", True, True, True),  # not parent-based: a child is sampled on its own
+    ("always_off", False, False, False),
+    ("traceidratio", True, True, True),  # ratio 1 (no OTEL_TRACES_SAMPLER_ARG)
+])
+def test_every_standard_sampler_decides_as_the_sdk_documents(
+        install: Install, sampler: str, root: bool, under_sampled: bool,
+        under_unsampled: bool) -> None:
+    _, memory = install("none", sampler)
+    tracer = telemetry.tracer("test")
+    made = [tracer.start_span("new"),
+            tracer.start_span("child", context=telemetry.extract({P.TRACEPARENT: SAMPLED})),
+            tracer.start_span("other", context=telemetry.extract({P.TRACEPARENT: UNSAMPLED}))]
+    for span in made:
+        span.end()
+    exported = {s.name for s in memory.get_finished_spans()}
+    assert exported == {name for name, kept in zip(
+        ("new", "child", "other"), (root, under_sampled, under_unsampled), strict=True) if kept}
+    # what is not recorded is no SDK span at all
+    assert {s.name for s in made if isinstance(s, SdkSpan)} == exported

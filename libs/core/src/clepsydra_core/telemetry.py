@@ -286,18 +286,22 @@ class LeanTracerProvider(TracerProvider):
         self.ids = DecidedIds()
         super().__init__(resource=resource, sampler=sampler, id_generator=self.ids)
         self.follows_parent = follows_parent(sampler)
-        root = sampler._root if isinstance(sampler, sampling.ParentBased) else sampler
-        self._root = root
-        self.root_known = isinstance(root, sampling.TraceIdRatioBased | sampling.StaticSampler)
+        # the SDK keeps a parent-based sampler's delegates private; unknown: ask the sampler
+        root = getattr(sampler, "_root", sampler) if isinstance(sampler, sampling.ParentBased) \
+            else sampler
+        self._root: sampling.Sampler = root
+        self._ratio = root if isinstance(root, sampling.TraceIdRatioBased) else None
+        self._static: bool | None = {id(sampling.ALWAYS_ON): True,
+                                     id(sampling.ALWAYS_OFF): False}.get(id(root))
+        self.root_known = self._ratio is not None or self._static is not None
 
     def root_sampled(self, trace_id: int) -> bool:
         """The sampler's decision for a new trace ``trace_id``."""
-        root = self._root
-        if isinstance(root, sampling.TraceIdRatioBased):
-            return trace_id & root.TRACE_ID_LIMIT < root.bound
-        if isinstance(root, sampling.StaticSampler):
-            return root._decision is not sampling.Decision.DROP
-        decision = root.should_sample(None, trace_id, "").decision
+        if self._ratio is not None:
+            return trace_id & self._ratio.TRACE_ID_LIMIT < self._ratio.bound
+        if self._static is not None:
+            return self._static
+        decision = self._root.should_sample(None, trace_id, "").decision
         return decision is sampling.Decision.RECORD_AND_SAMPLE
 
     def get_tracer(self, *args: Any, **kwargs: Any) -> trace.Tracer:
@@ -311,8 +315,8 @@ class LeanTracerProvider(TracerProvider):
 def follows_parent(sampler: sampling.Sampler) -> bool:
     """Whether ``sampler`` drops every child of an unsampled parent, local or remote."""
     return (isinstance(sampler, sampling.ParentBased)
-            and sampler._remote_parent_not_sampled is sampling.ALWAYS_OFF
-            and sampler._local_parent_not_sampled is sampling.ALWAYS_OFF)
+            and getattr(sampler, "_remote_parent_not_sampled", None) is sampling.ALWAYS_OFF
+            and getattr(sampler, "_local_parent_not_sampled", None) is sampling.ALWAYS_OFF)
 
 
 def default_sampler(exporter: str) -> sampling.Sampler:
