@@ -20,6 +20,11 @@ hits each alike; the best round of each mode is printed (FACTS.md: +-40 % betwee
 ratios of one run). Beside the rates, the CPU each message cost (this process, exporter thread
 included, plus the store's worker): on a shared machine the steadier measure of the cost. The
 receiver's span count shows that the exporting modes did export.
+
+A second table measures the tracing work alone (bench/tracing_work.py: the SDK's produce and
+consume code with the HTTP round trip replaced by the store's request tracing, in this process)
+and sets what each mode adds against the whole CPU of an ``off`` message: a share of 1 % is
+within the end-to-end rates' noise, not within this one's.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from opentelemetry import trace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from store_produce import StoreProcess, free_port, process_cpu_s
+from tracing_work import measure
 
 from clepsydra_client.admin import AdminClient
 from clepsydra_client.listener import ConsumeFromWhere
@@ -191,6 +197,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--drain", type=int, default=3000)
     parser.add_argument("--batch", type=int, default=100, help="messages per batch produce")
+    parser.add_argument("--work", type=int, default=5000,
+                        help="messages per repeat of the in-process tracing work")
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="clepsydra-bench-tracing-"))
     receiver_port = free_port()
@@ -222,10 +230,15 @@ def main() -> int:
                 print(f"round {round_ + 1} {mode:7} " + "  ".join(
                     f"{kind} {got[kind][-1][0]:7.0f}/s {got[kind][-1][1]:5.0f} us"
                     for kind in kinds), flush=True)
+        work: dict[str, dict[str, float]] = {}
+        for mode in MODES:
+            use_client_tracing(mode)
+            work[mode] = measure(args.work, EXPORTER[mode])
         use_client_tracing("off")
         for store in stores.values():
             store.stop()  # its batch span processor exports what it holds
         report(results, received(receiver_port), args)
+        report_work(work, results)
     finally:
         for store in stores.values():
             store.stop()
@@ -252,6 +265,23 @@ def report(results: dict[str, dict[str, list[tuple[float, float]]]],
                          f" {us:5.0f} ({100 * (us / base_us - 1):+5.1f}%)")
         print(f"{mode:8}" + "".join(f"{c:>30}" for c in cells)
               + f"{exported.get(mode, 0):>16}")
+
+
+def report_work(work: dict[str, dict[str, float]],
+                results: dict[str, dict[str, list[tuple[float, float]]]]) -> None:
+    """The tracing work alone (tracing_work.py): CPU us per message, and what a mode adds to
+    it against ``off`` as a share of off's whole CPU per message (end to end, best round)."""
+    print("\ntracing work alone, in process (client + the store's request span; least CPU us "
+          "per message of 5 repeats); in brackets the added work as a share of off's whole "
+          "message")
+    print(f"{'mode':8}" + "".join(f"{k:>22}" for k in ("produce 1", "produce batch", "drain")))
+    for mode in MODES:
+        cells = []
+        for kind in ("single", "batch", "drain"):
+            whole = min(u for _, u in results["off"][kind])
+            added = work[mode][kind] - work["off"][kind]
+            cells.append(f"{work[mode][kind]:8.1f} ({100 * added / whole:+5.1f}%)")
+        print(f"{mode:8}" + "".join(f"{c:>22}" for c in cells))
 
 
 if __name__ == "__main__":
