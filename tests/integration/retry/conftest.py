@@ -187,7 +187,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     redis = RedisServer(root / "redis").start()
     started: list[Process] = [redis]
     try:
-        store = store_service(root / "home", env={"CLEPSYDRA_DELAY_LEVELS": LEVELS_1S}).start()
+        # the store exports nothing, but its new traces (raw produce requests) are the ones
+        # the retry service's spans continue: all sampled (the default samples 1 in 100)
+        store = store_service(root / "home", env={
+            "CLEPSYDRA_DELAY_LEVELS": LEVELS_1S,
+            "OTEL_TRACES_SAMPLER": "parentbased_always_on"}).start()
         started.append(store)
         retry = retry_service(root / "home", store_url=store.url, redis_url=redis.url,
                               env={"CLEPSYDRA_OTEL_EXPORTER": f"file:{spans_path}"}).start()
