@@ -231,3 +231,50 @@ def test_every_standard_sampler_decides_as_the_sdk_documents(
         ("new", "child", "other"), (root, under_sampled, under_unsampled), strict=True) if kept}
     # what is not recorded is no SDK span at all
     assert {s.name for s in made if isinstance(s, SdkSpan)} == exported
+
+
+def test_a_batch_gets_one_context_per_message_decided_once_each(install: Install) -> None:
+    # issue 19: a batch's contexts drawn at once - context-only ones as traceparents, the
+    # sampled new traces as trace ids whose spans are then started with them
+    _, memory = install("none", "parentbased_traceidratio", "0.5")
+    tracer = telemetry.tracer("test")
+    root = sampling.TraceIdRatioBased(0.5)
+    contexts = telemetry.batch_contexts(tracer, 400)
+    lean = [c for c in contexts if isinstance(c, str)]
+    decided = [c for c in contexts if isinstance(c, int)]
+    assert len(lean) + len(decided) == 400
+    assert 140 < len(decided) < 260  # ~200: the ratio, once
+    for value in lean:
+        _, trace_hex, span_hex, flags = value.split("-")
+        assert flags == "00" and not (int(trace_hex, 16) & root.TRACE_ID_LIMIT < root.bound)
+        assert int(span_hex, 16) and len(trace_hex) == 32 and len(span_hex) == 16
+    for trace_id in decided:
+        assert trace_id & root.TRACE_ID_LIMIT < root.bound
+        telemetry.start_decided(tracer, trace_id, "client.produce").end()
+    finished = memory.get_finished_spans()
+    assert sorted(s.context.trace_id for s in finished if s.context) == sorted(decided)
+    assert len({c.split("-")[1] for c in lean} | {f"{t:032x}" for t in decided}) == 400
+
+
+def test_a_batch_under_a_parent_follows_its_decision(install: Install) -> None:
+    install("memory")
+    tracer = telemetry.tracer("test")
+    with trace.use_span(trace.get_current_span(telemetry.extract({P.TRACEPARENT: UNSAMPLED}))):
+        children = telemetry.batch_contexts(tracer, 3)
+    assert all(isinstance(c, str) and c.startswith(f"00-{UNSAMPLED.split('-')[1]}-")
+               and c.endswith("-00") for c in children)
+    assert len(set(children)) == 3
+    with trace.use_span(trace.get_current_span(telemetry.extract({P.TRACEPARENT: SAMPLED}))):
+        assert telemetry.batch_contexts(tracer, 3) == [None] * 3  # recorded: real spans
+    assert telemetry.batch_contexts(trace.NoOpTracer(), 2) == [None] * 2
+
+
+def test_without_an_exporter_a_batch_carries_the_samplers_flags(install: Install,
+                                                                  monkeypatch: pytest.MonkeyPatch
+                                                                  ) -> None:
+    install("none", "parentbased_always_on")
+    provider = trace.get_tracer_provider()
+    assert isinstance(provider, telemetry.LeanTracerProvider)
+    monkeypatch.setattr(provider, "records", False)  # as with exporter none
+    contexts = telemetry.batch_contexts(telemetry.tracer("test"), 5)
+    assert all(isinstance(c, str) and c.endswith("-01") for c in contexts)

@@ -132,17 +132,20 @@ class Producer:
         reqs: list[Json] = []
         keys: list[str] = []
         try:
-            for message in chunk:
+            # one trace context per message; a span object only when it is recorded
+            contexts = telemetry.batch_contexts(self._tracer, len(chunk))
+            for message, context in zip(chunk, contexts, strict=True):
                 uniq_key = message.properties.get(P.UNIQ_KEY) or new_uniq_key()
                 keys.append(uniq_key)
-                # one trace context per message; a span object only when it is recorded
-                lean = telemetry.unrecorded_traceparent(self._tracer)
-                if lean is not None:
-                    reqs.append(message_request(message, uniq_key, traceparent=lean))
+                if isinstance(context, str):
+                    reqs.append(message_request(message, uniq_key, traceparent=context))
                     spans.append(trace.INVALID_SPAN)
                     continue
-                span = self._tracer.start_span("client.produce", kind=trace.SpanKind.PRODUCER,
-                                               attributes=self._attributes(topic))
+                kw: dict[str, Any] = {"kind": trace.SpanKind.PRODUCER,
+                                      "attributes": self._attributes(topic)}
+                span = (self._tracer.start_span("client.produce", **kw) if context is None
+                        else telemetry.start_decided(self._tracer, context, "client.produce",
+                                                     **kw))
                 spans.append(span)
                 reqs.append(message_request(message, uniq_key, span))
             raw = self.http.post(self.http.path("/v1/topics/{}/messages/batch", topic),

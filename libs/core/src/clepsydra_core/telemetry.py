@@ -56,10 +56,11 @@ from clepsydra_core.lean_tracer import SAMPLER_ARG_VAR as SAMPLER_ARG_VAR
 from clepsydra_core.lean_tracer import SAMPLER_VAR as SAMPLER_VAR
 from clepsydra_core.lean_tracer import LeanTracer as LeanTracer
 from clepsydra_core.lean_tracer import LeanTracerProvider as LeanTracerProvider
+from clepsydra_core.lean_tracer import batch_contexts as batch_contexts
 from clepsydra_core.lean_tracer import default_sampler as default_sampler
+from clepsydra_core.lean_tracer import start_decided as start_decided
 from clepsydra_core.lean_tracer import traceparent
 from clepsydra_core.lean_tracer import unrecorded as unrecorded
-from clepsydra_core.lean_tracer import unrecorded_traceparent as unrecorded_traceparent
 
 # ---- service names (resource ``service.name``) ------------------------------------------------
 STORE_SERVICE = "clepsydra-store"
