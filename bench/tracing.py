@@ -16,8 +16,8 @@ Modes (the client in this process, the store as its own process):
   always   the same with OTEL_TRACES_SAMPLER=parentbased_always_on: every message traced
 
 Rounds interleave the modes (off, none, default, always, off, ...) so drift on a shared machine
-hits each alike; the best round of each mode is printed (FACTS.md: +-40 % between runs, compare
-ratios of one run). Beside the rates, the CPU each message cost (this process, exporter thread
+hits each alike; the best round of each mode is printed (rates vary by tens of % between runs
+on a shared machine: compare the ratios of one run). Beside the rates, the CPU each message cost (this process, exporter thread
 included, plus the store's worker): on a shared machine the steadier measure of the cost. The
 receiver's span count shows that the exporting modes did export.
 
