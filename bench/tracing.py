@@ -17,9 +17,10 @@ Modes (the client in this process, the store as its own process):
 
 Rounds interleave the modes (off, none, default, always, off, ...) so drift on a shared machine
 hits each alike; the best round of each mode is printed (rates vary by tens of % between runs
-on a shared machine: compare the ratios of one run). Beside the rates, the CPU each message cost (this process, exporter thread
-included, plus the store's worker): on a shared machine the steadier measure of the cost. The
-receiver's span count shows that the exporting modes did export.
+on a shared machine: compare the ratios of one run). Beside the rates, the CPU each message
+cost (this process, exporter thread included, plus the store's worker): on a shared machine the
+steadier measure of the cost. The receiver's span count shows that the exporting modes did
+export.
 
 A second table measures the tracing work alone (bench/tracing_work.py: the SDK's produce and
 consume code with the HTTP round trip replaced by the store's request tracing, in this process)
