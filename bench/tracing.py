@@ -1,41 +1,52 @@
-"""What tracing costs (issue 19.6): the SDK's single-message produce rate and a push consumer's
-drain rate, with tracing off and on, in one run.
+"""What tracing costs (issue 19, "cheap"): the SDK's produce rate (single messages and batches)
+and a push consumer's drain rate, with tracing off and on, in one run.
 
-    .venv/bin/python bench/tracing.py [--seconds 5] [--rounds 3] [--drain 3000]
+    .venv/bin/python bench/tracing.py [--seconds 5] [--rounds 3] [--drain 3000] [--batch 100]
 
 Modes (the client in this process, the store as its own process):
 
-  off    no tracing: the application installed OpenTelemetry's no-op provider; the store
-         without an exporter (its cheapest setting)
-  none   the SDK's default, CLEPSYDRA_OTEL_EXPORTER=none: spans made (trace ids in messages)
-         but not exported; target: within 1 % of ``off``
-  otlp   CLEPSYDRA_OTEL_EXPORTER=otlp at the default sampler (parent-based, always on), client
-         and store exporting OTLP/HTTP (batch processor) to a collector stand-in that answers
-         200 and drops the spans; target: within 5 % of ``off``
-  otlp1  the same with OTEL_TRACES_SAMPLER=parentbased_traceidratio, ratio 0.01 (one trace in
-         a hundred, what the prod overlay sets)
+  off      no tracing: the application installed OpenTelemetry's no-op provider; the store
+           without an exporter (its cheapest setting)
+  none     no exporter set (CLEPSYDRA_OTEL_EXPORTER=none, the default): context-only spans,
+           trace ids in messages; target: within 1 % of ``off``
+  default  CLEPSYDRA_OTEL_EXPORTER=otlp at the default sampler (parent-based, one new trace in
+           a hundred: clepsydra_core.telemetry.DEFAULT_RATIO), client and store exporting
+           OTLP/HTTP (batch span processor) to a local receiver that decodes and counts the
+           spans; target: within 5 % of ``off``
+  always   the same with OTEL_TRACES_SAMPLER=parentbased_always_on: every message traced
 
-Rounds interleave the modes (off, none, otlp, off, ...) so drift on a shared machine hits each
-alike; the best round of each mode is printed (FACTS.md: +-40 % between runs, compare ratios
-of one run). Beside the rates, the CPU each message cost (this process, exporter thread
-included, plus the store's worker): on a shared machine the steadier measure of the cost.
+Rounds interleave the modes (off, none, default, always, off, ...) so drift on a shared machine
+hits each alike; the best round of each mode is printed (rates vary by tens of % between runs
+on a shared machine: compare the ratios of one run). Beside the rates, the CPU each message
+cost (this process, exporter thread included, plus the store's worker): on a shared machine the
+steadier measure of the cost. The receiver's span count shows that the exporting modes did
+export.
+
+A second table measures the tracing work alone (bench/tracing_work.py: the SDK's produce and
+consume code with the HTTP round trip replaced by the store's request tracing, in this process)
+and sets what each mode adds against the whole CPU of an ``off`` message: a share of 1 % is
+within the end-to-end rates' noise, not within this one's.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from opentelemetry import trace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from store_produce import StoreProcess, free_port, process_cpu_s
+from tracing_work import measure
 
 from clepsydra_client.admin import AdminClient
 from clepsydra_client.listener import ConsumeFromWhere
@@ -43,18 +54,43 @@ from clepsydra_client.producer import OutgoingMessage, Producer
 from clepsydra_client.push import PushConsumer
 from clepsydra_core import telemetry
 
-MODES = ("off", "none", "otlp", "otlp1")
-RATIO = {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.01"}
+MODES = ("off", "none", "default", "always")
+EXPORTER = {"off": "none", "none": "none", "default": "otlp", "always": "otlp"}
+SAMPLER = {"always": "parentbased_always_on"}
+"""OTEL_TRACES_SAMPLER per mode (unset: the default sampler)."""
 BODY = "x" * 100
-SINK = """
-import http.server, sys
+RECEIVER = """
+import http.server, json, sys, threading
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+count = {}
+lock = threading.Lock()
 class H(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        request = ExportTraceServiceRequest()
+        request.ParseFromString(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+        for r in request.resource_spans:
+            mode = next((a.value.string_value for a in r.resource.attributes
+                         if a.key == "bench.mode"), "?")
+            with lock:
+                count[mode] = count.get(mode, 0) + sum(len(s.spans) for s in r.scope_spans)
         self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
+    def do_GET(self):
+        body = json.dumps(count).encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body)))
+        self.end_headers(); self.wfile.write(body)
     def log_message(self, *a): pass
 http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 """
+
+
+def set_sampler(mode: str) -> None:
+    """OTEL_TRACES_SAMPLER for ``mode``, and the resource attribute the receiver counts by."""
+    os.environ["OTEL_RESOURCE_ATTRIBUTES"] = f"bench.mode={mode}"
+    if mode in SAMPLER:
+        os.environ[telemetry.SAMPLER_VAR] = SAMPLER[mode]
+    else:
+        os.environ.pop(telemetry.SAMPLER_VAR, None)
+    os.environ.pop(telemetry.SAMPLER_ARG_VAR, None)
 
 
 def use_client_tracing(mode: str) -> None:
@@ -63,15 +99,18 @@ def use_client_tracing(mode: str) -> None:
     if hasattr(old, "shutdown"):
         old.shutdown()
     telemetry.reset_after_fork()
-    for name, value in RATIO.items():
-        if mode == "otlp1":
-            os.environ[name] = value
-        else:
-            os.environ.pop(name, None)
+    set_sampler(mode)
     if mode == "off":
         trace.set_tracer_provider(trace.NoOpTracerProvider())
     else:
-        telemetry.init_tracing(telemetry.CLIENT_SERVICE, "otlp" if mode == "otlp1" else mode)
+        telemetry.init_tracing(telemetry.CLIENT_SERVICE, EXPORTER[mode])
+
+
+def flush() -> None:
+    """The export of the spans made so far is part of their cost."""
+    provider = trace.get_tracer_provider()
+    if hasattr(provider, "force_flush"):
+        provider.force_flush()
 
 
 class Cpu:
@@ -86,20 +125,29 @@ class Cpu:
         return used * 1e6 / max(count, 1)
 
 
-def produce_rate(store: StoreProcess, topic: str, seconds: float) -> tuple[float, float]:
-    """Single-message sends from one thread: (msgs/s, CPU us per message)."""
+def produce_rate(store: StoreProcess, topic: str, seconds: float,
+                 batch: int) -> tuple[float, float]:
+    """Sends from one thread for ``seconds``: single messages (``batch`` 1) or batches of
+    ``batch`` (SDK send_batch): (msgs/s, CPU us per message)."""
     with Producer(store.url) as producer:
-        for _ in range(50):
-            producer.send(topic, BODY)  # warm up: connection, code paths
+        send: Callable[[], None]
+        if batch == 1:
+            def send() -> None:
+                producer.send(topic, BODY)
+        else:
+            chunk = [OutgoingMessage(BODY) for _ in range(batch)]
+
+            def send() -> None:
+                producer.send_batch(topic, chunk)
+        for _ in range(max(50 // batch, 3)):
+            send()  # warm up: connection, code paths
         n, t0, cpu = 0, time.perf_counter(), Cpu(store)
         deadline = t0 + seconds
         while time.perf_counter() < deadline:
-            producer.send(topic, BODY)
-            n += 1
+            send()
+            n += batch
         rate = n / (time.perf_counter() - t0)
-        provider = trace.get_tracer_provider()
-        if hasattr(provider, "force_flush"):
-            provider.force_flush()  # the export of these spans is part of their cost
+        flush()
         return rate, cpu.us_per(n)
 
 
@@ -111,6 +159,7 @@ def drain_rate(store: StoreProcess, admin: AdminClient, topic: str,
     admin.create_topic(topic, 4)
     with Producer(store_url) as producer:
         producer.send_batch(topic, [OutgoingMessage(BODY) for _ in range(count)])
+    flush()
     lock = threading.Lock()
     seen: list[float] = []
     done = threading.Event()
@@ -132,10 +181,15 @@ def drain_rate(store: StoreProcess, admin: AdminClient, topic: str,
             raise RuntimeError(f"drained {len(seen)} of {count}")
     finally:
         consumer.shutdown()
-    provider = trace.get_tracer_provider()
-    if hasattr(provider, "force_flush"):
-        provider.force_flush()
+    flush()
     return (count - 1) / (seen[-1] - seen[0]), cpu.us_per(count)
+
+
+def received(port: int) -> dict[str, int]:
+    """Spans the receiver got, by the exporting process's ``bench.mode``."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as answer:
+        got: dict[str, int] = json.loads(answer.read())
+        return got
 
 
 def main() -> int:
@@ -143,22 +197,24 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--drain", type=int, default=3000)
+    parser.add_argument("--batch", type=int, default=100, help="messages per batch produce")
+    parser.add_argument("--work", type=int, default=5000,
+                        help="messages per repeat of the in-process tracing work")
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="clepsydra-bench-tracing-"))
-    sink_port = free_port()
-    sink = subprocess.Popen([sys.executable, "-c", SINK, str(sink_port)])
-    os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{sink_port}"
+    receiver_port = free_port()
+    receiver = subprocess.Popen([sys.executable, "-c", RECEIVER, str(receiver_port)])
+    os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{receiver_port}"
     stores: dict[str, StoreProcess] = {}
+    kinds = ("single", "batch", "drain")
+    results: dict[str, dict[str, list[tuple[float, float]]]] = {
+        m: {k: [] for k in kinds} for m in MODES}
     try:
-        for name in ("none", "otlp", "otlp1"):
-            os.environ["CLEPSYDRA_OTEL_EXPORTER"] = "none" if name == "none" else "otlp"
-            if name == "otlp1":
-                os.environ.update(RATIO)
-            stores[name] = StoreProcess(home / name, "async")
-        for name in RATIO:
-            os.environ.pop(name, None)
-        produce: dict[str, list[tuple[float, float]]] = {m: [] for m in MODES}
-        drain: dict[str, list[tuple[float, float]]] = {m: [] for m in MODES}
+        for mode in MODES[1:]:
+            os.environ["CLEPSYDRA_OTEL_EXPORTER"] = EXPORTER[mode]
+            set_sampler(mode)
+            stores[mode] = StoreProcess(home / mode, "async")
+        set_sampler("off")
         for round_ in range(args.rounds):
             for mode in MODES:
                 store = stores["none" if mode == "off" else mode]
@@ -166,33 +222,67 @@ def main() -> int:
                 admin = AdminClient(store.url)
                 topic = f"bench-{mode}-{round_}"
                 admin.create_topic(topic, 4)
-                produce[mode].append(produce_rate(store, topic, args.seconds))
-                drain[mode].append(drain_rate(store, admin, f"drain-{mode}-{round_}",
-                                              args.drain))
+                got = results[mode]
+                got["single"].append(produce_rate(store, topic, args.seconds, 1))
+                got["batch"].append(produce_rate(store, topic, args.seconds, args.batch))
+                got["drain"].append(drain_rate(store, admin, f"drain-{mode}-{round_}",
+                                               args.drain))
                 admin.close()
-                (p, p_us), (d, d_us) = produce[mode][-1], drain[mode][-1]
-                print(f"round {round_ + 1} {mode:5} produce {p:7.0f} msgs/s {p_us:6.0f} us/msg"
-                      f"  drain {d:7.0f} msgs/s {d_us:5.0f} us/msg", flush=True)
-        use_client_tracing("off")
-        print(f"\nbest of {args.rounds} rounds; cost against off (rate lost, CPU added)")
-        print(f"{'mode':6} {'produce/s':>10} {'cost':>6} {'us/msg':>7} {'cost':>6}"
-              f" {'drain/s':>9} {'cost':>6} {'us/msg':>7} {'cost':>6}")
-        base = [max(r for r, _ in produce["off"]), min(u for _, u in produce["off"]),
-                max(r for r, _ in drain["off"]), min(u for _, u in drain["off"])]
+                print(f"round {round_ + 1} {mode:7} " + "  ".join(
+                    f"{kind} {got[kind][-1][0]:7.0f}/s {got[kind][-1][1]:5.0f} us"
+                    for kind in kinds), flush=True)
+        work: dict[str, dict[str, float]] = {}
         for mode in MODES:
-            best = [max(r for r, _ in produce[mode]), min(u for _, u in produce[mode]),
-                    max(r for r, _ in drain[mode]), min(u for _, u in drain[mode])]
-            cells = []
-            for i, (value, ref) in enumerate(zip(best, base, strict=True)):
-                cost = (1 - value / ref) if i % 2 == 0 else (value / ref - 1)
-                cells.append(f"{value:{10 if i == 0 else 7 if i % 2 else 9}.0f} "
-                             f"{100 * cost:5.1f}%")
-            print(f"{mode:6} " + " ".join(cells))
+            use_client_tracing(mode)
+            work[mode] = measure(args.work, EXPORTER[mode])
+        use_client_tracing("off")
+        for store in stores.values():
+            store.stop()  # its batch span processor exports what it holds
+        report(results, received(receiver_port), args)
+        report_work(work, results)
     finally:
         for store in stores.values():
             store.stop()
-        sink.terminate()
+        receiver.terminate()
     return 0
+
+
+def report(results: dict[str, dict[str, list[tuple[float, float]]]],
+           exported: dict[str, int], args: argparse.Namespace) -> None:
+    print(f"\nbest of {args.rounds} rounds (msgs/s, CPU us per message); in brackets the cost "
+          "against off: rate lost, CPU added")
+    head = {"single": "produce 1", "batch": f"produce {args.batch}", "drain": "drain"}
+    print(f"{'mode':8}" + "".join(f"{head[k]:>30}" for k in head) + f"{'spans exported':>16}")
+
+    def best(mode: str, kind: str) -> tuple[float, float]:
+        rows = results[mode][kind]
+        return max(r for r, _ in rows), min(u for _, u in rows)
+
+    for mode in MODES:
+        cells = []
+        for kind in head:
+            (rate, us), (base_rate, base_us) = best(mode, kind), best("off", kind)
+            cells.append(f"{rate:8.0f} ({100 * (1 - rate / base_rate):+5.1f}%)"
+                         f" {us:5.0f} ({100 * (us / base_us - 1):+5.1f}%)")
+        print(f"{mode:8}" + "".join(f"{c:>30}" for c in cells)
+              + f"{exported.get(mode, 0):>16}")
+
+
+def report_work(work: dict[str, dict[str, float]],
+                results: dict[str, dict[str, list[tuple[float, float]]]]) -> None:
+    """The tracing work alone (tracing_work.py): CPU us per message, and what a mode adds to
+    it against ``off`` as a share of off's whole CPU per message (end to end, best round)."""
+    print("\ntracing work alone, in process (client + the store's request span; least CPU us "
+          "per message of 5 repeats); in brackets the added work as a share of off's whole "
+          "message")
+    print(f"{'mode':8}" + "".join(f"{k:>22}" for k in ("produce 1", "produce batch", "drain")))
+    for mode in MODES:
+        cells = []
+        for kind in ("single", "batch", "drain"):
+            whole = min(u for _, u in results["off"][kind])
+            added = work[mode][kind] - work["off"][kind]
+            cells.append(f"{work[mode][kind]:8.1f} ({100 * added / whole:+5.1f}%)")
+        print(f"{mode:8}" + "".join(f"{c:>22}" for c in cells))
 
 
 if __name__ == "__main__":

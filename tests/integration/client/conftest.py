@@ -29,6 +29,7 @@ from clepsydra_client.message import Message
 from clepsydra_client.producer import Producer
 from clepsydra_client.push import PushConsumer
 from clepsydra_client.settings import ensure_tracing
+from clepsydra_core import telemetry
 from tests.fixtures.processes import (
     HttpService,
     Process,
@@ -190,14 +191,24 @@ def recorder() -> Callable[..., Recorder]:
 
 
 @pytest.fixture
-def memory_spans() -> InMemorySpanExporter:
-    """Spans of this process's client (an in-memory exporter added to the SDK provider)."""
-    ensure_tracing()
+def memory_spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
+    """Spans of this process's client: the SDK provider as ensure_tracing installs it, but
+    sampling every trace (the default samples 1 in 100, issue 19), with an in-memory exporter;
+    the previous provider is put back afterwards. Ask for it before the fixtures that make
+    tracers (``producer``)."""
+    for module, attr in ((telemetry, "_provider"), (telemetry, "_memory"),
+                         (telemetry, "_exporting"), (trace, "_TRACER_PROVIDER"),
+                         (trace, "_TRACER_PROVIDER_SET_ONCE")):
+        monkeypatch.setattr(module, attr, getattr(module, attr))
+    monkeypatch.setenv(telemetry.SAMPLER_VAR, "parentbased_always_on")
+    telemetry.reset_after_fork()
+    ensure_tracing("none")
     provider = trace.get_tracer_provider()
     assert isinstance(provider, TracerProvider), "the SDK tracer provider is not installed"
     exporter = InMemorySpanExporter()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return exporter
+    yield exporter
+    provider.shutdown()
 
 
 @dataclass

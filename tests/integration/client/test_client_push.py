@@ -345,8 +345,8 @@ def test_consume_from_where_and_committed_offsets(stack: ClientStack, admin: Adm
 
 
 def test_consume_spans_continue_the_producers_trace_through_retries(
-        stack: ClientStack, admin: AdminClient, producer: Producer, consumers: Consumers,
-        recorder: Recorders, names: Names, memory_spans: InMemorySpanExporter,
+        memory_spans: InMemorySpanExporter, stack: ClientStack, admin: AdminClient,
+        producer: Producer, consumers: Consumers, recorder: Recorders, names: Names,
 ) -> None:
     # SPEC O1
     topic, group = names("t"), names("g")

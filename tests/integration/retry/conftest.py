@@ -195,7 +195,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     redis = RedisServer(root / "redis").start()
     started: list[Process] = [redis]
     try:
-        store = store_service(root / "home", env={"CLEPSYDRA_DELAY_LEVELS": LEVELS_1S}).start()
+        # the store exports nothing, but its new traces (raw produce requests) are the ones
+        # the retry service's spans continue: all sampled (the default samples 1 in 100)
+        store = store_service(root / "home", env={
+            "CLEPSYDRA_DELAY_LEVELS": LEVELS_1S,
+            "OTEL_TRACES_SAMPLER": "parentbased_always_on"}).start()
         started.append(store)
         retry = retry_service(root / "home", store_url=store.url, redis_url=redis.url,
                               env={"CLEPSYDRA_OTEL_EXPORTER": f"file:{spans_path}"}).start()
@@ -256,7 +260,9 @@ def traced_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TracedSta
     root = tmp_path_factory.mktemp("traced-stack")
     receiver = OtlpReceiver().start()
     otel = {"CLEPSYDRA_OTEL_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
-            "OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_RESOURCE_ATTRIBUTES": OTLP_TEST_RESOURCE}
+            "OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_RESOURCE_ATTRIBUTES": OTLP_TEST_RESOURCE,
+            # every trace, hand-over batches included (otlp's default samples 1 in 100)
+            "OTEL_TRACES_SAMPLER": "parentbased_always_on"}
     redis = RedisServer(root / "redis").start()
     started: list[Process] = [redis]
     try:

@@ -11,6 +11,7 @@ receiver in this process, the producer and the push consumer run here and export
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -53,6 +54,7 @@ def client_provider(traced_stack: TracedStack,
         monkeypatch.setattr(module, attr, getattr(module, attr))
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", traced_stack.receiver.url)
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
+    monkeypatch.setenv(telemetry.SAMPLER_VAR, "parentbased_always_on")
     monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
     monkeypatch.delenv("OTEL_RESOURCE_ATTRIBUTES", raising=False)
     telemetry.reset_after_fork()
@@ -290,10 +292,27 @@ def test_one_trace_per_message_from_send_to_dead_letter(
 
     out = os.environ.get("CLEPSYDRA_TRACE_OUT")
     if out:  # the README's picture: CLEPSYDRA_TRACE_OUT=docs/trace pytest ...
-        Path(out + ".txt").write_text(
+
+        def short(text: str) -> str:  # the test's topic and group names as T and G
+            return text.replace(topic, "T").replace(group, "G")
+
+        Path(out + ".txt").write_text(short(
             "# delayed, fails twice, then consumed\n"
             + Tree(spans, delayed_trace).render()
-            + "\n\n# fails, retried, fails again, dead-lettered\n" + tree.render() + "\n")
+            + "\n\n# fails, retried, fails again, dead-lettered\n" + tree.render() + "\n"))
+        # both traces' spans as the file exporter writes them: python -m tools.trace_picture
+        Path(out + ".jsonl").write_text(short("".join(
+            json.dumps(file_record(s)) + "\n" for s in spans
+            if s.trace_id in (delayed_trace, doomed_trace))))
+
+
+def file_record(span: ReceivedSpan) -> dict[str, object]:
+    """A received span in the JSON-lines format of CLEPSYDRA_OTEL_EXPORTER=file:<path>
+    (clepsydra_core.telemetry.JsonLinesSpanExporter), which tools/trace_picture.py reads."""
+    return {"name": span.name, "service": span.service, "traceId": span.trace_id,
+            "spanId": span.span_id, "parentSpanId": span.parent_span_id,
+            "links": [trace_id for trace_id, _ in span.links], "attributes": span.attributes,
+            "start": span.start_ns, "end": span.end_ns}
 
 
 def admin_dlq_message(admin: AdminClient, group: str) -> dict[str, str]:

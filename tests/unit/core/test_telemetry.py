@@ -259,6 +259,7 @@ def test_without_an_exporter_spans_carry_context_only(monkeypatch: pytest.Monkey
                          (trace, "_TRACER_PROVIDER_SET_ONCE")):
         monkeypatch.setattr(module, attr, getattr(module, attr))
     telemetry.reset_after_fork()
+    monkeypatch.setenv(telemetry.SAMPLER_VAR, "parentbased_always_on")
     provider = telemetry.init_tracing(telemetry.CLIENT_SERVICE, "none")
     tracer = telemetry.tracer("test")
     with tracer.start_as_current_span("client.produce") as root:

@@ -117,9 +117,13 @@ class ConsumeService:
 
     def _span(self, pq: ProcessQueue, messages: list[Message]) -> ConsumeSpan:
         first = messages[0]
+        parent = telemetry.extract(first.properties)
+        lean = telemetry.unrecorded(self._tracer, parent)
+        if lean is not None:  # not sampled (or not exported): no attributes, no links
+            return ConsumeSpan(lean)
         links = [link for m in messages[1:] for link in telemetry.link_from(m.properties)]
         return ConsumeSpan(self._tracer.start_span(
-            "client.consume", context=telemetry.extract(first.properties),
+            "client.consume", context=parent,
             kind=trace.SpanKind.CONSUMER, links=links,
             attributes={telemetry.MESSAGING_SYSTEM: telemetry.SYSTEM,
                         telemetry.OPERATION_TYPE: telemetry.PROCESS,

@@ -68,15 +68,20 @@ def encode_body(body: bytes | str) -> dict[str, str]:
         return {"bodyBase64": base64.b64encode(body).decode()}
 
 
-def message_request(message: OutgoingMessage, uniq_key: str) -> Json:
-    """The v1 produce body of one message (``UNIQ_KEY`` and the current trace context added)."""
+def message_request(message: OutgoingMessage, uniq_key: str, span: trace.Span | None = None,
+                    traceparent: str | None = None) -> Json:
+    """The v1 produce body of one message (``UNIQ_KEY`` and a trace context added: the given
+    ``traceparent``, else that of ``span``, default the current span)."""
     if message.delay_level < 0:
         raise ValidationError(f"delay level must be >= 0, got {message.delay_level}",
                               rule="L2", code="INVALID_DELAY_LEVEL")
     props: dict[str, str] = dict(message.properties)
     props.setdefault(P.UNIQ_KEY, uniq_key)
     if P.TRACEPARENT not in props:
-        telemetry.inject(props)
+        if traceparent is not None:
+            props[P.TRACEPARENT] = traceparent
+        else:
+            telemetry.inject(props, span)
     req: Json = encode_body(message.body)
     req["properties"] = props
     if message.tags:
@@ -123,10 +128,11 @@ class Producer:
             req = message_request(message, uniq_key)
             raw = self.http.post(self.http.path("/v1/topics/{}/messages", topic), req)
             result = SendResult.from_json(raw, uniq_key)
-            span.set_attribute(telemetry.MESSAGE_ID, result.msg_id)
-            span.set_attribute(telemetry.UNIQ_KEY, uniq_key)
-            if message.delay_level:
-                span.set_attribute(telemetry.DELAY_LEVEL, message.delay_level)
+            if span.is_recording():
+                span.set_attribute(telemetry.MESSAGE_ID, result.msg_id)
+                span.set_attribute(telemetry.UNIQ_KEY, uniq_key)
+                if message.delay_level:
+                    span.set_attribute(telemetry.DELAY_LEVEL, message.delay_level)
             return result
 
     def send_batch(self, topic: str, messages: Iterable[OutgoingMessage]) -> list[SendResult]:
@@ -143,19 +149,29 @@ class Producer:
         reqs: list[Json] = []
         keys: list[str] = []
         try:
-            for message in chunk:
-                span = self._tracer.start_span("client.produce", kind=trace.SpanKind.PRODUCER,
-                                               attributes=self._attributes(topic))
-                spans.append(span)
-                with trace.use_span(span, end_on_exit=False):
-                    uniq_key = message.properties.get(P.UNIQ_KEY) or new_uniq_key()
-                    reqs.append(message_request(message, uniq_key))
+            # one trace context per message; a span object only when it is recorded
+            contexts = telemetry.batch_contexts(self._tracer, len(chunk))
+            for message, context in zip(chunk, contexts, strict=True):
+                uniq_key = message.properties.get(P.UNIQ_KEY) or new_uniq_key()
                 keys.append(uniq_key)
+                if isinstance(context, str):
+                    reqs.append(message_request(message, uniq_key, traceparent=context))
+                    spans.append(trace.INVALID_SPAN)
+                    continue
+                kw: dict[str, Any] = {"kind": trace.SpanKind.PRODUCER,
+                                      "attributes": self._attributes(topic)}
+                span = (self._tracer.start_span("client.produce", **kw) if context is None
+                        else telemetry.start_decided(self._tracer, context, "client.produce",
+                                                     **kw))
+                spans.append(span)
+                reqs.append(message_request(message, uniq_key, span))
             raw = self.http.post(self.http.path("/v1/topics/{}/messages/batch", topic),
                                  {"messages": reqs})
             answers: list[Any] = raw.get("results") or []
             results = [SendResult.from_json(a, k) for a, k in zip(answers, keys, strict=False)]
             for span, message, result in zip(spans, chunk, results, strict=False):
+                if not span.is_recording():
+                    continue
                 span.set_attribute(telemetry.MESSAGE_ID, result.msg_id)
                 if message.delay_level:
                     span.set_attribute(telemetry.DELAY_LEVEL, message.delay_level)
@@ -170,6 +186,9 @@ class Producer:
                 telemetry.OPERATION_TYPE: telemetry.SEND, telemetry.DESTINATION: topic}
 
     def _span(self, topic: str) -> Any:
+        lean = telemetry.unrecorded(self._tracer)
+        if lean is not None:  # not sampled (or not exported): no attributes
+            return trace.use_span(lean, end_on_exit=True)
         return self._tracer.start_as_current_span(
             "client.produce", kind=trace.SpanKind.PRODUCER, attributes=self._attributes(topic))
 

@@ -14,7 +14,12 @@ The exporter is chosen by a setting (``CLEPSYDRA_OTEL_EXPORTER``):
 Each process reports ``service.name`` ``clepsydra-<part>`` and ``service.version`` (its
 distribution's version); ``OTEL_RESOURCE_ATTRIBUTES`` and ``OTEL_SERVICE_NAME`` override them as
 the OpenTelemetry SDK documents (``OTEL_SERVICE_NAME`` wins over a ``service.name`` in the
-attributes). The sampler is the SDK's (parent-based, always on), or ``OTEL_TRACES_SAMPLER``.
+attributes).
+
+The sampler, and the context-only spans made for what it does not record, are
+clepsydra_core.lean_tracer's (re-exported here): by default parent-based, one new trace in a
+hundred with ``otlp`` and ``none``, every one with the local exporters; ``OTEL_TRACES_SAMPLER``
+wins.
 
 A span that turned out to carry no message (an empty long-poll pull, a hand-over with nothing
 due) is marked with :func:`mark_idle` and is not exported: an idle stack sends (almost) nothing.
@@ -25,11 +30,10 @@ from __future__ import annotations
 
 import json
 import os
-import random
+import re
 import threading
-from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from importlib import metadata
-from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -43,12 +47,20 @@ from opentelemetry.sdk.trace.export import (
     SpanExportResult,
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-from opentelemetry.util._decorator import _agnosticcontextmanager
 from opentelemetry.util._once import Once
 
 from clepsydra_core import properties as P
 from clepsydra_core.errors import ConfigError
+from clepsydra_core.lean_tracer import DEFAULT_RATIO as DEFAULT_RATIO
+from clepsydra_core.lean_tracer import SAMPLER_ARG_VAR as SAMPLER_ARG_VAR
+from clepsydra_core.lean_tracer import SAMPLER_VAR as SAMPLER_VAR
+from clepsydra_core.lean_tracer import LeanTracer as LeanTracer
+from clepsydra_core.lean_tracer import LeanTracerProvider as LeanTracerProvider
+from clepsydra_core.lean_tracer import batch_contexts as batch_contexts
+from clepsydra_core.lean_tracer import default_sampler as default_sampler
+from clepsydra_core.lean_tracer import start_decided as start_decided
+from clepsydra_core.lean_tracer import traceparent
+from clepsydra_core.lean_tracer import unrecorded as unrecorded
 
 # ---- service names (resource ``service.name``) ------------------------------------------------
 STORE_SERVICE = "clepsydra-store"
@@ -96,10 +108,9 @@ _lock = threading.Lock()
 _provider: TracerProvider | None = None
 _exporting = False
 _memory: InMemorySpanExporter | None = None
-_propagator = TraceContextTextMapPropagator()
-_SAMPLED = trace.TraceFlags(trace.TraceFlags.SAMPLED)
-
-
+_TRACEPARENT = re.compile(
+    r"[ \t]*([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*?)?[ \t]*")
+"""A W3C ``traceparent``: version, trace id, parent id, flags (and more, after version 00)."""
 class JsonLinesSpanExporter(SpanExporter):
     """Appends each span as one JSON line: name, trace/span/parent ids, links, attributes."""
 
@@ -156,61 +167,6 @@ class DropIdle(SpanProcessor):
         return self._inner.force_flush(timeout_millis)
 
 
-class LeanTracer(trace.Tracer):
-    """The SDK's tracer while its provider has somewhere to send spans; until then (exporter
-    ``none``) a span is a non-recording one with a fresh span id in its parent's trace (a new
-    trace id when there is none): trace context still flows - ``traceparent`` in message
-    properties and headers, trace ids in log lines - at a few microseconds instead of the
-    SDK span's tens (issue 19: tracing without an exporter costs < 1 %)."""
-
-    def __init__(self, sdk: trace.Tracer, provider: LeanTracerProvider) -> None:
-        self._sdk = sdk
-        self._provider = provider
-
-    def start_span(self, name: str, context: otel_context.Context | None = None,
-                   kind: trace.SpanKind = trace.SpanKind.INTERNAL,
-                   attributes: Any = None, links: Any = None, start_time: int | None = None,
-                   record_exception: bool = True,
-                   set_status_on_exception: bool = True) -> trace.Span:
-        if self._provider.records:
-            return self._sdk.start_span(name, context, kind, attributes, links, start_time,
-                                        record_exception, set_status_on_exception)
-        parent = trace.get_current_span(context).get_span_context()
-        span_id = random.getrandbits(64) or 1
-        if parent.is_valid:
-            return trace.NonRecordingSpan(trace.SpanContext(
-                parent.trace_id, span_id, False, parent.trace_flags, parent.trace_state))
-        return trace.NonRecordingSpan(trace.SpanContext(
-            random.getrandbits(128) or 1, span_id, False, _SAMPLED))
-
-    @_agnosticcontextmanager
-    def start_as_current_span(self, name: str, context: otel_context.Context | None = None,
-                              kind: trace.SpanKind = trace.SpanKind.INTERNAL,
-                              attributes: Any = None, links: Any = None,
-                              start_time: int | None = None, record_exception: bool = True,
-                              set_status_on_exception: bool = True,
-                              end_on_exit: bool = True) -> Iterator[trace.Span]:
-        span = self.start_span(name, context, kind, attributes, links, start_time,
-                               record_exception, set_status_on_exception)
-        with trace.use_span(span, end_on_exit=end_on_exit, record_exception=record_exception,
-                            set_status_on_exception=set_status_on_exception) as current:
-            yield current
-
-
-class LeanTracerProvider(TracerProvider):
-    """The SDK provider whose tracers are :class:`LeanTracer`: real spans once a span
-    processor is added (an exporter, or a test's in-memory one), context-only ones before."""
-
-    records = False
-
-    def get_tracer(self, *args: Any, **kwargs: Any) -> trace.Tracer:
-        return LeanTracer(super().get_tracer(*args, **kwargs), self)
-
-    def add_span_processor(self, span_processor: SpanProcessor) -> None:
-        super().add_span_processor(span_processor)
-        self.records = True
-
-
 def mark_idle(span: trace.Span) -> None:
     """The span carried no message: it is not exported (nor should its children be made)."""
     span.set_attribute(IDLE, True)
@@ -257,7 +213,8 @@ def init_tracing(service_name: str, exporter: str = "none") -> TracerProvider:
         if _provider is not None:
             return _provider
         processor = _processor(exporter)
-        provider = LeanTracerProvider(resource=service_resource(service_name))
+        provider = LeanTracerProvider(resource=service_resource(service_name),
+                                      sampler=default_sampler(exporter))
         if processor is not None:
             provider.add_span_processor(DropIdle(processor))
         trace.set_tracer_provider(provider)
@@ -308,16 +265,40 @@ def tracer(name: str) -> trace.Tracer:
     return trace.get_tracer(name)
 
 
-def inject(props: MutableMapping[str, str]) -> MutableMapping[str, str]:
-    """Write the current span's W3C context (`traceparent`, `tracestate`) into properties."""
-    _propagator.inject(props)
+def inject(props: MutableMapping[str, str],
+           span: trace.Span | None = None) -> MutableMapping[str, str]:
+    """Write the W3C context (`traceparent`, `tracestate`) of ``span`` (default: the current
+    one) into properties or headers: what the W3C propagator writes, without its generic
+    carrier machinery."""
+    ctx = (trace.get_current_span() if span is None else span).get_span_context()
+    if ctx.is_valid:
+        props[P.TRACEPARENT] = traceparent(ctx.trace_id, ctx.span_id, ctx.trace_flags)
+        if ctx.trace_state:
+            props[P.TRACESTATE] = ctx.trace_state.to_header()
     return props
+
+
+def remote_context(traceparent: str | None,
+                   tracestate: str | None = None) -> otel_context.Context:
+    """The context a W3C ``traceparent`` (and ``tracestate``) carries - header or message
+    property -, or an empty context when it is missing or malformed: what the W3C propagator
+    extracts, in half its time (it runs once per request and per consumed message)."""
+    match = _TRACEPARENT.fullmatch(traceparent) if traceparent else None
+    if match is None:
+        return otel_context.Context()
+    version, trace_hex, span_hex, flags, rest = match.groups()
+    trace_id, span_id = int(trace_hex, 16), int(span_hex, 16)
+    if version == "ff" or (version == "00" and rest) or not trace_id or not span_id:
+        return otel_context.Context()
+    state = trace.TraceState.from_header([tracestate]) if tracestate else None
+    return trace.set_span_in_context(trace.NonRecordingSpan(trace.SpanContext(
+        trace_id, span_id, True, trace.TraceFlags(int(flags, 16)), state)),
+        otel_context.Context())
 
 
 def extract(props: Mapping[str, str]) -> otel_context.Context:
     """The context carried in a message's properties (empty context if none)."""
-    return _propagator.extract({k: v for k, v in props.items()
-                                if k in (P.TRACEPARENT, P.TRACESTATE)})
+    return remote_context(props.get(P.TRACEPARENT), props.get(P.TRACESTATE))
 
 
 def link_from(props: Mapping[str, str]) -> list[trace.Link]:

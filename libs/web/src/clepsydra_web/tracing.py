@@ -29,7 +29,6 @@ from flask import Flask, Response, g, request
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from clepsydra_core import properties as P
 from clepsydra_core import telemetry
@@ -37,7 +36,6 @@ from clepsydra_core import telemetry
 OPS_ENDPOINTS = frozenset({"ops.healthz", "ops.metrics", "ops.openapi"})
 """The routes of clepsydra_web.ops: never traced."""
 
-_propagator = TraceContextTextMapPropagator()
 _SCOPE = "clepsydra_scope"
 _STATUS = "clepsydra_status"
 
@@ -59,14 +57,9 @@ def parent_context(environ: Mapping[str, Any],
     ``traceparent`` property, else None (a new trace)."""
     header = environ.get("HTTP_TRACEPARENT")
     if header:
-        carrier = {P.TRACEPARENT: header}
-        state = environ.get("HTTP_TRACESTATE")
-        if state:
-            carrier[P.TRACESTATE] = state
-        return _propagator.extract(carrier)
+        return telemetry.remote_context(header, environ.get("HTTP_TRACESTATE"))
     if props and P.TRACEPARENT in props:
-        return _propagator.extract({k: v for k, v in props.items()
-                                    if k in (P.TRACEPARENT, P.TRACESTATE)})
+        return telemetry.extract(props)
     return None
 
 
@@ -98,7 +91,7 @@ class ServerTracing:
             return ServerScope(operation, trace.INVALID_SPAN, None, time.perf_counter())
         if parent is None:
             parent = parent_context(environ)
-        span = self.tracer.start_span(
+        span = telemetry.unrecorded(self.tracer, parent) or self.tracer.start_span(
             f"{self.service}.{operation}", context=parent, kind=SpanKind.SERVER,
             attributes={"http.request.method": environ.get("REQUEST_METHOD", ""),
                         "url.path": environ.get("PATH_INFO", "")})

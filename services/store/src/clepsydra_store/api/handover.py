@@ -38,15 +38,18 @@ def _deliver_spans(tracer: trace.Tracer, level: int,
                    delivered: list[tuple[str, str, str | None, int]]) -> None:
     """One ``store.deliver`` span per delivered message (O1, D10): in the producer's trace
     (parent = the message's ``traceparent``) with a link to the current ``store.handover``
-    span, or a child of that span when the message carries no trace context.
+    span when that one is sampled, or a child of that span when the message carries no trace
+    context. A sampled message gets its span whether the batch's hand-over was sampled or not
+    (each trace is sampled on its own, issue 19).
 
     Cost is kept in proportion to what is kept: none when spans are not exported, and none
     for a message whose producer's trace was not sampled (the parent-based sampler would drop
     the span anyway) - at ~15 us a span they would otherwise be half of a drain's CPU."""
-    handover_span = trace.get_current_span()
-    if not delivered or not handover_span.is_recording() or not telemetry.exporting():
+    if not delivered or not telemetry.exporting():
         return
-    links = [trace.Link(handover_span.get_span_context())]
+    handover_span = trace.get_current_span()
+    links = [trace.Link(handover_span.get_span_context())] if handover_span.is_recording() \
+        else []
     for topic, msg_id, traceparent, lateness_ms in delivered:
         if traceparent and not telemetry.parent_sampled(traceparent):
             continue

@@ -1,0 +1,64 @@
+"""The SDK's producer under a ratio sampler (issue 19, "cheap"; SPEC O1): every message of a
+batch gets its own trace context, sampled or not; a ``client.produce`` span is made only for
+the sampled ones, and its trace is the one its message carries."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import requests
+from opentelemetry import trace
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from clepsydra_client.producer import OutgoingMessage, Producer
+from clepsydra_core import telemetry
+from tests.fixtures.processes import HttpService
+
+pytestmark = pytest.mark.integration
+
+TOPIC = "sampled"
+
+
+@pytest.fixture
+def half_sampled(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
+    """This process's provider at ``parentbased_traceidratio`` 0.5, spans kept in memory."""
+    for module, attr in ((telemetry, "_provider"), (telemetry, "_memory"),
+                         (telemetry, "_exporting"), (trace, "_TRACER_PROVIDER"),
+                         (trace, "_TRACER_PROVIDER_SET_ONCE")):
+        monkeypatch.setattr(module, attr, getattr(module, attr))
+    monkeypatch.setenv(telemetry.SAMPLER_VAR, "parentbased_traceidratio")
+    monkeypatch.setenv(telemetry.SAMPLER_ARG_VAR, "0.5")
+    telemetry.reset_after_fork()
+    provider = telemetry.init_tracing(telemetry.CLIENT_SERVICE, "none")
+    memory = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    yield memory
+    provider.shutdown()
+
+
+def test_each_message_of_a_batch_carries_its_own_decision(
+        tmp_path: Path, start_store: Callable[..., HttpService],
+        half_sampled: InMemorySpanExporter) -> None:
+    url = start_store(env={"CLEPSYDRA_DELAY_LEVELS": "1s"}).url
+    assert requests.post(f"{url}/v1/topics", json={"name": TOPIC, "queues": 1},
+                         timeout=10).status_code == 201
+    with Producer(url) as producer:
+        results = producer.send_batch(TOPIC, [OutgoingMessage(f"m{i}") for i in range(100)])
+    got = requests.get(f"{url}/v1/topics/{TOPIC}/queues/0/messages",
+                       params={"offset": 0, "max": 100}, timeout=10).json()["messages"]
+    assert [m["msgId"] for m in got] == [r.msg_id for r in results]
+    carried = {m["msgId"]: m["properties"]["traceparent"].split("-") for m in got}
+    assert len({trace_id for _, trace_id, _, _ in carried.values()}) == 100  # one trace each
+    sampled = {msg_id: (trace_id, span_id) for msg_id, (_, trace_id, span_id, flags)
+               in carried.items() if int(flags, 16) & 1}
+    assert 0 < len(sampled) < 100  # ~50: both kinds are there
+    spans = half_sampled.get_finished_spans()
+    recorded = {}
+    for span in spans:
+        assert span.name == "client.produce" and span.context and span.attributes
+        recorded[span.attributes[telemetry.MESSAGE_ID]] = (f"{span.context.trace_id:032x}",
+                                                          f"{span.context.span_id:016x}")
+    assert recorded == sampled  # a span for, and only for, each sampled message
