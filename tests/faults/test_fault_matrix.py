@@ -3,8 +3,9 @@ messages, a consumer group that passes everything and one that fails a share int
 the DLQ -- each process of the local stack is killed with SIGKILL at a random moment, twice,
 and comes back (the stack restarts its children; the test restarts the consumer): the store,
 the scheduler's worker and beat, the retry service, Redis (with its append-only file), a
-consumer. Also Redis restarted *empty* (its offsets forgotten) and the CommitLog's tail torn in
-the middle of a record while the store is down.
+consumer. Also Redis restarted *empty* (its offsets forgotten), the CommitLog's tail torn in
+the middle of a record while the store is down, and the store's disk limit reached (a sparse
+ballast file among its files, against a quota) until it refuses writes with 507, then freed.
 
 The invariants are checked from the data -- the topics read back from the store and the
 consumers' own records -- never from logs:
@@ -49,6 +50,8 @@ TOPIC = "fault-orders"
 PASSING, FAILING = "fault-passing", "fault-failing"
 RUNS = 2  # each fault, at a random moment
 RECOVERY_TIMEOUT_S = 90.0
+DISK_QUOTA_BYTES = 1 << 30
+PROBE_TOPIC = "fault-probe"
 DRAIN_TIMEOUT_S = 180.0
 
 
@@ -56,7 +59,9 @@ DRAIN_TIMEOUT_S = 180.0
 def stack(tmp_path: Path) -> Iterator[RunningStack]:
     factory = stack_factory(tmp_path)
     start = next(factory)
-    yield start("--max-restarts", "50", "--quiet")
+    # a quota over the store's own files, so the disk-full fault needs no full disk
+    yield start("--max-restarts", "50", "--quiet",
+                CLEPSYDRA_STORE_DISK_CAPACITY_BYTES=str(DISK_QUOTA_BYTES))
     next(factory, None)
 
 
@@ -114,6 +119,7 @@ class Matrix:
         self._victim = 0
         self._grown_from = 0
         self.tears: list[int] = []
+        self.disk_full_seen = 0
 
     def faults(self) -> list[Fault]:
         s = self.stack
@@ -128,6 +134,7 @@ class Matrix:
             Fault("redis-empty", self._wipe_redis, self._redis_back_empty),
             Fault("consumer", self._kill_consumer, self._consumer_grew),
             Fault("commitlog-torn", self._tear_commitlog, self._back(STORE, s.store_url)),
+            Fault("disk-full", self._fill_disk, self._writes_again),
         ]
 
     def _pid_of(self, words: tuple[bytes, ...]) -> int | None:
@@ -189,6 +196,30 @@ class Matrix:
             self.tears.append(tear_tail(self.stack.home / "store" / "commitlog"))
 
 
+    def _probe_status(self) -> int:
+        try:
+            return requests.post(f"{self.stack.store_url}/v1/topics/{PROBE_TOPIC}/messages",
+                                 json={"body": "probe"}, timeout=5).status_code
+        except requests.RequestException:
+            return 0
+
+    def _fill_disk(self) -> None:
+        """Past the high-water mark (a sparse ballast file as big as the quota among the
+        store's files), until the store refuses a write with 507; then the space comes back."""
+        ballast = self.stack.home / "store" / "ballast"
+        with open(ballast, "wb") as f:
+            f.truncate(DISK_QUOTA_BYTES)
+        try:
+            wait_until(lambda: self._probe_status() == 507, 30, interval_s=0.2,
+                       what="the store refusing writes past its disk limit (507)")
+            self.disk_full_seen += 1
+        finally:
+            ballast.unlink()
+
+    def _writes_again(self) -> bool:
+        return self._probe_status() == 201
+
+
 def _pgid(pid: int) -> int | None:
     try:
         return os.getpgid(pid)
@@ -248,6 +279,7 @@ def test_no_acknowledged_message_is_lost_when_any_process_dies(
     rng = random.Random(seed)
     admin = AdminClient(stack.store_url, stack.retry_url)
     admin.create_topic(TOPIC, 4)
+    admin.create_topic(PROBE_TOPIC, 1)
     admin.set_group_settings(FAILING, retry_max_times=1)  # one retry, then the DLQ
     for consumer in consumers:
         consumer.start()
@@ -304,5 +336,6 @@ def test_no_acknowledged_message_is_lost_when_any_process_dies(
     assert all(r["runs"] == RUNS for r in rows if r["fault"] not in ("warm-up", "after"))
     assert next(r for r in rows if r["fault"] == "after")["acked"] > 0  # throughput came back
     assert matrix.tears and all(pos >= 0 for pos in matrix.tears), matrix.tears  # really torn
+    assert matrix.disk_full_seen == RUNS  # the disk limit was really reached
     assert stack.proc.poll() is None, stack.why()
     assert _healthy(stack.store_url) and _healthy(stack.retry_url)
