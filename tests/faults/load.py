@@ -191,9 +191,10 @@ class Books:
 
     def duplicates_by_cause(self, injected: list[tuple[str, int]]) -> Counter[str]:
         """Consumer duplicates (the listener called again for an attempt it had seen) per the
-        fault injected between the two calls, "none" when no fault was. An attempt that failed
-        twice was sent back twice, so its next attempt comes twice as well: that duplicate is
-        charged to the cause of the first."""
+        fault injected between the two calls -- for a retry, since the attempt before it, whose
+        send-back a crash may have written twice -- "none" when no fault was. An attempt that
+        failed twice was sent back twice, so its next attempt comes twice as well: that
+        duplicate is charged to the cause of the first."""
         first: dict[tuple[str, int, int], int] = {}
         cause_of: dict[tuple[str, int, int], str] = {}
         again: Counter[str] = Counter()
@@ -201,7 +202,8 @@ class Books:
             group, seq, n = line["group"], line["seq"], line["reconsume"]
             attempt = (group, seq, n)
             if attempt in first:
-                cause = _cause(injected, first[attempt], line["t"])
+                since = first.get((group, seq, n - 1), first[attempt])
+                cause = _cause(injected, since, line["t"])
                 if cause == "none":
                     cause = cause_of.get((group, seq, n - 1), cause)
                 cause_of.setdefault(attempt, cause)

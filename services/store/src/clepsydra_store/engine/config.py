@@ -20,7 +20,7 @@ class EngineConfig:
     cq_entries_per_file: int = 300_000
     flush: str = "async"  # "async" | "sync"
     flush_interval_ms: int = 500
-    retention_hours: int = 72
+    retention_hours: float = 72
     max_body_bytes: int = 4 * 1024 * 1024
     writable: bool = True
     disk_max_ratio: float = 0.90

@@ -354,7 +354,7 @@ class StoreCore:
         scheduled messages in them are carried forward first (engine/carry_forward.py).
         Returns how many segments were deleted."""
         now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
-        cutoff = now - self.config.retention_hours * _HOUR_MS
+        cutoff = now - int(self.config.retention_hours * _HOUR_MS)
         cl = self._commitlog
         with self._flush_lock, self._lock:
             old, self._graveyard = self._graveyard, []
