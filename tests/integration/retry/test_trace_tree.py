@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -229,9 +230,46 @@ def test_one_trace_per_message_from_send_to_dead_letter(
         wait_until(complete, 90, 0.2, what="both messages' traces complete")
     finally:
         consumer.shutdown()
-    client_provider.force_flush()
-    spans = traced_stack.receiver.spans()
-    delayed_trace, doomed_trace = trace_of(spans, delayed.msg_id), trace_of(spans, doomed.msg_id)
+    # every process exports in batches: the tree is complete once each hop's span arrived
+    deadline = time.monotonic() + 30
+    while True:
+        client_provider.force_flush()
+        spans = traced_stack.receiver.spans()
+        try:
+            delayed_trace, doomed_trace, tree = _assert_trees(spans, delayed.msg_id,
+                                                              doomed.msg_id, group, admin)
+            break
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+    resources = {s.service: s.resource for s in spans}
+    for service in (telemetry.STORE_SERVICE, telemetry.RETRY_SERVICE,
+                    telemetry.SCHEDULER_SERVICE):
+        assert resources[service]["deployment.environment.name"] == "trace-test"
+
+    out = os.environ.get("CLEPSYDRA_TRACE_OUT")
+    if out:  # the README's picture: CLEPSYDRA_TRACE_OUT=docs/trace pytest ...
+
+        def short(text: str) -> str:  # the test's topic and group names as T and G
+            return text.replace(topic, "T").replace(group, "G")
+
+        Path(out + ".txt").write_text(short(
+            "# delayed, fails twice, then consumed\n"
+            + Tree(spans, delayed_trace).render()
+            + "\n\n# fails, retried, fails again, dead-lettered\n" + tree.render() + "\n"))
+        # both traces' spans as the file exporter writes them: python -m tools.trace_picture
+        Path(out + ".jsonl").write_text(short("".join(
+            json.dumps(file_record(s)) + "\n" for s in spans
+            if s.trace_id in (delayed_trace, doomed_trace))))
+
+
+def _assert_trees(spans: list[ReceivedSpan], delayed_id: str, doomed_id: str, group: str,
+                  admin: AdminClient) -> tuple[str, str, Tree]:
+    """The two messages' trees as SPEC O1 wants them; (delayed trace, doomed trace, the
+    doomed tree)."""
+    delayed_trace, doomed_trace = trace_of(spans, delayed_id), trace_of(spans, doomed_id)
     assert delayed_trace and doomed_trace and delayed_trace != doomed_trace
 
     # ---- delayed, fails twice, then consumed --------------------------------------------
@@ -284,26 +322,7 @@ def test_one_trace_per_message_from_send_to_dead_letter(
     assert copy.attributes[telemetry.DLQ_REASON] == "level_negative"
     stored = admin_dlq_message(admin, group)
     assert stored.get(P.TRACEPARENT, "").split("-")[1] == doomed_trace
-
-    resources = {s.service: s.resource for s in spans}
-    for service in (telemetry.STORE_SERVICE, telemetry.RETRY_SERVICE,
-                    telemetry.SCHEDULER_SERVICE):
-        assert resources[service]["deployment.environment.name"] == "trace-test"
-
-    out = os.environ.get("CLEPSYDRA_TRACE_OUT")
-    if out:  # the README's picture: CLEPSYDRA_TRACE_OUT=docs/trace pytest ...
-
-        def short(text: str) -> str:  # the test's topic and group names as T and G
-            return text.replace(topic, "T").replace(group, "G")
-
-        Path(out + ".txt").write_text(short(
-            "# delayed, fails twice, then consumed\n"
-            + Tree(spans, delayed_trace).render()
-            + "\n\n# fails, retried, fails again, dead-lettered\n" + tree.render() + "\n"))
-        # both traces' spans as the file exporter writes them: python -m tools.trace_picture
-        Path(out + ".jsonl").write_text(short("".join(
-            json.dumps(file_record(s)) + "\n" for s in spans
-            if s.trace_id in (delayed_trace, doomed_trace))))
+    return delayed_trace, doomed_trace, tree
 
 
 def file_record(span: ReceivedSpan) -> dict[str, object]:
