@@ -122,7 +122,7 @@ def read_entries(path: Path) -> list[TokenEntry]:
     """The file's entries; a missing file has none."""
     try:
         raw = path.read_bytes()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return []
     return parse_file(raw)
 
