@@ -21,7 +21,7 @@ from clepsydra_core.errors import ValidationError
 
 def test_file_holds_digests_never_tokens(tmp_path: Path) -> None:
     path = tmp_path / "tokens.json"
-    entry, token = create_token(path, "orders-app", Role.PRODUCER, topics=("orders.*",))
+    entry, token = create_token(path, "orders-app", Role.PRODUCER, topics=("orders-*",))
     text = path.read_text()
     assert token not in text and entry.digest in text
     assert read_entries(path) == [entry]

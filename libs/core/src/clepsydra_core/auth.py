@@ -21,7 +21,7 @@ Roles (README, "Access control"):
 - ``analytics``: the exporter's reads (topics, pulls, every group's offsets, the schedule
   levels) and its own export group's commits.
 
-Patterns are shell-style (``orders.*``, ``*``; :func:`fnmatch.fnmatchcase`) and scope only
+Patterns are shell-style (``orders-*``, ``*``; :func:`fnmatch.fnmatchcase`) and scope only
 ``producer`` and ``consumer``; the other roles are not scoped. System topics
 (``clepsydra_core.naming.is_system_topic``) are written only by the roles that own them, whatever
 a pattern says.

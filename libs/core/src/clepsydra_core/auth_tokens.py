@@ -4,7 +4,7 @@ and adding or revoking a token by rewriting it atomically.
 The file is JSON and holds digests only (``clepsydra_core.auth.token_digest``)::
 
     {"version": 1, "tokens": [{"name": "orders-app", "role": "producer",
-      "topics": ["orders.*"], "groups": [], "sha256": "<hex>", "createdMs": 1764000000000}]}
+      "topics": ["orders-*"], "groups": [], "sha256": "<hex>", "createdMs": 1764000000000}]}
 
 :class:`TokenTable` answers "who is this token?" for a service. It looks at the file's
 modification time at most once a second and reads it again when it changed, so a token added or
