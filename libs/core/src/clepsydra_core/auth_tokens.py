@@ -204,14 +204,20 @@ class TokenTable:
         self._stamp: object = _UNREAD
         self._next_check = 0.0
         self._lock = threading.Lock()
+        self.generation = 0
+        """Counts the reloads: a caller caching decisions drops them when it changes."""
         self._reload()
 
-    def lookup(self, token: str) -> Principal | None:
-        """The principal of ``token``, or None when it is not a valid token."""
+    def refresh(self) -> None:
+        """Read the file again if it changed (looked at no more than every ``check_every_s``)."""
         now = time.monotonic()
         if now >= self._next_check:
             self._next_check = now + self._check_every_s
             self._reload()
+
+    def lookup(self, token: str) -> Principal | None:
+        """The principal of ``token``, or None when it is not a valid token."""
+        self.refresh()
         found = self._cache.get(token)
         if found is not None:
             return found
@@ -250,4 +256,5 @@ class TokenTable:
             table = {e.digest: e.principal() for e in entries}
             table.update(self._admin)
             self._by_digest, self._cache, self._stamp = table, {}, stamp
+            self.generation += 1
             logger.info("tokens loaded path=%s tokens=%d", self.path, len(entries))
