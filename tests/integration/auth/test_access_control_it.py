@@ -286,3 +286,51 @@ def test_auth_create_on_the_file_and_through_the_store(stack: AuthStack, tmp_pat
     assert code == 0, err
     wait_until(lambda: stack.call("GET", f"{stack.store.url}/v1/topics", token
                                   ).status_code == 401, 10, 0.2, what="the revoked token refused")
+
+
+def test_sdk_with_tokens_produces_consumes_and_retries(stack: AuthStack) -> None:
+    """The SDK with ``token=``: a producer sends, a push consumer of its group pulls, fails once
+    (send-back through the retry service, redelivered from ``%RETRY%billing`` after the
+    scheduler's hand-over), then succeeds and commits; every call authenticated."""
+    import threading
+
+    from clepsydra_client import ConsumeResult, Producer, PushConsumer
+    from clepsydra_core.errors import Forbidden, Unauthorized
+
+    topic = "orders-sdk"
+    stack.as_("admin", "POST", "/v1/topics", json={"name": topic, "queues": 1})
+    with Producer(stack.store.url, token=stack.tokens["producer"]) as producer:
+        producer.send(topic, "sdk-1")
+        with pytest.raises(Forbidden, match="may not write topic payments"):
+            producer.send(OTHER, "no")
+    with Producer(stack.store.url, token="clp_wrong") as stranger, \
+            pytest.raises(Unauthorized):
+        stranger.send(topic, "no")
+
+    seen: list[int] = []
+    done = threading.Event()
+    consumer = PushConsumer(GROUP, stack.store.url, stack.retry.url,
+                            token=stack.tokens["consumer"], heartbeat_interval_s=0.5,
+                            persist_interval_s=0.2)
+    consumer.subscribe(topic, "*")
+
+    @consumer.register_concurrent
+    def on_messages(messages: list[Any], context: Any) -> ConsumeResult:
+        for m in messages:
+            if m.body == b"sdk-1" or m.body == "sdk-1":
+                seen.append(m.reconsume_times)
+                if m.reconsume_times == 0:
+                    context.delay_level_when_next_consume = 1
+                    return ConsumeResult.RECONSUME_LATER
+                done.set()
+        return ConsumeResult.SUCCESS
+
+    consumer.start()
+    try:
+        assert done.wait(45), f"redelivery not seen: {seen}"
+    finally:
+        consumer.shutdown()
+    assert seen[:2] == [0, 1]
+    offsets = stack.as_("consumer", "GET", f"/v1/groups/{GROUP}/offsets",
+                        params={"topic": topic}).json()
+    assert offsets["offsets"][topic]["0"] == 1
