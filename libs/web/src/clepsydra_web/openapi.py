@@ -35,7 +35,10 @@ ERROR_SCHEMA: dict[str, Any] = {
 ERROR_TEXT: Mapping[int, str] = {
     400: "invalid input (malformed JSON, a field of the wrong type or out of range, a broken "
          "SPEC rule named in the message); nothing was changed",
-    403: "FORBIDDEN (a system topic, S3) or NO_PERMISSION (writes refused, R2)",
+    401: "UNAUTHORIZED: access control is on (CLEPSYDRA_AUTH=on) and the bearer token is "
+         "missing or unknown; the answer carries WWW-Authenticate: Bearer",
+    403: "FORBIDDEN (a system topic, S3; or the token's role does not cover the route, the "
+         "message naming what is missing) or NO_PERMISSION (writes refused, R2)",
     404: "no such resource (topic, message, group, route), or a queue or offset the topic "
          "does not have (OFFSET_OUT_OF_RANGE)",
     409: "the resource exists with other settings",
@@ -44,6 +47,17 @@ ERROR_TEXT: Mapping[int, str] = {
     503: "a service this one depends on did not answer; try again later",
     507: "the store's disk is over its limit",
 }
+
+BEARER = "bearerAuth"
+BEARER_SCHEME: dict[str, Any] = {
+    "type": "http", "scheme": "bearer",
+    "description": "With CLEPSYDRA_AUTH=on every /v1 route needs a token whose role covers it "
+                   "(README \"Access control\"): missing or unknown, 401 UNAUTHORIZED; a role "
+                   "that does not cover the route, 403 FORBIDDEN naming what is missing. The "
+                   "ops routes (/healthz, /metrics, /openapi.json) stay open. With "
+                   "CLEPSYDRA_AUTH=off (the local default) no token is needed."}
+"""Access control (issue 16): the scheme every ``/v1`` operation declares."""
+API_PREFIX = "/v1/"
 
 Body = type[WireValue] | str | Mapping[str, Any]
 """A wire type, the name of a schema in the contract's ``schemas``, or an inline schema."""
@@ -175,6 +189,10 @@ class _Builder:
                     "schema": self.body(answer.body, request=False)}}
             responses[str(answer.status)] = entry
         errors = set(route.errors)
+        if route.path.startswith(API_PREFIX):
+            errors |= {401, 403}
+        else:
+            op["security"] = []  # open to probes, access control on or off
         if route.request is not None or params:
             errors.add(400)
         if names:
@@ -215,7 +233,9 @@ class _Builder:
         if self.api.servers:
             doc["servers"] = [{"url": url} for url in self.api.servers]
         doc["paths"] = paths
-        doc["components"] = {"schemas": dict(sorted(schemas.items()))}
+        doc["security"] = [{BEARER: []}]
+        doc["components"] = {"schemas": dict(sorted(schemas.items())),
+                             "securitySchemes": {BEARER: BEARER_SCHEME}}
         return doc
 
 
