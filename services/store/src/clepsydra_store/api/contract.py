@@ -61,7 +61,8 @@ _TOKEN_FIELDS = {"name": {"type": "string"}, "role": {"type": "string", "enum": 
     "topics": _PATTERNS, "groups": _PATTERNS, "createdMs": {"type": "integer"}}
 AUTH_ERRORS = {409: "TOKENS_FILE_READ_ONLY: the tokens file is a read-only mount (a Kubernetes "
                     "Secret): change the Secret instead",
-               501: "AUTH_OFF: access control is off (CLEPSYDRA_AUTH=off)"}
+               404: "AUTH_OFF: access control is off (CLEPSYDRA_AUTH=off), there are no "
+                    "tokens; or no token of that name"}
 SCHEMAS: dict[str, dict[str, Any]] = {
     "TokenList": {"type": "object", "required": ["tokens"], "properties": {"tokens": {
         "type": "array", "items": {"type": "object", "properties": _TOKEN_FIELDS}}}},
@@ -296,18 +297,18 @@ ROUTES = [
           errors=(403, 404, 507), error_text=DISK_FULL),
     Route("GET", "/v1/auth/tokens", "list_tokens",
           "Token names, roles and patterns (admin; never a token nor its hash).",
-          [Answer(200, "The tokens", "TokenList")], errors=(501,), error_text=AUTH_ERRORS),
+          [Answer(200, "The tokens", "TokenList")], errors=(404,), error_text=AUTH_ERRORS),
     Route("POST", "/v1/auth/tokens", "create_token",
           "Create a token (admin): the answer is the only place it is ever shown.",
           [Answer(201, "Created", "TokenCreated")], request="TokenCreate",
-          errors=(409, 501), error_text=AUTH_ERRORS,
+          errors=(404, 409), error_text=AUTH_ERRORS,
           description="Written to the store's CLEPSYDRA_AUTH_TOKENS_FILE atomically; every "
                       "service reading that file accepts the token within a second."),
     Route("DELETE", "/v1/auth/tokens/{name}", "revoke_token", "Revoke a token (admin).",
           [Answer(200, "Revoked", {"type": "object", "required": ["name", "revoked"],
                                    "properties": {"name": {"type": "string"},
                                                   "revoked": {"type": "boolean"}}})],
-          errors=(409, 501), error_text=AUTH_ERRORS),
+          errors=(404, 409), error_text=AUTH_ERRORS),
     Route("GET", "/healthz", "healthz", "Liveness and whether the store accepts writes.",
           [Answer(200, "Up", {"type": "object", "required": ["status", "writable"],
                               "properties": {"status": {"type": "string", "enum": ["ok"]},

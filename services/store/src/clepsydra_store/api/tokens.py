@@ -3,7 +3,7 @@ revoke, admin only (api/access.py). They rewrite the store's tokens file
 (CLEPSYDRA_AUTH_TOKENS_FILE) atomically; every service reading that file picks the change up
 within a second. Where the file is a mounted Kubernetes Secret it cannot be written: the
 routes answer 409 ``TOKENS_FILE_READ_ONLY`` and the Secret is where tokens change. With auth off
-there is no file to manage: 501 ``AUTH_OFF``.
+there are no tokens to manage: 404 ``AUTH_OFF``.
 """
 
 from __future__ import annotations
@@ -30,8 +30,10 @@ CREATE_FIELDS = frozenset({"name", "role", "topics", "groups"})
 
 
 class AuthOff(ClepsydraError):
+    """With access control off there are no tokens: the collection does not exist."""
+
     code = "AUTH_OFF"
-    http_status = 501
+    http_status = 404
 
 
 class ReadOnlyTokens(ClepsydraError):
