@@ -86,9 +86,11 @@ class Child:
     """One process of the stack, in its own process group, output to its log file."""
 
     def __init__(self, name: str, argv: Sequence[str], log_path: Path,
-                 ready: Callable[[Child], bool]) -> None:
+                 ready: Callable[[Child], bool], *, env: Mapping[str, str] | None = None) -> None:
         self.name = name
         self.argv = list(argv)
+        self.env = dict(env or {})
+        """Added to the stack's environment for this child only (its own token)."""
         self.log_path = log_path
         self.ready = ready
         self.proc: subprocess.Popen[bytes] | None = None
@@ -100,7 +102,7 @@ class Child:
         if self.log_path.exists() and not restart:
             self.log_path.replace(self.log_path.with_name(self.log_path.name + ".1"))
         with open(self.log_path, "ab" if restart else "wb") as log:
-            self.proc = subprocess.Popen(self.argv, env=dict(env), cwd=cwd,
+            self.proc = subprocess.Popen(self.argv, env={**env, **self.env}, cwd=cwd,
                                          stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True,
                                          preexec_fn=preexec)

@@ -32,6 +32,10 @@ the others are stopped, exit 3. Exit 1: a child died or was not ready while the 
 starting. Exit 2: bad settings, a port in use, or CLEPSYDRA_HOME held by another running stack.
 Children get SIGTERM if this process is killed outright (Linux parent-death signal), so no
 orphan keeps a port.
+
+With ``CLEPSYDRA_AUTH=on`` the stack gives the children that call other services a fresh token
+of their role each start (tools/stack_auth.py); off (the default), every service logs one
+warning line that it answers anyone.
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ from tools.processes import (
     port_free,
     redis_ping,
 )
+from tools.stack_auth import service_tokens
 
 REPO = Path(__file__).resolve().parents[1]
 READY_LINE = "clepsydra: ready"
@@ -341,6 +346,13 @@ class Stack:
                 "--save", ""]
 
     def _service_children(self) -> list[Child]:
+        children = self._children()
+        tokens = service_tokens(self.settings.common.auth)
+        for child in children:
+            child.env.update(tokens.get(child.name, {}))
+        return children
+
+    def _children(self) -> list[Child]:
         s, py, logs = self.settings, sys.executable, self.settings.log_dir
         worker_ready: Callable[[Child], bool] = _worker_ready
         beat_ready: Callable[[Child], bool] = _running

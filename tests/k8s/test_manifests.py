@@ -203,6 +203,9 @@ def test_clepsydra_containers_use_only_known_settings(rendered: Rendered) -> Non
 def test_secrets_are_referenced_never_inlined(rendered: Rendered) -> None:
     assert not rendered.of_kind("Secret"), "a Secret in the manifests is a secret in git"
     for key, value in settings_data(rendered).items():
+        if key.endswith("_FILE"):  # where a mounted Secret is (CLEPSYDRA_AUTH_TOKENS_FILE)
+            assert value.startswith("/"), f"{key} is a path, not a value"
+            continue
         assert not re.search(r"PASSWORD|TOKEN|SECRET", key), key
         assert "@" not in value, f"{key} carries credentials"
     for name, spec in rendered.pod_specs():
@@ -338,3 +341,38 @@ def test_network_policies_deny_by_default_and_open_each_service(rendered: Render
         for policy in allowing:
             for rule in policy["spec"]["ingress"]:
                 assert rule.get("from"), f"{policy['metadata']['name']} admits everyone"
+
+
+TOKEN_USERS = {
+    ("StatefulSet", "clepsydra-store"): None,
+    ("Deployment", "clepsydra-retry"): "retry-token",
+    ("Deployment", "clepsydra-scheduler-worker"): "scheduler-token",
+    ("Deployment", "clepsydra-scheduler-beat"): "scheduler-token",
+    ("Deployment", "clepsydra-analytics-exporter"): "analytics-token",
+    ("CronJob", "clepsydra-analytics-report"): "analytics-token",
+}
+
+
+def test_prod_turns_access_control_on_with_tokens_from_a_secret(rendered: Rendered) -> None:
+    """Issue 16, "Done when": access control on in the prod overlays (staging builds on prod),
+    the tokens file a mounted Secret, each service's own token from that Secret; dev keeps it
+    off like `make run`."""
+    settings = settings_data(rendered)
+    if rendered.overlay == "dev":
+        assert settings.get("CLEPSYDRA_AUTH", "off") == "off"
+        return
+    assert settings["CLEPSYDRA_AUTH"] == "on"
+    folder = settings["CLEPSYDRA_AUTH_TOKENS_FILE"].rpartition("/")[0]
+    for (kind, name), key in TOKEN_USERS.items():
+        spec = pod_spec(rendered.get(kind, name))
+        assert spec is not None
+        main = spec["containers"][0]
+        env = {e["name"]: e for e in main.get("env", [])}
+        if key is not None:
+            ref = env["CLEPSYDRA_TOKEN"]["valueFrom"]["secretKeyRef"]
+            assert (ref["name"], ref["key"]) == ("clepsydra-auth", key), name
+        if name in ("clepsydra-store", "clepsydra-retry"):
+            mounts = {m["mountPath"]: m for m in main["volumeMounts"]}
+            assert mounts[folder].get("readOnly") and "subPath" not in mounts[folder], name
+            volumes = {v["name"]: v for v in spec["volumes"]}
+            assert volumes[mounts[folder]["name"]]["secret"]["secretName"] == "clepsydra-auth"

@@ -103,3 +103,21 @@ def test_common_settings_follow_ports_and_explicit_urls(tmp_path: Path) -> None:
 def test_common_settings_refuse_bad_values_naming_them(name: str, value: str) -> None:
     with pytest.raises(ConfigError, match=name):
         CommonSettings.from_env({name: value})
+
+
+def test_auth_settings_off_by_default_and_on_needs_tokens(tmp_path: Path) -> None:
+    """Issue 16: CLEPSYDRA_AUTH off by default; on needs a tokens file or an admin token."""
+    from clepsydra_core.settings import AuthSettings
+
+    off = AuthSettings.from_env({}, tmp_path)
+    assert not off.enabled
+    with pytest.raises(ConfigError, match="CLEPSYDRA_AUTH_TOKENS_FILE"):
+        AuthSettings.from_env({"CLEPSYDRA_AUTH": "on"}, tmp_path)
+    on = AuthSettings.from_env({"CLEPSYDRA_AUTH": "on",
+                                "CLEPSYDRA_AUTH_TOKENS_FILE": str(tmp_path / "t.json")}, tmp_path)
+    assert on.enabled and on.tokens_file == tmp_path / "t.json"
+    with pytest.raises(ConfigError, match="CLEPSYDRA_AUTH"):
+        AuthSettings.from_env({"CLEPSYDRA_AUTH": "yes"}, tmp_path)
+    common = CommonSettings.from_env({"CLEPSYDRA_TOKEN": "clp_client",
+                                       "CLEPSYDRA_AUTH_ADMIN_TOKEN": "clp_bootstrap"})
+    assert common.token == "clp_client" and "clp_" not in repr(common)

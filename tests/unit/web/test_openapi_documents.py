@@ -94,6 +94,18 @@ def test_generator_adds_the_shape_errors_and_closes_requests() -> None:
     assert thing["description"] == "A thing."
 
 
+def test_the_bearer_scheme_is_described_with_its_answers() -> None:
+    """Issue 16, access control: the bearer scheme of CLEPSYDRA_AUTH=on is in every document,
+    its 401 and 403 described once."""
+    api = Api("t", "1", "d", [
+        Route("GET", "/v1/things", "listThings", "List", [Answer(200, "ok")]),
+        Route("GET", "/healthz", "healthz", "Up", [Answer(200, "ok")])], path_params={})
+    doc = build(api)
+    assert doc["components"]["securitySchemes"]["bearerAuth"]["scheme"] == "bearer"
+    text = doc["components"]["securitySchemes"]["bearerAuth"]["description"]
+    assert "401 UNAUTHORIZED" in text and "403 FORBIDDEN" in text and "/healthz" in text
+
+
 def test_generator_refuses_a_route_twice_and_an_unknown_schema() -> None:
     twice = Api("t", "1", "d", [Route("GET", "/x", "a", "A", [Answer(200, "ok")])] * 2,
                 path_params={})

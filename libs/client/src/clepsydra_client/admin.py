@@ -91,9 +91,10 @@ class DlqPage:
 
 class AdminClient:
     def __init__(self, store_url: str, retry_url: str | None = None, *,
-                 timeout_s: float = 10.0) -> None:
-        self.store = HttpClient(store_url, timeout_s=timeout_s, service="store")
-        self.retry_http = (HttpClient(retry_url, timeout_s=timeout_s, service="retry service")
+                 timeout_s: float = 10.0, token: str | None = None) -> None:
+        self.store = HttpClient(store_url, timeout_s=timeout_s, service="store", token=token)
+        self.retry_http = (HttpClient(retry_url, timeout_s=timeout_s, service="retry service",
+                                      token=token)
                            if retry_url else None)
 
     @property

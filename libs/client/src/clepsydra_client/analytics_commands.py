@@ -33,7 +33,7 @@ class AnalyticsUnavailable(Unavailable):
 
 def _http(ctx: Context, timeout_s: float | None = None) -> HttpClient:
     return HttpClient(ctx.analytics_url, timeout_s=timeout_s or ctx.timeout_s,
-                      service="analytics service")
+                      service="analytics service", token=ctx.token)
 
 
 def _call(ctx: Context, method: str, path: str, body: Any = None,

@@ -29,6 +29,7 @@ from typing import TextIO
 from clepsydra_client import commands as c
 from clepsydra_client import k8s_commands
 from clepsydra_client.analytics_commands import AnalyticsUnavailable, add_analytics_commands
+from clepsydra_client.auth_commands import add_auth_commands
 from clepsydra_client.commands import UsageError
 from clepsydra_client.rebalance import STRATEGIES
 from clepsydra_client.settings import ClientSettings
@@ -36,10 +37,12 @@ from clepsydra_client.topic_commands import add_topic_commands
 from clepsydra_core.errors import (
     ClepsydraError,
     ConfigError,
+    Forbidden,
     GroupNotFound,
     MessageNotFound,
     NoPermission,
     TopicNotFound,
+    Unauthorized,
     Unavailable,
     ValidationError,
 )
@@ -57,6 +60,8 @@ def build_parser() -> Parser:
     p.add_argument("--store-url", help="store service URL (CLEPSYDRA_STORE_URL)")
     p.add_argument("--retry-url", help="retry service URL (CLEPSYDRA_RETRY_URL)")
     p.add_argument("--analytics-url", help="analytics service URL (CLEPSYDRA_ANALYTICS_URL)")
+    p.add_argument("--token", help="bearer token for the services (CLEPSYDRA_TOKEN); never "
+                                    "printed")
     p.add_argument("--json", action="store_true", help="print JSON (for scripts)")
     p.add_argument("--timeout", type=float, help="seconds to wait for a service answer")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -168,6 +173,7 @@ def build_parser() -> Parser:
 
     k8s_commands.add_parser(sub, Parser)
     add_analytics_commands(sub, Parser)
+    add_auth_commands(sub, Parser)
     return p
 
 
@@ -192,6 +198,11 @@ def hint(exc: ClepsydraError, ctx: c.Context) -> str:
     if isinstance(exc, MessageNotFound):
         return ("check the msgId; `clepsydra message show --key KEY --topic TOPIC` finds a "
                 "message by key")
+    if isinstance(exc, Unauthorized):
+        return ("give a token with --token or CLEPSYDRA_TOKEN (access control is on; "
+                "`clepsydra auth create` makes one)")
+    if isinstance(exc, Forbidden) and exc.code == "FORBIDDEN" and "role" in exc.message:
+        return "ask an admin for a token whose role covers this (`clepsydra auth create`)"
     if isinstance(exc, NoPermission):
         return "the store is read-only now (CLEPSYDRA_STORE_WRITABLE=false): try again later"
     if isinstance(exc, ValidationError | ConfigError):
@@ -220,7 +231,8 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
                     retry_url=args.retry_url or settings.retry_url, json=args.json,
                     timeout_s=args.timeout or settings.timeout_s, out=out, err=err,
                     progress=not args.no_progress, broker_name=settings.broker_name,
-                    analytics_url=args.analytics_url or settings.analytics_url)
+                    analytics_url=args.analytics_url or settings.analytics_url,
+                    token=args.token or None)
     try:
         result = args.fn(args, ctx)
     except UsageError as exc:

@@ -52,11 +52,14 @@ class Context:
     broker_name: str = DEFAULT_BROKER_NAME
     """The broker name of queues in RocketMQ's form (CLEPSYDRA_CLIENT_BROKER_NAME)."""
     analytics_url: str = "http://127.0.0.1:8085"
+    token: str | None = field(default=None, repr=False)
+    """--token, else CLEPSYDRA_TOKEN (the HTTP client's own default); never printed."""
     _admin: AdminClient | None = None
 
     def admin(self) -> AdminClient:
         if self._admin is None:
-            self._admin = AdminClient(self.store_url, self.retry_url, timeout_s=self.timeout_s)
+            self._admin = AdminClient(self.store_url, self.retry_url, timeout_s=self.timeout_s,
+                                      token=self.token)
         return self._admin
 
     def close(self) -> None:
@@ -107,7 +110,7 @@ def send(args: argparse.Namespace, ctx: Context) -> Output:
     bodies = list(_bodies(args))
     template = OutgoingMessage("", args.tags, args.keys or (), props, args.delay_level)
     results = []
-    with Producer(ctx.store_url, timeout_s=ctx.timeout_s) as producer:
+    with Producer(ctx.store_url, timeout_s=ctx.timeout_s, token=ctx.token) as producer:
         if len(bodies) == 1:
             results.append(producer.send_message(args.topic, _with_body(template, bodies[0])))
         else:
@@ -141,7 +144,8 @@ def message_line(m: Message) -> str:
 def consume(args: argparse.Namespace, ctx: Context) -> None:
     """Tail a topic: print messages as they arrive (no group progress unless --group)."""
     expr = TagExpression.parse(args.tags)
-    consumer = PullConsumer(args.group, ctx.store_url, timeout_s=ctx.timeout_s)
+    consumer = PullConsumer(args.group, ctx.store_url, timeout_s=ctx.timeout_s,
+                            token=ctx.token)
     topic = consumer.topic(args.topic)
     offsets = {}
     committed = consumer.offsets(args.topic) if args.group else {}

@@ -103,11 +103,13 @@ class Producer:
                  http: HttpClient | None = None, linger_ms: float = batching.LINGER_MS,
                  batch_messages: int = batching.BATCH_MESSAGES,
                  batch_bytes: int = batching.BATCH_BYTES,
-                 max_pending: int = batching.MAX_PENDING) -> None:
+                 max_pending: int = batching.MAX_PENDING, token: str | None = None) -> None:
         """``linger_ms``, ``batch_messages``, ``batch_bytes`` and ``max_pending`` shape the
-        batches of ``send_async`` (batching.py); ``send`` and ``send_batch`` ignore them."""
+        batches of ``send_async`` (batching.py); ``send`` and ``send_batch`` ignore them.
+        ``token``: the bearer token (else ``CLEPSYDRA_TOKEN``)."""
         ensure_tracing()
-        self.http = http or HttpClient(store_url, timeout_s=timeout_s, service="store")
+        self.http = http or HttpClient(store_url, timeout_s=timeout_s, service="store",
+                                       token=token)
         self._tracer = telemetry.tracer(TRACER)
         self._batch_options: dict[str, Any] = {
             "linger_ms": linger_ms, "batch_messages": min(batch_messages, MAX_BATCH),

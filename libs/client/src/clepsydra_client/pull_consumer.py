@@ -43,10 +43,11 @@ class PullResult:
 
 
 class PullConsumer:
-    def __init__(self, group: str | None, store_url: str, *, timeout_s: float = 10.0) -> None:
+    def __init__(self, group: str | None, store_url: str, *, timeout_s: float = 10.0,
+                 token: str | None = None) -> None:
         self.group = validate_group_name(group) if group else None
         ensure_tracing()
-        self.http = HttpClient(store_url, timeout_s=timeout_s, service="store")
+        self.http = HttpClient(store_url, timeout_s=timeout_s, service="store", token=token)
         self._offsets = RemoteOffsetStore(self.http, self.group) if self.group else None
 
     def topic(self, topic: str) -> TopicInfo:

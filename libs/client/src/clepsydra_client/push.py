@@ -129,7 +129,7 @@ class PushSettings:
 class PushConsumer:
     def __init__(self, group: str, store_url: str, retry_url: str | None = None, *,
                  settings: PushSettings | None = None, timeout_s: float = 10.0,
-                 **overrides: Any) -> None:
+                 token: str | None = None, **overrides: Any) -> None:
         from clepsydra_core.validation import validate_group_name
 
         self.group = validate_group_name(group)
@@ -142,8 +142,9 @@ class PushConsumer:
         self.settings = base
         self.client_id = new_client_id(base.instance_name)
         ensure_tracing()
-        self.store = HttpClient(store_url, timeout_s=timeout_s, service="store")
-        self.retry = (HttpClient(retry_url, timeout_s=timeout_s, service="retry service")
+        self.store = HttpClient(store_url, timeout_s=timeout_s, service="store", token=token)
+        self.retry = (HttpClient(retry_url, timeout_s=timeout_s, service="retry service",
+                                 token=token)
                       if retry_url else None)
         self.subscriptions: dict[str, TagExpression] = {}
         self.stats = Stats()

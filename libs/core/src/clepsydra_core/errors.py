@@ -79,10 +79,18 @@ class OffsetOutOfRange(ClepsydraError):
 
 
 class Forbidden(ClepsydraError):
-    """The caller may not do this to this resource (a system topic, SPEC S3)."""
+    """The caller may not do this to this resource (a system topic, SPEC S3; a token whose
+    role does not cover the action, issue 16)."""
 
     code = "FORBIDDEN"
     http_status = 403
+
+
+class Unauthorized(ClepsydraError):
+    """No bearer token, or one the service does not know (issue 16)."""
+
+    code = "UNAUTHORIZED"
+    http_status = 401
 
 
 class NoPermission(ClepsydraError):

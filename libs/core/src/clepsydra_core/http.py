@@ -8,6 +8,10 @@ the mapping of error answers onto the ``clepsydra_core.errors`` tree, chosen by 
 :class:`NoPermission`, ...). A service that does not answer raises :class:`Unavailable` naming
 the URL.
 
+Every call carries ``Authorization: Bearer <token>`` when the client has a token: the one it
+is given, else ``CLEPSYDRA_TOKEN`` (so the SDK, the CLI and the services' own calls authenticate
+here, in one place; issue 16). The token is never logged nor put in an error.
+
 ``HttpClient("http://127.0.0.1:8081").get("/v1/topics/{}", "%RETRY%G")`` percent-encodes each
 path argument as one segment (``%25RETRY%25G``).
 """
@@ -33,17 +37,20 @@ from clepsydra_core.errors import (
     NotFound,
     OffsetOutOfRange,
     TopicNotFound,
+    Unauthorized,
     Unavailable,
     ValidationError,
 )
+from clepsydra_core.settings import client_token
 
 Json = dict[str, Any]
 
 _BY_CODE: dict[str, type[ClepsydraError]] = {
     cls.code: cls for cls in (TopicNotFound, MessageNotFound, GroupNotFound, NoPermission,
-                              Forbidden, OffsetOutOfRange, Unavailable, DiskFull)}
+                              Forbidden, OffsetOutOfRange, Unavailable, DiskFull,
+                              Unauthorized)}
 _BY_STATUS: dict[int, type[ClepsydraError]] = {
-    400: ValidationError, 403: Forbidden, 404: NotFound, 409: ValidationError,
+    400: ValidationError, 401: Unauthorized, 403: Forbidden, 404: NotFound, 409: ValidationError,
     413: ValidationError, 414: ValidationError, 422: ValidationError, 431: ValidationError,
     503: Unavailable,
 }
@@ -88,17 +95,21 @@ class HttpClient:
 
     ``env_proxies``: take proxies from the environment (read once per session; a user's SDK);
     service-to-service clients pass False (cluster-internal addresses). ``pool_size``: keep-alive
-    connections per session (a service answering many threads at once wants more)."""
+    connections per session (a service answering many threads at once wants more). ``token``:
+    the bearer token to send (None: ``CLEPSYDRA_TOKEN``, else none)."""
 
     def __init__(self, base_url: str, *, timeout_s: float = 10.0,
                  connect_timeout_s: float | None = None, service: str = "service",
-                 env_proxies: bool = True, pool_size: int = 10) -> None:
+                 env_proxies: bool = True, pool_size: int = 10,
+                 token: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.service = service
         self._env_proxies = env_proxies
         self._pool_size = pool_size
+        token = token or client_token()
+        self._auth = {"Authorization": f"Bearer {token}"} if token else {}
         self._local = threading.local()
         self._sessions: list[requests.Session] = []
         self._lock = threading.Lock()
@@ -113,6 +124,7 @@ class HttpClient:
             if self._env_proxies:
                 session.proxies.update(requests.utils.get_environ_proxies(self.base_url))
             session.trust_env = False
+            session.headers.update(self._auth)
             if self._pool_size != 10:
                 adapter = HTTPAdapter(pool_connections=2, pool_maxsize=self._pool_size)
                 session.mount("http://", adapter)

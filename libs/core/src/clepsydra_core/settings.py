@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from clepsydra_core import logging as clogging
@@ -79,6 +79,38 @@ def env_levels(env: Env, name: str = "CLEPSYDRA_DELAY_LEVELS") -> DelayLevels:
         raise ConfigError(f"{name}: {exc.message}") from exc
 
 
+AUTH_VAR = "CLEPSYDRA_AUTH"
+AUTH_TOKENS_FILE_VAR = "CLEPSYDRA_AUTH_TOKENS_FILE"
+AUTH_ADMIN_TOKEN_VAR = "CLEPSYDRA_AUTH_ADMIN_TOKEN"
+TOKEN_VAR = "CLEPSYDRA_TOKEN"
+
+
+@dataclass(frozen=True, slots=True)
+class AuthSettings:
+    """Access control at a service's edge (issue 16; README, "Access control")."""
+
+    enabled: bool = False
+    tokens_file: Path | None = None
+    admin_token: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_env(cls, env: Env, home: Path) -> AuthSettings:
+        enabled = env_choice(env, AUTH_VAR, "off", ("off", "on")) == "on"
+        raw_file = env.get(AUTH_TOKENS_FILE_VAR, "")
+        admin = env.get(AUTH_ADMIN_TOKEN_VAR) or None
+        tokens_file = Path(raw_file).absolute() if raw_file else home / "tokens.json"
+        if enabled and not raw_file and admin is None:
+            raise ConfigError(f"{AUTH_VAR}=on needs {AUTH_TOKENS_FILE_VAR} or "
+                              f"{AUTH_ADMIN_TOKEN_VAR}")
+        return cls(enabled=enabled, tokens_file=tokens_file, admin_token=admin)
+
+
+def client_token(env: Env | None = None) -> str | None:
+    """The token a client or a service sends on its own calls (``CLEPSYDRA_TOKEN``)."""
+    env = os.environ if env is None else env
+    return env.get(TOKEN_VAR) or None
+
+
 @dataclass(frozen=True, slots=True)
 class CommonSettings:
     """The settings shared by every part (README.md, Configuration)."""
@@ -96,14 +128,19 @@ class CommonSettings:
     auto_create_groups: bool = True
     """A consumer group is created with default settings the first time it is seen (a
     heartbeat or a send-back), as RocketMQ's broker does by default (issue 12.2)."""
+    auth: AuthSettings = AuthSettings()
+    """Who may call this service (issue 16)."""
+    token: str | None = field(default=None, repr=False)
+    """The token this part sends on its own calls (CLEPSYDRA_TOKEN)."""
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> CommonSettings:
         env = os.environ if env is None else env
         store_port = env_int(env, "CLEPSYDRA_STORE_PORT", 8081, minimum=1)
+        home = Path(env_str(env, "CLEPSYDRA_HOME", "./.clepsydra")).absolute()
         retry_port = env_int(env, "CLEPSYDRA_RETRY_PORT", 8082, minimum=1)
         return cls(
-            home=Path(env_str(env, "CLEPSYDRA_HOME", "./.clepsydra")).absolute(),
+            home=home,
             store_url=env_str(env, "CLEPSYDRA_STORE_URL", f"http://127.0.0.1:{store_port}"),
             retry_url=env_str(env, "CLEPSYDRA_RETRY_URL", f"http://127.0.0.1:{retry_port}"),
             redis_url=env.get("CLEPSYDRA_REDIS_URL") or None,
@@ -113,6 +150,8 @@ class CommonSettings:
             log_level=env_str(env, "CLEPSYDRA_LOG_LEVEL", "INFO").upper(),
             log_format=env_choice(env, "CLEPSYDRA_LOG_FORMAT", clogging.JSON, clogging.FORMATS),
             auto_create_groups=env_bool(env, "CLEPSYDRA_AUTO_CREATE_GROUPS", True),
+            auth=AuthSettings.from_env(env, home),
+            token=client_token(env),
         )
 
     def configure_logging(self, service: str) -> None:

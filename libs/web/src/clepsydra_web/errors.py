@@ -20,6 +20,7 @@ JSON_TYPE = "application/json"
 
 HTTP_CODES: Mapping[int, str] = {
     400: "BAD_REQUEST",
+    401: "UNAUTHORIZED",
     403: "FORBIDDEN",
     404: "NOT_FOUND",
     405: "METHOD_NOT_ALLOWED",

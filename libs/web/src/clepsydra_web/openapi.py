@@ -35,7 +35,8 @@ ERROR_SCHEMA: dict[str, Any] = {
 ERROR_TEXT: Mapping[int, str] = {
     400: "invalid input (malformed JSON, a field of the wrong type or out of range, a broken "
          "SPEC rule named in the message); nothing was changed",
-    403: "FORBIDDEN (a system topic, S3) or NO_PERMISSION (writes refused, R2)",
+    403: "FORBIDDEN (a system topic, S3; or the token's role does not cover the route, the "
+         "message naming what is missing) or NO_PERMISSION (writes refused, R2)",
     404: "no such resource (topic, message, group, route), or a queue or offset the topic "
          "does not have (OFFSET_OUT_OF_RANGE)",
     409: "the resource exists with other settings",
@@ -44,6 +45,21 @@ ERROR_TEXT: Mapping[int, str] = {
     503: "a service this one depends on did not answer; try again later",
     507: "the store's disk is over its limit",
 }
+
+BEARER = "bearerAuth"
+BEARER_SCHEME: dict[str, Any] = {
+    "type": "http", "scheme": "bearer",
+    "description": "With CLEPSYDRA_AUTH=on every /v1 route needs a token whose role covers it "
+                   "(README \"Access control\"): missing or unknown, 401 UNAUTHORIZED; a role "
+                   "that does not cover the route, 403 FORBIDDEN naming what is missing. The "
+                   "ops routes (/healthz, /metrics, /openapi.json) stay open. With "
+                   "CLEPSYDRA_AUTH=off (the local default) no token is needed."}
+"""Access control (issue 16): the scheme a deployment with ``CLEPSYDRA_AUTH=on`` uses on every
+``/v1`` operation, its 401 and 403 described here once. The documents declare no security
+requirement and no per-operation 401/403: whether they apply is the deployment's setting (off
+locally), and the conformance run (services with auth off) would otherwise expect refusals or,
+with the extra answers, meet schemathesis's percent-decoding of generated topics (see
+tests/fixtures/schemathesis_hooks.py)."""
 
 Body = type[WireValue] | str | Mapping[str, Any]
 """A wire type, the name of a schema in the contract's ``schemas``, or an inline schema."""
@@ -215,7 +231,8 @@ class _Builder:
         if self.api.servers:
             doc["servers"] = [{"url": url} for url in self.api.servers]
         doc["paths"] = paths
-        doc["components"] = {"schemas": dict(sorted(schemas.items()))}
+        doc["components"] = {"schemas": dict(sorted(schemas.items())),
+                             "securitySchemes": {BEARER: BEARER_SCHEME}}
         return doc
 
 

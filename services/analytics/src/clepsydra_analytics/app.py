@@ -7,12 +7,14 @@ import logging
 from flask import Flask
 
 from clepsydra_analytics import api
+from clepsydra_analytics.access import ANALYTICS_ACCESS
 from clepsydra_analytics.export_files import ExportFiles
 from clepsydra_analytics.metrics import AnalyticsCollector, build_registry
 from clepsydra_analytics.reports import Reports
 from clepsydra_analytics.settings import MAX_REQUEST_BYTES_VAR, AnalyticsSettings
 from clepsydra_analytics.store_reader import StoreReader
 from clepsydra_core import telemetry
+from clepsydra_web import auth
 from clepsydra_web.errors import register_error_handlers
 from clepsydra_web.ops import ops_blueprint
 
@@ -35,4 +37,5 @@ def create_app(settings: AnalyticsSettings) -> Flask:
     app.register_blueprint(ops_blueprint("clepsydra_analytics", health=api.health,
                                          registry=lambda: registry))
     register_error_handlers(app, size_setting=MAX_REQUEST_BYTES_VAR)
+    auth.install(app, settings.common.auth, ANALYTICS_ACCESS, service="analytics API")
     return app

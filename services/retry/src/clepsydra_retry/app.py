@@ -9,6 +9,7 @@ from flask import Flask
 
 from clepsydra_core import telemetry
 from clepsydra_retry import api
+from clepsydra_retry.access import RETRY_ACCESS
 from clepsydra_retry.dlq import DlqToolkit
 from clepsydra_retry.dlq_state import DlqState, RedisDlqState
 from clepsydra_retry.groups import GroupStore, StoreGroupStore
@@ -16,6 +17,7 @@ from clepsydra_retry.metrics import build_registry
 from clepsydra_retry.sendback import SendBackService
 from clepsydra_retry.settings import MAX_REQUEST_BYTES_VAR, RetrySettings
 from clepsydra_retry.store_client import StoreClient
+from clepsydra_web import auth
 from clepsydra_web.errors import register_error_handlers
 from clepsydra_web.ops import ops_blueprint
 from clepsydra_web.tracing import ServerTracing
@@ -60,6 +62,7 @@ def create_app(settings: RetrySettings, *, groups: GroupStore | None = None,
     # A span per request, a child of the caller's traceparent (issue 19); the send-back
     # routes also make one retry.send_back span per message (sendback.py).
     ServerTracing("retry").install(app)
+    auth.install(app, settings.common.auth, RETRY_ACCESS, service="retry service")
 
     register_error_handlers(app, size_setting=MAX_REQUEST_BYTES_VAR)
     return app

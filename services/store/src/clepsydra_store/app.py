@@ -5,7 +5,8 @@ opened it closes it: ``app.extensions["clepsydra"].close()`` (``__main__`` does 
 gunicorn worker exits). Every request that carries messages is a span ``store.<operation>``
 (clepsydra_web.tracing; the ops routes, the level table and empty pulls make none); the two
 produce routes are answered by a lean WSGI path in front of Flask (``api/fastpath.py``)
-unless ``CLEPSYDRA_STORE_FAST_PATH=false``.
+unless ``CLEPSYDRA_STORE_FAST_PATH=false``. With ``CLEPSYDRA_AUTH=on`` every route but the
+ops ones needs a bearer token whose role covers it (api/access.py, clepsydra_web.auth).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import logging
 from flask import Flask
 
 from clepsydra_core.telemetry import STORE_SERVICE, init_tracing
-from clepsydra_store.api import groups, handover, internal, locks, messages, queues, topics
+from clepsydra_store.api import groups, handover, internal, locks, messages, queues, tokens, topics
+from clepsydra_store.api.access import STORE_ACCESS
 from clepsydra_store.api.context import EXTENSION, StoreContext
 from clepsydra_store.api.fastpath import ProduceFastPath
 from clepsydra_store.api.observability import Observability
@@ -23,13 +25,14 @@ from clepsydra_store.consumers import ConsumerRegistry
 from clepsydra_store.engine.message_store import MessageStore
 from clepsydra_store.engine.queue_locks import QueueLocks
 from clepsydra_store.settings import MAX_REQUEST_BYTES_VAR, StoreSettings
+from clepsydra_web import auth
 from clepsydra_web.errors import register_error_handlers
 from clepsydra_web.ops import ops_blueprint
 
 logger = logging.getLogger(__name__)
 
 BLUEPRINTS = (topics.bp, messages.bp, queues.bp, groups.bp, locks.bp, handover.bp,
-              internal.bp)
+              internal.bp, tokens.bp)
 
 
 def create_app(settings: StoreSettings, store: MessageStore | None = None) -> Flask:
@@ -53,8 +56,10 @@ def create_app(settings: StoreSettings, store: MessageStore | None = None) -> Fl
         health=lambda: ({"status": "ok", "writable": settings.engine.writable}, 200)))
     register_error_handlers(app, size_setting=MAX_REQUEST_BYTES_VAR)
     context.obs.tracing.install(app, on_end=context.obs.count)
+    guard = auth.install(app, settings.common.auth, STORE_ACCESS, service="store")
     if settings.fast_path:
-        app.wsgi_app = ProduceFastPath(app.wsgi_app, context)  # type: ignore[method-assign]
+        app.wsgi_app = ProduceFastPath(app.wsgi_app, context,  # type: ignore[method-assign]
+                                       guard)
     logger.info("store app ready data_dir=%s writable=%s fast_path=%s",
                 settings.engine.data_dir, settings.engine.writable, settings.fast_path)
     return app

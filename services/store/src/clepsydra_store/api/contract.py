@@ -55,7 +55,25 @@ from clepsydra_core.wire.topics import (
 from clepsydra_web.openapi import Answer, Api, Param, Route
 
 _STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
+_PATTERNS = {"type": "array", "items": {"type": "string"}}
+_TOKEN_FIELDS = {"name": {"type": "string"}, "role": {"type": "string", "enum": [
+    "producer", "consumer", "admin", "scheduler", "retry", "analytics"]},
+    "topics": _PATTERNS, "groups": _PATTERNS, "createdMs": {"type": "integer"}}
+AUTH_ERRORS = {409: "TOKENS_FILE_READ_ONLY: the tokens file is a read-only mount (a Kubernetes "
+                    "Secret): change the Secret instead",
+               404: "AUTH_OFF: access control is off (CLEPSYDRA_AUTH=off), there are no "
+                    "tokens; or no token of that name"}
 SCHEMAS: dict[str, dict[str, Any]] = {
+    "TokenList": {"type": "object", "required": ["tokens"], "properties": {"tokens": {
+        "type": "array", "items": {"type": "object", "properties": _TOKEN_FIELDS}}}},
+    "TokenCreate": {"type": "object", "required": ["name", "role"],
+                    "additionalProperties": False, "properties": {
+                        "name": {"type": "string", "minLength": 1, "maxLength": 128},
+                        "role": _TOKEN_FIELDS["role"],
+                        "topics": {"oneOf": [{"type": "string"}, _PATTERNS]},
+                        "groups": {"oneOf": [{"type": "string"}, _PATTERNS]}}},
+    "TokenCreated": {"type": "object", "required": ["name", "role", "token"],
+                     "properties": {**_TOKEN_FIELDS, "token": {"type": "string"}}},
     "Mismatch": {"type": "object", "properties": {
         "clientId": {"type": "string"}, "subscriptions": _STRINGS,
         "messageModel": {"type": "string"}, "expected": {"type": "object"},
@@ -105,6 +123,7 @@ PATH_PARAMS = {
                              "maxLength": GROUP_MAX_LEN}, "consumer group name",
                    example=EXAMPLE_GROUP),
     "clientId": Param("clientId", {"type": "string", "minLength": 1}),
+    "name": Param("name", {"type": "string", "minLength": 1}, "a token's name"),
     "level": Param("level", {"type": "integer", "minimum": 1, "maximum": MAX_LEVEL},
                    f"delay level, 1..the table's highest ({MAX_LEVEL} with the default table; "
                    "L1, L3)"),
@@ -276,6 +295,20 @@ ROUTES = [
           "write, no message crossing the wire.",
           [Answer(201, "Copied", RangeCopyAnswer), FLUSH_TIMEOUT], request=RangeCopy,
           errors=(403, 404, 507), error_text=DISK_FULL),
+    Route("GET", "/v1/auth/tokens", "list_tokens",
+          "Token names, roles and patterns (admin; never a token nor its hash).",
+          [Answer(200, "The tokens", "TokenList")], errors=(404,), error_text=AUTH_ERRORS),
+    Route("POST", "/v1/auth/tokens", "create_token",
+          "Create a token (admin): the answer is the only place it is ever shown.",
+          [Answer(201, "Created", "TokenCreated")], request="TokenCreate",
+          errors=(404, 409), error_text=AUTH_ERRORS,
+          description="Written to the store's CLEPSYDRA_AUTH_TOKENS_FILE atomically; every "
+                      "service reading that file accepts the token within a second."),
+    Route("DELETE", "/v1/auth/tokens/{name}", "revoke_token", "Revoke a token (admin).",
+          [Answer(200, "Revoked", {"type": "object", "required": ["name", "revoked"],
+                                   "properties": {"name": {"type": "string"},
+                                                  "revoked": {"type": "boolean"}}})],
+          errors=(404, 409), error_text=AUTH_ERRORS),
     Route("GET", "/healthz", "healthz", "Liveness and whether the store accepts writes.",
           [Answer(200, "Up", {"type": "object", "required": ["status", "writable"],
                               "properties": {"status": {"type": "string", "enum": ["ok"]},

@@ -6,6 +6,9 @@ the time goes"), so this middleware answers them directly and hands every other 
 Flask. It calls the same ``produce.serve`` as the Flask views: same checks, same span, same
 metrics, same JSON bodies and status codes. ``CLEPSYDRA_STORE_FAST_PATH=false`` turns it off
 (the Flask routes then answer); the test-suite runs the produce cases both ways.
+
+With access control on, the same ``Guard`` as Flask's hook checks the bearer token and ``SEND``
+on the topic before the body is read: a token seen before costs one dict lookup.
 """
 
 from __future__ import annotations
@@ -13,8 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from clepsydra_core.auth import Action
+from clepsydra_core.errors import Forbidden, Unauthorized
 from clepsydra_store.api import produce
 from clepsydra_store.api.context import StoreContext
+from clepsydra_web.auth import Guard, refusal
 from clepsydra_web.jsonio import JSON_TYPE
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
@@ -22,7 +28,8 @@ WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 _PREFIX = "/v1/topics/"
 _ONE = "/messages"
 _BATCH = "/messages/batch"
-_REASONS = {201: "201 Created", 400: "400 Bad Request", 403: "403 Forbidden",
+_REASONS = {201: "201 Created", 400: "400 Bad Request", 401: "401 Unauthorized",
+            403: "403 Forbidden",
             404: "404 Not Found", 409: "409 Conflict", 413: "413 Request Entity Too Large",
             500: "500 Internal Server Error", 503: "503 Service Unavailable"}
 
@@ -30,9 +37,10 @@ _REASONS = {201: "201 Created", 400: "400 Bad Request", 403: "403 Forbidden",
 class ProduceFastPath:
     """WSGI middleware: produce requests here, everything else to ``app``."""
 
-    def __init__(self, app: WsgiApp, context: StoreContext) -> None:
+    def __init__(self, app: WsgiApp, context: StoreContext, guard: Guard | None = None) -> None:
         self.app = app
         self.context = context
+        self.guard = guard
         self.limit = context.settings.max_request_bytes
 
     def __call__(self, environ: dict[str, Any],
@@ -54,6 +62,13 @@ class ProduceFastPath:
                  topic: str, batch: bool) -> Iterable[bytes]:
         # PATH_INFO is "bytes as latin-1" (PEP 3333); Werkzeug decodes it as UTF-8 the same way
         topic = topic.encode("latin-1").decode("utf-8", "replace")
+        if self.guard is not None:
+            try:
+                self.guard.check(environ.get("HTTP_AUTHORIZATION"), Action.SEND, topic)
+            except (Unauthorized, Forbidden) as exc:
+                code, headers, answer = refusal(exc)
+                start_response(_REASONS[code], headers)
+                return [answer]
         status, body = produce.serve(self.context, environ, topic, self._read(environ), batch)
         start_response(_REASONS.get(status, f"{status} Error"),
                        [("Content-Type", JSON_TYPE), ("Content-Length", str(len(body)))])

@@ -1,0 +1,260 @@
+"""The tokens file (CLEPSYDRA_AUTH_TOKENS_FILE): what it holds, reading it again when it changes,
+and adding or revoking a token by rewriting it atomically.
+
+The file is JSON and holds digests only (``clepsydra_core.auth.token_digest``)::
+
+    {"version": 1, "tokens": [{"name": "orders-app", "role": "producer",
+      "topics": ["orders-*"], "groups": [], "sha256": "<hex>", "createdMs": 1764000000000}]}
+
+:class:`TokenTable` answers "who is this token?" for a service. It looks at the file's
+modification time at most once a second and reads it again when it changed, so a token added or
+revoked (by ``clepsydra auth``, or a Kubernetes Secret's update) is picked up without a restart.
+A file that cannot be read or parsed keeps the last good table (and logs why): a half-written
+edit must not lock everyone out. Known tokens are cached by their value, so a request costs one
+dict lookup, not a hash.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from clepsydra_core.auth import (
+    BOOTSTRAP_ADMIN,
+    Principal,
+    Role,
+    new_token,
+    parse_role,
+    token_digest,
+)
+from clepsydra_core.errors import ConfigError, ValidationError
+
+logger = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+RELOAD_CHECK_S = 1.0
+"""How often (at most) a service looks whether the tokens file changed."""
+_CACHE_MAX = 10_000
+"""Known tokens cached by value; beyond it the cache starts again (bounded memory)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEntry:
+    """One line of the tokens file."""
+
+    name: str
+    role: Role
+    digest: str
+    topics: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+    created_ms: int = 0
+
+    def principal(self) -> Principal:
+        return Principal(self.name, self.role, self.topics, self.groups)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "role": self.role.value, "topics": list(self.topics),
+                "groups": list(self.groups), "sha256": self.digest,
+                "createdMs": self.created_ms}
+
+    def describe(self) -> dict[str, Any]:
+        """What ``auth list`` shows: never the digest."""
+        return {"name": self.name, "role": self.role.value, "topics": list(self.topics),
+                "groups": list(self.groups), "createdMs": self.created_ms}
+
+
+def _strings(value: object, what: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ValidationError(f"{what} must be a list of non-empty strings")
+    return tuple(value)
+
+
+def parse_entry(obj: object) -> TokenEntry:
+    if not isinstance(obj, dict):
+        raise ValidationError("a token entry must be an object")
+    name, digest = obj.get("name"), obj.get("sha256")
+    if not isinstance(name, str) or not name:
+        raise ValidationError("a token entry needs a name")
+    if not isinstance(digest, str) or len(digest) != 64:
+        raise ValidationError(f"token {name!r}: sha256 must be 64 hex digits")
+    try:
+        role = parse_role(str(obj.get("role")))
+    except ValueError as exc:
+        raise ValidationError(f"token {name!r}: {exc}") from None
+    created = obj.get("createdMs", 0)
+    return TokenEntry(name, role, digest.lower(), _strings(obj.get("topics"), "topics"),
+                      _strings(obj.get("groups"), "groups"),
+                      created if isinstance(created, int) else 0)
+
+
+def parse_file(raw: bytes) -> list[TokenEntry]:
+    """The entries of a tokens file's bytes; ValidationError naming what is wrong."""
+    try:
+        doc = orjson.loads(raw) if raw.strip() else {"tokens": []}
+    except orjson.JSONDecodeError as exc:
+        raise ValidationError(f"the tokens file is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("tokens", []), list):
+        raise ValidationError('the tokens file must be {"version": 1, "tokens": [...]}')
+    entries = [parse_entry(e) for e in doc.get("tokens", [])]
+    names = [e.name for e in entries]
+    if len(set(names)) != len(names):
+        raise ValidationError("the tokens file names a token twice")
+    return entries
+
+
+def dump_file(entries: Iterable[TokenEntry]) -> bytes:
+    return orjson.dumps({"version": FORMAT_VERSION, "tokens": [e.to_json() for e in entries]},
+                        option=orjson.OPT_INDENT_2) + b"\n"
+
+
+def read_entries(path: Path) -> list[TokenEntry]:
+    """The file's entries; a missing file has none."""
+    try:
+        raw = path.read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return parse_file(raw)
+
+
+class TokensFileReadOnly(ConfigError):
+    """The tokens file cannot be written here (a mounted Kubernetes Secret)."""
+
+
+_write_lock = threading.Lock()
+_UNREAD = object()
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` (a temporary file in the same folder, fsync, rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tokens-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def create_token(path: Path, name: str, role: Role, *, topics: tuple[str, ...] = (),
+                 groups: tuple[str, ...] = ()) -> tuple[TokenEntry, str]:
+    """Add a token named ``name`` to the file: (its entry, the token itself - the only time
+    it exists outside its holder). ValidationError when the name is taken or empty;
+    TokensFileReadOnly when the file or its folder cannot be written."""
+    if not name or len(name) > 128 or not name.isprintable():
+        raise ValidationError("a token name is 1 to 128 printable characters")
+    token = new_token()
+    entry = TokenEntry(name, role, token_digest(token), topics, groups,
+                       int(time.time() * 1000))
+    with _write_lock:
+        entries = read_entries(path)
+        if any(e.name == name for e in entries):
+            raise ValidationError(f"a token named {name!r} exists; revoke it first")
+        _save(path, [*entries, entry])
+    return entry, token
+
+
+def revoke_token(path: Path, name: str) -> bool:
+    """Remove the token named ``name``; False when there is none."""
+    with _write_lock:
+        entries = read_entries(path)
+        kept = [e for e in entries if e.name != name]
+        if len(kept) == len(entries):
+            return False
+        _save(path, kept)
+    return True
+
+
+def _save(path: Path, entries: list[TokenEntry]) -> None:
+    try:
+        _write_atomically(path, dump_file(entries))
+    except OSError as exc:
+        raise TokensFileReadOnly(
+            f"the tokens file {path} cannot be written ({exc.strerror}); where it comes from a "
+            "Kubernetes Secret, change the Secret instead") from None
+
+
+class TokenTable:
+    """Token -> principal for one service: the tokens file (reloaded when it changes) and the
+    bootstrap admin token. Safe to share between threads."""
+
+    def __init__(self, path: Path | None, admin_token: str | None = None, *,
+                 check_every_s: float = RELOAD_CHECK_S) -> None:
+        self.path = path
+        self._check_every_s = check_every_s
+        self._admin = ({token_digest(admin_token): Principal(BOOTSTRAP_ADMIN, Role.ADMIN)}
+                       if admin_token else {})
+        self._by_digest: dict[str, Principal] = dict(self._admin)
+        self._cache: dict[str, Principal] = {}
+        self._stamp: object = _UNREAD
+        self._next_check = 0.0
+        self._lock = threading.Lock()
+        self.generation = 0
+        """Counts the reloads: a caller caching decisions drops them when it changes."""
+        self._reload()
+
+    def refresh(self) -> None:
+        """Read the file again if it changed (looked at no more than every ``check_every_s``)."""
+        now = time.monotonic()
+        if now >= self._next_check:
+            self._next_check = now + self._check_every_s
+            self._reload()
+
+    def lookup(self, token: str) -> Principal | None:
+        """The principal of ``token``, or None when it is not a valid token."""
+        self.refresh()
+        found = self._cache.get(token)
+        if found is not None:
+            return found
+        found = self._by_digest.get(token_digest(token))
+        if found is not None:
+            if len(self._cache) >= _CACHE_MAX:
+                self._cache = {}
+            self._cache[token] = found
+        return found
+
+    def _file_stamp(self) -> tuple[int, int, int] | None:
+        if self.path is None:
+            return None
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return None
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+    def _reload(self) -> None:
+        with self._lock:
+            try:
+                stamp = self._file_stamp()
+            except OSError as exc:
+                logger.warning("tokens file %s not readable, keeping the last tokens: %s",
+                               self.path, exc)
+                return
+            if stamp == self._stamp:
+                return
+            try:
+                entries = read_entries(self.path) if self.path is not None else []
+            except (OSError, ValidationError) as exc:
+                logger.warning("tokens file %s not loaded, keeping the last tokens: %s",
+                               self.path, exc)
+                return
+            table = {e.digest: e.principal() for e in entries}
+            table.update(self._admin)
+            self._by_digest, self._cache, self._stamp = table, {}, stamp
+            self.generation += 1
+            logger.info("tokens loaded path=%s tokens=%d", self.path, len(entries))

@@ -1,0 +1,16 @@
+"""Who may call which route of the analytics API (issue 16; clepsydra_web.auth): reports and
+the export's status are an admin's."""
+
+from __future__ import annotations
+
+from clepsydra_core.auth import Action
+from clepsydra_web.auth import Need, PermissionTable
+
+ANALYTICS_ACCESS: PermissionTable = {
+    "reports.list_reports": Need(Action.REPORTS),
+    "reports.run_report": Need(Action.REPORTS),
+    "reports.get_report": Need(Action.REPORTS),
+    "reports.report_html": Need(Action.REPORTS),
+    "reports.report_chart": Need(Action.REPORTS),
+    "reports.status": Need(Action.REPORTS),
+}

@@ -1,0 +1,34 @@
+"""Access control for the local stack (`make run` with ``CLEPSYDRA_AUTH=on``; issue 16): the
+scheduler, the retry service and the analytics processes each need a token of their own role.
+At every start the stack makes fresh ones in the tokens file (``local-scheduler``,
+``local-retry``, ``local-analytics``, replacing those of the previous run: the file keeps
+only digests, so old ones cannot be read back) and gives each child its ``CLEPSYDRA_TOKEN``.
+Your own tokens in the file are left alone."""
+
+from __future__ import annotations
+
+from clepsydra_core.auth import Role
+from clepsydra_core.auth_tokens import create_token, revoke_token
+from clepsydra_core.settings import TOKEN_VAR, AuthSettings
+
+CHILD_ROLES = {
+    "retry": Role.RETRY,
+    "scheduler-worker": Role.SCHEDULER,
+    "scheduler-beat": Role.SCHEDULER,
+    "analytics-export": Role.ANALYTICS,
+    "analytics-api": Role.ANALYTICS,
+    "analytics-schedule": Role.ANALYTICS,
+}
+"""The stack's children that call other services, and the role each one's calls need."""
+
+
+def service_tokens(auth: AuthSettings) -> dict[str, dict[str, str]]:
+    """child name -> the environment it adds (its ``CLEPSYDRA_TOKEN``); empty with auth off."""
+    if not auth.enabled or auth.tokens_file is None:
+        return {}
+    by_role: dict[Role, str] = {}
+    for role in sorted(set(CHILD_ROLES.values())):
+        name = f"local-{role.value}"
+        revoke_token(auth.tokens_file, name)
+        by_role[role] = create_token(auth.tokens_file, name, role)[1]
+    return {child: {TOKEN_VAR: by_role[role]} for child, role in CHILD_ROLES.items()}
