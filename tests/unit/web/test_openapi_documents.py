@@ -84,7 +84,7 @@ def test_generator_adds_the_shape_errors_and_closes_requests() -> None:
     ], path_params={"id": Param("id", {"type": "integer", "minimum": 0})})
     doc = build(api)
     put = doc["paths"]["/v1/things/{id}"]["put"]
-    assert set(put["responses"]) == {"200", "400", "404", "409", "413"}
+    assert set(put["responses"]) == {"200", "400", "404", "409", "413", "414"}
     assert put["parameters"][0] == {"name": "id", "in": "path", "required": True,
                                     "schema": {"type": "integer", "minimum": 0}}
     assert set(doc["paths"]["/v1/things"]["get"]["responses"]) == {"200"}

@@ -41,6 +41,7 @@ ERROR_TEXT: Mapping[int, str] = {
          "does not have (OFFSET_OUT_OF_RANGE)",
     409: "the resource exists with other settings",
     413: "REQUEST_TOO_LARGE: the body is over the service's request limit",
+    414: "URI_TOO_LONG: the request line (path and query) is over the server's limit",
     502: "a service this one calls answered an error",
     503: "a service this one depends on did not answer; try again later",
     507: "the store's disk is over its limit",
@@ -90,7 +91,8 @@ class Answer:
 class Route:
     """One operation. Error answers (``{error, message}``) are added for what every route of
     its shape can answer - 400 when it takes a body or parameters, 404 when its path has
-    parameters, 413 when it takes a body - and for the statuses in ``errors``."""
+    parameters, 413 when it takes a body, 414 when it takes parameters (its request line can
+    pass the server's limit) - and for the statuses in ``errors``."""
 
     method: str
     path: str
@@ -197,6 +199,8 @@ class _Builder:
             errors.add(404)
         if route.request is not None:
             errors.add(413)
+        if params:  # path and query values make the request line, which the server caps
+            errors.add(414)
         for status in sorted(errors):
             if str(status) in responses:
                 continue
