@@ -334,3 +334,23 @@ def test_sdk_with_tokens_produces_consumes_and_retries(stack: AuthStack) -> None
     offsets = stack.as_("consumer", "GET", f"/v1/groups/{GROUP}/offsets",
                         params={"topic": topic}).json()
     assert offsets["offsets"][topic]["0"] == 1
+
+
+def test_a_token_over_its_rate_gets_429_and_others_go_on(stack: AuthStack) -> None:
+    # issue 16, "Limits": a token's ratePerS, written to the file, taken without a restart
+    token = create_token(stack.tokens_file, "slow-producer", Role.PRODUCER, topics=("orders-*",),
+                         rate_per_s=1)[1]
+    url = f"{stack.store.url}/v1/topics/{enc(TOPIC)}/messages"
+
+    def send() -> requests.Response:
+        return stack.call("POST", url, token, json={"body": "x"})
+
+    wait_until(lambda: send().status_code == 201, 10, what="the new token accepted")
+    answers = [send() for _ in range(5)]  # one a second at most: some of these are refused
+    refused = [r for r in answers if r.status_code == 429]
+    assert refused, [r.status_code for r in answers]
+    assert refused[0].json()["error"] == "RATE_LIMITED"
+    assert "ratePerS" in refused[0].json()["message"]
+    assert int(refused[0].headers["Retry-After"]) >= 1
+    assert stack.as_("producer", "POST", f"/v1/topics/{enc(TOPIC)}/messages",
+                     json={"body": "y"}).status_code == 201  # another token goes on

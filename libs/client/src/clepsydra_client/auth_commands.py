@@ -44,13 +44,16 @@ def auth_create(args: argparse.Namespace, ctx: Context) -> Output:
         raise ValidationError("a consumer token needs --topics PATTERN and --groups PATTERN")
     if args.file:
         entry, token = create_token(Path(args.file), args.name, role, topics=tuple(topics),
-                                    groups=tuple(groups))
+                                    groups=tuple(groups), rate_per_s=args.rate or 0.0)
         shown: dict[str, Any] = {"name": entry.name, "role": entry.role.value, "token": token}
     else:
         http = _store(ctx)
         try:
-            raw = http.post(TOKENS_ROUTE, {"name": args.name, "role": role.value,
-                                           "topics": topics, "groups": groups})
+            body: dict[str, Any] = {"name": args.name, "role": role.value,
+                                    "topics": topics, "groups": groups}
+            if args.rate:
+                body["ratePerS"] = args.rate
+            raw = http.post(TOKENS_ROUTE, body)
         finally:
             http.close()
         shown = {"name": raw.get("name"), "role": raw.get("role"), "token": raw.get("token")}
@@ -102,6 +105,9 @@ def add_auth_commands(sub: Any, parser_class: type[argparse.ArgumentParser]) -> 
                         "comma-separated or repeated")
     a.add_argument("--groups", action="append", metavar="PATTERN",
                    help="consumer groups it may consume as (consumer)")
+    a.add_argument("--rate", type=float, metavar="PER_S",
+                   help="requests a second it may send (default: the services' "
+                        "CLEPSYDRA_AUTH_RATE_PER_S; past it: 429 with Retry-After)")
     a.add_argument("--file", help=file_help)
     a.set_defaults(fn=auth_create)
     a = actions.add_parser("list", help="token names and roles (never the tokens)")

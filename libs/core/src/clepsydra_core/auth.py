@@ -104,6 +104,8 @@ class Principal:
     role: Role
     topics: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()
+    rate_per_s: float = 0.0
+    """Requests a second this token may send (0: the service's CLEPSYDRA_AUTH_RATE_PER_S)."""
 
 
 def new_token() -> str:

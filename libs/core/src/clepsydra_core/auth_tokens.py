@@ -57,19 +57,23 @@ class TokenEntry:
     topics: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()
     created_ms: int = 0
+    rate_per_s: float = 0.0
+    """Requests a second (``ratePerS``; 0 or absent: the service's default)."""
 
     def principal(self) -> Principal:
-        return Principal(self.name, self.role, self.topics, self.groups)
+        return Principal(self.name, self.role, self.topics, self.groups, self.rate_per_s)
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "role": self.role.value, "topics": list(self.topics),
-                "groups": list(self.groups), "sha256": self.digest,
-                "createdMs": self.created_ms}
+        return {**self.describe(), "sha256": self.digest}
 
     def describe(self) -> dict[str, Any]:
         """What ``auth list`` shows: never the digest."""
-        return {"name": self.name, "role": self.role.value, "topics": list(self.topics),
-                "groups": list(self.groups), "createdMs": self.created_ms}
+        out: dict[str, Any] = {"name": self.name, "role": self.role.value,
+                               "topics": list(self.topics), "groups": list(self.groups),
+                               "createdMs": self.created_ms}
+        if self.rate_per_s:
+            out["ratePerS"] = self.rate_per_s
+        return out
 
 
 def _strings(value: object, what: str) -> tuple[str, ...]:
@@ -95,7 +99,18 @@ def parse_entry(obj: object) -> TokenEntry:
     created = obj.get("createdMs", 0)
     return TokenEntry(name, role, digest.lower(), _strings(obj.get("topics"), "topics"),
                       _strings(obj.get("groups"), "groups"),
-                      created if isinstance(created, int) else 0)
+                      created if isinstance(created, int) else 0,
+                      parse_rate(obj.get("ratePerS"), f"token {name!r}: ratePerS"))
+
+
+def parse_rate(value: object, what: str = "ratePerS") -> float:
+    """A requests-a-second limit: a number >= 0 (0 or None: the service's default)."""
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValidationError(f"{what} must be a number of requests a second >= 0, "
+                              f"got {value!r}")
+    return float(value)
 
 
 def parse_file(raw: bytes) -> list[TokenEntry]:
@@ -152,7 +167,8 @@ def _write_atomically(path: Path, data: bytes) -> None:
 
 
 def create_token(path: Path, name: str, role: Role, *, topics: tuple[str, ...] = (),
-                 groups: tuple[str, ...] = ()) -> tuple[TokenEntry, str]:
+                 groups: tuple[str, ...] = (),
+                 rate_per_s: float = 0.0) -> tuple[TokenEntry, str]:
     """Add a token named ``name`` to the file: (its entry, the token itself - the only time
     it exists outside its holder). ValidationError when the name is taken or empty;
     TokensFileReadOnly when the file or its folder cannot be written."""
@@ -160,7 +176,7 @@ def create_token(path: Path, name: str, role: Role, *, topics: tuple[str, ...] =
         raise ValidationError("a token name is 1 to 128 printable characters")
     token = new_token()
     entry = TokenEntry(name, role, token_digest(token), topics, groups,
-                       int(time.time() * 1000))
+                       int(time.time() * 1000), parse_rate(rate_per_s))
     with _write_lock:
         entries = read_entries(path)
         if any(e.name == name for e in entries):

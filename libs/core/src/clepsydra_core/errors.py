@@ -93,6 +93,18 @@ class Unauthorized(ClepsydraError):
     http_status = 401
 
 
+class RateLimited(ClepsydraError):
+    """A token sent more requests a second than its limit (issue 16); the answer carries
+    ``Retry-After`` (whole seconds)."""
+
+    code = "RATE_LIMITED"
+    http_status = 429
+
+    def __init__(self, message: str, *, retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class NoPermission(ClepsydraError):
     """The store does not accept writes now (SPEC R2)."""
 

@@ -36,6 +36,7 @@ from clepsydra_core.errors import (
     NoPermission,
     NotFound,
     OffsetOutOfRange,
+    RateLimited,
     TopicNotFound,
     Unauthorized,
     Unavailable,
@@ -48,11 +49,11 @@ Json = dict[str, Any]
 _BY_CODE: dict[str, type[ClepsydraError]] = {
     cls.code: cls for cls in (TopicNotFound, MessageNotFound, GroupNotFound, NoPermission,
                               Forbidden, OffsetOutOfRange, Unavailable, DiskFull,
-                              Unauthorized)}
+                              Unauthorized, RateLimited)}
 _BY_STATUS: dict[int, type[ClepsydraError]] = {
     400: ValidationError, 401: Unauthorized, 403: Forbidden, 404: NotFound, 409: ValidationError,
     413: ValidationError, 414: ValidationError, 422: ValidationError, 431: ValidationError,
-    503: Unavailable,
+    429: RateLimited, 503: Unavailable,
 }
 _JSON_HEADERS = {"Content-Type": "application/json"}
 

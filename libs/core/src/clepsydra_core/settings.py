@@ -82,6 +82,7 @@ def env_levels(env: Env, name: str = "CLEPSYDRA_DELAY_LEVELS") -> DelayLevels:
 AUTH_VAR = "CLEPSYDRA_AUTH"
 AUTH_TOKENS_FILE_VAR = "CLEPSYDRA_AUTH_TOKENS_FILE"
 AUTH_ADMIN_TOKEN_VAR = "CLEPSYDRA_AUTH_ADMIN_TOKEN"
+AUTH_RATE_VAR = "CLEPSYDRA_AUTH_RATE_PER_S"
 TOKEN_VAR = "CLEPSYDRA_TOKEN"
 
 
@@ -92,6 +93,9 @@ class AuthSettings:
     enabled: bool = False
     tokens_file: Path | None = None
     admin_token: str | None = field(default=None, repr=False)
+    rate_per_s: float = 0.0
+    """Requests a second each client token may send (0: no limit; a token's own ``ratePerS``
+    wins; the service roles are never limited)."""
 
     @classmethod
     def from_env(cls, env: Env, home: Path) -> AuthSettings:
@@ -102,7 +106,8 @@ class AuthSettings:
         if enabled and not raw_file and admin is None:
             raise ConfigError(f"{AUTH_VAR}=on needs {AUTH_TOKENS_FILE_VAR} or "
                               f"{AUTH_ADMIN_TOKEN_VAR}")
-        return cls(enabled=enabled, tokens_file=tokens_file, admin_token=admin)
+        return cls(enabled=enabled, tokens_file=tokens_file, admin_token=admin,
+                   rate_per_s=env_float(env, AUTH_RATE_VAR, 0.0, minimum=0.0))
 
 
 def client_token(env: Env | None = None) -> str | None:

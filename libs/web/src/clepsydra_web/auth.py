@@ -6,7 +6,9 @@ names its topic or group). :func:`install` adds one ``before_request`` hook that
 - 401 ``UNAUTHORIZED`` with ``WWW-Authenticate: Bearer`` when the ``Authorization: Bearer``
   token is missing or unknown (the same answer for an unknown route: nothing is revealed to a
   caller without a token);
-- 403 ``FORBIDDEN`` naming what the token's role lacks (clepsydra_core.auth.denial).
+- 403 ``FORBIDDEN`` naming what the token's role lacks (clepsydra_core.auth.denial);
+- 429 ``RATE_LIMITED`` with ``Retry-After`` when the token is over its requests a second
+  (rate_limit.py).
 
 The ops routes (``/healthz``, ``/livez``, ``/metrics``, ``/openapi.json``) stay open to probes.
 Every other route must be in the table: :func:`install` refuses to start a service with a route
@@ -28,9 +30,10 @@ from flask import Flask, Response, request
 
 from clepsydra_core.auth import Action, Principal, denial
 from clepsydra_core.auth_tokens import TokenTable
-from clepsydra_core.errors import Forbidden, Unauthorized
+from clepsydra_core.errors import Forbidden, RateLimited, Unauthorized
 from clepsydra_core.settings import AUTH_VAR, AuthSettings
 from clepsydra_web.errors import JSON_TYPE
+from clepsydra_web.rate_limit import RateLimiter
 
 logger = logging.getLogger(__name__)
 
@@ -63,14 +66,16 @@ class Guard:
     Allowed (header, action, resource) triples are remembered until the tokens change, so a
     client sending to the same topic again costs one dict lookup (the produce fast path)."""
 
-    def __init__(self, tokens: TokenTable) -> None:
+    def __init__(self, tokens: TokenTable, limiter: RateLimiter | None = None) -> None:
         self.tokens = tokens
+        self.limiter = limiter or RateLimiter(0.0)
         self._allowed: dict[tuple[str, Action, str | None], Principal] = {}
         self._generation = tokens.generation
 
     @classmethod
     def from_settings(cls, settings: AuthSettings) -> Guard:
-        return cls(TokenTable(settings.tokens_file, settings.admin_token))
+        return cls(TokenTable(settings.tokens_file, settings.admin_token),
+                   RateLimiter(settings.rate_per_s))
 
     def principal(self, header: str | None) -> Principal:
         """The principal of an ``Authorization`` header value; Unauthorized otherwise."""
@@ -84,14 +89,15 @@ class Guard:
         return found
 
     def check(self, header: str | None, action: Action, resource: str | None) -> Principal:
-        """The request's principal when it may do ``action`` on ``resource``; Unauthorized or
-        Forbidden (the message naming what is missing) otherwise."""
+        """The request's principal when it may do ``action`` on ``resource``; Unauthorized,
+        Forbidden (the message naming what is missing) or RateLimited otherwise."""
         self.tokens.refresh()
         if self._generation != self.tokens.generation:
             self._allowed, self._generation = {}, self.tokens.generation
         key = (header or "", action, resource)
         found = self._allowed.get(key)
         if found is not None:
+            self.limiter.take(found)
             return found
         principal = self.principal(header)
         why = denial(principal, action, resource)
@@ -100,15 +106,23 @@ class Guard:
         if len(self._allowed) >= _DECISIONS_MAX:
             self._allowed = {}
         self._allowed[key] = principal
+        self.limiter.take(principal)
         return principal
 
 
-def refusal(exc: Unauthorized | Forbidden) -> tuple[int, list[tuple[str, str]], bytes]:
-    """(status, headers, body) of a 401 or 403 answer."""
+Refusal = Unauthorized | Forbidden | RateLimited
+REFUSALS = (Unauthorized, Forbidden, RateLimited)
+"""What :meth:`Guard.check` raises."""
+
+
+def refusal(exc: Refusal) -> tuple[int, list[tuple[str, str]], bytes]:
+    """(status, headers, body) of a 401, 403 or 429 answer."""
     body = orjson.dumps(exc.to_json())
     headers = [("Content-Type", JSON_TYPE), ("Content-Length", str(len(body)))]
     if isinstance(exc, Unauthorized):
         headers.append(CHALLENGE)
+    elif isinstance(exc, RateLimited):
+        headers.append(("Retry-After", str(exc.retry_after_s)))
     return exc.http_status, headers, body
 
 
@@ -149,7 +163,7 @@ def install(app: Flask, settings: AuthSettings, table: PermissionTable, *,
             args: Mapping[str, Any] = request.view_args or {}
             resource = str(args[need.arg]) if need.arg is not None else None
             guard.check(header, need.action, resource)
-        except (Unauthorized, Forbidden) as exc:
+        except REFUSALS as exc:
             status, headers, body = refusal(exc)
             return Response(body, status=status, headers=headers[2:], mimetype=JSON_TYPE)
         return None

@@ -52,7 +52,9 @@ BEARER_SCHEME: dict[str, Any] = {
     "type": "http", "scheme": "bearer",
     "description": "With CLEPSYDRA_AUTH=on every /v1 route needs a token whose role covers it "
                    "(README \"Access control\"): missing or unknown, 401 UNAUTHORIZED; a role "
-                   "that does not cover the route, 403 FORBIDDEN naming what is missing. The "
+                   "that does not cover the route, 403 FORBIDDEN naming what is missing; a "
+                   "token over its requests a second (its ratePerS, else "
+                   "CLEPSYDRA_AUTH_RATE_PER_S), 429 RATE_LIMITED with Retry-After. The "
                    "ops routes (/healthz, /metrics, /openapi.json) stay open. With "
                    "CLEPSYDRA_AUTH=off (the local default) no token is needed."}
 """Access control (issue 16): the scheme a deployment with ``CLEPSYDRA_AUTH=on`` uses on every

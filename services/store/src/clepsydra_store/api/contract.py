@@ -58,7 +58,9 @@ _STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
 _PATTERNS = {"type": "array", "items": {"type": "string"}}
 _TOKEN_FIELDS = {"name": {"type": "string"}, "role": {"type": "string", "enum": [
     "producer", "consumer", "admin", "scheduler", "retry", "analytics"]},
-    "topics": _PATTERNS, "groups": _PATTERNS, "createdMs": {"type": "integer"}}
+    "topics": _PATTERNS, "groups": _PATTERNS, "createdMs": {"type": "integer"},
+    "ratePerS": {"type": "number", "minimum": 0,
+                 "description": "requests a second (absent: CLEPSYDRA_AUTH_RATE_PER_S)"}}
 AUTH_ERRORS = {409: "TOKENS_FILE_READ_ONLY: the tokens file is a read-only mount (a Kubernetes "
                     "Secret): change the Secret instead",
                404: "AUTH_OFF: access control is off (CLEPSYDRA_AUTH=off), there are no "
@@ -71,7 +73,8 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                         "name": {"type": "string", "minLength": 1, "maxLength": 128},
                         "role": _TOKEN_FIELDS["role"],
                         "topics": {"oneOf": [{"type": "string"}, _PATTERNS]},
-                        "groups": {"oneOf": [{"type": "string"}, _PATTERNS]}}},
+                        "groups": {"oneOf": [{"type": "string"}, _PATTERNS]},
+                        "ratePerS": _TOKEN_FIELDS["ratePerS"]}},
     "TokenCreated": {"type": "object", "required": ["name", "role", "token"],
                      "properties": {**_TOKEN_FIELDS, "token": {"type": "string"}}},
     "Mismatch": {"type": "object", "properties": {

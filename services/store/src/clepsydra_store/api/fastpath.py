@@ -17,10 +17,9 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from clepsydra_core.auth import Action
-from clepsydra_core.errors import Forbidden, Unauthorized
 from clepsydra_store.api import produce
 from clepsydra_store.api.context import StoreContext
-from clepsydra_web.auth import Guard, refusal
+from clepsydra_web.auth import REFUSALS, Guard, refusal
 from clepsydra_web.jsonio import JSON_TYPE
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
@@ -29,7 +28,7 @@ _PREFIX = "/v1/topics/"
 _ONE = "/messages"
 _BATCH = "/messages/batch"
 _REASONS = {201: "201 Created", 400: "400 Bad Request", 401: "401 Unauthorized",
-            403: "403 Forbidden",
+            403: "403 Forbidden", 429: "429 Too Many Requests",
             404: "404 Not Found", 409: "409 Conflict", 413: "413 Request Entity Too Large",
             500: "500 Internal Server Error", 503: "503 Service Unavailable"}
 
@@ -65,7 +64,7 @@ class ProduceFastPath:
         if self.guard is not None:
             try:
                 self.guard.check(environ.get("HTTP_AUTHORIZATION"), Action.SEND, topic)
-            except (Unauthorized, Forbidden) as exc:
+            except REFUSALS as exc:
                 code, headers, answer = refusal(exc)
                 start_response(_REASONS[code], headers)
                 return [answer]

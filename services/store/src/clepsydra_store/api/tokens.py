@@ -16,6 +16,7 @@ from clepsydra_core.auth import parse_role
 from clepsydra_core.auth_tokens import (
     TokensFileReadOnly,
     create_token,
+    parse_rate,
     read_entries,
     revoke_token,
 )
@@ -26,7 +27,7 @@ from clepsydra_web import jsonio
 
 bp = Blueprint("auth", __name__)
 
-CREATE_FIELDS = frozenset({"name", "role", "topics", "groups"})
+CREATE_FIELDS = frozenset({"name", "role", "topics", "groups", "ratePerS"})
 
 
 class AuthOff(ClepsydraError):
@@ -77,7 +78,8 @@ def create() -> Response:
     try:
         entry, token = create_token(path, name, role,
                                     topics=_patterns(body.get("topics"), "topics"),
-                                    groups=_patterns(body.get("groups"), "groups"))
+                                    groups=_patterns(body.get("groups"), "groups"),
+                                    rate_per_s=parse_rate(body.get("ratePerS")))
     except TokensFileReadOnly as exc:
         raise ReadOnlyTokens(exc.message) from None
     return json_response({**entry.describe(), "token": token}, 201)
