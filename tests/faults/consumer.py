@@ -6,7 +6,9 @@ it answers, so the file is the consumer's side of the data the matrix checks (at
 line can exist for an attempt whose acknowledgement a crash lost; that is a duplicate, never a
 loss). With ``--fail`` the listener fails messages by their ``seq``: ``seq % FAIL_ALWAYS == 0``
 fails every time (dead-lettered after the group's retries), ``seq % FAIL_ONCE == 0`` fails its
-first attempt only. A retry is asked for after one second (delay level 1).
+first attempt only. A retry is asked for after one second (delay level 1). With ``--orderly``
+the listener is an orderly one (per-queue order, queue locks) that never fails, and each line
+also has the message's ``queue`` and ``offset``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import threading
 import time
 from typing import Any
 
-from clepsydra_client import ConsumeFromWhere, ConsumeResult, PushConsumer
+from clepsydra_client import ConsumeFromWhere, ConsumeResult, OrderlyResult, PushConsumer
 from clepsydra_client.settings import ClientSettings
 
 FAIL_ALWAYS = 7
@@ -37,6 +39,7 @@ def main() -> None:
     parser.add_argument("topic")
     parser.add_argument("out")
     parser.add_argument("--fail", action="store_true")
+    parser.add_argument("--orderly", action="store_true")
     args = parser.parse_args()
     settings = ClientSettings.from_env()
     fd = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -58,7 +61,20 @@ def main() -> None:
     consumer = PushConsumer(args.group, settings.store_url, settings.retry_url,
                             consume_from_where=ConsumeFromWhere.FIRST)
     consumer.subscribe(args.topic, "*")
-    consumer.register_concurrent(listener)
+    def orderly(messages: Any, context: Any) -> OrderlyResult:
+        for m in messages:
+            body = json.loads(m.body)
+            line = {"t": int(time.time() * 1000), "group": args.group, "seq": body["seq"],
+                    "phase": body["phase"], "reconsume": m.reconsume_times, "ok": True,
+                    "queue": m.queue_id, "offset": m.queue_offset}
+            with lock:
+                os.write(fd, (json.dumps(line) + "\n").encode())
+        return OrderlyResult.SUCCESS
+
+    if args.orderly:
+        consumer.register_orderly(orderly)
+    else:
+        consumer.register_concurrent(listener)
     consumer.start()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

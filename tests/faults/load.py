@@ -84,10 +84,12 @@ class ConsumerProcess:
     """``python -m tests.faults.consumer`` as a child of the test, restartable."""
 
     def __init__(self, group: str, topic: str, out: Path, env: dict[str, str], *,
-                 fail: bool) -> None:
+                 fail: bool = False, orderly: bool = False) -> None:
         self.argv = [sys.executable, "-m", "tests.faults.consumer", group, topic, str(out)]
         if fail:
             self.argv.append("--fail")
+        if orderly:
+            self.argv.append("--orderly")
         self.env, self.out, self.group = env, out, group
         self.log = out.with_suffix(".log")
         self.proc: subprocess.Popen[bytes] | None = None
@@ -244,3 +246,18 @@ def _cause(injected: list[tuple[str, int]], first_ms: int, again_ms: int) -> str
     that lost the first call's acknowledgement."""
     causes = [name for name, at in injected if first_ms <= at <= again_ms]
     return causes[0] if causes else "none"
+
+
+def order_breaks(lines: list[dict[str, Any]]) -> list[tuple[int, int, int]]:
+    """(queue, offset, highest offset seen before) of every time an orderly group processed
+    a queue offset beyond the next one: a message skipped over, or taken out of order. After a
+    crash a queue may go back to its committed offset (at least once); it may never jump ahead."""
+    highest: dict[int, int] = {}
+    breaks = []
+    for line in sorted(lines, key=lambda ln: ln["t"]):
+        queue, offset = line["queue"], line["offset"]
+        top = highest.get(queue, offset - 1)
+        if offset > top + 1:
+            breaks.append((queue, offset, top))
+        highest[queue] = max(top, offset)
+    return breaks

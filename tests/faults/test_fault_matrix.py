@@ -13,7 +13,9 @@ consumers' own records -- never from logs:
   over exactly once (SPEC D9), even after Redis forgot the scheduler's offsets;
 - every acknowledged message reaches its end state in both groups (consumed, or dead-lettered
   for the failing share): nothing lost;
-- no consumer sees a delayed message before its time;
+- no consumer sees a delayed message before its time; an orderly group (a third consumer,
+  killed with the failing group's) never takes a queue's offsets out of order: after a crash it
+  may go back to its committed offset, never jump ahead;
 - consumer-visible duplicates (at-least-once) are counted, per fault, not forbidden;
 - the stack is running and healthy at the end, on its own.
 
@@ -40,14 +42,14 @@ import requests
 from clepsydra_client import AdminClient
 from clepsydra_core.errors import CorruptRecordError
 from clepsydra_core.records import END_MAGIC, decode_record, peek_size_magic
-from tests.faults.load import Books, ConsumerProcess, Producing, seqs_in
+from tests.faults.load import Books, ConsumerProcess, Producing, order_breaks, seqs_in
 from tests.fixtures.processes import wait_until
 from tests.fixtures.stack import RunningStack, descendants, stack_factory
 
 pytestmark = pytest.mark.faults
 
 TOPIC = "fault-orders"
-PASSING, FAILING = "fault-passing", "fault-failing"
+PASSING, FAILING, ORDERLY = "fault-passing", "fault-failing", "fault-orderly"
 RUNS = 2  # each fault, at a random moment
 RECOVERY_TIMEOUT_S = 90.0
 DISK_QUOTA_BYTES = 1 << 30
@@ -71,8 +73,9 @@ def consumers(stack: RunningStack, tmp_path: Path) -> Iterator[list[ConsumerProc
     env = dict(os.environ)
     env.update({"CLEPSYDRA_STORE_URL": stack.store_url, "CLEPSYDRA_RETRY_URL": stack.retry_url,
                 "CLEPSYDRA_OTEL_EXPORTER": "none"})
-    started = [ConsumerProcess(PASSING, TOPIC, tmp_path / "passing.jsonl", env, fail=False),
-               ConsumerProcess(FAILING, TOPIC, tmp_path / "failing.jsonl", env, fail=True)]
+    started = [ConsumerProcess(PASSING, TOPIC, tmp_path / "passing.jsonl", env),
+               ConsumerProcess(FAILING, TOPIC, tmp_path / "failing.jsonl", env, fail=True),
+               ConsumerProcess(ORDERLY, TOPIC, tmp_path / "orderly.jsonl", env, orderly=True)]
     yield started
     for consumer in started:
         consumer.stop()
@@ -181,10 +184,12 @@ class Matrix:
         return True
 
     def _kill_consumer(self) -> None:
-        victim = self.consumers[1]
-        victim.kill()
-        self._grown_from = len(victim.lines())
-        victim.start()
+        """The failing group's consumer and the orderly group's, together."""
+        for victim in self.consumers[1:]:
+            victim.kill()
+        self._grown_from = len(self.consumers[1].lines())
+        for victim in self.consumers[1:]:
+            victim.start()
 
     def _consumer_grew(self) -> bool:
         return len(self.consumers[1].lines()) > self._grown_from
@@ -309,7 +314,9 @@ def test_no_acknowledged_message_is_lost_when_any_process_dies(
         producing.join(30)
 
     def settled() -> bool:
-        return not _books(stack, producing, consumers).end_state_missing()
+        acked = {s.seq for s in producing.acked}
+        return (not _books(stack, producing, consumers).end_state_missing()
+                and {line["seq"] for line in consumers[2].lines()} >= acked)
 
     try:
         wait_until(settled, DRAIN_TIMEOUT_S, interval_s=2.0, what="every message at its end")
@@ -330,6 +337,9 @@ def test_no_acknowledged_message_is_lost_when_any_process_dies(
     assert [s for s, n in books.in_topic.items() if n > 1] == [], \
         f"a message stored twice in its topic (SPEC D9, seed {seed})"
     assert books.early() == [], f"delivered before its time (SPEC D3, seed {seed})"
+    orderly = consumers[2].lines()
+    assert {line["seq"] for line in orderly} >= {s.seq for s in books.acked}, "orderly lost"
+    assert order_breaks(orderly) == [], f"an orderly queue jumped ahead (SPEC R12, seed {seed})"
     # at least once, but a second delivery only where a crash lost an acknowledgement
     assert books.duplicates_by_cause(injected)["none"] == 0, f"seed {seed}"
     assert sum(r["acked"] for r in rows) == len(books.acked) > 0
