@@ -153,3 +153,24 @@ def test_a_request_larger_than_what_is_buffered_is_served(services: Services) ->
                          json={"messages": messages}, timeout=ANSWER_S)
     assert sent.status_code == 201, sent.text[:300]
     assert len(sent.json()["results"]) == 300
+
+
+@pytest.mark.parametrize("frame", [
+    b"\x00\xff\xfe garbage \r\n\r\n",                      # not HTTP at all
+    b"POST /v1/topics HTTP/1.1\r\nContent-Length: -5\r\n\r\n",  # a length that cannot be
+    b"GET / HTTP/9.9\r\n\r\n",                             # a version nobody speaks
+    b"POST /v1/topics HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\nxx\r\n0\r\n\r\n",
+    # the same through the store's produce fast path (WSGI, not Flask)
+    b"POST /v1/topics/" + TOPIC.encode() + b"/messages HTTP/1.1\r\nTransfer-Encoding: chunked"
+    b"\r\n\r\nZZ\r\nxx\r\n0\r\n\r\n",
+])
+@pytest.mark.parametrize("which", ["store", "retry"])
+def test_a_malformed_frame_is_refused_and_the_service_goes_on(
+        services: Services, which: str, frame: bytes) -> None:
+    service = getattr(services, which)
+    with socket.create_connection(("127.0.0.1", service.port), timeout=ANSWER_S) as s:
+        s.sendall(frame)
+        answer = s.recv(65536)
+    # a 4xx in the JSON error shape, or the connection closed without an answer: never a 5xx
+    assert answer == b"" or answer.split(b" ", 2)[1].startswith(b"4"), answer[:200]
+    assert requests.get(service.url + "/healthz", timeout=ANSWER_S).status_code == 200

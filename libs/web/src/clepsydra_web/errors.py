@@ -10,9 +10,10 @@ from collections.abc import Mapping
 
 import orjson
 from flask import Flask, Response
+from gunicorn.http.errors import ParseException
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from clepsydra_core.errors import ClepsydraError
+from clepsydra_core.errors import ClepsydraError, ValidationError
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +79,13 @@ def register_error_handlers(app: Flask, *, size_setting: str) -> None:
             if name.lower() != "content-type":
                 resp.headers[name] = value  # Allow: on a 405
         return resp
+
+    @app.errorhandler(ParseException)
+    def _malformed(exc: ParseException) -> Response:
+        # gunicorn meets a broken body only when the route reads it (a chunk size that is not
+        # hex, a missing terminator): the client's fault, answered like one (issue 16)
+        err = ValidationError(f"malformed HTTP request body: {exc}", code="INVALID_REQUEST")
+        return error_response(400, orjson.dumps(err.to_json()))
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception) -> Response:
