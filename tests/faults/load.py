@@ -26,6 +26,8 @@ from clepsydra_core.errors import ClepsydraError
 from tests.faults.consumer import FAIL_ALWAYS
 from tests.fixtures.processes import REPO
 
+CONSUMER_FAULT = "consumer"
+"""The fault matrix's name of a consumer crash."""
 # (delay level, its delay in ms with the default table): immediate, 1 s, 5 s
 DELAYS = ((0, 0), (1, 1000), (2, 5000))
 
@@ -242,9 +244,13 @@ class Books:
 
 
 def _cause(injected: list[tuple[str, int]], first_ms: int, again_ms: int) -> str:
-    """The first fault injected between two calls of the listener for one attempt: the crash
-    that lost the first call's acknowledgement."""
+    """The fault that made the listener see an attempt again: a consumer crash between the two
+    calls when there was one (it loses every acknowledgement not yet committed, and its queues
+    are taken over some 15 s later, while other faults go on), else the first fault injected
+    between them."""
     causes = [name for name, at in injected if first_ms <= at <= again_ms]
+    if CONSUMER_FAULT in causes:
+        return CONSUMER_FAULT
     return causes[0] if causes else "none"
 
 

@@ -42,7 +42,14 @@ import requests
 from clepsydra_client import AdminClient
 from clepsydra_core.errors import CorruptRecordError
 from clepsydra_core.records import END_MAGIC, decode_record, peek_size_magic
-from tests.faults.load import Books, ConsumerProcess, Producing, order_breaks, seqs_in
+from tests.faults.load import (
+    CONSUMER_FAULT,
+    Books,
+    ConsumerProcess,
+    Producing,
+    order_breaks,
+    seqs_in,
+)
 from tests.fixtures.processes import wait_until
 from tests.fixtures.stack import RunningStack, descendants, stack_factory
 
@@ -135,7 +142,7 @@ class Matrix:
             Fault("retry", lambda: self._kill(RETRY), self._back(RETRY, s.retry_url)),
             Fault("redis", lambda: self._kill(REDIS), self._back(REDIS, None)),
             Fault("redis-empty", self._wipe_redis, self._redis_back_empty),
-            Fault("consumer", self._kill_consumer, self._consumer_grew),
+            Fault(CONSUMER_FAULT, self._kill_consumer, self._consumer_grew),
             Fault("commitlog-torn", self._tear_commitlog, self._back(STORE, s.store_url)),
             Fault("disk-full", self._fill_disk, self._writes_again),
         ]
