@@ -37,7 +37,7 @@ from clepsydra_analytics.export_files import ExportFiles, hour_of  # noqa: E402
 from clepsydra_analytics.exporter import Exporter  # noqa: E402
 from clepsydra_analytics.settings import AnalyticsSettings  # noqa: E402
 from clepsydra_analytics.store_reader import StoreReader  # noqa: E402
-from tests.fixtures.processes import store_service  # noqa: E402
+from tools.processes import store_service  # noqa: E402
 
 TOPICS = ("orders", "payments", "audit", "mail")
 GROUPS = ("billing", "shipping")

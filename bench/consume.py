@@ -40,7 +40,8 @@ if str(REPO) not in sys.path:
 
 from clepsydra_client.admin import AdminClient  # noqa: E402
 from clepsydra_client.producer import OutgoingMessage, Producer  # noqa: E402
-from tests.fixtures.processes import (  # noqa: E402
+from tests.fixtures.scheduler import SchedulerProcess  # noqa: E402
+from tools.processes import (  # noqa: E402
     HttpService,
     Process,
     RedisServer,
@@ -48,7 +49,6 @@ from tests.fixtures.processes import (  # noqa: E402
     store_service,
     wait_until,
 )
-from tests.fixtures.scheduler import SchedulerProcess  # noqa: E402
 
 QUEUES = 8
 PRODUCE_BATCH = 100

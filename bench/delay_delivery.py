@@ -46,7 +46,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from tests.fixtures.processes import (  # noqa: E402 - after the sys.path line above
+from tests.fixtures.scheduler import SchedulerProcess  # noqa: E402
+from tools.processes import (  # noqa: E402 - after the sys.path line above
     HttpService,
     Process,
     RedisServer,
@@ -54,7 +55,6 @@ from tests.fixtures.processes import (  # noqa: E402 - after the sys.path line a
     store_service,
     wait_until,
 )
-from tests.fixtures.scheduler import SchedulerProcess  # noqa: E402
 
 BODY = "x" * 1024
 BATCH = 100

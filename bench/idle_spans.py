@@ -14,7 +14,6 @@ import collections
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,13 +24,10 @@ from pathlib import Path
 import requests
 
 REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+from tools.processes import free_port  # noqa: E402 - after the sys.path line above
 
 
 def count_lines(path: Path) -> list[dict[str, object]]:

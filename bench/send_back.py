@@ -46,7 +46,7 @@ import requests
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.fixtures.processes import (  # noqa: E402
+from tools.processes import (  # noqa: E402
     HttpService,
     RedisServer,
     free_port,

@@ -26,14 +26,12 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,6 +40,11 @@ from pathlib import Path
 import requests
 
 REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from tools.processes import store_service  # noqa: E402 - after the sys.path line above
+
 BODY_BYTES = 1024
 BATCH = 100
 TARGETS = {"inproc": 150_000, "single8": 2_500, "batch": 50_000, "sync8": 20_000}
@@ -64,53 +67,26 @@ class Row:
         return self.rate * BODY_BYTES / 1e6
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class StoreProcess:
-    """``python -m clepsydra_store`` on a free port under its own CLEPSYDRA_HOME."""
+    """``python -m clepsydra_store`` on a free port under its own CLEPSYDRA_HOME (the
+    toolkit's :func:`tools.processes.store_service`), and its one worker's pid."""
 
     def __init__(self, home: Path, flush: str) -> None:
-        self.port = free_port()
-        self.home = home
-        env = {**os.environ, "CLEPSYDRA_HOME": str(home), "CLEPSYDRA_STORE_PORT": str(self.port),
-               "CLEPSYDRA_FLUSH": flush, "CLEPSYDRA_LOG_LEVEL": "WARNING"}
-        home.mkdir(parents=True, exist_ok=True)
-        self.log = open(home / "store.log", "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen([sys.executable, "-m", "clepsydra_store"], env=env,
-                                     stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True, cwd=REPO)
-        self.url = f"http://127.0.0.1:{self.port}"
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError((home / "store.log").read_text())
-            try:
-                with urllib.request.urlopen(self.url + "/healthz", timeout=1):
-                    return
-            except OSError:
-                time.sleep(0.1)
-        raise RuntimeError("store did not become healthy")
+        self.service = store_service(home, env={"CLEPSYDRA_FLUSH": flush,
+                                                "CLEPSYDRA_LOG_LEVEL": "WARNING"}).start(60)
+        self.url = self.service.url
 
     def worker_pid(self) -> int | None:
+        pid = self.service.pid
         try:
-            children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text()
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text()
         except OSError:
             return None
         pids = children.split()
         return int(pids[0]) if pids else None
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-        self.log.close()
+        self.service.stop(30)
 
 
 def message(i: int) -> dict[str, object]:

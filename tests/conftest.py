@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.processes import HttpService, RedisServer, store_service
+from tools.processes import HttpService, RedisServer, store_service
 
 
 @pytest.fixture

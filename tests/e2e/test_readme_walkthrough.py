@@ -27,8 +27,8 @@ from typing import Any
 import pytest
 
 from tests.fixtures.markdown import REPO, code_blocks, section, shell_commands
-from tests.fixtures.processes import wait_until
 from tests.fixtures.stack import RunningStack
+from tools.processes import wait_until
 
 pytestmark = pytest.mark.e2e
 

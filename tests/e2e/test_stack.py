@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 import requests
 
-from tests.fixtures.processes import wait_until
 from tests.fixtures.stack import (
     READY_LINE,
     RunningStack,
@@ -20,6 +19,7 @@ from tests.fixtures.stack import (
     descendants,
     still_running,
 )
+from tools.processes import wait_until
 
 pytestmark = pytest.mark.e2e
 

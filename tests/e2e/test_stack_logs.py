@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.fixtures.processes import wait_until
 from tests.fixtures.stack import RunningStack
+from tools.processes import wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -24,7 +24,7 @@ import requests
 from clepsydra_client import Producer
 from clepsydra_core.errors import ClepsydraError
 from tests.faults.consumer import FAIL_ALWAYS
-from tests.fixtures.processes import REPO
+from tools.processes import REPO
 
 CONSUMER_FAULT = "consumer"
 """The fault matrix's name of a consumer crash."""

@@ -50,8 +50,8 @@ from tests.faults.load import (
     order_breaks,
     seqs_in,
 )
-from tests.fixtures.processes import wait_until
 from tests.fixtures.stack import RunningStack, descendants, stack_factory
+from tools.processes import wait_until
 
 pytestmark = pytest.mark.faults
 

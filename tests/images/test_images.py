@@ -31,7 +31,7 @@ from clepsydra_client import (
     Producer,
     PushConsumer,
 )
-from tests.fixtures.processes import REPO, free_port, wait_until
+from tools.processes import REPO, free_port, wait_until
 
 pytestmark = pytest.mark.images
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import pytest
 import requests
 
-from tests.fixtures.processes import HttpService, RedisServer, free_port, store_service
+from tools.processes import HttpService, RedisServer, free_port, store_service
 
 pytestmark = pytest.mark.integration
 

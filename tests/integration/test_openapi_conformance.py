@@ -23,7 +23,7 @@ import requests
 
 from clepsydra_core.wire.groups import EXAMPLE_GROUP
 from clepsydra_core.wire.topics import EXAMPLE_TOPIC
-from tests.fixtures.processes import HttpService, RedisServer, free_port, store_service
+from tools.processes import HttpService, RedisServer, free_port, store_service
 
 pytestmark = pytest.mark.integration
 

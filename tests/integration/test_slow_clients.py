@@ -19,7 +19,7 @@ import pytest
 import requests
 
 from clepsydra_web.slow_clients import READY_BYTES, request_complete
-from tests.fixtures.processes import HttpService, RedisServer, free_port, store_service
+from tools.processes import HttpService, RedisServer, free_port, store_service
 
 pytestmark = pytest.mark.integration
 

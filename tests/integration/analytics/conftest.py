@@ -15,7 +15,7 @@ import requests
 
 from clepsydra_analytics.export_files import ExportFiles
 from clepsydra_analytics.settings import AnalyticsSettings
-from tests.fixtures.processes import Process
+from tools.processes import Process
 
 
 def settings_for(store_url: str, home: Path, **env: str) -> AnalyticsSettings:

@@ -19,8 +19,8 @@ from clepsydra_analytics.exporter import Exporter
 from clepsydra_analytics.settings import AnalyticsSettings
 from clepsydra_client.cli import main as cli_main
 from clepsydra_core import naming
-from tests.fixtures.processes import HttpService, free_port
 from tests.integration.analytics.conftest import create_topic, produce, settings_for
+from tools.processes import HttpService, free_port
 
 pytestmark = pytest.mark.integration
 

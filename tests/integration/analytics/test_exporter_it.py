@@ -16,7 +16,6 @@ from clepsydra_analytics.status import export_status
 from clepsydra_analytics.store_reader import StoreReader
 from clepsydra_core import naming
 from clepsydra_core.errors import ConfigError, Unavailable
-from tests.fixtures.processes import HttpService, wait_until
 from tests.integration.analytics.conftest import (
     create_topic,
     exported,
@@ -24,6 +23,7 @@ from tests.integration.analytics.conftest import (
     produce,
     settings_for,
 )
+from tools.processes import HttpService, wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -12,13 +12,13 @@ import pytest
 from clepsydra_analytics.export_files import ExportFiles
 from clepsydra_analytics.status import export_status
 from clepsydra_analytics.store_reader import StoreReader
-from tests.fixtures.processes import HttpService, free_port, http_ok, wait_until
 from tests.integration.analytics.conftest import (
     create_topic,
     exported_ids,
     produce,
     settings_for,
 )
+from tools.processes import HttpService, free_port, http_ok, wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -33,7 +33,7 @@ from clepsydra_client.cli import main as cli_main
 from clepsydra_core import naming
 from clepsydra_core.auth import Role
 from clepsydra_core.auth_tokens import create_token
-from tests.fixtures.processes import (
+from tools.processes import (
     HttpService,
     Process,
     RedisServer,

@@ -30,15 +30,15 @@ from clepsydra_client.producer import Producer
 from clepsydra_client.push import PushConsumer
 from clepsydra_client.settings import ensure_tracing
 from clepsydra_core import telemetry
-from tests.fixtures.processes import (
+from tests.fixtures.scheduler import SchedulerProcess, scheduler_env
+from tests.integration.retry.conftest import LEVELS_1S, retry_service
+from tools.processes import (
     HttpService,
     Process,
     RedisServer,
     store_service,
     wait_until,
 )
-from tests.fixtures.scheduler import SchedulerProcess, scheduler_env
-from tests.integration.retry.conftest import LEVELS_1S, retry_service
 
 HERE = Path(__file__).resolve().parent
 EXPIRY_MS = 3000

@@ -17,8 +17,8 @@ from clepsydra_client.message import SendResult
 from clepsydra_client.producer import Producer
 from clepsydra_core import properties as P
 from clepsydra_core.errors import ClepsydraError
-from tests.fixtures.processes import free_port
 from tests.integration.client.conftest import ClientStack
+from tools.processes import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ from clepsydra_client.listener import ConsumeResult
 from clepsydra_client.producer import OutgoingMessage
 from clepsydra_core import naming
 from clepsydra_core import properties as P
-from tests.fixtures.processes import wait_until
+from tools.processes import wait_until
 
 if TYPE_CHECKING:
     from clepsydra_client.admin import AdminClient

@@ -22,8 +22,8 @@ from tests.fixtures.kube_api import (
     start_kube_api,
     stateful_set,
 )
-from tests.fixtures.processes import HttpService, free_port
 from tests.fixtures.scheduler import STORE_LEVELS, TOPIC, StoreApi
+from tools.processes import HttpService, free_port
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import pytest
 
 from clepsydra_client.listener import ConsumeResult
 from clepsydra_core import naming
-from tests.fixtures.processes import wait_until
+from tools.processes import wait_until
 
 if TYPE_CHECKING:
     from clepsydra_client.admin import AdminClient

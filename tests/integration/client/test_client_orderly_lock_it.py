@@ -19,7 +19,7 @@ from clepsydra_client.listener import ConsumeFromWhere, OrderlyResult
 from clepsydra_client.producer import OutgoingMessage, Producer
 from clepsydra_client.push import PushConsumer
 from clepsydra_core.http import HttpClient
-from tests.fixtures.processes import HttpService, wait_until
+from tools.processes import HttpService, wait_until
 
 if TYPE_CHECKING:
     from clepsydra_client.admin import AdminClient

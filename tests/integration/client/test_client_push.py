@@ -24,7 +24,7 @@ from clepsydra_client.pull_consumer import PullConsumer
 from clepsydra_client.topics import fetch_topic_or_none
 from clepsydra_core import naming, telemetry
 from clepsydra_core import properties as P
-from tests.fixtures.processes import wait_until
+from tools.processes import wait_until
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -14,7 +14,7 @@ import pytest
 
 from clepsydra_client.producer import OutgoingMessage
 from clepsydra_client.rebalance import AverageByCircleStrategy
-from tests.fixtures.processes import wait_until
+from tools.processes import wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Callable

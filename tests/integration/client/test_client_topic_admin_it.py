@@ -10,7 +10,7 @@ import pytest
 
 from clepsydra_core import naming
 from clepsydra_core.errors import Forbidden, TopicNotFound, ValidationError
-from tests.fixtures.processes import wait_until
+from tools.processes import wait_until
 
 if TYPE_CHECKING:
     from clepsydra_client.admin import AdminClient

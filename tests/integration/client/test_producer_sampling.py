@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from clepsydra_client.producer import OutgoingMessage, Producer
 from clepsydra_core import telemetry
-from tests.fixtures.processes import HttpService
+from tools.processes import HttpService
 
 pytestmark = pytest.mark.integration
 

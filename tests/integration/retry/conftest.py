@@ -26,7 +26,7 @@ from clepsydra_core import naming
 from clepsydra_retry.app import create_app
 from clepsydra_retry.settings import RetrySettings
 from tests.fixtures.otlp import OtlpReceiver
-from tests.fixtures.processes import (
+from tools.processes import (
     HttpService,
     Process,
     RedisServer,

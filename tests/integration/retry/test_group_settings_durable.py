@@ -12,8 +12,8 @@ import requests
 from clepsydra_core import naming
 from clepsydra_retry.app import create_app
 from clepsydra_retry.settings import RetrySettings
-from tests.fixtures.processes import RedisServer, store_service, wait_until
 from tests.integration.retry.conftest import LEVELS_1S, enc, retry_service
+from tools.processes import RedisServer, store_service, wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ import pytest
 
 from clepsydra_core import naming
 from clepsydra_core import properties as P
-from tests.fixtures.processes import Process
+from tools.processes import Process
 
 if TYPE_CHECKING:
     from tests.integration.retry.conftest import Stack

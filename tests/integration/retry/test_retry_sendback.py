@@ -18,7 +18,7 @@ from clepsydra_core import naming, telemetry
 from clepsydra_core import properties as P
 from clepsydra_retry.app import create_app
 from clepsydra_retry.settings import RetrySettings
-from tests.fixtures.processes import HttpService, RedisServer, free_port
+from tools.processes import HttpService, RedisServer, free_port
 
 if TYPE_CHECKING:
     from tests.integration.retry.conftest import Stack

@@ -32,7 +32,7 @@ from clepsydra_client.push import PushConsumer
 from clepsydra_core import naming, telemetry
 from clepsydra_core import properties as P
 from tests.fixtures.otlp import ReceivedSpan
-from tests.fixtures.processes import wait_until
+from tools.processes import wait_until
 
 if TYPE_CHECKING:
     from tests.integration.retry.conftest import TracedStack

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.processes import HttpService, RedisServer
 from tests.fixtures.scheduler import STORE_LEVELS, TOPIC, SchedulerStack, StoreApi
+from tools.processes import HttpService, RedisServer
 
 
 @pytest.fixture

@@ -18,8 +18,8 @@ from clepsydra_scheduler.autoscaler import Autoscaler
 from clepsydra_scheduler.handover_client import HttpHandoverApi
 from clepsydra_scheduler.kube import DeploymentScale, KubeCallFailed, api_client
 from tests.fixtures.kube_api import KubeApi, deployment, start_kube_api
-from tests.fixtures.processes import HttpService, free_port, wait_until
 from tests.fixtures.scheduler import STORE_LEVELS, TOPIC, StoreApi
+from tools.processes import HttpService, free_port, wait_until
 
 pytestmark = pytest.mark.integration
 

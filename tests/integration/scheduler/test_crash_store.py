@@ -12,8 +12,8 @@ import pytest
 import requests
 
 from clepsydra_core import naming
-from tests.fixtures.processes import Process, RedisServer, wait_until
 from tests.fixtures.scheduler import TOPIC, SchedulerStack, StoreApi, assert_each_once
+from tools.processes import Process, RedisServer, wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from clepsydra_core.naming import delay_lease_key, delay_offset_key
-from tests.fixtures.processes import RedisServer, wait_until
 from tests.fixtures.scheduler import TOPIC, SchedulerStack, assert_each_once
+from tools.processes import RedisServer, wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -14,8 +14,8 @@ import pytest
 from clepsydra_core import naming, telemetry
 from clepsydra_core import properties as P
 from clepsydra_core.naming import delay_offset_key
-from tests.fixtures.processes import free_port, wait_until
 from tests.fixtures.scheduler import TOPIC, SchedulerStack, assert_each_once
+from tools.processes import free_port, wait_until
 
 pytestmark = pytest.mark.integration
 

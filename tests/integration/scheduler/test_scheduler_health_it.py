@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.processes import free_port, wait_until
 from tests.fixtures.scheduler import SchedulerStack
+from tools.processes import free_port, wait_until
 
 pytestmark = pytest.mark.integration
 

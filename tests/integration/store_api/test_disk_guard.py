@@ -22,8 +22,8 @@ import pytest
 import requests
 
 from clepsydra_core import naming
-from tests.fixtures.processes import HttpService, RedisServer, wait_until
 from tests.integration.retry.conftest import retry_service
+from tools.processes import HttpService, RedisServer, wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -7,8 +7,8 @@ import time
 import pytest
 from flask.testing import FlaskClient
 
-from tests.fixtures.processes import wait_until
 from tests.integration.store_api.helpers import TOPIC
+from tools.processes import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -14,8 +14,8 @@ from flask.testing import FlaskClient
 
 from clepsydra_core.msgid import decode_msg_id
 from clepsydra_store.consumers import ConsumerRegistry
-from tests.fixtures.processes import wait_until
 from tests.integration.store_api.helpers import TOPIC, assert_error, context, stored_count
+from tools.processes import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import requests
 
-from tests.fixtures.processes import HttpService, free_port, wait_until
 from tests.integration.store_api.helpers import LEVELS, TOPIC
+from tools.processes import HttpService, free_port, wait_until
 
 pytestmark = pytest.mark.integration
 

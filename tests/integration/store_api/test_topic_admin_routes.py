@@ -14,8 +14,8 @@ from flask.testing import FlaskClient
 
 from clepsydra_core import naming
 from clepsydra_core.http import segment
-from tests.fixtures.processes import HttpService, free_port
 from tests.integration.store_api.helpers import TOPIC, assert_error, stored_count
+from tools.processes import HttpService, free_port
 
 pytestmark = pytest.mark.integration
 

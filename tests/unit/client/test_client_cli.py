@@ -18,7 +18,7 @@ from clepsydra_client.render import (
     render_table,
 )
 from clepsydra_core.errors import ValidationError
-from tests.fixtures.processes import free_port
+from tools.processes import free_port
 
 if TYPE_CHECKING:
 

@@ -29,8 +29,8 @@ from clepsydra_client.sendback import SendBack
 from clepsydra_client.timers import TimerPool, WorkerPool
 from clepsydra_core import properties as P
 from clepsydra_core.errors import Unavailable
-from tests.fixtures.processes import wait_until
 from tests.unit.client.fakes import FakeHttp, FakeRetry, as_http, failing
+from tools.processes import wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Callable

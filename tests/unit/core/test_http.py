@@ -18,7 +18,7 @@ from clepsydra_core.errors import (
     ValidationError,
 )
 from clepsydra_core.http import HttpClient, RemoteError, error_from_response, segment
-from tests.fixtures.processes import free_port
+from tools.processes import free_port
 
 if TYPE_CHECKING:
 

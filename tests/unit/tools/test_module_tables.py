@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.processes import REPO
+from tools.processes import REPO
 
 PACKAGES = {
     "services/store/README.md": "services/store/src/clepsydra_store",
