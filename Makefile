@@ -105,7 +105,7 @@ type: setup
 	$(BIN)/mypy libs/core/src libs/web/src services/store/src services/scheduler/src services/retry/src libs/client/src services/analytics/src tools
 
 bench: setup
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python bench/store_produce.py
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m bench.store_produce
 
 ## openapi: write every service's openapi.json from its route table and the wire types
 ## (python -m tools.openapi; a unit test fails when a checked-in document is not up to date)

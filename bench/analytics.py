@@ -1,6 +1,6 @@
 """Analytics benchmark (issue 10): exporter rows/s, and the four jobs over generated rows.
 
-    .venv/bin/python bench/analytics.py [--export-rows 200000] [--job-rows 10000000]
+    .venv/bin/python -m bench.analytics [--export-rows 200000] [--job-rows 10000000]
                                         [--only export,jobs]
 
 - export: a store process on a free port (temporary CLEPSYDRA_HOME), ``--export-rows``
@@ -29,15 +29,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import requests
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from clepsydra_analytics import schemas
+from clepsydra_analytics.export_files import ExportFiles, hour_of
+from clepsydra_analytics.exporter import Exporter
+from clepsydra_analytics.settings import AnalyticsSettings
+from clepsydra_analytics.store_reader import StoreReader
+from tools.processes import store_service
 
-from clepsydra_analytics import schemas  # noqa: E402
-from clepsydra_analytics.export_files import ExportFiles, hour_of  # noqa: E402
-from clepsydra_analytics.exporter import Exporter  # noqa: E402
-from clepsydra_analytics.settings import AnalyticsSettings  # noqa: E402
-from clepsydra_analytics.store_reader import StoreReader  # noqa: E402
-from tools.processes import store_service  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 TOPICS = ("orders", "payments", "audit", "mail")
 GROUPS = ("billing", "shipping")

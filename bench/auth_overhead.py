@@ -1,6 +1,6 @@
 """What access control costs on the store's produce path (issue 16).
 
-    .venv/bin/python bench/auth_overhead.py [--requests 20000] [--rounds 5]
+    .venv/bin/python -m bench.auth_overhead [--requests 20000] [--rounds 5]
 
 Two measures, both in one process so that the other processes on the machine matter less:
 

@@ -1,6 +1,6 @@
 """Consume benchmark: the client SDK end to end (produce -> store -> push consumers).
 
-    .venv/bin/python bench/consume.py [--quick] [--messages N] [--pull-batch 256]
+    .venv/bin/python -m bench.consume [--quick] [--messages N] [--pull-batch 256]
                                       [--consume-batch 1] [--only one,four,failing]
 
 Everything runs as real processes on free ports under a temporary CLEPSYDRA_HOME: one
@@ -34,14 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from clepsydra_client.admin import AdminClient  # noqa: E402
-from clepsydra_client.producer import OutgoingMessage, Producer  # noqa: E402
-from tests.fixtures.scheduler import SchedulerProcess  # noqa: E402
-from tools.processes import (  # noqa: E402
+from clepsydra_client.admin import AdminClient
+from clepsydra_client.producer import OutgoingMessage, Producer
+from tests.fixtures.scheduler import SchedulerProcess
+from tools.processes import (
     HttpService,
     Process,
     RedisServer,
@@ -49,6 +45,8 @@ from tools.processes import (  # noqa: E402
     store_service,
     wait_until,
 )
+
+REPO = Path(__file__).resolve().parents[1]
 
 QUEUES = 8
 PRODUCE_BATCH = 100

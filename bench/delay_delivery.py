@@ -1,6 +1,6 @@
 """Delayed delivery benchmark: Clepsydra's scheduler beside Celery's own ``countdown``.
 
-    .venv/bin/python bench/delay_delivery.py [--quick] [--messages N] [--drain N]
+    .venv/bin/python -m bench.delay_delivery [--quick] [--messages N] [--drain N]
                                              [--pending N] [--skip celery,pending,...]
 
 Everything runs as real processes on free ports under a temporary CLEPSYDRA_HOME: one
@@ -42,12 +42,8 @@ from typing import Any
 import redis
 import requests
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from tests.fixtures.scheduler import SchedulerProcess  # noqa: E402
-from tools.processes import (  # noqa: E402 - after the sys.path line above
+from tests.fixtures.scheduler import SchedulerProcess
+from tools.processes import (
     HttpService,
     Process,
     RedisServer,
@@ -55,6 +51,8 @@ from tools.processes import (  # noqa: E402 - after the sys.path line above
     store_service,
     wait_until,
 )
+
+REPO = Path(__file__).resolve().parents[1]
 
 BODY = "x" * 1024
 BATCH = 100

@@ -4,7 +4,7 @@ push consumer long-polling an empty topic, health probes every 5 s and a metrics
 its spans to one file (``CLEPSYDRA_OTEL_EXPORTER=file:<path>``). Prints spans per second over
 the measured window, by service and span name.
 
-    python bench/idle_spans.py [--warmup-s 10] [--window-s 30]
+    python -m bench.idle_spans [--warmup-s 10] [--window-s 30]
 """
 
 from __future__ import annotations
@@ -23,11 +23,9 @@ from pathlib import Path
 
 import requests
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from tools.processes import free_port
 
-from tools.processes import free_port  # noqa: E402 - after the sys.path line above
+REPO = Path(__file__).resolve().parent.parent
 
 
 def count_lines(path: Path) -> list[dict[str, object]]:

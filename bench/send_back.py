@@ -1,6 +1,6 @@
 """Retry service benchmark: send-backs per second through the API, and DLQ resend throughput.
 
-    .venv/bin/python bench/send_back.py [--quick] [--seconds 5] [--only single,batch,resend]
+    .venv/bin/python -m bench.send_back [--quick] [--seconds 5] [--only single,batch,resend]
                                         [--resend-count 100000] [--workers 2] [--profile]
 
 Scenarios (targets on a 2-core machine, issue 4):
@@ -43,15 +43,14 @@ from urllib.parse import quote
 
 import requests
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from tools.processes import (  # noqa: E402
+from tools.processes import (
     HttpService,
     RedisServer,
     free_port,
     store_service,
 )
+
+REPO = Path(__file__).resolve().parents[1]
 
 TARGETS = {"batch": 3_000, "resend": 20_000}
 Stored = tuple[int, int, int]

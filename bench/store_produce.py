@@ -1,6 +1,6 @@
 """Store produce benchmark: prints msgs/s and MB/s for 1 KiB messages.
 
-    .venv/bin/python bench/store_produce.py [--seconds 5] [--only inproc,single1,...]
+    .venv/bin/python -m bench.store_produce [--seconds 5] [--only inproc,single1,...]
                                             [--profile] [--url http://127.0.0.1:8081]
 
 Scenarios (targets on a 2-core machine, issue 2):
@@ -39,11 +39,9 @@ from pathlib import Path
 
 import requests
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from tools.processes import store_service
 
-from tools.processes import store_service  # noqa: E402 - after the sys.path line above
+REPO = Path(__file__).resolve().parents[1]
 
 BODY_BYTES = 1024
 BATCH = 100

@@ -1,7 +1,7 @@
 """What tracing costs (issue 19, "cheap"): the SDK's produce rate (single messages and batches)
 and a push consumer's drain rate, with tracing off and on, in one run.
 
-    .venv/bin/python bench/tracing.py [--seconds 5] [--rounds 3] [--drain 3000] [--batch 100]
+    .venv/bin/python -m bench.tracing [--seconds 5] [--rounds 3] [--drain 3000] [--batch 100]
 
 Modes (the client in this process, the store as its own process):
 
@@ -44,15 +44,14 @@ from pathlib import Path
 
 from opentelemetry import trace
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from store_produce import StoreProcess, free_port, process_cpu_s
-from tracing_work import measure
-
+from bench.store_produce import StoreProcess, process_cpu_s
+from bench.tracing_work import measure
 from clepsydra_client.admin import AdminClient
 from clepsydra_client.listener import ConsumeFromWhere
 from clepsydra_client.producer import OutgoingMessage, Producer
 from clepsydra_client.push import PushConsumer
 from clepsydra_core import telemetry
+from tools.processes import free_port
 
 MODES = ("off", "none", "default", "always")
 EXPORTER = {"off": "none", "none": "none", "default": "otlp", "always": "otlp"}
