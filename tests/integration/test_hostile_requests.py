@@ -5,14 +5,14 @@ service stays up."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 import requests
 
-from tools.processes import HttpService, RedisServer, free_port, store_service
+from tests.integration.retry.conftest import retry_service
+from tools.processes import RedisServer, store_service
 
 pytestmark = pytest.mark.integration
 
@@ -35,12 +35,8 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
     redis = RedisServer(home / "redis").start()
     store = store_service(home / "store", env={
         "CLEPSYDRA_STORE_MAX_REQUEST_BYTES": str(LIMIT_BYTES)}).start()
-    port = free_port()
-    retry = HttpService("retry", [sys.executable, "-m", "clepsydra_retry"], port=port,
-                        env={"CLEPSYDRA_HOME": str(home), "CLEPSYDRA_RETRY_PORT": str(port),
-                             "CLEPSYDRA_STORE_URL": store.url, "CLEPSYDRA_REDIS_URL": redis.url,
-                             "CLEPSYDRA_RETRY_MAX_REQUEST_BYTES": str(LIMIT_BYTES)},
-                        log_dir=home / "logs").start()
+    retry = retry_service(home / "retry", store_url=store.url, redis_url=redis.url,
+                          env={"CLEPSYDRA_RETRY_MAX_REQUEST_BYTES": str(LIMIT_BYTES)}).start()
     try:
         assert requests.post(f"{store.url}/v1/topics", json={"name": TOPIC, "queues": 1},
                              timeout=10).status_code == 201

@@ -9,7 +9,6 @@ connection held a thread in a blocking read.
 from __future__ import annotations
 
 import socket
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -19,7 +18,8 @@ import pytest
 import requests
 
 from clepsydra_web.slow_clients import READY_BYTES, request_complete
-from tools.processes import HttpService, RedisServer, free_port, store_service
+from tests.integration.retry.conftest import retry_service
+from tools.processes import HttpService, RedisServer, store_service
 
 pytestmark = pytest.mark.integration
 
@@ -40,12 +40,8 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
     home = tmp_path_factory.mktemp("slow")
     redis = RedisServer(home / "redis").start()
     store = store_service(home / "store", env={"CLEPSYDRA_STORE_THREADS": str(THREADS)}).start()
-    port = free_port()
-    retry = HttpService("retry", [sys.executable, "-m", "clepsydra_retry"], port=port,
-                        env={"CLEPSYDRA_HOME": str(home), "CLEPSYDRA_RETRY_PORT": str(port),
-                             "CLEPSYDRA_STORE_URL": store.url, "CLEPSYDRA_REDIS_URL": redis.url,
-                             "CLEPSYDRA_RETRY_THREADS": str(THREADS)},
-                        log_dir=home / "logs").start()
+    retry = retry_service(home / "retry", store_url=store.url, redis_url=redis.url,
+                          env={"CLEPSYDRA_RETRY_THREADS": str(THREADS)}).start()
     try:
         assert requests.post(f"{store.url}/v1/topics", json={"name": TOPIC, "queues": 1},
                              timeout=ANSWER_S).status_code == 201

@@ -111,6 +111,17 @@ class Route:
     """Per-route text of an error status (else :data:`ERROR_TEXT`)."""
 
 
+def ops_routes(health: Route, metrics: str = "Prometheus text exposition.") -> list[Route]:
+    """The routes of the shared ops blueprint (clepsydra_web.ops): the service's own
+    ``/healthz`` answer, ``/metrics`` (``metrics``: what it exposes) and ``/openapi.json``."""
+    return [health,
+            Route("GET", "/metrics", "metrics", metrics,
+                  [Answer(200, "Prometheus text exposition", {"type": "string"},
+                          media="text/plain")]),
+            Route("GET", "/openapi.json", "openapi", "This document.",
+                  [Answer(200, "OpenAPI 3.1 document", {"type": "object"})])]
+
+
 @dataclass(frozen=True, slots=True)
 class Api:
     """A service's contract: its routes, the schemas of its path parameters (by name) and the

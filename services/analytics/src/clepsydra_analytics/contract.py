@@ -12,7 +12,7 @@ from typing import Any
 
 from clepsydra_analytics.jobs import JOB_NAMES
 from clepsydra_core import naming
-from clepsydra_web.openapi import Answer, Api, Param, Route
+from clepsydra_web.openapi import Answer, Api, Param, Route, ops_routes
 
 _INT_OR_NULL = {"type": ["integer", "null"]}
 _RUN_ID = {"type": "string", "example": "20261125T103000123Z-1a2b"}
@@ -106,14 +106,11 @@ ROUTES = [
               "exportUri": {"type": "string"},
               "topics": {"type": "array",
                          "items": {"$ref": "#/components/schemas/TopicStatus"}}}})]),
-    Route("GET", "/healthz", "healthz", "The API answers; whether the store does is reported",
-          [Answer(200, "alive", {"type": "object", "properties": {
-              "status": {"type": "string"}, "store": {"type": "boolean"},
-              "exportUri": {"type": "string"}, "reports": {"type": "string"}}})]),
-    Route("GET", "/metrics", "metrics", "Prometheus text exposition",
-          [Answer(200, "Prometheus text", {"type": "string"}, media="text/plain")]),
-    Route("GET", "/openapi.json", "openapi", "This document",
-          [Answer(200, "this document", {"type": "object"})]),
+    *ops_routes(Route(
+        "GET", "/healthz", "healthz", "The API answers; whether the store does is reported",
+        [Answer(200, "alive", {"type": "object", "properties": {
+            "status": {"type": "string"}, "store": {"type": "boolean"},
+            "exportUri": {"type": "string"}, "reports": {"type": "string"}}})])),
 ]
 
 API = Api(

@@ -20,7 +20,7 @@ from clepsydra_core.wire.messages import StoredMessage
 from clepsydra_core.wire.retry import MAX_SEND_BACK_BATCH, SendBackAnswer, SendBackRequest
 from clepsydra_retry.api import AUDIT_MAX, AUDIT_MAX_DEFAULT, LIST_MAX, LIST_MAX_DEFAULT
 from clepsydra_retry.dlq_filter import MAX_MSG_IDS
-from clepsydra_web.openapi import Answer, Api, Param, Route
+from clepsydra_web.openapi import Answer, Api, Param, Route, ops_routes
 
 MAX_LEVEL = DelayLevels.default().max_level
 
@@ -197,14 +197,11 @@ ROUTES = [
           query=(Param("max", {"type": "integer", "minimum": 1, "maximum": AUDIT_MAX,
                                "default": AUDIT_MAX_DEFAULT}, "records"),),
           errors=_UNAVAILABLE),
-    Route("GET", "/healthz", "healthz", "200 when Redis answers; reports the store too",
-          [Answer(200, "ok", "Health"), Answer(503, "Redis down", "Health")]),
-    Route("GET", "/metrics", "metrics",
-          "Prometheus: clepsydra_retry_send_backs_total{group,outcome}, "
-          "clepsydra_retry_dlq_depth{group}, clepsydra_retry_request_seconds",
-          [Answer(200, "text exposition", {"type": "string"}, media="text/plain")]),
-    Route("GET", "/openapi.json", "openapi", "This document",
-          [Answer(200, "OpenAPI 3.1", {"type": "object"})]),
+    *ops_routes(
+        Route("GET", "/healthz", "healthz", "200 when Redis answers; reports the store too",
+              [Answer(200, "ok", "Health"), Answer(503, "Redis down", "Health")]),
+        "Prometheus: clepsydra_retry_send_backs_total{group,outcome}, "
+        "clepsydra_retry_dlq_depth{group}, clepsydra_retry_request_seconds"),
 ]
 
 API = Api(

@@ -73,6 +73,10 @@ class ProduceMessage(WireValue):
             raise ValidationError("give body or bodyBase64, not both", code="BODY_AND_BASE64")
         if self.body is None and self.body_base64 is None:
             raise ValidationError("a message needs body or bodyBase64", code="MISSING_BODY")
+        for prop in self.properties or ():
+            if not prop or prop in PRODUCER_RESERVED:
+                raise ValidationError(f"{name}.properties: {prop!r} is empty or reserved (set by "
+                                      "the system)", rule="P1", code="INVALID_PROPERTIES")
         if isinstance(self.keys, list) and not all(k and " " not in k for k in self.keys):
             raise ValidationError(f"{name}.keys must be a string or a list of non-empty strings "
                                   "without spaces", code="INVALID_REQUEST")

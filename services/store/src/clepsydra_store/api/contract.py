@@ -52,7 +52,7 @@ from clepsydra_core.wire.topics import (
     TopicList,
     TopicUpdate,
 )
-from clepsydra_web.openapi import Answer, Api, Param, Route
+from clepsydra_web.openapi import Answer, Api, Param, Route, ops_routes
 
 _STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
 _PATTERNS = {"type": "array", "items": {"type": "string"}}
@@ -312,21 +312,19 @@ ROUTES = [
                                    "properties": {"name": {"type": "string"},
                                                   "revoked": {"type": "boolean"}}})],
           errors=(404, 409), error_text=AUTH_ERRORS),
-    Route("GET", "/healthz", "healthz", "Liveness and whether the store accepts writes.",
-          [Answer(200, "Up", {"type": "object", "required": ["status", "writable"],
-                              "properties": {"status": {"type": "string", "enum": ["ok"]},
-                                             "writable": {"type": "boolean"}}})]),
-    Route("GET", "/metrics", "metrics", "Prometheus text exposition.",
-          [Answer(200, "Metrics", {"type": "string"}, media="text/plain")]),
-    Route("GET", "/openapi.json", "openapi", "This document.",
-          [Answer(200, "OpenAPI 3.1 document", {"type": "object"})]),
+    *ops_routes(Route(
+        "GET", "/healthz", "healthz", "Liveness and whether the store accepts writes.",
+        [Answer(200, "Up", {"type": "object", "required": ["status", "writable"],
+                            "properties": {"status": {"type": "string", "enum": ["ok"]},
+                                           "writable": {"type": "boolean"}}})])),
 ]
 
 API = Api(
     title="Clepsydra store", version="1.0.0",
-    description="The store service: CommitLog and ConsumeQueue owner (DESIGN.md HTTP contract "
-                "v1, docs/contracts.md). Errors are {error, message}; every route answers JSON "
-                "except /metrics. A method a path does not list is 405 METHOD_NOT_ALLOWED with "
-                "an Allow header. Generated from clepsydra_store.api.contract (make openapi).",
+    description="The store service: CommitLog and ConsumeQueue owner (README.md, "
+                "docs/contracts.md, docs/semantics.md). Errors are {error, message}; every "
+                "route answers JSON except /metrics. A method a path does not list is 405 "
+                "METHOD_NOT_ALLOWED with an Allow header. Generated from "
+                "clepsydra_store.api.contract (make openapi).",
     routes=ROUTES, path_params=PATH_PARAMS, schemas=SCHEMAS,
     servers=("http://127.0.0.1:8081",))
