@@ -13,7 +13,7 @@ IMAGES_TEST ?= auto
 comma := ,
 TOX_ALL_ENVS := $(TOX_ENVS)$(if $(filter auto,$(IMAGES_TEST)),$(comma)images)
 
-.PHONY: setup run test test-fast lint type bench openapi clean redis-server docker-engine images images-up images-down
+.PHONY: setup run test test-fast lint type bench bench-peers openapi clean redis-server docker-engine images images-up images-down
 
 setup: $(STAMP) redis-server docker-engine
 
@@ -106,6 +106,11 @@ type: setup
 
 bench: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m bench.store_produce
+
+## bench-peers: Clepsydra beside a Redis sorted set, Dramatiq and Celery on one workload
+bench-peers: setup
+	$(BIN)/python -m pip install -q -r requirements/bench.txt
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m bench.peers
 
 ## openapi: write every service's openapi.json from its route table and the wire types
 ## (python -m tools.openapi; a unit test fails when a checked-in document is not up to date)
