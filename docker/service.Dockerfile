@@ -97,8 +97,13 @@ RUN /opt/venv/bin/python -m pip install --no-cache-dir --no-index --no-deps \
     && /opt/venv/bin/python -m pip uninstall -q -y pip setuptools
 
 # `export` (the default) consumes the exported topics into Parquet under /data/exports;
-# `serve` (port 8085, /healthz) serves the reports: the compose file and the manifests choose.
+# `serve` serves the reports: the compose file and the manifests choose. Both answer /healthz.
 FROM runtime-base AS analytics-exporter
 COPY --from=builder-analytics /opt/venv /opt/venv
 EXPOSE 8085
+# the exporter's own /healthz (503 when its loop is stuck) on CLEPSYDRA_ANALYTICS_EXPORTER_PORT,
+# which defaults to the API's CLEPSYDRA_ANALYTICS_PORT; `serve` answers on the latter
+HEALTHCHECK --interval=5s --timeout=5s --start-period=60s --retries=3 \
+    CMD ["python", "/opt/clepsydra/healthcheck.py", "CLEPSYDRA_ANALYTICS_EXPORTER_PORT", \
+         "CLEPSYDRA_ANALYTICS_PORT", "8085"]
 CMD ["python", "-m", "clepsydra_analytics", "export"]
