@@ -16,10 +16,14 @@ ARG PYTHON_IMAGE=python:3.11-slim
 # ---- builder: the virtualenv, from the wheelhouse ------------------------------------------
 FROM ${PYTHON_IMAGE} AS builder
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
-# third-party wheels first: this layer changes only with requirements/images.txt
+# third-party wheels first: this layer changes only with requirements/images.txt. The
+# kubernetes client (the scheduler's autoscaler, `clepsydra k8s`) ships an asyncio copy of
+# itself, kubernetes/aio (~70 MB with its bytecode), that nothing here imports: left out, the
+# service images stay under 300 MB (issue 21)
 COPY build/wheelhouse/deps/ /wheels/deps/
 RUN python3 -m venv /opt/venv \
-    && /opt/venv/bin/pip install --no-cache-dir --no-index --no-deps /wheels/deps/*.whl
+    && /opt/venv/bin/pip install --no-cache-dir --no-index --no-deps /wheels/deps/*.whl \
+    && rm -rf /opt/venv/lib/python3*/site-packages/kubernetes/aio
 COPY build/wheelhouse/project/ /wheels/project/
 # --no-deps above and here: the lock is the whole closure; `pip check` proves it
 RUN /opt/venv/bin/pip install --no-cache-dir --no-index --no-deps /wheels/project/*.whl \
@@ -97,8 +101,13 @@ RUN /opt/venv/bin/python -m pip install --no-cache-dir --no-index --no-deps \
     && /opt/venv/bin/python -m pip uninstall -q -y pip setuptools
 
 # `export` (the default) consumes the exported topics into Parquet under /data/exports;
-# `serve` (port 8085, /healthz) serves the reports: the compose file and the manifests choose.
+# `serve` serves the reports: the compose file and the manifests choose. Both answer /healthz.
 FROM runtime-base AS analytics-exporter
 COPY --from=builder-analytics /opt/venv /opt/venv
 EXPOSE 8085
+# the exporter's own /healthz (503 when its loop is stuck) on CLEPSYDRA_ANALYTICS_EXPORTER_PORT,
+# which defaults to the API's CLEPSYDRA_ANALYTICS_PORT; `serve` answers on the latter
+HEALTHCHECK --interval=5s --timeout=5s --start-period=60s --retries=3 \
+    CMD ["python", "/opt/clepsydra/healthcheck.py", "CLEPSYDRA_ANALYTICS_EXPORTER_PORT", \
+         "CLEPSYDRA_ANALYTICS_PORT", "8085"]
 CMD ["python", "-m", "clepsydra_analytics", "export"]

@@ -38,11 +38,15 @@ pytestmark = pytest.mark.images
 PROJECT = "clepsydra-imagetest"
 PYTHON_IMAGES = ("store", "scheduler-worker", "scheduler-beat", "retry")
 ANALYTICS = (REPO / "services" / "analytics" / "pyproject.toml").is_file()
+ANALYTICS_IMAGES = ("analytics-exporter", "analytics-spark") if ANALYTICS else ()
+STACK_SERVICES = ("redis", "store", "retry", "scheduler-worker", "scheduler-beat",
+                  *(("analytics-exporter",) if ANALYTICS else ()))
 TOPIC = "orders"
-MAX_IMAGE_BYTES = 320_000_000
-"""The issue's target is 300 MB; the shared service image carries the kubernetes client the
-scheduler's autoscaler needs (with pydantic and aiohttp, ~150 MB with the rest), which puts it at
-~307 MB. The bound still catches a wheelhouse, a compiler or a test tree left in an image."""
+MAX_IMAGE_BYTES = 300_000_000
+"""Issue 21: the Python service images stay under 300 MB (docker/README.md has each size). The
+shared service image carries the kubernetes client the scheduler's autoscaler needs, without
+its unused asyncio copy (service.Dockerfile). The analytics images are over it (pyarrow,
+PySpark): the README says why."""
 
 
 def images(*args: str, env: dict[str, str] | None = None,
@@ -60,7 +64,7 @@ def docker(*args: str) -> str:
 
 
 def image_ids() -> dict[str, str]:
-    names = [*PYTHON_IMAGES, "redis"]
+    names = [*PYTHON_IMAGES, "redis", *ANALYTICS_IMAGES]
     return {n: docker("image", "inspect", "-f", "{{.Id}}", f"clepsydra/{n}:dev") for n in names}
 
 
@@ -76,7 +80,7 @@ def built() -> dict[str, str]:
 def stack(built: dict[str, str]) -> Iterator[dict[str, str]]:
     """The stack up on free ports; its URLs. Down with its volumes at the end."""
     ports = {name: free_port() for name in ("STORE", "RETRY", "SCHEDULER", "SCHEDULER_BEAT",
-                                            "REDIS")}
+                                            "REDIS", "ANALYTICS")}
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLEPSYDRA_")}
     env.update({
         "CLEPSYDRA_COMPOSE_PROJECT": PROJECT,
@@ -86,6 +90,8 @@ def stack(built: dict[str, str]) -> Iterator[dict[str, str]]:
         "CLEPSYDRA_SCHEDULER_PORT": str(ports["SCHEDULER"]),
         "CLEPSYDRA_SCHEDULER_BEAT_PORT": str(ports["SCHEDULER_BEAT"]),
         "CLEPSYDRA_REDIS_PORT": str(ports["REDIS"]),
+        # the exporter's /healthz (and its HEALTHCHECK) follow the API's port
+        "CLEPSYDRA_ANALYTICS_PORT": str(ports["ANALYTICS"]),
     })
     images("down", "--volumes", env=env)  # a previous run's leftovers
     try:
@@ -123,6 +129,12 @@ def test_images_are_small_and_a_second_build_reuses_every_layer(built: dict[str,
         config = json.loads(docker("image", "inspect", "-f", "{{json .Config}}",
                                    f"clepsydra/{name}:dev"))
         assert config["User"] == "10001:10001" and config["Healthcheck"]["Test"]
+    for name in ANALYTICS_IMAGES:  # over the size bound (pyarrow, PySpark): docker/README.md
+        config = json.loads(docker("image", "inspect", "-f", "{{json .Config}}",
+                                   f"clepsydra/{name}:dev"))
+        assert config["User"] == "10001:10001"
+        if name == "analytics-exporter":  # a process that serves /healthz (issue 11)
+            assert config["Healthcheck"]["Test"]
     images("build", timeout_s=900)
     assert image_ids() == built
 
@@ -132,9 +144,10 @@ def test_images_are_small_and_a_second_build_reuses_every_layer(built: dict[str,
 @pytest.mark.timeout(600)
 def test_messages_retries_and_dead_letters_through_the_containers(
         stack: dict[str, str]) -> None:
-    for service in ("redis", "store", "retry", "scheduler-worker", "scheduler-beat"):
+    for service in STACK_SERVICES:
         cid = container(service)
         assert state(cid)["Status"] == "running"
+        assert state(cid)["Health"]["Status"] == "healthy", service  # its HEALTHCHECK
         config = json.loads(docker("inspect", "-f", "{{json .HostConfig}}", cid))
         assert config["ReadonlyRootfs"] is True and config["NetworkMode"] == "host"
         assert config["RestartPolicy"]["Name"] == "unless-stopped"
@@ -239,11 +252,26 @@ def test_the_analytics_job_runs_once_over_the_export(stack: dict[str, str]) -> N
         pytest.skip("services/analytics does not exist on this branch: its images are not "
                     "built (tools/images.py)")
     env = {**os.environ, **{k[4:]: v for k, v in stack.items() if k.startswith("env_")}}
+    admin = AdminClient(stack["store"], stack["retry"])
+    in_store = len(pull_all(admin, stack["store"]))
+    dead = sum(1 for _ in admin.dlq_messages("billing"))
+    admin.close()
+    # -T: no pseudo-terminal, so the result JSON (stdout) stays apart from Spark's log (stderr)
     proc = subprocess.run(["docker-compose", "-p", PROJECT,
                            "-f", str(REPO / "docker/compose.yaml"),
                            "-f", str(REPO / "docker/compose.loopback.yaml"),
-                           "--profile", "jobs", "run", "--rm", "analytics-report"],
+                           "--profile", "jobs", "run", "--rm", "-T", "analytics-report",
+                           "python", "-m", "clepsydra_analytics", "jobs", "run",
+                           "--format", "json"],
                           env=env, capture_output=True, text=True, timeout=800, check=False)
     causes = [line for line in (proc.stdout + proc.stderr).splitlines()
               if "Caused by" in line or "Error" in line or "Exception" in line]
     assert proc.returncode == 0, "\n".join(causes[:20]) + proc.stderr[-2000:]
+    # over the exported data (issue 21): the job container read what the exporter container
+    # wrote from the store container, every message of the topic and the dead letter
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert in_store > 0
+    assert sum(r["messages"] for r in result["jobs"]["throughput"]
+               if r["topic"] == TOPIC) == in_store
+    assert sum(r["count"] for r in result["jobs"]["dead-letters"]
+               if r["group"] == "billing" and r["topic"] == TOPIC) == dead

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.k8s.conftest import ROOT, Obj, Rendered, pod_spec, tool
+from tools import images
 
 pytestmark = pytest.mark.k8s
 
@@ -31,19 +32,13 @@ WORKLOADS = {
 CRD_KINDS = {"ScaledObject"}
 """Custom resources kubernetes-validate has no schema for (it warns and passes them)."""
 
-PENDING_SETTINGS = {"CLEPSYDRA_ANALYTICS_BIND", "CLEPSYDRA_SCHEDULER_BIND"}
-"""Settings documented by branches built beside this one: the analytics service's bind address
-(issue 10) and the scheduler health endpoints' (issue 21, images). The manifests set both to
-0.0.0.0 so that the probes reach them. Remove from here once both READMEs list them."""
-
-
 def known_settings() -> set[str]:
     """Every CLEPSYDRA_* name the READMEs document (the configuration tables)."""
     names: set[str] = set()
     for readme in [ROOT / "README.md", *ROOT.glob("services/*/README.md"),
                    *ROOT.glob("libs/*/README.md")]:
         names |= set(re.findall(r"\bCLEPSYDRA_[A-Z0-9_]*[A-Z0-9]\b", readme.read_text()))
-    return names | PENDING_SETTINGS
+    return names
 
 
 def package_versions() -> set[str]:
@@ -180,6 +175,16 @@ def test_images_are_pinned_to_the_package_version(rendered: Rendered) -> None:
             assert repo and tag and tag != "latest" and "/" not in tag, f"{name}: {image}"
             if is_clepsydra_image(image):
                 assert tag == version, f"{name}: {image} is not {version}"
+
+
+def test_clepsydra_images_are_the_ones_make_images_builds(rendered: Rendered) -> None:
+    """Issue 21, "Done when": the overlays reference the same image names and tags as
+    `make images` builds (tools/images.py: clepsydra/<name>:<version>)."""
+    built = {image.tag(images.version()) for image in images.IMAGES}
+    for name, spec in rendered.pod_specs():
+        for c in containers(spec):
+            if is_clepsydra_image(c["image"]):
+                assert c["image"] in built, f"{name}: {c['image']} is not built by make images"
 
 
 def test_clepsydra_containers_use_only_known_settings(rendered: Rendered) -> None:

@@ -126,3 +126,26 @@ def test_consumer_lag_takes_the_newest_snapshot(spark: SparkSession) -> None:
     assertDataFrameEqual(actual, spark.createDataFrame(
         [("billing", "orders", 7, 2)],
         "consumer_group string, topic string, lag long, queues long"))
+
+
+def test_dead_letters_of_one_message(spark: SparkSession) -> None:
+    """Issue 10, tests: one message, retried to the DLQ, is one row naming its reason."""
+    rows = [message("m1", "orders", T0 - 9_000), retry_copy("r1", "m1", 1, at=T0 - 6_000),
+            dlq_copy("d1", "m1", "KeyError: sku", at=T0 - 3_000)]
+    actual = dead_letters(export_frame(spark, rows), now_ms=T0)
+    assertDataFrameEqual(actual, spark.createDataFrame(
+        [("billing", "orders", "KeyError: sku", 1, 3)],
+        "consumer_group string, topic string, reason string, count long, oldest_age_s long"))
+
+
+def test_throughput_and_consumer_lag_of_empty_input(spark: SparkSession) -> None:
+    """Issue 10, tests: empty input gives no rows (and no error) in the throughput job."""
+    assert throughput(export_frame(spark, [])).count() == 0
+    assert consumer_lag(lag(spark)).count() == 0
+
+
+def test_throughput_of_one_message(spark: SparkSession) -> None:
+    actual = throughput(export_frame(spark, [message("a", "orders", T0 + 1)]))
+    assertDataFrameEqual(actual, spark.createDataFrame(
+        [("orders", "2025-11-25T10:00", 1, 10)],
+        "topic string, minute string, messages long, bytes long"))

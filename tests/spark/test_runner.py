@@ -104,3 +104,18 @@ def test_corrupt_parquet_file_is_named_and_nothing_else_lost(
     err = capsys.readouterr().err
     assert victim.path in err and "Traceback" not in err
     assert len(files.ranges()) == 4  # the other files are untouched
+
+
+def test_the_export_is_read_from_a_uri(tmp_path: Path, spark: SparkSession) -> None:
+    """Issue 10, "where files go": CLEPSYDRA_ANALYTICS_EXPORT_URI takes a URI that pyarrow (the
+    exporter's writes) and Spark (the jobs' reads) both understand; here a file:// one."""
+    uri = (tmp_path / "shared" / "export").as_uri()
+    settings = AnalyticsSettings.from_env({"CLEPSYDRA_HOME": str(tmp_path / "home"),
+                                           "CLEPSYDRA_SPARK_MASTER": "local[2]",
+                                           "CLEPSYDRA_ANALYTICS_EXPORT_URI": uri})
+    now_ms = int(time.time() * 1000)
+    write_export(ExportFiles(settings.export_uri), now_ms)
+    assert (tmp_path / "shared" / "export" / "v1").is_dir()
+    result = run_jobs(settings, ["throughput"], 3600, export_first=False).to_json()
+    assert result["inputFiles"] == 4
+    assert sum(r["messages"] for r in result["jobs"]["throughput"]) == 4

@@ -4,6 +4,7 @@ check-jsonschema: no network), and say what the images and the manifests agree o
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
@@ -51,3 +52,43 @@ def test_every_service_target_runs_as_uid_10001_with_its_command() -> None:
     assert commands == ['"clepsydra_store"', '"clepsydra_scheduler", "worker"',
                         '"clepsydra_scheduler", "beat"', '"clepsydra_retry"',
                         '"clepsydra_analytics", "export"']
+
+
+def test_every_service_target_has_a_healthcheck() -> None:
+    """Issue 11 (images): a HEALTHCHECK where the process serves one; every service target does,
+    the analytics exporter included (its own /healthz, issue 10)."""
+    text = (DOCKER / "service.Dockerfile").read_text()
+    stages = re.split(r"^(?=FROM )", text, flags=re.M)
+    for stage in stages:
+        if not re.search(r"^CMD ", stage, flags=re.M):
+            continue
+        target = re.match(r"FROM \S+ AS (\S+)", stage)
+        assert target is not None
+        assert re.search(r'^HEALTHCHECK .*\n\s+CMD \["python", "/opt/clepsydra/healthcheck\.py"',
+                         stage, flags=re.M), f"target {target.group(1)} has no HEALTHCHECK"
+
+
+def _healthcheck_port(argv: list[str], env: dict[str, str],
+                      monkeypatch: pytest.MonkeyPatch) -> str:
+    spec = importlib.util.spec_from_file_location("healthcheck", DOCKER / "healthcheck.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for name in ("CLEPSYDRA_ANALYTICS_EXPORTER_PORT", "CLEPSYDRA_ANALYTICS_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return str(module.port(argv))
+
+
+@pytest.mark.parametrize(("env", "expected"), [
+    ({}, "8085"),
+    ({"CLEPSYDRA_ANALYTICS_PORT": "9001"}, "9001"),
+    ({"CLEPSYDRA_ANALYTICS_PORT": "9001", "CLEPSYDRA_ANALYTICS_EXPORTER_PORT": "9002"}, "9002"),
+])
+def test_healthcheck_port_follows_the_services_own_settings(
+        env: dict[str, str], expected: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The exporter listens on CLEPSYDRA_ANALYTICS_EXPORTER_PORT, else on the API's port
+    (clepsydra_analytics.settings): the probe looks where it listens."""
+    argv = ["CLEPSYDRA_ANALYTICS_EXPORTER_PORT", "CLEPSYDRA_ANALYTICS_PORT", "8085"]
+    assert _healthcheck_port(argv, env, monkeypatch) == expected
