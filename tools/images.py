@@ -33,6 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 DOCKER = REPO / "docker"
 WHEELHOUSE = REPO / "build" / "wheelhouse"
 LOCK = REPO / "requirements" / "images.txt"
+ANALYTICS_LOCK = REPO / "requirements" / "images-analytics.txt"
 PYTHON_IMAGE = "python:3.11-slim"
 LOCAL_PYTHON_BASE = "clepsydra/base-python:bookworm"
 LOCAL_JAVA_BASE = "clepsydra/base-java:bookworm"
@@ -183,10 +184,9 @@ def wheelhouse() -> None:
 
 def analytics_wheels() -> None:
     """build/wheelhouse/analytics: the analytics package's wheel (rebuilt like the others);
-    build/wheelhouse/analytics-deps: its dependencies that requirements/images.txt does not
-    already hold (not pinned there: the package is built on its own branch), made again only
-    when its pyproject.toml changes. Kept apart from project/ so the analytics package never
-    changes a layer of the service images."""
+    build/wheelhouse/analytics-deps: its pinned dependencies beyond requirements/images.txt
+    (requirements/images-analytics.txt), made again only when that lock changes. Kept apart
+    from project/ so the analytics package never changes a layer of the service images."""
     sde = {**os.environ, "SOURCE_DATE_EPOCH": SOURCE_DATE_EPOCH}
     with tempfile.TemporaryDirectory() as tmp:
         run(_pip("wheel", "-q", "--no-deps", str(REPO / ANALYTICS), "-w", tmp), env=sde,
@@ -194,22 +194,17 @@ def analytics_wheels() -> None:
         changed = _sync(Path(tmp), WHEELHOUSE / "analytics")
     say("wheelhouse: analytics wheel " + (", ".join(changed) if changed else "unchanged"))
     dest = WHEELHOUSE / "analytics-deps"
-    stamp = dest / "pyproject.toml"
-    source = REPO / ANALYTICS / "pyproject.toml"
-    if stamp.exists() and filecmp.cmp(stamp, source, shallow=False):
+    stamp = dest / ANALYTICS_LOCK.name
+    if stamp.exists() and filecmp.cmp(stamp, ANALYTICS_LOCK, shallow=False):
         return
-    say("wheelhouse: the analytics package's dependencies")
-    have = {p.name for sub in ("deps", "project", "analytics")
-            for p in (WHEELHOUSE / sub).glob("*.whl")}
+    say(f"wheelhouse: the analytics dependencies ({ANALYTICS_LOCK.relative_to(REPO)})")
     with tempfile.TemporaryDirectory() as tmp:
-        run(_pip("wheel", "-q", "-c", str(LOCK), "--find-links", str(WHEELHOUSE / "project"),
-                 "--find-links", str(WHEELHOUSE / "deps"), str(REPO / ANALYTICS), "-w", tmp),
-            env=sde, quiet=True)
-        for wheel in Path(tmp).glob("*.whl"):
-            if wheel.name in have or wheel.name.startswith("clepsydra_"):
-                wheel.unlink()
+        run(_pip("wheel", "-q", "--no-deps", "-r", str(ANALYTICS_LOCK), "-w", tmp), env=sde,
+            quiet=True)
         _sync(Path(tmp), dest)
-    shutil.copyfile(source, stamp)
+    for old in dest.glob("*.toml"):  # the stamp of the unpinned way, before the lock
+        old.unlink()
+    shutil.copyfile(ANALYTICS_LOCK, stamp)
 
 
 # ---- build -------------------------------------------------------------------------------

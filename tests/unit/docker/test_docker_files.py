@@ -92,3 +92,34 @@ def test_healthcheck_port_follows_the_services_own_settings(
     (clepsydra_analytics.settings): the probe looks where it listens."""
     argv = ["CLEPSYDRA_ANALYTICS_EXPORTER_PORT", "CLEPSYDRA_ANALYTICS_PORT", "8085"]
     assert _healthcheck_port(argv, env, monkeypatch) == expected
+
+
+def _pins(path: Path) -> dict[str, str]:
+    pins = {}
+    for line in path.read_text().splitlines():
+        name, sep, version = line.partition("==")
+        if sep and not line.startswith("#"):
+            pins[re.sub(r"[-_.]+", "-", name.strip().lower())] = version.strip()
+    return pins
+
+
+def test_every_analytics_dependency_is_pinned_for_the_images() -> None:
+    # issue 21: the images are reproducible from the pinned requirements -- the analytics
+    # images' wheelhouse is made from requirements/images-analytics.txt, beside images.txt
+    import tomllib
+
+    pins = {**_pins(REPO / "requirements" / "images.txt"),
+            **_pins(REPO / "requirements" / "images-analytics.txt")}
+    project = tomllib.loads((REPO / "services" / "analytics" / "pyproject.toml").read_text())
+    for spec in project["project"]["dependencies"]:
+        match = re.match(r"([A-Za-z0-9_.-]+)(\[[^\]]*\])?\s*(==\s*([^\s;,]+))?", spec)
+        assert match, spec
+        name = re.sub(r"[-_.]+", "-", match.group(1).lower())
+        if name.startswith("clepsydra-"):
+            continue
+        assert name in pins, f"{spec}: not pinned in requirements/images*.txt"
+        if match.group(4):
+            assert pins[name] == match.group(4), f"{spec}: the lock pins {pins[name]}"
+    analytics_only = set(_pins(REPO / "requirements" / "images-analytics.txt"))
+    assert not analytics_only & set(_pins(REPO / "requirements" / "images.txt")), \
+        "a package pinned in both locks"
