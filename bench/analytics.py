@@ -31,7 +31,7 @@ import requests
 
 from clepsydra_analytics import schemas
 from clepsydra_analytics.export_files import ExportFiles, hour_of
-from clepsydra_analytics.exporter import Exporter
+from clepsydra_analytics.exporter import Exporter, tune_gc
 from clepsydra_analytics.settings import AnalyticsSettings
 from clepsydra_analytics.store_reader import StoreReader
 from tools.processes import store_service
@@ -70,6 +70,7 @@ def bench_export(rows: int, home: Path) -> None:
         settings = AnalyticsSettings.from_env({
             "CLEPSYDRA_HOME": str(home), "CLEPSYDRA_STORE_URL": store.url,
             "CLEPSYDRA_ANALYTICS_EXPORT_FILE_ROWS": "200000"})
+        tune_gc()  # as the exporter process does
         exporter = Exporter(settings, reader=TimedReader(store.url))
         exporter.prepare()
         write_s = [0.0]

@@ -157,48 +157,60 @@ def empty_columns() -> dict[str, list[Any]]:
     return {name: [] for name in COLUMNS}
 
 
-def append_message(cols: dict[str, list[Any]], m: dict[str, Any], *, with_body: bool,
-                   exported_at_ms: int) -> None:
-    """Add one message (the store's v1 JSON view) to column lists."""
-    props: dict[str, str] = m.get("properties") or {}
-    topic = str(m["topic"])
-    history = failure_history_of(props.get(P.FAILURE_HISTORY))
-    last_reason = next((a["reason"] for a in reversed(history) if a["reason"]), None)
-    body: bytes | None = None
-    if with_body:
-        if "bodyBase64" in m:
-            body = base64.b64decode(m["bodyBase64"])
-        elif "body" in m:
-            body = str(m["body"]).encode()
-    size = m.get("bodySize")
-    if size is None and body is not None:
-        size = len(body)
-    cols["msg_id"].append(m["msgId"])
-    cols["topic"].append(topic)
-    cols["queue_id"].append(m["queueId"])
-    cols["queue_offset"].append(m["queueOffset"])
-    cols["commitlog_offset"].append(m.get("commitLogOffset"))
-    cols["store_timestamp_ms"].append(m["storeTimestamp"])
-    cols["born_timestamp_ms"].append(m.get("bornTimestamp"))
-    cols["tags"].append(m.get("tags") or None)
-    cols["keys"].append(m.get("keys") or None)
-    cols["flag"].append(m.get("flag"))
-    cols["body_size_bytes"].append(size)
-    cols["body"].append(body)
-    cols["properties"].append(list(props.items()))
-    cols["reconsume_times"].append(m.get("reconsumeTimes", 0))
-    cols["max_reconsume_times"].append(_int_or_none(props.get(P.MAX_RECONSUME_TIMES)))
-    cols["retry_topic"].append(props.get(P.RETRY_TOPIC))
-    cols["origin_message_id"].append(props.get(P.ORIGIN_MESSAGE_ID))
-    cols["real_topic"].append(props.get(P.REAL_TOPIC))
-    cols["delay_level"].append(delay_level_of(props))
-    cols["deliver_ts_ms"].append(_int_or_none(props.get(P.DELIVER_TS)))
-    cols["consumer_group"].append(group_of(topic))
-    cols["failure_reason"].append(last_reason or props.get(P.DLQ_REASON))
-    cols["failure_history"].append(history)
-    cols["dlq_reason"].append(props.get(P.DLQ_REASON))
-    cols["trace_id"].append(trace_id_of(props.get(P.TRACEPARENT)))
-    cols["exported_at_ms"].append(exported_at_ms)
+def _body_of(m: dict[str, Any]) -> bytes | None:
+    if "bodyBase64" in m:
+        return base64.b64decode(m["bodyBase64"])
+    if "body" in m:
+        return str(m["body"]).encode()
+    return None
+
+
+def _last_reason(history: list[dict[str, Any]], props: dict[str, str]) -> str | None:
+    reason = next((a["reason"] for a in reversed(history) if a["reason"]), None)
+    return reason or props.get(P.DLQ_REASON)
+
+
+def append_messages(cols: dict[str, list[Any]], messages: Sequence[dict[str, Any]], *,
+                    with_body: bool, exported_at_ms: int) -> None:
+    """Add messages (the store's v1 JSON view) to column lists, a column at a time: one loop
+    per column costs about half of one loop per message appending to every column (the
+    exporter's hot path, issue 10's rows/s)."""
+    if not messages:
+        return
+    props = [m.get("properties") or {} for m in messages]
+    topics = [str(m["topic"]) for m in messages]
+    histories = [failure_history_of(raw) if raw else []
+                 for raw in [p.get(P.FAILURE_HISTORY) for p in props]]
+    bodies: list[bytes | None] = ([_body_of(m) for m in messages] if with_body
+                                  else [None] * len(messages))
+    sizes = [len(b) if n is None and b is not None else n
+             for n, b in zip([m.get("bodySize") for m in messages], bodies, strict=True)]
+    cols["msg_id"] += [m["msgId"] for m in messages]
+    cols["topic"] += topics
+    cols["queue_id"] += [m["queueId"] for m in messages]
+    cols["queue_offset"] += [m["queueOffset"] for m in messages]
+    cols["commitlog_offset"] += [m.get("commitLogOffset") for m in messages]
+    cols["store_timestamp_ms"] += [m["storeTimestamp"] for m in messages]
+    cols["born_timestamp_ms"] += [m.get("bornTimestamp") for m in messages]
+    cols["tags"] += [m.get("tags") or None for m in messages]
+    cols["keys"] += [m.get("keys") or None for m in messages]
+    cols["flag"] += [m.get("flag") for m in messages]
+    cols["body_size_bytes"] += sizes
+    cols["body"] += bodies
+    cols["properties"] += [list(p.items()) for p in props]
+    cols["reconsume_times"] += [m.get("reconsumeTimes", 0) for m in messages]
+    cols["max_reconsume_times"] += [_int_or_none(p.get(P.MAX_RECONSUME_TIMES)) for p in props]
+    cols["retry_topic"] += [p.get(P.RETRY_TOPIC) for p in props]
+    cols["origin_message_id"] += [p.get(P.ORIGIN_MESSAGE_ID) for p in props]
+    cols["real_topic"] += [p.get(P.REAL_TOPIC) for p in props]
+    cols["delay_level"] += [delay_level_of(p) for p in props]
+    cols["deliver_ts_ms"] += [_int_or_none(p.get(P.DELIVER_TS)) for p in props]
+    cols["consumer_group"] += [group_of(t) for t in topics]
+    cols["failure_reason"] += [_last_reason(h, p) for h, p in zip(histories, props, strict=True)]
+    cols["failure_history"] += histories
+    cols["dlq_reason"] += [p.get(P.DLQ_REASON) for p in props]
+    cols["trace_id"] += [trace_id_of(p.get(P.TRACEPARENT)) for p in props]
+    cols["exported_at_ms"] += [exported_at_ms] * len(messages)
 
 
 def to_table(cols: dict[str, list[Any]]) -> pa.Table:
@@ -209,8 +221,7 @@ def table_of(messages: Sequence[dict[str, Any]], *, with_body: bool = False,
              exported_at_ms: int = 0) -> pa.Table:
     """An export table of store message views (tests, the bench)."""
     cols = empty_columns()
-    for m in messages:
-        append_message(cols, m, with_body=with_body, exported_at_ms=exported_at_ms)
+    append_messages(cols, messages, with_body=with_body, exported_at_ms=exported_at_ms)
     return to_table(cols)
 
 
