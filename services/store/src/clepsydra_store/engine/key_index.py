@@ -95,13 +95,19 @@ class KeyIndex:
         starts = list_segment_starts(self.path)
         files: list[IndexFile] = []
         for i, start in enumerate(starts):
+            path = self.path / naming.segment_file_name(start)
             try:
-                f = self._open_file(self.path / naming.segment_file_name(start),
-                                    last=i == len(starts) - 1)
+                f = self._open_file(path, last=i == len(starts) - 1)
             except (CorruptIndexFile, OSError) as exc:
                 logger.warning("key index file unreadable path=%s: %s; it and later files are "
-                               "rebuilt from the CommitLog", self.path, exc)
+                               "rebuilt from the CommitLog", path, exc)
                 self._rebuild_after(start, starts[i:])
+                break
+            if files and f.sequence != files[-1].sequence + 1:
+                logger.warning("key index file missing before path=%s; it and later files are "
+                               "rebuilt from the CommitLog", path)
+                f.close()
+                self._rebuild_after(files[-1].end_offset + 1, starts[i:])
                 break
             if f.count == 0:
                 f.unlink()
@@ -132,7 +138,7 @@ class KeyIndex:
                 return f
             logger.warning("key index file not closed cleanly path=%s count=%d: slots rebuilt "
                            "from its entries", path, f.count)
-            if f.rebuild_slots():
+            if f.rebuild_slots() or f.torn:
                 self._rebuild_at(f.end_offset + 1 if f.count else f.begin_offset)
             f.trim()
             if last and not f.full:
@@ -233,7 +239,8 @@ class KeyIndex:
             if files:
                 files[-1].seal()
             f = IndexFile.create(self.path, commitlog_offset, self.slots_per_file,
-                                 self.entries_per_file, now_ms)
+                                 self.entries_per_file, now_ms,
+                                 files[-1].sequence + 1 if files else 1)
             fsync_dir(self.path)
             self._files = (*files, f)
         logger.info("key index file created path=%s", f.path)

@@ -5,7 +5,8 @@ slots and chained entries, read and written with ``pread``/``pwrite`` through th
 Layout (big-endian), named by the CommitLog offset of its first entry (20 digits)::
 
     header   64 bytes   magic "CLKI", version u16, state u16 (0 open, 1 clean), slots u32,
-                        capacity u32 (entries), count u32, reserved u32, begin offset i64,
+                        capacity u32 (entries), count u32, sequence u32 (one more than the
+                        file before: a missing file shows), begin offset i64,
                         end offset i64 (CommitLog offsets of the first and last entry),
                         begin and end timestamps i64 (epoch ms when they were indexed), 8 zero
     slots    4 bytes each: the newest entry number (1-based) of the keys hashing there, 0 none
@@ -64,7 +65,7 @@ def _to_disk(heads: array[int]) -> bytes:
 
 class IndexFile:
     __slots__ = ("begin_offset", "begin_ts", "capacity", "count", "end_offset", "end_ts", "fd",
-                 "heads", "path", "slots", "synced")
+                 "heads", "path", "sequence", "slots", "synced", "torn")
 
     def __init__(self, path: Path, fd: int, slots: int, capacity: int) -> None:
         self.path = path
@@ -79,11 +80,14 @@ class IndexFile:
         """The slot table while this file takes entries; None once its slots are on disk."""
         self.synced: tuple[int, int] = (-1, -1)
         """(count, state) of the header last made durable."""
+        self.sequence = 1
+        self.torn = False
+        """Found shorter than its header's count (cut to the entries present)."""
 
     # ---- open / create ---------------------------------------------------------------------
     @classmethod
     def create(cls, directory: Path, begin_offset: int, slots: int, capacity: int,
-               now_ms: int) -> IndexFile:
+               now_ms: int, sequence: int) -> IndexFile:
         path = directory / naming.segment_file_name(begin_offset)
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -91,6 +95,7 @@ class IndexFile:
             raise StoreError(f"cannot create key index file {path}: {exc}") from exc
         f = cls(path, fd, slots, capacity)
         f.begin_ts = f.end_ts = now_ms
+        f.sequence = sequence
         f.heads = array("I", bytes(4 * slots))
         f.write_header(STATE_OPEN)
         return f
@@ -104,7 +109,7 @@ class IndexFile:
             raw = os.pread(fd, HEADER_SIZE, 0)
             if len(raw) < HEADER_SIZE:
                 raise CorruptIndexFile(f"header torn ({len(raw)} bytes)")
-            (magic, version, state, slots, capacity, count, _, begin, end, begin_ts,
+            (magic, version, state, slots, capacity, count, sequence, begin, end, begin_ts,
              end_ts) = HEADER.unpack_from(raw)
             if magic != MAGIC:
                 raise CorruptIndexFile(f"magic {magic!r}, not {MAGIC!r}")
@@ -118,11 +123,13 @@ class IndexFile:
             raise
         f = cls(path, fd, slots, capacity)
         f.count, f.end_offset, f.begin_ts, f.end_ts = count, end, begin_ts, end_ts
+        f.sequence = sequence
         present = max(0, (os.fstat(fd).st_size - f.entries_pos) // ENTRY.size)
         if present < count:
             logger.warning("key index file torn path=%s count=%d entries_present=%d", path,
                            count, present)
             f.count = present
+            f.torn = True
             state = STATE_OPEN
         elif count and f.entry(count)[1] != end:
             state = STATE_OPEN  # header and entries disagree: rebuilt from the entries
@@ -142,7 +149,7 @@ class IndexFile:
     def write_header(self, state: int, count: int | None = None) -> None:
         count = self.count if count is None else count
         end = self.entry(count)[1] if count else -1  # not end_offset: appends may be running
-        raw = HEADER.pack(MAGIC, VERSION, state, self.slots, self.capacity, count, 0,
+        raw = HEADER.pack(MAGIC, VERSION, state, self.slots, self.capacity, count, self.sequence,
                           self.begin_offset, end, self.begin_ts, self.end_ts)
         self._pwrite(raw.ljust(HEADER_SIZE, b"\0"), 0)
 
