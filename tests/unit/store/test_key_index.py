@@ -147,14 +147,15 @@ def test_torn_file_is_cut_at_its_last_whole_entry_and_the_rest_rebuilt(tmp_path:
     index.fsync()
     path = _files(tmp_path)[-1]
     index.close()
-    entries_pos = HEADER_SIZE + 4 * 16
     with open(path, "r+b") as f:
-        f.truncate(entries_pos + 12 * ENTRY.size + 7)  # 12 whole entries and a piece
+        f.truncate(HEADER_SIZE + 12 * ENTRY.size + 7)  # 12 whole entries and a piece
     torn = KeyIndex(tmp_path, entries_per_file=64)
     assert torn.rebuild_from == 1_100 + 1 and torn.last_offset == 1_100
     assert torn.lookup("k1100") == [1_100] and torn.lookup("k1200") == []
     torn.close()
-    assert _header(path)[5] == 12 and os.path.getsize(path) == entries_pos + 12 * ENTRY.size
+    # closed cleanly: 12 entries, then the 16 slots
+    assert _header(path)[5] == 12
+    assert os.path.getsize(path) == HEADER_SIZE + 12 * ENTRY.size + 16 * 4
 
 
 def test_garbage_entries_and_a_broken_header_are_not_trusted(tmp_path: Path) -> None:
@@ -164,9 +165,8 @@ def test_garbage_entries_and_a_broken_header_are_not_trusted(tmp_path: Path) -> 
     _fill(index, 0, 40)
     index.fsync()
     first, second, third = _files(tmp_path)
-    entries_pos = HEADER_SIZE + 4 * 4
     with open(third, "r+b") as f:  # the active file, not closed cleanly: its entry 3 garbled
-        f.seek(entries_pos + 2 * ENTRY.size)
+        f.seek(HEADER_SIZE + 2 * ENTRY.size)
         f.write(ENTRY.pack(key_hash("x"), 5, 0))
     damaged = KeyIndex(tmp_path, entries_per_file=16)
     assert damaged.rebuild_from == 3_300 + 1
@@ -301,3 +301,22 @@ def test_every_acknowledged_message_is_found_by_key_and_msg_id_after_kill_9(
             assert offset in [m.commitlog_offset
                               for m in store.get_by_key(record.topic, key)]
         store.close()
+
+
+def test_a_file_is_never_longer_than_what_it_holds(tmp_path: Path) -> None:
+    # issue 14 and 12.8: no sparse hole in an index file counts against a disk quota
+    # (CLEPSYDRA_STORE_DISK_CAPACITY_BYTES sums file sizes)
+    index = KeyIndex(tmp_path, entries_per_file=4_000)
+    _fill(index, 0, 10)
+    index.fsync()
+    (path,) = _files(tmp_path)
+    assert os.path.getsize(path) == HEADER_SIZE + 10 * ENTRY.size
+    index.close()
+    assert os.path.getsize(path) == HEADER_SIZE + 10 * ENTRY.size + 1_000 * 4
+    reopened = KeyIndex(tmp_path, entries_per_file=4_000)
+    _fill(reopened, 5_000, 1)
+    reopened.fsync()
+    assert os.path.getsize(path) == HEADER_SIZE + 11 * ENTRY.size  # slots in memory again
+    assert reopened.lookup("k0") == [0] and reopened.lookup("k5000") == [5_000]
+    reopened.close()
+    assert os.path.getsize(path) == HEADER_SIZE + 11 * ENTRY.size + 1_000 * 4

@@ -134,6 +134,7 @@ class KeyIndex:
             if state == STATE_CLEAN:
                 if last and not f.full:
                     f.load_slots()  # it takes entries again: a crash from now on rebuilds
+                    f.trim()
                     f.sync(f.count, clean=False)
                 return f
             logger.warning("key index file not closed cleanly path=%s count=%d: slots rebuilt "

@@ -9,15 +9,18 @@ Layout (big-endian), named by the CommitLog offset of its first entry (20 digits
                         file before: a missing file shows), begin offset i64,
                         end offset i64 (CommitLog offsets of the first and last entry),
                         begin and end timestamps i64 (epoch ms when they were indexed), 8 zero
-    slots    4 bytes each: the newest entry number (1-based) of the keys hashing there, 0 none
-    entries  20 bytes each: key hash u64 | CommitLog offset i64 | previous entry number u32
-             (the next older entry of the same slot, 0 none)
+    entries  20 bytes x count: key hash u64 | CommitLog offset i64 | previous entry number u32
+             (1-based: the next older entry of the same slot, 0 none)
+    slots    4 bytes x slots, after the last entry, in a clean file only: the newest entry
+             number of the keys hashing there, 0 none
 
-Entries are appended in CommitLog order. While a file is the active one its slot table lives in
-memory (``heads``, fixed size: ``slots`` x 4 bytes) and the file's slot region is written when it
-is sealed (full) or closed cleanly; the header's count is written at each flush after an fsync,
-so it marks a durable point. A file found ``open`` at start had its slots rebuilt from its entries
-up to that count (see :meth:`IndexFile.rebuild_slots`).
+Entries are appended in CommitLog order. While a file takes entries its slot table lives in
+memory (``heads``, fixed size: ``slots`` x 4 bytes) and is written after the entries when the
+file is sealed (full) or closed cleanly (RocketMQ puts the slots before the entries; here they
+follow them so that a file is never longer than what it holds: no sparse hole counts against a
+disk quota). The header's count is written at each flush after an fsync, so it marks a durable
+point. A file found ``open`` at start has its slots rebuilt from its entries up to that count
+(see :meth:`IndexFile.rebuild_slots`).
 """
 
 from __future__ import annotations
@@ -124,22 +127,25 @@ class IndexFile:
         f = cls(path, fd, slots, capacity)
         f.count, f.end_offset, f.begin_ts, f.end_ts = count, end, begin_ts, end_ts
         f.sequence = sequence
-        present = max(0, (os.fstat(fd).st_size - f.entries_pos) // ENTRY.size)
+        size = os.fstat(fd).st_size
+        present = max(0, (size - HEADER_SIZE) // ENTRY.size)
         if present < count:
             logger.warning("key index file torn path=%s count=%d entries_present=%d", path,
                            count, present)
             f.count = present
             f.torn = True
             state = STATE_OPEN
-        elif count and f.entry(count)[1] != end:
-            state = STATE_OPEN  # header and entries disagree: rebuilt from the entries
+        elif (count and f.entry(count)[1] != end) or (
+                state == STATE_CLEAN and size < f.slots_pos + 4 * slots):
+            state = STATE_OPEN  # header, entries and slots disagree: rebuilt from the entries
         else:
             f.synced = (count, state)
         return f, state
 
     @property
-    def entries_pos(self) -> int:
-        return HEADER_SIZE + 4 * self.slots
+    def slots_pos(self) -> int:
+        """Where the slot table is (in a clean file): right after the entries."""
+        return HEADER_SIZE + self.count * ENTRY.size
 
     @property
     def full(self) -> bool:
@@ -155,7 +161,7 @@ class IndexFile:
 
     def load_slots(self) -> None:
         """Take the slot table from disk (a file closed cleanly) to append to it."""
-        raw = os.pread(self.fd, 4 * self.slots, HEADER_SIZE).ljust(4 * self.slots, b"\0")
+        raw = os.pread(self.fd, 4 * self.slots, self.slots_pos).ljust(4 * self.slots, b"\0")
         heads = array("I")
         heads.frombytes(raw)
         if sys.byteorder == "little":
@@ -173,7 +179,7 @@ class IndexFile:
         cut = False
         while n < self.count and not cut:
             want = min(_SCAN_CHUNK, self.count - n)
-            raw = os.pread(self.fd, want * ENTRY.size, self.entries_pos + n * ENTRY.size)
+            raw = os.pread(self.fd, want * ENTRY.size, HEADER_SIZE + n * ENTRY.size)
             for h, offset, prev in ENTRY.iter_unpack(raw[:len(raw) - len(raw) % ENTRY.size]):
                 if offset < last or prev > n:
                     cut = True
@@ -192,10 +198,11 @@ class IndexFile:
         return cut
 
     def seal(self) -> None:
-        """Write the slot table into the file; readers then read slots from it."""
+        """Write the slot table into the file after the entries; readers then read slots
+        from it."""
         heads = self.heads
         if heads is not None:
-            self._pwrite(_to_disk(heads), HEADER_SIZE)
+            self._pwrite(_to_disk(heads), self.slots_pos)
             self.heads = None
 
     def sync(self, count: int, clean: bool) -> None:
@@ -231,7 +238,7 @@ class IndexFile:
             slot = (h >> 32) % slots
             parts.append(pack(h, offset, get(slot) or heads[slot]))
             staged[slot] = n
-        self._pwrite(b"".join(parts), self.entries_pos + first * ENTRY.size)
+        self._pwrite(b"".join(parts), HEADER_SIZE + first * ENTRY.size)
         for slot, number in staged.items():
             heads[slot] = number
         self.count = n
@@ -240,7 +247,7 @@ class IndexFile:
 
     def entry(self, number: int) -> tuple[int, int, int]:
         """(hash, CommitLog offset, previous) of entry ``number`` (1-based)."""
-        raw = os.pread(self.fd, ENTRY.size, self.entries_pos + (number - 1) * ENTRY.size)
+        raw = os.pread(self.fd, ENTRY.size, HEADER_SIZE + (number - 1) * ENTRY.size)
         if len(raw) < ENTRY.size:
             raise StoreError(f"key index file {self.path} has no entry {number}")
         h, offset, prev = ENTRY.unpack(raw)
@@ -254,7 +261,7 @@ class IndexFile:
             if heads is not None:
                 number = heads[slot]
             else:
-                (number,) = SLOT.unpack(os.pread(self.fd, 4, HEADER_SIZE + 4 * slot))
+                (number,) = SLOT.unpack(os.pread(self.fd, 4, self.slots_pos + 4 * slot))
             while 0 < number <= self.capacity:
                 eh, offset, prev = self.entry(number)
                 if eh == h:
@@ -280,7 +287,7 @@ class IndexFile:
         """Cut the file after its ``count`` entries (entries written past the last durable
         point of a file not closed cleanly are written again from the CommitLog)."""
         try:
-            os.ftruncate(self.fd, self.entries_pos + self.count * ENTRY.size)
+            os.ftruncate(self.fd, self.slots_pos)
         except OSError as exc:
             raise StoreError(f"truncate of key index file {self.path} failed: {exc}") from exc
 
