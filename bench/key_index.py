@@ -6,8 +6,9 @@ Starts its own store (``python -m clepsydra_store``, temporary CLEPSYDRA_HOME, f
 N keyed messages in HTTP batches of 1000 (each message has a key of its own, ``KEYS``, and the
 ``UNIQ_KEY`` the store gives it: two index entries a message), and prints:
 
-- the store worker's resident memory (VmRSS) when started, after a 10,000-message warm-up (the
-  "empty" store: code paths and buffers warmed), after the N messages, and after restarts;
+- the store worker's resident memory (VmRSS) when started, after a 100,000-message warm-up
+  (the "empty" store: code paths and every request thread's buffers warmed), after each tenth
+  of the N messages, and after restarts;
 - look-up latency p50/p99 by key (``GET /v1/messages?topic=&key=``) and by msgId
   (``GET /v1/messages/{msgId}``) over one keep-alive connection, for random messages;
 - restart time (process start to ``/healthz``) after SIGTERM (index closed cleanly) and after
@@ -31,7 +32,7 @@ from tools.processes import HttpService, free_port, store_service
 
 TOPIC = "keyed"
 BATCH = 1000
-WARMUP = 10_000
+WARMUP = 100_000
 BODY = "x" * 64
 
 
@@ -153,14 +154,22 @@ def main() -> int:
         conn.close()
         rows.append(("store started (no message)", mb(worker_rss(service))))
         msg_ids: dict[int, str] = {}
-        produce(service.url, 0, WARMUP, 1, msg_ids)
+        produce(service.url, 0, WARMUP, args.threads, msg_ids)  # the same request threads
         empty = worker_rss(service)
         rows.append((f"after {WARMUP:,} messages (the 'empty' store)", mb(empty)))
-        rate = produce(service.url, WARMUP, args.messages, args.threads, msg_ids)
-        total = WARMUP + args.messages
-        full = worker_rss(service)
-        rows.append((f"after {total:,} keyed messages ({rate:,.0f} msgs/s in)",
+        tenth = args.messages // 10
+        curve, seconds = [], 0.0
+        for part in range(10):
+            t0 = time.perf_counter()
+            produce(service.url, WARMUP + part * tenth, tenth, args.threads, msg_ids)
+            seconds += time.perf_counter() - t0
+            curve.append(worker_rss(service))
+        total = WARMUP + 10 * tenth
+        full = curve[-1]
+        rows.append((f"after {total:,} keyed messages ({10 * tenth / seconds:,.0f} msgs/s in)",
                      f"{mb(full)} ({(full - empty) / empty:+.1%} vs empty)"))
+        rows.append(("  RSS after each tenth of them",
+                     " ".join(f"{n / 2**20:.1f}" for n in curve) + " MB"))
         lat = lookups(service.url, total, msg_ids, args.lookups)
         for kind in ("key", "msgId"):
             rows.append((f"look-up by {kind}, {args.lookups} random, HTTP keep-alive",
@@ -177,9 +186,9 @@ def main() -> int:
         service, crashed = start(home, port, "store-killed")
         rows.append(("restart after kill -9 (to /healthz)", f"{crashed:.2f} s"))
         lookups(service.url, total, msg_ids, 50)
-        index = home / "store" / "index" / "keys"
-        size = sum(f.stat().st_size for f in index.iterdir())
-        rows.append(("key index on disk", f"{len(list(index.iterdir()))} files, {mb(size)}"))
+        files = [f for f in (home / "store" / "index").rglob("*") if f.is_file()]
+        rows.append(("key index on disk", f"{len(files)} files, "
+                                          f"{mb(sum(f.stat().st_size for f in files))}"))
     finally:
         service.stop(120)
         shutil.rmtree(home, ignore_errors=True)

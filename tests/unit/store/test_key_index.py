@@ -9,6 +9,8 @@ import random
 import time
 from pathlib import Path
 
+import pytest
+
 from clepsydra_core import naming
 from clepsydra_store.engine.key_index import KeyIndex, key_hash
 from clepsydra_store.engine.key_index_file import (
@@ -104,17 +106,22 @@ def test_retention_deletes_files_whose_newest_entry_is_below_the_commitlog_min(
     reopened.close()
 
 
-def test_clean_restart_keeps_every_entry_and_appends_after_them(tmp_path: Path) -> None:
+@pytest.mark.parametrize("entries_per_file", [16, 80_000])  # 80,000: slots in two chunks
+def test_clean_restart_keeps_every_entry_and_appends_after_them(tmp_path: Path,
+                                                              entries_per_file: int) -> None:
     # issue 14: restart
-    index = KeyIndex(tmp_path, entries_per_file=16)
-    placed = _fill(index, 0, 20)
+    index = KeyIndex(tmp_path, entries_per_file=entries_per_file)
+    placed = _fill(index, 0, 200)
     index.close()
-    index = KeyIndex(tmp_path, entries_per_file=16)
-    assert index.rebuild_from is None and index.last_offset == 1_900
+    index = KeyIndex(tmp_path, entries_per_file=entries_per_file)
+    assert index.rebuild_from is None and index.last_offset == 19_900
     assert all(index.lookup(k) == [o] for o, k in placed.items())
-    index.add(["k0"], 2_000)
+    index.add(["k0"], 20_000)
     index.write_pending()
-    assert index.lookup("k0") == [0, 2_000]
+    assert index.lookup("k0") == [0, 20_000]
+    index.close()
+    index = KeyIndex(tmp_path, entries_per_file=entries_per_file)
+    assert all(index.lookup(k)[-1] == o for o, k in placed.items())
     index.close()
 
 

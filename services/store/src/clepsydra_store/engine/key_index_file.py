@@ -59,11 +59,22 @@ def slot_of(h: int, slots: int) -> int:
     return (h >> 32) % slots
 
 
-def _to_disk(heads: array[int]) -> bytes:
-    if sys.byteorder == "little":
-        heads = array("I", heads)
-        heads.byteswap()
-    return heads.tobytes()
+_SLOT_CHUNK = 16_384
+"""Slots converted at a time between memory and the file (no transient copy of a whole
+table: freed large blocks would stay in the allocator and show in the process's memory)."""
+
+
+def _empty_slots(slots: int) -> array[int]:
+    return array("I", [0]) * slots
+
+
+def _slots_to_disk(heads: array[int]) -> Iterator[tuple[int, bytes]]:
+    """(byte position in the table, big-endian bytes) chunk by chunk."""
+    for start in range(0, len(heads), _SLOT_CHUNK):
+        chunk = heads[start:start + _SLOT_CHUNK]
+        if sys.byteorder == "little":
+            chunk.byteswap()
+        yield 4 * start, chunk.tobytes()
 
 
 class IndexFile:
@@ -99,7 +110,7 @@ class IndexFile:
         f = cls(path, fd, slots, capacity)
         f.begin_ts = f.end_ts = now_ms
         f.sequence = sequence
-        f.heads = array("I", bytes(4 * slots))
+        f.heads = _empty_slots(slots)
         f.write_header(STATE_OPEN)
         return f
 
@@ -161,18 +172,22 @@ class IndexFile:
 
     def load_slots(self) -> None:
         """Take the slot table from disk (a file closed cleanly) to append to it."""
-        raw = os.pread(self.fd, 4 * self.slots, self.slots_pos).ljust(4 * self.slots, b"\0")
-        heads = array("I")
-        heads.frombytes(raw)
-        if sys.byteorder == "little":
-            heads.byteswap()
+        heads = _empty_slots(self.slots)
+        for start in range(0, self.slots, _SLOT_CHUNK):
+            want = min(_SLOT_CHUNK, self.slots - start)
+            raw = os.pread(self.fd, 4 * want, self.slots_pos + 4 * start)
+            chunk = array("I")
+            chunk.frombytes(raw.ljust(4 * want, b"\0"))
+            if sys.byteorder == "little":
+                chunk.byteswap()
+            heads[start:start + want] = chunk
         self.heads = heads
 
     def rebuild_slots(self) -> bool:
         """Rebuild the slot table from the entries (a file not closed cleanly), cutting the
         entries at the first one out of CommitLog order or with a bad chain pointer (a torn
         write). True when entries were cut."""
-        heads = array("I", bytes(4 * self.slots))
+        heads = _empty_slots(self.slots)
         slots = self.slots
         last = self.begin_offset
         n = 0
@@ -202,7 +217,9 @@ class IndexFile:
         from it."""
         heads = self.heads
         if heads is not None:
-            self._pwrite(_to_disk(heads), self.slots_pos)
+            base = self.slots_pos
+            for pos, raw in _slots_to_disk(heads):
+                self._pwrite(raw, base + pos)
             self.heads = None
 
     def sync(self, count: int, clean: bool) -> None:
