@@ -327,3 +327,25 @@ def test_a_file_is_never_longer_than_what_it_holds(tmp_path: Path) -> None:
     assert reopened.lookup("k0") == [0] and reopened.lookup("k5000") == [5_000]
     reopened.close()
     assert os.path.getsize(path) == HEADER_SIZE + 11 * ENTRY.size + 1_000 * 4
+
+
+def test_index_files_below_the_commitlog_at_start_are_deleted(open_store: OpenStore,
+                                                             data_dir: Path) -> None:
+    # issue 14, SPEC P4: segments gone while their index files stayed (a crash between the
+    # two deletions) -> the files go at start
+    store = open_store(key_index_entries_per_file=16)
+    store.create_topic("T", 1)
+    store.put_batch([PutRequest("T", b"a" * 1000, keys=f"k{i}") for i in range(200)])
+    store.close()
+    segments = sorted((data_dir / naming.COMMITLOG_DIR).iterdir())
+    for segment in segments[:2]:
+        segment.unlink()
+    before = _files(data_dir / naming.INDEX_DIR)
+    store = open_store(key_index_entries_per_file=16)
+    low = int(store.stats()["commitlog_min_offset"])
+    assert low == int(segments[2].name)
+    after = _files(data_dir / naming.INDEX_DIR)
+    assert len(after) < len(before)
+    assert int(after[0].name) <= low < int(after[1].name)
+    assert store.get_by_key("T", "k0") == []
+    assert [m.body[:1] for m in store.get_by_key("T", "k199")] == [b"a"]

@@ -159,6 +159,7 @@ class StoreCore:
                 disp.raise_mark(level, mark)
         disp.finish_replay()
         disp.key_index.truncate_from(end)
+        disp.key_index.drop_below(cl.min_offset)  # segments gone before the index files went
         for cq in list(disp.queues.values()):
             cq.truncate_from(end)
             cq.reset_min()
