@@ -349,3 +349,17 @@ def test_index_files_below_the_commitlog_at_start_are_deleted(open_store: OpenSt
     assert int(after[0].name) <= low < int(after[1].name)
     assert store.get_by_key("T", "k0") == []
     assert [m.body[:1] for m in store.get_by_key("T", "k199")] == [b"a"]
+
+
+def test_a_file_of_another_format_version_is_rebuilt(tmp_path: Path) -> None:
+    # issue 14: the format is versioned; a file this store cannot read is not trusted
+    index = KeyIndex(tmp_path, entries_per_file=16)
+    _fill(index, 0, 20)
+    index.close()
+    first, second = _files(tmp_path)
+    raw = bytearray(second.read_bytes())
+    raw[4:6] = (VERSION + 1).to_bytes(2, "big")
+    second.write_bytes(bytes(raw))
+    index = KeyIndex(tmp_path, entries_per_file=16)
+    assert index.rebuild_from == 1_600 and _files(tmp_path) == [first]
+    index.close()
