@@ -65,7 +65,11 @@ CHECKPOINT_FILE = "checkpoint.json"
 TOPICS_FILE = "topics.json"
 GROUP_OFFSETS_FILE = "group_offsets.json"
 GROUP_SETTINGS_FILE = "group_settings.json"
+KEY_INDEX_DIR = "keys"
+"""The key index files (issue 14), under INDEX_DIR."""
 KEY_INDEX_FILE = "keys.idx"
+"""The key index of the format before issue 14 (one file loaded whole into memory): removed at
+start, the index is rebuilt from the CommitLog."""
 
 
 def segment_file_name(start_offset: int) -> str:

@@ -17,6 +17,7 @@ from clepsydra_core.settings import (
     env_int,
     env_str,
 )
+from clepsydra_store.engine import key_index
 from clepsydra_store.engine.config import EngineConfig
 from clepsydra_store.engine.disk_usage import (
     DISK_CAPACITY_VAR,
@@ -74,6 +75,9 @@ class StoreSettings:
                                        minimum=64 * 1024),
             cq_entries_per_file=env_int(env, "CLEPSYDRA_STORE_CQ_ENTRIES_PER_FILE", 300_000,
                                         minimum=16),
+            key_index_entries_per_file=env_int(env, "CLEPSYDRA_STORE_KEY_INDEX_ENTRIES_PER_FILE",
+                                               key_index.ENTRIES_PER_FILE, minimum=16,
+                                               maximum=2**32 - 1),
             flush=env_choice(env, "CLEPSYDRA_FLUSH", "async", ("async", "sync")),
             flush_interval_ms=env_int(env, "CLEPSYDRA_STORE_FLUSH_INTERVAL_MS", 500, minimum=1),
             retention_hours=env_float(env, "CLEPSYDRA_STORE_RETENTION_HOURS", 72.0,

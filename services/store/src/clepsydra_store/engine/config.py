@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from clepsydra_core.levels import DelayLevels
+from clepsydra_store.engine import key_index
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,6 +19,8 @@ class EngineConfig:
     delay_levels: DelayLevels = field(default_factory=DelayLevels.default)
     segment_size_bytes: int = 1 << 30
     cq_entries_per_file: int = 300_000
+    key_index_entries_per_file: int = key_index.ENTRIES_PER_FILE
+    """Entries of one key index file (issue 14); its slots are a quarter of that."""
     flush: str = "async"  # "async" | "sync"
     flush_interval_ms: int = 500
     retention_hours: float = 72

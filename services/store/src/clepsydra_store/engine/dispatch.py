@@ -15,7 +15,7 @@ from clepsydra_core import properties as P
 from clepsydra_core.levels import DelayLevels
 from clepsydra_core.records import CommitLogRecord, tags_code
 from clepsydra_store.engine.consume_queue import ENTRY, ConsumeQueue
-from clepsydra_store.engine.key_index import KeyIndex
+from clepsydra_store.engine.key_index import ENTRIES_PER_FILE, KeyIndex
 from clepsydra_store.engine.segment import Segment
 
 logger = logging.getLogger(__name__)
@@ -45,13 +45,14 @@ class Dispatcher:
     """Owns the ConsumeQueues, the key index and the handed-over marks."""
 
     def __init__(self, consumequeue_dir: Path, index_dir: Path, entries_per_file: int,
-                 delay_levels: DelayLevels) -> None:
+                 delay_levels: DelayLevels, *,
+                 key_index_entries: int = ENTRIES_PER_FILE) -> None:
         self.consumequeue_dir = consumequeue_dir
         self.entries_per_file = entries_per_file
         self.delay_levels = delay_levels
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._create_lock = threading.Lock()
-        self.key_index = KeyIndex(index_dir)
+        self.key_index = KeyIndex(index_dir, entries_per_file=key_index_entries)
         self.handed_over: dict[int, int] = {}
         """level -> highest schedule queue offset handed to a real topic (D9)."""
         self._replay: dict[ConsumeQueue, tuple[int, list[bytes]]] = {}
@@ -138,6 +139,7 @@ class Dispatcher:
         removed: list[Segment] = []
         for cq in list(self.queues.values()):
             removed += cq.drop_below(commitlog_min)
+        self.key_index.drop_below(commitlog_min)
         return removed
 
     def remove_topic(self, topic: str) -> list[ConsumeQueue]:

@@ -321,7 +321,7 @@ class MessageStore(StoreCore):
                 found[record.commitlog_offset] = record
                 wanted.add(record.msg_id)
         for uniq in wanted:
-            for commitlog_offset in reversed(self._dispatcher.key_index.lookup(uniq)):
+            for commitlog_offset in self._dispatcher.key_index.newest(uniq):
                 if len(found) >= max_count:
                     break
                 if commitlog_offset in found:
@@ -342,7 +342,7 @@ class MessageStore(StoreCore):
         found: list[CommitLogRecord] = []
         cfg = self._topics.get(topic)
         since = cfg.since if cfg is not None else 0
-        for commitlog_offset in reversed(self._dispatcher.key_index.lookup(key)):
+        for commitlog_offset in self._dispatcher.key_index.newest(key):
             if len(found) >= max_count or commitlog_offset < since:
                 break
             try:
@@ -438,6 +438,7 @@ class MessageStore(StoreCore):
         out["commitlog_segments"] = len(cl.segments)
         out["topics"] = len(self._topics.all()) + 1
         out.update(self._disk.stats())
+        out.update(self._dispatcher.key_index.stats())
         for level in self._levels.levels():
             queue_id = self._levels.queue_id(level)
             cq = self._dispatcher.existing_queue(naming.SCHEDULE_TOPIC, queue_id)

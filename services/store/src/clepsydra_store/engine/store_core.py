@@ -100,7 +100,8 @@ class StoreCore:
         self._group_settings = GroupSettingsRegistry(dirs.config)
         self._commitlog = CommitLog(dirs.commitlog, config.segment_size_bytes)
         self._dispatcher = Dispatcher(dirs.consumequeue, dirs.index, config.cq_entries_per_file,
-                                      self._levels)
+                                      self._levels,
+                                      key_index_entries=config.key_index_entries_per_file)
         self._preparer = Preparer(config, self._topics, self._group_settings.get)
         self._handover = Handover(self._commitlog, self._dispatcher, self._topics,
                                     self._levels, config.segment_size_bytes)
@@ -144,8 +145,12 @@ class StoreCore:
         start = max(ckpt.commitlog_offset, cl.min_offset) if ckpt and trusted else cl.min_offset
         if ckpt is not None and trusted:
             disp.handed_over = dict(ckpt.handed_over)
+        rebuild = disp.key_index.rebuild_from
+        if rebuild is not None and rebuild < start:  # key index files damaged or missing
+            start = max(rebuild, cl.min_offset)
         logger.info("store recovery data_dir=%s checkpoint_offset=%s redispatch_from=%d "
-                    "rebuild=%s", self._dirs.root, ckpt and ckpt.commitlog_offset, start, missing)
+                    "rebuild=%s key_index_rebuild_from=%s", self._dirs.root,
+                    ckpt and ckpt.commitlog_offset, start, missing, rebuild)
         end = cl.recover(start, start, disp.redispatch)
         if ckpt is not None and end < ckpt.commitlog_offset:
             self._rederive_marks(ckpt, end, dispatched=not trusted)
@@ -153,6 +158,8 @@ class StoreCore:
             for level, mark in ckpt.handed_over.items():
                 disp.raise_mark(level, mark)
         disp.finish_replay()
+        disp.key_index.truncate_from(end)
+        disp.key_index.drop_below(cl.min_offset)  # segments gone before the index files went
         for cq in list(disp.queues.values()):
             cq.truncate_from(end)
             cq.reset_min()
