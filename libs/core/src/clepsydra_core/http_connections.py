@@ -244,7 +244,8 @@ class ConnectionPool:
         return conn.receive(method)
 
     def close(self) -> None:
+        """Close every thread's connection (a later call opens a new one)."""
         with self._lock:
-            conns, self._all = self._all, []
+            conns = list(self._all)
         for conn in conns:
             conn.close()
