@@ -115,9 +115,10 @@ class StoreThreadWorker(JsonErrorsMixin, CompleteRequestsOnly, ThreadWorker):  #
         self._keepalive_s = float(self.cfg.keepalive)
 
     def handle_request(self, req: Any, conn: Any) -> Any:
-        # a produce request's connection goes back to the poller, which answers the next ones
+        # a single produce's connection goes back to the poller, which answers the next ones; a
+        # batch's stays (lingers) on its thread: most batches are too large for the poller
         conn.to_poller = (self.on_poller is not None and req.method == "POST"
-                          and req.path.endswith(("/messages", "/messages/batch")))
+                          and req.path.endswith("/messages"))
         return super().handle_request(req, conn)
 
     def handle(self, conn: Any) -> Any:
