@@ -5,6 +5,7 @@ the one safe resend, and errors mapped to ``Unavailable``."""
 
 from __future__ import annotations
 
+import gc
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -50,6 +51,8 @@ class Server:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
         self.connections = 0
+        self.ended = threading.Semaphore(0)
+        """Released once per connection the client closed."""
         self.requests: list[Exchange] = []
         self.open: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
@@ -72,6 +75,7 @@ class Server:
                 while b"\r\n\r\n" not in buf:
                     chunk = sock.recv(65536)
                     if not chunk:
+                        self.ended.release()
                         return
                     buf += chunk
                     packets += 1
@@ -174,6 +178,21 @@ def test_each_thread_has_its_own_connection(serve: Callable[[Handler], Server]) 
     http.close()
     assert not errors
     assert server.connections == 4 and len(server.requests) == 200
+
+
+def test_the_connection_of_a_thread_that_ended_is_closed(
+        serve: Callable[[Handler], Server]) -> None:
+    server = serve(lambda ex: ex.json(200, b"{}"))
+    http = HttpClient(server.url)
+    thread = threading.Thread(target=http.get, args=("/x",))
+    thread.start()
+    thread.join()
+    del thread
+    gc.collect()
+    assert server.ended.acquire(timeout=5)  # not left open until the client is closed
+    assert http.get("/y") == {}  # this thread's own connection
+    http.close()
+    assert server.ended.acquire(timeout=5)
 
 
 def test_a_connection_the_service_closed_while_idle_is_replaced(

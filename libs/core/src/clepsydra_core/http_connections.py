@@ -25,6 +25,7 @@ import http.client
 import select
 import socket
 import threading
+import weakref
 
 IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 MAX_HEAD_BYTES = 64 * 1024
@@ -56,6 +57,10 @@ class Connection:
         self._buf = b""
         if sock is not None:
             sock.close()
+
+    def __del__(self) -> None:
+        # a client dropped without close(), or the connection of a thread that ended
+        self.close()
 
     def send(self, method: str, target: str, body: bytes | None,
              headers: dict[str, str]) -> None:
@@ -191,7 +196,8 @@ class ConnectionPool:
         self.host = host
         self.port = port
         self._local = threading.local()
-        self._all: list[Connection] = []
+        self._all: weakref.WeakSet[Connection] = weakref.WeakSet()
+        """Every live thread's connection (one of a thread that ended closes itself)."""
         self._lock = threading.Lock()
 
     def _connection(self) -> Connection:
@@ -200,7 +206,7 @@ class ConnectionPool:
             conn = Connection(self.host, self.port)
             self._local.conn = conn
             with self._lock:
-                self._all.append(conn)
+                self._all.add(conn)
         return conn
 
     def exchange(self, method: str, target: str, body: bytes | None, headers: dict[str, str],
