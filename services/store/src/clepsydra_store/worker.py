@@ -144,7 +144,12 @@ class StoreThreadWorker(JsonErrorsMixin, CompleteRequestsOnly, ThreadWorker):  #
         if not chunk:
             self._drop(conn)
             return
-        served = self.on_poller.serve(buffered + chunk if buffered else chunk, conn.client)
+        try:
+            served = self.on_poller.serve(buffered + chunk if buffered else chunk, conn.client)
+        except Exception:  # the answer catches everything it knows; never stop the poller
+            self.log.exception("answering produce on the poller failed")
+            self._drop(conn)
+            return
         self.nr += served.count
         sent = 0
         if served.out:
