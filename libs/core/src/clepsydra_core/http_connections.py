@@ -72,8 +72,7 @@ class Connection:
         if body is not None or method in ("POST", "PUT"):
             head += f"Content-Length: {len(body) if body else 0}\r\n"
         data = (head + "\r\n").encode("latin-1")
-        assert self.sock is not None
-        self.sock.sendall(data + body if body else data)
+        self._socket().sendall(data + body if body else data)
 
     def idle_ok(self) -> bool:
         """Whether the kept-alive connection can carry the next call: nothing arrived since
@@ -136,9 +135,14 @@ class Connection:
                 fields[name.strip().lower()] = value.strip()
         return int(parts[1]), parts[0], fields
 
+    def _socket(self) -> socket.socket:
+        sock = self.sock
+        if sock is None:  # closed by close() from another thread (the client's close)
+            raise ConnectionAbortedError("the connection was closed")
+        return sock
+
     def _recv(self) -> bytes:
-        assert self.sock is not None
-        return self.sock.recv(_RECV_BYTES)
+        return self._socket().recv(_RECV_BYTES)
 
     def _exactly(self, size: int) -> bytes:
         while len(self._buf) < size:
