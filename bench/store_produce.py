@@ -11,6 +11,10 @@ Scenarios (targets on a 2-core machine, issue 2):
   batchraw the same with raw-socket clients (cheaper than requests: shows the server)
   sync8    HTTP batches of 100, 8 client threads, CLEPSYDRA_FLUSH=sync  >= 20,000 msgs/s
   sdk1     the SDK's Producer.send, one message per request, 1 thread   (issue 14: >= 5,000)
+  single1raw  HTTP single sends, 1 raw-socket client (the server's side)  (issue 14: >= 5,000)
+  sdk8     the SDK's Producer.send from 8 threads, one Producer         (issue 14: >= 10,000)
+  single8raw  HTTP single sends, 8 raw-socket clients                  (issue 14: >= 10,000)
+  lat1k    Producer.send paced at 1,000 msgs/s: latency p50/p99/max     (issue 14: p99 <= 2 ms)
   sdkasync the SDK's Producer.send_async (automatic batching), 1 thread (issue 14: >= 80,000)
 
 It starts its own store processes (``python -m clepsydra_store``) on free ports with a temporary
@@ -36,6 +40,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import requests
 
@@ -46,6 +51,9 @@ REPO = Path(__file__).resolve().parents[1]
 BODY_BYTES = 1024
 BATCH = 100
 TARGETS = {"inproc": 150_000, "single8": 2_500, "batch": 50_000, "sync8": 20_000}
+PACED_RATE = 1_000
+"""Messages a second ``lat1k`` offers."""
+LATENCY_TARGET_MS = 2.0
 TOPIC = "bench"
 
 
@@ -55,6 +63,7 @@ class Row:
     messages: int
     seconds: float
     server_us: float | None = None
+    note: str = ""
 
     @property
     def rate(self) -> float:
@@ -221,22 +230,20 @@ def http_batch(url: str, threads: int, seconds: float) -> tuple[int, float]:
     return run_clients(threads, seconds, send)
 
 
-def sdk_send(url: str, seconds: float, *, batched: bool) -> tuple[int, float]:
-    """The SDK as an application uses it, from this process: ``Producer.send`` per message,
-    or ``send_async`` and ``flush()`` (every future's outcome counted)."""
+def sdk_send(url: str, seconds: float, *, batched: bool, threads: int = 1) -> tuple[int, float]:
+    """The SDK as an application uses it, from this process: ``Producer.send`` per message
+    (from ``threads`` threads sharing one Producer), or ``send_async`` and ``flush()`` (every
+    future's outcome counted)."""
     from clepsydra_client import Producer
 
     text = message(0)["body"]
     with Producer(url) as producer:
         producer.send(TOPIC, str(text), tags="bench")  # connect
+        if not batched:
+            return _sdk_threads(producer, str(text), threads, seconds)
         n = 0
         t0 = time.monotonic()
         stop_at = t0 + seconds
-        if not batched:
-            while time.monotonic() < stop_at:
-                producer.send(TOPIC, str(text), tags="bench", keys=[f"k{n}"])
-                n += 1
-            return n, time.monotonic() - t0
         futures = []
         while time.monotonic() < stop_at:
             for _ in range(1000):
@@ -249,6 +256,63 @@ def sdk_send(url: str, seconds: float, *, batched: bool) -> tuple[int, float]:
         if failed:
             raise RuntimeError(f"{failed} of {n} async sends failed: {futures[0].exception()}")
         return n, elapsed
+
+
+def _sdk_threads(producer: Any, text: str, threads: int, seconds: float) -> tuple[int, float]:
+    counts = [0] * threads
+    errors: list[BaseException] = []
+    start = threading.Barrier(threads + 1)
+    stop_at = [0.0]
+
+    def loop(index: int) -> None:
+        producer.send(TOPIC, text, tags="bench")  # this thread's connection
+        start.wait()
+        n = 0
+        try:
+            while time.monotonic() < stop_at[0]:
+                producer.send(TOPIC, text, tags="bench", keys=[f"k{index}-{n}"])
+                n += 1
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        counts[index] = n
+
+    workers = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
+    for w in workers:
+        w.start()
+    stop_at[0] = time.monotonic() + seconds + 3600
+    start.wait()
+    t0 = time.monotonic()
+    stop_at[0] = t0 + seconds
+    for w in workers:
+        w.join()
+    if errors:
+        raise errors[0]
+    return sum(counts), time.monotonic() - t0
+
+
+def paced_latency(url: str, seconds: float, rate: float = PACED_RATE) -> tuple[int, float, str]:
+    """``Producer.send`` offered ``rate`` messages a second (open loop: each send is due at
+    its slot; a late one's latency counts from its slot, so a stall is not hidden); (messages,
+    seconds, "p50/p99/max ms")."""
+    from clepsydra_client import Producer
+
+    text = str(message(0)["body"])
+    latencies: list[float] = []
+    with Producer(url) as producer:
+        producer.send(TOPIC, text, tags="bench")
+        t0 = time.monotonic()
+        total = int(seconds * rate)
+        for i in range(total):
+            due = t0 + i / rate
+            now = time.monotonic()
+            if now < due:
+                time.sleep(due - now)
+            producer.send(TOPIC, text, tags="bench", keys=[f"p{i}"])
+            latencies.append(time.monotonic() - due)
+        elapsed = time.monotonic() - t0
+    latencies.sort()
+    p50, p99 = (latencies[int(q * (len(latencies) - 1))] * 1000 for q in (0.50, 0.99))
+    return total, elapsed, f"p50 {p50:.2f} / p99 {p99:.2f} / max {latencies[-1] * 1000:.2f} ms"
 
 
 def in_process(home: Path, seconds: float) -> tuple[int, float]:
@@ -332,12 +396,14 @@ def summarize_profile(path: Path) -> list[tuple[str, float]]:
 # ---- main --------------------------------------------------------------------------------
 
 def measured(store: StoreProcess | None, name: str,
-             run: Callable[[], tuple[int, float]]) -> Row:
-    """Run a scenario; with a store we started, also the CPU its worker process used."""
+             run: Callable[[], tuple[Any, ...]]) -> Row:
+    """Run a scenario (it returns messages, seconds and maybe a note); with a store we
+    started, also the CPU its worker process used."""
     pid = store.worker_pid() if store else None
     before = process_cpu_s(pid) if pid else None
-    messages, seconds = run()
-    row = Row(name, messages, seconds)
+    result = run()
+    messages, seconds = result[0], result[1]
+    row = Row(name, messages, seconds, note=str(result[2]) if len(result) > 2 else "")
     if pid and before is not None:
         after = process_cpu_s(pid)
         if after is not None and messages:
@@ -359,8 +425,8 @@ def main() -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--only",
-                        default="inproc,single1,single8,single8raw,batch,batchraw,sync8,"
-                                "sdk1,sdkasync")
+                        default="inproc,single1,single1raw,sdk1,single8,single8raw,sdk8,lat1k,"
+                                "batch,batchraw,sync8,sdkasync")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--url", help="use a running store (async flush) instead of starting one")
     args = parser.parse_args()
@@ -372,15 +438,18 @@ def main() -> int:
         if "inproc" in only:
             rows.append(Row("in-process put_batch(100), async flush",
                             *in_process(home, args.seconds)))
-        if only & {"single1", "single8", "single8raw", "batch", "batchraw", "sdk1", "sdkasync"}:
+        if only & {"single1", "single1raw", "single8", "single8raw", "batch", "batchraw", "sdk1",
+                    "sdk8", "lat1k", "sdkasync"}:
             store = None if args.url else StoreProcess(home / "async", "async")
             url = args.url or (store.url if store else "")
             try:
                 requests.post(f"{url}/v1/topics", json={"name": TOPIC, "queues": 4}, timeout=10)
-                scenarios: list[tuple[str, str, Callable[[], tuple[int, float]]]] = [
-                    ("single1", "HTTP single, 1 client",
+                scenarios: list[tuple[str, str, Callable[[], tuple[Any, ...]]]] = [
+                    ("single1", "HTTP single, 1 requests client",
                      lambda: http_single(url, 1, args.seconds)),
-                    ("single8", "HTTP single, 8 clients",
+                    ("single1raw", "HTTP single, 1 raw-socket client",
+                     lambda: raw_single(url, 1, args.seconds)),
+                    ("single8", "HTTP single, 8 requests clients",
                      lambda: http_single(url, 8, args.seconds)),
                     ("single8raw", "HTTP single, 8 raw-socket clients",
                      lambda: raw_single(url, 8, args.seconds)),
@@ -390,6 +459,10 @@ def main() -> int:
                      lambda: raw_batch(url, 2, args.seconds)),
                     ("sdk1", "SDK Producer.send, 1 thread",
                      lambda: sdk_send(url, args.seconds, batched=False)),
+                    ("sdk8", "SDK Producer.send, 8 threads",
+                     lambda: sdk_send(url, args.seconds, batched=False, threads=8)),
+                    ("lat1k", f"SDK Producer.send paced {PACED_RATE:,}/s",
+                     lambda: paced_latency(url, args.seconds)),
                     ("sdkasync", "SDK Producer.send_async, 1 thread",
                      lambda: sdk_send(url, args.seconds, batched=True)),
                 ]
@@ -428,7 +501,9 @@ def main() -> int:
 
 
 def print_table(rows: list[Row]) -> None:
-    targets = {"in-process": TARGETS["inproc"], "HTTP single, 8": TARGETS["single8"],
+    targets = {"in-process": TARGETS["inproc"], "HTTP single, 8 requests": TARGETS["single8"],
+               "HTTP single, 1 raw": 5_000, "SDK Producer.send, 1": 5_000,
+               "HTTP single, 8 raw": 10_000, "SDK Producer.send, 8": 10_000,
                "HTTP batch 100, 2": TARGETS["batch"], "HTTP batch 100, 8": TARGETS["sync8"]}
     print(f"\n{'scenario (1 KiB bodies)':<40} {'messages':>9} {'s':>5} {'msgs/s':>9} "
           f"{'MB/s':>6} {'server':>8} {'target':>8}")
@@ -441,8 +516,12 @@ def print_table(rows: list[Row]) -> None:
         cpu = f"{row.server_us:,.0f}" if row.server_us else "-"
         print(f"{row.name:<40} {row.messages:>9,} {row.seconds:>5.1f} {row.rate:>9,.0f} "
               f"{row.mb_s:>6.1f} {cpu:>8} {tgt:>8}{mark}")
+        if row.note:
+            print(f"  {row.note}")
     print("server us/msg: CPU time of the store's worker process per message (user + system);"
-          "\n1e6 / us/msg is what one store process could take if the clients cost nothing.")
+          "\n1e6 / us/msg is what one store process could take if the clients cost nothing."
+          f"\nlatency target (issue 14): p99 <= {LATENCY_TARGET_MS:g} ms at "
+          f"{PACED_RATE:,} msgs/s offered.")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 """One JSON-over-HTTP client for every caller of the store and the retry service: the client
 SDK, the retry service's store calls, the scheduler's hand-over calls (issue 13.1).
 
-It holds once what each of them did its own way: a keep-alive ``requests.Session`` per thread,
-timeouts, orjson bodies, the W3C trace context of the current span on every call (SPEC O1), and
+It holds once what each of them did its own way: a keep-alive connection per thread (a lean
+one for a plain ``http://`` service without a proxy, ``http_connections.py``, issue 14; a
+``requests.Session`` for ``https://`` or through a proxy), timeouts, orjson bodies, the W3C
+trace context of the current span on every call (SPEC O1), and
 the mapping of error answers onto the ``clepsydra_core.errors`` tree, chosen by the wire
 ``code`` (a 404 ``TOPIC_NOT_EXIST`` raises :class:`TopicNotFound`, a 403 ``NO_PERMISSION``
 :class:`NoPermission`, ...). A service that does not answer raises :class:`Unavailable` naming
@@ -18,9 +20,11 @@ path argument as one segment (``%25RETRY%25G``).
 
 from __future__ import annotations
 
+import http.client
+import re
 import threading
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode, urlsplit
 
 import orjson
 import requests
@@ -42,6 +46,7 @@ from clepsydra_core.errors import (
     Unavailable,
     ValidationError,
 )
+from clepsydra_core.http_connections import ConnectionPool
 from clepsydra_core.settings import client_token
 
 Json = dict[str, Any]
@@ -56,6 +61,9 @@ _BY_STATUS: dict[int, type[ClepsydraError]] = {
     429: RateLimited, 503: Unavailable,
 }
 _JSON_HEADERS = {"Content-Type": "application/json"}
+_UNSAFE = re.compile(r"[^!-~]")
+_URL_SAFE = "!#$%&'()*+,/:;=?@[]~"
+"""What a URL may hold unquoted (as ``requests.utils.requote_uri`` leaves it)."""
 
 
 class RemoteError(ClepsydraError):
@@ -92,12 +100,13 @@ def error_from_response(status: int, payload: Any, url: str) -> ClepsydraError:
 
 class HttpClient:
     """JSON requests against one base URL. Safe to share between threads: each thread gets its
-    own ``requests.Session`` (connection pooling without cross-thread sharing).
+    own keep-alive connection (``http_connections.ConnectionPool``; a ``requests.Session`` for
+    ``https://`` or through a proxy), no connection shared between threads.
 
     ``env_proxies``: take proxies from the environment (read once per session; a user's SDK);
     service-to-service clients pass False (cluster-internal addresses). ``pool_size``: keep-alive
-    connections per session (a service answering many threads at once wants more). ``token``:
-    the bearer token to send (None: ``CLEPSYDRA_TOKEN``, else none)."""
+    connections per ``requests`` session (a service answering many threads at once wants more).
+    ``token``: the bearer token to send (None: ``CLEPSYDRA_TOKEN``, else none)."""
 
     def __init__(self, base_url: str, *, timeout_s: float = 10.0,
                  connect_timeout_s: float | None = None, service: str = "service",
@@ -114,6 +123,13 @@ class HttpClient:
         self._local = threading.local()
         self._sessions: list[requests.Session] = []
         self._lock = threading.Lock()
+        self._pool: ConnectionPool | None = None
+        self._prefix = ""
+        parts = urlsplit(self.base_url)
+        if (parts.scheme == "http" and parts.hostname and not parts.username
+                and not (env_proxies and requests.utils.get_environ_proxies(self.base_url))):
+            self._pool = ConnectionPool(parts.hostname, parts.port or 80)
+            self._prefix = parts.path
 
     def _session(self) -> requests.Session:
         session: requests.Session | None = getattr(self._local, "session", None)
@@ -149,25 +165,45 @@ class HttpClient:
         if headers:
             sent.update(headers)
         read_s = timeout_s or self.timeout_s
-        timeout = read_s if self.connect_timeout_s is None else (self.connect_timeout_s, read_s)
+        data = None if json is None else orjson.dumps(json)
         try:
-            resp = self._session().request(
-                method, url, params=_clean(params),
-                data=None if json is None else orjson.dumps(json), headers=sent,
-                timeout=timeout)
-        except requests.RequestException as exc:
+            if self._pool is not None:
+                status, content = self._exchange(method, path, params, data, sent, read_s)
+            else:
+                timeout = (read_s if self.connect_timeout_s is None
+                           else (self.connect_timeout_s, read_s))
+                resp = self._session().request(method, url, params=_clean(params), data=data,
+                                               headers=sent, timeout=timeout)
+                status, content = resp.status_code, resp.content
+        except (requests.RequestException, OSError, http.client.HTTPException) as exc:
             raise Unavailable(
                 f"the {self.service} at {self.base_url} did not answer ({type(exc).__name__}): "
                 "check that it runs and that the URL is right") from exc
         try:
-            payload = orjson.loads(resp.content) if resp.content else {}
+            payload = orjson.loads(content) if content else {}
         except orjson.JSONDecodeError:
             payload = None
-        if resp.status_code >= 400:
-            raise error_from_response(resp.status_code, payload, url)
+        if status >= 400:
+            raise error_from_response(status, payload, url)
         if not isinstance(payload, dict):
-            raise RemoteError(f"{method} {url} answered {resp.status_code} without a JSON object")
-        return resp.status_code, payload
+            raise RemoteError(f"{method} {url} answered {status} without a JSON object")
+        return status, payload
+
+    def _exchange(self, method: str, path: str, params: dict[str, Any] | None,
+                  data: bytes | None, headers: dict[str, str],
+                  read_s: float) -> tuple[int, bytes]:
+        """One call on the thread's lean connection (http_connections.py)."""
+        assert self._pool is not None
+        target = self._prefix + path
+        if _UNSAFE.search(target):
+            target = quote(target, safe=_URL_SAFE)
+        query = _clean(params)
+        if query:
+            target += ("&" if "?" in target else "?") + urlencode(query, doseq=True)
+        if self._auth:
+            headers = {**self._auth, **headers}
+        return self._pool.exchange(method, target, data, headers, read_s,
+                                   self.connect_timeout_s or read_s)
 
     def request(self, method: str, path: str, *, params: dict[str, Any] | None = None,
                 json: Any = None, timeout_s: float | None = None,
@@ -192,6 +228,8 @@ class HttpClient:
             sessions, self._sessions = self._sessions, []
         for session in sessions:
             session.close()
+        if self._pool is not None:
+            self._pool.close()
 
 
 def _clean(params: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -54,6 +54,9 @@ class StoreSettings:
     """How long an idle keep-alive connection stays open."""
     fast_path: bool = True
     """Serve the two produce routes through the lean WSGI path (same behaviour as Flask's)."""
+    inline_produce: bool = True
+    """With the fast path and async flush: the worker's poller thread answers produce requests
+    on kept-alive connections itself (inline.py, issue 14)."""
     lock_expiry_ms: int = 60_000
     """An orderly consumer's queue lock not renewed for this long is free for another
     consumer (issue 12.5; RocketMQ's 60 s)."""
@@ -105,6 +108,7 @@ class StoreSettings:
                                       minimum=1024),
             keepalive_s=env_int(env, "CLEPSYDRA_STORE_KEEPALIVE_S", 75, minimum=1),
             fast_path=env_bool(env, "CLEPSYDRA_STORE_FAST_PATH", True),
+            inline_produce=env_bool(env, "CLEPSYDRA_STORE_INLINE_PRODUCE", True),
             lock_expiry_ms=round(1000 * env_float(env, "CLEPSYDRA_STORE_LOCK_EXPIRY_S", 60.0,
                                                   minimum=0.1)),
         )

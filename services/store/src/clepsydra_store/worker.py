@@ -1,4 +1,5 @@
-"""The store's gunicorn worker: gthread, keeping a busy keep-alive connection on its thread.
+"""The store's gunicorn worker: gthread, answering produce on its poller thread and keeping a
+busy keep-alive connection on its thread.
 
 Plain gthread hands a keep-alive connection back to the main thread after every response: the
 main thread re-registers the socket with its poller, wakes when the next request arrives and
@@ -9,19 +10,32 @@ wait a little for the same client's next one and serve it directly; it gives the
 back to the poller when the client stays quiet for ``LINGER_S`` or when other connections are
 waiting for a thread, so they wait at most one linger. Like every service's worker, a thread
 takes only a request that arrived whole (clepsydra_web/slow_clients.py).
+
+Produce requests skip the thread pool altogether once their connection is kept alive
+(issue 14): when such a connection becomes readable, the poller thread reads what arrived
+without blocking, answers the produce requests in it itself (``inline.py``, the same answer as
+the WSGI fast path) and writes the answers in one ``send``; the connection stays registered
+with the poller. Whatever else arrives (another route, a request gunicorn must judge) goes to a
+thread as before once it arrived whole, after the answers before it were written. Off with
+``CLEPSYDRA_STORE_INLINE_PRODUCE=false``, with the fast path off, and with sync flush (an
+acknowledgement that waits for an fsync must not hold the poller).
 """
 
 from __future__ import annotations
 
 import select
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from gunicorn import util
 from gunicorn.workers.gthread import ThreadWorker
 
+from clepsydra_store import inline
+from clepsydra_store.api.context import EXTENSION, StoreContext
+from clepsydra_store.api.fastpath import ProduceFastPath
 from clepsydra_web.server import JsonErrorsMixin
-from clepsydra_web.slow_clients import CompleteRequestsOnly
+from clepsydra_web.slow_clients import HEAD_DEADLINE_S, READY_BYTES, CompleteRequestsOnly
 
 LINGER_S = 0.005
 """How long a thread waits for the next request on its connection before handing it back."""
@@ -45,16 +59,158 @@ def cached_http_date(timestamp: float | None = None) -> str:
     return cached[1]
 
 
+@dataclass(frozen=True, slots=True)
+class InlineProduce:
+    """What the poller thread needs to answer produce requests itself."""
+
+    fast_path: ProduceFastPath
+    limit: int
+    answered: Any
+    """The ``clepsydra_store_poller_answered_requests`` counter."""
+
+    @classmethod
+    def of(cls, app: Any) -> InlineProduce | None:
+        """For the store's Flask app, when its settings allow answering on the poller."""
+        fast_path = getattr(app, "wsgi_app", None)
+        extensions = getattr(app, "extensions", {})
+        context: StoreContext | None = extensions.get(EXTENSION)
+        if not isinstance(fast_path, ProduceFastPath) or context is None:
+            return None
+        settings = context.settings
+        if not settings.inline_produce or settings.engine.flush != "async":
+            return None
+        return cls(fast_path, settings.max_request_bytes, context.obs.poller_answered)
+
+    def serve(self, buf: bytes, remote: tuple[str, int]) -> inline.Served:
+        served = inline.serve(buf, self.fast_path.answer, self.limit, remote, cached_http_date())
+        if served.count:
+            self.answered.inc(served.count)
+        return served
+
+
+NOTIFY_EVERY_S = 1.0
+"""The worker tells the arbiter it is alive at most this often (gunicorn: every loop turn, a
+file-system call per request once the poller answers produce)."""
+
+
 class StoreThreadWorker(JsonErrorsMixin, CompleteRequestsOnly, ThreadWorker):  # type: ignore[misc]
+    on_poller: InlineProduce | None = None
+    _keepalive_s = 0.0
+    _notified = 0.0
+
+    def notify(self) -> None:
+        now = time.monotonic()
+        if now - self._notified >= NOTIFY_EVERY_S:
+            self._notified = now
+            super().notify()
+
     def init_process(self) -> None:
         util.http_date = cached_http_date  # this worker process only
         super().init_process()
 
+    def load_wsgi(self) -> None:
+        super().load_wsgi()
+        if not self.cfg.is_ssl:
+            self.on_poller = InlineProduce.of(self.wsgi)
+        self._keepalive_s = float(self.cfg.keepalive)
+
+    def handle_request(self, req: Any, conn: Any) -> Any:
+        # a single produce's connection goes back to the poller, which answers the next ones; a
+        # batch's stays (lingers) on its thread: most batches are too large for the poller
+        conn.to_poller = (self.on_poller is not None and req.method == "POST"
+                          and req.path.endswith("/messages"))
+        return super().handle_request(req, conn)
+
     def handle(self, conn: Any) -> Any:
         result = super().handle(conn)
-        while result is True and self.alive and self._next_request_ready(conn):
+        while (result is True and self.alive and not getattr(conn, "to_poller", False)
+               and self._next_request_ready(conn)):
             result = super().handle(conn)
         return result
+
+    # ---- produce answered on the poller thread (inline.py) -------------------------------
+
+    def on_client_socket_readable(self, conn: Any, client: Any) -> None:
+        if self.on_poller is None or not self.alive:
+            super().on_client_socket_readable(conn, client)
+            return
+        buffered: bytes = getattr(conn, "guard_buf", b"")
+        try:
+            chunk = conn.sock.recv(READY_BYTES - len(buffered))
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self._drop(conn)
+            return
+        try:
+            served = self.on_poller.serve(buffered + chunk if buffered else chunk, conn.client)
+        except Exception:  # the answer catches everything it knows; never stop the poller
+            self.log.exception("answering produce on the poller failed")
+            self._drop(conn)
+            return
+        self.nr += served.count
+        sent = 0
+        if served.out:
+            try:
+                sent = conn.sock.send(served.out)
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:
+                self._drop(conn)
+                return
+        if sent < len(served.out) or served.verdict == inline.Verdict.HANDOVER:
+            self._to_thread(conn, served.out[sent:], served)
+            return
+        if served.rest:  # the start of the next request: it must arrive whole in time
+            now = time.monotonic()
+            since = now if served.count else (getattr(conn, "guard_since", None) or now)
+            if now - since > HEAD_DEADLINE_S:
+                self._drop(conn)
+                return
+            conn.guard_since = since
+        else:
+            conn.guard_since = None
+        conn.guard_buf = served.rest
+        self.keepalived_conns.remove(conn)  # kept alive from now: last in expiry order
+        conn.timeout = time.monotonic() + self._keepalive_s  # conn.set_timeout(), cheaper
+        self.keepalived_conns.append(conn)
+
+    def _to_thread(self, conn: Any, unsent: bytes, served: inline.Served) -> None:
+        """A thread writes what the socket did not take and serves the request gunicorn must
+        answer (if any); then the connection comes back to the poller (``finish_request``)."""
+        self.poller.unregister(conn.sock)
+        self.keepalived_conns.remove(conn)
+        if served.verdict == inline.Verdict.HANDOVER:
+            conn.guard_buf, conn.guard_since = b"", None
+            conn.parser.unreader.unread(served.rest)
+        else:
+            conn.guard_buf = served.rest
+        future = self.tpool.submit(self._write_then_handle, conn, unsent)
+        future.add_done_callback(
+            lambda fut: self.method_queue.defer(self.finish_request, conn, fut))
+
+    def _write_then_handle(self, conn: Any, unsent: bytes) -> Any:
+        if unsent:
+            try:
+                conn.sock.setblocking(True)
+                conn.sock.sendall(unsent)
+            except OSError:
+                return False
+        if conn.parser.unreader.buf.getvalue():
+            return self.handle(conn)
+        return True
+
+    def _drop(self, conn: Any) -> None:
+        """Close a kept-alive connection (the client closed it, or it failed)."""
+        try:
+            self.poller.unregister(conn.sock)
+        except (OSError, KeyError, ValueError):
+            pass
+        self.keepalived_conns.remove(conn)
+        self.nr_conns -= 1
+        conn.close()
 
     def _next_request_ready(self, conn: Any) -> bool:
         """True when the client sends its next request within the linger and no other

@@ -8,7 +8,9 @@ metrics, same JSON bodies and status codes. ``CLEPSYDRA_STORE_FAST_PATH=false`` 
 (the Flask routes then answer); the test-suite runs the produce cases both ways.
 
 With access control on, the same ``Guard`` as Flask's hook checks the bearer token and ``SEND``
-on the topic before the body is read: a token seen before costs one dict lookup.
+on the topic before the body is read: a token seen before costs one dict lookup. The store's
+worker answers produce requests on kept-alive connections on its poller thread through
+:meth:`ProduceFastPath.answer` (``inline.py``): the same answers again.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from clepsydra_web.auth import REFUSALS, Guard, refusal
 from clepsydra_web.jsonio import JSON_TYPE
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+Answer = tuple[str, list[tuple[str, str]], bytes]
+"""(status line, headers, body) of an answer."""
 
 _PREFIX = "/v1/topics/"
 _ONE = "/messages"
@@ -61,17 +65,34 @@ class ProduceFastPath:
                  topic: str, batch: bool) -> Iterable[bytes]:
         # PATH_INFO is "bytes as latin-1" (PEP 3333); Werkzeug decodes it as UTF-8 the same way
         topic = topic.encode("latin-1").decode("utf-8", "replace")
-        if self.guard is not None:
-            try:
-                self.guard.check(environ.get("HTTP_AUTHORIZATION"), Action.SEND, topic)
-            except REFUSALS as exc:
-                code, headers, answer = refusal(exc)
-                start_response(_REASONS[code], headers)
-                return [answer]
-        status, body = produce.serve(self.context, environ, topic, self._read(environ), batch)
-        start_response(_REASONS.get(status, f"{status} Error"),
-                       [("Content-Type", JSON_TYPE), ("Content-Length", str(len(body)))])
+        status, headers, body = (self.refuse(environ, topic)  # before the body is read
+                                 or self.produce(environ, topic, batch, self._read(environ)))
+        start_response(status, headers)
         return [body]
+
+    def answer(self, environ: dict[str, Any], topic: str, batch: bool,
+               raw: bytes | None) -> Answer:
+        """The answer to a produce request whose body was read already (the worker's poller
+        thread calls this, inline.py)."""
+        return self.refuse(environ, topic) or self.produce(environ, topic, batch, raw)
+
+    def refuse(self, environ: dict[str, Any], topic: str) -> Answer | None:
+        """The 401, 403 or 429 answer when the request's token may not send to ``topic``."""
+        if self.guard is None:
+            return None
+        try:
+            self.guard.check(environ.get("HTTP_AUTHORIZATION"), Action.SEND, topic)
+        except REFUSALS as exc:
+            code, headers, body = refusal(exc)
+            return _REASONS[code], headers, body
+        return None
+
+    def produce(self, environ: dict[str, Any], topic: str, batch: bool,
+                raw: bytes | None) -> Answer:
+        """``raw`` None: the body was over the size limit (413)."""
+        status, body = produce.serve(self.context, environ, topic, raw, batch)
+        return (_REASONS.get(status, f"{status} Error"),
+                [("Content-Type", JSON_TYPE), ("Content-Length", str(len(body)))], body)
 
     def _read(self, environ: dict[str, Any]) -> bytes | None:
         """The request body, or None when it is over the limit."""

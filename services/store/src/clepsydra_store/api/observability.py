@@ -81,6 +81,9 @@ class Observability:
                                  registry=self.registry)
         self.produced = Counter("clepsydra_store_produced_messages", "Messages acknowledged to "
                                 "producers over HTTP", registry=self.registry)
+        self.poller_answered = Counter("clepsydra_store_poller_answered_requests", "Produce "
+                                       "requests the worker's poller thread answered itself "
+                                       "(issue 14)", registry=self.registry)
         self.produced_bytes = Counter("clepsydra_store_produced_body_bytes", "Body bytes "
                                       "acknowledged to producers over HTTP",
                                       registry=self.registry)

@@ -1,0 +1,261 @@
+"""Keep-alive HTTP/1.1 connections, one per thread, for :class:`clepsydra_core.http.HttpClient`'s
+calls to a plain ``http://`` service without a proxy (issue 14).
+
+A call through ``requests`` costs its caller 0.4-0.9 ms of CPU (sessions, adapters, urllib3's
+pool and retry objects, cookie and hook machinery), more than the store spends answering a
+produce, so a producer sending one message per call measured its own client. Here a call is one
+write of the request (head and body together: ``http.client`` writes them apart, two wake-ups
+of the server per request) and a read of the answer with the framing HTTP/1.1 gives it
+(``Content-Length``, chunked, or to the end of the connection); ``http.client``'s own answer
+parsing (the ``email`` package) was a fifth of a produce's client CPU.
+
+What ``requests`` did and this keeps: a connection the service closed while it was idle is
+noticed before it is used again (it is readable: end of file) and a new one is opened; a call
+whose answer could not be read raises (``OSError`` or ``http.client.HTTPException``, mapped to
+``Unavailable`` by the caller). One thing more: a call on a kept-alive connection that breaks
+before the service could have read the request (the write failed), or before any answer of an
+idempotent call (GET, PUT, DELETE) arrived, is sent again once on a new connection: that is the
+race of a service closing an idle connection as the call starts. A POST whose answer was lost is
+never sent again here (the caller decides: a produce may have been stored).
+"""
+
+from __future__ import annotations
+
+import http.client
+import select
+import socket
+import threading
+import weakref
+
+IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
+MAX_HEAD_BYTES = 64 * 1024
+"""An answer whose head is longer is refused (``http.client.LineTooLong``)."""
+_RECV_BYTES = 256 * 1024
+
+
+class Connection:
+    """One HTTP/1.1 keep-alive connection: a request is one write, its answer read with
+    ``Content-Length`` or chunked framing (or up to the end of the connection)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host = host
+        self.port = port
+        bracketed = f"[{host}]" if ":" in host else host
+        self.host_header = bracketed if port == 80 else f"{bracketed}:{port}"
+        self.sock: socket.socket | None = None
+        self.read_timeout_s: float | None = None
+        self._buf = b""
+
+    def connect(self, timeout_s: float) -> None:
+        self.sock = socket.create_connection((self.host, self.port), timeout_s)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.read_timeout_s = timeout_s
+        self._buf = b""
+
+    def close(self) -> None:
+        sock, self.sock = self.sock, None
+        self._buf = b""
+        if sock is not None:
+            sock.close()
+
+    def __del__(self) -> None:
+        # a client dropped without close(), or the connection of a thread that ended
+        self.close()
+
+    def send(self, method: str, target: str, body: bytes | None,
+             headers: dict[str, str]) -> None:
+        head = f"{method} {target} HTTP/1.1\r\nHost: {self.host_header}\r\n"
+        for name, value in headers.items():
+            if "\n" in value or "\r" in value:
+                raise ValueError(f"header {name} holds a line break")
+            head += f"{name}: {value}\r\n"
+        if body is not None or method in ("POST", "PUT"):
+            head += f"Content-Length: {len(body) if body else 0}\r\n"
+        data = (head + "\r\n").encode("latin-1")
+        self._socket().sendall(data + body if body else data)
+
+    def idle_ok(self) -> bool:
+        """Whether the kept-alive connection can carry the next call: nothing arrived since
+        the last answer (an idle connection is readable only when the service closed it)."""
+        if self.sock is None or self._buf:
+            return False
+        try:
+            readable, _, _ = select.select([self.sock], [], [], 0)
+        except (OSError, ValueError):
+            return False
+        return not readable
+
+    def receive(self, method: str = "GET") -> tuple[int, bytes]:
+        """(status, body) of the answer; the connection is closed after it when the service
+        said so or when the body ran to the end of the connection."""
+        while True:
+            status, version, fields = self._head()
+            if not 100 <= status < 200:
+                break
+        length = fields.get("content-length")
+        close = (fields.get("connection", "").lower() == "close"
+                 or (version == "HTTP/1.0"
+                     and fields.get("connection", "").lower() != "keep-alive"))
+        if status in (204, 304) or method == "HEAD":
+            body = b""
+        elif "chunked" in fields.get("transfer-encoding", "").lower():
+            body = self._chunked()
+        elif length is not None:
+            if not length.isdigit():
+                raise http.client.HTTPException(f"bad Content-Length {length!r}")
+            body = self._exactly(int(length))
+        else:
+            body = self._to_end()
+            close = True
+        if close:
+            self.close()
+        return status, body
+
+    def _head(self) -> tuple[int, str, dict[str, str]]:
+        end = self._buf.find(b"\r\n\r\n")
+        while end < 0:
+            if len(self._buf) > MAX_HEAD_BYTES:
+                raise http.client.LineTooLong("answer head")
+            chunk = self._recv()
+            if not chunk:
+                if self._buf:
+                    raise http.client.IncompleteRead(self._buf)
+                raise http.client.RemoteDisconnected("closed without an answer")
+            self._buf += chunk
+            end = self._buf.find(b"\r\n\r\n", max(0, len(self._buf) - len(chunk) - 3))
+        head, self._buf = self._buf[:end].decode("latin-1"), self._buf[end + 4:]
+        lines = head.split("\r\n")
+        parts = lines[0].split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+            raise http.client.BadStatusLine(lines[0])
+        fields: dict[str, str] = {}
+        for line in lines[1:]:
+            name, sep, value = line.partition(":")
+            if sep:
+                fields[name.strip().lower()] = value.strip()
+        return int(parts[1]), parts[0], fields
+
+    def _socket(self) -> socket.socket:
+        sock = self.sock
+        if sock is None:  # closed by close() from another thread (the client's close)
+            raise ConnectionAbortedError("the connection was closed")
+        return sock
+
+    def _recv(self) -> bytes:
+        return self._socket().recv(_RECV_BYTES)
+
+    def _exactly(self, size: int) -> bytes:
+        while len(self._buf) < size:
+            chunk = self._recv()
+            if not chunk:
+                raise http.client.IncompleteRead(self._buf, size - len(self._buf))
+            self._buf += chunk
+        data, self._buf = self._buf[:size], self._buf[size:]
+        return data
+
+    def _line(self) -> bytes:
+        end = self._buf.find(b"\r\n")
+        while end < 0:
+            if len(self._buf) > MAX_HEAD_BYTES:
+                raise http.client.LineTooLong("chunk size")
+            chunk = self._recv()
+            if not chunk:
+                raise http.client.IncompleteRead(self._buf)
+            self._buf += chunk
+            end = self._buf.find(b"\r\n")
+        line, self._buf = self._buf[:end], self._buf[end + 2:]
+        return line
+
+    def _chunked(self) -> bytes:
+        parts: list[bytes] = []
+        while True:
+            size_text = self._line().split(b";", 1)[0].strip()
+            try:
+                size = int(size_text, 16)
+            except ValueError:
+                raise http.client.HTTPException(f"bad chunk size {size_text!r}") from None
+            if size == 0:
+                while self._line():  # trailers, up to the empty line
+                    pass
+                return b"".join(parts)
+            parts.append(self._exactly(size))
+            self._exactly(2)
+
+    def _to_end(self) -> bytes:
+        parts = [self._buf]
+        self._buf = b""
+        while chunk := self._recv():
+            parts.append(chunk)
+        return b"".join(parts)
+
+
+class RequestNotSent(Exception):
+    """The request could not be written: the service cannot have acted on it."""
+
+
+class ConnectionPool:
+    """One keep-alive connection per calling thread to ``host:port``. Thread-safe."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host = host
+        self.port = port
+        self._local = threading.local()
+        self._all: weakref.WeakSet[Connection] = weakref.WeakSet()
+        """Every live thread's connection (one of a thread that ended closes itself)."""
+        self._lock = threading.Lock()
+
+    def _connection(self) -> Connection:
+        conn: Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = Connection(self.host, self.port)
+            self._local.conn = conn
+            with self._lock:
+                self._all.add(conn)
+        return conn
+
+    def exchange(self, method: str, target: str, body: bytes | None, headers: dict[str, str],
+                 read_timeout_s: float, connect_timeout_s: float) -> tuple[int, bytes]:
+        """(status, body) of one call; raises ``OSError`` or ``http.client.HTTPException``."""
+        conn = self._connection()
+        reused = conn.sock is not None
+        if reused and not conn.idle_ok():
+            conn.close()
+            reused = False
+        while True:
+            try:
+                return self._exchange(conn, method, target, body, headers, read_timeout_s,
+                                      connect_timeout_s)
+            except RequestNotSent as exc:
+                conn.close()
+                if not reused:
+                    raise exc.__cause__ or OSError("request not sent") from None
+            except (OSError, http.client.HTTPException) as exc:
+                conn.close()
+                if not (reused and method in IDEMPOTENT
+                        and isinstance(exc, (http.client.RemoteDisconnected, BrokenPipeError,
+                                             ConnectionResetError))):
+                    raise
+            reused = False
+
+    @staticmethod
+    def _exchange(conn: Connection, method: str, target: str, body: bytes | None,
+                  headers: dict[str, str], read_timeout_s: float,
+                  connect_timeout_s: float) -> tuple[int, bytes]:
+        if conn.sock is None:
+            conn.connect(connect_timeout_s)
+        if conn.read_timeout_s != read_timeout_s:
+            assert conn.sock is not None
+            conn.sock.settimeout(read_timeout_s)
+            conn.read_timeout_s = read_timeout_s
+        try:
+            conn.send(method, target, body, headers)
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise RequestNotSent() from exc
+        return conn.receive(method)
+
+    def close(self) -> None:
+        """Close every thread's connection (a later call opens a new one)."""
+        with self._lock:
+            conns = list(self._all)
+        for conn in conns:
+            conn.close()

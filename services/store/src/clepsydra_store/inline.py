@@ -1,0 +1,160 @@
+"""Produce requests answered on the store worker's poller thread (issue 14).
+
+A single produce costs the store less than gunicorn's own handling of a request: handing the
+connection to a pool thread, its parser, the WSGI environ and response objects (README, "Where
+the time goes"). So once a connection is kept alive, the worker's poller thread reads what it
+sent without blocking and answers produce requests itself (``worker.py``): this module reads
+them with a strict HTTP/1.1 reader for that one shape and answers them through the same
+:meth:`ProduceFastPath.answer <clepsydra_store.api.fastpath.ProduceFastPath.answer>` as the
+WSGI path (access control, checks, span, metrics, JSON error bodies). Several requests that
+arrived together (HTTP pipelining) are answered in one write.
+
+Anything else goes to gunicorn unchanged, once it arrived whole (``slow_clients.py``): another
+method or route, a percent-encoded topic, a query string, ``Transfer-Encoding``, ``Expect``,
+``Connection: close``, a repeated or unusual header, a head or body too large for one read,
+a body over ``CLEPSYDRA_STORE_MAX_REQUEST_BYTES``. gunicorn's limits and error pages, and
+Flask, answer those as before. A store with ``CLEPSYDRA_FLUSH=sync`` does not use this path:
+its acknowledgement waits for an fsync, which the poller thread must not.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from clepsydra_store.api.fastpath import Answer
+from clepsydra_web.slow_clients import READY_BYTES, request_complete
+
+AnswerFn = Callable[[dict[str, Any], str, bool, bytes | None], Answer]
+"""``answer(environ, topic, batch, body) -> (status line, headers, body)``."""
+
+MAX_HEAD_BYTES = 8190
+"""A longer request head goes to gunicorn, whose own limits then apply (its defaults: 4094
+bytes of request line, 8190 of a header field)."""
+
+_REQUEST_LINE = re.compile(rb"POST /v1/topics/([A-Za-z0-9_|-]{1,127})/messages(/batch)? "
+                           rb"HTTP/1\.1\r\n")
+# RFC 9110 token characters but "_" (gunicorn drops such headers); a value of visible
+# characters, spaces, tabs and obs-text, its surrounding white space not part of it
+_FIELD = re.compile(rb"([!#$%&'*+.^`|~0-9A-Za-z-]+):[ \t]*([\t\x20-\x7e\x80-\xff]*?)[ \t]*\r\n")
+_REFUSED_FIELDS = frozenset({"TRANSFER-ENCODING", "EXPECT", "UPGRADE", "HTTP2-SETTINGS"})
+_DIGITS = re.compile(r"[0-9]{1,18}")
+
+
+class Verdict:
+    """What to do with the rest of the buffer."""
+
+    INCOMPLETE = "incomplete"
+    """Not all of the next request arrived: wait for more on the poller."""
+    HANDOVER = "handover"
+    """The next request (complete, or as much of it as is buffered before a thread reads it)
+    is gunicorn's."""
+
+
+@dataclass(slots=True)
+class Produce:
+    """One produce request read from the buffer."""
+
+    topic: str
+    batch: bool
+    environ: dict[str, Any]
+    body: bytes | None
+    """None: over the request size limit (answered 413 by the fast path)."""
+
+
+def read_request(buf: bytes, pos: int, limit: int,
+                 remote: tuple[str, int]) -> tuple[Produce | str, int]:
+    """The request starting at ``buf[pos]``: (a Produce, where the next one starts), or
+    (a :class:`Verdict`, ``pos``)."""
+    head_end = buf.find(b"\r\n\r\n", pos)
+    if head_end < 0:
+        return (Verdict.HANDOVER if len(buf) - pos >= READY_BYTES
+                else Verdict.INCOMPLETE), pos
+    line = _REQUEST_LINE.match(buf, pos)
+    if line is None or head_end - pos > MAX_HEAD_BYTES:
+        return _not_ours(buf, pos), pos
+    topic = line.group(1).decode("ascii")
+    batch = line.group(2) is not None
+    environ: dict[str, Any] = {
+        "REQUEST_METHOD": "POST", "SERVER_PROTOCOL": "HTTP/1.1",
+        "PATH_INFO": f"/v1/topics/{topic}/messages{'/batch' if batch else ''}",
+        "QUERY_STRING": "", "REMOTE_ADDR": remote[0], "REMOTE_PORT": str(remote[1])}
+    length = -1
+    at, fields_end = line.end(), head_end + 2
+    match = _FIELD.match
+    while at < fields_end:
+        field = match(buf, at)
+        if field is None or field.end() > fields_end:
+            return _not_ours(buf, pos), pos
+        at = field.end()
+        name = field.group(1).decode("ascii").upper()
+        value = field.group(2).decode("latin-1")
+        if name == "CONTENT-LENGTH":
+            if length >= 0 or not _DIGITS.fullmatch(value):
+                return _not_ours(buf, pos), pos
+            length = int(value)
+            key = "CONTENT_LENGTH"
+        elif name == "CONTENT-TYPE":
+            key = "CONTENT_TYPE"
+        elif name in _REFUSED_FIELDS or (name == "CONNECTION"
+                                         and value.strip().lower() != "keep-alive"):
+            return _not_ours(buf, pos), pos
+        else:
+            key = "HTTP_" + name.replace("-", "_")
+        if key in environ:  # a repeated header: gunicorn's rules for joining it
+            return _not_ours(buf, pos), pos
+        environ[key] = value
+    if length < 0:
+        return _not_ours(buf, pos), pos
+    body_start = head_end + 4
+    end = body_start + length
+    if end > len(buf):
+        if length > limit or len(buf) - pos >= READY_BYTES:
+            return _not_ours(buf, pos), pos
+        return Verdict.INCOMPLETE, pos
+    return Produce(topic, batch, environ, None if length > limit else buf[body_start:end]), end
+
+
+def _not_ours(buf: bytes, pos: int) -> str:
+    return Verdict.HANDOVER if request_complete(buf[pos:]) else Verdict.INCOMPLETE
+
+
+@dataclass(slots=True)
+class Served:
+    """What :func:`serve` did with a buffer."""
+
+    out: bytes
+    """The answers to write, in order."""
+    rest: bytes
+    """What follows the answered requests."""
+    verdict: str
+    """:class:`Verdict` of ``rest`` (INCOMPLETE also when it is empty)."""
+    count: int
+
+
+def serve(buf: bytes, answer: AnswerFn, limit: int, remote: tuple[str, int],
+          date: str) -> Served:
+    """Answer the produce requests at the start of ``buf``, up to the first that is
+    incomplete or not ours."""
+    out: list[bytes] = []
+    pos = 0
+    verdict = Verdict.INCOMPLETE
+    while pos < len(buf):
+        request, pos = read_request(buf, pos, limit, remote)
+        if not isinstance(request, Produce):
+            verdict = request
+            break
+        status, headers, body = answer(request.environ, request.topic, request.batch,
+                                       request.body)
+        out.append(_head(status, headers, date))
+        out.append(body)
+    return Served(b"".join(out), buf[pos:], verdict, len(out) // 2)
+
+
+def _head(status: str, headers: list[tuple[str, str]], date: str) -> bytes:
+    head = f"HTTP/1.1 {status}\r\nDate: {date}\r\nConnection: keep-alive\r\n"
+    for name, value in headers:
+        head += f"{name}: {value}\r\n"
+    return (head + "\r\n").encode("latin-1")

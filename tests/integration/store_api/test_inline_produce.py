@@ -1,0 +1,195 @@
+"""Produce answered on the store worker's poller thread (issue 14, worker.py + inline.py), with
+the real process: once a connection is kept alive its produce requests are answered without a
+pool thread, pipelined ones in order and in one write, with the same answers as gunicorn's path
+(bad JSON, the request size limit naming its setting, access control); whatever else arrives on
+the connection is still gunicorn's; half a request never holds a thread (issue 16). The count
+of poller answers is ``clepsydra_store_poller_answered_requests_total`` (0 with
+``CLEPSYDRA_STORE_INLINE_PRODUCE=false``, which answers the same).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests.integration.store_api.helpers import TOPIC
+from tools.processes import HttpService
+
+pytestmark = pytest.mark.integration
+
+ANSWER_S = 10.0  # a hang, not a speed
+ADMIN = "clp_inline-admin-token-0123456789"
+
+
+def produce(body: bytes, *, fields: str = "", batch: bool = False) -> bytes:
+    path = f"/v1/topics/{TOPIC}/messages{'/batch' if batch else ''}"
+    return (f"POST {path} HTTP/1.1\r\nHost: store\r\nContent-Type: application/json\r\n"
+            f"{fields}Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+def get(path: str, fields: str = "") -> bytes:
+    return f"GET {path} HTTP/1.1\r\nHost: store\r\n{fields}\r\n".encode()
+
+
+class Conversation:
+    """One kept-alive connection, answers read in order."""
+
+    opened: list[socket.socket] = []
+
+    def __init__(self, url: str) -> None:
+        host, _, port = url.removeprefix("http://").partition(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=ANSWER_S)
+        self.opened.append(self.sock)
+        self.buf = b""
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def answer(self) -> tuple[int, dict[str, str], Any]:
+        while b"\r\n\r\n" not in self.buf:
+            self._more()
+        head, _, self.buf = self.buf.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        fields = {k.strip().lower(): v.strip()
+                  for k, _, v in (line.partition(":") for line in lines[1:])}
+        size = int(fields["content-length"])
+        while len(self.buf) < size:
+            self._more()
+        body, self.buf = self.buf[:size], self.buf[size:]
+        return int(lines[0].split()[1]), fields, json.loads(body) if body else None
+
+    def _more(self) -> None:
+        chunk = self.sock.recv(65536)
+        assert chunk, "the store closed the connection"
+        self.buf += chunk
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture(autouse=True)
+def _close_connections() -> Iterator[None]:
+    yield
+    while Conversation.opened:
+        Conversation.opened.pop().close()
+
+
+def poller_answers(url: str, fields: str = "") -> float:
+    talk = Conversation(url)
+    try:
+        talk.send(get("/metrics", fields).replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n"))
+        data = b""
+        while chunk := talk.sock.recv(65536):
+            data += chunk
+    finally:
+        talk.close()
+    found = re.search(rb"^clepsydra_store_poller_answered_requests_total (\S+)$", data, re.M)
+    assert found, data[-2000:]
+    return float(found.group(1))
+
+
+def create_topic(url: str, fields: str = "") -> None:
+    talk = Conversation(url)
+    body = json.dumps({"name": TOPIC, "queues": 1}).encode()
+    talk.send(f"POST /v1/topics HTTP/1.1\r\nHost: s\r\n{fields}Content-Length: {len(body)}"
+              "\r\n\r\n".encode() + body)
+    assert talk.answer()[0] == 201
+    talk.close()
+
+
+@pytest.mark.parametrize("inline", [True, False])
+def test_pipelined_produce_is_answered_in_order_on_the_poller(
+        start_store: Callable[..., HttpService], inline: bool) -> None:
+    url = start_store(env={"CLEPSYDRA_STORE_INLINE_PRODUCE": str(inline).lower()}).url
+    create_topic(url)
+    talk = Conversation(url)
+    talk.send(produce(b'{"body":"first"}'))  # a new connection: a pool thread answers
+    assert talk.answer()[0] == 201
+    talk.send(produce(b'{"body":"m1"}') + produce(b'{"body":"m2","tags":"t"}')
+              + produce(b'{"messages":[{"body":"b1"},{"body":"b2"}]}', batch=True)
+              + get("/healthz") + produce(b'{"body":"after"}'))
+    answers = [talk.answer() for _ in range(5)]
+    assert [a[0] for a in answers] == [201, 201, 201, 200, 201]
+    offsets = [answers[0][2]["queueOffset"], answers[1][2]["queueOffset"],
+               *(r["queueOffset"] for r in answers[2][2]["results"]),
+               answers[4][2]["queueOffset"]]
+    assert offsets == [1, 2, 3, 4, 5]  # stored in the order sent
+    assert answers[3][2] == {"status": "ok", "writable": True}
+    assert answers[0][1]["content-type"] == "application/json"
+    assert answers[0][1]["connection"] == "keep-alive"
+    talk.send(produce(b'{"body":"again"}'))
+    assert talk.answer()[0] == 201
+    talk.close()
+    # m1, m2, the batch and "again"; "first" and "after" came in with gunicorn's requests
+    assert poller_answers(url) == (4 if inline else 0)
+
+
+def test_bad_requests_get_the_same_answers_on_the_poller(
+        start_store: Callable[..., HttpService]) -> None:
+    url = start_store(env={"CLEPSYDRA_STORE_MAX_REQUEST_BYTES": "2048"}).url
+    create_topic(url)
+    talk = Conversation(url)
+    talk.send(produce(b'{"body":"warm"}'))
+    assert talk.answer()[0] == 201
+    talk.send(produce(b"{oops"))
+    status, _, body = talk.answer()
+    assert (status, body["error"]) == (400, "INVALID_JSON")
+    talk.send(produce(b'{"body":"' + b"x" * 3000 + b'"}'))
+    status, _, body = talk.answer()
+    assert (status, body["error"]) == (413, "REQUEST_TOO_LARGE")
+    assert "CLEPSYDRA_STORE_MAX_REQUEST_BYTES" in body["message"]
+    talk.send(produce(b'{"body":"x","delayLevel":-1}'))
+    status, _, body = talk.answer()
+    assert (status, body["error"]) == (400, "INVALID_DELAY_LEVEL")
+    talk.send(produce(b'{"body":"still served"}'))
+    assert talk.answer()[0] == 201
+    talk.close()
+    assert poller_answers(url) == 4
+
+
+def test_access_control_on_the_poller(start_store: Callable[..., HttpService]) -> None:
+    url = start_store(env={"CLEPSYDRA_AUTH": "on", "CLEPSYDRA_AUTH_ADMIN_TOKEN": ADMIN}).url
+    bearer = f"Authorization: Bearer {ADMIN}\r\n"
+    create_topic(url, bearer)
+    talk = Conversation(url)
+    talk.send(produce(b'{"body":"warm"}', fields=bearer))
+    assert talk.answer()[0] == 201
+    talk.send(produce(b'{"body":"no token"}')
+              + produce(b'{"body":"wrong"}', fields="Authorization: Bearer clp_nope\r\n")
+              + produce(b'{"body":"ok"}', fields=bearer))
+    (s1, f1, b1), (s2, _, b2), (s3, _, _) = (talk.answer() for _ in range(3))
+    assert (s1, b1["error"]) == (401, "UNAUTHORIZED")
+    assert f1["www-authenticate"].startswith("Bearer")
+    assert (s2, b2["error"], s3) == (401, "UNAUTHORIZED", 201)
+    talk.close()
+    assert poller_answers(url, bearer) == 3
+
+
+def test_half_a_request_on_kept_alive_connections_holds_no_thread(
+        start_store: Callable[..., HttpService]) -> None:
+    url = start_store(env={"CLEPSYDRA_STORE_THREADS": "2"}).url
+    create_topic(url)
+    silent = []
+    for _ in range(6):
+        talk = Conversation(url)
+        talk.send(produce(b'{"body":"warm"}'))
+        assert talk.answer()[0] == 201
+        talk.send(produce(b'{"body":"never finished"}')[:-5])
+        silent.append(talk)
+    trickled = Conversation(url)
+    trickled.send(produce(b'{"body":"warm"}'))
+    assert trickled.answer()[0] == 201
+    raw = produce(b'{"body":"a few bytes at a time"}')
+    for i in range(0, len(raw), 7):
+        trickled.send(raw[i:i + 7])
+    assert trickled.answer()[0] == 201
+    other = Conversation(url)
+    other.send(get("/healthz"))
+    assert other.answer()[0] == 200
+    for talk in (*silent, trickled, other):
+        talk.close()

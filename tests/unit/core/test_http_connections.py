@@ -1,0 +1,263 @@
+"""HttpClient's lean keep-alive connections (issue 14, http_connections.py), against a real
+HTTP/1.1 server on loopback whose answers each test scripts: the framings an answer may have,
+one write per request, a connection per thread, a connection the service closed while idle,
+the one safe resend, and errors mapped to ``Unavailable``."""
+
+from __future__ import annotations
+
+import gc
+import socket
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from clepsydra_core.errors import TopicNotFound, Unavailable
+from clepsydra_core.http import HttpClient
+
+Handler = Callable[["Exchange"], bool]
+"""Answers one request; False closes the connection after it."""
+
+
+class Exchange:
+    """One request the server read: its head and body, and the socket to answer on."""
+
+    def __init__(self, sock: socket.socket, head: str, body: bytes, packets: int) -> None:
+        self.sock = sock
+        self.head = head
+        self.body = body
+        self.packets = packets
+        self.method, self.target = head.split(" ", 2)[:2]
+
+    def header(self, name: str) -> str | None:
+        for line in self.head.split("\r\n")[1:]:
+            key, _, value = line.partition(":")
+            if key.strip().lower() == name.lower():
+                return value.strip()
+        return None
+
+    def json(self, status: int, body: bytes, *extra: str) -> bool:
+        fields = "".join(f"{e}\r\n" for e in extra)
+        self.sock.sendall(f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n{fields}"
+                          f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        return True
+
+
+class Server:
+    """A threaded HTTP/1.1 server on a free loopback port."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.connections = 0
+        self.ended = threading.Semaphore(0)
+        """Released once per connection the client closed."""
+        self.requests: list[Exchange] = []
+        self.open: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except OSError:
+                return
+            self.connections += 1
+            self.open.append(sock)
+            threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
+
+    def _serve(self, sock: socket.socket) -> None:
+        buf = b""
+        with sock:
+            while True:
+                packets = 0
+                while b"\r\n\r\n" not in buf:
+                    chunk = sock.recv(65536)
+                    if not chunk:
+                        self.ended.release()
+                        return
+                    buf += chunk
+                    packets += 1
+                head, _, buf = buf.partition(b"\r\n\r\n")
+                text = head.decode("latin-1")
+                length = 0
+                for line in text.split("\r\n")[1:]:
+                    if line.lower().startswith("content-length:"):
+                        length = int(line.split(":")[1])
+                while len(buf) < length:
+                    buf += sock.recv(65536)
+                exchange = Exchange(sock, text, buf[:length], packets)
+                buf = buf[length:]
+                self.requests.append(exchange)
+                if not self.handler(exchange):
+                    return
+
+    def close(self) -> None:
+        self.listener.close()
+        for sock in self.open:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[Handler], Server]]:
+    servers: list[Server] = []
+
+    def start(handler: Handler) -> Server:
+        servers.append(Server(handler))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def test_a_call_is_one_write_with_the_token_and_trace_context(
+        serve: Callable[[Handler], Server]) -> None:
+    server = serve(lambda ex: ex.json(201, b'{"ok": true}'))
+    http = HttpClient(server.url + "/", token="clp_t", service="store")
+    assert http.post("/v1/topics/{}/messages".format("a%20b"), {"body": "x"}) == {"ok": True}
+    assert http.get("/v1/x", params={"max": 3, "body": False, "none": None}) == {"ok": True}
+    http.close()
+    post, get = server.requests
+    assert post.packets == 1 and post.body == b'{"body":"x"}'
+    assert post.header("Authorization") == "Bearer clp_t"
+    assert post.header("Content-Type") == "application/json"
+    assert post.target == "/v1/topics/a%20b/messages"
+    assert get.target == "/v1/x?max=3&body=false"
+    assert server.connections == 1  # kept alive
+
+
+def test_chunked_and_read_to_the_end_answers(serve: Callable[[Handler], Server]) -> None:
+    def handler(ex: Exchange) -> bool:
+        if ex.target == "/chunked":
+            ex.sock.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                            b"4;ext=1\r\n{\"a\"\r\n3\r\n: 1\r\n1\r\n}\r\n0\r\nX-T: 1\r\n\r\n")
+            return True
+        ex.sock.sendall(b"HTTP/1.0 200 OK\r\n\r\n{\"b\": 2}")
+        return False
+
+    server = serve(handler)
+    http = HttpClient(server.url)
+    assert http.get("/chunked") == {"a": 1}
+    assert http.get("/chunked") == {"a": 1}
+    assert http.get("/to-end") == {"b": 2}
+    assert http.get("/chunked") == {"a": 1}  # a new connection after the one that ended
+    assert server.connections == 2
+    http.close()
+
+
+def test_error_answers_map_to_the_error_tree(serve: Callable[[Handler], Server]) -> None:
+    server = serve(lambda ex: ex.json(404, b'{"error": "TOPIC_NOT_EXIST", "message": "no"}'))
+    http = HttpClient(server.url)
+    with pytest.raises(TopicNotFound, match="no"):
+        http.get("/v1/topics/x")
+    http.close()
+
+
+def test_each_thread_has_its_own_connection(serve: Callable[[Handler], Server]) -> None:
+    server = serve(lambda ex: ex.json(200, b"{}"))
+    http = HttpClient(server.url)
+    errors: list[BaseException] = []
+
+    def calls() -> None:
+        try:
+            for _ in range(50):
+                assert http.get("/x") == {}
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=calls) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    http.close()
+    assert not errors
+    assert server.connections == 4 and len(server.requests) == 200
+
+
+def test_the_connection_of_a_thread_that_ended_is_closed(
+        serve: Callable[[Handler], Server]) -> None:
+    server = serve(lambda ex: ex.json(200, b"{}"))
+    http = HttpClient(server.url)
+    thread = threading.Thread(target=http.get, args=("/x",))
+    thread.start()
+    thread.join()
+    del thread
+    gc.collect()
+    assert server.ended.acquire(timeout=5)  # not left open until the client is closed
+    assert http.get("/y") == {}  # this thread's own connection
+    http.close()
+    assert server.ended.acquire(timeout=5)
+
+
+def test_a_connection_the_service_closed_while_idle_is_replaced(
+        serve: Callable[[Handler], Server]) -> None:
+    # the service answers, then closes the kept-alive connection (its keep-alive timeout)
+    closed = threading.Event()
+
+    def handler(ex: Exchange) -> bool:
+        ex.json(201, b"{}")
+        ex.sock.shutdown(socket.SHUT_RDWR)
+        closed.set()
+        return False
+
+    server = serve(handler)
+    http = HttpClient(server.url)
+    for _ in range(3):
+        closed.clear()
+        assert http.post("/v1/p", {}) == {}
+        assert closed.wait(5)
+    http.close()
+    assert len(server.requests) == 3 and server.connections == 3  # no POST sent twice
+
+
+def test_a_lost_answer_is_resent_only_when_idempotent(
+        serve: Callable[[Handler], Server]) -> None:
+    # a request after the first on a connection is read and the connection reset unanswered
+    def handler(ex: Exchange) -> bool:
+        if ex.target.endswith("/warm"):
+            return ex.json(200, b"{}")
+        if sum(1 for r in server.requests if r.sock is ex.sock) > 1:
+            ex.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00"
+                               b"\x00\x00")  # RST
+            return False
+        return ex.json(200, b'{"n": 1}')
+
+    server = serve(handler)
+    http = HttpClient(server.url, service="store")
+    http.get("/warm")
+    assert http.get("/x") == {"n": 1}  # resent once on a new connection
+    assert [r.target for r in server.requests] == ["/warm", "/x", "/x"]
+    http.close()
+    http.get("/warm")  # a new connection
+    with pytest.raises(Unavailable, match="the store at"):
+        http.post("/p", {})  # may have been acted on: not resent
+    assert [r.target for r in server.requests][-1:] == ["/p"]
+    assert sum(1 for r in server.requests if r.target == "/p") == 1
+    http.close()
+
+
+def test_a_service_that_does_not_answer_in_time_raises_unavailable(
+        serve: Callable[[Handler], Server]) -> None:
+    server = serve(lambda ex: True)  # reads, never answers
+    http = HttpClient(server.url, timeout_s=0.2, service="store")
+    with pytest.raises(Unavailable, match="TimeoutError"):
+        http.post("/p", {})
+    http.close()
+
+
+def test_https_and_proxies_keep_requests(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("HTTP_PROXY", raising=False)
+    monkeypatch.delenv("http_proxy", raising=False)
+    assert HttpClient("http://store.example:8081")._pool is not None
+    assert HttpClient("https://store.example")._pool is None
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.example:3128")
+    assert HttpClient("http://store.example:8081")._pool is None
+    assert HttpClient("http://store.example:8081", env_proxies=False)._pool is not None

@@ -1,0 +1,107 @@
+"""The strict HTTP/1.1 reader of the produce requests the store worker's poller thread answers
+itself (issue 14, inline.py): the one shape it takes, everything else left to gunicorn, and
+nothing taken before it arrived whole (issue 16, slow clients)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from clepsydra_store.inline import MAX_HEAD_BYTES, Produce, Verdict, read_request, serve
+from clepsydra_web.slow_clients import READY_BYTES
+
+REMOTE = ("127.0.0.1", 40000)
+LIMIT = 1 << 20
+BODY = b'{"body":"hi"}'
+
+
+def request(path: str = "/v1/topics/orders/messages", body: bytes = BODY,
+            fields: str = "Host: x\r\nContent-Type: application/json\r\n",
+            length: int | None = None) -> bytes:
+    size = len(body) if length is None else length
+    return (f"POST {path} HTTP/1.1\r\n{fields}Content-Length: {size}\r\n\r\n").encode() + body
+
+
+def test_a_produce_request_is_read_with_its_environ() -> None:
+    raw = request(fields="Host: x\r\nAuthorization: Bearer t\r\ntraceparent: 00-a-b-01\r\n")
+    got, end = read_request(raw, 0, LIMIT, REMOTE)
+    assert isinstance(got, Produce) and end == len(raw)
+    assert (got.topic, got.batch, got.body) == ("orders", False, BODY)
+    env = got.environ
+    assert env["PATH_INFO"] == "/v1/topics/orders/messages"
+    assert env["HTTP_AUTHORIZATION"] == "Bearer t"
+    assert env["HTTP_TRACEPARENT"] == "00-a-b-01"
+    assert env["CONTENT_LENGTH"] == str(len(BODY))
+    assert (env["REMOTE_ADDR"], env["REMOTE_PORT"]) == ("127.0.0.1", "40000")
+
+
+def test_pipelined_requests_are_read_one_after_the_other() -> None:
+    raw = request() + request("/v1/topics/orders/messages/batch", b'{"messages":[]}')
+    first, end = read_request(raw, 0, LIMIT, REMOTE)
+    second, end2 = read_request(raw, end, LIMIT, REMOTE)
+    assert isinstance(first, Produce) and isinstance(second, Produce)
+    assert second.batch and second.body == b'{"messages":[]}' and end2 == len(raw)
+
+
+@pytest.mark.parametrize("raw", [
+    request()[:10],                                         # half a request line
+    request()[:-3],                                         # the body not all there
+    request().split(b"\r\n\r\n")[0] + b"\r\n",              # the head not ended
+])
+def test_a_request_not_arrived_whole_waits(raw: bytes) -> None:
+    assert read_request(raw, 0, LIMIT, REMOTE) == (Verdict.INCOMPLETE, 0)
+
+
+@pytest.mark.parametrize("raw", [
+    b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+    request("/v1/topics/%25RETRY%25G/messages"),            # percent-encoded: gunicorn decodes
+    request("/v1/topics/orders/messages?x=1"),
+    request("/v1/topics/orders/other"),
+    request().replace(b"HTTP/1.1", b"HTTP/1.0", 1),
+    request(fields="Host: x\r\nConnection: close\r\n"),
+    request(fields="Host: x\r\nExpect: 100-continue\r\n"),
+    request(fields="Host: x\r\nX_Odd: 1\r\n"),              # gunicorn drops "_" headers
+    request(fields="Host: x\r\nHost: y\r\n"),               # repeated: gunicorn joins them
+    request(fields="Host: x\r\n folded\r\n"),               # obs-fold: gunicorn refuses it
+    request(fields="Host: x\r\nContent-Length: 13\r\n"),    # two lengths
+    request(fields="Host: x\r\nBad\x01: v\r\n"),
+    request(fields="X: " + "v" * MAX_HEAD_BYTES + "\r\n"),  # over gunicorn's field limit
+    b"POST /v1/topics/orders/messages HTTP/1.1\r\nHost: x\r\n"
+    b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    b"POST /v1/topics/orders/messages HTTP/1.1\r\nHost: x\r\n\r\n",  # no length
+])
+def test_anything_else_goes_to_gunicorn_once_whole(raw: bytes) -> None:
+    assert read_request(raw, 0, LIMIT, REMOTE) == (Verdict.HANDOVER, 0)
+
+
+def test_a_large_request_goes_to_a_thread_once_ready_bytes_arrived() -> None:
+    size = READY_BYTES * 2
+    head = request(body=b"", length=size)
+    assert read_request(head + b"x" * 100, 0, LIMIT, REMOTE) == (Verdict.INCOMPLETE, 0)
+    assert read_request(head + b"x" * READY_BYTES, 0, LIMIT, REMOTE) == (Verdict.HANDOVER, 0)
+
+
+def test_a_body_over_the_request_limit_is_read_and_refused() -> None:
+    raw = request(body=b"x" * 100)
+    got, end = read_request(raw, 0, 50, REMOTE)
+    assert isinstance(got, Produce) and got.body is None and end == len(raw)  # 413 follows
+
+
+def test_serve_answers_in_order_and_stops_at_the_first_request_not_its_own() -> None:
+    calls: list[tuple[str, bool, bytes | None]] = []
+
+    def answer(environ: dict[str, Any], topic: str, batch: bool,
+               body: bytes | None) -> tuple[str, list[tuple[str, str]], bytes]:
+        calls.append((topic, batch, body))
+        return "201 Created", [("Content-Length", "2")], b"{}"
+
+    tail = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    served = serve(request() + request() + tail, answer, LIMIT, REMOTE, "DATE")
+    assert served.count == 2 and len(calls) == 2
+    assert served.rest == tail and served.verdict == Verdict.HANDOVER
+    assert served.out.count(b"HTTP/1.1 201 Created\r\nDate: DATE\r\n") == 2
+    assert served.out.endswith(b"Content-Length: 2\r\n\r\n{}")
+    partial = serve(request() + request()[:20], answer, LIMIT, REMOTE, "DATE")
+    assert partial.count == 1 and partial.verdict == Verdict.INCOMPLETE
+    assert partial.rest == request()[:20]
