@@ -85,18 +85,25 @@ CMD ["python", "-m", "clepsydra_retry"]
 FROM builder AS builder-analytics
 # its dependencies beyond requirements/images.txt, then its own wheel (tools/images.py). The
 # exporter and `serve` run no Spark job and draw no chart: PySpark, py4j (~460 MB) and
-# matplotlib with its dependencies (~100 MB) are only in clepsydra/analytics-spark. `pip check`
-# would miss them; importing the exporter and the API proves what they need is there.
+# matplotlib with its dependencies (numpy among them, ~170 MB) are only in
+# clepsydra/analytics-spark, and pyarrow's Arrow Flight libraries, tests, headers and Cython
+# sources (~45 MB) are dropped (pyarrow needs no numpy to write Parquet). `pip check`
+# would miss them; importing the exporter, the API and pyarrow's Parquet and file systems (S3
+# too) proves what they need is there.
 COPY build/wheelhouse/analytics-deps/ /wheels/analytics-deps/
 RUN /opt/venv/bin/python -m ensurepip \
     && find /wheels/analytics-deps -name '*.whl' ! -name 'pyspark-*' ! -name 'py4j-*' \
        ! -name 'matplotlib-*' ! -name 'contourpy-*' ! -name 'cycler-*' ! -name 'fonttools-*' \
-       ! -name 'kiwisolver-*' ! -name 'pillow-*' ! -name 'pyparsing-*' -exec \
-       /opt/venv/bin/python -m pip install --no-cache-dir --no-index --no-deps {} +
+       ! -name 'kiwisolver-*' ! -name 'pillow-*' ! -name 'pyparsing-*' ! -name 'numpy-*' \
+       -exec /opt/venv/bin/python -m pip install --no-cache-dir --no-index --no-deps {} + \
+    && PA="$(/opt/venv/bin/python -c 'import os, pyarrow; print(os.path.dirname(pyarrow.__file__))')" \
+    && rm -rf "$PA/tests" "$PA/include" "$PA"/*.pyx "$PA"/*.pxd "$PA"/includes \
+       "$PA"/_flight.* "$PA/flight.py" "$PA"/libarrow_flight.* "$PA"/libarrow_python_flight.*
 COPY build/wheelhouse/analytics/ /wheels/analytics/
 RUN /opt/venv/bin/python -m pip install --no-cache-dir --no-index --no-deps \
        /wheels/analytics/*.whl \
-    && /opt/venv/bin/python -c "import clepsydra_analytics.exporter, clepsydra_analytics.app" \
+    && /opt/venv/bin/python -c "import clepsydra_analytics.exporter, clepsydra_analytics.app, \
+pyarrow.parquet, pyarrow.fs, pyarrow.dataset; pyarrow.fs.S3FileSystem" \
     && /opt/venv/bin/python -m compileall -q /opt/venv/lib \
     && /opt/venv/bin/python -m pip uninstall -q -y pip setuptools
 

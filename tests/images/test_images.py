@@ -47,6 +47,9 @@ MAX_IMAGE_BYTES = 300_000_000
 shared service image carries the kubernetes client the scheduler's autoscaler needs, without
 its unused asyncio copy (service.Dockerfile). The analytics images are over it (pyarrow,
 PySpark): the README says why."""
+MAX_EXPORTER_BYTES = 400_000_000
+"""The exporter image's own bound: the service image plus the part of pyarrow it writes Parquet
+with (no numpy, no Arrow Flight: service.Dockerfile)."""
 
 
 def images(*args: str, env: dict[str, str] | None = None,
@@ -135,6 +138,8 @@ def test_images_are_small_and_a_second_build_reuses_every_layer(built: dict[str,
         assert config["User"] == "10001:10001"
         if name == "analytics-exporter":  # a process that serves /healthz (issue 11)
             assert config["Healthcheck"]["Test"]
+            size = int(docker("image", "inspect", "-f", "{{.Size}}", f"clepsydra/{name}:dev"))
+            assert size < MAX_EXPORTER_BYTES, f"clepsydra/{name} is {size / 1e6:.0f} MB"
     images("build", timeout_s=900)
     assert image_ids() == built
 
