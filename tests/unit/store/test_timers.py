@@ -238,3 +238,39 @@ def test_backlog_by_hour_ahead(open_store: OpenStore) -> None:
     store.timers.handover(now + 5_000, 10)
     after = store.timers.backlog(now + 5_000)
     assert after.pending == 2 and after.handed_over == 1 and after.lateness is not None
+
+
+def test_torn_timer_copy_under_a_later_checkpoint_is_handed_over_again(
+        open_store: OpenStore) -> None:
+    # SPEC T2, issue 18 item 2: the checkpoint (and the handed-over sentinels it covers) counts
+    # a copy the CommitLog lost; the reopened store hands that timer over again, once
+    store = _store(open_store)
+    at = _now() - 10
+    store.put_batch([PutRequest(TOPIC, b"m%d" % i, deliver_at=at, queue_id=0)
+                     for i in range(5)])
+    assert store.timers.handover(_now(), 10).delivered == 5
+    copies = store.read_queue(TOPIC, 0, 0, 10).messages
+    store.close()  # checkpoint after every copy; the sentinels are in the timer log's file
+    last = sorted((store.config.data_dir / naming.COMMITLOG_DIR).iterdir())[-1]
+    with open(last, "r+b") as f:
+        f.truncate(copies[-1].commitlog_offset - int(last.name) + 10)
+    store = open_store()
+    assert store.timers.backlog(_now()).pending == 1
+    assert store.timers.handover(_now(), 10).delivered == 1
+    bodies = [m.body for m in store.read_queue(TOPIC, 0, 0, 10).messages]
+    assert sorted(bodies) == [b"m0", b"m1", b"m2", b"m3", b"m4"]  # each exactly once
+    store.close()
+    store = open_store()
+    assert store.timers.handover(_now(), 10).delivered == 0
+
+
+def test_a_thirty_day_timer_under_a_virtual_clock(open_store: OpenStore) -> None:
+    # SPEC T1 ("max delay at least 30 days"), issue 15: not a day early, then once
+    store = _store(open_store)
+    answer = store.put(PutRequest(TOPIC, b"month", delay_ms=30 * DAY_MS))
+    due = answer.store_timestamp + 30 * DAY_MS
+    for day in range(30):
+        assert store.timers.handover(answer.store_timestamp + day * DAY_MS, 10).delivered == 0
+    assert store.timers.handover(due - 1, 10).delivered == 0
+    assert store.timers.handover(due, 10).delivered == 1
+    assert store.timers.handover(due + DAY_MS, 10).delivered == 0

@@ -142,7 +142,7 @@ class TimerIndex:
             codes = codes_of([q for q, _ in pairs])
             live = [p for p, code in zip(pairs, codes, strict=True) if code == p[1]]
             now_due = sorted((p for p in live if p[1] <= now_ms), key=lambda p: p[1])
-            room = max_count - len(out)
+            room = max(max_count - len(out), 0)
             out += now_due[:room]
             later = [ts for _, ts in live if ts > now_ms] + [ts for _, ts in now_due[room:]]
             if later:
@@ -151,7 +151,7 @@ class TimerIndex:
                 self._proposed.append(slot)
             else:
                 prefix = False
-            if later or len(out) >= max_count:
+            if later:  # (a full batch reads on to the next live pair, for next_due)
                 break
         return out
 
