@@ -84,7 +84,7 @@ class CarryForward:
         if timer_log is not None:
             queues.append((timer_log, timer_log.min_offset))
         for cq, first in queues:
-            states = self.dispatcher.states.of_queue(cq) or {}
+            states = self.dispatcher.states.of_queue(cq)
             queue_offset = first
             while queue_offset < cq.max_offset:
                 raw = cq.read_raw(queue_offset, _SCAN_ENTRIES)

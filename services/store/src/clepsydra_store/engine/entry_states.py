@@ -9,6 +9,11 @@ offset that flush checkpoints (:meth:`EntryStates.take` under the writer lock wi
 record's bytes can never leave its sentinel on disk (issue 18 item 2). Until then the sentinel
 lives here, and every reader asks :meth:`EntryStates.code` (memory: the changes of one flush
 interval, not the pending timers).
+
+A reader takes the sentinels (:meth:`EntryStates.of_queue`, :meth:`EntryStates.override`)
+*before* it reads the entries from the file: :meth:`EntryStates.apply` writes the file first and
+forgets the sentinel after, so a reader that looked in the other order could see neither (the
+old code in the file, the sentinel already gone) and hand an entry over twice.
 """
 
 from __future__ import annotations
@@ -38,24 +43,21 @@ class EntryStates:
         one set is the state."""
         self._pending.setdefault(cq, {})[queue_offset] = code
 
-    def of_queue(self, cq: ConsumeQueue) -> dict[int, int] | None:
-        """The unwritten sentinels of ``cq`` (None: none), for a reader scanning entries."""
-        pending, applying = self._pending.get(cq), self._applying.get(cq)
-        if applying is None:
-            return pending
-        if pending is None:
-            return applying
-        return {**applying, **pending}
+    def of_queue(self, cq: ConsumeQueue) -> dict[int, int]:
+        """A copy of the unwritten sentinels of ``cq``, taken before its entries are read."""
+        applying, pending = self._applying.get(cq), self._pending.get(cq)
+        return {**(applying or {}), **(pending or {})}
 
-    def code(self, cq: ConsumeQueue, queue_offset: int, stored: int) -> int:
-        """The entry's tagsCode as it stands: a sentinel not yet written, else ``stored``."""
+    def override(self, cq: ConsumeQueue, queue_offset: int) -> int | None:
+        """The entry's unwritten sentinel (None: its file's code stands), asked before the
+        entry is read."""
         pending = self._pending.get(cq)
         if pending is not None and queue_offset in pending:
             return pending[queue_offset]
         applying = self._applying.get(cq)
-        if applying is not None and queue_offset in applying:
-            return applying[queue_offset]
-        return stored
+        if applying is not None:
+            return applying.get(queue_offset)
+        return None
 
     def take(self) -> _Changes:
         """The sentinels to write at this flush (caller holds the writer lock)."""

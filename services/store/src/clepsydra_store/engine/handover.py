@@ -189,13 +189,12 @@ class Handover:
         plan = HandoverPlan(start=start, next_offset=start,
                             skipped=max(0, start - max(from_offset, cq.min_offset)))
         delay_ms = self.levels.delay_ms(level)
+        states = self.dispatcher.states.of_queue(cq)  # before the entries (entry_states.py)
         raw = cq.read_raw(start, max(0, max_count))
         due: list[tuple[int, int, int, int]] = []
-        states = self.dispatcher.states.of_queue(cq)
         for i, (commitlog_offset, size, code) in enumerate(ENTRY.iter_unpack(raw)):
             queue_offset = start + i
-            if code == CANCELLED or (states is not None
-                                     and states.get(queue_offset) == CANCELLED):
+            if code == CANCELLED or states.get(queue_offset) == CANCELLED:
                 plan.next_offset = queue_offset + 1
                 plan.cancelled.append(queue_offset)
                 continue

@@ -168,11 +168,16 @@ class TimerIndex:
 
     # ---- durability (flush) -----------------------------------------------------------------
     def fsync(self) -> None:
+        """fsync the slot files written since the last flush (the flush thread: a slot the
+        writer closed meanwhile was fsync'd at its eviction, or retired)."""
         for slot in list(self._dirty):
+            self._dirty.discard(slot)
             fd = self._fds.get(slot)
             if fd is not None:
-                os.fsync(fd)
-            self._dirty.discard(slot)
+                try:
+                    os.fsync(fd)
+                except OSError:
+                    pass
 
     def take_unlinks(self) -> list[int]:
         """Emptied slots to unlink once this flush's checkpoint is written (writer lock)."""

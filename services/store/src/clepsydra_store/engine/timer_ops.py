@@ -159,6 +159,7 @@ class TimerOps:
         cq = self._disp.timer_log()
         if not queue_offsets:
             return []
+        states = self._disp.states.of_queue(cq)  # before the entries (entry_states.py)
         low, high = min(queue_offsets), max(queue_offsets)
         found: dict[int, int] = {}
         if high - low < 4 * len(queue_offsets) + 256:
@@ -171,7 +172,6 @@ class TimerOps:
                 entry = cq.entry(q)
                 if entry is not None and entry.size > 0:
                     found[q] = entry.tags_code
-        states = self._disp.states.of_queue(cq) or {}
         return [states.get(q, found.get(q)) if q in found else None for q in queue_offsets]
 
     def handover(self, now_ms: int, max_count: int) -> TimerHandoverResult:
@@ -216,10 +216,12 @@ class TimerOps:
     def _state(self, level: int, queue_offset: int) -> tuple[int, int] | None:
         """(code now, CommitLog offset) of a schedule entry; None when it is not there."""
         cq = self._disp.schedule_queue(level)
+        override = self._disp.states.override(cq, queue_offset)  # before the entry
         entry = cq.entry(queue_offset)
         if entry is None or entry.size <= 0:
             return None
-        return self._disp.states.code(cq, queue_offset, entry.tags_code), entry.commitlog_offset
+        code = entry.tags_code if override is None else override
+        return code, entry.commitlog_offset
 
     def _classify(self, records: list[CommitLogRecord], message: _Message) -> None:
         """Sort a message's stored copies into its entries' states (caller holds the lock)."""
@@ -305,7 +307,7 @@ class TimerOps:
         pending = 0
         next_due: int | None = None
         if cq is not None:
-            states = dict(self._disp.states.of_queue(cq) or {})
+            states = self._disp.states.of_queue(cq)
             queue_offset = cq.min_offset
             while queue_offset < cq.max_offset:
                 raw = cq.read_raw(queue_offset, _SCAN)
