@@ -26,12 +26,14 @@ small enough to sort in memory when it falls due.
 
 from __future__ import annotations
 
+import bisect
 import os
 import shutil
 import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from clepsydra_store.engine.segment import fsync_dir
@@ -44,6 +46,23 @@ PAIR = struct.Struct("<qq")
 _OPEN_FILES = 64
 """Slot files kept open for appending (the seconds timers are being written to)."""
 NO_TIMER = -1
+
+_CACHED_SLOTS = 4
+"""Slots whose sorted pairs stay in memory between hand-overs."""
+_MAX_Q = 1 << 62
+
+
+@dataclass(slots=True)
+class _Slot:
+    """A slot's pairs read so far, as (deliver ts, queue offset), sorted."""
+
+    read: int = 0
+    """Bytes of the file read."""
+    pairs: list[tuple[int, int]] = field(default_factory=list)
+    seen: set[int] = field(default_factory=set)
+    start: int = 0
+    """``pairs[:start]`` are stale (handed over, cancelled): skipped."""
+
 
 CodesOf = Callable[[list[int]], list[int | None]]
 """Timer-log queue offsets -> their entries' tagsCodes now (None: no such entry)."""
@@ -64,6 +83,8 @@ class TimerIndex:
         self._unlinks: list[int] = []
         """Emptied slots, unlinked after the next checkpoint."""
         self._proposed: list[int] = []
+        self._cache: OrderedDict[int, _Slot] = OrderedDict()
+        """The last slots read, sorted (LRU)."""
         self.next_due: int = NO_TIMER
         """A lower bound of the earliest pending deliver time (NO_TIMER: none known)."""
         self.wake = threading.Event()
@@ -113,23 +134,47 @@ class TimerIndex:
             self.wake.set()
 
     def read(self, slot: int) -> list[tuple[int, int]]:
-        """The pairs of a slot, first of each queue offset only."""
+        """The pairs of a slot as (queue offset, deliver ts), first of each queue offset only,
+        earliest first."""
+        cached = self._load(slot)
+        return [(q, ts) for ts, q in cached.pairs[cached.start:]]
+
+    def _load(self, slot: int) -> _Slot:
+        """The slot's pairs, sorted; a slot read before has only its new bytes read (its
+        file is append-only)."""
+        cached = self._cache.pop(slot, None) or _Slot()
+        self._cache[slot] = cached
+        if len(self._cache) > _CACHED_SLOTS:
+            self._cache.popitem(last=False)
         try:
-            raw = self._path(slot).read_bytes()
+            with open(self._path(slot), "rb") as f:
+                f.seek(cached.read)
+                raw = f.read()
         except FileNotFoundError:
-            return []
-        seen: set[int] = set()
-        out: list[tuple[int, int]] = []
-        for queue_offset, ts in PAIR.iter_unpack(raw[:len(raw) - len(raw) % PAIR.size]):
-            if queue_offset not in seen:
-                seen.add(queue_offset)
-                out.append((queue_offset, ts))
-        return out
+            raw = b""
+        raw = raw[:len(raw) - len(raw) % PAIR.size]
+        if raw:
+            cached.read += len(raw)
+            seen = cached.seen
+            new = []
+            for q, ts in PAIR.iter_unpack(raw):
+                if q not in seen:
+                    seen.add(q)
+                    new.append((ts, q))
+            if new:
+                cached.pairs = sorted(cached.pairs[cached.start:] + new)  # two sorted runs
+                cached.start = 0
+        return cached
 
     def due(self, now_ms: int, max_count: int, codes_of: CodesOf) -> list[tuple[int, int]]:
         """Up to ``max_count`` live pairs due at ``now_ms``, earliest first, and
         :attr:`next_due` brought up to date. Slots found emptied are proposed for unlinking:
-        :meth:`confirm` (once the hand-over of the pairs is appended) retires them."""
+        :meth:`confirm` (once the hand-over of the pairs is appended) retires them.
+
+        Per call the cost is the slot bytes appended since the last call plus the due pairs:
+        a slot's pairs are kept sorted in memory while it is near (the last few slots read:
+        bounded by the timers of a few seconds, not by the pending ones), with the prefix
+        known to be stale skipped."""
         out: list[tuple[int, int]] = []
         prefix = True
         """Every slot so far is emptied (only a prefix of the slots is ever retired)."""
@@ -138,22 +183,41 @@ class TimerIndex:
         for slot in self.slots():
             if slot < self._floor:
                 continue
-            pairs = self.read(slot)
-            codes = codes_of([q for q, _ in pairs])
-            live = [p for p, code in zip(pairs, codes, strict=True) if code == p[1]]
-            now_due = sorted((p for p in live if p[1] <= now_ms), key=lambda p: p[1])
+            cached = self._load(slot)
+            pairs, first = cached.pairs, cached.start
+            last = bisect.bisect_right(pairs, (now_ms, _MAX_Q), first)
+            due_pairs = pairs[first:last]
+            codes = codes_of([q for _, q in due_pairs])
+            stale = 0
+            while stale < len(codes) and codes[stale] != due_pairs[stale][0]:
+                stale += 1
+            cached.start = first + stale  # stale for good: never live again
+            live = [(q, ts) for (ts, q), code in zip(due_pairs, codes, strict=True)
+                    if code == ts]
             room = max(max_count - len(out), 0)
-            out += now_due[:room]
-            later = [ts for _, ts in live if ts > now_ms] + [ts for _, ts in now_due[room:]]
-            if later:
-                self.next_due = min(later)
-            if prefix and not later and (slot + 1) * SLOT_MS - 1 <= now_ms:
+            out += live[:room]
+            later = live[room][1] if len(live) > room else self._first_live(
+                pairs, last, codes_of)
+            if later is not None:
+                self.next_due = later
+            if prefix and later is None and (slot + 1) * SLOT_MS - 1 <= now_ms:
                 self._proposed.append(slot)
             else:
                 prefix = False
-            if later:  # (a full batch reads on to the next live pair, for next_due)
+            if later is not None:  # (a full batch reads on to the next live pair)
                 break
         return out
+
+    @staticmethod
+    def _first_live(pairs: list[tuple[int, int]], start: int, codes_of: CodesOf) -> int | None:
+        """The deliver time of the first live pair from ``start`` on (pairs not due yet)."""
+        while start < len(pairs):
+            chunk = pairs[start:start + 64]
+            for (ts, _), code in zip(chunk, codes_of([q for _, q in chunk]), strict=True):
+                if code == ts:
+                    return ts
+            start += len(chunk)
+        return None
 
     def confirm(self) -> None:
         """Retire the slots the last :meth:`due` found emptied (writer lock)."""
@@ -164,6 +228,7 @@ class TimerIndex:
             if fd is not None:
                 os.close(fd)
             self._dirty.discard(slot)
+            self._cache.pop(slot, None)
         self._proposed = []
 
     # ---- durability (flush) -----------------------------------------------------------------
@@ -200,6 +265,7 @@ class TimerIndex:
         self.directory.mkdir(parents=True, exist_ok=True)
         self._floor = 0
         self._unlinks = []
+        self._cache.clear()
         self.next_due = NO_TIMER
 
     def close(self) -> None:
