@@ -122,6 +122,6 @@ def test_timer_handover_waits_for_the_next_due_time(client: FlaskClient) -> None
     # SPEC T1: a hand-over call waits in the store until the timer is due, never early
     at = _now() + 300
     client.post(PRODUCE, json={"body": "w", "deliverAt": at})
-    answer = client.post(HANDOVER, json={"max": 10, "waitMs": 5_000}).get_json()
+    answer = client.post(HANDOVER, json={"max": 10, "waitMs": 2_000}).get_json()
     assert answer["delivered"] == 1 and answer["latenessMs"][0] >= 0
     assert_error(client.post(HANDOVER, json={"max": 0}), 400, "INVALID_REQUEST")

@@ -40,7 +40,8 @@ def env_int(env: Env, name: str, default: int, *, minimum: int | None = None,
     return value
 
 
-def env_duration_ms(env: Env, name: str, default_ms: int, *, minimum: int = 0) -> int:
+def env_duration_ms(env: Env, name: str, default_ms: int, *, minimum: int = 0,
+                    maximum: int | None = None) -> int:
     """A duration setting: ``365d``, ``90m``, ``30s``, ``1500ms`` or plain ms."""
     raw = env.get(name, "")
     if raw == "":
@@ -51,6 +52,8 @@ def env_duration_ms(env: Env, name: str, default_ms: int, *, minimum: int = 0) -
                           "followed by ms, s, m, h or d: 365d, 90m)")
     if value < minimum:
         raise ConfigError(f"{name}={raw!r} must be at least {minimum} ms")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{name}={raw!r} must be at most {maximum} ms")
     return value
 
 

@@ -13,6 +13,7 @@ field. A test holds the two together.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -31,6 +32,7 @@ DELAY_FIELDS = ("delayLevel", "deliverAt", "delayMs")
 """A message's ways of being delayed; at most one is given (SPEC T1)."""
 
 _ONE_BODY = {"type": "string"}
+_INT = {"type": "integer"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,8 +43,12 @@ class ProduceMessage(WireValue):
     WIRE_SCHEMA: ClassVar[dict[str, Any]] = {
         "anyOf": [{"required": ["body"], "properties": {"body": _ONE_BODY}},
                   {"required": ["bodyBase64"], "properties": {"bodyBase64": _ONE_BODY}}],
-        "not": {"required": ["body", "bodyBase64"],
-                "properties": {"body": _ONE_BODY, "bodyBase64": _ONE_BODY}},
+        "not": {"anyOf": [
+            {"required": ["body", "bodyBase64"],
+             "properties": {"body": _ONE_BODY, "bodyBase64": _ONE_BODY}},
+            *({"required": list(pair), "properties": {name: _INT for name in pair}}
+              for pair in itertools.combinations(DELAY_FIELDS, 2)),
+        ]},
     }
 
     body: str | None = field(default=None, metadata=wire_meta(doc="UTF-8 text"))

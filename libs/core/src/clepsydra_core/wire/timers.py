@@ -19,9 +19,10 @@ effective ``deliverAt`` (:class:`clepsydra_core.wire.produce.ProduceAnswer`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from clepsydra_core.errors import AlreadyDelivered, ValidationError
-from clepsydra_core.wire.codec import INT64_MAX, WireValue, wire_meta
+from clepsydra_core.wire.codec import WireValue, wire_meta
 
 CANCELLED = "cancelled"
 """``status`` of a cancel's answer."""
@@ -30,23 +31,39 @@ RESCHEDULED = "rescheduled"
 ALREADY_DELIVERED = AlreadyDelivered.code
 """Error code (409) of a cancel or reschedule of a message already handed to its topic."""
 
-_DELIVER_AT_DOC = "epoch ms to deliver at; a time in the past delivers now (SPEC T1)"
-_DELAY_MS_DOC = "delay from now, ms (SPEC T1)"
+MAX_DELAY_MS = 100 * 365 * 86_400_000
+"""The longest delay any store takes (a hundred years): ``CLEPSYDRA_TIMER_MAX_DELAY``, the
+store's own cap, is at most this (default 365 days)."""
+MAX_DELIVER_AT = 4_102_444_800_000
+"""The latest delivery time on the wire: 2100-01-01T00:00Z (the store's cap refuses earlier)."""
+
+_DELIVER_AT_DOC = ("epoch ms to deliver at; a time in the past delivers now; at most "
+                   "CLEPSYDRA_TIMER_MAX_DELAY ahead (default 365 days), else 400 (SPEC T1)")
+_DELAY_MS_DOC = ("delay from now, ms; at most CLEPSYDRA_TIMER_MAX_DELAY (default 365 days), "
+                 "else 400 (SPEC T1)")
 
 
 def deliver_at_meta() -> dict[str, object]:
     """Wire metadata of a ``deliverAt`` request field (produce, reschedule)."""
-    return wire_meta(minimum=0, maximum=INT64_MAX, rule="T1", doc=_DELIVER_AT_DOC)
+    return wire_meta(minimum=0, maximum=MAX_DELIVER_AT, rule="T1", doc=_DELIVER_AT_DOC)
 
 
 def delay_ms_meta() -> dict[str, object]:
     """Wire metadata of a ``delayMs`` request field (produce, reschedule)."""
-    return wire_meta(minimum=0, maximum=INT64_MAX, rule="T1", doc=_DELAY_MS_DOC)
+    return wire_meta(minimum=0, maximum=MAX_DELAY_MS, rule="T1", doc=_DELAY_MS_DOC)
+
+
+_INT = {"type": "integer"}
 
 
 @dataclass(frozen=True, slots=True)
 class RescheduleRequest(WireValue):
     """A new delivery time: exactly one of ``deliverAt`` and ``delayMs``."""
+
+    WIRE_SCHEMA: ClassVar[dict[str, Any]] = {
+        "oneOf": [{"required": ["deliverAt"], "properties": {"deliverAt": _INT}},
+                  {"required": ["delayMs"], "properties": {"delayMs": _INT}}],
+    }
 
     deliver_at: int | None = field(default=None, metadata=deliver_at_meta())
     delay_ms: int | None = field(default=None, metadata=delay_ms_meta())
@@ -136,8 +153,9 @@ class TimerBacklog(WireValue):
 
 MAX_TIMER_HANDOVER = 10_000
 """Most timers one hand-over call hands over."""
-MAX_WAIT_MS = 30_000
-"""Longest a hand-over call waits for a timer to fall due."""
+MAX_WAIT_MS = 2_000
+"""Longest a hand-over call waits for a timer to fall due (the scheduler waits up to 1 s, a
+quarter of its lease, and renews between calls)."""
 
 
 @dataclass(frozen=True, slots=True)
