@@ -304,3 +304,72 @@ def test_hand_overs_racing_the_flush_deliver_each_timer_once(open_store: OpenSto
         flusher.join()
     assert store.timers.handover(_now(), 1000).delivered == 0
     assert store.read_queue(TOPIC, 0, 0, 1).max_offset == n
+
+
+def test_a_cancel_survives_kill_9_before_any_flush(tmp_path: Path) -> None:
+    # issue 15: "a cancelled message is never delivered, even across a crash at any moment":
+    # the child cancels (and reschedules) and is killed -9 before any flush or checkpoint
+    data = tmp_path / "data"
+    script = tmp_path / "child.py"
+    script.write_text(f"""
+import os
+from pathlib import Path
+from clepsydra_store.engine.message_store import MessageStore
+from clepsydra_store.engine.types import PutRequest
+from tests.unit.store.conftest import engine_config
+store = MessageStore(engine_config(Path({str(data)!r}), flush_interval_ms=3_600_000))
+store.create_topic("orders", 1)
+r = store.put_batch([PutRequest("orders", b"m%d" % i, delay_ms=600_000) for i in range(10)])
+for a in r[:5]:
+    store.timers.cancel(a.msg_id)
+store.timers.reschedule(r[5].msg_id, 1)
+print(r[5].msg_id, flush=True)
+os.kill(os.getpid(), 9)
+""")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          env=env, cwd=os.getcwd(), timeout=60)
+    assert done.returncode == -9, done.stderr
+    moved = done.stdout.split()[0]
+    store = MessageStore(engine_config(data))
+    try:
+        assert store.timers.handover(_now(), 100).delivered == 1  # the rescheduled one, now
+        assert store.get_by_msg_id(moved)[-1].topic == TOPIC
+        assert store.timers.handover(_now() + 700_000, 100).delivered == 4  # not the 5
+        bodies = sorted(m.body for m in store.read_queue(TOPIC, 0, 0, 100).messages)
+        assert bodies == [b"m5", b"m6", b"m7", b"m8", b"m9"]
+    finally:
+        store.close()
+
+
+def test_reschedules_racing_the_hand_over_deliver_each_message_once(
+        open_store: OpenStore) -> None:
+    # issue 15: a reschedule racing the hand-over: 200 (delivered later, from the new timer)
+    # or 409 ALREADY_DELIVERED (delivered from the first one); never both, never neither
+    store = _store(open_store)
+    n = 400
+    results = store.put_batch([PutRequest(TOPIC, b"%d" % i, deliver_at=1, queue_id=0)
+                               for i in range(n)])
+    answers: dict[str, str] = {}
+
+    def reschedule() -> None:
+        for r in results:
+            try:
+                store.timers.reschedule(r.msg_id, 2)  # still due: delivered by the next call
+                answers[r.msg_id] = "rescheduled"
+            except AlreadyDelivered:
+                answers[r.msg_id] = "delivered"
+
+    racer = threading.Thread(target=reschedule)
+    racer.start()
+    while racer.is_alive():
+        store.timers.handover(_now(), 3)
+    racer.join()
+    while store.timers.handover(_now(), 1000).delivered:
+        pass
+    copies = store.read_queue(TOPIC, 0, 0, 1000).messages
+    assert len(copies) == n and len({m.msg_id for m in copies}) == n  # each once
+    assert set(answers.values()) <= {"rescheduled", "delivered"} and len(answers) == n
+    for m in copies:
+        first_entry = m.properties[P.SCHEDULE_OFFSET] == f"0:{int(m.body)}"
+        assert first_entry == (answers[m.msg_id] == "delivered"), m.msg_id
