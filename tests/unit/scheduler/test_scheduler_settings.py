@@ -41,6 +41,7 @@ def test_scheduler_variables_are_read(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("name", "value"), [
     ("CLEPSYDRA_SCHEDULER_BATCH", "0"), ("CLEPSYDRA_SCHEDULER_POLL_MS", "fast"),
     ("CLEPSYDRA_SCHEDULER_CONCURRENCY", "3"), ("CLEPSYDRA_DELAY_LEVELS", "1s 2x"),
+    ("CLEPSYDRA_SCHEDULER_CONCURRENCY", "4"),  # 3 levels + the timers' run (issue 15)
 ])
 def test_a_bad_value_stops_start_up_naming_the_variable(name: str, value: str) -> None:
     with pytest.raises(ConfigError, match=name):
