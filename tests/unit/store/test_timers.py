@@ -239,6 +239,7 @@ def test_backlog_by_hour_ahead(open_store: OpenStore) -> None:
     store.timers.handover(now + 5_000, 10)
     after = store.timers.backlog(now + 5_000)
     assert after.pending == 2 and after.handed_over == 1 and after.lateness is not None
+    assert store.stats()["timer_handed_over_total"] == 1  # /metrics
 
 
 def test_torn_timer_copy_under_a_later_checkpoint_is_handed_over_again(

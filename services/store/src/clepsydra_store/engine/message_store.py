@@ -447,6 +447,7 @@ class MessageStore(StoreCore):
         out["commitlog_flushed_offset"] = cl.flushed_offset
         out["commitlog_segments"] = len(cl.segments)
         out["topics"] = len(self._topics.all()) + 1
+        out["timer_handed_over_total"] = self.timers.handed_over  # issue 15
         out.update(self._disk.stats())
         for level in self._levels.levels():
             queue_id = self._levels.queue_id(level)
