@@ -22,6 +22,7 @@ import pytest
 import requests
 
 from clepsydra_core.wire.groups import EXAMPLE_GROUP
+from clepsydra_core.wire.timers import MAX_DELAY_MS
 from clepsydra_core.wire.topics import EXAMPLE_TOPIC
 from tools.processes import HttpService, RedisServer, free_port, store_service
 
@@ -49,7 +50,9 @@ class Stack:
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     home = tmp_path_factory.mktemp("conformance")
     redis = RedisServer(home / "redis").start()
-    store = store_service(home / "store").start()
+    # the timer cap at the wire's own bound: a delay the document allows is one the store takes
+    store = store_service(home / "store", env={
+        "CLEPSYDRA_TIMER_MAX_DELAY": str(MAX_DELAY_MS)}).start()
     port = free_port()
     retry = HttpService("retry", [sys.executable, "-m", "clepsydra_retry"], port=port,
                         env={"CLEPSYDRA_HOME": str(home), "CLEPSYDRA_RETRY_PORT": str(port),

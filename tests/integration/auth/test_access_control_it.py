@@ -354,3 +354,27 @@ def test_a_token_over_its_rate_gets_429_and_others_go_on(stack: AuthStack) -> No
     assert int(refused[0].headers["Retry-After"]) >= 1
     assert stack.as_("producer", "POST", f"/v1/topics/{enc(TOPIC)}/messages",
                      json={"body": "y"}).status_code == 201  # another token goes on
+
+
+def test_cancel_and_reschedule_need_the_producer_right_on_the_message_topic(
+        stack: AuthStack) -> None:
+    # issue 15 with issue 16: SEND on the message's own topic, by msgId and by key; the timer
+    # backlog like the level table (the scheduler's and the admin's)
+    mine = stack.as_("producer", "POST", f"/v1/topics/{TOPIC}/messages",
+                     json={"body": "t", "delayMs": 3_600_000, "keys": "k-auth"}).json()["msgId"]
+    theirs = stack.as_("any-producer", "POST", f"/v1/topics/{OTHER}/messages",
+                       json={"body": "t", "delayMs": 3_600_000, "keys": "k-auth"}
+                       ).json()["msgId"]
+    resp = stack.as_("producer", "DELETE", f"/v1/messages/{theirs}")
+    assert resp.status_code == 403 and "write topic payments" in resp.json()["message"]
+    resp = stack.as_("producer", "PATCH", f"/v1/messages?topic={OTHER}&key=k-auth",
+                     json={"delayMs": 60_000})
+    assert resp.status_code == 403, resp.text
+    assert stack.as_("consumer", "DELETE", f"/v1/messages/{mine}").status_code == 403
+    resp = stack.as_("producer", "PATCH", f"/v1/messages/{mine}", json={"delayMs": 60_000})
+    assert resp.status_code == 200 and resp.json()["status"] == "rescheduled", resp.text
+    resp = stack.as_("producer", "DELETE", f"/v1/messages?topic={TOPIC}&key=k-auth")
+    assert resp.json() == {"status": "cancelled", "msgIds": [mine]}, resp.text
+    assert stack.as_("any-producer", "DELETE", f"/v1/messages/{theirs}").status_code == 200
+    assert stack.as_("scheduler", "GET", "/v1/schedule/timers").status_code == 200
+    assert stack.as_("producer", "GET", "/v1/schedule/timers").status_code == 403

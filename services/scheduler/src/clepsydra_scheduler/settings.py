@@ -73,11 +73,11 @@ class SchedulerSettings:
             beat_port=env_int(env, _PREFIX + "BEAT_PORT", 8084, minimum=0, maximum=65535) or None,
             bind=env_str(env, _PREFIX + "BIND", "127.0.0.1"),
         )
-        if settings.concurrency <= common.delay_levels.max_level:
+        if settings.concurrency <= common.delay_levels.max_level + 1:
             raise ConfigError(
                 f"{_PREFIX}CONCURRENCY={settings.concurrency} must exceed the number of delay "
-                f"levels ({common.delay_levels.max_level}): each level's run holds a thread and "
-                "keep-alives need free ones")
+                f"levels plus one ({common.delay_levels.max_level + 1}): each level's run and "
+                "the timers' run hold a thread, and keep-alives need free ones")
         if settings.port is not None and settings.port == settings.beat_port:
             raise ConfigError(f"{_PREFIX}PORT and {_PREFIX}BEAT_PORT are both {settings.port}: "
                               "a worker and beat on one machine would both listen there")

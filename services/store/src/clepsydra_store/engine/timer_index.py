@@ -1,0 +1,275 @@
+"""The timer index (issue 15, SPEC T1): which timer-log entries fall due when, on disk.
+
+Time-bucketed slot files: one file per second of deliver time, ``<hour>/<second>`` under
+``data_dir/timerslots/``, each an append-only list of 16-byte ``(timer-log queue offset,
+deliver ts)`` pairs in arrival order. The timer log itself is the ConsumeQueue of
+``TIMER_TOPIC_XXXX`` queue 0 (tagsCode = deliver time, or a sentinel of
+:mod:`~clepsydra_store.engine.entry_states` once handed over or cancelled); a slot pair is
+live only while that entry's code still equals the pair's time, so duplicates (a re-dispatch
+after a crash) and stale pairs (cancelled, rescheduled, handed over) cost a read, never a
+second delivery.
+
+Memory stays flat in the number of pending timers: nothing is held per timer; a hand-over
+reads the due slot files (one second each), and the next due time is one integer. A slot file
+whose pairs are all done is unlinked only after the flush that checkpoints the hand-over copies
+that emptied it (:meth:`TimerIndex.take_unlinks`, :meth:`TimerIndex.unlink`), so a crash never
+loses the pairs of timers whose copies it lost. Recovery needs no file of its own: the
+re-dispatch of the CommitLog from the checkpoint appends the pairs of the parked records again
+(``Dispatcher.redispatch``), as it rewrites ConsumeQueue entries.
+
+Why slots and not a wheel: RocketMQ 5's wheel (RIP-43) holds one slot per tick of a fixed span
+(3 days by default) and re-queues what lies beyond; a year at millisecond precision would need
+a wheel of billions of slots or a hierarchy. Slot files named by time cover any span with
+files only where timers are, their order is the directory listing's, and a second's file is
+small enough to sort in memory when it falls due.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import shutil
+import struct
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from clepsydra_store.engine.segment import fsync_dir
+
+SLOT_MS = 1000
+"""Deliver times one slot file covers."""
+HOUR_MS = 3_600_000
+PAIR = struct.Struct("<qq")
+"""(timer-log queue offset, deliver ts)."""
+_OPEN_FILES = 64
+"""Slot files kept open for appending (the seconds timers are being written to)."""
+NO_TIMER = -1
+
+_CACHED_SLOTS = 4
+"""Slots whose sorted pairs stay in memory between hand-overs."""
+_MAX_Q = 1 << 62
+
+
+@dataclass(slots=True)
+class _Slot:
+    """A slot's pairs read so far, as (deliver ts, queue offset), sorted."""
+
+    read: int = 0
+    """Bytes of the file read."""
+    pairs: list[tuple[int, int]] = field(default_factory=list)
+    seen: set[int] = field(default_factory=set)
+    start: int = 0
+    """``pairs[:start]`` are stale (handed over, cancelled): skipped."""
+
+
+CodesOf = Callable[[list[int]], list[int | None]]
+"""Timer-log queue offsets -> their entries' tagsCodes now (None: no such entry)."""
+
+
+class TimerIndex:
+    """The slot files. Writers hold the store's writer lock."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        self._fds: OrderedDict[int, int] = OrderedDict()
+        """slot -> an fd open for appending (LRU)."""
+        self._dirty: set[int] = set()
+        self._floor = 0
+        """Slots below this one are emptied and waiting to be unlinked: nothing is added
+        to them (a late pair goes to the floor's slot)."""
+        self._unlinks: list[int] = []
+        """Emptied slots, unlinked after the next checkpoint."""
+        self._proposed: list[int] = []
+        self._cache: OrderedDict[int, _Slot] = OrderedDict()
+        """The last slots read, sorted (LRU)."""
+        self.next_due: int = NO_TIMER
+        """A lower bound of the earliest pending deliver time (NO_TIMER: none known)."""
+        self.wake = threading.Event()
+        """Set when a timer due before :attr:`next_due` is added (a waiting hand-over)."""
+
+    # ---- paths -------------------------------------------------------------------------
+    def _path(self, slot: int) -> Path:
+        return self.directory / f"{slot * SLOT_MS // HOUR_MS:08d}" / f"{slot:012d}"
+
+    def slots(self) -> Iterator[int]:
+        """Slot numbers with a file, in time order (lists one hour folder at a time)."""
+        try:
+            hours = sorted(int(h) for h in os.listdir(self.directory) if h.isdigit())
+        except FileNotFoundError:
+            return
+        for hour in hours:
+            try:
+                names = os.listdir(self.directory / f"{hour:08d}")
+            except FileNotFoundError:
+                continue
+            yield from sorted(int(n) for n in names if n.isdigit())
+
+    # ---- write (writer lock) --------------------------------------------------------------
+    def add(self, queue_offset: int, deliver_ts: int) -> None:
+        """A parked timer (live dispatch and re-dispatch alike)."""
+        slot = max(deliver_ts // SLOT_MS, self._floor)
+        fd = self._fds.get(slot)
+        if fd is None:
+            path = self._path(slot)
+            if not path.parent.is_dir():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fsync_dir(self.directory)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._fds[slot] = fd
+            if len(self._fds) > _OPEN_FILES:
+                old, old_fd = self._fds.popitem(last=False)
+                if old in self._dirty:
+                    os.fsync(old_fd)
+                    self._dirty.discard(old)
+                os.close(old_fd)
+        else:
+            self._fds.move_to_end(slot)
+        os.write(fd, PAIR.pack(queue_offset, deliver_ts))
+        self._dirty.add(slot)
+        if self.next_due == NO_TIMER or deliver_ts < self.next_due:
+            self.next_due = deliver_ts
+            self.wake.set()
+
+    def read(self, slot: int) -> list[tuple[int, int]]:
+        """The pairs of a slot as (queue offset, deliver ts), first of each queue offset only,
+        earliest first."""
+        cached = self._load(slot)
+        return [(q, ts) for ts, q in cached.pairs[cached.start:]]
+
+    def _load(self, slot: int) -> _Slot:
+        """The slot's pairs, sorted; a slot read before has only its new bytes read (its
+        file is append-only)."""
+        cached = self._cache.pop(slot, None) or _Slot()
+        self._cache[slot] = cached
+        if len(self._cache) > _CACHED_SLOTS:
+            self._cache.popitem(last=False)
+        try:
+            with open(self._path(slot), "rb") as f:
+                f.seek(cached.read)
+                raw = f.read()
+        except FileNotFoundError:
+            raw = b""
+        raw = raw[:len(raw) - len(raw) % PAIR.size]
+        if raw:
+            cached.read += len(raw)
+            seen = cached.seen
+            new = []
+            for q, ts in PAIR.iter_unpack(raw):
+                if q not in seen:
+                    seen.add(q)
+                    new.append((ts, q))
+            if new:
+                cached.pairs = sorted(cached.pairs[cached.start:] + new)  # two sorted runs
+                cached.start = 0
+        return cached
+
+    def due(self, now_ms: int, max_count: int, codes_of: CodesOf) -> list[tuple[int, int]]:
+        """Up to ``max_count`` live pairs due at ``now_ms``, earliest first, and
+        :attr:`next_due` brought up to date. Slots found emptied are proposed for unlinking:
+        :meth:`confirm` (once the hand-over of the pairs is appended) retires them.
+
+        Per call the cost is the slot bytes appended since the last call plus the due pairs:
+        a slot's pairs are kept sorted in memory while it is near (the last few slots read:
+        bounded by the timers of a few seconds, not by the pending ones), with the prefix
+        known to be stale skipped."""
+        out: list[tuple[int, int]] = []
+        prefix = True
+        """Every slot so far is emptied (only a prefix of the slots is ever retired)."""
+        self._proposed = []
+        self.next_due = NO_TIMER
+        for slot in self.slots():
+            if slot < self._floor:
+                continue
+            cached = self._load(slot)
+            pairs, first = cached.pairs, cached.start
+            last = bisect.bisect_right(pairs, (now_ms, _MAX_Q), first)
+            due_pairs = pairs[first:last]
+            codes = codes_of([q for _, q in due_pairs])
+            stale = 0
+            while stale < len(codes) and codes[stale] != due_pairs[stale][0]:
+                stale += 1
+            cached.start = first + stale  # stale for good: never live again
+            live = [(q, ts) for (ts, q), code in zip(due_pairs, codes, strict=True)
+                    if code == ts]
+            room = max(max_count - len(out), 0)
+            out += live[:room]
+            later = live[room][1] if len(live) > room else self._first_live(
+                pairs, last, codes_of)
+            if later is not None:
+                self.next_due = later
+            if prefix and later is None and (slot + 1) * SLOT_MS - 1 <= now_ms:
+                self._proposed.append(slot)
+            else:
+                prefix = False
+            if later is not None:  # (a full batch reads on to the next live pair)
+                break
+        return out
+
+    @staticmethod
+    def _first_live(pairs: list[tuple[int, int]], start: int, codes_of: CodesOf) -> int | None:
+        """The deliver time of the first live pair from ``start`` on (pairs not due yet)."""
+        while start < len(pairs):
+            chunk = pairs[start:start + 64]
+            for (ts, _), code in zip(chunk, codes_of([q for _, q in chunk]), strict=True):
+                if code == ts:
+                    return ts
+            start += len(chunk)
+        return None
+
+    def confirm(self) -> None:
+        """Retire the slots the last :meth:`due` found emptied (writer lock)."""
+        for slot in self._proposed:
+            self._floor = slot + 1
+            self._unlinks.append(slot)
+            fd = self._fds.pop(slot, None)
+            if fd is not None:
+                os.close(fd)
+            self._dirty.discard(slot)
+            self._cache.pop(slot, None)
+        self._proposed = []
+
+    # ---- durability (flush) -----------------------------------------------------------------
+    def fsync(self) -> None:
+        """fsync the slot files written since the last flush (the flush thread: a slot the
+        writer closed meanwhile was fsync'd at its eviction, or retired)."""
+        for slot in list(self._dirty):
+            self._dirty.discard(slot)
+            fd = self._fds.get(slot)
+            if fd is not None:
+                try:
+                    os.fsync(fd)
+                except OSError:
+                    pass
+
+    def take_unlinks(self) -> list[int]:
+        """Emptied slots to unlink once this flush's checkpoint is written (writer lock)."""
+        taken, self._unlinks = self._unlinks, []
+        return taken
+
+    def unlink(self, slots: list[int]) -> None:
+        for slot in slots:
+            path = self._path(slot)
+            path.unlink(missing_ok=True)
+            try:
+                path.parent.rmdir()  # the hour's last slot
+            except OSError:
+                pass
+
+    def reset(self) -> None:
+        """Drop every slot file (a recovery that re-dispatches the whole CommitLog)."""
+        self.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._floor = 0
+        self._unlinks = []
+        self._cache.clear()
+        self.next_due = NO_TIMER
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+        self._dirty.clear()

@@ -1,0 +1,81 @@
+"""The timers' delivery core with fakes (issue 15, SPEC T2, D6): the lease decides who runs,
+a failed store call backs off and is tried again (nothing skipped), the run ends holding the
+lease for its successor, a stop releases it."""
+
+from __future__ import annotations
+
+from clepsydra_core.wire.timers import TimerHandoverAnswer
+from clepsydra_scheduler.delivery import RunOutcome
+from clepsydra_scheduler.ports import StoreCallFailed
+from clepsydra_scheduler.timer_delivery import TimerConfig, TimerDelivery
+from tests.fixtures.scheduler import FakeClock
+
+
+class FakeLease:
+    def __init__(self, holder: str | None = None) -> None:
+        self.holder = holder
+
+    def acquire(self, token: str, ttl_ms: int) -> bool:
+        if self.holder in (None, token):
+            self.holder = token
+            return True
+        return False
+
+    def renew(self, token: str, ttl_ms: int) -> bool:
+        return self.holder == token
+
+    def release(self, token: str) -> bool:
+        if self.holder == token:
+            self.holder = None
+            return True
+        return False
+
+
+class FakeTimers:
+    """Hands over ``due`` timers per call; fails the calls listed in ``fail``."""
+
+    def __init__(self, clock: FakeClock, due: list[int], fail: set[int]) -> None:
+        self.clock, self.due, self.fail = clock, due, fail
+        self.calls = 0
+
+    def timer_handover(self, max_count: int, wait_ms: int) -> TimerHandoverAnswer:
+        self.calls += 1
+        if self.calls in self.fail:
+            raise StoreCallFailed("store down", status=503)
+        n = self.due.pop(0) if self.due else 0
+        if not n:
+            self.clock.wait(wait_ms / 1000)  # the store's wait
+        else:
+            self.clock.wait(0.001)
+        if len(self.due) == 0 and not self.fail - set(range(self.calls + 1)):
+            self.clock.stop()
+        return TimerHandoverAnswer(n, 0, None, [0] * n)
+
+
+def test_a_run_delivers_backs_off_on_failure_and_stops_releasing_its_lease() -> None:
+    # SPEC D6 for timers: a failed call waits backoff_s, then the same work is asked again
+    clock = FakeClock()
+    store = FakeTimers(clock, [3, 0, 2], fail={2})
+    lease = FakeLease()
+    report = TimerDelivery(TimerConfig(backoff_s=10.0, run_s=3_600), store, lease,
+                           clock).run("t1")
+    assert (report.delivered, report.store_failures, report.outcome) == (
+        5, 1, RunOutcome.STOPPED)
+    assert 10.0 in clock.waits
+    assert lease.holder is None  # released at the stop
+
+
+def test_another_runs_lease_means_nothing_is_done() -> None:
+    clock = FakeClock()
+    store = FakeTimers(clock, [1], fail=set())
+    report = TimerDelivery(TimerConfig(), store, FakeLease("other"), clock).run("mine")
+    assert report.outcome is RunOutcome.NOT_ACQUIRED and store.calls == 0
+
+
+def test_the_run_period_ends_with_the_lease_held_for_the_successor() -> None:
+    clock = FakeClock()
+    lease = FakeLease()
+    report = TimerDelivery(TimerConfig(run_s=0.0), FakeTimers(clock, [], set()), lease,
+                           clock).run("t1")
+    assert report.outcome is RunOutcome.RUN_ENDED and lease.holder == "t1"
+    assert TimerConfig(lease_ms=10_000).wait_ms == 1_000  # a call waits well inside the lease
