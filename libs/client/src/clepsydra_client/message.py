@@ -214,6 +214,8 @@ class SendResult:
     store_timestamp: int
     uniq_key: str | None = None
     offset_msg_id: str = ""
+    deliver_at: int | None = None
+    """A timer message's delivery time as the store took it (epoch ms; issue 15), else None."""
 
     @classmethod
     def from_json(cls, raw: dict[str, Any], uniq_key: str | None = None) -> SendResult:
@@ -223,4 +225,35 @@ class SendResult:
             commitlog_offset=int(raw.get("commitLogOffset", 0)),
             store_timestamp=int(raw.get("storeTimestamp", 0)), uniq_key=uniq_key,
             offset_msg_id=str(raw.get("offsetMsgId") or raw.get("msgId", "")),
+            deliver_at=_int_or_none(raw.get("deliverAt")),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleChange:
+    """What a cancel or a reschedule did (issue 15): ``status`` ``"cancelled"`` or
+    ``"rescheduled"``, the msgIds it acted on (one, or every pending message of the key) and,
+    for a reschedule, the new delivery time in epoch ms."""
+
+    status: str
+    msg_ids: tuple[str, ...]
+    deliver_at: int | None = None
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> ScheduleChange:
+        ids = raw.get("msgIds")
+        if ids is None:
+            ids = [raw["msgId"]] if raw.get("msgId") else []
+        return cls(str(raw.get("status", "")), tuple(str(i) for i in ids),
+                   _int_or_none(raw.get("deliverAt")))
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"status": self.status, "msgIds": list(self.msg_ids)}
+        if self.deliver_at is not None:
+            out["deliverAt"] = self.deliver_at
+        return out
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
