@@ -42,5 +42,6 @@ def test_fast_and_slow_parsers_read_alike(msg: dict[str, object]) -> None:
 
 def test_answers_carry_the_wire_names() -> None:
     result = PutResult(PutStatus.OK, "ID", "T", 1, 2, 3, 4, 10, "OFFSET-ID")
-    assert tuple(produce.result_json(result)) == ProduceAnswer.json_names()
+    names = tuple(n for n in ProduceAnswer.json_names() if n != "deliverAt")  # timers only
+    assert tuple(produce.result_json(result)) == names
     assert ProduceAnswer.from_json(produce.result_json(result)).commitlog_offset == 3

@@ -11,6 +11,8 @@ camelCase names live in one place. One module per API:
 - :mod:`~clepsydra_core.wire.messages`: a stored message's view, pull and look-up answers;
 - :mod:`~clepsydra_core.wire.schedule`: the schedule hand-over routes (level table, entries,
   hand-over request and answer);
+- :mod:`~clepsydra_core.wire.timers`: timer messages (SPEC T): cancel, reschedule, the timer
+  backlog;
 - :mod:`~clepsydra_core.wire.copy`: the store's internal copy routes (send-back, DLQ resend);
 - :mod:`~clepsydra_core.wire.retry`: the retry service's send-back request and answer;
 - :mod:`~clepsydra_core.wire.dlq`: the DLQ toolkit's filter.

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 from clepsydra_core import properties as P
 from clepsydra_core.errors import ValidationError
 from clepsydra_core.wire.codec import INT32_MAX, INT32_MIN, INT64_MAX, WireValue, wire_meta
+from clepsydra_core.wire.timers import delay_ms_meta, deliver_at_meta
 
 MAX_BATCH = 1000
 """Most messages one batch takes."""
@@ -26,16 +27,16 @@ BASE64_PATTERN = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)
 """Standard base64 with its padding (what ``base64.b64decode(validate=True)`` reads)."""
 PRODUCER_RESERVED = tuple(sorted(P.RESERVED - P.CLIENT_SETTABLE))
 """Property names the system sets and a producer may not (P1)."""
-UNSUPPORTED = ("delayMs", "deliverAt")
-"""Arbitrary delivery times (SPEC T): refused with UNSUPPORTED until they are supported."""
+DELAY_FIELDS = ("delayLevel", "deliverAt", "delayMs")
+"""A message's ways of being delayed; at most one is given (SPEC T1)."""
 
 _ONE_BODY = {"type": "string"}
 
 
 @dataclass(frozen=True, slots=True)
 class ProduceMessage(WireValue):
-    """One message: exactly one of ``body`` (UTF-8 text) and ``bodyBase64`` (bytes). ``delayMs``
-    and ``deliverAt`` (SPEC T) are not supported yet: 400 UNSUPPORTED."""
+    """One message: exactly one of ``body`` (UTF-8 text) and ``bodyBase64`` (bytes); at most
+    one of ``delayLevel``, ``deliverAt`` and ``delayMs`` (SPEC L2, T1)."""
 
     WIRE_SCHEMA: ClassVar[dict[str, Any]] = {
         "anyOf": [{"required": ["body"], "properties": {"body": _ONE_BODY}},
@@ -63,6 +64,8 @@ class ProduceMessage(WireValue):
     delay_level: int | None = field(default=None, metadata=wire_meta(
         minimum=0, maximum=INT32_MAX, code="INVALID_DELAY_LEVEL", rule="L2",
         doc="0: not delayed; above the highest level: the highest (L2)"))
+    deliver_at: int | None = field(default=None, metadata=deliver_at_meta())
+    delay_ms: int | None = field(default=None, metadata=delay_ms_meta())
     flag: int | None = field(default=None, metadata=wire_meta(minimum=INT32_MIN,
                                                                maximum=INT32_MAX))
     born_timestamp: int | None = field(default=None, metadata=wire_meta(
@@ -77,6 +80,13 @@ class ProduceMessage(WireValue):
             if not prop or prop in PRODUCER_RESERVED:
                 raise ValidationError(f"{name}.properties: {prop!r} is empty or reserved (set by "
                                       "the system)", rule="P1", code="INVALID_PROPERTIES")
+        given = [name for name, value in zip(DELAY_FIELDS, (self.delay_level, self.deliver_at,
+                                                              self.delay_ms), strict=True)
+                 if value is not None]
+        if len(given) > 1:
+            raise ValidationError(f"{name}: give at most one of delayLevel, deliverAt and "
+                                  f"delayMs, got {' and '.join(given)}", rule="T1",
+                                  code="INVALID_REQUEST")
         if isinstance(self.keys, list) and not all(k and " " not in k for k in self.keys):
             raise ValidationError(f"{name}.keys must be a string or a list of non-empty strings "
                                   "without spaces", code="INVALID_REQUEST")
@@ -106,6 +116,8 @@ class ProduceAnswer(WireValue):
     store_timestamp: int
     offset_msg_id: str = field(metadata=wire_meta(doc=(
         "this copy's place: store host + CommitLog offset (RocketMQ's offsetMsgId)")))
+    deliver_at: int | None = field(default=None, metadata=wire_meta(doc=(
+        "a timer message's effective delivery time, epoch ms (SPEC T1); absent otherwise")))
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,6 @@ from clepsydra_core.errors import ClepsydraError, ValidationError
 from clepsydra_core.msgid import pack_host
 from clepsydra_core.wire.produce import (
     MAX_BATCH,
-    UNSUPPORTED,
     ProduceBatch,
     ProduceMessage,
 )
@@ -52,7 +51,8 @@ from clepsydra_web.tracing import parent_context
 logger = logging.getLogger(__name__)
 
 STORED_TOPIC = telemetry.STORED_TOPIC
-PLAIN_FIELDS = frozenset(ProduceMessage.json_names()) - {"bodyBase64"}
+UNSUPPORTED = ("delayMs", "deliverAt")
+PLAIN_FIELDS = frozenset(ProduceMessage.json_names()) - {"bodyBase64", *UNSUPPORTED}
 """Fields of a message that :func:`parse_plain` takes; others go through parse_message."""
 BATCH_FIELDS = frozenset(ProduceBatch.json_names())
 _ALL_OK = frozenset({PutStatus.OK})
