@@ -69,6 +69,14 @@ class GroupNotFound(NotFound):
     code = "SUBSCRIPTION_GROUP_NOT_EXIST"
 
 
+class AlreadyDelivered(ClepsydraError):
+    """A cancel or reschedule of a delayed message already handed over to its topic (by key:
+    every such message was); nothing changed (issue 15, SPEC T2)."""
+
+    code = "ALREADY_DELIVERED"
+    http_status = 409
+
+
 class OffsetOutOfRange(ClepsydraError):
     """A queue offset or queue id outside what the queue holds: a 404, the position does not
     exist (a request can be well formed and still name one; issue 12.10). A negative offset or
