@@ -11,6 +11,7 @@ from typing import Any
 from clepsydra_core import naming, telemetry
 from clepsydra_core import properties as P
 from clepsydra_core.records import body_from_json
+from clepsydra_core.wire import timers
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -233,7 +234,8 @@ class SendResult:
 class ScheduleChange:
     """What a cancel or a reschedule did (issue 15): ``status`` ``"cancelled"`` or
     ``"rescheduled"``, the msgIds it acted on (one, or every pending message of the key) and,
-    for a reschedule, the new delivery time in epoch ms."""
+    for a reschedule, the new delivery time in epoch ms. Read from the store's answer with
+    its wire types (``clepsydra_core.wire.timers``)."""
 
     status: str
     msg_ids: tuple[str, ...]
@@ -241,11 +243,18 @@ class ScheduleChange:
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> ScheduleChange:
-        ids = raw.get("msgIds")
-        if ids is None:
-            ids = [raw["msgId"]] if raw.get("msgId") else []
-        return cls(str(raw.get("status", "")), tuple(str(i) for i in ids),
-                   _int_or_none(raw.get("deliverAt")))
+        rescheduled = raw.get("status") == timers.RESCHEDULED
+        if "msgIds" in raw:
+            by_key = (timers.KeyRescheduled if rescheduled else timers.KeyCancelled).from_json(raw)
+            return cls(by_key.status, tuple(by_key.msg_ids), getattr(by_key, "deliver_at", None))
+        one = (timers.MessageRescheduled if rescheduled else timers.MessageCancelled).from_json(
+            raw)
+        return cls(one.status, (one.msg_id,), getattr(one, "deliver_at", None))
+
+    @property
+    def msg_id(self) -> str:
+        """The first (for a msgId: the only) message acted on."""
+        return self.msg_ids[0] if self.msg_ids else ""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"status": self.status, "msgIds": list(self.msg_ids)}

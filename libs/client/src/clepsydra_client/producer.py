@@ -34,6 +34,7 @@ from clepsydra_core import properties as P
 from clepsydra_core import telemetry
 from clepsydra_core.errors import ValidationError
 from clepsydra_core.http import HttpClient, Json, segment
+from clepsydra_core.wire.timers import RescheduleRequest
 
 TRACER = "clepsydra_client"
 MAX_BATCH = 500
@@ -309,7 +310,9 @@ class Producer:
         becomes a timer message, its msgId unchanged. Errors as :meth:`cancel`."""
         if (deliver_at is None) == (delay is None):
             raise ValueError("give exactly one of deliver_at, delay")
-        body = delivery_fields(0, deliver_at, delay)
+        body = RescheduleRequest(
+            deliver_at=None if deliver_at is None else instant_ms(deliver_at),
+            delay_ms=None if delay is None else delay_ms(delay)).to_json()
         path, params = _target(msg_id, topic, key)
         return ScheduleChange.from_json(self.http.request("PATCH", path, params=params,
                                                           json=body))
