@@ -15,7 +15,7 @@ Sub-millisecond parts are rounded up, never down: a timer is never early (T2).
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _PART = re.compile(r"([0-9]+)(ms|s|m|h|d)")
@@ -24,7 +24,7 @@ DURATION_FORMS = "a number with a unit: 500ms, 90s, 15m, 2h, 3d (or several: 1h3
 INSTANT_FORMS = ("ISO-8601 with Z or an offset (2027-01-01T09:00Z, 2027-01-01T10:00+01:00), "
                  "or epoch milliseconds")
 ONE_MS = timedelta(milliseconds=1)
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def instant_ms(when: datetime | int, name: str = "deliver_at") -> int:
@@ -34,7 +34,7 @@ def instant_ms(when: datetime | int, name: str = "deliver_at") -> int:
         if when.tzinfo is None or when.utcoffset() is None:
             raise ValueError(
                 f"{name}: a naive datetime is ambiguous (local time or UTC?); give it a zone, "
-                "e.g. datetime(2027, 1, 1, 9, tzinfo=timezone.utc), or epoch milliseconds")
+                "e.g. datetime(2027, 1, 1, 9, tzinfo=UTC), or epoch milliseconds")
         return _ceil_ms(when - EPOCH, name)
     if isinstance(when, bool) or not isinstance(when, int):
         raise ValueError(f"{name} must be an aware datetime or epoch milliseconds (int), "
