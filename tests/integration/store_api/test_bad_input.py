@@ -247,10 +247,22 @@ def test_a_batch_with_one_bad_message_is_refused_whole(client: FlaskClient, befo
     still_up(client, before)
 
 
-def test_delay_ms_and_deliver_at_are_unsupported(client: FlaskClient, before: int) -> None:
-    # SPEC T (planned)
-    for extra in ({"delayMs": 5000}, {"deliverAt": 1_900_000_000_000}):
-        assert_error(client.post(PRODUCE, json={"body": "a", **extra}), 400, "UNSUPPORTED", "T1")
+def test_two_delays_or_past_the_cap_are_refused(client: FlaskClient, before: int) -> None:
+    # SPEC T1, issue 15: two of delayLevel/deliverAt/delayMs name both; past the cap names it
+    for extra, names in (({"delayMs": 5000, "delayLevel": 1}, ("delayLevel", "delayMs")),
+                         ({"deliverAt": 1, "delayMs": 1}, ("deliverAt", "delayMs"))):
+        body = assert_error(client.post(PRODUCE, json={"body": "a", **extra}), 400,
+                            "INVALID_REQUEST", "T1")
+        assert all(name in body["message"] for name in names), body
+        body = assert_error(client.post(BATCH, json={"messages": [{"body": "a", **extra}]}),
+                            400, "INVALID_REQUEST", "T1")
+        assert "messages[0]" in body["message"], body
+    year = 365 * 86_400_000
+    body = assert_error(client.post(PRODUCE, json={"body": "a", "delayMs": year + 1}), 400,
+                        "INVALID_REQUEST", "T1")
+    assert "CLEPSYDRA_TIMER_MAX_DELAY" in body["message"] and "365d" in body["message"], body
+    assert_error(client.post(PRODUCE, json={"body": "a", "delayMs": -1}), 400,
+                 "INVALID_REQUEST", "T1")
     still_up(client, before)
 
 

@@ -51,14 +51,16 @@ def test_beat_has_one_expiring_keepalive_per_level_on_its_own_queue() -> None:
     settings = SchedulerSettings.from_env({"CLEPSYDRA_DELAY_LEVELS": "1s 5s 2h",
                                            "CLEPSYDRA_SCHEDULER_KEEPALIVE_S": "5"})
     schedule = beat_schedule(settings)
-    assert len(schedule) == 3
+    assert len(schedule) == 4  # the three levels and the timers (issue 15)
+    assert schedule["deliver-timers"]["options"] == {"queue": "schedule.timers", "expires": 5.0}
     for level in (1, 2, 3):
         entry = schedule[f"deliver-level-{level}"]
         assert entry["task"] == "clepsydra_scheduler.deliver_level"
         assert entry["args"] == (level,)
         assert entry["schedule"] == 5.0
         assert entry["options"] == {"queue": schedule_queue_name(level), "expires": 5.0}
-    assert level_queues(settings) == ["schedule.level.1", "schedule.level.2", "schedule.level.3"]
+    assert level_queues(settings) == ["schedule.level.1", "schedule.level.2", "schedule.level.3",
+                                      "schedule.timers"]
 
 
 def test_create_celery_uses_the_redis_broker_and_registers_the_task() -> None:
@@ -67,4 +69,6 @@ def test_create_celery_uses_the_redis_broker_and_registers_the_task() -> None:
     app = create_celery(settings)
     assert app.conf.broker_url == "redis://127.0.0.1:7001/0"
     assert "clepsydra_scheduler.deliver_level" in app.tasks
-    assert set(app.conf.beat_schedule) == {"deliver-level-1", "deliver-level-2"}
+    assert "clepsydra_scheduler.deliver_timers" in app.tasks
+    assert set(app.conf.beat_schedule) == {"deliver-level-1", "deliver-level-2",
+                                           "deliver-timers"}

@@ -70,8 +70,7 @@ class GroupNotFound(NotFound):
 
 
 class AlreadyDelivered(ClepsydraError):
-    """A cancel or reschedule of a delayed message already handed over to its topic (by key:
-    every such message was); nothing changed (issue 15, SPEC T2)."""
+    """A cancel or reschedule of a delayed message already handed to its topic (issue 15)."""
 
     code = "ALREADY_DELIVERED"
     http_status = 409

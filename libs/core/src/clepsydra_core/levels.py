@@ -15,6 +15,17 @@ DEFAULT_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
 _UNIT_MS = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _ENTRY = re.compile(r"^([1-9][0-9]*)([smhd])$")
+_DURATION = re.compile(r"^([0-9]+)(ms|[smhd])?$")
+
+
+def duration_ms(text: str) -> int | None:
+    """A duration as ms: ``"90m"``, ``"365d"``, ``"1500ms"`` or plain ms (``"1500"``); None
+    when malformed (units s m h d, as the level table's)."""
+    match = _DURATION.match(text.strip())
+    if not match:
+        return None
+    unit = match.group(2)
+    return int(match.group(1)) * (1 if unit in (None, "ms") else _UNIT_MS[unit])
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,13 @@ from urllib.parse import quote, unquote
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 """System topic with one queue per delay level (SPEC S1, L3)."""
 
+TIMER_TOPIC = "TIMER_TOPIC_XXXX"
+"""System topic of timer messages (SPEC T1, issue 15): queue ``TIMER_LOG_QUEUE`` is the timer
+log (one entry per parked timer message, tagsCode = its deliver time), queue
+``TIMER_CANCEL_QUEUE`` holds the cancel tombstones."""
+TIMER_LOG_QUEUE = 0
+TIMER_CANCEL_QUEUE = 1
+
 SCHEDULE_ERROR_TOPIC = "%SCHEDULE_ERROR%"
 """Parking topic for delayed messages that cannot be rebuilt (SPEC D7)."""
 
@@ -17,7 +24,8 @@ TRANSACTION_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 SYSTEM_PREFIXES = (RETRY_PREFIX, DLQ_PREFIX, SCHEDULE_ERROR_TOPIC)
-SYSTEM_TOPICS = frozenset({SCHEDULE_TOPIC, SCHEDULE_ERROR_TOPIC, TRANSACTION_HALF_TOPIC})
+SYSTEM_TOPICS = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC, SCHEDULE_ERROR_TOPIC,
+                           TRANSACTION_HALF_TOPIC})
 
 REDIS_PREFIX = "clepsydra"
 
@@ -66,6 +74,8 @@ TOPICS_FILE = "topics.json"
 GROUP_OFFSETS_FILE = "group_offsets.json"
 GROUP_SETTINGS_FILE = "group_settings.json"
 KEY_INDEX_FILE = "keys.idx"
+TIMER_SLOTS_DIR = "timerslots"
+"""The timer index's time-bucketed slot files (issue 15), under the store's data folder."""
 
 
 def segment_file_name(start_offset: int) -> str:
@@ -89,6 +99,12 @@ def delay_lease_key(level: int) -> str:
 def delay_stats_key(level: int) -> str:
     """Hash of a level's delivery statistics (delivered count, lateness buckets, lag)."""
     return f"{REDIS_PREFIX}:schedule:stats:{level}"
+
+
+TIMER_LEASE_KEY = f"{REDIS_PREFIX}:schedule:lease:timers"
+"""Lease that makes one worker the active deliverer of the timers (issue 15)."""
+TIMER_QUEUE_NAME = "schedule.timers"
+"""The Celery queue the timers' delivery task is routed to."""
 
 
 def group_settings_key(group: str) -> str:

@@ -32,7 +32,11 @@ DELIVER_AT = "DELIVER_AT"
 DELIVER_TS = "DELIVER_TS"
 """Set by the store when a scheduled message is handed to its real topic: its deliver time."""
 SCHEDULE_OFFSET = "SCHEDULE_OFFSET"
-"""`<level>:<queueOffset>` of the schedule entry a delivered message came from (SPEC D9)."""
+"""`<level>:<queueOffset>` of the schedule entry a delivered message came from (SPEC D9);
+level 0 is the timer log (issue 15)."""
+CANCEL_OF = "CANCEL_OF"
+"""`<level>:<queueOffset>` (level 0: the timer log) of the entry a cancel tombstone takes back
+(issue 15)."""
 SCHEDULE_ERROR = "SCHEDULE_ERROR"
 """Why a scheduled message was parked in `%SCHEDULE_ERROR%` (SPEC D7)."""
 TRANSACTION_PREPARED = "TRAN_MSG"
@@ -49,7 +53,7 @@ RESERVED = frozenset(
         DELAY, REAL_TOPIC, REAL_QID, RETRY_TOPIC, ORIGIN_MESSAGE_ID, UNIQ_KEY, KEYS, TAGS,
         MAX_RECONSUME_TIMES, RECONSUME_TIME, TRACEPARENT, TRACESTATE, DELAY_MS, DELIVER_AT,
         DELIVER_TS, SCHEDULE_OFFSET, SCHEDULE_ERROR, TRANSACTION_PREPARED, FAILURE_HISTORY,
-        DLQ_REASON, RESEND_HISTORY,
+        DLQ_REASON, RESEND_HISTORY, CANCEL_OF,
     }
 )
 

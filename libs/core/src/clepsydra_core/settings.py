@@ -14,7 +14,7 @@ from pathlib import Path
 
 from clepsydra_core import logging as clogging
 from clepsydra_core.errors import ConfigError
-from clepsydra_core.levels import DEFAULT_LEVELS, DelayLevels
+from clepsydra_core.levels import DEFAULT_LEVELS, DelayLevels, duration_ms
 
 Env = Mapping[str, str]
 
@@ -37,6 +37,20 @@ def env_int(env: Env, name: str, default: int, *, minimum: int | None = None,
         raise ConfigError(f"{name}={value} must be at least {minimum}")
     if maximum is not None and value > maximum:
         raise ConfigError(f"{name}={value} must be at most {maximum}")
+    return value
+
+
+def env_duration_ms(env: Env, name: str, default_ms: int, *, minimum: int = 0) -> int:
+    """A duration setting: ``365d``, ``90m``, ``30s``, ``1500ms`` or plain ms."""
+    raw = env.get(name, "")
+    if raw == "":
+        return default_ms
+    value = duration_ms(raw)
+    if value is None:
+        raise ConfigError(f"{name}={raw!r} is not a duration (a whole number of ms, or one "
+                          "followed by ms, s, m, h or d: 365d, 90m)")
+    if value < minimum:
+        raise ConfigError(f"{name}={raw!r} must be at least {minimum} ms")
     return value
 
 

@@ -58,8 +58,8 @@ def check_producible(topic: str) -> None:
 
 
 def check_consumable(topic: str) -> None:
-    """S3: the schedule topic is never pulled by consumers."""
-    if topic == naming.SCHEDULE_TOPIC:
+    """S3: the schedule and timer topics are never pulled by consumers."""
+    if topic in (naming.SCHEDULE_TOPIC, naming.TIMER_TOPIC):
         raise Forbidden(f"{topic} cannot be pulled by consumers", rule="S3")
 
 

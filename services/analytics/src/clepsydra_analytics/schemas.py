@@ -19,7 +19,8 @@ retry_topic,
 origin_message_id
 real_topic, delay_level,   the delay lifecycle: the topic a delayed message was aimed at, its
 deliver_ts_ms              level and intended deliver time (from ``SCHEDULE_OFFSET``,
-                           ``DELAY``, ``DELIVER_TS``)
+                           ``DELAY``, ``DELIVER_TS``); level 0 is a timer message (issue
+                           15: ``deliverAt``/``delayMs``), whose copy fills both alike
 consumer_group             the group of a ``%RETRY%``/``%DLQ%`` topic, else null
 failure_reason,            the last failure the consumer's SDK recorded (else DLQ_REASON),
 failure_history,           every recorded attempt, and why the store/retry service

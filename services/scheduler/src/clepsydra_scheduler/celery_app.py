@@ -17,7 +17,7 @@ from celery import Celery, signals
 
 from clepsydra_core import logging as clepsydra_logging
 from clepsydra_core import telemetry
-from clepsydra_core.naming import schedule_queue_name
+from clepsydra_core.naming import TIMER_QUEUE_NAME, schedule_queue_name
 from clepsydra_scheduler import tasks
 from clepsydra_scheduler.runtime import SchedulerRuntime
 from clepsydra_scheduler.settings import SchedulerSettings
@@ -29,8 +29,12 @@ _CHATTY_LOGGERS = ("celery.worker.strategy", "celery.app.trace", "celery.beat")
 
 
 def beat_schedule(settings: SchedulerSettings) -> dict[str, dict[str, Any]]:
-    """One entry per level: ``deliver_level(n)`` on queue ``schedule.level.<n>``."""
-    return {
+    """One entry per level: ``deliver_level(n)`` on queue ``schedule.level.<n>``; one for the
+    timers: ``deliver_timers()`` on queue ``schedule.timers`` (issue 15)."""
+    timers = {"deliver-timers": {
+        "task": tasks.TIMER_TASK_NAME, "schedule": settings.keepalive_s,
+        "options": {"queue": TIMER_QUEUE_NAME, "expires": settings.keepalive_s}}}
+    return timers | {
         f"deliver-level-{level}": {
             "task": tasks.TASK_NAME,
             "schedule": settings.keepalive_s,
@@ -42,7 +46,9 @@ def beat_schedule(settings: SchedulerSettings) -> dict[str, dict[str, Any]]:
 
 
 def level_queues(settings: SchedulerSettings) -> list[str]:
-    return [schedule_queue_name(level) for level in settings.levels.levels()]
+    """Every queue a worker consumes: one per level, and the timers'."""
+    return [schedule_queue_name(level) for level in settings.levels.levels()] + [
+        TIMER_QUEUE_NAME]
 
 
 def create_celery(settings: SchedulerSettings) -> Celery:

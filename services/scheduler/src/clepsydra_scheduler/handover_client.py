@@ -18,6 +18,7 @@ from clepsydra_core.wire.schedule import (
     LevelTable,
     ScheduleEntries,
 )
+from clepsydra_core.wire.timers import TimerHandoverAnswer, TimerHandoverRequest
 from clepsydra_scheduler.ports import StoreCallFailed
 
 W = TypeVar("W", bound=WireValue)
@@ -56,6 +57,13 @@ class HttpHandoverApi:
         asked = HandoverRequest(from_offset=from_offset, max_count=max_count)
         return _answer(HandoverAnswer, self._call("POST", f"/v1/schedule/levels/{level}/handover",
                                             json=asked.to_json(), headers=headers))
+
+
+    def timer_handover(self, max_count: int, wait_ms: int) -> TimerHandoverAnswer:
+        """The store's timer hand-over (issue 15); it may wait up to ``wait_ms`` in the store."""
+        asked = TimerHandoverRequest(max_count=max_count, wait_ms=wait_ms)
+        return _answer(TimerHandoverAnswer, self._call("POST", "/v1/schedule/timers/handover",
+                                                       json=asked.to_json()))
 
 
 def _answer(kind: type[W], body: dict[str, Any]) -> W:

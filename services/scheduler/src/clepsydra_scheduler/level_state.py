@@ -9,6 +9,9 @@ in memory for unit tests (:class:`MemoryLevelState`), same semantics.
   Lua call that checks the token.
 - Statistics (``naming.delay_stats_key``, see ``stats.py``): recorded in that same call.
 
+The timers' lease (issue 15, ``naming.TIMER_LEASE_KEY``) is the same lease on its own key
+(:class:`RedisTimerLease`); timers have no progress offset (the store's timer index has it).
+
 In a Redis Cluster the three keys of a level would need one hash slot; the local stack and the
 manifests use a single Redis.
 """
@@ -22,7 +25,12 @@ from typing import Any
 
 import redis
 
-from clepsydra_core.naming import delay_lease_key, delay_offset_key, delay_stats_key
+from clepsydra_core.naming import (
+    TIMER_LEASE_KEY,
+    delay_lease_key,
+    delay_offset_key,
+    delay_stats_key,
+)
 from clepsydra_scheduler import stats
 from clepsydra_scheduler.ports import LevelSample, LevelStateUnavailable
 
@@ -178,6 +186,29 @@ class RedisLevelState:
     def read_stats(self, level: int) -> stats.LevelStats:
         raw = self._call("read", lambda: self._redis.hgetall(delay_stats_key(level)))
         return stats.LevelStats.from_hash(level, {str(k): str(v) for k, v in raw.items()})
+
+
+class RedisTimerLease:
+    """The timers' lease, with the levels' scripts (SET NX PX, compare-and-act)."""
+
+    def __init__(self, state: RedisLevelState) -> None:
+        self._state = state
+        client = state.client
+        self._acquire = client.register_script(_ACQUIRE)
+        self._renew = client.register_script(_RENEW)
+        self._release = client.register_script(_RELEASE)
+
+    def acquire(self, token: str, ttl_ms: int) -> bool:
+        return bool(self._state._call("acquire", lambda: self._acquire(
+            keys=[TIMER_LEASE_KEY], args=[token, ttl_ms])))
+
+    def renew(self, token: str, ttl_ms: int) -> bool:
+        return bool(self._state._call("renew", lambda: self._renew(
+            keys=[TIMER_LEASE_KEY], args=[token, ttl_ms])))
+
+    def release(self, token: str) -> bool:
+        return bool(self._state._call("release", lambda: self._release(
+            keys=[TIMER_LEASE_KEY], args=[token])))
 
 
 class MemoryLevelState:

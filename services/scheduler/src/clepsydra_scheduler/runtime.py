@@ -9,8 +9,9 @@ from collections.abc import Callable
 
 from clepsydra_scheduler.delivery import DeliveryConfig, LevelDelivery, RunOutcome, SystemClock
 from clepsydra_scheduler.handover_client import HttpHandoverApi
-from clepsydra_scheduler.level_state import RedisLevelState
+from clepsydra_scheduler.level_state import RedisLevelState, RedisTimerLease
 from clepsydra_scheduler.settings import SchedulerSettings
+from clepsydra_scheduler.timer_delivery import TimerConfig, TimerDelivery
 
 logger = logging.getLogger(__name__)
 
@@ -62,5 +63,31 @@ class SchedulerRuntime:
             except Exception:
                 logger.exception("could not enqueue the next run level=%d; releasing the lease "
                                  "(beat's keep-alive restarts the level)", level)
+                delivery.release()
+        return report.outcome.value
+
+    def deliver_timers(self, token: str | None, requeue: Requeue) -> str:
+        """One run of the timers' delivery (the body of the ``deliver_timers`` task)."""
+        if self.stop.is_set():
+            return RunOutcome.STOPPED.value
+        s = self.settings
+        store = HttpHandoverApi(s.common.store_url, timeout_s=s.store_timeout_s)
+        try:
+            delivery = TimerDelivery(TimerConfig(run_s=s.run_s, lease_ms=s.lease_ms,
+                                                 batch=s.batch, backoff_s=s.backoff_s),
+                                     store, RedisTimerLease(self.level_state),
+                                     SystemClock(self.stop))
+            report = delivery.run(token)
+        finally:
+            store.close()
+        if report.outcome is RunOutcome.RUN_ENDED:
+            if self.stop.is_set():
+                delivery.release()
+                return RunOutcome.STOPPED.value
+            try:
+                requeue(report.token)
+            except Exception:
+                logger.exception("could not enqueue the timers' next run; releasing the lease "
+                                 "(beat's keep-alive restarts it)")
                 delivery.release()
         return report.outcome.value

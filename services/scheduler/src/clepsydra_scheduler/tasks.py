@@ -1,4 +1,5 @@
-"""The one Celery task: ``deliver_level(level, token=None)`` - thin; the work is in delivery.py.
+"""The Celery tasks: ``deliver_level(level, token=None)`` and ``deliver_timers(token=None)``
+(issue 15) - thin; the work is in delivery.py and timer_delivery.py.
 
 A run returns at once when another run holds the level's lease (a beat keep-alive while the
 level is being served). At the end of its run period it enqueues its successor on its own
@@ -12,10 +13,11 @@ from typing import Any
 
 from celery import Celery
 
-from clepsydra_core.naming import schedule_queue_name
+from clepsydra_core.naming import TIMER_QUEUE_NAME, schedule_queue_name
 from clepsydra_scheduler.runtime import SchedulerRuntime
 
 TASK_NAME = "clepsydra_scheduler.deliver_level"
+TIMER_TASK_NAME = "clepsydra_scheduler.deliver_timers"
 
 
 def register(app: Celery, runtime: SchedulerRuntime) -> Any:
@@ -30,6 +32,14 @@ def register(app: Celery, runtime: SchedulerRuntime) -> Any:
 
         return runtime.deliver(level, token, requeue)
 
+    @app.task(name=TIMER_TASK_NAME, bind=True, ignore_result=True)  # type: ignore[untyped-decorator]
+    def deliver_timers(self: Any, token: str | None = None) -> str:
+        def requeue(next_token: str) -> None:
+            self.apply_async(kwargs={"token": next_token}, queue=TIMER_QUEUE_NAME,
+                             expires=expires_s)
+
+        return runtime.deliver_timers(token, requeue)
+
     return deliver_level
 
 
@@ -38,3 +48,4 @@ def kick(app: Celery, runtime: SchedulerRuntime) -> None:
     for level in runtime.settings.levels.levels():
         app.send_task(TASK_NAME, args=(level,), queue=schedule_queue_name(level),
                       expires=runtime.settings.keepalive_s)
+    app.send_task(TIMER_TASK_NAME, queue=TIMER_QUEUE_NAME, expires=runtime.settings.keepalive_s)

@@ -16,7 +16,17 @@ import logging
 from flask import Flask
 
 from clepsydra_core.telemetry import STORE_SERVICE, init_tracing
-from clepsydra_store.api import groups, handover, internal, locks, messages, queues, tokens, topics
+from clepsydra_store.api import (
+    groups,
+    handover,
+    internal,
+    locks,
+    messages,
+    queues,
+    timers,
+    tokens,
+    topics,
+)
 from clepsydra_store.api.access import STORE_ACCESS
 from clepsydra_store.api.context import EXTENSION, StoreContext
 from clepsydra_store.api.fastpath import ProduceFastPath
@@ -31,7 +41,7 @@ from clepsydra_web.ops import ops_blueprint
 
 logger = logging.getLogger(__name__)
 
-BLUEPRINTS = (topics.bp, messages.bp, queues.bp, groups.bp, locks.bp, handover.bp,
+BLUEPRINTS = (topics.bp, messages.bp, timers.bp, queues.bp, groups.bp, locks.bp, handover.bp,
               internal.bp, tokens.bp)
 
 
@@ -57,6 +67,7 @@ def create_app(settings: StoreSettings, store: MessageStore | None = None) -> Fl
     register_error_handlers(app, size_setting=MAX_REQUEST_BYTES_VAR)
     context.obs.tracing.install(app, on_end=context.obs.count)
     guard = auth.install(app, settings.common.auth, STORE_ACCESS, service="store")
+    context.guard = guard
     if settings.fast_path:
         app.wsgi_app = ProduceFastPath(app.wsgi_app, context,  # type: ignore[method-assign]
                                        guard)

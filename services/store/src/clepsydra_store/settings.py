@@ -13,11 +13,16 @@ from clepsydra_core.settings import (
     Env,
     env_bool,
     env_choice,
+    env_duration_ms,
     env_float,
     env_int,
     env_str,
 )
-from clepsydra_store.engine.config import EngineConfig
+from clepsydra_store.engine.config import (
+    DEFAULT_TIMER_MAX_DELAY_MS,
+    TIMER_MAX_DELAY_VAR,
+    EngineConfig,
+)
 from clepsydra_store.engine.disk_usage import (
     DISK_CAPACITY_VAR,
     DISK_MAX_RATIO_VAR,
@@ -84,6 +89,8 @@ class StoreSettings:
             disk_max_ratio=_ratio(env, DISK_MAX_RATIO_VAR, 0.90),
             disk_warn_ratio=_ratio(env, DISK_WARN_RATIO_VAR, 0.85),
             disk_capacity_bytes=env_int(env, DISK_CAPACITY_VAR, 0, minimum=0),
+            timer_max_delay_ms=env_duration_ms(env, TIMER_MAX_DELAY_VAR,
+                                               DEFAULT_TIMER_MAX_DELAY_MS, minimum=1),
         )
         if engine.disk_warn_ratio > engine.disk_max_ratio:
             raise ConfigError(f"{DISK_WARN_RATIO_VAR}={engine.disk_warn_ratio:g} must not be "

@@ -20,14 +20,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from clepsydra_core.errors import ValidationError
+from clepsydra_core.errors import AlreadyDelivered, ValidationError
 from clepsydra_core.wire.codec import INT64_MAX, WireValue, wire_meta
 
 CANCELLED = "cancelled"
 """``status`` of a cancel's answer."""
 RESCHEDULED = "rescheduled"
 """``status`` of a reschedule's answer."""
-ALREADY_DELIVERED = "ALREADY_DELIVERED"
+ALREADY_DELIVERED = AlreadyDelivered.code
 """Error code (409) of a cancel or reschedule of a message already handed to its topic."""
 
 _DELIVER_AT_DOC = "epoch ms to deliver at; a time in the past delivers now (SPEC T1)"
@@ -132,3 +132,32 @@ class TimerBacklog(WireValue):
     """Epoch ms of the earliest pending timer; null when none is pending."""
     lateness: Lateness | None
     """Null before the first hand-over the store remembers."""
+
+
+MAX_TIMER_HANDOVER = 10_000
+"""Most timers one hand-over call hands over."""
+MAX_WAIT_MS = 30_000
+"""Longest a hand-over call waits for a timer to fall due."""
+
+
+@dataclass(frozen=True, slots=True)
+class TimerHandoverRequest(WireValue):
+    """``POST /v1/schedule/timers/handover`` (the scheduler's): hand over up to ``max`` due
+    timers; when none is due, wait up to ``waitMs`` for one (never early, SPEC T1)."""
+
+    max_count: int = field(default=1000, metadata=wire_meta(
+        json="max", minimum=1, maximum=MAX_TIMER_HANDOVER))
+    wait_ms: int = field(default=0, metadata=wire_meta(minimum=0, maximum=MAX_WAIT_MS))
+
+
+@dataclass(frozen=True, slots=True)
+class TimerHandoverAnswer(WireValue):
+    """What a timer hand-over did (SPEC D4, D7, D9, D10 for timers)."""
+
+    delivered: int
+    parked: int
+    """Moved to %SCHEDULE_ERROR% (D7)."""
+    next_due_at: int | None
+    """Epoch ms of the earliest pending timer after this call; null when none is pending."""
+    lateness_ms: list[int]
+    """Store timestamp of each delivered copy minus its deliver time (D10)."""

@@ -22,6 +22,11 @@ STORE_ACCESS: PermissionTable = {
     "messages.find_messages": Need(Action.MESSAGE_READ),
     "messages.get_commitlog": Need(Action.MESSAGE_READ),
     "queues.pull": Need(Action.PULL, "topic"),
+    # timers (issue 15): SEND, checked again in the view on the message's own topic
+    "timers.cancel_message": Need(Action.SEND),
+    "timers.reschedule_message": Need(Action.SEND),
+    "timers.cancel_by_key": Need(Action.SEND),
+    "timers.reschedule_by_key": Need(Action.SEND),
     # groups: a consumer commits, heartbeats and reads its own groups; settings are admin's
     # and the retry service's (it keeps them here)
     "groups.list_groups": Need(Action.GROUP_READ),
@@ -40,6 +45,8 @@ STORE_ACCESS: PermissionTable = {
     "schedule.levels": Need(Action.SCHEDULE_READ),
     "schedule.entries": Need(Action.SCHEDULE_READ),
     "schedule.handover": Need(Action.SCHEDULE_HANDOVER),
+    "timers.timer_backlog": Need(Action.SCHEDULE_READ),
+    "timers.timer_handover": Need(Action.SCHEDULE_HANDOVER),
     # the retry service's internal routes
     "internal.create_system_topic": Need(Action.INTERNAL_COPY),
     "internal.copy": Need(Action.INTERNAL_COPY),

@@ -18,6 +18,7 @@ from clepsydra_store.consumers import ConsumerRegistry
 from clepsydra_store.engine.message_store import MessageStore
 from clepsydra_store.engine.queue_locks import QueueLocks
 from clepsydra_store.settings import StoreSettings
+from clepsydra_web.auth import Guard
 
 EXTENSION = "clepsydra"
 
@@ -30,6 +31,8 @@ class StoreContext:
     obs: Observability
     locks: QueueLocks
     owns_store: bool = True
+    guard: Guard | None = None
+    """Access control's guard (None: off), for routes whose topic is known only in the view."""
 
     def require_writable(self) -> None:
         """Every message write answers 403 NO_PERMISSION on a read-only store (R2)."""

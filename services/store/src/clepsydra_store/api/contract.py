@@ -43,6 +43,16 @@ from clepsydra_core.wire.schedule import (
     LevelTable,
     ScheduleEntries,
 )
+from clepsydra_core.wire.timers import (
+    KeyCancelled,
+    KeyRescheduled,
+    MessageCancelled,
+    MessageRescheduled,
+    RescheduleRequest,
+    TimerBacklog,
+    TimerHandoverAnswer,
+    TimerHandoverRequest,
+)
 from clepsydra_core.wire.topics import (
     EXAMPLE_TOPIC,
     TOPIC_SCHEMA,
@@ -214,6 +224,41 @@ ROUTES = [
           query=(Param("topic", TOPIC_SCHEMA, required=True),
                  Param("key", {"type": "string", "minLength": 1}, required=True),
                  _max(DEFAULT_PULL, MAX_PULL))),
+    Route("DELETE", "/v1/messages/{msgId}", "cancel_message",
+          "Cancel a pending delayed message (level or timer): it will never be delivered.",
+          [Answer(200, "Cancelled", MessageCancelled)], errors=(403, 409),
+          error_text={409: "ALREADY_DELIVERED: the message was handed over to its topic "
+                           "already (or was never delayed)"},
+          description="Needs the producer's right on the message's topic. Durable like a "
+                      "produce (a tombstone record); a cancel racing the hand-over: exactly "
+                      "one of them happens and the answer says which (issue 15). A message "
+                      "cancelled before answers 200 again."),
+    Route("PATCH", "/v1/messages/{msgId}", "reschedule_message",
+          "Give a pending delayed message a new delivery time (it becomes a timer message; "
+          "its msgId stays).",
+          [Answer(200, "Rescheduled", MessageRescheduled)], request=RescheduleRequest,
+          errors=(403, 409),
+          error_text={409: "ALREADY_DELIVERED: the message was handed over to its topic "
+                           "already (or was never delayed)",
+                      400: "INVALID_REQUEST: not exactly one of deliverAt and delayMs, or a "
+                           "time past CLEPSYDRA_TIMER_MAX_DELAY (T1)"}),
+    Route("DELETE", "/v1/messages", "cancel_by_key",
+          "Cancel every pending delayed message of a topic with a key.",
+          [Answer(200, "Cancelled", KeyCancelled)], errors=(403, 404, 409),
+          query=(Param("topic", TOPIC_SCHEMA, required=True),
+                 Param("key", {"type": "string", "minLength": 1}, required=True)),
+          error_text={409: "ALREADY_DELIVERED: every such message was handed over already",
+                      404: "MESSAGE_NOT_FOUND: no message of the topic has the key; "
+                           "TOPIC_NOT_EXIST"}),
+    Route("PATCH", "/v1/messages", "reschedule_by_key",
+          "Give every pending delayed message of a topic with a key one new delivery time.",
+          [Answer(200, "Rescheduled", KeyRescheduled)], request=RescheduleRequest,
+          errors=(403, 404, 409),
+          query=(Param("topic", TOPIC_SCHEMA, required=True),
+                 Param("key", {"type": "string", "minLength": 1}, required=True)),
+          error_text={409: "ALREADY_DELIVERED: every such message was handed over already",
+                      404: "MESSAGE_NOT_FOUND: no pending message of the topic has the key; "
+                           "TOPIC_NOT_EXIST"}),
     Route("GET", "/v1/commitlog/{offset}", "get_commitlog",
           "The message whose record starts at a CommitLog offset.",
           [Answer(200, "The message", StoredMessage)], query=(_BODY_FLAG,)),
@@ -282,6 +327,18 @@ ROUTES = [
                       "handedOver + 1 all the same (no entry is ever skipped); the answer's "
                       "fromOffset is where it really started. At most max entries from there, "
                       "while due (D3, D5)."),
+    Route("GET", "/v1/schedule/timers", "timer_backlog",
+          "The timer backlog: pending timers by hour ahead, handed over, the next due time, "
+          "lateness (issue 15).",
+          [Answer(200, "Backlog", TimerBacklog)]),
+    Route("POST", "/v1/schedule/timers/handover", "timer_handover",
+          "Hand the due timer messages over to their real topics (the scheduler's): never "
+          "early, never twice (T1, T2, D9).",
+          [Answer(200, "Outcome", TimerHandoverAnswer)], request=TimerHandoverRequest,
+          errors=(403,),
+          description="Earliest first, at most max. When none is due, the call waits up to "
+                      "waitMs for the next one (or for a timer parked due earlier), so a "
+                      "scheduler needs no polling to be on time."),
     Route("POST", "/v1/internal/topics", "create_system_topic",
           "Create a %RETRY% or %DLQ% topic (retry service only).",
           [Answer(201, "Created", TopicAnswer), Answer(200, "Already exists", TopicAnswer)],

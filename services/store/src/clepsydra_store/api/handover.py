@@ -34,7 +34,7 @@ def _level(c: StoreContext, raw: str) -> int:
     return level
 
 
-def _deliver_spans(tracer: trace.Tracer, level: int,
+def deliver_spans(tracer: trace.Tracer, level: int,
                    delivered: list[tuple[str, str, str | None, int]]) -> None:
     """One ``store.deliver`` span per delivered message (O1, D10): in the producer's trace
     (parent = the message's ``traceparent``) with a link to the current ``store.handover``
@@ -109,5 +109,5 @@ def handover(level: str) -> Response:
     set_attribute(telemetry.DELIVERED, r.delivered)
     if not (r.delivered or r.parked or r.skipped):
         idle()  # nothing was due: neither this span nor the scheduler's is exported
-    _deliver_spans(c.obs.tracer, lvl, r.delivered_messages)
+    deliver_spans(c.obs.tracer, lvl, r.delivered_messages)
     return json_response(r.to_json())

@@ -7,8 +7,9 @@ message is refused as a whole, the error naming the message's index.
 Checks here (the engine repeats the storage rules): the message's shape, types and ranges as
 :class:`clepsydra_core.wire.produce.ProduceMessage` defines them (``body`` xor ``bodyBase64``,
 valid base64, ``delayLevel`` >= 0 (L2), reserved properties (P1)), body size (P1), topic name
-(P1), system topics (S3; `%RETRY%` plain sends allowed, R10 happens in the engine),
-``delayMs``/``deliverAt`` not supported yet (SPEC T). The common shape is read by
+(P1), system topics (S3; `%RETRY%` plain sends allowed, R10 happens in the engine), at most
+one of ``delayLevel``/``deliverAt``/``delayMs`` (SPEC T1; the engine checks the timer cap). The
+common shape is read by
 :func:`parse_plain` (the hot path, no validation objects); anything else by
 :func:`parse_message` through the wire type, whose errors name the field.
 """
@@ -26,8 +27,8 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
+from clepsydra_core import naming, telemetry, validation
 from clepsydra_core import properties as P
-from clepsydra_core import telemetry, validation
 from clepsydra_core.errors import ClepsydraError, ValidationError
 from clepsydra_core.msgid import pack_host
 from clepsydra_core.wire.produce import (
@@ -51,14 +52,15 @@ from clepsydra_web.tracing import parent_context
 logger = logging.getLogger(__name__)
 
 STORED_TOPIC = telemetry.STORED_TOPIC
-UNSUPPORTED = ("delayMs", "deliverAt")
-PLAIN_FIELDS = frozenset(ProduceMessage.json_names()) - {"bodyBase64", *UNSUPPORTED}
+TIMER_FIELDS = ("deliverAt", "delayMs")
+PLAIN_FIELDS = frozenset(ProduceMessage.json_names()) - {"bodyBase64", *TIMER_FIELDS}
 """Fields of a message that :func:`parse_plain` takes; others go through parse_message."""
 BATCH_FIELDS = frozenset(ProduceBatch.json_names())
 _ALL_OK = frozenset({PutStatus.OK})
 _STATUS = attrgetter("status")
 _SEND = {telemetry.MESSAGING_SYSTEM: telemetry.SYSTEM, telemetry.OPERATION_TYPE: telemetry.SEND}
 _BODY = attrgetter("body")
+_TIMER_TOPIC = naming.TIMER_TOPIC
 
 
 class FlushTimeout(ClepsydraError):
@@ -115,9 +117,6 @@ def parse_message(msg: object, topic: str, max_body_bytes: int, host: bytes,
                   now_ms: int, trace_props: Mapping[str, str]) -> PutRequest:
     """One message of a produce request as a PutRequest (nothing stored). ``trace_props`` is
     the request span's context (`traceparent`, ...), given to messages that carry none."""
-    if isinstance(msg, dict) and any(msg.get(name) is not None for name in UNSUPPORTED):
-        raise ValidationError("delayMs and deliverAt (arbitrary delivery time) are not "
-                              "supported yet; use delayLevel", rule="T1", code="UNSUPPORTED")
     m = ProduceMessage.from_json(msg, what="message", strict=True)
     body = decode_body(m.body, m.body_base64, max_body_bytes)
     props = dict(validation.validate_properties(m.properties)) if m.properties else {}
@@ -134,6 +133,8 @@ def parse_message(msg: object, topic: str, max_body_bytes: int, host: bytes,
         flag=m.flag or 0,
         born_timestamp=now_ms if m.born_timestamp is None else m.born_timestamp,
         born_host=host,
+        deliver_at=m.deliver_at,
+        delay_ms=m.delay_ms,
     )
 
 
@@ -246,6 +247,8 @@ def _acknowledge(c: StoreContext, results: list[PutResult],
             "storeTimestamp": store_timestamp, "offsetMsgId": offset_msg_id}
            for (_, msg_id, topic, queue_id, queue_offset, commitlog_offset, store_timestamp,
                 _, offset_msg_id) in results]
+    for i in [i for i, r in enumerate(results) if r[2] == _TIMER_TOPIC]:
+        out[i]["deliverAt"] = requests[i].timer_deliver_at(results[i].store_timestamp)
     if not _ALL_OK.issuperset(map(_STATUS, results)):
         raise FlushTimeout(f"{len(results)} message(s) appended but not flushed to disk in time; "
                            "not acknowledged", out)

@@ -100,7 +100,8 @@ class BatchEncoder:
         """put() of a request to an ordinary topic; None, with nothing changed, when a check
         does not pass plainly (put() then raises the right error)."""
         body = req.body
-        if type(body) is not bytes or len(body) > self._max_body:
+        if (type(body) is not bytes or len(body) > self._max_body
+                or req.deliver_at is not None or req.delay_ms is not None):  # timers: put()
             return None
         queues, topic_raw, counter = info
         parts = [body, topic_raw, b""]  # [2]: the properties length, known at the end

@@ -70,21 +70,29 @@ class CarryForward:
         self.levels = levels
 
     def pending_below(self, cut: int) -> list[_Pending]:
-        """Schedule entries not handed over whose record starts below ``cut``, by CommitLog
-        offset (a carried entry may point past later ones: every pending entry is looked at)."""
+        """Schedule entries not handed over (nor cancelled) whose record starts below ``cut``,
+        by CommitLog offset (a carried entry may point past later ones: every pending entry is
+        looked at); the timer log's too (issue 15: a year-ahead timer outlives retention)."""
         out: list[_Pending] = []
+        queues: list[tuple[ConsumeQueue, int]] = []
         for level in self.levels.levels():
             cq = self.dispatcher.existing_queue(naming.SCHEDULE_TOPIC,
                                                 self.levels.queue_id(level))
-            if cq is None:
-                continue
-            queue_offset = max(self.dispatcher.mark(level) + 1, cq.min_offset)
+            if cq is not None:
+                queues.append((cq, max(self.dispatcher.mark(level) + 1, cq.min_offset)))
+        timer_log = self.dispatcher.existing_queue(naming.TIMER_TOPIC, naming.TIMER_LOG_QUEUE)
+        if timer_log is not None:
+            queues.append((timer_log, timer_log.min_offset))
+        for cq, first in queues:
+            states = self.dispatcher.states.of_queue(cq) or {}
+            queue_offset = first
             while queue_offset < cq.max_offset:
                 raw = cq.read_raw(queue_offset, _SCAN_ENTRIES)
                 if not raw:
                     break
                 for i, (commitlog_offset, size, code) in enumerate(ENTRY.iter_unpack(raw)):
-                    if size > 0 and commitlog_offset < cut:
+                    code = states.get(queue_offset + i, code)
+                    if size > 0 and commitlog_offset < cut and code >= 0:  # not a sentinel
                         out.append(_Pending(cq, queue_offset + i, commitlog_offset, size, code))
                 queue_offset += len(raw) // ENTRY.size
         out.sort(key=lambda p: p.commitlog_offset)
@@ -124,7 +132,7 @@ class CarryForward:
                            pending.commitlog_offset, pending.queue_offset, exc)
             return None
         if (total != pending.size or record.commitlog_offset != pending.commitlog_offset
-                or record.topic != naming.SCHEDULE_TOPIC
+                or record.topic != pending.cq.topic
                 or record.queue_offset != pending.queue_offset):
             logger.warning("scheduled message not carried forward (the entry does not match "
                            "its record) commitlog_offset=%d queue_offset=%d",

@@ -7,6 +7,10 @@ from pathlib import Path
 
 from clepsydra_core.levels import DelayLevels
 
+TIMER_MAX_DELAY_VAR = "CLEPSYDRA_TIMER_MAX_DELAY"
+"""The setting that caps a timer's delay (named in the 400 past it, SPEC T1)."""
+DEFAULT_TIMER_MAX_DELAY_MS = 365 * 86_400_000
+
 
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
@@ -29,6 +33,8 @@ class EngineConfig:
     """Used share of the disk past which the store warns and retention runs every second."""
     disk_capacity_bytes: int = 0
     """0: the ratio is the volume's; > 0: the store's own files over this many bytes."""
+    timer_max_delay_ms: int = DEFAULT_TIMER_MAX_DELAY_MS
+    """Longest delay a timer message may ask for (``CLEPSYDRA_TIMER_MAX_DELAY``, SPEC T1)."""
     retry_topic_queues: int = 1
     """Queues of a %RETRY% topic created by a plain send (R9 fallback); the retry service
     creates it with the group's retryQueueNums first when it can (R3)."""

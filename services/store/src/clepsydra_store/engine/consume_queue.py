@@ -172,15 +172,25 @@ class ConsumeQueue:
         skips holes and entries below the CommitLog)."""
         self.min_offset = self._files[0].start // ENTRY_SIZE if self._files else self.max_offset
 
-    def drop_below(self, commitlog_min: int) -> list[Segment]:
+    def drop_below(self, commitlog_min: int, *, any_order: bool = False) -> list[Segment]:
         """Raise min_offset past entries below ``commitlog_min`` (or empty holes) and remove
-        the files wholly below it (not the last). Returns removed files for a later close."""
+        the files wholly below it (not the last). Returns removed files for a later close.
+        ``any_order``: the entries' CommitLog offsets do not grow with the queue offset (the
+        timer log, whose carried entries point ahead), so every entry of a file is looked at,
+        not only its last."""
         removed: list[Segment] = []
         while len(self._files) > 1:
             first = self._files[0]
-            last_entry = self.entry(first.end // ENTRY_SIZE - 1)
-            if last_entry is None or last_entry.commitlog_offset >= commitlog_min:
-                break
+            if any_order:
+                raw = first.read(0, first.capacity)
+                top = max((o for o, _, _ in ENTRY.iter_unpack(raw[:len(raw) - len(raw) % 20])),
+                          default=None)
+                if top is None or top >= commitlog_min:
+                    break
+            else:
+                last_entry = self.entry(first.end // ENTRY_SIZE - 1)
+                if last_entry is None or last_entry.commitlog_offset >= commitlog_min:
+                    break
             self._set_files(self._files[1:])
             first.unlink()
             removed.append(first)

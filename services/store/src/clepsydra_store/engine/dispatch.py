@@ -1,7 +1,14 @@
 """Dispatch: what follows a record into the indexes, synchronously under the writer lock —
 its ConsumeQueue entry, its keys in the key index, and the level's handed-over mark when it
 carries ``SCHEDULE_OFFSET`` (SPEC D9: the mark is exactly as durable as the append, and
-recovery re-derives it by re-dispatching from the checkpoint).
+recovery re-derives it by re-dispatching from the checkpoint). Timers (issue 15) likewise: a
+parked timer's pair goes into the timer index, a timer's hand-over copy (``SCHEDULE_OFFSET``
+``0:<q>``) and a cancel tombstone (``CANCEL_OF``) set their entry's state.
+
+A placed record's :class:`Mark` (``Prepared.mark``) says which of these it is, so live dispatch
+does not parse properties: ``(level >= 1, q)`` hands over level entry q, ``(0, q)`` timer-log
+entry q, ``(PARKED_TIMER, 0)`` is a parked timer, ``(cancel_kind(level), q)`` cancels entry q
+of a level (0: the timer log).
 """
 
 from __future__ import annotations
@@ -15,10 +22,35 @@ from clepsydra_core import properties as P
 from clepsydra_core.levels import DelayLevels
 from clepsydra_core.records import CommitLogRecord, tags_code
 from clepsydra_store.engine.consume_queue import ENTRY, ConsumeQueue
+from clepsydra_store.engine.entry_states import CANCELLED, DELIVERED, EntryStates
 from clepsydra_store.engine.key_index import KeyIndex
 from clepsydra_store.engine.segment import Segment
+from clepsydra_store.engine.timer_index import TimerIndex
 
 logger = logging.getLogger(__name__)
+
+Mark = tuple[int, int]
+TIMER_LEVEL = 0
+"""The "level" of the timer log in a ``SCHEDULE_OFFSET`` or ``CANCEL_OF`` value."""
+PARKED_TIMER = -(1 << 30)
+"""Mark kind of a parked timer record: its pair goes into the timer index."""
+
+
+def cancel_kind(level: int) -> int:
+    """Mark kind of a tombstone cancelling an entry of ``level`` (0: the timer log)."""
+    return -1 - level
+
+
+def timer_code(props: dict[str, str], store_timestamp: int) -> int:
+    """A parked timer's deliver time: ``DELIVER_AT`` (a time in the past: its store time) or
+    store time + ``DELAY_MS`` (SPEC T1)."""
+    at = props.get(P.DELIVER_AT)
+    try:
+        if at is not None:
+            return max(int(at), store_timestamp)
+        return store_timestamp + int(props.get(P.DELAY_MS) or 0)
+    except ValueError:
+        return store_timestamp  # unreadable: due now, the hand-over parks it (D7)
 
 
 def parse_schedule_offset(value: str | None) -> tuple[int, int] | None:
@@ -45,7 +77,7 @@ class Dispatcher:
     """Owns the ConsumeQueues, the key index and the handed-over marks."""
 
     def __init__(self, consumequeue_dir: Path, index_dir: Path, entries_per_file: int,
-                 delay_levels: DelayLevels) -> None:
+                 delay_levels: DelayLevels, timer_dir: Path | None = None) -> None:
         self.consumequeue_dir = consumequeue_dir
         self.entries_per_file = entries_per_file
         self.delay_levels = delay_levels
@@ -54,6 +86,8 @@ class Dispatcher:
         self.key_index = KeyIndex(index_dir)
         self.handed_over: dict[int, int] = {}
         """level -> highest schedule queue offset handed to a real topic (D9)."""
+        self.states = EntryStates()
+        self.timers = TimerIndex(timer_dir or index_dir.parent / naming.TIMER_SLOTS_DIR)
         self._replay: dict[ConsumeQueue, tuple[int, list[bytes]]] = {}
         self.replay_known: set[str] = set()
         self.replay_since: dict[str, int] = {}
@@ -80,8 +114,30 @@ class Dispatcher:
         return self.handed_over.get(level, -1)
 
     def raise_mark(self, level: int, queue_offset: int) -> None:
-        if queue_offset > self.handed_over.get(level, -1):
+        if level == TIMER_LEVEL:
+            self.states.set(self.timer_log(), queue_offset, DELIVERED)
+        elif queue_offset > self.handed_over.get(level, -1):
             self.handed_over[level] = queue_offset
+
+    def timer_log(self) -> ConsumeQueue:
+        return self.queue(naming.TIMER_TOPIC, naming.TIMER_LOG_QUEUE)
+
+    def schedule_queue(self, level: int) -> ConsumeQueue:
+        """The entries of ``level`` (0: the timer log)."""
+        if level == TIMER_LEVEL:
+            return self.timer_log()
+        return self.queue(naming.SCHEDULE_TOPIC, self.delay_levels.queue_id(level))
+
+    def apply_mark(self, mark: Mark, queue_offset: int, code: int) -> None:
+        """What a placed record's mark says (live dispatch); ``queue_offset`` and ``code`` are
+        the record's own entry's."""
+        kind, target = mark
+        if kind >= TIMER_LEVEL:
+            self.raise_mark(kind, target)
+        elif kind == PARKED_TIMER:
+            self.timers.add(queue_offset, code)
+        else:
+            self.states.set(self.schedule_queue(-1 - kind), target, CANCELLED)
 
     # ---- recovery ------------------------------------------------------------------------
     def redispatch(self, record: CommitLogRecord, size: int) -> None:
@@ -95,6 +151,15 @@ class Dispatcher:
         if topic == naming.SCHEDULE_TOPIC:
             level = self.delay_levels.level_of_queue(record.queue_id)
             code = record.store_timestamp + self.delay_levels.delay_ms(level)
+        elif topic == naming.TIMER_TOPIC:
+            code = 0
+            if record.queue_id == naming.TIMER_LOG_QUEUE:
+                code = timer_code(props, record.store_timestamp)
+                self.timers.add(record.queue_offset, code)
+            else:
+                target = parse_schedule_offset(props.get(P.CANCEL_OF))
+                if target is not None and target[0] >= 0:
+                    self.states.set(self.schedule_queue(target[0]), target[1], CANCELLED)
         else:
             code = tags_code(props.get(P.TAGS))
             mark = parse_schedule_offset(props.get(P.SCHEDULE_OFFSET))
@@ -127,6 +192,7 @@ class Dispatcher:
         for cq in list(self.queues.values()):
             cq.fsync()
         self.key_index.fsync()
+        self.timers.fsync()
 
     def ranges(self) -> dict[str, dict[int, tuple[int, int]]]:
         out: dict[str, dict[int, tuple[int, int]]] = {}
@@ -136,8 +202,8 @@ class Dispatcher:
 
     def drop_below(self, commitlog_min: int) -> list[Segment]:
         removed: list[Segment] = []
-        for cq in list(self.queues.values()):
-            removed += cq.drop_below(commitlog_min)
+        for (topic, _), cq in list(self.queues.items()):
+            removed += cq.drop_below(commitlog_min, any_order=topic == naming.TIMER_TOPIC)
         return removed
 
     def remove_topic(self, topic: str) -> list[ConsumeQueue]:
@@ -150,3 +216,4 @@ class Dispatcher:
         for cq in self.queues.values():
             cq.close()
         self.key_index.close()
+        self.timers.close()

@@ -26,7 +26,8 @@ from clepsydra_core.records import (
 )
 from clepsydra_store.engine.commitlog import CommitLog
 from clepsydra_store.engine.consume_queue import ENTRY, ConsumeQueue
-from clepsydra_store.engine.dispatch import Dispatcher
+from clepsydra_store.engine.dispatch import TIMER_LEVEL, Dispatcher
+from clepsydra_store.engine.entry_states import CANCELLED
 from clepsydra_store.engine.key_index import key_hash
 from clepsydra_store.engine.prepare import Prepared, too_large
 from clepsydra_store.engine.topics import TopicRegistry
@@ -63,6 +64,9 @@ class HandoverPlan:
     traceparents: list[str | None] = field(default_factory=list)
     """The producer's ``traceparent`` of each item (None if absent or parked), for O1."""
     skipped: int = 0
+    cancelled: list[int] = field(default_factory=list)
+    """Queue offsets of cancelled entries passed over (issue 15): never handed over; the
+    level's mark is raised past them once the batch is appended."""
     not_due: bool = False
     next_deliver_ts: int | None = None
 
@@ -187,8 +191,14 @@ class Handover:
         delay_ms = self.levels.delay_ms(level)
         raw = cq.read_raw(start, max(0, max_count))
         due: list[tuple[int, int, int, int]] = []
+        states = self.dispatcher.states.of_queue(cq)
         for i, (commitlog_offset, size, code) in enumerate(ENTRY.iter_unpack(raw)):
             queue_offset = start + i
+            if code == CANCELLED or (states is not None
+                                     and states.get(queue_offset) == CANCELLED):
+                plan.next_offset = queue_offset + 1
+                plan.cancelled.append(queue_offset)
+                continue
             deliver_ts = now_ms if code > now_ms + delay_ms else code  # D3 correction
             if deliver_ts > now_ms:  # D5
                 plan.not_due = True
@@ -330,7 +340,8 @@ class Handover:
             return (self._park(CommitLogRecord(topic="", body=b""), props, mark, deliver_ts),
                     False, None)
         props = dict(record.properties)
-        props.pop(P.DELAY, None)
+        for name in (P.DELAY, P.DELIVER_AT, P.DELAY_MS):
+            props.pop(name, None)
         if not props.get(P.UNIQ_KEY):  # parked before unique ids: the msgId its producer got
             props[P.UNIQ_KEY] = record.offset_msg_id
         props[P.SCHEDULE_OFFSET] = schedule_offset
@@ -346,6 +357,13 @@ class Handover:
                               reconsume_times=record.reconsume_times, mark=mark,
                               deliver_ts=deliver_ts, max_size=self.segment_size_bytes)
         return prepared, True, props.get(P.TRACEPARENT)
+
+    def rebuild_timer(self, queue_offset: int, commitlog_offset: int, size: int,
+                      deliver_ts: int) -> tuple[Prepared, bool, str | None]:
+        """The D4 rebuild (or D7 park) of timer-log entry ``queue_offset`` (issue 15): its
+        copy carries ``SCHEDULE_OFFSET`` ``0:<queue_offset>``, so dispatch marks the entry
+        handed over, durably with the append (D9)."""
+        return self._rebuild(TIMER_LEVEL, queue_offset, commitlog_offset, size, deliver_ts)
 
     def _destination(self, topic: str | None,
                      real_qid: str | None) -> tuple[str, int, str | None]:

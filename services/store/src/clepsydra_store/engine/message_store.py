@@ -336,6 +336,11 @@ class MessageStore(StoreCore):
             raise MessageNotFound(f"no message with msgId {msg_id}")
         return [found[offset] for offset in sorted(found)]
 
+    def topic_since(self, topic: str) -> int:
+        """The CommitLog offset a topic was created at (older records: a deleted namesake)."""
+        cfg = self._topics.get(topic)
+        return cfg.since if cfg is not None else 0
+
     def get_by_key(self, topic: str, key: str, max_count: int = 32) -> list[CommitLogRecord]:
         """Messages of a topic whose KEYS contain ``key`` or whose UNIQ_KEY is ``key``: the
         newest ``max_count``, oldest first."""
@@ -354,6 +359,9 @@ class MessageStore(StoreCore):
                 found.append(record)
         found.reverse()
         return found
+
+    def _copies_of(self, msg_id: str) -> list[CommitLogRecord]:
+        return self.get_by_msg_id(msg_id)
 
     # ---- schedule (scheduler's hand-over) ------------------------------------------------
     def schedule_entries(self, level: int, queue_offset: int, max_count: int) -> ScheduleEntries:
@@ -378,6 +386,8 @@ class MessageStore(StoreCore):
             results: list[PutResult] = []
             if plan.items:
                 results, end = self._append_locked(plan.items)
+            for queue_offset in plan.cancelled:
+                self._dispatcher.raise_mark(level, queue_offset)
             handed_over = self._dispatcher.mark(level)
         results = self._acknowledge(results, end)
         lateness: list[int] = []

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 import zlib
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
@@ -21,7 +22,7 @@ from clepsydra_core.errors import (
     ValidationError,
 )
 from clepsydra_core.groups import GroupSettings
-from clepsydra_core.levels import DelayLevels
+from clepsydra_core.levels import DelayLevels, format_delay
 from clepsydra_core.msgid import UniqIds, uniq_prefix
 from clepsydra_core.properties import encode_properties
 from clepsydra_core.records import (
@@ -41,8 +42,8 @@ from clepsydra_core.validation import (
     validate_topic_name,
 )
 from clepsydra_core.wire.copy import CopyItem
-from clepsydra_store.engine.config import EngineConfig
-from clepsydra_store.engine.dispatch import record_keys
+from clepsydra_store.engine.config import TIMER_MAX_DELAY_VAR, EngineConfig
+from clepsydra_store.engine.dispatch import PARKED_TIMER, Mark, record_keys
 from clepsydra_store.engine.key_index import key_hash
 from clepsydra_store.engine.topics import TopicRegistry
 from clepsydra_store.engine.types import PutRequest
@@ -61,7 +62,8 @@ class Prepared(NamedTuple):
     queue_id: int
     tags_code: int
     delay_ms: int
-    """> 0 for the schedule topic: tagsCode = store timestamp + delay_ms (S2)."""
+    """> 0 for the schedule topic: tagsCode = store timestamp + delay_ms (S2); < 0 for a timer
+    given a deliver time: tagsCode = max(tags_code, store timestamp) (issue 15)."""
     crc: int
     flag: int
     sys_flag: int
@@ -72,8 +74,9 @@ class Prepared(NamedTuple):
     tail: bytes
     key_hashes: tuple[int, ...]
     """key_index.key_hash of each KEYS key and of UNIQ_KEY."""
-    mark: tuple[int, int] | None
-    """(level, schedule queue offset) this record hands over (D9)."""
+    mark: Mark | None
+    """What dispatch does for this record beyond its entry (``dispatch.Mark``): the level's
+    schedule queue offset it hands over (D9), a parked timer, a cancel."""
     deliver_ts: int
     uniq_key: str
     """The message's unique id (its ``UNIQ_KEY``, its msgId); "" without one."""
@@ -81,7 +84,7 @@ class Prepared(NamedTuple):
     @classmethod
     def build(cls, topic: str, queue_id: int, body: bytes, props: dict[str, str], *,
               flag: int, sys_flag: int, born_timestamp: int, born_host: bytes,
-              reconsume_times: int, delay_ms: int = 0, mark: tuple[int, int] | None = None,
+              reconsume_times: int, delay_ms: int = 0, mark: Mark | None = None,
               deliver_ts: int = 0, max_size: int) -> Prepared:
         tail = encode_record_tail(body, topic.encode(), encode_properties(props))
         size = HEADER_SIZE + len(tail)
@@ -187,6 +190,7 @@ class Preparer:
         if req.keys:
             props[P.KEYS] = validate_text(req.keys, "keys") or ""
         level = self.levels.clamp(req.delay_level) if req.delay_level else 0
+        timer = req.deliver_at is not None or req.delay_ms is not None
         reconsume = req.reconsume_times
         if create_retry or naming.is_retry_topic(topic):
             group = self.group_settings(naming.group_of_retry_topic(topic) or "")
@@ -195,7 +199,7 @@ class Preparer:
                 group.retry_max_times if group is not None else DEFAULT_MAX_RECONSUME_TIMES)
             # R10 reroutes plain sends only: a delayed copy (an R9 fallback's retry) is a
             # retry, whose count reaches the max before its last attempt (issue 12.2)
-            if reconsume >= max_times and not level:  # R10
+            if reconsume >= max_times and not level and not timer:  # R10
                 dlq = naming.dlq_topic(naming.group_of_retry_topic(topic) or "")
                 validate_topic_name(dlq)
                 if self.queue_count(dlq, ensure) is None:
@@ -210,12 +214,72 @@ class Preparer:
     def _make(self, topic: str, queue_id: int, body: bytes, props: dict[str, str],
               req: PutRequest, reconsume: int, level: int) -> Prepared:
         delay_ms = 0
-        if level > 0 and not is_transaction_prepared_or_rollback(req.sys_flag):
+        prepared = is_transaction_prepared_or_rollback(req.sys_flag)
+        if (req.deliver_at is not None or req.delay_ms is not None) and not prepared:
+            return self._park_timer(topic, queue_id, body, props, req, reconsume)
+        if level > 0 and not prepared:
             topic, queue_id, delay_ms = self._park(props, topic, queue_id, level)
         return Prepared.build(topic, queue_id, body, props, flag=req.flag,
                               sys_flag=req.sys_flag, born_timestamp=req.born_timestamp,
                               born_host=req.born_host, reconsume_times=reconsume,
                               delay_ms=delay_ms, max_size=self.config.segment_size_bytes)
+
+    def timer_target(self, deliver_at: int | None, delay_ms: int | None,
+                     now_ms: int | None = None) -> int:
+        """The asked delivery time of a timer, checked against the cap (SPEC T1)."""
+        now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+        target = deliver_at if deliver_at is not None else now + (delay_ms or 0)
+        cap = self.config.timer_max_delay_ms
+        if target - now > cap:
+            asked = "deliverAt" if deliver_at is not None else "delayMs"
+            raise ValidationError(f"{asked} is {target - now} ms ahead, past the limit of "
+                                  f"{cap} ms ({format_delay(cap)}, {TIMER_MAX_DELAY_VAR})",
+                                  rule="T1", code="INVALID_REQUEST")
+        return target
+
+    def _park_timer(self, topic: str, queue_id: int, body: bytes, props: dict[str, str],
+                    req: PutRequest | None, reconsume: int, *,
+                    record: CommitLogRecord | None = None,
+                    deliver_at: int | None = None) -> Prepared:
+        """A timer message parked in the timer log (issue 15): ``REAL_TOPIC``/``REAL_QID``
+        as S1, ``DELIVER_AT`` or ``DELAY_MS`` (the record alone gives its deliver time)."""
+        props[P.REAL_TOPIC] = topic
+        props[P.REAL_QID] = str(queue_id)
+        for name in (P.DELAY, P.DELIVER_AT, P.DELAY_MS):
+            props.pop(name, None)
+        if req is not None:
+            self.timer_target(req.deliver_at, req.delay_ms)
+            deliver_at, delay = req.deliver_at, req.delay_ms
+        else:
+            delay = None
+        if deliver_at is not None:
+            props[P.DELIVER_AT] = str(deliver_at)
+            code, delay_ms = deliver_at, -1
+        else:
+            props[P.DELAY_MS] = str(delay or 0)
+            code, delay_ms = 0, (delay or -1)
+        source = record if record is not None else req
+        assert source is not None
+        built = Prepared.build(naming.TIMER_TOPIC, naming.TIMER_LOG_QUEUE, body, props,
+                               flag=source.flag, sys_flag=source.sys_flag,
+                               born_timestamp=source.born_timestamp,
+                               born_host=source.born_host, reconsume_times=reconsume,
+                               max_size=self.config.segment_size_bytes)
+        return built._replace(tags_code=code, delay_ms=delay_ms, mark=(PARKED_TIMER, 0))
+
+    def reschedule(self, record: CommitLogRecord, deliver_at: int) -> Prepared:
+        """A parked message (level or timer) again, as a timer due at ``deliver_at``; its
+        properties (``UNIQ_KEY`` included) kept, so its msgId stays (issue 15)."""
+        props = dict(record.properties)
+        topic = props.get(P.REAL_TOPIC, "")
+        try:
+            queue_id = int(props.get(P.REAL_QID, "0"))
+        except ValueError:
+            queue_id = 0
+        if not props.get(P.UNIQ_KEY):
+            props[P.UNIQ_KEY] = record.offset_msg_id
+        return self._park_timer(topic, queue_id, record.body, props, None,
+                                record.reconsume_times, record=record, deliver_at=deliver_at)
 
     # ---- copy (internal) -----------------------------------------------------------------------
     def copy(self, req: CopyItem, record: CommitLogRecord, ensure: dict[str, int]) -> Prepared:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from clepsydra_core import naming
 from clepsydra_core.msgid import pack_host
-from clepsydra_core.records import MAGIC_V1, MIN_END_MARKER, RECORD_HEADER
+from clepsydra_core.records import MAGIC_V1, MIN_END_MARKER, RECORD_HEADER, CommitLogRecord
 from clepsydra_store.engine.carry_forward import CarryForward
 from clepsydra_store.engine.checkpoint import Checkpoint
 from clepsydra_store.engine.commitlog import AppendBatch, CommitLog
@@ -28,21 +28,22 @@ from clepsydra_store.engine.disk_usage import (
     quota_probe,
     volume_probe,
 )
-from clepsydra_store.engine.dispatch import Dispatcher
+from clepsydra_store.engine.dispatch import Dispatcher, Mark
 from clepsydra_store.engine.group_offsets import GroupOffsets
 from clepsydra_store.engine.group_settings import GroupSettingsRegistry
 from clepsydra_store.engine.handover import Handover
 from clepsydra_store.engine.prepare import Prepared, Preparer
 from clepsydra_store.engine.segment import Segment
+from clepsydra_store.engine.timer_ops import TimerOps
 from clepsydra_store.engine.topics import TopicRegistry
 from clepsydra_store.engine.types import PutResult, PutStatus
 
 logger = logging.getLogger(__name__)
 
 _Placed = tuple[list[PutResult], list[tuple[ConsumeQueue, bytes]], list[int], list[int],
-                list[tuple[int, int]]]
+                list[tuple[Mark, int, int]]]
 """(results, packed ConsumeQueue entries per queue, key hashes, their CommitLog offsets,
-handed-over marks) of a placed batch."""
+(mark, own queue offset, own entry code) of the records with a mark) of a placed batch."""
 
 SYNC_FLUSH_TIMEOUT_S = 5.0
 HOUSEKEEPING_INTERVAL_S = 1.0
@@ -105,6 +106,10 @@ class StoreCore:
         self._handover = Handover(self._commitlog, self._dispatcher, self._topics,
                                     self._levels, config.segment_size_bytes)
         self._carry = CarryForward(self._commitlog, self._dispatcher, self._levels)
+        self.timers = TimerOps(self._lock, self._commitlog, self._dispatcher, self._handover,
+                               self._preparer, self._levels, self._append_locked,
+                               self._acknowledge, self._copies_of)
+        """Timer messages (issue 15): hand-over, cancel, reschedule, backlog."""
         self._checkpoint_offset = -1
         self._force_checkpoint = False
         self._recover()
@@ -119,6 +124,10 @@ class StoreCore:
         for thread in self._threads:
             thread.start()
 
+    def _copies_of(self, msg_id: str) -> list[CommitLogRecord]:
+        """Every stored copy of a message (``MessageStore.get_by_msg_id``)."""
+        raise NotImplementedError
+
     def _disk_probe(self) -> DiskProbe:
         dirs = self._dirs
         if self.config.disk_capacity_bytes > 0:
@@ -128,7 +137,8 @@ class StoreCore:
     # ---- recovery (SPEC P3) ----------------------------------------------------------------
     def _recover(self) -> None:
         cl, disp = self._commitlog, self._dispatcher
-        known = {cfg.name for cfg in self._topics.all()} | {naming.SCHEDULE_TOPIC}
+        known = {cfg.name for cfg in self._topics.all()} | {naming.SCHEDULE_TOPIC,
+                                                            naming.TIMER_TOPIC}
         disp.replay_known = known
         disp.replay_since = {cfg.name: cfg.since for cfg in self._topics.all() if cfg.since}
         for topic in sorted(known):
@@ -177,6 +187,7 @@ class StoreCore:
                        ckpt.commitlog_offset, end)
         if not dispatched:
             disp.handed_over = {}
+            disp.states.clear()
             self._commitlog.replay(self._commitlog.min_offset, disp.redispatch)
         for level, mark in sorted(ckpt.handed_over.items()):
             if disp.mark(level) < mark:
@@ -217,8 +228,9 @@ class StoreCore:
         if key_hashes:
             index.add_many(key_hashes, key_offsets)
         index.write_pending()
-        for level, queue_offset in marks:
-            self._dispatcher.raise_mark(level, queue_offset)
+        apply_mark = self._dispatcher.apply_mark
+        for mark, queue_offset, code in marks:
+            apply_mark(mark, queue_offset, code)
         counters = self._counters
         counters["puts_total"] += len(results)
         counters["put_bytes_total"] += end - batch.start
@@ -236,7 +248,7 @@ class StoreCore:
         """(topic, queue id) -> (its ConsumeQueue, the packed entries of this batch)."""
         hashes: list[int] = []
         offsets: list[int] = []
-        marks: list[tuple[int, int]] = []
+        marks: list[tuple[Mark, int, int]] = []
         results: list[PutResult] = []
         result = results.append
         new = tuple.__new__  # PutResult(...) without its Python-level __new__
@@ -255,7 +267,9 @@ class StoreCore:
                 pending = queues[topic, queue_id] = (queue(topic, queue_id), [])
             entries = pending[1]
             queue_offset = pending[0].next_offset + len(entries)
-            entries.append(entry_pack(position, size, now + delay_ms if delay_ms else code))
+            if delay_ms:  # S2; a timer (issue 15): delay_ms < 0, its deliver time in code
+                code = now + delay_ms if delay_ms > 0 else max(code, now)
+            entries.append(entry_pack(position, size, code))
             append(pack(size, MAGIC_V1, crc, queue_id, flag, queue_offset, position, sys_flag,
                         born_timestamp, born_host, now, host, reconsume_times, body_len))
             append(tail)
@@ -266,7 +280,7 @@ class StoreCore:
                 hashes.append(h)
                 offsets.append(position)
             if mark is not None:
-                marks.append(mark)
+                marks.append((mark, queue_offset, code))
             position += size
         batch.position = position
         return (results, [(cq, b"".join(packed)) for cq, packed in queues.values()], hashes,
@@ -296,18 +310,23 @@ class StoreCore:
         """fsync the CommitLog, ConsumeQueues and key index, then write the checkpoint;
         returns the checkpointed CommitLog offset."""
         with self._flush_lock:
+            disp = self._dispatcher
             with self._lock:
                 offset = self._commitlog.max_offset
-                marks = dict(self._dispatcher.handed_over)
-                ranges = self._dispatcher.ranges()
+                marks = dict(disp.handed_over)
+                ranges = disp.ranges()
+                states = disp.states.take()
+                unlinks = disp.timers.take_unlinks()
             self._commitlog.flush()
             with self._flush_cond:
                 self._flush_cond.notify_all()
-            self._dispatcher.flush()
+            disp.states.apply(states)  # only records fsync'd above (issue 18 item 2)
+            disp.flush()
             if offset != self._checkpoint_offset or self._force_checkpoint:
                 self._force_checkpoint = False
                 Checkpoint(offset, marks, ranges).save(self._dirs.checkpoint)
                 self._checkpoint_offset = offset
+            disp.timers.unlink(unlinks)
             return offset
 
     def _flush_loop(self) -> None:

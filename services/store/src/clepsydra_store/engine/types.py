@@ -40,6 +40,19 @@ class PutRequest:
     born_host: bytes = b"\0" * 8
     reconsume_times: int = 0
     sys_flag: int = 0
+    deliver_at: int | None = None
+    """A timer message's delivery time, epoch ms (SPEC T1; instead of ``delay_level``)."""
+    delay_ms: int | None = None
+    """A timer message's delay from its store time, ms (SPEC T1)."""
+
+    def timer_deliver_at(self, store_timestamp: int) -> int | None:
+        """The effective delivery time of a timer message stored at ``store_timestamp`` (a
+        time in the past delivers now); None for any other message."""
+        if self.deliver_at is not None:
+            return max(self.deliver_at, store_timestamp)
+        if self.delay_ms is not None:
+            return store_timestamp + self.delay_ms
+        return None
 
 
 class PutResult(NamedTuple):

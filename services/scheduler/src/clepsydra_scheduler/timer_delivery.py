@@ -1,0 +1,133 @@
+"""The timers' delivery core (issue 15, SPEC T1-T2), like a level's (delivery.py) without the
+progress offset: the store's timer index knows what is due, and its hand-over is exactly-once
+by itself (a timer-log entry handed over is marked by its copy's append, D9).
+
+A run holds the timers' lease (``naming.TIMER_LEASE_KEY``) and calls the store's timer
+hand-over in a loop. The call waits in the store, up to ``wait_ms``, until the next timer falls
+due (or one due earlier is parked), so the run needs no clock of its own to be on time: the
+store hands each timer over as soon as it is due and never before. Between calls the lease is
+renewed; a failed call waits ``backoff_s`` (D6) and tries again (nothing is skipped: the store
+keeps every pending timer). After ``run_s`` the run ends with the lease held, for its successor
+to adopt (the same chaining as the levels).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Protocol
+
+from clepsydra_core.wire.timers import TimerHandoverAnswer
+from clepsydra_scheduler.delivery import RunOutcome
+from clepsydra_scheduler.ports import Clock, LevelStateUnavailable, StoreCallFailed
+
+logger = logging.getLogger(__name__)
+
+
+class TimerApi(Protocol):
+    """The store's timer hand-over route; raises StoreCallFailed when it fails."""
+
+    def timer_handover(self, max_count: int, wait_ms: int) -> TimerHandoverAnswer: ...
+
+
+class TimerLease(Protocol):
+    """The timers' lease (Redis in production): one run delivers timers at a time."""
+
+    def acquire(self, token: str, ttl_ms: int) -> bool: ...
+
+    def renew(self, token: str, ttl_ms: int) -> bool: ...
+
+    def release(self, token: str) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TimerConfig:
+    run_s: float = 60.0
+    lease_ms: int = 10_000
+    batch: int = 2_000
+    backoff_s: float = 10.0
+
+    @property
+    def wait_ms(self) -> int:
+        """How long one hand-over call may wait in the store: well inside the lease."""
+        return max(1, min(1_000, self.lease_ms // 4))
+
+
+@dataclass(slots=True)
+class TimerRunReport:
+    token: str
+    outcome: RunOutcome = RunOutcome.NOT_ACQUIRED
+    delivered: int = 0
+    parked: int = 0
+    handovers: int = 0
+    store_failures: int = 0
+    max_lateness_ms: int = 0
+
+
+class TimerDelivery:
+    def __init__(self, config: TimerConfig, store: TimerApi, lease: TimerLease,
+                 clock: Clock) -> None:
+        self._cfg = config
+        self._store = store
+        self._lease = lease
+        self._clock = clock
+        self._report = TimerRunReport("")
+
+    def release(self) -> None:
+        if self._report.token:
+            try:
+                self._lease.release(self._report.token)
+            except LevelStateUnavailable:
+                pass
+
+    def run(self, token: str | None = None) -> TimerRunReport:
+        report = self._report = TimerRunReport(token or uuid.uuid4().hex)
+        cfg = self._cfg
+        try:
+            if not self._lease.acquire(report.token, cfg.lease_ms):
+                return report
+        except LevelStateUnavailable as exc:
+            logger.warning("timers: lease not taken: %s", exc.message)
+            return report
+        end = time.monotonic() + cfg.run_s
+        while True:
+            if self._clock.stopping():
+                self.release()
+                report.outcome = RunOutcome.STOPPED
+                break
+            if time.monotonic() >= end:
+                report.outcome = RunOutcome.RUN_ENDED
+                break
+            try:
+                if not self._lease.renew(report.token, cfg.lease_ms):
+                    report.outcome = RunOutcome.LEASE_LOST
+                    break
+            except LevelStateUnavailable as exc:
+                logger.warning("timers: lease not renewed: %s", exc.message)
+                self._clock.wait(min(cfg.backoff_s, cfg.lease_ms / 3_000))
+                continue
+            self._handover()
+        if report.delivered or report.parked or report.store_failures:
+            logger.info("run finished timers delivered=%d parked=%d handovers=%d "
+                        "store_failures=%d max_lateness_ms=%d outcome=%s", report.delivered,
+                        report.parked, report.handovers, report.store_failures,
+                        report.max_lateness_ms, report.outcome.value)
+        return report
+
+    def _handover(self) -> None:
+        report, cfg = self._report, self._cfg
+        try:
+            answer = self._store.timer_handover(cfg.batch, cfg.wait_ms)
+        except StoreCallFailed as exc:
+            report.store_failures += 1
+            logger.warning("timers: hand-over failed, retrying in %ss (D6): %s",
+                           cfg.backoff_s, exc.message)
+            self._clock.wait(cfg.backoff_s)
+            return
+        report.handovers += 1
+        report.delivered += answer.delivered
+        report.parked += answer.parked
+        if answer.lateness_ms:
+            report.max_lateness_ms = max(report.max_lateness_ms, max(answer.lateness_ms))

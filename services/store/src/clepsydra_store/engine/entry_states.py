@@ -1,0 +1,85 @@
+"""Entry states (issue 15): a schedule entry (level queue or timer log) that was cancelled, or a
+timer-log entry that was handed over, has its tagsCode replaced by a negative sentinel. The
+change is derived from a CommitLog record (a cancel tombstone, a hand-over copy), so recovery
+re-derives it by re-dispatching those records.
+
+A sentinel reaches the ConsumeQueue file only at a flush, and only for records at or below the
+offset that flush checkpoints (:meth:`EntryStates.take` under the writer lock with that offset,
+:meth:`EntryStates.apply` after the CommitLog is fsync'd): a machine crash that loses the
+record's bytes can never leave its sentinel on disk (issue 18 item 2). Until then the sentinel
+lives here, and every reader asks :meth:`EntryStates.code` (memory: the changes of one flush
+interval, not the pending timers).
+"""
+
+from __future__ import annotations
+
+from clepsydra_store.engine.consume_queue import ENTRY, ENTRY_SIZE, ConsumeQueue
+
+DELIVERED = -1
+"""tagsCode of a timer-log entry already handed to its real topic."""
+CANCELLED = -2
+"""tagsCode of a cancelled (or rescheduled) schedule entry: never handed over."""
+
+_Changes = dict[ConsumeQueue, dict[int, int]]
+
+
+class EntryStates:
+    """Sentinels not yet written to their ConsumeQueue files."""
+
+    def __init__(self) -> None:
+        self._pending: _Changes = {}
+        """Set since the last :meth:`take` (caller holds the writer lock)."""
+        self._applying: _Changes = {}
+        """Taken by a flush, being written to the files."""
+
+    def set(self, cq: ConsumeQueue, queue_offset: int, code: int) -> None:
+        """Record a sentinel (caller holds the writer lock). CANCELLED wins over DELIVERED
+        only for an entry not handed over; a hand-over never follows a cancel, so the last
+        one set is the state."""
+        self._pending.setdefault(cq, {})[queue_offset] = code
+
+    def of_queue(self, cq: ConsumeQueue) -> dict[int, int] | None:
+        """The unwritten sentinels of ``cq`` (None: none), for a reader scanning entries."""
+        pending, applying = self._pending.get(cq), self._applying.get(cq)
+        if applying is None:
+            return pending
+        if pending is None:
+            return applying
+        return {**applying, **pending}
+
+    def code(self, cq: ConsumeQueue, queue_offset: int, stored: int) -> int:
+        """The entry's tagsCode as it stands: a sentinel not yet written, else ``stored``."""
+        pending = self._pending.get(cq)
+        if pending is not None and queue_offset in pending:
+            return pending[queue_offset]
+        applying = self._applying.get(cq)
+        if applying is not None and queue_offset in applying:
+            return applying[queue_offset]
+        return stored
+
+    def take(self) -> _Changes:
+        """The sentinels to write at this flush (caller holds the writer lock)."""
+        taken, self._pending = self._pending, {}
+        for cq, changes in taken.items():
+            self._applying.setdefault(cq, {}).update(changes)
+        return taken
+
+    def apply(self, taken: _Changes) -> None:
+        """Write ``taken`` into the ConsumeQueue files (then the caller fsyncs them)."""
+        for cq, changes in taken.items():
+            for queue_offset, code in sorted(changes.items()):
+                raw = cq.read_raw(queue_offset, 1)
+                if len(raw) == ENTRY_SIZE:
+                    offset, size, _ = ENTRY.unpack(raw)
+                    cq.write(queue_offset, ENTRY.pack(offset, size, code))
+            applying = self._applying.get(cq)
+            if applying is not None:
+                for queue_offset, code in changes.items():
+                    if applying.get(queue_offset) == code:
+                        del applying[queue_offset]
+                if not applying:
+                    del self._applying[cq]
+
+    def clear(self) -> None:
+        self._pending = {}
+        self._applying = {}

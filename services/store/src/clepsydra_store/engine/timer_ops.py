@@ -1,0 +1,337 @@
+"""Timer messages' operations (issue 15, SPEC T1-T2), under the store's writer lock: the
+hand-over of due timers, cancel and reschedule of any pending delayed message (level or timer),
+and the timer backlog.
+
+Everything that changes a message's fate is a CommitLog record appended under the writer lock,
+so it is as durable as a produce and a recovery re-derives it (``dispatch.py``):
+
+- a hand-over copy carries ``SCHEDULE_OFFSET`` ``0:<q>`` (the timer-log entry q is handed over;
+  D9: an entry handed over is never handed over again, whatever the scheduler replays);
+- a cancel is a tombstone in ``TIMER_TOPIC_XXXX`` queue 1 with ``CANCEL_OF`` ``<level>:<q>``
+  (level 0: the timer log); the hand-over passes a cancelled entry over;
+- a reschedule is a tombstone plus a new parked timer record (the message's body and
+  properties, ``UNIQ_KEY`` included, so its msgId stays), in one append.
+
+A cancel or reschedule racing the hand-over of the same entry: both take the writer lock, so
+exactly one of them happens first, and the second sees it (409 ``ALREADY_DELIVERED`` for a
+cancel that came second; a cancelled entry is never handed over).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from clepsydra_core import naming
+from clepsydra_core import properties as P
+from clepsydra_core.errors import AlreadyDelivered, MessageNotFound
+from clepsydra_core.levels import DelayLevels
+from clepsydra_core.records import CommitLogRecord
+from clepsydra_core.wire.timers import CANCELLED as CANCELLED_STATUS
+from clepsydra_core.wire.timers import RESCHEDULED, HourCount, Lateness, TimerBacklog
+from clepsydra_store.engine.commitlog import CommitLog
+from clepsydra_store.engine.consume_queue import ENTRY, ENTRY_SIZE
+from clepsydra_store.engine.dispatch import TIMER_LEVEL, Dispatcher, cancel_kind
+from clepsydra_store.engine.entry_states import CANCELLED, DELIVERED
+from clepsydra_store.engine.handover import Handover
+from clepsydra_store.engine.prepare import Prepared, Preparer
+from clepsydra_store.engine.timer_index import NO_TIMER
+from clepsydra_store.engine.types import PutResult
+
+LATENESS_WINDOW = 10_000
+"""Hand-overs the timer backlog's lateness figures are computed over (the most recent)."""
+MAX_MESSAGES_BY_KEY = 1000
+"""Most messages one cancel or reschedule by key acts on."""
+_HOUR_MS = 3_600_000
+_SCAN = 65_536
+
+Append = Callable[[Sequence[Prepared]], tuple[list[PutResult], int]]
+Acknowledge = Callable[[list[PutResult], int | None], list[PutResult]]
+
+
+@dataclass(slots=True)
+class TimerHandoverResult:
+    delivered: int = 0
+    parked: int = 0
+    lateness_ms: list[int] = field(default_factory=list)
+    next_due_at: int | None = None
+    delivered_messages: list[tuple[str, str, str | None, int]] = field(default_factory=list)
+    """(real topic, msgId, producer's traceparent, lateness) per delivered message (O1)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a cancel or reschedule did: ``status`` (cancelled / rescheduled), the messages it
+    acted on, and the new delivery time of a reschedule."""
+
+    status: str
+    msg_ids: list[str]
+    deliver_at: int | None = None
+
+
+@dataclass(slots=True)
+class _Message:
+    """One message's schedule entries and their states."""
+
+    msg_id: str
+    pending: dict[tuple[int, int], CommitLogRecord] = field(default_factory=dict)
+    delivered: bool = False
+    cancelled: bool = False
+
+
+class TimerOps:
+    def __init__(self, lock: threading.Lock, commitlog: CommitLog, dispatcher: Dispatcher,
+                 handover: Handover, preparer: Preparer, levels: DelayLevels,
+                 append: Append, acknowledge: Acknowledge,
+                 copies_of: Callable[[str], list[CommitLogRecord]]) -> None:
+        self._lock = lock
+        self._commitlog = commitlog
+        self._disp = dispatcher
+        self._handover = handover
+        self._preparer = preparer
+        self._levels = levels
+        self._append = append
+        self._acknowledge = acknowledge
+        self._lateness: deque[int] = deque(maxlen=LATENESS_WINDOW)
+        self.handed_over = 0
+        """Timers handed over (delivered or parked) since the store started."""
+        self._copies_of = copies_of
+
+    # ---- the long poll -------------------------------------------------------------------
+    def handover_wait(self, max_count: int, wait_ms: int,
+                      now: Callable[[], int]) -> TimerHandoverResult:
+        """:meth:`handover`; when nothing is due, wait up to ``wait_ms`` for the next due
+        time (or for a timer parked due before it) and try again: the scheduler's call
+        returns when there is something to hand over, never early (T1)."""
+        deadline = time.monotonic() + wait_ms / 1000
+        wake = self._disp.timers.wake
+        while True:
+            wake.clear()
+            result = self.handover(now(), max_count)
+            remaining = deadline - time.monotonic()
+            if result.delivered or result.parked or remaining <= 0:
+                return result
+            if result.next_due_at is not None:
+                remaining = min(remaining, max(0.001, (result.next_due_at - now()) / 1000))
+            wake.wait(remaining)
+
+    def target(self, deliver_at: int | None, delay_ms: int | None) -> int:
+        """A reschedule's asked time, checked against the cap (T1; 400 naming it)."""
+        return self._preparer.timer_target(deliver_at, delay_ms)
+
+    # ---- by msgId, by key -------------------------------------------------------------------
+    def cancel(self, msg_id: str) -> Outcome:
+        return self.act({msg_id: self._copies_of(msg_id)}, None)
+
+    def reschedule(self, msg_id: str, deliver_at: int) -> Outcome:
+        return self.act({msg_id: self._copies_of(msg_id)}, deliver_at)
+
+    def copies_by_key(self, topic: str, key: str,
+                      since: int = 0) -> dict[str, list[CommitLogRecord]]:
+        """msgId -> stored copies of the messages of ``topic`` (parked for it, or in it)
+        whose KEYS hold ``key`` or whose UNIQ_KEY is ``key``; the newest
+        MAX_MESSAGES_BY_KEY messages."""
+        out: dict[str, list[CommitLogRecord]] = {}
+        for commitlog_offset in reversed(self._disp.key_index.lookup(key)):
+            if commitlog_offset < since:
+                break
+            try:
+                record = self._commitlog.read_record(commitlog_offset)
+            except MessageNotFound:
+                continue
+            props = record.properties
+            if key not in record.keys and props.get(P.UNIQ_KEY) != key:
+                continue
+            if record.topic != topic and props.get(P.REAL_TOPIC) != topic:
+                continue
+            msg_id = props.get(P.UNIQ_KEY) or record.offset_msg_id
+            if msg_id not in out and len(out) >= MAX_MESSAGES_BY_KEY:
+                continue
+            out.setdefault(msg_id, []).append(record)
+        return out
+
+    # ---- hand-over (D3-D10 for timers) ----------------------------------------------------
+    def _codes(self, queue_offsets: list[int]) -> list[int | None]:
+        """The timer-log entries' tagsCodes now (sentinels included); None past the log."""
+        cq = self._disp.timer_log()
+        if not queue_offsets:
+            return []
+        low, high = min(queue_offsets), max(queue_offsets)
+        found: dict[int, int] = {}
+        if high - low < 4 * len(queue_offsets) + 256:
+            raw = cq.read_raw(low, high - low + 1)
+            for i, (_, size, code) in enumerate(ENTRY.iter_unpack(raw)):
+                if size > 0:
+                    found[low + i] = code
+        else:
+            for q in queue_offsets:
+                entry = cq.entry(q)
+                if entry is not None and entry.size > 0:
+                    found[q] = entry.tags_code
+        states = self._disp.states.of_queue(cq) or {}
+        return [states.get(q, found.get(q)) if q in found else None for q in queue_offsets]
+
+    def handover(self, now_ms: int, max_count: int) -> TimerHandoverResult:
+        """Hand the due timers over (earliest first, up to ``max_count``): each rebuilt for
+        its real topic (D4) or parked (D7), appended with its mark in one write (D9)."""
+        out = TimerHandoverResult()
+        end = None
+        with self._lock:
+            timers = self._disp.timers
+            due = timers.due(now_ms, max_count, self._codes)
+            cq = self._disp.timer_log()
+            items: list[Prepared] = []
+            oks: list[bool] = []
+            traceparents: list[str | None] = []
+            for q, deliver_ts in due:
+                entry = cq.entry(q)
+                if entry is None:
+                    continue
+                item, ok, traceparent = self._handover.rebuild_timer(
+                    q, entry.commitlog_offset, entry.size, deliver_ts)
+                items.append(item)
+                oks.append(ok)
+                traceparents.append(traceparent)
+            results: list[PutResult] = []
+            if items:
+                results, end = self._append(items)
+            timers.confirm()
+            out.next_due_at = None if timers.next_due == NO_TIMER else timers.next_due
+        results = self._acknowledge(results, end)
+        for r, item, ok, traceparent in zip(results, items, oks, traceparents, strict=True):
+            if ok:
+                late = r.store_timestamp - item.deliver_ts
+                out.lateness_ms.append(late)
+                out.delivered_messages.append((r.topic, r.msg_id, traceparent, late))
+        out.delivered = len(out.lateness_ms)
+        out.parked = len(results) - out.delivered
+        self._lateness.extend(out.lateness_ms)
+        self.handed_over += len(results)
+        return out
+
+    # ---- cancel / reschedule ----------------------------------------------------------------
+    def _state(self, level: int, queue_offset: int) -> tuple[int, int] | None:
+        """(code now, CommitLog offset) of a schedule entry; None when it is not there."""
+        cq = self._disp.schedule_queue(level)
+        entry = cq.entry(queue_offset)
+        if entry is None or entry.size <= 0:
+            return None
+        return self._disp.states.code(cq, queue_offset, entry.tags_code), entry.commitlog_offset
+
+    def _classify(self, records: list[CommitLogRecord], message: _Message) -> None:
+        """Sort a message's stored copies into its entries' states (caller holds the lock)."""
+        for record in records:
+            if record.topic == naming.SCHEDULE_TOPIC:
+                level = self._levels.level_of_queue(record.queue_id)
+            elif record.topic == naming.TIMER_TOPIC:
+                if record.queue_id != naming.TIMER_LOG_QUEUE:
+                    continue
+                level = TIMER_LEVEL
+            else:
+                message.delivered = True  # a copy in a real topic: handed over (or plain)
+                continue
+            key = (level, record.queue_offset)
+            state = self._state(*key)
+            if state is None:
+                continue
+            code, commitlog_offset = state
+            if code == CANCELLED:
+                message.cancelled = True
+            elif code == DELIVERED or (level != TIMER_LEVEL
+                                       and record.queue_offset <= self._disp.mark(level)):
+                message.delivered = True
+            elif key not in message.pending or commitlog_offset == record.commitlog_offset:
+                message.pending[key] = record  # the copy the entry names (carried forward)
+
+    def _tombstone(self, level: int, queue_offset: int, msg_id: str) -> Prepared:
+        return Prepared.build(
+            naming.TIMER_TOPIC, naming.TIMER_CANCEL_QUEUE, b"",
+            {P.CANCEL_OF: f"{level}:{queue_offset}", P.ORIGIN_MESSAGE_ID: msg_id},
+            flag=0, sys_flag=0, born_timestamp=0, born_host=b"\0" * 8, reconsume_times=0,
+            max_size=self._handover.segment_size_bytes,
+        )._replace(mark=(cancel_kind(level), queue_offset))
+
+    def act(self, copies: dict[str, list[CommitLogRecord]], deliver_at: int | None) -> Outcome:
+        """Cancel (``deliver_at`` None) or reschedule the messages whose stored copies are
+        ``copies`` (msgId -> records). MessageNotFound when there are none; AlreadyDelivered
+        when every one was handed over already; a cancel of messages all cancelled before
+        answers cancelled again (idempotent), a reschedule of them MessageNotFound."""
+        end = None
+        with self._lock:
+            messages = [_Message(msg_id) for msg_id in copies]
+            for message in messages:
+                self._classify(copies[message.msg_id], message)
+            items: list[Prepared] = []
+            acted: list[str] = []
+            for message in messages:
+                if not message.pending:
+                    continue
+                acted.append(message.msg_id)
+                for (level, queue_offset), record in sorted(message.pending.items()):
+                    items.append(self._tombstone(level, queue_offset, message.msg_id))
+                    if deliver_at is not None:
+                        items.append(self._preparer.reschedule(record, deliver_at))
+            if not acted:
+                return self._nothing_pending(messages, deliver_at)
+            results, end = self._append(items)
+        results = self._acknowledge(results, end)
+        if deliver_at is None:
+            return Outcome(CANCELLED_STATUS, acted)
+        effective = max(deliver_at, results[-1].store_timestamp)
+        return Outcome(RESCHEDULED, acted, effective)
+
+    @staticmethod
+    def _nothing_pending(messages: list[_Message], deliver_at: int | None) -> Outcome:
+        """Nothing pending: an idempotent cancel's answer, or why not (raises)."""
+        if not messages:
+            raise MessageNotFound("no such message")
+        if any(m.delivered for m in messages):
+            raise AlreadyDelivered("already handed over to its topic (delivered, or never "
+                                   "delayed); nothing was cancelled or rescheduled")
+        if deliver_at is not None or not any(m.cancelled for m in messages):
+            raise MessageNotFound("no pending delayed message (it was cancelled); nothing "
+                                  "was rescheduled")
+        return Outcome(CANCELLED_STATUS, [m.msg_id for m in messages if m.cancelled])
+
+    # ---- the backlog (GET /v1/schedule/timers) ----------------------------------------------
+    def backlog(self, now_ms: int) -> TimerBacklog:
+        """Pending timers by hour ahead, the next due time and recent lateness: one pass over
+        the timer log (20 bytes a timer, read in chunks; nothing kept per timer)."""
+        cq = self._disp.existing_queue(naming.TIMER_TOPIC, naming.TIMER_LOG_QUEUE)
+        hours: dict[int, int] = {}
+        pending = 0
+        next_due: int | None = None
+        if cq is not None:
+            states = dict(self._disp.states.of_queue(cq) or {})
+            queue_offset = cq.min_offset
+            while queue_offset < cq.max_offset:
+                raw = cq.read_raw(queue_offset, _SCAN)
+                if not raw:
+                    break
+                for i, (_, size, code) in enumerate(ENTRY.iter_unpack(raw)):
+                    code = states.get(queue_offset + i, code)
+                    if size <= 0 or code < 0:
+                        continue
+                    pending += 1
+                    hour = max(code - now_ms, 0) // _HOUR_MS
+                    hours[hour] = hours.get(hour, 0) + 1
+                    if next_due is None or code < next_due:
+                        next_due = code
+                queue_offset += len(raw) // ENTRY_SIZE
+        return TimerBacklog(pending, [HourCount(h, n) for h, n in sorted(hours.items())],
+                            self.handed_over, next_due, self.lateness())
+
+    def lateness(self) -> Lateness | None:
+        recent = sorted(self._lateness)
+        if not recent:
+            return None
+        return Lateness(p50=_rank(recent, 0.50), p99=_rank(recent, 0.99), max=recent[-1])
+
+
+def _rank(values: list[int], share: float) -> int:
+    """The nearest-rank percentile of sorted ``values``."""
+    return values[max(0, min(len(values) - 1, int(share * len(values) + 0.5) - 1))]
+

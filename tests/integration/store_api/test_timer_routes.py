@@ -1,0 +1,127 @@
+"""The timer routes over HTTP (issue 15, SPEC T1): produce with deliverAt/delayMs and the answer's
+deliverAt, cancel and reschedule by msgId and by key with their 200/404/409 answers, the timer
+backlog, the timer hand-over; both produce paths (fast and Flask)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from clepsydra_core import naming
+from clepsydra_core.wire.timers import (
+    KeyCancelled,
+    KeyRescheduled,
+    MessageCancelled,
+    MessageRescheduled,
+    TimerBacklog,
+    TimerHandoverAnswer,
+)
+from tests.integration.store_api.helpers import TOPIC, assert_error
+
+pytestmark = pytest.mark.integration
+
+PRODUCE = f"/v1/topics/{TOPIC}/messages"
+BATCH = f"/v1/topics/{TOPIC}/messages/batch"
+HANDOVER = "/v1/schedule/timers/handover"
+
+
+def _now() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@pytest.fixture
+def client(app: Flask) -> FlaskClient:
+    c = app.test_client()
+    assert c.post("/v1/topics", json={"name": TOPIC, "queues": 2}).status_code == 201
+    return c
+
+
+def _pulled(client: FlaskClient) -> list[str]:
+    out: list[str] = []
+    for queue_id in range(2):
+        page = client.get(f"{PRODUCE.rsplit('/', 1)[0]}/queues/{queue_id}/messages").get_json()
+        out += [m["body"] for m in page["messages"]]
+    return sorted(out)
+
+
+def test_produce_answers_the_effective_delivery_time(client: FlaskClient) -> None:
+    # SPEC T1: single and batch; a time in the past delivers now
+    at = _now() + 60_000
+    one = client.post(PRODUCE, json={"body": "a", "deliverAt": at}).get_json()
+    assert one["deliverAt"] == at and one["topic"] == naming.TIMER_TOPIC
+    results = client.post(BATCH, json={"messages": [
+        {"body": "b", "delayMs": 5_000}, {"body": "c", "deliverAt": 5}, {"body": "d"}]}
+    ).get_json()["results"]
+    assert results[0]["deliverAt"] == results[0]["storeTimestamp"] + 5_000
+    assert results[1]["deliverAt"] == results[1]["storeTimestamp"]  # past: now
+    assert "deliverAt" not in results[2] and results[2]["topic"] == TOPIC
+    handed = TimerHandoverAnswer.from_json(client.post(HANDOVER, json={"max": 10}).get_json())
+    assert handed.delivered == 1 and _pulled(client) == ["c", "d"]
+
+
+def test_cancel_and_reschedule_by_msg_id(client: FlaskClient) -> None:
+    # issue 15: 200 cancelled / rescheduled, 409 ALREADY_DELIVERED, 404 unknown
+    timer = client.post(PRODUCE, json={"body": "t", "delayMs": 60_000}).get_json()["msgId"]
+    level = client.post(PRODUCE, json={"body": "l", "delayLevel": 3}).get_json()["msgId"]
+    plain = client.post(PRODUCE, json={"body": "p"}).get_json()["msgId"]
+    resp = client.delete(f"/v1/messages/{timer}")
+    assert MessageCancelled.from_json(resp.get_json()) == MessageCancelled("cancelled", timer)
+    assert client.delete(f"/v1/messages/{timer}").status_code == 200  # idempotent
+    at = _now() - 1  # in the past: due now
+    resp = client.patch(f"/v1/messages/{level}", json={"deliverAt": at})
+    answer = MessageRescheduled.from_json(resp.get_json())
+    assert answer.status == "rescheduled" and answer.msg_id == level and answer.deliver_at >= at
+    assert client.post(HANDOVER, json={"max": 10}).get_json()["delivered"] == 1
+    assert _pulled(client) == ["l", "p"]
+    assert_error(client.delete(f"/v1/messages/{level}"), 409, "ALREADY_DELIVERED")
+    assert_error(client.patch(f"/v1/messages/{plain}", json={"delayMs": 1}), 409,
+                 "ALREADY_DELIVERED")
+    assert_error(client.delete(f"/v1/messages/{'0' * 32}"), 404, "MESSAGE_NOT_FOUND")
+    assert_error(client.patch(f"/v1/messages/{timer}", json={"delayMs": 1}), 404,
+                 "MESSAGE_NOT_FOUND")  # cancelled: nothing to reschedule
+
+
+def test_reschedule_body_needs_exactly_one_time_within_the_cap(client: FlaskClient) -> None:
+    # SPEC T1: exactly one of deliverAt and delayMs; the cap named; nothing changed
+    msg_id = client.post(PRODUCE, json={"body": "t", "delayMs": 60_000}).get_json()["msgId"]
+    for body in ({}, {"deliverAt": 1, "delayMs": 1}, {"delayMs": -5}, {"at": 1}):
+        assert_error(client.patch(f"/v1/messages/{msg_id}", json=body), 400, "INVALID_REQUEST")
+    body = assert_error(client.patch(f"/v1/messages/{msg_id}",
+                                     json={"delayMs": 366 * 86_400_000}), 400, "INVALID_REQUEST")
+    assert "CLEPSYDRA_TIMER_MAX_DELAY" in body["message"]
+    assert TimerBacklog.from_json(client.get("/v1/schedule/timers").get_json()).pending == 1
+
+
+def test_by_key_cancel_and_reschedule(client: FlaskClient) -> None:
+    # issue 15: every pending delayed message of the topic with the key; 409 / 404
+    ids = [r["msgId"] for r in client.post(BATCH, json={"messages": [
+        {"body": "a", "delayMs": 60_000, "keys": "cart-9"},
+        {"body": "b", "delayLevel": 3, "keys": ["cart-9", "x"]},
+        {"body": "c", "delayMs": 60_000, "keys": "other"}]}).get_json()["results"]]
+    url = f"/v1/messages?topic={TOPIC}&key=cart-9"
+    at = _now() + 120_000
+    moved = KeyRescheduled.from_json(client.patch(url, json={"deliverAt": at}).get_json())
+    assert sorted(moved.msg_ids) == sorted(ids[:2]) and moved.deliver_at == at
+    gone = KeyCancelled.from_json(client.delete(url).get_json())
+    assert gone.status == "cancelled" and sorted(gone.msg_ids) == sorted(ids[:2])
+    backlog = TimerBacklog.from_json(client.get("/v1/schedule/timers").get_json())
+    assert backlog.pending == 1 and backlog.next_due_at is not None
+    assert_error(client.delete(f"/v1/messages?topic={TOPIC}&key=nothing"), 404,
+                 "MESSAGE_NOT_FOUND")
+    assert_error(client.delete(f"/v1/messages?topic={TOPIC}"), 400, "INVALID_REQUEST")
+    client.post(PRODUCE, json={"body": "now", "deliverAt": 1, "keys": "done"})
+    client.post(HANDOVER, json={"max": 10})
+    assert_error(client.delete(f"/v1/messages?topic={TOPIC}&key=done"), 409,
+                 "ALREADY_DELIVERED")
+
+
+def test_timer_handover_waits_for_the_next_due_time(client: FlaskClient) -> None:
+    # SPEC T1: a hand-over call waits in the store until the timer is due, never early
+    at = _now() + 300
+    client.post(PRODUCE, json={"body": "w", "deliverAt": at})
+    answer = client.post(HANDOVER, json={"max": 10, "waitMs": 5_000}).get_json()
+    assert answer["delivered"] == 1 and answer["latenessMs"][0] >= 0
+    assert_error(client.post(HANDOVER, json={"max": 0}), 400, "INVALID_REQUEST")

@@ -1,0 +1,276 @@
+"""Timer messages in the engine (SPEC T1, T2; issue 15): exact delivery times through the timer
+index, never early, once; cancel and reschedule (level and timer messages), durable across a
+reopen and a kill; the cap; carry-forward past retention. Time is a virtual clock: every
+hand-over is given its ``now``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from clepsydra_core import naming
+from clepsydra_core import properties as P
+from clepsydra_core.errors import AlreadyDelivered, MessageNotFound, ValidationError
+from clepsydra_store.engine.message_store import MessageStore
+from clepsydra_store.engine.types import PutRequest
+from tests.unit.store.conftest import OpenStore, engine_config
+
+TOPIC = "orders"
+DAY_MS = 86_400_000
+
+
+def _now() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _store(open_store: OpenStore, **overrides: object) -> MessageStore:
+    store = open_store(**overrides)
+    store.create_topic(TOPIC, 2)
+    return store
+
+
+def _bodies(store: MessageStore) -> list[bytes]:
+    out: list[bytes] = []
+    for queue_id in range(2):
+        out += [m.body for m in store.read_queue(TOPIC, queue_id, 0, 1000).messages]
+    return sorted(out)
+
+
+def test_a_timer_is_delivered_at_its_time_never_before_and_once(open_store: OpenStore) -> None:
+    # SPEC T1, T2: never early, on time, once
+    store = _store(open_store)
+    base = _now()
+    answers = store.put_batch([
+        PutRequest(TOPIC, b"late", deliver_at=base + 5_000, keys="k1"),
+        PutRequest(TOPIC, b"soon", delay_ms=2_000),
+    ])
+    assert {a.topic for a in answers} == {naming.TIMER_TOPIC}
+    assert store.timers.handover(base + 1_000, 100).delivered == 0
+    first = store.timers.handover(answers[1].store_timestamp + 2_000, 100)
+    assert first.delivered == 1 and _bodies(store) == [b"soon"]
+    assert first.next_due_at == base + 5_000
+    assert store.timers.handover(base + 4_999, 100).delivered == 0
+    second = store.timers.handover(base + 5_000, 100)
+    assert second.delivered == 1  # (lateness: against the real clock, not this virtual one)
+    assert store.timers.handover(base + 60_000, 100).delivered == 0  # once
+    assert _bodies(store) == [b"late", b"soon"]
+    delivered = store.get_by_msg_id(answers[0].msg_id)[-1]
+    assert delivered.topic == TOPIC
+    assert delivered.properties[P.DELIVER_TS] == str(base + 5_000)  # analytics' intended time
+    assert delivered.properties[P.SCHEDULE_OFFSET] == "0:0"
+    assert P.DELIVER_AT not in delivered.properties
+
+
+def test_due_timers_go_earliest_first_whatever_their_arrival(open_store: OpenStore) -> None:
+    store = _store(open_store)
+    base = _now() + 10_000
+    store.put_batch([PutRequest(TOPIC, str(i).encode(), deliver_at=base + (7 - i) * 300,
+                                queue_id=0) for i in range(8)])
+    assert store.timers.handover(base + 10_000, 100).delivered == 8
+    order = [m.body for m in store.read_queue(TOPIC, 0, 0, 100).messages]
+    assert order == [str(i).encode() for i in reversed(range(8))]
+
+
+def test_a_time_in_the_past_delivers_now(open_store: OpenStore) -> None:
+    # issue 15: "a time in the past delivers now"
+    store = _store(open_store)
+    answer = store.put(PutRequest(TOPIC, b"x", deliver_at=1_000))
+    result = store.timers.handover(answer.store_timestamp, 10)
+    assert result.delivered == 1 and result.lateness_ms[0] >= 0
+
+
+def test_the_cap_is_a_setting_and_its_400_names_it(open_store: OpenStore) -> None:
+    # SPEC T1, issue 15: at the cap accepted, just past refused naming the setting and limit
+    store = _store(open_store, timer_max_delay_ms=30 * DAY_MS)
+    store.put(PutRequest(TOPIC, b"ok", delay_ms=30 * DAY_MS))
+    with pytest.raises(ValidationError) as caught:
+        store.put(PutRequest(TOPIC, b"no", delay_ms=30 * DAY_MS + 1))
+    assert "CLEPSYDRA_TIMER_MAX_DELAY" in str(caught.value) and "30d" in str(caught.value)
+    with pytest.raises(ValidationError):
+        store.put(PutRequest(TOPIC, b"no", deliver_at=_now() + 31 * DAY_MS))
+
+
+def test_cancel_a_timer_and_a_level_message(open_store: OpenStore) -> None:
+    # issue 15: a cancelled message is never delivered; a second cancel answers cancelled
+    store = _store(open_store, levels="1s 2s")
+    timer = store.put(PutRequest(TOPIC, b"t", delay_ms=1_000))
+    level = store.put(PutRequest(TOPIC, b"l", delay_level=1))
+    kept = store.put(PutRequest(TOPIC, b"kept", delay_level=1))
+    assert store.timers.cancel(timer.msg_id).status == "cancelled"
+    assert store.timers.cancel(level.msg_id).msg_ids == [level.msg_id]
+    assert store.timers.cancel(timer.msg_id).status == "cancelled"  # idempotent
+    later = _now() + 10_000
+    assert store.timers.handover(later, 10).delivered == 0
+    handed = store.handover(1, 0, 10, now_ms=later)
+    assert handed.delivered == 1
+    assert _bodies(store) == [b"kept"]
+    with pytest.raises(AlreadyDelivered):
+        store.timers.cancel(kept.msg_id)
+    with pytest.raises(MessageNotFound):
+        store.timers.reschedule(timer.msg_id, later)  # cancelled: nothing to reschedule
+    with pytest.raises(MessageNotFound):
+        store.timers.cancel("0" * 32)
+
+
+def test_a_plain_message_is_already_delivered(open_store: OpenStore) -> None:
+    store = _store(open_store)
+    plain = store.put(PutRequest(TOPIC, b"p"))
+    with pytest.raises(AlreadyDelivered):
+        store.timers.cancel(plain.msg_id)
+
+
+def test_reschedule_keeps_the_msg_id_and_a_level_message_becomes_a_timer(
+        open_store: OpenStore) -> None:
+    # issue 15: reschedule by msgId; the level entry is passed over, the timer delivers
+    store = _store(open_store, levels="1s 2s")
+    level = store.put(PutRequest(TOPIC, b"l", delay_level=2, keys="order-7"))
+    at = _now() + 60_000
+    outcome = store.timers.reschedule(level.msg_id, at)
+    assert outcome.status == "rescheduled" and outcome.deliver_at == at
+    assert store.handover(2, 0, 10, now_ms=at).delivered == 0  # the level entry: cancelled
+    assert store.schedule_entries(2, 0, 1).handed_over == 0  # passed over
+    assert store.timers.handover(at - 1, 10).delivered == 0
+    assert store.timers.handover(at, 10).delivered == 1
+    copies = store.get_by_msg_id(level.msg_id)
+    assert copies[-1].topic == TOPIC and copies[-1].msg_id == level.msg_id
+    assert store.get_by_key(TOPIC, "order-7")[0].body == b"l"
+
+
+def test_by_key_acts_on_every_pending_message_of_the_topic(open_store: OpenStore) -> None:
+    store = _store(open_store)
+    store.create_topic("other", 1)
+    a = store.put(PutRequest(TOPIC, b"a", delay_ms=5_000, keys="cart-1"))
+    b = store.put(PutRequest(TOPIC, b"b", delay_ms=6_000, keys="cart-1 x"))
+    store.put(PutRequest("other", b"c", delay_ms=6_000, keys="cart-1"))
+    copies = store.timers.copies_by_key(TOPIC, "cart-1")
+    assert set(copies) == {a.msg_id, b.msg_id}
+    outcome = store.timers.act(copies, _now() + 100_000)
+    assert sorted(outcome.msg_ids) == sorted([a.msg_id, b.msg_id])
+    later = _now() + 20_000
+    assert store.timers.handover(later, 10).delivered == 1  # only "other"'s
+    assert store.timers.handover(_now() + 100_000, 10).delivered == 2
+    with pytest.raises(AlreadyDelivered):
+        store.timers.act(store.timers.copies_by_key(TOPIC, "cart-1"), None)
+
+
+def test_cancel_and_timers_survive_a_reopen(open_store: OpenStore) -> None:
+    # SPEC T2: survives restarts; a cancel is durable
+    store = _store(open_store)
+    base = _now() + 50_000
+    keep = store.put(PutRequest(TOPIC, b"keep", deliver_at=base))
+    gone = store.put(PutRequest(TOPIC, b"gone", deliver_at=base))
+    store.timers.cancel(gone.msg_id)
+    store.close()
+    again = open_store()
+    assert again.timers.handover(base, 10).delivered == 1
+    assert again.get_by_msg_id(keep.msg_id)[-1].topic == TOPIC
+    again.close()
+    third = open_store()
+    assert third.timers.handover(base + 1, 10).delivered == 0  # once, across reopens
+
+
+def test_a_hand_over_copy_replayed_after_kill_writes_nothing_twice(tmp_path: Path) -> None:
+    # SPEC T2 / D9: the child parks timers, hands them over and is killed -9 before any
+    # checkpoint; the reopened store re-derives from the CommitLog what was handed over
+    data = tmp_path / "data"
+    script = tmp_path / "child.py"
+    script.write_text(f"""
+import os, time
+from pathlib import Path
+from clepsydra_store.engine.message_store import MessageStore
+from clepsydra_store.engine.types import PutRequest
+from tests.unit.store.conftest import engine_config
+store = MessageStore(engine_config(Path({str(data)!r}), flush_interval_ms=3_600_000))
+store.create_topic("orders", 1)
+now = time.time_ns() // 1_000_000
+store.put_batch([PutRequest("orders", b"x%d" % i, deliver_at=now + i) for i in range(50)])
+r = store.timers.handover(now + 24, 1000)
+print(r.delivered, flush=True)
+os.kill(os.getpid(), 9)
+""")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          env=env, cwd=os.getcwd(), timeout=60)
+    assert done.returncode == -9, done.stderr
+    assert done.stdout.split() == ["25"]
+    store = MessageStore(engine_config(data))
+    try:
+        assert store.timers.handover(_now() + 1_000, 1000).delivered == 25
+        assert store.read_queue(TOPIC, 0, 0, 1000).max_offset == 50
+        assert len({m.body for m in store.read_queue(TOPIC, 0, 0, 1000).messages}) == 50
+    finally:
+        store.close()
+
+
+def test_a_year_ahead_timer_is_carried_past_retention(open_store: OpenStore) -> None:
+    # SPEC P4 / issue 15: a timer due after retention is carried forward, never lost
+    store = _store(open_store, retention_hours=0.01)
+    far = _now() + 300 * DAY_MS
+    timer = store.put(PutRequest(TOPIC, b"far", deliver_at=far, keys="year"))
+    cancelled = store.put(PutRequest(TOPIC, b"never", deliver_at=far))
+    store.timers.cancel(cancelled.msg_id)
+    filler = b"f" * 4000
+    for _ in range(40):  # several segments of 64 KiB
+        store.put_batch([PutRequest(TOPIC, filler) for _ in range(4)])
+    deleted = store.delete_expired_segments(now_ms=_now() + 3_600_000)
+    assert deleted > 0
+    assert store.stats()["schedule_carried_total"] == 1  # the cancelled one is not carried
+    result = store.timers.handover(far, 10)
+    assert result.delivered == 1
+    assert store.get_by_msg_id(timer.msg_id)[-1].body == b"far"
+
+
+def test_backlog_by_hour_ahead(open_store: OpenStore) -> None:
+    store = _store(open_store)
+    now = _now()
+    store.put_batch([PutRequest(TOPIC, b"a", delay_ms=1_000),
+                     PutRequest(TOPIC, b"b", delay_ms=2 * 3_600_000 + 5_000),
+                     PutRequest(TOPIC, b"c", delay_ms=2 * 3_600_000 + 9_000)])
+    backlog = store.timers.backlog(now)
+    assert backlog.pending == 3
+    assert [(h.hour, h.count) for h in backlog.by_hour_ahead] == [(0, 1), (2, 2)]
+    assert backlog.lateness is None
+    store.timers.handover(now + 5_000, 10)
+    after = store.timers.backlog(now + 5_000)
+    assert after.pending == 2 and after.handed_over == 1 and after.lateness is not None
+
+
+def test_torn_timer_copy_under_a_later_checkpoint_is_handed_over_again(
+        open_store: OpenStore) -> None:
+    # SPEC T2, issue 18 item 2: the checkpoint (and the handed-over sentinels it covers) counts
+    # a copy the CommitLog lost; the reopened store hands that timer over again, once
+    store = _store(open_store)
+    at = _now() - 10
+    store.put_batch([PutRequest(TOPIC, b"m%d" % i, deliver_at=at, queue_id=0)
+                     for i in range(5)])
+    assert store.timers.handover(_now(), 10).delivered == 5
+    copies = store.read_queue(TOPIC, 0, 0, 10).messages
+    store.close()  # checkpoint after every copy; the sentinels are in the timer log's file
+    last = sorted((store.config.data_dir / naming.COMMITLOG_DIR).iterdir())[-1]
+    with open(last, "r+b") as f:
+        f.truncate(copies[-1].commitlog_offset - int(last.name) + 10)
+    store = open_store()
+    assert store.timers.backlog(_now()).pending == 1
+    assert store.timers.handover(_now(), 10).delivered == 1
+    bodies = [m.body for m in store.read_queue(TOPIC, 0, 0, 10).messages]
+    assert sorted(bodies) == [b"m0", b"m1", b"m2", b"m3", b"m4"]  # each exactly once
+    store.close()
+    store = open_store()
+    assert store.timers.handover(_now(), 10).delivered == 0
+
+
+def test_a_thirty_day_timer_under_a_virtual_clock(open_store: OpenStore) -> None:
+    # SPEC T1 ("max delay at least 30 days"), issue 15: not a day early, then once
+    store = _store(open_store)
+    answer = store.put(PutRequest(TOPIC, b"month", delay_ms=30 * DAY_MS))
+    due = answer.store_timestamp + 30 * DAY_MS
+    for day in range(30):
+        assert store.timers.handover(answer.store_timestamp + day * DAY_MS, 10).delivered == 0
+    assert store.timers.handover(due - 1, 10).delivered == 0
+    assert store.timers.handover(due, 10).delivered == 1
+    assert store.timers.handover(due + DAY_MS, 10).delivered == 0
