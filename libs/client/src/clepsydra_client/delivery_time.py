@@ -7,7 +7,9 @@ command accept, turned into the wire's epoch milliseconds, in one place.
   ambiguous (local time or UTC? on which machine? a local time can fall in a DST gap or fold),
   and a timer that fires an hour off is worse than an error.
 - A delay: a ``timedelta``, or milliseconds (``int``); on the command line a number with a unit,
-  ``500ms 90s 15m 2h 3d``, or several of them (``1h30m``).
+  ``500ms 90s 15m 2h 3d``, or several of them (``1h30m``), each part read by
+  ``clepsydra_core.levels.duration_ms`` as the store reads its duration settings. A bare number
+  is refused here: on a command line, ``--in 90`` is too easily meant as seconds.
 
 Sub-millisecond parts are rounded up, never down: a timer is never early (T2).
 """
@@ -17,8 +19,9 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
-UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_PART = re.compile(r"([0-9]+)(ms|s|m|h|d)")
+from clepsydra_core import levels
+
+_PART = re.compile(r"[0-9]+(?:ms|s|m|h|d)")
 _DURATION = re.compile(r"^(?:[0-9]+(?:ms|s|m|h|d))+$")
 DURATION_FORMS = "a number with a unit: 500ms, 90s, 15m, 2h, 3d (or several: 1h30m)"
 INSTANT_FORMS = ("ISO-8601 with Z or an offset (2027-01-01T09:00Z, 2027-01-01T10:00+01:00), "
@@ -70,7 +73,7 @@ def parse_duration_ms(text: str) -> int:
     compact = text.strip().lower()
     if not _DURATION.match(compact):
         raise ValueError(f"{text!r} is not a duration: give {DURATION_FORMS}")
-    return sum(int(n) * UNIT_MS[unit] for n, unit in _PART.findall(compact))
+    return sum(levels.duration_ms(part) or 0 for part in _PART.findall(compact))
 
 
 def parse_instant_ms(text: str) -> int:
