@@ -39,6 +39,11 @@ class FakeHttp:
     def delete(self, path: str, params: Any = None, **kw: Any) -> dict[str, Any]:
         return self._call("DELETE", path, params)
 
+    def request(self, method: str, path: str, *, params: Any = None, json: Any = None,
+                **kw: Any) -> dict[str, Any]:
+        """Any method; the recorded body is ``{"params": ..., "json": ...}``."""
+        return self._call(method, path, {"params": params, "json": json})
+
     def close(self) -> None:
         return None
 

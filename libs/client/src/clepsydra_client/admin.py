@@ -1,5 +1,5 @@
 """AdminClient: topics, groups (settings, consumers, queue ownership, progress, lag), messages,
-dead letters and the delay levels, over the store's and the retry service's HTTP APIs.
+dead letters, the delay levels and the timers, over the store's and the retry service's HTTP APIs.
 
     admin = AdminClient(store_url, retry_url)
     for row in admin.progress("order-service"):
@@ -22,6 +22,7 @@ from clepsydra_core.errors import ConfigError, MessageNotFound, NotFound, Valida
 from clepsydra_core.http import HttpClient
 from clepsydra_core.wire.dlq import DlqFilter
 from clepsydra_core.wire.schedule import LevelInfo, LevelTable, ScheduleEntries
+from clepsydra_core.wire.timers import TimerBacklog
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,3 +334,10 @@ class AdminClient:
             return None
         ts = ScheduleEntries.from_json(raw).deliver_ts
         return int(ts[0]) if ts else None
+
+    # ---- timers (issue 15) ---------------------------------------------------------------
+
+    def timers(self) -> TimerBacklog:
+        """The store's timer backlog: pending timers by hour ahead, handed over so far, the
+        next due time and the lateness of recent hand-overs (``GET /v1/schedule/timers``)."""
+        return TimerBacklog.from_json(self.store.get("/v1/schedule/timers"))

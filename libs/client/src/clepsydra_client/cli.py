@@ -2,12 +2,15 @@
 
     clepsydra topics list | create NAME [--queues N] | show NAME | update NAME --queues N
                    | delete NAME --yes        (`clepsydra topic ...` is the same)
-    clepsydra send TOPIC BODY [--tags T] [--keys K ...] [--prop NAME=VALUE ...] [--delay-level N]
+    clepsydra send TOPIC BODY [--tags T] [--keys K ...] [--prop NAME=VALUE ...]
+                   [--delay-level N | --at TIME | --in DURATION]
     clepsydra consume TOPIC [--tags 'a || b'] [--from-beginning] [--count N]
     clepsydra message show MSGID | --key KEY --topic TOPIC
+    clepsydra message cancel|reschedule MSGID | --topic TOPIC --key KEY  (reschedule: --at|--in)
     clepsydra groups list | show|settings|consumers|progress GROUP
     clepsydra dlq list|show|resend|purge|audit GROUP ...
     clepsydra levels
+    clepsydra timers
     clepsydra report run [--job NAME ...] [--since 2h] [--format json] | list | show RUN_ID
     clepsydra export status
     clepsydra k8s status | scale workers N | report-now   (cluster via kubeconfig)
@@ -33,8 +36,10 @@ from clepsydra_client.auth_commands import add_auth_commands
 from clepsydra_client.commands import UsageError
 from clepsydra_client.rebalance import STRATEGIES
 from clepsydra_client.settings import ClientSettings
+from clepsydra_client.timer_commands import add_time_options, add_timer_commands
 from clepsydra_client.topic_commands import add_topic_commands
 from clepsydra_core.errors import (
+    AlreadyDelivered,
     ClepsydraError,
     ConfigError,
     Forbidden,
@@ -77,7 +82,7 @@ def build_parser() -> Parser:
     s.add_argument("--tags", help="the message's tag")
     s.add_argument("--keys", nargs="+", metavar="KEY", help="message keys (for lookups)")
     s.add_argument("--prop", action="append", metavar="NAME=VALUE", help="a user property")
-    s.add_argument("--delay-level", type=int, default=0, help="delay level (0: not delayed)")
+    add_time_options(s, required=False, with_level=True)
     s.add_argument("--count", type=int, default=1, help="send the body this many times")
     s.add_argument("--file", help="send each line of a file as one message ('-': stdin)")
     s.set_defaults(fn=c.send)
@@ -103,6 +108,7 @@ def build_parser() -> Parser:
     s.add_argument("--group", help="also show its retry and dead-letter copies in this group")
     s.add_argument("--full", action="store_true", help="print the whole body")
     s.set_defaults(fn=c.message_show)
+    add_timer_commands(sub, msg)
 
     groups = sub.add_parser("groups", help="consumer groups").add_subparsers(
         dest="action", metavar="ACTION", parser_class=Parser, required=True)
@@ -195,6 +201,10 @@ def hint(exc: ClepsydraError, ctx: c.Context) -> str:
                 "`clepsydra topics create NAME --queues 8`")
     if isinstance(exc, GroupNotFound):
         return "create the group first: `clepsydra groups settings GROUP --max-retries 16`"
+    if isinstance(exc, AlreadyDelivered):
+        return ("it was already handed to its topic, so its consumers have it or will: a "
+                "delivered message cannot be taken back (`clepsydra message show MSGID` "
+                "lists its copies)")
     if isinstance(exc, MessageNotFound):
         return ("check the msgId; `clepsydra message show --key KEY --topic TOPIC` finds a "
                 "message by key")

@@ -8,7 +8,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TextIO
 
 from clepsydra_client.admin import AdminClient, LevelStatus, QueueProgress
@@ -19,6 +19,7 @@ from clepsydra_client.rebalance import DEFAULT_BROKER_NAME, strategy_by_name
 from clepsydra_client.render import (
     ProgressBar,
     format_delay_ms,
+    format_due,
     format_duration_ms,
     format_ts,
     render_fields,
@@ -108,7 +109,8 @@ def _bodies(args: argparse.Namespace) -> Iterator[str]:
 def send(args: argparse.Namespace, ctx: Context) -> Output:
     props = parse_props(args.prop)
     bodies = list(_bodies(args))
-    template = OutgoingMessage("", args.tags, args.keys or (), props, args.delay_level)
+    template = OutgoingMessage("", args.tags, args.keys or (), props, args.delay_level,
+                               deliver_at=args.deliver_at, delay=args.delay_ms)
     results = []
     with Producer(ctx.store_url, timeout_s=ctx.timeout_s, token=ctx.token) as producer:
         if len(bodies) == 1:
@@ -121,18 +123,20 @@ def send(args: argparse.Namespace, ctx: Context) -> Output:
                     bar.advance(len(chunk))
     data = [{"msgId": r.msg_id, "offsetMsgId": r.offset_msg_id, "uniqKey": r.uniq_key,
              "topic": r.topic, "queueId": r.queue_id,
-             "queueOffset": r.queue_offset} for r in results]
+             "queueOffset": r.queue_offset,
+             **({"deliverAt": r.deliver_at} if r.deliver_at is not None else {})}
+            for r in results]
     if len(results) == 1:
         r = results[0]
         where = f"{r.topic} queue {r.queue_id} offset {r.queue_offset}"
-        delayed = f" (delay level {args.delay_level})" if args.delay_level else ""
+        delayed = (f" (delay level {args.delay_level})" if args.delay_level
+                   else f", due {format_due(r.deliver_at)}" if r.deliver_at is not None else "")
         return Output(data[0], f"sent {r.msg_id} to {where}{delayed}")
     return Output(data, f"sent {len(results)} messages to {args.topic}")
 
 
 def _with_body(template: OutgoingMessage, body: str) -> OutgoingMessage:
-    return OutgoingMessage(body, template.tags, template.keys, template.properties,
-                           template.delay_level)
+    return replace(template, body=body)
 
 
 def message_line(m: Message) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 from clepsydra_core import naming, telemetry
 from clepsydra_core import properties as P
 from clepsydra_core.records import body_from_json
+from clepsydra_core.wire import timers
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -214,6 +215,8 @@ class SendResult:
     store_timestamp: int
     uniq_key: str | None = None
     offset_msg_id: str = ""
+    deliver_at: int | None = None
+    """A timer message's delivery time as the store took it (epoch ms; issue 15), else None."""
 
     @classmethod
     def from_json(cls, raw: dict[str, Any], uniq_key: str | None = None) -> SendResult:
@@ -223,4 +226,43 @@ class SendResult:
             commitlog_offset=int(raw.get("commitLogOffset", 0)),
             store_timestamp=int(raw.get("storeTimestamp", 0)), uniq_key=uniq_key,
             offset_msg_id=str(raw.get("offsetMsgId") or raw.get("msgId", "")),
+            deliver_at=_int_or_none(raw.get("deliverAt")),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleChange:
+    """What a cancel or a reschedule did (issue 15): ``status`` ``"cancelled"`` or
+    ``"rescheduled"``, the msgIds it acted on (one, or every pending message of the key) and,
+    for a reschedule, the new delivery time in epoch ms. Read from the store's answer with
+    its wire types (``clepsydra_core.wire.timers``)."""
+
+    status: str
+    msg_ids: tuple[str, ...]
+    deliver_at: int | None = None
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> ScheduleChange:
+        rescheduled = raw.get("status") == timers.RESCHEDULED
+        if "msgIds" in raw:
+            by_key = (timers.KeyRescheduled if rescheduled else timers.KeyCancelled).from_json(raw)
+            return cls(by_key.status, tuple(by_key.msg_ids), getattr(by_key, "deliver_at", None))
+        one = (timers.MessageRescheduled if rescheduled else timers.MessageCancelled).from_json(
+            raw)
+        return cls(one.status, (one.msg_id,), getattr(one, "deliver_at", None))
+
+    @property
+    def msg_id(self) -> str:
+        """The first (for a msgId: the only) message acted on."""
+        return self.msg_ids[0] if self.msg_ids else ""
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"status": self.status, "msgIds": list(self.msg_ids)}
+        if self.deliver_at is not None:
+            out["deliverAt"] = self.deliver_at
+        return out
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+

@@ -1,10 +1,14 @@
 """Producer: send one message or a batch to the store, with tags, keys, properties and a delay
-level. Every message gets a ``UNIQ_KEY`` and, inside a ``client.produce`` span, the W3C trace
-context (``traceparent``) in its properties, so consumers continue its trace (SPEC O1).
+level or an exact delivery time; cancel or reschedule a pending delayed message (issue 15).
+Every message gets a ``UNIQ_KEY`` and, inside a ``client.produce`` span, the W3C trace context
+(``traceparent``) in its properties, so consumers continue its trace (SPEC O1).
 
     producer = Producer("http://127.0.0.1:8081")
     result = producer.send("orders", b'{"id": 1}', tags="created", keys=["order-1"],
                            delay_level=3)
+    later = producer.send("orders", "remind", keys=["order-1"], delay=timedelta(hours=2))
+    producer.reschedule(later.msg_id, delay=timedelta(minutes=30))
+    producer.cancel(topic="orders", key="order-1")
 """
 
 from __future__ import annotations
@@ -15,19 +19,22 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 from opentelemetry import trace
 
 from clepsydra_client import batching
 from clepsydra_client.batching import Batcher, Pending
+from clepsydra_client.delivery_time import delay_ms, instant_ms
 from clepsydra_client.ids import new_uniq_key
-from clepsydra_client.message import SendResult
+from clepsydra_client.message import ScheduleChange, SendResult
 from clepsydra_client.settings import ensure_tracing
 from clepsydra_core import properties as P
 from clepsydra_core import telemetry
 from clepsydra_core.errors import ValidationError
-from clepsydra_core.http import HttpClient, Json
+from clepsydra_core.http import HttpClient, Json, segment
+from clepsydra_core.wire.timers import RescheduleRequest
 
 TRACER = "clepsydra_client"
 MAX_BATCH = 500
@@ -38,7 +45,9 @@ REQUEST_OVERHEAD = 160
 
 @dataclass(frozen=True, slots=True)
 class OutgoingMessage:
-    """A message to send. ``keys`` is a list (or one space-separated string)."""
+    """A message to send. ``keys`` is a list (or one space-separated string). At most one of
+    ``delay_level``, ``deliver_at`` (an aware datetime or epoch ms) and ``delay`` (a timedelta
+    or ms) delays it (SPEC L2, T1; delivery_time.py says what is accepted)."""
 
     body: bytes | str
     tags: str | None = None
@@ -46,6 +55,33 @@ class OutgoingMessage:
     properties: Mapping[str, str] = field(default_factory=dict)
     delay_level: int = 0
     queue_id: int | None = None
+    deliver_at: datetime | int | None = None
+    delay: timedelta | int | None = None
+
+
+DELAY_ARGUMENTS = ("delay_level", "deliver_at", "delay")
+"""The SDK's three ways to delay a message; one at most (SPEC T1, issue 15)."""
+
+
+def delivery_fields(delay_level: int = 0, deliver_at: datetime | int | None = None,
+                    delay: timedelta | int | None = None) -> Json:
+    """The wire fields of a message's delay: ``{"delayLevel": n}``, ``{"deliverAt": ms}``,
+    ``{"delayMs": ms}`` or nothing. ValueError naming the arguments when more than one is
+    given, or when a time is malformed; ValidationError (L2) for a negative level."""
+    given = [name for name, value in zip(DELAY_ARGUMENTS, (delay_level or None, deliver_at,
+                                                           delay), strict=True)
+             if value is not None]
+    if len(given) > 1:
+        raise ValueError(f"give at most one of {', '.join(DELAY_ARGUMENTS)}: got "
+                         f"{' and '.join(given)}")
+    if delay_level < 0:
+        raise ValidationError(f"delay level must be >= 0, got {delay_level}",
+                              rule="L2", code="INVALID_DELAY_LEVEL")
+    if deliver_at is not None:
+        return {"deliverAt": instant_ms(deliver_at)}
+    if delay is not None:
+        return {"delayMs": delay_ms(delay)}
+    return {"delayLevel": delay_level} if delay_level else {}
 
 
 def _keys_text(keys: Sequence[str] | str) -> str | None:
@@ -72,9 +108,7 @@ def message_request(message: OutgoingMessage, uniq_key: str, span: trace.Span | 
                     traceparent: str | None = None) -> Json:
     """The v1 produce body of one message (``UNIQ_KEY`` and a trace context added: the given
     ``traceparent``, else that of ``span``, default the current span)."""
-    if message.delay_level < 0:
-        raise ValidationError(f"delay level must be >= 0, got {message.delay_level}",
-                              rule="L2", code="INVALID_DELAY_LEVEL")
+    delivery = delivery_fields(message.delay_level, message.deliver_at, message.delay)
     props: dict[str, str] = dict(message.properties)
     props.setdefault(P.UNIQ_KEY, uniq_key)
     if P.TRACEPARENT not in props:
@@ -89,8 +123,7 @@ def message_request(message: OutgoingMessage, uniq_key: str, span: trace.Span | 
     keys = _keys_text(message.keys)
     if keys:
         req["keys"] = keys
-    if message.delay_level:
-        req["delayLevel"] = message.delay_level
+    req.update(delivery)
     if message.queue_id is not None:
         req["queueId"] = message.queue_id
     return req
@@ -119,10 +152,16 @@ class Producer:
 
     def send(self, topic: str, body: bytes | str, *, tags: str | None = None,
              keys: Sequence[str] | str = (), properties: Mapping[str, str] | None = None,
-             delay_level: int = 0, queue_id: int | None = None) -> SendResult:
-        """Send one message; returns where it was stored (SPEC P2: after the append)."""
+             delay_level: int = 0, queue_id: int | None = None,
+             deliver_at: datetime | int | None = None,
+             delay: timedelta | int | None = None) -> SendResult:
+        """Send one message; returns where it was stored (SPEC P2: after the append).
+        ``deliver_at`` (an aware datetime or epoch ms) or ``delay`` (a timedelta or ms) makes
+        it a timer message (SPEC T1), delivered no earlier than that; ``result.deliver_at``
+        is the time the store took. At most one of ``delay_level``, ``deliver_at``, ``delay``
+        (ValueError before any request)."""
         return self.send_message(topic, OutgoingMessage(
-            body, tags, keys, properties or {}, delay_level, queue_id))
+            body, tags, keys, properties or {}, delay_level, queue_id, deliver_at, delay))
 
     def send_message(self, topic: str, message: OutgoingMessage) -> SendResult:
         with self._span(topic) as span:
@@ -141,6 +180,8 @@ class Producer:
         """Send many messages to one topic in as few requests as possible; results in order.
         Each message gets its own ``client.produce`` span and trace context."""
         items = list(messages)
+        for message in items:  # a bad delay refuses the batch before any request is sent
+            delivery_fields(message.delay_level, message.deliver_at, message.delay)
         results: list[SendResult] = []
         for start in range(0, len(items), MAX_BATCH):
             results.extend(self._send_chunk(topic, items[start:start + MAX_BATCH]))
@@ -198,11 +239,13 @@ class Producer:
 
     def send_async(self, topic: str, body: bytes | str, *, tags: str | None = None,
                    keys: Sequence[str] | str = (), properties: Mapping[str, str] | None = None,
-                   delay_level: int = 0, queue_id: int | None = None) -> Future[SendResult]:
+                   delay_level: int = 0, queue_id: int | None = None,
+                   deliver_at: datetime | int | None = None,
+                   delay: timedelta | int | None = None) -> Future[SendResult]:
         """Accept one message for a batched send; its future holds the result or the error.
-        A bad message (its delay level, keys) raises here and is not accepted."""
+        A bad message (its delay, keys) raises here and is not accepted."""
         return self.send_message_async(topic, OutgoingMessage(
-            body, tags, keys, properties or {}, delay_level, queue_id))
+            body, tags, keys, properties or {}, delay_level, queue_id, deliver_at, delay))
 
     def send_message_async(self, topic: str, message: OutgoingMessage) -> Future[SendResult]:
         span = self._tracer.start_span("client.produce", kind=trace.SpanKind.PRODUCER,
@@ -248,6 +291,32 @@ class Producer:
         raw = self.http.post(self.http.path("/v1/topics/{}/messages", topic), item.request)
         return SendResult.from_json(raw, _uniq_key(item))
 
+    # ---- pending delayed messages: cancel and reschedule (issue 15) ------------------------
+
+    def cancel(self, msg_id: str | None = None, *, topic: str | None = None,
+               key: str | None = None) -> ScheduleChange:
+        """Cancel a pending delayed message (a timer or a level message) by msgId, or every
+        pending one of ``topic`` with ``key``: it is never delivered. Raises
+        ``MessageNotFound`` (404: none known) or, when it was already delivered (every one,
+        by key), the 409 ``ALREADY_DELIVERED`` error."""
+        path, params = _target(msg_id, topic, key)
+        return ScheduleChange.from_json(self.http.request("DELETE", path, params=params))
+
+    def reschedule(self, msg_id: str | None = None, *, topic: str | None = None,
+                   key: str | None = None, deliver_at: datetime | int | None = None,
+                   delay: timedelta | int | None = None) -> ScheduleChange:
+        """Move a pending delayed message (by msgId, or every pending one of ``topic`` with
+        ``key``) to ``deliver_at`` or to ``delay`` from now (exactly one); a level message
+        becomes a timer message, its msgId unchanged. Errors as :meth:`cancel`."""
+        if (deliver_at is None) == (delay is None):
+            raise ValueError("give exactly one of deliver_at, delay")
+        body = RescheduleRequest(
+            deliver_at=None if deliver_at is None else instant_ms(deliver_at),
+            delay_ms=None if delay is None else delay_ms(delay)).to_json()
+        path, params = _target(msg_id, topic, key)
+        return ScheduleChange.from_json(self.http.request("PATCH", path, params=params,
+                                                          json=body))
+
     def close(self) -> None:
         """Send what ``send_async`` accepted (never dropped), then close the connections."""
         batcher = self._batcher
@@ -260,6 +329,20 @@ class Producer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _target(msg_id: str | None, topic: str | None,
+            key: str | None) -> tuple[str, dict[str, str] | None]:
+    """The route and query of a cancel or reschedule: one msgId, or a topic with a key."""
+    if msg_id is not None:
+        if topic is not None or key is not None:
+            raise ValueError("give a msg_id, or topic and key, not both")
+        if not msg_id:
+            raise ValueError("msg_id is empty")
+        return f"/v1/messages/{segment(msg_id)}", None
+    if not topic or not key:
+        raise ValueError("give a msg_id, or both topic and key")
+    return "/v1/messages", {"topic": topic, "key": key}
 
 
 def _uniq_key(item: Pending) -> str:

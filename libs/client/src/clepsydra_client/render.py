@@ -64,6 +64,17 @@ def format_ts(ms: int | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000)) + f".{ms % 1000:03d}"
 
 
+def format_due(deliver_at: int | None, now_ms: int | None = None) -> str:
+    """A delivery time: ``2027-01-01 10:00:00.000 (in 3h05m)`` (local time), ``(due now)``
+    once it has passed, ``-`` for none."""
+    if deliver_at is None:
+        return "-"
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    ahead = deliver_at - now_ms
+    when = "due now" if ahead <= 0 else "in " + format_duration_ms(ahead)
+    return f"{format_ts(deliver_at)} ({when})"
+
+
 def format_duration_ms(ms: int | None) -> str:
     """``850ms``, ``12.3s``, ``4m05s``, ``2h03m``."""
     if ms is None:

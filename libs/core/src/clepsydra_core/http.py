@@ -32,6 +32,7 @@ from requests.adapters import HTTPAdapter
 
 from clepsydra_core import telemetry
 from clepsydra_core.errors import (
+    AlreadyDelivered,
     ClepsydraError,
     DiskFull,
     Forbidden,
@@ -54,7 +55,7 @@ Json = dict[str, Any]
 _BY_CODE: dict[str, type[ClepsydraError]] = {
     cls.code: cls for cls in (TopicNotFound, MessageNotFound, GroupNotFound, NoPermission,
                               Forbidden, OffsetOutOfRange, Unavailable, DiskFull,
-                              Unauthorized, RateLimited)}
+                              Unauthorized, RateLimited, AlreadyDelivered)}
 _BY_STATUS: dict[int, type[ClepsydraError]] = {
     400: ValidationError, 401: Unauthorized, 403: Forbidden, 404: NotFound, 409: ValidationError,
     413: ValidationError, 414: ValidationError, 422: ValidationError, 431: ValidationError,
