@@ -141,12 +141,17 @@ def phase_memory_and_cancel(stack: Stack, n: int, cancels: int, report: Report) 
     worker_pid = stack.procs[0].pid
     time.sleep(2.0)
     rest = (proc_status(store_pid, "VmRSS"), proc_status(worker_pid, "VmRSS"))
+    rest_anon = proc_status(store_pid, "RssAnon")
     seconds, ids = _produce(stack, n, lambda i: _now() + 3_600_000 + i % 1_000_000)
     time.sleep(3.0)  # a few empty hand-over waits
     pending = (proc_status(store_pid, "VmRSS"), proc_status(worker_pid, "VmRSS"))
+    pending_anon = proc_status(store_pid, "RssAnon")
     report.add(f"produce                      {n / seconds:10,.0f} msgs/s ({seconds:.1f} s)")
     report.add(f"store worker RSS             at rest {mb(rest[0])}, {n:,} pending "
                f"{mb(pending[0])} ({(pending[0] / rest[0] - 1) * 100:+.1f} %)")
+    report.add(f"  of which anonymous          at rest {mb(rest_anon)}, pending {mb(pending_anon)} "
+               f"({(pending_anon / max(rest_anon, 1) - 1) * 100:+.1f} %; the rest is file-backed: "
+               "code and libraries)")
     report.add(f"scheduler worker RSS         at rest {mb(rest[1])}, {n:,} pending "
                f"{mb(pending[1])} ({(pending[1] / max(rest[1], 1) - 1) * 100:+.1f} %)")
     backlog = stack.http.session.get(f"{stack.store.url}/v1/schedule/timers", timeout=120)
