@@ -97,6 +97,7 @@ PORT_VARS = (*(p.port_var for p in PARTS if p.port_var), "CLEPSYDRA_REDIS_PORT")
 SCHEDULER = (SCHEDULER_WORKER, SCHEDULER_BEAT)
 ANALYTICS = (ANALYTICS_EXPORT, ANALYTICS_API, ANALYTICS_SCHEDULE)
 
+
 class Stack:
     """The parts asked for, under one home, on free ports (or those given), every one told
     the others' addresses; ``start()`` starts them in order and waits until each is ready,
