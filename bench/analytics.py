@@ -34,7 +34,7 @@ from clepsydra_analytics.export_files import ExportFiles, hour_of
 from clepsydra_analytics.exporter import Exporter, tune_gc
 from clepsydra_analytics.settings import AnalyticsSettings
 from clepsydra_analytics.store_reader import StoreReader
-from tools.processes import store_service
+from tools.parts import store_service
 
 REPO = Path(__file__).resolve().parents[1]
 

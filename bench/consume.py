@@ -30,21 +30,13 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from clepsydra_client.admin import AdminClient
 from clepsydra_client.producer import OutgoingMessage, Producer
-from tests.fixtures.scheduler import SchedulerProcess
-from tools.processes import (
-    HttpService,
-    Process,
-    RedisServer,
-    free_port,
-    store_service,
-    wait_until,
-)
+from tools import parts
+from tools.processes import Process, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -105,57 +97,24 @@ def run_worker(args: argparse.Namespace) -> int:
 
 # ---- orchestration ---------------------------------------------------------------------------
 
-@dataclass
-class Stack:
-    root: Path
-    procs: list[Process]
-    store: HttpService
-    retry: HttpService
-
-    def stop(self) -> None:
-        for proc in reversed(self.procs):
-            proc.stop()
-
-
-def start_stack(root: Path) -> Stack:
-    procs: list[Process] = []
-
-    def start(proc: Any, **kw: Any) -> Any:
-        procs.append(proc)  # tracked first: stopped even if it never gets ready
-        return proc.start(**kw)
-
-    try:
-        redis = start(RedisServer(root / "redis"))
-        store = start(store_service(root / "home"))
-        port = free_port()
-        env = {"CLEPSYDRA_HOME": str(root / "home"), "CLEPSYDRA_RETRY_PORT": str(port),
-               "CLEPSYDRA_STORE_URL": store.url, "CLEPSYDRA_REDIS_URL": redis.url,
-               "CLEPSYDRA_LOG_LEVEL": "WARNING"}
-        retry = start(HttpService("retry", [sys.executable, "-m", "clepsydra_retry"],
-                                  port=port, env=env, log_dir=root / "logs"))
-        sched_env = {"CLEPSYDRA_HOME": str(root / "sched"), "CLEPSYDRA_REDIS_URL": redis.url,
-                     "CLEPSYDRA_STORE_URL": store.url}
-        for role in ("worker", "beat"):
-            start(SchedulerProcess(role, name=f"scheduler-{role}", env=sched_env,
-                                   log_dir=root / "logs"), timeout_s=60)
-    except BaseException:
-        for proc in reversed(procs):
-            proc.stop()
-        raise
-    return Stack(root, procs, store, retry)
+def start_stack(root: Path) -> parts.Stack:
+    """Redis, the store, the retry service and the scheduler (worker + beat): the one stack
+    builder, tools/parts.py, under ``root``."""
+    return (parts.Stack(root).with_redis().with_store()
+            .with_retry(CLEPSYDRA_LOG_LEVEL="WARNING").with_scheduler().start())
 
 
 class Worker(Process):
-    def __init__(self, stack: Stack, name: str, *, group: str, topic: str,
+    def __init__(self, stack: parts.Stack, name: str, *, group: str, topic: str,
                  args: argparse.Namespace, fail_every: int) -> None:
-        self.status_path = stack.root / f"{name}.status.json"
+        self.status_path = stack.home / f"{name}.status.json"
         argv = [sys.executable, __file__, "--worker", "--store", stack.store.url,
                 "--retry", stack.retry.url, "--group", group, "--topic", topic,
                 "--status", str(self.status_path), "--name", name,
                 "--pull-batch", str(args.pull_batch), "--consume-batch", str(args.consume_batch),
                 "--fail-every", str(fail_every)]
         super().__init__(name, argv, env={"CLEPSYDRA_LOG_LEVEL": "WARNING"},
-                         log_dir=stack.root / "logs")
+                         log_dir=stack.log_dir)
 
     def status(self) -> dict[str, Any]:
         try:
@@ -184,7 +143,7 @@ def produce(producer: Producer, topic: str, n: int, threads: int = 2) -> float:
     return time.monotonic() - started
 
 
-def phase(stack: Stack, name: str, *, topic: str, consumers: int, n: int, fail_every: int,
+def phase(stack: parts.Stack, name: str, *, topic: str, consumers: int, n: int, fail_every: int,
           args: argparse.Namespace, produce_now: bool) -> dict[str, Any]:
     """One group of ``consumers`` processes drains ``n`` messages of ``topic`` (already
     there, or produced now while they run)."""

@@ -42,15 +42,8 @@ from typing import Any
 import redis
 import requests
 
-from tests.fixtures.scheduler import SchedulerProcess
-from tools.processes import (
-    HttpService,
-    Process,
-    RedisServer,
-    free_port,
-    store_service,
-    wait_until,
-)
+from tools import parts
+from tools.processes import HttpService, Process, RedisServer, free_port, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -212,31 +205,31 @@ class Http:
         return int(item["handedOver"]), int(item["maxOffset"])
 
 
-class Stack:
-    """redis-server + store + scheduler processes under one temporary home."""
+class DeliveryStack:
+    """redis-server + store (the one stack builder, tools/parts.py) under one temporary home,
+    scheduler processes added on demand."""
 
     def __init__(self, home: Path) -> None:
         self.home = home
-        self.redis = RedisServer(home / "redis").start()
-        self.store: HttpService = store_service(home, env={
-            "CLEPSYDRA_DELAY_LEVELS": "", "CLEPSYDRA_LOG_LEVEL": "WARNING"}).start(60)
+        self.parts = parts.Stack(home, env={"CLEPSYDRA_DELAY_LEVELS": "",
+                                            "CLEPSYDRA_LOG_LEVEL": "WARNING"})
+        self.parts.with_redis().with_store().start()
+        assert self.parts.redis is not None
+        self.redis: RedisServer = self.parts.redis
+        self.store: HttpService = self.parts.store
         self.http = Http(self.store.url)
         self.r = redis.Redis.from_url(self.redis.url)
         self.procs: list[Process] = []
         self._n = 0
 
-    def env(self) -> dict[str, str]:
-        return {"CLEPSYDRA_HOME": str(self.home), "CLEPSYDRA_REDIS_URL": self.redis.url,
-                "CLEPSYDRA_STORE_URL": self.store.url, "CLEPSYDRA_DELAY_LEVELS": "",
-                "CLEPSYDRA_LOG_LEVEL": "WARNING"}
-
-    def start(self, command: str) -> SchedulerProcess:
+    def start(self, command: str) -> Process:
+        """A scheduler worker or beat (no health servers: several run at once)."""
         self._n += 1
-        env = self.env()
+        part = parts.SCHEDULER_WORKER if command == "worker" else parts.SCHEDULER_BEAT
+        env = {"CLEPSYDRA_SCHEDULER_PORT": "0", "CLEPSYDRA_SCHEDULER_BEAT_PORT": "0"}
         if command == "worker":
             env["CLEPSYDRA_LOG_LEVEL"] = "INFO"  # the ready line
-        proc = SchedulerProcess(command, name=f"{command}-{self._n}", env=env,
-                                log_dir=self.home / "logs").start(60)
+        proc = self.parts.add(part, name=f"{command}-{self._n}", **env)
         self.procs.append(proc)
         return proc
 
@@ -244,10 +237,7 @@ class Stack:
         return int(self.r.info("memory")["used_memory"])  # type: ignore[index]
 
     def close(self) -> None:
-        for proc in reversed(self.procs):
-            proc.stop()
-        self.store.stop()
-        self.redis.stop()
+        self.parts.stop()
 
 
 @contextmanager
@@ -276,7 +266,7 @@ def sampling(pids: dict[str, int], extra: dict[str, Callable[[], int]],
 
 # ---- phases ----------------------------------------------------------------------------------
 
-def phase_lateness(stack: Stack, n: int, report: Report) -> None:
+def phase_lateness(stack: DeliveryStack, n: int, report: Report) -> None:
     report.add(f"\n== lateness: {n:,} x 1 KiB, levels 1-4 (1s 5s 10s 30s), scheduler running")
     beat = stack.start("beat")
     worker = stack.start("worker")
@@ -307,7 +297,7 @@ def phase_lateness(stack: Stack, n: int, report: Report) -> None:
     beat.stop()
 
 
-def phase_drain(stack: Stack, n: int, report: Report) -> None:
+def phase_drain(stack: DeliveryStack, n: int, report: Report) -> None:
     report.add(f"\n== drain: {n:,} level-1 messages due at once, then the worker starts")
     topic = "drain"
     stack.http.create_topic(topic, 4)
@@ -345,7 +335,7 @@ def phase_drain(stack: Stack, n: int, report: Report) -> None:
     worker.stop()
 
 
-def phase_pending(stack: Stack, n: int, report: Report) -> None:
+def phase_pending(stack: DeliveryStack, n: int, report: Report) -> None:
     report.add(f"\n== pending: {n:,} x 1 KiB at level {LONG_LEVEL} (2h), scheduler running")
     beat = stack.start("beat")
     worker = stack.start("worker")
@@ -402,7 +392,7 @@ def run_celery_worker(broker: str) -> None:
                      "--without-mingle", "--without-heartbeat"])
 
 
-def phase_celery(stack: Stack, n: int, report: Report) -> None:
+def phase_celery(stack: DeliveryStack, n: int, report: Report) -> None:
     report.add(f"\n== celery countdown: {n:,} tasks, countdown 1/5/10/30 s, one worker (solo)")
     broker = stack.redis.url.rsplit("/", 1)[0] + "/1"
     worker = Process("celery-countdown", [sys.executable, __file__, "_celery-worker", broker],
@@ -467,7 +457,7 @@ def main() -> int:
     report = Report()
     report.add(f"delay_delivery bench: home {home}, {os.cpu_count()} CPUs, "
                f"load {os.getloadavg()[0]:.1f}")
-    stack = Stack(home)
+    stack = DeliveryStack(home)
     try:
         stack.http.create_topic(TOPIC, 4)
         if "lateness" not in skip:

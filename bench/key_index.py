@@ -28,7 +28,8 @@ import time
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
-from tools.processes import HttpService, free_port, store_service
+from tools.parts import store_service
+from tools.processes import HttpService, free_port
 
 TOPIC = "keyed"
 BATCH = 1000

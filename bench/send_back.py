@@ -43,12 +43,8 @@ from urllib.parse import quote
 
 import requests
 
-from tools.processes import (
-    HttpService,
-    RedisServer,
-    free_port,
-    store_service,
-)
+from tools import parts
+from tools.processes import RedisServer
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -77,23 +73,20 @@ class Row:
 
 
 class Services:
-    """redis-server, store and retry service as processes under a temporary home."""
+    """redis-server, store and retry service (the one stack builder, tools/parts.py) under a
+    temporary home."""
 
     def __init__(self, home: Path, workers: int) -> None:
-        self.redis = RedisServer(home / "redis").start()
         env = {"CLEPSYDRA_DELAY_LEVELS": LEVELS_1S, "CLEPSYDRA_LOG_LEVEL": "WARNING"}
-        self.store = store_service(home / "store-home", env=env).start()
-        port = free_port()
-        self.retry = HttpService(
-            "retry", [sys.executable, "-m", "clepsydra_retry"], port=port, log_dir=home / "logs",
-            env={"CLEPSYDRA_HOME": str(home / "retry-home"), "CLEPSYDRA_RETRY_PORT": str(port),
-                 "CLEPSYDRA_STORE_URL": self.store.url, "CLEPSYDRA_REDIS_URL": self.redis.url,
-                 "CLEPSYDRA_RETRY_WORKERS": str(workers), "CLEPSYDRA_RETRY_THREADS": "8",
-                 **env}).start()
+        self.parts = (parts.Stack(home, env=env).with_redis().with_store()
+                      .with_retry(CLEPSYDRA_RETRY_WORKERS=str(workers),
+                                  CLEPSYDRA_RETRY_THREADS="8").start())
+        assert self.parts.redis is not None
+        self.redis: RedisServer = self.parts.redis
+        self.store, self.retry = self.parts.store, self.parts.retry
 
     def stop(self) -> None:
-        for process in (self.retry, self.store, self.redis):
-            process.stop()
+        self.parts.stop()
 
     def cpu(self) -> dict[str, float]:
         """CPU seconds used so far by each service (all its processes)."""

@@ -44,7 +44,7 @@ from typing import Any
 
 import requests
 
-from tools.processes import store_service
+from tools.parts import store_service
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -76,7 +76,7 @@ class Row:
 
 class StoreProcess:
     """``python -m clepsydra_store`` on a free port under its own CLEPSYDRA_HOME (the
-    toolkit's :func:`tools.processes.store_service`), and its one worker's pid."""
+    stack builder's :func:`tools.parts.store_service`), and its one worker's pid."""
 
     def __init__(self, home: Path, flush: str) -> None:
         self.service = store_service(home, env={"CLEPSYDRA_FLUSH": flush,

@@ -29,7 +29,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.delay_delivery import BATCH, BODY, Report, Stack, lateness_line, mb, proc_status
+from bench.delay_delivery import BATCH, BODY, DeliveryStack, Report, lateness_line, mb, proc_status
 
 TOPIC = "bench"
 
@@ -50,7 +50,7 @@ def _store_worker_pid(master: int) -> int:
     return master
 
 
-def _produce(stack: Stack, n: int, at_of, threads: int = 2) -> tuple[float, list[str]]:  # type: ignore[no-untyped-def]
+def _produce(stack: DeliveryStack, n: int, at_of, threads: int = 2) -> tuple[float, list[str]]:  # type: ignore[no-untyped-def]
     """Send n timers (``at_of(i)`` -> deliverAt, called at send time); (seconds, msgIds)."""
     url = f"{stack.store.url}/v1/topics/{TOPIC}/messages/batch"
     starts = iter(range(0, n, BATCH))
@@ -81,7 +81,7 @@ def _produce(stack: Stack, n: int, at_of, threads: int = 2) -> tuple[float, list
     return time.perf_counter() - started, ids
 
 
-def _delivered(stack: Stack) -> list[tuple[int, int]]:
+def _delivered(stack: DeliveryStack) -> list[tuple[int, int]]:
     """(DELIVER_TS, storeTimestamp) of every delivered copy."""
     info = stack.http.session.get(f"{stack.store.url}/v1/topics/{TOPIC}", timeout=30).json()
     out: list[tuple[int, int]] = []
@@ -99,7 +99,7 @@ def _delivered(stack: Stack) -> list[tuple[int, int]]:
     return out
 
 
-def _wait_count(stack: Stack, n: int, timeout_s: float) -> None:
+def _wait_count(stack: DeliveryStack, n: int, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while stack.http.count(TOPIC) < n:
         if time.monotonic() > deadline:
@@ -107,7 +107,7 @@ def _wait_count(stack: Stack, n: int, timeout_s: float) -> None:
         time.sleep(0.2)
 
 
-def phase_lateness(stack: Stack, n: int, report: Report) -> None:
+def phase_lateness(stack: DeliveryStack, n: int, report: Report) -> None:
     report.add(f"\n== lateness: {n:,} timers x 1 KiB, deliverAt = send + uniform(2 s, 12 s)")
     rng = random.Random(15)
     seconds, _ = _produce(stack, n, lambda i: _now() + rng.randint(2_000, 12_000))
@@ -120,7 +120,7 @@ def phase_lateness(stack: Stack, n: int, report: Report) -> None:
                              [stored - due for due, stored in copies]))
 
 
-def phase_drain_now(stack: Stack, n: int, report: Report) -> None:
+def phase_drain_now(stack: DeliveryStack, n: int, report: Report) -> None:
     report.add(f"\n== drain: {n:,} timers due at one instant")
     base = stack.http.count(TOPIC)
     due = _now() + 5_000 + n // 5  # after production ends (>= 5k msgs/s)
@@ -135,7 +135,7 @@ def phase_drain_now(stack: Stack, n: int, report: Report) -> None:
                f"(due {due}, last copy +{span_ms} ms)")
 
 
-def phase_memory_and_cancel(stack: Stack, n: int, cancels: int, report: Report) -> None:
+def phase_memory_and_cancel(stack: DeliveryStack, n: int, cancels: int, report: Report) -> None:
     report.add(f"\n== memory: {n:,} timers an hour ahead; cancel {cancels:,} by msgId")
     store_pid = _store_worker_pid(stack.store.pid)
     worker_pid = stack.procs[0].pid
@@ -195,7 +195,7 @@ def main() -> int:
         args.pending, args.drain, args.cancel = 10_000, 10_000, 1_000
     report = Report()
     with tempfile.TemporaryDirectory(prefix="clepsydra-bench-timers-") as tmp:
-        stack = Stack(Path(tmp))
+        stack = DeliveryStack(Path(tmp))
         try:
             stack.http.create_topic(TOPIC, 4)
             stack.start("worker")

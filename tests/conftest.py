@@ -1,4 +1,5 @@
-"""Fixtures shared by every suite: real redis-server and store processes on free ports."""
+"""Fixtures shared by every suite: real redis-server and store processes on free ports (the
+store as the one stack builder, tools/parts.py, starts it)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from tools.processes import HttpService, RedisServer, store_service
+from tools.parts import store_service
+from tools.processes import HttpService, RedisServer
 
 
 @pytest.fixture
@@ -21,14 +23,14 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
 
 @pytest.fixture
 def start_store(tmp_path: Path) -> Iterator[Callable[..., HttpService]]:
-    """Factory: start_store(**env) runs the store service as a process under tmp_path;
-    every store it started is stopped at the end of the test."""
+    """Factory: start_store(home, port=, env=) runs the store service as a process under
+    tmp_path; every store it started is stopped at the end of the test."""
     started: list[HttpService] = []
 
     def start(home: Path | None = None, **kwargs: Any) -> HttpService:
-        service = store_service(home or tmp_path / "home", **kwargs).start()
-        started.append(service)
-        return service
+        service = store_service(home or tmp_path / "home", **kwargs)
+        started.append(service)  # tracked first: stopped even if it never gets ready
+        return service.start()
 
     yield start
     for service in started:

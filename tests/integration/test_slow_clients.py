@@ -18,8 +18,9 @@ import pytest
 import requests
 
 from clepsydra_web.slow_clients import READY_BYTES, request_complete
-from tests.integration.retry.conftest import retry_service
-from tools.processes import HttpService, RedisServer, store_service
+from tests.integration.retry.conftest import LEVELS_1S
+from tools.parts import Stack
+from tools.processes import HttpService
 
 pytestmark = pytest.mark.integration
 
@@ -38,17 +39,14 @@ class Services:
 @pytest.fixture(scope="module")
 def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
     home = tmp_path_factory.mktemp("slow")
-    redis = RedisServer(home / "redis").start()
-    store = store_service(home / "store", env={"CLEPSYDRA_STORE_THREADS": str(THREADS)}).start()
-    retry = retry_service(home / "retry", store_url=store.url, redis_url=redis.url,
-                          env={"CLEPSYDRA_RETRY_THREADS": str(THREADS)}).start()
-    try:
+    builder = (Stack(home).with_redis().with_store(CLEPSYDRA_STORE_THREADS=str(THREADS))
+               .with_retry(CLEPSYDRA_DELAY_LEVELS=LEVELS_1S,
+                           CLEPSYDRA_RETRY_THREADS=str(THREADS)))
+    with builder.start() as stack:
+        store, retry = stack.store, stack.retry
         assert requests.post(f"{store.url}/v1/topics", json={"name": TOPIC, "queues": 1},
                              timeout=ANSWER_S).status_code == 201
         yield Services(store, retry)
-    finally:
-        for process in (retry, store, redis):
-            process.stop()
 
 
 def _half_requests(port: int, count: int) -> list[socket.socket]:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ import requests
 
 from clepsydra_analytics.export_files import ExportFiles
 from clepsydra_analytics.settings import AnalyticsSettings
+from tools.parts import ANALYTICS_EXPORT, Stack
 from tools.processes import Process
 
 
@@ -53,23 +53,17 @@ def exported_ids(settings: AnalyticsSettings) -> Counter[str]:
     return Counter(exported(settings).column("msg_id").to_pylist())
 
 
-class ExporterProcess(Process):
-    """``python -m clepsydra_analytics export`` as a child process."""
-
-    def __init__(self, settings_env: dict[str, str], log_dir: Path, name: str = "exporter"):
-        super().__init__(name, [sys.executable, "-m", "clepsydra_analytics", "export"],
-                         env=settings_env, log_dir=log_dir)
-
-
 @pytest.fixture
 def exporter_procs(tmp_path: Path):  # type: ignore[no-untyped-def]
-    made: list[ExporterProcess] = []
+    """Factory: exporter_procs(env, name) starts ``python -m clepsydra_analytics export`` (the
+    stack builder's analytics-export part) with ``env``, its log in ``tmp_path/logs``; every
+    one is stopped at the end."""
+    made: list[Process] = []
 
-    def make(env: dict[str, str], name: str = "exporter") -> ExporterProcess:
-        proc = ExporterProcess(env, tmp_path / "logs", name)
+    def make(env: dict[str, str], name: str = "exporter") -> Process:
+        proc = Stack(tmp_path).process(ANALYTICS_EXPORT, name=name, **env)
         made.append(proc)
-        proc.start()
-        return proc
+        return proc.start()
 
     yield make
     for proc in made:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +19,8 @@ from clepsydra_analytics.settings import AnalyticsSettings
 from clepsydra_client.cli import main as cli_main
 from clepsydra_core import naming
 from tests.integration.analytics.conftest import create_topic, produce, settings_for
-from tools.processes import HttpService, free_port
+from tools.parts import ANALYTICS_API, service
+from tools.processes import HttpService
 
 pytestmark = pytest.mark.integration
 
@@ -99,12 +99,7 @@ def test_cli_report_and_export_commands(exported_store: tuple[HttpService, Analy
                                         tmp_path: Path) -> None:
     store, settings = exported_store
     hand_made_run(settings)
-    port = free_port()
-    api = HttpService("analytics", [sys.executable, "-m", "clepsydra_analytics", "serve"],
-                      port=port, env={"CLEPSYDRA_HOME": str(tmp_path),
-                                      "CLEPSYDRA_STORE_URL": store.url,
-                                      "CLEPSYDRA_ANALYTICS_PORT": str(port)},
-                      log_dir=tmp_path / "logs").start()
+    api = service(ANALYTICS_API, tmp_path, store_url=store.url).start()
     try:
         def cli(*argv: str) -> tuple[int, str, str]:
             out, err = io.StringIO(), io.StringIO()

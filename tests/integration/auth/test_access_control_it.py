@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import io
 import json
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,14 +32,8 @@ from clepsydra_client.cli import main as cli_main
 from clepsydra_core import naming
 from clepsydra_core.auth import Role
 from clepsydra_core.auth_tokens import create_token
-from tools.processes import (
-    HttpService,
-    Process,
-    RedisServer,
-    free_port,
-    store_service,
-    wait_until,
-)
+from tools.parts import ANALYTICS_API, Stack
+from tools.processes import HttpService, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -85,47 +78,21 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthStack]:
               for name, (role, topics, groups) in grants.items()}
     auth_env = {"CLEPSYDRA_AUTH": "on", "CLEPSYDRA_AUTH_TOKENS_FILE": str(tokens_file),
                 "CLEPSYDRA_DELAY_LEVELS": LEVELS}
-    started: list[Process] = []
-    redis = RedisServer(root / "redis").start()
-    started.append(redis)
-    try:
-        store = store_service(root / "store", env=auth_env).start()
-        started.append(store)
-        common = {**auth_env, "CLEPSYDRA_STORE_URL": store.url,
-                  "CLEPSYDRA_REDIS_URL": redis.url}
-        port = free_port()
-        retry = HttpService("retry", [sys.executable, "-m", "clepsydra_retry"], port=port,
-                            env={**common, "CLEPSYDRA_HOME": str(root / "retry"),
-                                 "CLEPSYDRA_RETRY_PORT": str(port),
-                                 "CLEPSYDRA_TOKEN": tokens["retry"]},
-                            log_dir=root / "logs").start()
-        started.append(retry)
-        port = free_port()
-        analytics = HttpService("analytics", [sys.executable, "-m", "clepsydra_analytics",
-                                              "serve"], port=port,
-                                env={**common, "CLEPSYDRA_HOME": str(root / "analytics"),
-                                     "CLEPSYDRA_ANALYTICS_PORT": str(port),
-                                     "CLEPSYDRA_TOKEN": tokens["analytics"]},
-                                log_dir=root / "logs").start()
-        started.append(analytics)
-        sched_env = {**common, "CLEPSYDRA_HOME": str(root / "scheduler"),
-                     "CLEPSYDRA_TOKEN": tokens["scheduler"],
-                     "CLEPSYDRA_SCHEDULER_KEEPALIVE_S": "1", "CLEPSYDRA_SCHEDULER_POLL_MS": "100",
-                     "CLEPSYDRA_SCHEDULER_BACKOFF_S": "1", "CLEPSYDRA_SCHEDULER_PORT": "0",
-                     "CLEPSYDRA_SCHEDULER_BEAT_PORT": "0"}
-        for role in ("worker", "beat"):
-            proc = Process(f"scheduler-{role}", [sys.executable, "-m", "clepsydra_scheduler",
-                                                 role], env=sched_env, log_dir=root / "logs")
-            started.append(proc.start())
-        s = AuthStack(tokens_file, tokens, store, retry, analytics, requests.Session())
+    builder = (Stack(root, env=auth_env).with_redis().with_store()
+               .with_retry(CLEPSYDRA_TOKEN=tokens["retry"])
+               .with_analytics(ANALYTICS_API, CLEPSYDRA_TOKEN=tokens["analytics"])
+               .with_scheduler(CLEPSYDRA_TOKEN=tokens["scheduler"],
+                               CLEPSYDRA_SCHEDULER_KEEPALIVE_S="1",
+                               CLEPSYDRA_SCHEDULER_POLL_MS="100",
+                               CLEPSYDRA_SCHEDULER_BACKOFF_S="1"))
+    with builder.start():
+        s = AuthStack(tokens_file, tokens, builder.store, builder.retry, builder.analytics,
+                      requests.Session())
         for topic in (TOPIC, OTHER):
             resp = s.as_("admin", "POST", "/v1/topics", json={"name": topic, "queues": 1})
             assert resp.status_code in (200, 201), resp.text
         yield s
         s.http.close()
-    finally:
-        for proc in reversed(started):
-            proc.stop()
 
 
 def _unauthorized(resp: requests.Response) -> None:

@@ -1,5 +1,6 @@
 """Real parts for the client's integration tests: redis-server, the store, the retry service
-and the scheduler (Celery worker + beat) as processes on free ports, one stack for the session
+and the scheduler (Celery worker + beat) as processes on free ports (the one stack builder,
+tools/parts.py), one stack for the session
 (starting processes is the slow part on a shared machine); every test works in its own topics
 and groups. Levels are all ``1s``; consumers heartbeat every 0.3 s and the store forgets a
 silent consumer after 3 s."""
@@ -12,7 +13,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +31,10 @@ from clepsydra_client.producer import Producer
 from clepsydra_client.push import PushConsumer
 from clepsydra_client.settings import ensure_tracing
 from clepsydra_core import telemetry
-from tests.fixtures.scheduler import SchedulerProcess, scheduler_env
-from tests.integration.retry.conftest import LEVELS_1S, retry_service
-from tools.processes import (
-    HttpService,
-    Process,
-    RedisServer,
-    store_service,
-    wait_until,
-)
+from tests.fixtures.scheduler import SCHEDULER_TEST_ENV
+from tests.integration.retry.conftest import LEVELS_1S
+from tools import parts
+from tools.processes import HttpService, Process, free_port, wait_until
 
 HERE = Path(__file__).resolve().parent
 EXPIRY_MS = 3000
@@ -50,54 +46,44 @@ _serial = itertools.count()
 
 @dataclass
 class ClientStack:
-    root: Path
-    redis: RedisServer
-    store: HttpService
-    retry: HttpService
+    """The running parts (a :class:`tools.parts.Stack`) and what the tests ask of them."""
+
+    parts: parts.Stack
     spans_path: Path
-    procs: list[Process] = field(default_factory=list)
+
+    @property
+    def root(self) -> Path:
+        return self.parts.home
+
+    @property
+    def store(self) -> HttpService:
+        return self.parts.store
+
+    @property
+    def retry(self) -> HttpService:
+        return self.parts.retry
 
     def admin(self) -> AdminClient:
         return AdminClient(self.store.url, self.retry.url)
 
     def start_retry(self, name: str) -> HttpService:
-        """A second retry service (for tests that stop it)."""
-        service = retry_service(self.root / name, store_url=self.store.url,
-                                redis_url=self.redis.url)
-        service.name = name
-        self.procs.append(service)
-        return service.start()
+        """A second retry service, on a port of its own (for tests that stop it)."""
+        service = self.parts.add(parts.RETRY, name=name, CLEPSYDRA_RETRY_PORT=str(free_port()))
+        assert isinstance(service, HttpService)
+        return service
 
 
 @pytest.fixture(scope="session")
 def client_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClientStack]:
     root = tmp_path_factory.mktemp("client-stack")
     spans_path = root / "spans.jsonl"
-    started: list[Process] = []
-
-    def start(proc: Any, **kw: Any) -> Any:
-        started.append(proc)  # tracked first: stopped even if it never gets ready
-        return proc.start(**kw)
-
-    try:
-        redis = start(RedisServer(root / "redis"))
-        store = start(store_service(root / "home", env={
-            "CLEPSYDRA_DELAY_LEVELS": LEVELS_1S,
-            "CLEPSYDRA_STORE_CONSUMER_EXPIRY_MS": str(EXPIRY_MS),
-            "CLEPSYDRA_OTEL_EXPORTER": f"file:{spans_path}"}))
-        retry = start(retry_service(root / "home", store_url=store.url, redis_url=redis.url,
-                                    env={"CLEPSYDRA_OTEL_EXPORTER": f"file:{spans_path}"}))
-        env = scheduler_env(root / "sched", redis_url=redis.url, store_url=store.url,
-                            CLEPSYDRA_DELAY_LEVELS=LEVELS_1S)
-        for role in ("worker", "beat"):
-            start(SchedulerProcess(role, name=f"scheduler-{role}", env=env,
-                                   log_dir=root / "logs"), timeout_s=60)
-        stack = ClientStack(root, redis, store, retry, spans_path)
-        yield stack
-        started.extend(stack.procs)
-    finally:
-        for process in reversed(started):
-            process.stop()
+    otel = {"CLEPSYDRA_OTEL_EXPORTER": f"file:{spans_path}"}
+    builder = (parts.Stack(root, env={"CLEPSYDRA_DELAY_LEVELS": LEVELS_1S}).with_redis()
+               .with_store(CLEPSYDRA_STORE_CONSUMER_EXPIRY_MS=str(EXPIRY_MS), **otel)
+               .with_retry(**otel)
+               .with_scheduler(SCHEDULER_TEST_ENV, CLEPSYDRA_DELAY_LEVELS=LEVELS_1S))
+    with builder.start():
+        yield ClientStack(builder, spans_path)
 
 
 @pytest.fixture
@@ -247,8 +233,8 @@ class ConsumerProcess(Process):
                 "--sleep-ms", str(sleep_ms), "--name", name]
         super().__init__(name, argv, env=env, log_dir=folder)
 
-    def start(self) -> ConsumerProcess:
-        super().start()
+    def start(self, timeout_s: float = 30.0) -> ConsumerProcess:
+        super().start(timeout_s)
         wait_until(lambda: self.status() is not None or not self.alive(), 30,
                    what=f"{self.name} running")
         assert self.alive(), self.log()[-3000:]

@@ -1,6 +1,7 @@
 """Real parts for the retry service's integration tests: redis-server, the store, the retry
 service (``python -m clepsydra_retry``) and the scheduler (Celery worker + beat), as processes on
-free ports, with an all-``1s`` level table so a full 16-step ladder fits in a test.
+free ports from the one stack builder (tools/parts.py), with an all-``1s`` level table so a
+full 16-step ladder fits in a test.
 
 One stack serves the whole module set (starting processes is the slow part on a shared 2-core
 machine); every test works in its own group and topic, so tests do not see each other.
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -26,14 +26,8 @@ from clepsydra_core import naming
 from clepsydra_retry.app import create_app
 from clepsydra_retry.settings import RetrySettings
 from tests.fixtures.otlp import OtlpReceiver
-from tools.processes import (
-    HttpService,
-    Process,
-    RedisServer,
-    free_port,
-    store_service,
-    wait_until,
-)
+from tools import parts
+from tools.processes import HttpService, Process, RedisServer, wait_until
 
 LEVELS_1S = " ".join(["1s"] * 18)
 _names = itertools.count()
@@ -44,37 +38,38 @@ def enc(topic: str) -> str:
     return quote(topic, safe="")
 
 
+SCHEDULER_ENV = {"CLEPSYDRA_SCHEDULER_KEEPALIVE_S": "1", "CLEPSYDRA_SCHEDULER_POLL_MS": "100",
+                 "CLEPSYDRA_SCHEDULER_BACKOFF_S": "1"}
+"""The scheduler's settings in these tests: quick keep-alives and polls."""
+
+
 def retry_service(home: Path, *, store_url: str, redis_url: str,
                   env: dict[str, str] | None = None) -> HttpService:
-    port = free_port()
-    full_env = {"CLEPSYDRA_HOME": str(home), "CLEPSYDRA_RETRY_PORT": str(port),
-                "CLEPSYDRA_STORE_URL": store_url, "CLEPSYDRA_REDIS_URL": redis_url,
-                "CLEPSYDRA_DELAY_LEVELS": LEVELS_1S, **(env or {})}
-    return HttpService("retry", [sys.executable, "-m", "clepsydra_retry"], port=port,
-                       env=full_env, log_dir=home / "logs")
-
-
-def scheduler_processes(home: Path, *, store_url: str, redis_url: str,
-                        env: dict[str, str] | None = None) -> list[Process]:
-    env = {"CLEPSYDRA_HOME": str(home), "CLEPSYDRA_STORE_URL": store_url,
-           "CLEPSYDRA_REDIS_URL": redis_url, "CLEPSYDRA_DELAY_LEVELS": LEVELS_1S,
-           "CLEPSYDRA_SCHEDULER_KEEPALIVE_S": "1", "CLEPSYDRA_SCHEDULER_POLL_MS": "100",
-           "CLEPSYDRA_SCHEDULER_BACKOFF_S": "1",
-           "CLEPSYDRA_SCHEDULER_PORT": str(free_port()),
-           "CLEPSYDRA_SCHEDULER_BEAT_PORT": str(free_port()), **(env or {})}
-    return [Process(f"scheduler-{role}", [sys.executable, "-m", "clepsydra_scheduler", role],
-                    env=env, log_dir=home / "logs") for role in ("worker", "beat")]
+    """The retry service alone (not started), with the all-``1s`` levels."""
+    return parts.service(parts.RETRY, home, store_url=store_url, redis_url=redis_url,
+                         env={"CLEPSYDRA_DELAY_LEVELS": LEVELS_1S, **(env or {})})
 
 
 @dataclass
-class Stack:
-    """The running parts and HTTP helpers over them."""
+class RetryStack:
+    """HTTP helpers over the running parts (a :class:`tools.parts.Stack`)."""
 
-    redis: RedisServer
-    store: HttpService
-    retry: HttpService
+    parts: parts.Stack
     spans_path: Path
     http: requests.Session = field(default_factory=requests.Session)
+
+    @property
+    def store(self) -> HttpService:
+        return self.parts.store
+
+    @property
+    def retry(self) -> HttpService:
+        return self.parts.retry
+
+    @property
+    def redis(self) -> RedisServer:
+        assert self.parts.redis is not None
+        return self.parts.redis
 
     # ---- store ---------------------------------------------------------------------------
     def create_topic(self, name: str, queues: int = 1) -> None:
@@ -188,56 +183,33 @@ class Stack:
 
 
 @pytest.fixture(scope="session")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RetryStack]:
     """Redis, store and retry service, shared by the retry integration tests."""
     root = tmp_path_factory.mktemp("retry-stack")
     spans_path = root / "spans.jsonl"
-    redis = RedisServer(root / "redis").start()
-    started: list[Process] = [redis]
-    try:
-        # the store exports nothing, but its new traces (raw produce requests) are the ones
-        # the retry service's spans continue: all sampled (the default samples 1 in 100)
-        store = store_service(root / "home", env={
-            "CLEPSYDRA_DELAY_LEVELS": LEVELS_1S,
-            "OTEL_TRACES_SAMPLER": "parentbased_always_on"}).start()
-        started.append(store)
-        retry = retry_service(root / "home", store_url=store.url, redis_url=redis.url,
-                              env={"CLEPSYDRA_OTEL_EXPORTER": f"file:{spans_path}"}).start()
-        started.append(retry)
-        stack = Stack(redis=redis, store=store, retry=retry, spans_path=spans_path)
+    # the store exports nothing, but its new traces (raw produce requests) are the ones the
+    # retry service's spans continue: all sampled (the default samples 1 in 100)
+    builder = (parts.Stack(root, env={"CLEPSYDRA_DELAY_LEVELS": LEVELS_1S}).with_redis()
+               .with_store(OTEL_TRACES_SAMPLER="parentbased_always_on")
+               .with_retry(CLEPSYDRA_OTEL_EXPORTER=f"file:{spans_path}"))
+    with builder.start():
+        stack = RetryStack(builder, spans_path=spans_path)
         yield stack
         stack.http.close()  # open keep-alive connections would hold up gunicorn's stop
-    finally:
-        for process in reversed(started):
-            process.stop()
 
 
-def start_scheduler(processes: list[Process]) -> None:
-    """Start the scheduler's worker and beat; wait until the worker is ready."""
-    for process in processes:
-        process.start()
-    worker = processes[0]
-
-    def ready() -> bool:
-        if not all(p.alive() for p in processes):
-            raise RuntimeError("scheduler exited early:\n" +
-                               "\n".join(p.log()[-3000:] for p in processes))
-        return "ready" in worker.log()
-
-    wait_until(ready, 60, 0.2, what="scheduler worker ready")
+def add_scheduler(builder: parts.Stack, **env: str) -> list[Process]:
+    """The scheduler's worker and beat added to a running stack (the worker ready first)."""
+    return [builder.add(part, **SCHEDULER_ENV, **env) for part in parts.SCHEDULER]
 
 
 @pytest.fixture(scope="session")
-def scheduler(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Process]]:
+def scheduler(stack: RetryStack) -> Iterator[list[Process]]:
     """The scheduler (Celery worker + beat) delivering the stack's delayed messages."""
-    home = tmp_path_factory.mktemp("scheduler")
-    processes = scheduler_processes(home, store_url=stack.store.url, redis_url=stack.redis.url)
-    try:
-        start_scheduler(processes)
-        yield processes
-    finally:
-        for process in processes:
-            process.stop()
+    processes = add_scheduler(stack.parts)
+    yield processes
+    for process in processes:
+        process.stop()
 
 
 @dataclass
@@ -263,23 +235,12 @@ def traced_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TracedSta
             "OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_RESOURCE_ATTRIBUTES": OTLP_TEST_RESOURCE,
             # every trace, hand-over batches included (otlp's default samples 1 in 100)
             "OTEL_TRACES_SAMPLER": "parentbased_always_on"}
-    redis = RedisServer(root / "redis").start()
-    started: list[Process] = [redis]
+    builder = (parts.Stack(root, env={"CLEPSYDRA_DELAY_LEVELS": LEVELS_1S, **otel})
+               .with_redis().with_store().with_retry().with_scheduler(SCHEDULER_ENV))
     try:
-        store = store_service(root / "home", env={"CLEPSYDRA_DELAY_LEVELS": LEVELS_1S,
-                                                  **otel}).start()
-        started.append(store)
-        retry = retry_service(root / "home", store_url=store.url, redis_url=redis.url,
-                              env=otel).start()
-        started.append(retry)
-        processes = scheduler_processes(root / "scheduler", store_url=store.url,
-                                        redis_url=redis.url, env=otel)
-        started.extend(processes)
-        start_scheduler(processes)
-        yield TracedStack(receiver=receiver, store=store, retry=retry)
+        with builder.start():
+            yield TracedStack(receiver=receiver, store=builder.store, retry=builder.retry)
     finally:
-        for process in reversed(started):
-            process.stop()
         receiver.stop()
 
 
@@ -292,7 +253,7 @@ def names(request: pytest.FixtureRequest) -> Callable[[str], str]:
 
 
 @pytest.fixture
-def app_client(stack: Stack) -> Iterator[FlaskClient]:
+def app_client(stack: RetryStack) -> Iterator[FlaskClient]:
     """The retry app in this process (Flask test client) over the stack's Redis and store:
     for bad input, and to read what it left in Redis."""
     settings = RetrySettings.for_test(stack.store.url, stack.redis.url,

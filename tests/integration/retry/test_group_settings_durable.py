@@ -13,7 +13,8 @@ from clepsydra_core import naming
 from clepsydra_retry.app import create_app
 from clepsydra_retry.settings import RetrySettings
 from tests.integration.retry.conftest import LEVELS_1S, enc, retry_service
-from tools.processes import RedisServer, store_service, wait_until
+from tools.parts import store_service
+from tools.processes import RedisServer, wait_until
 
 pytestmark = pytest.mark.integration
 

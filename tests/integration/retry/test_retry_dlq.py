@@ -18,7 +18,7 @@ from clepsydra_core import properties as P
 from tools.processes import Process
 
 if TYPE_CHECKING:
-    from tests.integration.retry.conftest import Stack
+    from tests.integration.retry.conftest import RetryStack
 
 pytestmark = pytest.mark.integration
 
@@ -28,7 +28,7 @@ Names = Callable[[str], str]
 class Dlq:
     """A group with dead letters made through the retry service (send-back with level -1)."""
 
-    def __init__(self, stack: Stack, names: Names) -> None:
+    def __init__(self, stack: RetryStack, names: Names) -> None:
         self.stack = stack
         self.group = names("G")
         self.topic = names("T")
@@ -61,7 +61,7 @@ class Dlq:
 
 
 @pytest.fixture
-def dlq(stack: Stack, names: Names) -> Dlq:
+def dlq(stack: RetryStack, names: Names) -> Dlq:
     return Dlq(stack, names)
 
 
@@ -175,7 +175,7 @@ def test_resend_by_filter_and_all(dlq: Dlq) -> None:  # SPEC R16
     assert dlq.post("resend", {"all": True}).json()["resent"] == 0  # nothing twice
 
 
-def level_queue_end(stack: Stack, level: int) -> int:
+def level_queue_end(stack: RetryStack, level: int) -> int:
     info = stack.topic(naming.SCHEDULE_TOPIC)
     assert info is not None
     return int(info["queues"][level - 1]["maxOffset"])
@@ -208,7 +208,7 @@ def test_resend_rate_limit_paces(dlq: Dlq) -> None:  # SPEC R16
     assert dlq.audit()[-1]["what"]["maxPerSecond"] == 20
 
 
-def test_purge_by_ids_filter_and_all(dlq: Dlq, stack: Stack) -> None:  # SPEC R16
+def test_purge_by_ids_filter_and_all(dlq: Dlq, stack: RetryStack) -> None:  # SPEC R16
     a = dlq.kill(body="a")["msgId"]
     b = dlq.kill(body="b", keys="purge-me")["msgId"]
     c = dlq.kill(body="c")["msgId"]
@@ -231,7 +231,7 @@ def test_purge_by_ids_filter_and_all(dlq: Dlq, stack: Stack) -> None:  # SPEC R1
     assert f'clepsydra_retry_dlq_depth{{group="{dlq.group}"}} 1.0' in metrics
 
 
-def test_audit_records_every_resend_and_purge(dlq: Dlq, stack: Stack,
+def test_audit_records_every_resend_and_purge(dlq: Dlq, stack: RetryStack,
                                               app_client: FlaskClient) -> None:  # SPEC R16
     a = dlq.kill()["msgId"]
     dlq.kill(keys="k")

@@ -15,12 +15,12 @@ from clepsydra_core import properties as P
 from tools.processes import Process
 
 if TYPE_CHECKING:
-    from tests.integration.retry.conftest import Stack
+    from tests.integration.retry.conftest import RetryStack
 
 pytestmark = pytest.mark.integration
 
 
-def test_sixteen_retries_then_the_dlq(stack: Stack, scheduler: list[Process],
+def test_sixteen_retries_then_the_dlq(stack: RetryStack, scheduler: list[Process],
                                       names: Callable[[str], str]) -> None:
     # SPEC R5 (default 16), R6, R7 (levels 3 + reconsumeTimes), R8, R15, R16 failure history
     group, topic = names("G"), names("T")

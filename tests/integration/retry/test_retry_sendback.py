@@ -21,7 +21,7 @@ from clepsydra_retry.settings import RetrySettings
 from tools.processes import HttpService, RedisServer, free_port
 
 if TYPE_CHECKING:
-    from tests.integration.retry.conftest import Stack
+    from tests.integration.retry.conftest import RetryStack
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +35,7 @@ Names = Callable[[str], str]
 
 
 @pytest.fixture
-def setup(stack: Stack, names: Names) -> tuple[str, str]:
+def setup(stack: RetryStack, names: Names) -> tuple[str, str]:
     """(group, topic): a fresh group with default settings and a fresh 2-queue topic."""
     group, topic = names("G"), names("T")
     assert stack.put_group(group).status_code == 201
@@ -43,7 +43,7 @@ def setup(stack: Stack, names: Names) -> tuple[str, str]:
     return group, topic
 
 
-def test_first_send_back_parks_a_copy_for_the_retry_topic(stack: Stack,
+def test_first_send_back_parks_a_copy_for_the_retry_topic(stack: RetryStack,
                                                            setup: tuple[str, str]) -> None:
     # SPEC R1, R3, R4, R7, R8
     group, topic = setup
@@ -71,7 +71,7 @@ def test_first_send_back_parks_a_copy_for_the_retry_topic(stack: Stack,
         assert copy[kept] == original[kept], kept
 
 
-def test_send_back_by_msg_id(stack: Stack, setup: tuple[str, str]) -> None:  # SPEC R1
+def test_send_back_by_msg_id(stack: RetryStack, setup: tuple[str, str]) -> None:  # SPEC R1
     group, topic = setup
     sent = stack.produce(topic)
     result = stack.ok_send_back(group, msgId=sent["msgId"], delayLevel=2)
@@ -89,7 +89,7 @@ def test_send_back_by_msg_id(stack: Stack, setup: tuple[str, str]) -> None:  # S
     assert by_offset["msgId"] == sent["msgId"]
 
 
-def test_retry_topic_gets_the_groups_queue_count(stack: Stack, names: Names) -> None:
+def test_retry_topic_gets_the_groups_queue_count(stack: RetryStack, names: Names) -> None:
     # SPEC R3: retryQueueNums queues, queueId chosen at random among them
     group, topic = names("G"), names("T")
     stack.put_group(group, retryQueueNums=3)
@@ -105,7 +105,7 @@ def test_retry_topic_gets_the_groups_queue_count(stack: Stack, names: Names) -> 
 
 
 def test_unknown_group_is_refused_first_when_groups_are_not_auto_created(
-        stack: Stack, names: Names) -> None:  # SPEC R2 (1)
+        stack: RetryStack, names: Names) -> None:  # SPEC R2 (1)
     settings = RetrySettings.for_test(stack.store.url, stack.redis.url,
                                       CLEPSYDRA_AUTO_CREATE_GROUPS="false")
     app = create_app(settings)
@@ -120,7 +120,7 @@ def test_unknown_group_is_refused_first_when_groups_are_not_auto_created(
 
 
 def test_a_group_is_created_with_defaults_on_its_first_send_back(
-        stack: Stack, names: Names) -> None:
+        stack: RetryStack, names: Names) -> None:
     # issue 12.2: as RocketMQ's broker does; the SDK no longer falls back for a new group
     group, topic = names("newgroup"), names("T")
     stack.create_topic(topic)
@@ -134,7 +134,7 @@ def test_a_group_is_created_with_defaults_on_its_first_send_back(
     assert in_store.status_code == 200  # kept durably by the store
 
 
-def test_zero_retry_queues_drops_and_writes_nothing(stack: Stack, names: Names) -> None:
+def test_zero_retry_queues_drops_and_writes_nothing(stack: RetryStack, names: Names) -> None:
     # SPEC R2 (3): success, nothing written -- checked before the message (a bogus offset too)
     group, topic = names("G"), names("T")
     assert stack.put_group(group, retryQueueNums=0).json()["retryQueueNums"] == 0
@@ -150,7 +150,7 @@ def test_zero_retry_queues_drops_and_writes_nothing(stack: Stack, names: Names) 
     assert stack.topic(naming.retry_topic(group)) is None
 
 
-def test_unknown_offset_and_msg_id_are_named(stack: Stack, setup: tuple[str, str]) -> None:
+def test_unknown_offset_and_msg_id_are_named(stack: RetryStack, setup: tuple[str, str]) -> None:
     # SPEC R2 (5): SYSTEM_ERROR naming the offset; DESIGN: an unknown message is a 404
     group, topic = setup
     before = stack.written(group, topic)
@@ -195,7 +195,7 @@ def test_store_not_writable_is_no_permission(read_only: tuple[FlaskClient, str])
     assert resp.status_code == 403 and resp.get_json()["error"] == "NO_PERMISSION"
 
 
-def test_max_reconsume_times_from_request_else_group(stack: Stack, names: Names) -> None:
+def test_max_reconsume_times_from_request_else_group(stack: RetryStack, names: Names) -> None:
     # SPEC R5, R6: reconsumeTimes >= max -> DLQ; the request's max wins over the group's
     group, topic = names("G"), names("T")
     stack.put_group(group, retryMaxTimes=2)
@@ -222,7 +222,7 @@ def test_max_reconsume_times_from_request_else_group(stack: Stack, names: Names)
     assert kept["outcome"] == "RETRY"
 
 
-def test_negative_level_goes_to_the_dlq_at_once(stack: Stack, setup: tuple[str, str]) -> None:
+def test_negative_level_goes_to_the_dlq_at_once(stack: RetryStack, setup: tuple[str, str]) -> None:
     # SPEC R6: %DLQ%<group>, one queue, queueId 0, not delayed
     group, topic = setup
     sent = stack.produce(topic, "to the dlq", properties={"app": "x"})
@@ -249,7 +249,7 @@ def test_negative_level_goes_to_the_dlq_at_once(stack: Stack, setup: tuple[str, 
 
 @pytest.mark.parametrize(("asked", "reconsumed", "used"), [(0, 5, 8), (0, 15, 18), (7, 3, 7),
                                                             (40, 0, 18)])
-def test_levels_chosen_by_r7(stack: Stack, setup: tuple[str, str], asked: int, reconsumed: int,
+def test_levels_chosen_by_r7(stack: RetryStack, setup: tuple[str, str], asked: int, reconsumed: int,
                              used: int) -> None:  # SPEC R7, L2
     group, topic = setup
     sent = stack.produce(naming.retry_topic(group), properties={
@@ -261,7 +261,8 @@ def test_levels_chosen_by_r7(stack: Stack, setup: tuple[str, str], asked: int, r
     assert copy["reconsumeTimes"] == reconsumed + 1
 
 
-def test_origin_fields_are_kept_across_send_backs(stack: Stack, setup: tuple[str, str]) -> None:
+def test_origin_fields_are_kept_across_send_backs(stack: RetryStack,
+                                                  setup: tuple[str, str]) -> None:
     # SPEC R4, R8: RETRY_TOPIC and ORIGIN_MESSAGE_ID come from the first retry only
     group, topic = setup
     sent = stack.produce(topic)
@@ -274,7 +275,7 @@ def test_origin_fields_are_kept_across_send_backs(stack: Stack, setup: tuple[str
     assert again["reconsumeTimes"] == 2
 
 
-def test_plain_send_at_max_goes_to_the_dlq(stack: Stack, names: Names) -> None:
+def test_plain_send_at_max_goes_to_the_dlq(stack: RetryStack, names: Names) -> None:
     # SPEC R10 (the store's rule), seen through the store and the DLQ toolkit
     group, topic = names("G"), names("T")
     stack.put_group(group)
@@ -294,7 +295,7 @@ def test_plain_send_at_max_goes_to_the_dlq(stack: Stack, names: Names) -> None:
     assert stack.dlq_ids(group) == [at_max["msgId"], default_max["msgId"]]
 
 
-def test_batch_send_back_answers_each_item(stack: Stack, setup: tuple[str, str]) -> None:
+def test_batch_send_back_answers_each_item(stack: RetryStack, setup: tuple[str, str]) -> None:
     group, topic = setup
     a, b = stack.produce(topic), stack.produce(topic)
     resp = stack.http.post(f"{stack.retry.url}/v1/groups/{group}/send-back/batch", json={
@@ -308,7 +309,7 @@ def test_batch_send_back_answers_each_item(stack: Stack, setup: tuple[str, str])
     assert results[3]["error"] == "INVALID_REQUEST"
 
 
-def test_batch_with_pull_hints_reads_the_store_not_the_client(stack: Stack,
+def test_batch_with_pull_hints_reads_the_store_not_the_client(stack: RetryStack,
                                                                setup: tuple[str, str]) -> None:
     # SPEC R2 (5), R8: a hint (where the message was pulled) saves reads, never replaces them
     group, topic = setup
@@ -335,12 +336,12 @@ def test_batch_with_pull_hints_reads_the_store_not_the_client(stack: Stack,
             sent[n]["msgId"]
 
 
-def send_back_spans(stack: Stack, msg_id: str) -> list[dict[str, Any]]:
+def send_back_spans(stack: RetryStack, msg_id: str) -> list[dict[str, Any]]:
     return [s for s in stack.spans() if s["name"] == "retry.send_back"
             and s["attributes"].get(telemetry.MESSAGE_ID) == msg_id]
 
 
-def test_send_back_span_continues_the_messages_trace(stack: Stack,
+def test_send_back_span_continues_the_messages_trace(stack: RetryStack,
                                                      setup: tuple[str, str]) -> None:
     # SPEC O1: a span per send-back; without a caller's context, a child of the message's
     group, topic = setup
@@ -359,7 +360,7 @@ def test_send_back_span_continues_the_messages_trace(stack: Stack,
     assert copy["properties"][P.TRACEPARENT].split("-")[2] == span["spanId"]
 
 
-def test_send_back_span_is_a_child_of_the_failed_attempt(stack: Stack,
+def test_send_back_span_is_a_child_of_the_failed_attempt(stack: RetryStack,
                                                          setup: tuple[str, str]) -> None:
     # issue 19: the caller's traceparent (header, or a batch item's own) is the parent; the
     # message's trace, when another one, is linked
@@ -383,7 +384,7 @@ def test_send_back_span_is_a_child_of_the_failed_attempt(stack: Stack,
     assert all(s["links"] == [message_trace.split("-")[1]] for s in spans)
 
 
-def test_group_settings_api(stack: Stack, names: Names) -> None:  # SPEC R2, R3, R5
+def test_group_settings_api(stack: RetryStack, names: Names) -> None:  # SPEC R2, R3, R5
     group = names("G")
     base = f"{stack.retry.url}/v1/groups/{group}"
     assert stack.http.get(base).status_code == 404
@@ -404,7 +405,7 @@ def test_group_settings_api(stack: Stack, names: Names) -> None:  # SPEC R2, R3,
     assert resp.status_code == 400
 
 
-def test_malformed_send_backs_change_nothing(stack: Stack, app_client: FlaskClient,
+def test_malformed_send_backs_change_nothing(stack: RetryStack, app_client: FlaskClient,
                                              setup: tuple[str, str]) -> None:
     group, topic = setup
     sent = stack.produce(topic)
@@ -430,7 +431,7 @@ def test_malformed_send_backs_change_nothing(stack: Stack, app_client: FlaskClie
     assert stack.written(group, topic) == before
 
 
-def test_metrics_count_send_backs_and_dlq_depth(stack: Stack, setup: tuple[str, str],
+def test_metrics_count_send_backs_and_dlq_depth(stack: RetryStack, setup: tuple[str, str],
                                                 app_client: FlaskClient) -> None:  # SPEC O2
     group, topic = setup
     for level in (0, -1, -1):
@@ -448,7 +449,7 @@ def test_metrics_count_send_backs_and_dlq_depth(stack: Stack, setup: tuple[str, 
     assert enc("%DLQ%x") == "%25DLQ%25x"
 
 
-def test_dependencies_down_answer_503(stack: Stack) -> None:
+def test_dependencies_down_answer_503(stack: RetryStack) -> None:
     # The store not answering is SERVICE_UNAVAILABLE, never a 500 or a hang. Redis not
     # answering costs the health check and the counters only: group settings are durable in
     # the store (issue 18.3) and Redis is their cache

@@ -1,0 +1,64 @@
+"""The one stack builder (issue 13.5): each part is defined once in tools/parts.py, and
+``make run`` (tools/stack.py) starts exactly those definitions; no process is started here."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from tools import parts
+from tools.parts import PARTS, SCHEDULER_WORKER, STORE, Stack
+from tools.processes import Console, HttpService
+from tools.stack import StackSettings, Supervisor
+
+
+def test_every_part_is_told_where_the_others_are(tmp_path: Path) -> None:
+    stack = (Stack(tmp_path, redis_url="redis://127.0.0.1:1/0", base_env={})
+             .with_store().with_retry().with_scheduler())
+    env = stack.shared_env()
+    store_port = stack.ports["CLEPSYDRA_STORE_PORT"]
+    assert env["CLEPSYDRA_HOME"] == str(tmp_path)
+    assert env["CLEPSYDRA_REDIS_URL"] == "redis://127.0.0.1:1/0"
+    assert env["CLEPSYDRA_STORE_URL"] == f"http://127.0.0.1:{store_port}"
+    assert env["CLEPSYDRA_RETRY_URL"] == stack.url(parts.RETRY)
+    # several workers on one machine: no health servers unless asked for
+    assert env["CLEPSYDRA_SCHEDULER_PORT"] == env["CLEPSYDRA_SCHEDULER_BEAT_PORT"] == "0"
+    names = [child.name for child in stack.children()]
+    assert names == ["store", "retry", "scheduler-worker", "scheduler-beat"]
+    store = stack.children()[0]
+    assert isinstance(store, HttpService) and store.port == store_port
+    assert store.argv[1:] == ["-m", "clepsydra_store"]
+    assert store.log_path == tmp_path / "logs" / "store.log"
+
+
+def test_readiness_is_the_health_port_when_given_else_the_log_line(tmp_path: Path) -> None:
+    assert SCHEDULER_WORKER.health_url({"CLEPSYDRA_SCHEDULER_PORT": "0"}) is None
+    assert SCHEDULER_WORKER.health_url(
+        {"CLEPSYDRA_SCHEDULER_PORT": "8183"}) == "http://127.0.0.1:8183"
+    stack = Stack(tmp_path, redis_url="redis://127.0.0.1:1/0", base_env={})
+    worker = stack.process(SCHEDULER_WORKER, CLEPSYDRA_SCHEDULER_PORT="0")
+    worker.log_path.parent.mkdir(parents=True)
+    worker.log_path.write_text('{"message": "celery@x ready."}\n')
+    assert not worker.ready(worker)
+    worker.log_path.write_text('{"message": "scheduler worker ready levels=3"}\n')
+    assert worker.ready(worker)
+    assert isinstance(stack.process(SCHEDULER_WORKER, CLEPSYDRA_SCHEDULER_PORT="8183"),
+                      HttpService)
+
+
+def test_make_run_starts_the_builders_parts(tmp_path: Path) -> None:
+    env = {"CLEPSYDRA_HOME": str(tmp_path), "CLEPSYDRA_REDIS_URL": "redis://127.0.0.1:1/0",
+           "CLEPSYDRA_STORE_PORT": "18081", "PATH": "/usr/bin"}
+    supervisor = Supervisor(StackSettings.from_env(env), env=env,
+                            console=Console(io.StringIO()), echo=False)
+    children = supervisor.parts.with_everything().children()
+    assert [c.name for c in children] == [p.name for p in PARTS]
+    assert [c.argv for c in children] == [p.argv() for p in PARTS]
+    store = children[0]
+    assert isinstance(store, HttpService) and store.port == 18081
+    assert store.health_url == store.env[STORE.url_var or ""] == "http://127.0.0.1:18081"
+    # the parts' environment is make run's: the resolved settings, one home for all
+    assert all(c.env["CLEPSYDRA_HOME"] == str(tmp_path) for c in children)
+    assert all(c.env["CLEPSYDRA_REDIS_URL"] == "redis://127.0.0.1:1/0" for c in children)
+    assert {c.name: c.env["CLEPSYDRA_SCHEDULER_PORT"] for c in children}["scheduler-worker"] \
+        == "8083"

@@ -1,0 +1,302 @@
+"""The one stack builder (issue 13.5): the parts of the stack, each defined once -- its
+command, the variable of its port, the address the others reach it at, when it is ready, where
+its data and log go -- and :class:`Stack`, which starts the parts one asks for. ``make run``
+(tools/stack.py) supervises a Stack of every part; the integration tests, the e2e and fault
+suites (through ``make run``) and the benches build theirs with ``with_store()``,
+``with_retry()``, ``with_scheduler()``, ``with_analytics()``.
+
+    with Stack(tmp / "stack").with_store(CLEPSYDRA_DELAY_LEVELS="1s").with_retry().start() as s:
+        s.store.url, s.retry.url, s.redis_url
+
+Layout under the stack's home (CLEPSYDRA_HOME of every part): ``redis/`` (its own Redis),
+``logs/<name>.log``, and each service's own folder (``store/``, ``scheduler/``, ...).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from tools.processes import (
+    Child,
+    HttpService,
+    Process,
+    RedisServer,
+    free_port,
+    http_ok,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One kind of process of the stack."""
+
+    name: str
+    command: tuple[str, ...]
+    """``python -m`` and this."""
+    port_var: str | None
+    """Where it answers /healthz; ``0`` there means no health server (then ``ready_log``)."""
+    url_var: str | None = None
+    """The variable the other parts read its address from."""
+    ready_log: str | None = None
+    """Without a health port: a pattern of the log line that says it is ready (None: running
+    is ready)."""
+
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", *self.command]
+
+    def health_url(self, env: Mapping[str, str]) -> str | None:
+        """Where it answers /healthz under ``env``; None when it has no health server."""
+        if self.url_var and env.get(self.url_var):
+            return env[self.url_var]
+        port = env.get(self.port_var or "", "0") or "0"
+        return None if port == "0" else f"http://127.0.0.1:{port}"
+
+    def ready(self, env: Mapping[str, str]) -> Callable[[Child], bool]:
+        """The readiness check of one of its processes started with ``env``."""
+        url = self.health_url(env)
+        if url is not None:
+            return lambda _child: http_ok(url + "/healthz")
+        if self.ready_log is not None:
+            pattern = re.compile(self.ready_log.encode())
+            return lambda child: pattern.search(child.log_bytes()) is not None
+        return lambda child: child.exit_code() is None
+
+    def describe_ready(self, env: Mapping[str, str]) -> str:
+        url = self.health_url(env)
+        if url is not None:
+            return f"{self.name} at {url}/healthz"
+        if self.ready_log is not None:
+            return f"{self.name} logging {self.ready_log!r}"
+        return f"{self.name} running"
+
+
+STORE = Part("store", ("clepsydra_store",), "CLEPSYDRA_STORE_PORT", "CLEPSYDRA_STORE_URL")
+RETRY = Part("retry", ("clepsydra_retry",), "CLEPSYDRA_RETRY_PORT", "CLEPSYDRA_RETRY_URL")
+SCHEDULER_WORKER = Part("scheduler-worker", ("clepsydra_scheduler", "worker"),
+                        "CLEPSYDRA_SCHEDULER_PORT", ready_log="scheduler worker ready")
+SCHEDULER_BEAT = Part("scheduler-beat", ("clepsydra_scheduler", "beat"),
+                      "CLEPSYDRA_SCHEDULER_BEAT_PORT")
+ANALYTICS_EXPORT = Part("analytics-export", ("clepsydra_analytics", "export"),
+                        "CLEPSYDRA_ANALYTICS_EXPORTER_PORT")
+ANALYTICS_API = Part("analytics-api", ("clepsydra_analytics", "serve"),
+                     "CLEPSYDRA_ANALYTICS_PORT", "CLEPSYDRA_ANALYTICS_URL")
+ANALYTICS_SCHEDULE = Part("analytics-schedule", ("clepsydra_analytics", "schedule"), None,
+                          ready_log=r"\bready\b")
+PARTS = (STORE, RETRY, SCHEDULER_WORKER, SCHEDULER_BEAT, ANALYTICS_EXPORT, ANALYTICS_API,
+         ANALYTICS_SCHEDULE)
+"""Every part but Redis, in start order."""
+BY_NAME = {part.name: part for part in PARTS}
+PORT_VARS = (*(p.port_var for p in PARTS if p.port_var), "CLEPSYDRA_REDIS_PORT")
+"""Every port a whole stack listens on."""
+SCHEDULER = (SCHEDULER_WORKER, SCHEDULER_BEAT)
+ANALYTICS = (ANALYTICS_EXPORT, ANALYTICS_API, ANALYTICS_SCHEDULE)
+
+
+class Stack:
+    """The parts asked for, under one home, on free ports (or those given), every one told
+    the others' addresses; ``start()`` starts them in order and waits until each is ready,
+    ``stop()`` (or leaving the ``with``) stops them in reverse. ``env`` is given to every
+    part; each ``with_*`` adds that part's own. ``add()`` starts one more process of a part
+    (a second retry service, more scheduler workers)."""
+
+    def __init__(self, home: Path, *, env: Mapping[str, str] | None = None,
+                 redis_url: str | None = None, base_env: Mapping[str, str] | None = None,
+                 ports: Mapping[str, int] | None = None, timeout_s: float = 60.0) -> None:
+        self.home = home
+        self.log_dir = home / "logs"
+        self.env = dict(env or {})
+        self.base_env = dict(os.environ if base_env is None else base_env)
+        self.timeout_s = timeout_s
+        self.ports: dict[str, int] = dict(ports or {})
+        """port variable -> port of the parts asked for."""
+        self.redis: RedisServer | None = None
+        self._redis_url = redis_url
+        self._plan: list[tuple[Part, str | None, dict[str, str]]] = []
+        self.processes: list[Process] = []
+        """Every process started, in order (redis first)."""
+        self.by_name: dict[str, Process] = {}
+
+    # ---- what to start -------------------------------------------------------------------
+
+    def with_redis(self, *, appendonly: bool = False) -> Stack:
+        """Its own redis-server in ``home/redis`` (the default unless a ``redis_url`` is given;
+        ``make run`` asks for the append-only file)."""
+        port = self.ports.setdefault("CLEPSYDRA_REDIS_PORT", free_port())
+        self.redis = RedisServer(self.home / "redis", port=port, appendonly=appendonly,
+                                 name="redis", log_dir=self.log_dir, base_env=self.base_env)
+        return self
+
+    def with_part(self, part: Part, *, name: str | None = None, **env: str) -> Stack:
+        if part.port_var and part.port_var not in self.ports:
+            self.ports[part.port_var] = free_port()
+        self._plan.append((part, name, env))
+        return self
+
+    def with_store(self, **env: str) -> Stack:
+        return self.with_part(STORE, **env)
+
+    def with_retry(self, **env: str) -> Stack:
+        return self.with_part(RETRY, **env)
+
+    def with_scheduler(self, env: Mapping[str, str] | None = None, *, beat: bool = True,
+                       health: bool = False, **more: str) -> Stack:
+        """The scheduler's worker (and beat) with ``env`` and ``more``; their health servers
+        only with ``health`` (several workers on one machine would want the same port)."""
+        for part in SCHEDULER if beat else SCHEDULER[:1]:
+            if not health and part.port_var:
+                self.ports.setdefault(part.port_var, 0)
+            self.with_part(part, **{**(env or {}), **more})
+        return self
+
+    def with_analytics(self, *parts: Part, **env: str) -> Stack:
+        """The analytics parts asked for (default: all three)."""
+        for part in parts or ANALYTICS:
+            self.with_part(part, **env)
+        return self
+
+    def with_everything(self, *, appendonly: bool = True) -> Stack:
+        """What ``make run`` starts: every part (its own Redis unless ``redis_url``)."""
+        if self._redis_url is None:
+            self.with_redis(appendonly=appendonly)
+        for part in PARTS:
+            self.with_part(part)
+        return self
+
+    # ---- addresses -----------------------------------------------------------------------
+
+    @property
+    def redis_url(self) -> str:
+        if self._redis_url is not None:
+            return self._redis_url
+        if self.redis is None:
+            raise RuntimeError("this stack has no Redis: with_redis() or redis_url=")
+        return self.redis.url
+
+    def url(self, part: Part) -> str:
+        """Where ``part`` answers (its URL variable in ``env``, else its port on loopback)."""
+        if part.url_var and part.url_var in self.env:
+            return self.env[part.url_var]
+        assert part.port_var is not None, f"{part.name} has no address"
+        return f"http://127.0.0.1:{self.ports[part.port_var]}"
+
+    def shared_env(self) -> dict[str, str]:
+        """What every part is given: the home, every address and port, then ``env``."""
+        env = {"CLEPSYDRA_HOME": str(self.home), "PYTHONUNBUFFERED": "1"}
+        if self._redis_url is not None or self.redis is not None:
+            env["CLEPSYDRA_REDIS_URL"] = self.redis_url
+        for var, port in self.ports.items():
+            env[var] = str(port)
+        for part in PARTS:
+            if part.url_var and part.port_var in self.ports:
+                env[part.url_var] = self.url(part)
+        return {**env, **self.env}
+
+    # ---- processes -----------------------------------------------------------------------
+
+    def process(self, part: Part | str, *, name: str | None = None, **env: str) -> Process:
+        """The one way a part becomes a process (not started): its argv, the shared
+        environment with ``env`` over it, its log in ``home/logs/<name>.log``, its readiness
+        check; an HttpService when it answers on a port of its own."""
+        part = BY_NAME[part] if isinstance(part, str) else part
+        full = {**self.shared_env(), **env}
+        name = name or part.name
+        url = part.health_url(full)
+        if url is not None and part.port_var:
+            return HttpService(name, part.argv(), port=int(full[part.port_var]), env=full,
+                               log_dir=self.log_dir, health_url=url, base_env=self.base_env)
+        return Process(name, part.argv(), env=full, log_dir=self.log_dir,
+                       ready=part.ready(full), base_env=self.base_env)
+
+    def children(self) -> list[Process]:
+        """Every process asked for, not started, Redis first (``make run`` launches them)."""
+        planned: list[Process] = [self.redis] if self.redis is not None else []
+        return planned + [self.process(part, name=name, **env)
+                          for part, name, env in self._plan]
+
+    def start(self) -> Stack:
+        """Start every part asked for, in order, each once the one before is ready; on a
+        failure stop what started and raise."""
+        try:
+            for child in self.children():
+                self._track(child).start(self.timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def add(self, part: Part | str, *, name: str | None = None, **env: str) -> Process:
+        """Start one more process of ``part`` now (stopped with the stack)."""
+        proc = self._track(self.process(part, name=name, **env))
+        proc.start(self.timeout_s)
+        return proc
+
+    def restart(self, name: str, *, stop: bool = True, **env: str) -> Process:
+        """Stop (SIGTERM, unless ``stop`` is False: a test killed it) a started process and
+        start its part again on the same port and data, with ``env`` over the stack's."""
+        old = self.by_name[name]
+        if stop:
+            old.stop()
+        part = next(p for p in PARTS if old.argv[2:] == list(p.command))
+        return self.add(part, name=name, **env)
+
+    def _track(self, proc: Process) -> Process:
+        self.processes.append(proc)
+        self.by_name[proc.name] = proc
+        return proc
+
+    def __getitem__(self, name: str) -> Process:
+        return self.by_name[name]
+
+    def http(self, name: str) -> HttpService:
+        proc = self.by_name[name]
+        assert isinstance(proc, HttpService), f"{name} has no HTTP address"
+        return proc
+
+    @property
+    def store(self) -> HttpService:
+        return self.http(STORE.name)
+
+    @property
+    def retry(self) -> HttpService:
+        return self.http(RETRY.name)
+
+    @property
+    def analytics(self) -> HttpService:
+        return self.http(ANALYTICS_API.name)
+
+    def stop(self) -> None:
+        """SIGTERM every process, newest first (Redis last); SIGKILL what lingers."""
+        for proc in reversed(self.processes):
+            proc.stop()
+
+    def __enter__(self) -> Stack:
+        return self
+
+    def __exit__(self, _type: type[BaseException] | None, _exc: BaseException | None,
+                 _tb: TracebackType | None) -> None:
+        self.stop()
+
+
+def service(part: Part, home: Path, *, port: int | None = None, name: str | None = None,
+            redis_url: str | None = None, store_url: str | None = None,
+            env: Mapping[str, str] | None = None) -> HttpService:
+    """One HTTP part on its own, not started: the process of a one-part :class:`Stack` under
+    ``home`` (on ``port``, default a free one), told where Redis and the store are."""
+    addresses = {"CLEPSYDRA_STORE_URL": store_url} if store_url else {}
+    ports = {part.port_var: port} if port and part.port_var else None
+    stack = Stack(home, env=addresses, redis_url=redis_url, ports=ports).with_part(part)
+    proc = stack.process(part, name=name, **(env or {}))
+    assert isinstance(proc, HttpService), f"{part.name} has no HTTP address"
+    return proc
+
+
+def store_service(home: Path, *, port: int | None = None, env: Mapping[str, str] | None = None,
+                  name: str = "store") -> HttpService:
+    """The store alone (``python -m clepsydra_store``), data under ``home``, not started."""
+    return service(STORE, home, port=port, name=name, env=env)
