@@ -108,7 +108,7 @@ class Worker(Process):
     def __init__(self, stack: parts.Stack, name: str, *, group: str, topic: str,
                  args: argparse.Namespace, fail_every: int) -> None:
         self.status_path = stack.home / f"{name}.status.json"
-        argv = [sys.executable, __file__, "--worker", "--store", stack.store.url,
+        argv = [sys.executable, "-m", "bench.consume", "--worker", "--store", stack.store.url,
                 "--retry", stack.retry.url, "--group", group, "--topic", topic,
                 "--status", str(self.status_path), "--name", name,
                 "--pull-batch", str(args.pull_batch), "--consume-batch", str(args.consume_batch),
