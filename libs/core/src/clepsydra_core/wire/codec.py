@@ -2,12 +2,12 @@
 
 A wire type is a frozen, slotted dataclass that mixes in :class:`WireValue`. Its fields' types
 say how each value is checked: ``int`` (never a boolean), ``bool``, ``str``, ``X | None``,
-``list[X]``, ``dict[str, str]`` and nested wire types. A field's JSON name is its name in
-camelCase unless its metadata says otherwise (``field(metadata=wire_meta(json="max"))``);
-``min_items``/``max_items`` bound a list; ``minimum`` and
-``maximum`` bound an integer (``code``/``rule`` name the error of a value out of range,
-``type_code`` the error of a value of the wrong type);
-``pattern``/``max_length`` constrain a string; ``doc`` describes the field and ``schema`` adds
+``float`` (any JSON number), ``list[X]``, ``dict[str, X]`` and nested wire types. A field's
+JSON name is its name in camelCase unless its metadata says otherwise
+(``field(metadata=wire_meta(json="max"))``); ``min_items``/``max_items`` bound a list;
+``minimum`` and ``maximum`` bound an integer (``code``/``rule`` name the error of a value out
+of range, ``type_code`` the error of a value of the wrong type); ``pattern``/``max_length``
+constrain a string; ``doc`` describes the field and ``schema`` adds
 JSON Schema keywords the types cannot say (both for the OpenAPI documents,
 :mod:`clepsydra_core.wire.schema`); ``internal=True`` keeps a field off the wire. ``from_json``
 raises :class:`~clepsydra_core.errors.ValidationError` naming the field
@@ -108,6 +108,12 @@ def _bool_check(value: Any, name: str) -> bool:
     return value
 
 
+def _float_check(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _bad(name, "a number", value)
+    return float(value)
+
+
 def _str_check(value: Any, name: str) -> str:
     if not isinstance(value, str):
         raise _bad(name, "a string", value)
@@ -191,6 +197,8 @@ def _checker(tp: Any, meta: Mapping[str, Any]) -> Check:
         return _bool_check
     if tp is int:
         return _int_check(meta)
+    if tp is float:
+        return _float_check
     if tp is str:
         return _text_check(meta)
     if origin in (list, tuple):
@@ -208,12 +216,19 @@ def _checker(tp: Any, meta: Mapping[str, Any]) -> Check:
             return tuple(items) if as_tuple else items
         return check_list
     if origin is dict:
-        def check_map(value: Any, name: str) -> dict[str, str]:
+        of = typing.get_args(tp)[1]
+        item_check = _checker(of, {})
+        what = {str: "strings", int: "integers", float: "numbers"}.get(of, "values")
+
+        def check_map(value: Any, name: str) -> dict[str, Any]:
             if not isinstance(value, dict):
-                raise _bad(name, "an object of strings", value)
-            for key, item_value in value.items():
-                _str_check(item_value, f"{name}[{key!r}]")
-            return value
+                raise _bad(name, f"an object of {what}", value)
+            if of is str:
+                for key, item_value in value.items():
+                    _str_check(item_value, f"{name}[{key!r}]")
+                return value
+            return {key: item_check(item_value, f"{name}[{key!r}]")
+                    for key, item_value in value.items()}
         return check_map
     if isinstance(tp, type) and issubclass(tp, WireValue):
         return lambda value, name: tp.from_json(value, what=name, strict=_STRICT.get())

@@ -3,7 +3,7 @@ settings route:
 
 - ``PUT /v1/groups/{group}/settings`` (store), ``PUT /v1/groups/{group}`` (retry)
   :class:`GroupSettingsPatch` -> :class:`GroupSettingsAnswer` (201 created, 200 changed)
-- ``GET /v1/groups`` (store) -> :class:`GroupSettingsList`
+- ``GET /v1/groups`` (store) -> :class:`GroupSettingsList`; (retry) -> :class:`GroupNames`
 - ``PUT /v1/groups/{group}/offsets`` :class:`OffsetCommit` -> :class:`OffsetCommitted`
 - ``POST /v1/groups/{group}/heartbeat`` :class:`Heartbeat`
 """
@@ -80,3 +80,10 @@ class Heartbeat(WireValue):
         doc="topic -> tag expression", schema={"propertyNames": TOPIC_SCHEMA}))
     message_model: str | None = field(default=None, metadata=wire_meta(
         pattern=f"^(?:{'|'.join(MESSAGE_MODELS)})$", doc="default CLUSTERING"))
+
+
+@dataclass(frozen=True, slots=True)
+class GroupNames(WireValue):
+    """The groups the retry service has settings for."""
+
+    groups: list[str]
