@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Any
 from clepsydra_client.render import format_ts, render_table
 from clepsydra_core.errors import Unavailable
 from clepsydra_core.http import HttpClient
+from clepsydra_core.wire.analytics import JOB_NAMES
 
 if TYPE_CHECKING:
     from clepsydra_client.commands import Context, Output
 
 RUN_TIMEOUT_S = 1800.0
 """How long ``report run`` waits for the jobs (the service has its own limit too)."""
-JOB_NAMES = ("lateness", "funnel", "dead-letters", "throughput")
 COLUMNS = {
     "lateness": ("level", "hour", "count", "p50Ms", "p95Ms", "p99Ms", "maxMs", "early",
                  "pending"),

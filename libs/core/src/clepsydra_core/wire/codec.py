@@ -109,9 +109,10 @@ def _bool_check(value: Any, name: str) -> bool:
 
 
 def _float_check(value: Any, name: str) -> float:
+    """A JSON number; an integer stays one (``2`` is written back as ``2``)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise _bad(name, "a number", value)
-    return float(value)
+    return value
 
 
 def _str_check(value: Any, name: str) -> str:
