@@ -30,30 +30,19 @@ from clepsydra_core.wire.dlq import (
     PurgeResult,
     ResendResult,
 )
-from clepsydra_core.wire.groups import GroupNames
+from clepsydra_core.wire.groups import ConsumerInfo, Consumers, GroupNames
 from clepsydra_core.wire.schedule import LevelInfo, LevelTable, ScheduleEntries
 from clepsydra_core.wire.timers import TimerBacklog
 
 
 @dataclass(frozen=True, slots=True)
-class ConsumerInfo:
-    client_id: str
-    subscriptions: dict[str, str]
-    message_model: str
-    last_heartbeat_ms: int
-
-    @classmethod
-    def from_json(cls, raw: dict[str, Any]) -> ConsumerInfo:
-        return cls(str(raw.get("clientId", "")), dict(raw.get("subscriptions") or {}),
-                   str(raw.get("messageModel", "CLUSTERING")),
-                   int(raw.get("lastHeartbeatMs", 0) or 0))
-
-
-@dataclass(frozen=True, slots=True)
 class GroupConsumers:
+    """A group's live consumers (the store's :class:`Consumers` answer); ``mismatches`` as
+    their JSON (SPEC C5)."""
+
     consumers: list[ConsumerInfo]
     consistent: bool
-    mismatches: list[Any] = field(default_factory=list)
+    mismatches: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ids(self) -> list[str]:
@@ -201,11 +190,10 @@ class AdminClient:
         return self.retry.put(self.retry.path("/v1/groups/{}", group), body)
 
     def consumers(self, group: str) -> GroupConsumers:
-        raw = self.store.get(self.store.path("/v1/groups/{}/consumers", group))
-        return GroupConsumers(
-            [ConsumerInfo.from_json(c) for c in raw.get("consumers") or []
-             if isinstance(c, dict)],
-            bool(raw.get("consistent", True)), list(raw.get("mismatches") or []))
+        answer = _read(Consumers,
+                       self.store.get(self.store.path("/v1/groups/{}/consumers", group)))
+        return GroupConsumers(answer.consumers, answer.consistent,
+                              [m.to_json() for m in answer.mismatches])
 
     def offsets(self, group: str, topic: str | None = None) -> dict[MessageQueue, int]:
         raw = self.store.get(self.store.path("/v1/groups/{}/offsets", group), {"topic": topic})
