@@ -175,7 +175,7 @@ class AdminClient:
 
     def groups(self) -> list[str]:
         """Groups the retry service has settings for."""
-        return sorted(_read(GroupNames, self.retry.get("/v1/groups")).groups)
+        return sorted(read_answer(GroupNames, self.retry.get("/v1/groups")).groups)
 
     def group_settings(self, group: str) -> dict[str, Any]:
         return self.retry.get(self.retry.path("/v1/groups/{}", group))
@@ -190,7 +190,7 @@ class AdminClient:
         return self.retry.put(self.retry.path("/v1/groups/{}", group), body)
 
     def consumers(self, group: str) -> GroupConsumers:
-        answer = _read(Consumers,
+        answer = read_answer(Consumers,
                        self.store.get(self.store.path("/v1/groups/{}/consumers", group)))
         return GroupConsumers(answer.consumers, answer.consistent,
                               [m.to_json() for m in answer.mismatches])
@@ -240,7 +240,7 @@ class AdminClient:
                  dlq_filter: DlqFilter | None = None) -> DlqPage:
         params: dict[str, Any] = {"offset": offset, "max": max_count}
         params.update((dlq_filter or DlqFilter()).to_json())
-        page = _read(wire_dlq.DlqPage,
+        page = read_answer(wire_dlq.DlqPage,
                      self.retry.get(self.retry.path("/v1/groups/{}/dlq", group), params))
         messages = [Message.from_json(m.to_json()) for m in page.messages]
         return DlqPage(messages, page.next_offset, page.max_offset or 0)
@@ -266,7 +266,7 @@ class AdminClient:
     def dlq_show(self, group: str, msg_id: str) -> Message:
         """One dead letter of the group (with its body and attempt history)."""
         raw = self.retry.get(self.retry.path("/v1/groups/{}/dlq/{}", group, msg_id))
-        return Message.from_json(_read(wire_dlq.DlqMessage, raw).to_json())
+        return Message.from_json(read_answer(wire_dlq.DlqMessage, raw).to_json())
 
     def _selection(self, msg_ids: list[str] | None, all_messages: bool,
                    dlq_filter: DlqFilter | None) -> DlqPurge:
@@ -293,21 +293,21 @@ class AdminClient:
                          max_per_second=max_per_second or None)
         raw = self.retry.post(self.retry.path("/v1/groups/{}/dlq/resend", group),
                               body.to_json(), timeout_s=max(self.retry.timeout_s, 600.0))
-        return _read(ResendResult, raw)
+        return read_answer(ResendResult, raw)
 
     def dlq_purge(self, group: str, msg_ids: list[str] | None = None, *,
                   all_messages: bool = False, dlq_filter: DlqFilter | None = None) -> int:
         body = self._selection(msg_ids, all_messages, dlq_filter)
         raw = self.retry.post(self.retry.path("/v1/groups/{}/dlq/purge", group),
                               body.to_json(), timeout_s=max(self.retry.timeout_s, 600.0))
-        return _read(PurgeResult, raw).purged
+        return read_answer(PurgeResult, raw).purged
 
     def dlq_audit(self, group: str, max_count: int = 100) -> list[dict[str, Any]]:
         """Every resend and purge of the group (oldest first), each an ``AuditRecord``'s
         JSON."""
         raw = self.retry.get(self.retry.path("/v1/groups/{}/dlq/audit", group),
                              {"max": max_count})
-        return [record.to_json() for record in _read(DlqAudit, raw).records]
+        return [record.to_json() for record in read_answer(DlqAudit, raw).records]
 
     # ---- delay levels --------------------------------------------------------------------
 
@@ -343,7 +343,7 @@ class AdminClient:
 _W = TypeVar("_W", bound=WireValue)
 
 
-def _read(cls: type[_W], raw: Any) -> _W:
+def read_answer(cls: type[_W], raw: Any) -> _W:
     """An answer read with its wire type; one that is not: RemoteError naming the field."""
     try:
         return cls.from_json(raw)
