@@ -39,6 +39,8 @@ def test_json_of_is_to_json_without_the_instance() -> None:
     values = [getattr(value, f.name) for f in dataclasses.fields(ProduceMessage)]
     assert ProduceMessage.json_of(*values) == value.to_json()
     assert ProduceMessage.json_of("only") == {"body": "only"}
+    assert ProduceMessage.json_of(body="x", tags="t", properties={"a": "b"},
+                                  delay_level=3) == value.to_json()
 
 
 def test_each_class_compiles_its_own() -> None:

@@ -122,9 +122,10 @@ def message_request(message: OutgoingMessage, uniq_key: str, span: trace.Span | 
         else:
             telemetry.inject(props, span)
     text, encoded = body_fields(message.body)
-    return ProduceMessage.json_of(text, encoded, message.tags or None,
-                                  _keys_text(message.keys), props, message.queue_id, level,
-                                  at_ms, in_ms)
+    return ProduceMessage.json_of(
+        body=text, body_base64=encoded, tags=message.tags or None,
+        keys=_keys_text(message.keys), properties=props, queue_id=message.queue_id,
+        delay_level=level, deliver_at=at_ms, delay_ms=in_ms)
 
 
 class Producer:

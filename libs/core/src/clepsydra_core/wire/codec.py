@@ -306,14 +306,14 @@ class WireValue:
         return specs
 
     @classmethod
-    def json_of(cls, *values: Any) -> dict[str, Any]:
-        """``cls(*values).to_json()`` without making the value: the fields' values in their
-        order (optional ones may be left off). For a hot path that builds a request from
-        values it has checked itself (the client SDK's produce: a frozen instance costs more
-        than its JSON). The first call compiles the class's own ``json_of``."""
+    def json_of(cls, *values: Any, **named: Any) -> dict[str, Any]:
+        """``cls(*values, **named).to_json()`` without making the value (optional fields may
+        be left off): for a hot path that builds a request from values it has checked itself
+        (the client SDK's produce: a frozen instance costs more than its JSON). The first
+        call compiles the class's own ``json_of``."""
         encode = _compile_json_of(cls)
         cls.json_of = staticmethod(encode)  # type: ignore[method-assign,assignment]
-        return encode(*values)
+        return encode(*values, **named)
 
     @classmethod
     def json_names(cls) -> tuple[str, ...]:
