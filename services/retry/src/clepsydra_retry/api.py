@@ -14,11 +14,11 @@ from prometheus_client import CollectorRegistry, Histogram
 from werkzeug.routing import BaseConverter
 
 from clepsydra_core.errors import ClepsydraError, ValidationError
-from clepsydra_core.groups import validate_settings
+from clepsydra_core.groups import GroupSettings, validate_settings
 from clepsydra_core.properties import TRACEPARENT
 from clepsydra_core.validation import validate_group_name
 from clepsydra_core.wire.dlq import FILTER_FIELDS, DlqFilter, DlqPurge
-from clepsydra_core.wire.groups import GroupNames
+from clepsydra_core.wire.groups import GroupNames, GroupSettingsAnswer
 from clepsydra_core.wire.retry import MAX_SEND_BACK_BATCH, RetryHealth
 from clepsydra_retry.dlq import DlqToolkit
 from clepsydra_retry.dlq_filter import parse_query
@@ -96,13 +96,18 @@ def put_group(group: str) -> tuple[Response, int]:
     store = services().groups
     new_settings = validate_settings(json_body(empty_ok=True), store.find(group))
     created = store.put(group, new_settings)
-    return jsonify({"group": group, **new_settings.to_json()}), 201 if created else 200
+    return jsonify(_settings_answer(group, new_settings)), 201 if created else 200
 
 
 @groups_bp.get("/v1/groups/<group>")
 def get_group(group: str) -> Response:
     group = group_name(group)
-    return jsonify({"group": group, **services().groups.get(group).to_json()})
+    return jsonify(_settings_answer(group, services().groups.get(group)))
+
+
+def _settings_answer(group: str, settings: GroupSettings) -> dict[str, Any]:
+    return GroupSettingsAnswer(group, settings.retry_queue_nums,
+                               settings.retry_max_times).to_json()
 
 
 # ---- send-back -----------------------------------------------------------------------------
