@@ -7,6 +7,7 @@ import io
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -18,6 +19,7 @@ from clepsydra_analytics.runner import run_jobs
 from clepsydra_analytics.settings import AnalyticsSettings
 from clepsydra_core import naming
 from clepsydra_core.errors import ValidationError
+from clepsydra_core.wire.analytics import RunResult
 from tests.spark.conftest import message
 
 pytestmark = pytest.mark.spark
@@ -51,6 +53,8 @@ def test_run_writes_tables_report_and_camel_case_rows(settings: AnalyticsSetting
     assert jobs_run(settings, jobs=None, since="1h", output="json", export_first=False,
                     out=out) == 0
     result = json.loads(out.getvalue())
+    # issue 13.1: the real rows are what the API's wire type reads (a null column left out)
+    assert RunResult.from_json(result).to_json() == _without_nulls(result)
     assert Path(result["report"]).name == naming.REPORT_HTML and Path(result["report"]).exists()
     [lateness] = result["jobs"]["lateness"]
     assert {k: lateness[k] for k in ("level", "count", "p50Ms", "maxMs", "early", "pending")} \
@@ -69,6 +73,14 @@ def test_run_writes_tables_report_and_camel_case_rows(settings: AnalyticsSetting
     assert {"lateness.png", "funnel.png", "dead-letters.png", "throughput.png"} <= charts
     assert (run_dir / naming.REPORT_TABLES_DIR / "lateness").is_dir()
     assert 'src="charts/lateness.png"' in Path(result["report"]).read_text()
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
 
 
 def test_old_runs_are_dropped_beyond_the_limit(settings: AnalyticsSettings) -> None:

@@ -16,6 +16,7 @@ from clepsydra_core import properties as P
 from clepsydra_core.errors import ValidationError
 from clepsydra_core.msgid import pack_host
 from clepsydra_core.records import CommitLogRecord, message_to_json
+from clepsydra_core.wire.produce import ProduceBatch, ProduceMessage
 
 if TYPE_CHECKING:
 
@@ -88,3 +89,18 @@ def test_negative_delay_level_is_refused_before_sending() -> None:  # SPEC L2
 def test_keys_with_spaces_are_refused() -> None:
     with pytest.raises(ValidationError, match="without spaces"):
         message_request(OutgoingMessage("x", keys=["a b"]), "UK")
+
+
+@pytest.mark.parametrize("message", [
+    OutgoingMessage("hi", tags="t", keys=["a", "b"], properties={"x": "y"}, delay_level=2),
+    OutgoingMessage(b"\xff\xfe", queue_id=3, delay=1500),
+    OutgoingMessage("later", keys="k", deliver_at=4_102_444_800_000),
+])
+def test_produce_request_is_the_wire_types_json(message: OutgoingMessage) -> None:
+    """Issue 13.1: the SDK's produce body is a ProduceMessage's JSON, not a dict of its own:
+    the store's wire type reads it back (strictly) to the same JSON."""
+    req = message_request(message, "UK")
+    read = ProduceMessage.from_json(req, strict=True)
+    assert read.to_json() == req
+    batch = ProduceBatch.of_json([req])
+    assert ProduceBatch.from_json(batch, strict=True).to_json() == batch

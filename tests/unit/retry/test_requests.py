@@ -111,8 +111,8 @@ def test_resend_action_shapes() -> None:  # SPEC R16
     assert every.all and every.delay_level == 2 and every.max_per_second == 50.0
     some = parse_action({"filter": {"topic": "T", "fromMs": 5}}, resend=True, max_level=18)
     assert some.filter == DlqFilter(topic="T", from_ms=5)
-    assert some.describe(10) == {"filter": {"topic": "T", "fromMs": 5}, "target": "retry",
-                                 "delayLevel": 0}
+    assert some.describe(10).to_json() == {"filter": {"topic": "T", "fromMs": 5},
+                                           "target": "retry", "delayLevel": 0}
     home = parse_action({"all": True, "target": "origin"}, resend=True, max_level=18)
     assert home.target == "origin"
 

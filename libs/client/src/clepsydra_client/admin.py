@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from clepsydra_client.message import Message, MessageQueue
 from clepsydra_client.offsets import parse_group_offsets
@@ -19,31 +19,30 @@ from clepsydra_client.rebalance import AllocateStrategy, AverageStrategy, alloca
 from clepsydra_client.topics import TopicInfo, fetch_topic, fetch_topic_or_none, list_topics
 from clepsydra_core import naming
 from clepsydra_core.errors import ConfigError, MessageNotFound, NotFound, ValidationError
-from clepsydra_core.http import HttpClient
-from clepsydra_core.wire.dlq import DlqFilter
+from clepsydra_core.http import HttpClient, RemoteError
+from clepsydra_core.wire import dlq as wire_dlq
+from clepsydra_core.wire.codec import WireValue
+from clepsydra_core.wire.dlq import (
+    DlqAudit,
+    DlqFilter,
+    DlqPurge,
+    DlqResend,
+    PurgeResult,
+    ResendResult,
+)
+from clepsydra_core.wire.groups import ConsumerInfo, Consumers, GroupNames
 from clepsydra_core.wire.schedule import LevelInfo, LevelTable, ScheduleEntries
 from clepsydra_core.wire.timers import TimerBacklog
 
 
 @dataclass(frozen=True, slots=True)
-class ConsumerInfo:
-    client_id: str
-    subscriptions: dict[str, str]
-    message_model: str
-    last_heartbeat_ms: int
-
-    @classmethod
-    def from_json(cls, raw: dict[str, Any]) -> ConsumerInfo:
-        return cls(str(raw.get("clientId", "")), dict(raw.get("subscriptions") or {}),
-                   str(raw.get("messageModel", "CLUSTERING")),
-                   int(raw.get("lastHeartbeatMs", 0) or 0))
-
-
-@dataclass(frozen=True, slots=True)
 class GroupConsumers:
+    """A group's live consumers (the store's :class:`Consumers` answer); ``mismatches`` as
+    their JSON (SPEC C5)."""
+
     consumers: list[ConsumerInfo]
     consistent: bool
-    mismatches: list[Any] = field(default_factory=list)
+    mismatches: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ids(self) -> list[str]:
@@ -176,8 +175,7 @@ class AdminClient:
 
     def groups(self) -> list[str]:
         """Groups the retry service has settings for."""
-        raw = self.retry.get("/v1/groups")
-        return sorted(str(g) for g in raw.get("groups") or [])
+        return sorted(read_answer(GroupNames, self.retry.get("/v1/groups")).groups)
 
     def group_settings(self, group: str) -> dict[str, Any]:
         return self.retry.get(self.retry.path("/v1/groups/{}", group))
@@ -192,11 +190,10 @@ class AdminClient:
         return self.retry.put(self.retry.path("/v1/groups/{}", group), body)
 
     def consumers(self, group: str) -> GroupConsumers:
-        raw = self.store.get(self.store.path("/v1/groups/{}/consumers", group))
-        return GroupConsumers(
-            [ConsumerInfo.from_json(c) for c in raw.get("consumers") or []
-             if isinstance(c, dict)],
-            bool(raw.get("consistent", True)), list(raw.get("mismatches") or []))
+        answer = read_answer(Consumers,
+                       self.store.get(self.store.path("/v1/groups/{}/consumers", group)))
+        return GroupConsumers(answer.consumers, answer.consistent,
+                              [m.to_json() for m in answer.mismatches])
 
     def offsets(self, group: str, topic: str | None = None) -> dict[MessageQueue, int]:
         raw = self.store.get(self.store.path("/v1/groups/{}/offsets", group), {"topic": topic})
@@ -243,10 +240,10 @@ class AdminClient:
                  dlq_filter: DlqFilter | None = None) -> DlqPage:
         params: dict[str, Any] = {"offset": offset, "max": max_count}
         params.update((dlq_filter or DlqFilter()).to_json())
-        raw = self.retry.get(self.retry.path("/v1/groups/{}/dlq", group), params)
-        messages = [Message.from_json(m) for m in raw.get("messages") or []]
-        return DlqPage(messages, int(raw.get("nextOffset", offset + len(messages))),
-                       int(raw.get("maxOffset", 0)))
+        page = read_answer(wire_dlq.DlqPage,
+                     self.retry.get(self.retry.path("/v1/groups/{}/dlq", group), params))
+        messages = [Message.from_json(m.to_json()) for m in page.messages]
+        return DlqPage(messages, page.next_offset, page.max_offset or 0)
 
     def dlq_messages(self, group: str, dlq_filter: DlqFilter | None = None, *,
                      page_size: int = 100, limit: int | None = None,
@@ -269,48 +266,48 @@ class AdminClient:
     def dlq_show(self, group: str, msg_id: str) -> Message:
         """One dead letter of the group (with its body and attempt history)."""
         raw = self.retry.get(self.retry.path("/v1/groups/{}/dlq/{}", group, msg_id))
-        return Message.from_json(raw)
+        return Message.from_json(read_answer(wire_dlq.DlqMessage, raw).to_json())
 
     def _selection(self, msg_ids: list[str] | None, all_messages: bool,
-                   dlq_filter: DlqFilter | None) -> dict[str, Any]:
+                   dlq_filter: DlqFilter | None) -> DlqPurge:
         if msg_ids:
-            return {"msgIds": msg_ids}
-        if dlq_filter is not None and dlq_filter.to_json():
-            return {"filter": dlq_filter.to_json()}
+            return DlqPurge(msg_ids=list(msg_ids))
+        if dlq_filter is not None and not dlq_filter.is_empty():
+            return DlqPurge(filter=dlq_filter)
         if all_messages:
-            return {"all": True}
+            return DlqPurge(all=True)
         raise ValidationError("say which dead letters: msgIds, a filter, or all",
                               rule="R16", code="INVALID_REQUEST")
 
     def dlq_resend(self, group: str, msg_ids: list[str] | None = None, *,
                    all_messages: bool = False, dlq_filter: DlqFilter | None = None,
                    to_origin: bool = False, delay_level: int = 0,
-                   max_per_second: float | None = None) -> dict[str, Any]:
+                   max_per_second: float | None = None) -> ResendResult:
         """Resend into the group's retry topic at a level, so the group alone receives them
         again; ``to_origin``: back to their original topics, where every subscribed group
-        does: one, a filter, or all (R16). ``{resent, skipped, target}``."""
-        body = self._selection(msg_ids, all_messages, dlq_filter)
-        if to_origin:
-            body["target"] = "origin"
-        elif delay_level:
-            body["delayLevel"] = delay_level
-        if max_per_second:
-            body["maxPerSecond"] = max_per_second
-        return self.retry.post(self.retry.path("/v1/groups/{}/dlq/resend", group), body,
-                               timeout_s=max(self.retry.timeout_s, 600.0))
+        does: one, a filter, or all (R16)."""
+        chosen = self._selection(msg_ids, all_messages, dlq_filter)
+        body = DlqResend(chosen.msg_ids, chosen.all, chosen.filter,
+                         target="origin" if to_origin else None,
+                         delay_level=None if to_origin else (delay_level or None),
+                         max_per_second=max_per_second or None)
+        raw = self.retry.post(self.retry.path("/v1/groups/{}/dlq/resend", group),
+                              body.to_json(), timeout_s=max(self.retry.timeout_s, 600.0))
+        return read_answer(ResendResult, raw)
 
     def dlq_purge(self, group: str, msg_ids: list[str] | None = None, *,
                   all_messages: bool = False, dlq_filter: DlqFilter | None = None) -> int:
         body = self._selection(msg_ids, all_messages, dlq_filter)
-        raw = self.retry.post(self.retry.path("/v1/groups/{}/dlq/purge", group), body,
-                              timeout_s=max(self.retry.timeout_s, 600.0))
-        return int(raw.get("purged", 0))
+        raw = self.retry.post(self.retry.path("/v1/groups/{}/dlq/purge", group),
+                              body.to_json(), timeout_s=max(self.retry.timeout_s, 600.0))
+        return read_answer(PurgeResult, raw).purged
 
     def dlq_audit(self, group: str, max_count: int = 100) -> list[dict[str, Any]]:
+        """Every resend and purge of the group (oldest first), each an ``AuditRecord``'s
+        JSON."""
         raw = self.retry.get(self.retry.path("/v1/groups/{}/dlq/audit", group),
                              {"max": max_count})
-        items = raw.get("records") or raw.get("audit") or []
-        return [i for i in items if isinstance(i, dict)]
+        return [record.to_json() for record in read_answer(DlqAudit, raw).records]
 
     # ---- delay levels --------------------------------------------------------------------
 
@@ -341,3 +338,14 @@ class AdminClient:
         """The store's timer backlog: pending timers by hour ahead, handed over so far, the
         next due time and the lateness of recent hand-overs (``GET /v1/schedule/timers``)."""
         return TimerBacklog.from_json(self.store.get("/v1/schedule/timers"))
+
+
+_W = TypeVar("_W", bound=WireValue)
+
+
+def read_answer(cls: type[_W], raw: Any) -> _W:
+    """An answer read with its wire type; one that is not: RemoteError naming the field."""
+    try:
+        return cls.from_json(raw)
+    except ValidationError as exc:
+        raise RemoteError(f"unexpected answer: {exc.message}") from exc

@@ -4,18 +4,25 @@ API over HTTP (this package never imports pyspark; the jobs run in the analytics
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from clepsydra_client.render import format_ts, render_table
 from clepsydra_core.errors import Unavailable
 from clepsydra_core.http import HttpClient
+from clepsydra_core.wire.analytics import (
+    JOB_NAMES,
+    ExportStatus,
+    ReportList,
+    RunRequest,
+    RunResult,
+)
+from clepsydra_core.wire.codec import WireValue
 
 if TYPE_CHECKING:
     from clepsydra_client.commands import Context, Output
 
 RUN_TIMEOUT_S = 1800.0
 """How long ``report run`` waits for the jobs (the service has its own limit too)."""
-JOB_NAMES = ("lateness", "funnel", "dead-letters", "throughput")
 COLUMNS = {
     "lateness": ("level", "hour", "count", "p50Ms", "p95Ms", "p99Ms", "maxMs", "early",
                  "pending"),
@@ -25,6 +32,9 @@ COLUMNS = {
     "throughput": ("topic", "minute", "messages", "bytes"),
     "consumer-lag": ("group", "topic", "lag", "queues"),
 }
+
+
+_W = TypeVar("_W", bound=WireValue)
 
 
 class AnalyticsUnavailable(Unavailable):
@@ -55,6 +65,12 @@ def _cell(value: Any) -> Any:
     return "-" if value is None else value
 
 
+def _read(cls: type[_W], raw: Any) -> _W:
+    from clepsydra_client.admin import read_answer
+
+    return read_answer(cls, raw)
+
+
 def result_text(result: dict[str, Any]) -> str:
     parts = []
     for name, rows in result.get("jobs", {}).items():
@@ -70,43 +86,41 @@ def result_text(result: dict[str, Any]) -> str:
 def report_run(args: argparse.Namespace, ctx: Context) -> Output:
     from clepsydra_client.commands import Output
 
-    body: dict[str, Any] = {}
-    if args.job:
-        body["jobs"] = args.job
-    if args.since:
-        body["since"] = args.since
-    result = _call(ctx, "POST", "/v1/reports", body, timeout_s=RUN_TIMEOUT_S)
+    body = RunRequest(jobs=args.job or None, since=args.since or None)
+    result = _read(RunResult, _call(ctx, "POST", "/v1/reports", body.to_json(),
+                                    timeout_s=RUN_TIMEOUT_S))
     if args.format == "json":
         args.json = True  # the one object, printed by main() like every --json answer
-    return Output(result, result_text(result))
+    return Output(result.to_json(), result_text(result.to_json()))
 
 
 def report_list(args: argparse.Namespace, ctx: Context) -> Output:
     from clepsydra_client.commands import Output
 
-    runs = _call(ctx, "GET", "/v1/reports").get("reports", [])
-    rows = [(r["runId"], format_ts(r.get("nowMs")), ",".join(r.get("ran", [])),
-             r.get("inputFiles"), r.get("report")) for r in runs]
-    return Output(runs, render_table(["RUN", "AT", "JOBS", "FILES", "REPORT"], rows)
-                  if rows else "no report runs yet: `clepsydra report run`")
+    runs = _read(ReportList, _call(ctx, "GET", "/v1/reports")).reports
+    rows = [(r.run_id, format_ts(r.now_ms), ",".join(r.ran), r.input_files, r.report)
+            for r in runs]
+    text = (render_table(["RUN", "AT", "JOBS", "FILES", "REPORT"], rows) if rows
+            else "no report runs yet: `clepsydra report run`")
+    return Output([r.to_json() for r in runs], text)
 
 
 def report_show(args: argparse.Namespace, ctx: Context) -> Output:
     from clepsydra_client.commands import Output
 
     http = _http(ctx)
-    result = _call(ctx, "GET", http.path("/v1/reports/{}", args.run_id))
+    result = _read(RunResult, _call(ctx, "GET", http.path("/v1/reports/{}", args.run_id))
+                   ).to_json()
     return Output(result, result_text(result))
 
 
 def export_status(args: argparse.Namespace, ctx: Context) -> Output:
     from clepsydra_client.commands import Output
 
-    status = _call(ctx, "GET", "/v1/export/status")
-    topics = status.get("topics", [])
-    lines = [f"{t['topic']}  lag={t['lag']} exported={t['exportedRows']} queues={t['queues']}"
-             for t in topics]
-    return Output(status, "\n".join(lines) if lines else "no exported topics")
+    status = _read(ExportStatus, _call(ctx, "GET", "/v1/export/status"))
+    lines = [f"{t.topic}  lag={t.lag} exported={t.exported_rows} queues={t.queues}"
+             for t in status.topics]
+    return Output(status.to_json(), "\n".join(lines) if lines else "no exported topics")
 
 
 def add_analytics_commands(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:

@@ -406,13 +406,14 @@ def dlq_resend(args: argparse.Namespace, ctx: Context) -> Output:
             for start in range(0, len(args.msg_ids), 100):
                 chunk = args.msg_ids[start:start + 100]
                 result = admin.dlq_resend(args.group, chunk, **kw)
-                resent += int(result.get("resent", 0))
-                skipped += int(result.get("skipped", 0))
+                resent += result.resent
+                skipped += result.skipped
                 bar.advance(len(chunk))
         data: dict[str, Any] = {"resent": resent, "skipped": skipped}
     else:
         ctx.err.write("resending (the retry service works through the DLQ)...\n")
-        data = admin.dlq_resend(args.group, all_messages=args.all, dlq_filter=flt, **kw)
+        data = admin.dlq_resend(args.group, all_messages=args.all, dlq_filter=flt,
+                                **kw).to_json()
     where = ("their original topics (every subscribed group)" if args.to_origin
              else f"the retry topic of {args.group} (this group alone)")
     text = f"resent {data.get('resent', 0)} messages to {where}"

@@ -34,6 +34,7 @@ from clepsydra_core import properties as P
 from clepsydra_core import telemetry
 from clepsydra_core.errors import ValidationError
 from clepsydra_core.http import HttpClient, Json, segment
+from clepsydra_core.wire.produce import ProduceBatch, ProduceMessage
 from clepsydra_core.wire.timers import RescheduleRequest
 
 TRACER = "clepsydra_client"
@@ -63,11 +64,13 @@ DELAY_ARGUMENTS = ("delay_level", "deliver_at", "delay")
 """The SDK's three ways to delay a message; one at most (SPEC T1, issue 15)."""
 
 
-def delivery_fields(delay_level: int = 0, deliver_at: datetime | int | None = None,
-                    delay: timedelta | int | None = None) -> Json:
-    """The wire fields of a message's delay: ``{"delayLevel": n}``, ``{"deliverAt": ms}``,
-    ``{"delayMs": ms}`` or nothing. ValueError naming the arguments when more than one is
-    given, or when a time is malformed; ValidationError (L2) for a negative level."""
+def delivery(delay_level: int = 0, deliver_at: datetime | int | None = None,
+             delay: timedelta | int | None = None) -> tuple[int | None, int | None, int | None]:
+    """The wire values (delayLevel, deliverAt, delayMs) of a message's delay, at most one not
+    None. ValueError naming the arguments when more than one is given, or when a time is
+    malformed; ValidationError (L2) for a negative level."""
+    if not delay_level and deliver_at is None and delay is None:
+        return None, None, None  # the common case: not delayed
     given = [name for name, value in zip(DELAY_ARGUMENTS, (delay_level or None, deliver_at,
                                                            delay), strict=True)
              if value is not None]
@@ -78,10 +81,10 @@ def delivery_fields(delay_level: int = 0, deliver_at: datetime | int | None = No
         raise ValidationError(f"delay level must be >= 0, got {delay_level}",
                               rule="L2", code="INVALID_DELAY_LEVEL")
     if deliver_at is not None:
-        return {"deliverAt": instant_ms(deliver_at)}
+        return None, instant_ms(deliver_at), None
     if delay is not None:
-        return {"delayMs": delay_ms(delay)}
-    return {"delayLevel": delay_level} if delay_level else {}
+        return None, None, delay_ms(delay)
+    return delay_level, None, None
 
 
 def _keys_text(keys: Sequence[str] | str) -> str | None:
@@ -94,21 +97,23 @@ def _keys_text(keys: Sequence[str] | str) -> str | None:
     return " ".join(keys) or None
 
 
-def encode_body(body: bytes | str) -> dict[str, str]:
-    """``{"body": text}`` for UTF-8 text, else ``{"bodyBase64": ...}`` (never both)."""
+def body_fields(body: bytes | str) -> tuple[str | None, str | None]:
+    """(body, bodyBase64): the text when the body is UTF-8, else its bytes in base64."""
     if isinstance(body, str):
-        return {"body": body}
+        return body, None
     try:
-        return {"body": body.decode()}
+        return body.decode(), None
     except UnicodeDecodeError:
-        return {"bodyBase64": base64.b64encode(body).decode()}
+        return None, base64.b64encode(body).decode()
 
 
 def message_request(message: OutgoingMessage, uniq_key: str, span: trace.Span | None = None,
                     traceparent: str | None = None) -> Json:
-    """The v1 produce body of one message (``UNIQ_KEY`` and a trace context added: the given
-    ``traceparent``, else that of ``span``, default the current span)."""
-    delivery = delivery_fields(message.delay_level, message.deliver_at, message.delay)
+    """The v1 produce body of one message, a :class:`ProduceMessage`'s JSON (``UNIQ_KEY`` and
+    a trace context added: the given ``traceparent``, else that of ``span``, default the
+    current span). Its values are checked here (delay, keys), so the JSON is made with
+    :meth:`ProduceMessage.json_of`, without the frozen instance (per-message cost)."""
+    level, at_ms, in_ms = delivery(message.delay_level, message.deliver_at, message.delay)
     props: dict[str, str] = dict(message.properties)
     props.setdefault(P.UNIQ_KEY, uniq_key)
     if P.TRACEPARENT not in props:
@@ -116,17 +121,11 @@ def message_request(message: OutgoingMessage, uniq_key: str, span: trace.Span | 
             props[P.TRACEPARENT] = traceparent
         else:
             telemetry.inject(props, span)
-    req: Json = encode_body(message.body)
-    req["properties"] = props
-    if message.tags:
-        req["tags"] = message.tags
-    keys = _keys_text(message.keys)
-    if keys:
-        req["keys"] = keys
-    req.update(delivery)
-    if message.queue_id is not None:
-        req["queueId"] = message.queue_id
-    return req
+    text, encoded = body_fields(message.body)
+    return ProduceMessage.json_of(
+        body=text, body_base64=encoded, tags=message.tags or None,
+        keys=_keys_text(message.keys), properties=props, queue_id=message.queue_id,
+        delay_level=level, deliver_at=at_ms, delay_ms=in_ms)
 
 
 class Producer:
@@ -181,7 +180,7 @@ class Producer:
         Each message gets its own ``client.produce`` span and trace context."""
         items = list(messages)
         for message in items:  # a bad delay refuses the batch before any request is sent
-            delivery_fields(message.delay_level, message.deliver_at, message.delay)
+            delivery(message.delay_level, message.deliver_at, message.delay)
         results: list[SendResult] = []
         for start in range(0, len(items), MAX_BATCH):
             results.extend(self._send_chunk(topic, items[start:start + MAX_BATCH]))
@@ -209,7 +208,7 @@ class Producer:
                 spans.append(span)
                 reqs.append(message_request(message, uniq_key, span))
             raw = self.http.post(self.http.path("/v1/topics/{}/messages/batch", topic),
-                                 {"messages": reqs})
+                                 ProduceBatch.of_json(reqs))
             answers: list[Any] = raw.get("results") or []
             results = [SendResult.from_json(a, k) for a, k in zip(answers, keys, strict=False)]
             for span, message, result in zip(spans, chunk, results, strict=False):
@@ -282,7 +281,7 @@ class Producer:
 
     def _post_batch(self, topic: str, items: list[Pending]) -> list[SendResult]:
         raw = self.http.post(self.http.path("/v1/topics/{}/messages/batch", topic),
-                             {"messages": [item.request for item in items]})
+                             ProduceBatch.of_json([item.request for item in items]))
         answers: list[Any] = raw.get("results") or []
         return [SendResult.from_json(a, _uniq_key(item))
                 for a, item in zip(answers, items, strict=False)]

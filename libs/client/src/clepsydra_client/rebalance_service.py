@@ -41,6 +41,7 @@ from clepsydra_client.timers import TimerPool
 from clepsydra_client.topics import TopicInfo, fetch_topic_or_none
 from clepsydra_core import naming
 from clepsydra_core.errors import ClepsydraError
+from clepsydra_core.wire.groups import Heartbeat
 
 if TYPE_CHECKING:
     from clepsydra_client.push import PushConsumer
@@ -86,8 +87,8 @@ class RebalanceService:
         subs = c.all_subscriptions()
         raw = self.store.post(
             self.store.path("/v1/groups/{}/heartbeat", c.group),
-            {"clientId": c.client_id, "subscriptions": {t: str(e) for t, e in subs.items()},
-             "messageModel": str(c.settings.message_model)})
+            Heartbeat(c.client_id, {t: str(e) for t, e in subs.items()},
+                      str(c.settings.message_model)).to_json())
         consumers = sorted({str(x) for x in raw.get("consumers") or []})
         consistent = bool(raw.get("consistent", True))
         if not consistent:

@@ -18,7 +18,7 @@ from typing import Any
 from opentelemetry import trace
 
 from clepsydra_client.message import Attempt, Message, append_failure
-from clepsydra_client.producer import encode_body
+from clepsydra_client.producer import body_fields
 from clepsydra_core import naming, telemetry
 from clepsydra_core import properties as P
 from clepsydra_core.errors import ClepsydraError, GroupNotFound, NotFound, ValidationError
@@ -29,6 +29,7 @@ from clepsydra_core.retry_rules import (
     max_reconsume_times_or,
     retry_level_for,
 )
+from clepsydra_core.wire.produce import ProduceMessage
 from clepsydra_core.wire.retry import SendBackAnswer, SendBackBatch, SendBackRequest
 
 logger = logging.getLogger(__name__)
@@ -272,14 +273,10 @@ class SendBack:
         for name in (P.TRACEPARENT, P.TRACESTATE):  # the copy continues from this attempt
             props.pop(name, None)
         telemetry.inject(props)
-        req: dict[str, Any] = encode_body(msg.body)
-        req["properties"] = props
-        if msg.tags:
-            req["tags"] = msg.tags
-        if msg.keys:
-            req["keys"] = " ".join(msg.keys)
-        if level > 0:
-            req["delayLevel"] = level
+        text, encoded = body_fields(msg.body)
+        req = ProduceMessage(body=text, body_base64=encoded, tags=msg.tags or None,
+                             keys=" ".join(msg.keys) or None, properties=props,
+                             delay_level=level if level > 0 else None).to_json()
         topic = naming.retry_topic(self.group)
         raw = self.store.post(self.store.path("/v1/topics/{}/messages", topic), req)
         stored = str(raw.get("topic", topic))

@@ -4,7 +4,7 @@ work is in reports.py and status.py."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
@@ -16,7 +16,8 @@ from clepsydra_analytics.settings import AnalyticsSettings
 from clepsydra_analytics.status import export_status
 from clepsydra_analytics.store_reader import StoreReader
 from clepsydra_core import naming
-from clepsydra_core.errors import ClepsydraError, ValidationError
+from clepsydra_core.errors import ClepsydraError
+from clepsydra_core.wire.analytics import AnalyticsHealth, ExportStatus, ReportList, RunRequest
 from clepsydra_web.jsonio import loads_object
 
 
@@ -34,20 +35,11 @@ def services() -> Services:
     return found
 
 
-def _body() -> dict[str, Any]:
+def _run_request() -> RunRequest:
+    """The body (which may be left out), read with its wire type: unknown fields refused."""
     raw = request.get_data(cache=True)
-    return loads_object(raw) if raw.strip() else {}
-
-
-def _job_names(body: dict[str, Any]) -> list[str] | None:
-    raw = body.get("jobs", body.get("job"))
-    if raw is None:
-        return None
-    names = [raw] if isinstance(raw, str) else raw
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise ValidationError("jobs must be a job name or a list of job names",
-                              code="INVALID_REQUEST")
-    return names
+    return RunRequest.from_json(loads_object(raw) if raw.strip() else {}, what="run",
+                                strict=True)
 
 
 reports_bp = Blueprint("reports", __name__)
@@ -55,24 +47,21 @@ reports_bp = Blueprint("reports", __name__)
 
 @reports_bp.get("/v1/reports")
 def list_reports() -> Response:
-    return jsonify({"reports": services().reports.runs()})
+    return jsonify(ReportList(services().reports.runs()).to_json())
 
 
 @reports_bp.post("/v1/reports")
 def run_report() -> tuple[Response, int]:
     """Run the jobs now (exporting first what is new); 201 with the run's result."""
-    body = _body()
-    since = body.get("since")
-    if since is not None and not isinstance(since, str):
-        raise ValidationError("since must be a duration such as \"2h\"", code="INVALID_SINCE")
-    result = services().reports.run(_job_names(body), since)
-    result["reportUrl"] = f"/v1/reports/{result['runId']}/{naming.REPORT_HTML}"
-    return jsonify(result), 201
+    body = _run_request()
+    result = services().reports.run(body.job_names(), body.since)
+    url = f"/v1/reports/{result.run_id}/{naming.REPORT_HTML}"
+    return jsonify(replace(result, report_url=url).to_json()), 201
 
 
 @reports_bp.get("/v1/reports/<run_id>")
 def get_report(run_id: str) -> Response:
-    return jsonify(services().reports.get(run_id))
+    return jsonify(services().reports.get(run_id).to_json())
 
 
 @reports_bp.get(f"/v1/reports/<run_id>/{naming.REPORT_HTML}")
@@ -91,8 +80,7 @@ def report_chart(run_id: str, name: str) -> Response:
 def status() -> Response:
     svc = services()
     topics = export_status(svc.files, svc.reader, svc.settings.topics)
-    return jsonify({"exportUri": svc.settings.export_uri,
-                    "topics": [t.to_json() for t in topics]})
+    return jsonify(ExportStatus(svc.settings.export_uri, topics).to_json())
 
 
 def health() -> tuple[dict[str, Any], int]:
@@ -103,8 +91,8 @@ def health() -> tuple[dict[str, Any], int]:
         store_ok = True
     except ClepsydraError:
         store_ok = False
-    return {"status": "ok", "store": store_ok, "exportUri": svc.settings.export_uri,
-            "reports": str(svc.settings.reports_dir)}, 200
+    return AnalyticsHealth("ok", store_ok, svc.settings.export_uri,
+                           str(svc.settings.reports_dir)).to_json(), 200
 
 
 BLUEPRINTS = (reports_bp,)

@@ -47,7 +47,7 @@ class AnalyticsCollector(Collector):
         newest = GaugeMetricFamily("clepsydra_analytics_last_report_timestamp_seconds",
                                    "When the newest report run started")
         if runs:
-            newest.add_metric([], runs[0]["nowMs"] / 1000)
+            newest.add_metric([], runs[0].now_ms / 1000)
         yield newest
 
 

@@ -16,6 +16,7 @@ from clepsydra_analytics import jobs
 from clepsydra_analytics.settings import AnalyticsSettings, parse_duration_s
 from clepsydra_core import naming
 from clepsydra_core.errors import ClepsydraError, NotFound, ValidationError
+from clepsydra_core.wire.analytics import RunResult, RunSummary
 
 
 class RunFailed(ClepsydraError):
@@ -52,8 +53,9 @@ class Reports:
             raise ReportNotFound(f"no report {run_id!r} in {self.folder}")
         return path
 
-    def runs(self) -> list[dict[str, Any]]:
-        """Every complete run, newest first, without its rows."""
+    def runs(self) -> list[RunSummary]:
+        """Every complete run, newest first, without its rows (a result.json that cannot be
+        read is left out)."""
         if not self.folder.is_dir():
             return []
         out = []
@@ -62,19 +64,16 @@ class Reports:
             if not result_path.is_file():
                 continue
             try:
-                result = json.loads(result_path.read_text())
-            except ValueError:
+                result = RunResult.from_json(json.loads(result_path.read_text()))
+            except (ValueError, ValidationError):
                 continue
-            out.append({"runId": result["runId"], "nowMs": result["nowMs"],
-                        "sinceMs": result["sinceMs"], "ran": result["ran"],
-                        "inputFiles": result["inputFiles"], "report": result["report"],
-                        "rows": {k: len(v) for k, v in result["jobs"].items()}})
+            out.append(result.summary())
         return out
 
-    def get(self, run_id: str) -> dict[str, Any]:
-        result: dict[str, Any] = json.loads(
-            (self.run_dir(run_id) / naming.REPORT_RESULT).read_text())
-        return result
+    def get(self, run_id: str) -> RunResult:
+        return RunResult.from_json(
+            json.loads((self.run_dir(run_id) / naming.REPORT_RESULT).read_text()),
+            what="result.json")
 
     def file(self, run_id: str, relative: str) -> Path:
         """A file of a run (the HTML, a chart); ReportNotFound outside the run folder."""
@@ -84,7 +83,7 @@ class Reports:
             raise ReportNotFound(f"report {run_id!r} has no {relative!r}")
         return path
 
-    def run(self, job_names: list[str] | None, since: str | None) -> dict[str, Any]:
+    def run(self, job_names: list[str] | None, since: str | None) -> RunResult:
         """Run the jobs now in a child process (one run at a time); its result."""
         jobs.check_jobs(job_names)
         if since is not None:
@@ -108,7 +107,7 @@ class Reports:
         except ValueError:
             answer = {}
         if proc.returncode == 0 and "runId" in answer:
-            return answer
+            return RunResult.from_json(answer, what="the jobs run's result")
         message = answer.get("message") or _tail(proc.stderr) or f"exit {proc.returncode}"
         if proc.returncode == 2:
             raise ValidationError(str(message), code=str(answer.get("error") or "INVALID_REQUEST"))

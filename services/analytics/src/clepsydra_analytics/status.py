@@ -4,30 +4,11 @@ store's queues they are (the lag, in messages)."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 from clepsydra_analytics.export_files import ExportFiles
 from clepsydra_analytics.settings import TopicPatterns
 from clepsydra_analytics.store_reader import StoreReader
-
-
-@dataclass(frozen=True, slots=True)
-class TopicStatus:
-    topic: str
-    queues: int
-    exported_rows: int
-    store_end: int
-    """Sum of the queues' max offsets."""
-    exported_end: int
-    """Sum of the queues' exported ends (never past their max offsets)."""
-
-    @property
-    def lag(self) -> int:
-        return max(0, self.store_end - self.exported_end)
-
-    def to_json(self) -> dict[str, int | str]:
-        return {"topic": self.topic, "queues": self.queues, "exportedRows": self.exported_rows,
-                "storeEnd": self.store_end, "exportedEnd": self.exported_end, "lag": self.lag}
+from clepsydra_core.wire.analytics import TopicStatus
 
 
 def export_status(files: ExportFiles, reader: StoreReader,
@@ -46,8 +27,8 @@ def export_status(files: ExportFiles, reader: StoreReader,
         store_end = sum(q.max_offset for q in info.queues)
         exported = sum(min(max(ends.get((info.name, q.queue_id), q.min_offset), q.min_offset),
                            q.max_offset) for q in info.queues)
-        out.append(TopicStatus(info.name, len(info.queues), rows.get(info.name, 0), store_end,
-                               exported))
+        out.append(TopicStatus.of(info.name, len(info.queues), rows.get(info.name, 0),
+                                  store_end, exported))
     return sorted(out, key=lambda s: s.topic)
 
 

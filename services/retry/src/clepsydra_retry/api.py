@@ -14,11 +14,12 @@ from prometheus_client import CollectorRegistry, Histogram
 from werkzeug.routing import BaseConverter
 
 from clepsydra_core.errors import ClepsydraError, ValidationError
-from clepsydra_core.groups import validate_settings
+from clepsydra_core.groups import GroupSettings, validate_settings
 from clepsydra_core.properties import TRACEPARENT
 from clepsydra_core.validation import validate_group_name
-from clepsydra_core.wire.dlq import FILTER_FIELDS, DlqFilter
-from clepsydra_core.wire.retry import MAX_SEND_BACK_BATCH
+from clepsydra_core.wire.dlq import FILTER_FIELDS, DlqFilter, DlqPurge
+from clepsydra_core.wire.groups import GroupNames, GroupSettingsAnswer
+from clepsydra_core.wire.retry import MAX_SEND_BACK_BATCH, RetryHealth
 from clepsydra_retry.dlq import DlqToolkit
 from clepsydra_retry.dlq_filter import parse_query
 from clepsydra_retry.groups import GroupStore
@@ -86,7 +87,7 @@ groups_bp = Blueprint("groups", __name__)
 
 @groups_bp.get("/v1/groups")
 def list_groups() -> Response:
-    return jsonify({"groups": services().groups.names()})
+    return jsonify(GroupNames(services().groups.names()).to_json())
 
 
 @groups_bp.put("/v1/groups/<group>")
@@ -95,13 +96,18 @@ def put_group(group: str) -> tuple[Response, int]:
     store = services().groups
     new_settings = validate_settings(json_body(empty_ok=True), store.find(group))
     created = store.put(group, new_settings)
-    return jsonify({"group": group, **new_settings.to_json()}), 201 if created else 200
+    return jsonify(_settings_answer(group, new_settings)), 201 if created else 200
 
 
 @groups_bp.get("/v1/groups/<group>")
 def get_group(group: str) -> Response:
     group = group_name(group)
-    return jsonify({"group": group, **services().groups.get(group).to_json()})
+    return jsonify(_settings_answer(group, services().groups.get(group)))
+
+
+def _settings_answer(group: str, settings: GroupSettings) -> dict[str, Any]:
+    return GroupSettingsAnswer(group, settings.retry_queue_nums,
+                               settings.retry_max_times).to_json()
 
 
 # ---- send-back -----------------------------------------------------------------------------
@@ -151,7 +157,7 @@ def list_dlq(group: str) -> Response:
     offset = query_int("offset", None)
     max_count = query_int("max", LIST_MAX_DEFAULT, minimum=1, maximum=LIST_MAX)
     assert max_count is not None
-    return jsonify(services().dlq.list_page(group, offset, max_count, query_filter()))
+    return jsonify(services().dlq.list_page(group, offset, max_count, query_filter()).to_json())
 
 
 @dlq_bp.get("/v1/groups/<group>/dlq/audit")
@@ -159,41 +165,40 @@ def dlq_audit(group: str) -> Response:
     group = group_name(group)
     max_count = query_int("max", AUDIT_MAX_DEFAULT, minimum=1, maximum=AUDIT_MAX)
     assert max_count is not None
-    return jsonify(services().dlq.audit(group, max_count))
+    return jsonify(services().dlq.audit(group, max_count).to_json())
 
 
 @dlq_bp.get("/v1/groups/<group>/dlq/<dlq_item:msg_id>")
 def show_dlq(group: str, msg_id: str) -> Response:
     group = group_name(group)
-    return jsonify(services().dlq.show(group, msg_id))
+    return jsonify(services().dlq.show(group, msg_id).to_json())
 
 
 @dlq_bp.post("/v1/groups/<group>/dlq/resend")
 def resend_dlq(group: str) -> Response:
     group = group_name(group)
-    return jsonify(services().dlq.resend(group, json_body(), client_id()))
+    return jsonify(services().dlq.resend(group, json_body(), client_id()).to_json())
 
 
 @dlq_bp.post("/v1/groups/<group>/dlq/purge")
 def purge_dlq(group: str) -> Response:
     group = group_name(group)
-    return jsonify(services().dlq.purge(group, json_body(), client_id()))
+    return jsonify(services().dlq.purge(group, json_body(), client_id()).to_json())
 
 
 @dlq_bp.delete("/v1/groups/<group>/dlq")
 def delete_dlq(group: str) -> Response:
     """Purge all, or what the query selects (filter fields, or repeated ``msgId``)."""
     group = group_name(group)
-    body: dict[str, Any]
     msg_ids = request.args.getlist("msgId")
     flt = query_filter()
     if msg_ids:
-        body = {"msgIds": msg_ids}
+        body = DlqPurge(msg_ids=msg_ids)
     elif not flt.is_empty():
-        body = {"filter": flt.to_json()}
+        body = DlqPurge(filter=flt)
     else:
-        body = {"all": True}
-    return jsonify(services().dlq.purge(group, body, client_id()))
+        body = DlqPurge(all=True)
+    return jsonify(services().dlq.purge(group, body.to_json(), client_id()).to_json())
 
 
 # ---- operations ----------------------------------------------------------------------------
@@ -209,9 +214,8 @@ def health() -> tuple[dict[str, Any], int]:
         store_ok, writable = True, bool(store.get("writable", True))
     except ClepsydraError:
         store_ok, writable = False, False
-    body = {"status": "ok" if redis_ok else "degraded", "redis": redis_ok, "store": store_ok,
-            "storeWritable": writable}
-    return body, 200 if redis_ok else 503
+    body = RetryHealth("ok" if redis_ok else "degraded", redis_ok, store_ok, writable)
+    return body.to_json(), 200 if redis_ok else 503
 
 
 def start_timer() -> None:

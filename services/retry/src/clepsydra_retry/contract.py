@@ -1,6 +1,6 @@
 """The retry service's HTTP contract: one :class:`~clepsydra_web.openapi.Route` per operation,
-its values the wire types of :mod:`clepsydra_core.wire` (the DLQ toolkit's listing and action
-bodies, which have no wire type yet, are JSON Schemas in :data:`SCHEMAS`). ``openapi.json`` is
+its values the wire types of :mod:`clepsydra_core.wire` (the batch send-back's lenient items
+and mixed results are JSON Schemas in :data:`SCHEMAS`). ``openapi.json`` is
 generated from it (``make openapi``); a unit test holds the checked-in file equal to it.
 
 Adding a route: add its ``Route(...)`` to :data:`ROUTES`, run ``make openapi``, commit both.
@@ -10,19 +10,33 @@ from __future__ import annotations
 
 from typing import Any
 
-from clepsydra_core.levels import DelayLevels
 from clepsydra_core.msgid import ID_PATTERN
 from clepsydra_core.validation import GROUP_MAX_LEN, GROUP_PATTERN
 from clepsydra_core.wire.codec import INT64_MAX
-from clepsydra_core.wire.dlq import DlqFilter
-from clepsydra_core.wire.groups import EXAMPLE_GROUP, GroupSettingsAnswer, GroupSettingsPatch
-from clepsydra_core.wire.messages import StoredMessage
-from clepsydra_core.wire.retry import MAX_SEND_BACK_BATCH, SendBackAnswer, SendBackRequest
+from clepsydra_core.wire.dlq import (
+    DlqAudit,
+    DlqFilter,
+    DlqMessage,
+    DlqPage,
+    DlqPurge,
+    DlqResend,
+    PurgeResult,
+    ResendResult,
+)
+from clepsydra_core.wire.groups import (
+    EXAMPLE_GROUP,
+    GroupNames,
+    GroupSettingsAnswer,
+    GroupSettingsPatch,
+)
+from clepsydra_core.wire.retry import (
+    MAX_SEND_BACK_BATCH,
+    RetryHealth,
+    SendBackAnswer,
+    SendBackRequest,
+)
 from clepsydra_retry.api import AUDIT_MAX, AUDIT_MAX_DEFAULT, LIST_MAX, LIST_MAX_DEFAULT
-from clepsydra_retry.dlq_filter import MAX_MSG_IDS
 from clepsydra_web.openapi import Answer, Api, Param, Route, ops_routes
-
-MAX_LEVEL = DelayLevels.default().max_level
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -30,14 +44,7 @@ def _ref(name: str) -> dict[str, str]:
 
 
 _MSG_ID = {"type": "string", "pattern": ID_PATTERN}
-_MSG_IDS = {"type": "array", "items": _MSG_ID, "minItems": 1, "maxItems": MAX_MSG_IDS}
-_SELECTION = {"oneOf": [
-    {"required": ["msgIds"], "properties": {"msgIds": {"type": "array"}}},
-    {"required": ["all"], "properties": {"all": {"const": True}}},
-    {"required": ["filter"], "properties": {"filter": {"type": "object"}}}]}
 SCHEMAS: dict[str, dict[str, Any]] = {
-    "GroupNames": {"type": "object", "required": ["groups"], "properties": {
-        "groups": {"type": "array", "items": {"type": "string"}}}},
     "SendBackItems": {
         "type": "object", "required": ["items"], "additionalProperties": False,
         "description": "SendBackBatch as the service reads it: each item is checked on its own, "
@@ -48,72 +55,9 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "SendBackBatchResult": {"type": "object", "required": ["results"], "properties": {
         "results": {"type": "array", "items": {"oneOf": [_ref("SendBackAnswer"),
                                                          _ref("Error")]}}}},
-    "DlqMessage": {"allOf": [_ref("StoredMessage"), {"type": "object", "properties": {
-        "originTopic": {"type": ["string", "null"]}, "dlqReason": {"type": ["string", "null"]},
-        "attempts": {"type": "integer"},
-        "offsetMsgId": {"type": "string",
-                        "description": "this dead-letter copy's place (store host + CommitLog "
-                                       "offset)"},
-        "resends": {"type": "integer", "description": "DLQ resends recorded in RESEND_HISTORY"},
-        "resendHistory": {"type": "array", "description": "RESEND_HISTORY: each DLQ resend of "
-                                                          "the message, oldest first (shown alone)",
-                          "items": {"type": "object", "properties": {
-                              "time": {"type": "integer"}, "client": {"type": "string"},
-                              "group": {"type": "string"},
-                              "target": {"type": "string", "enum": ["retry", "origin"]}}}},
-        "failureHistory": {"type": "array", "items": {"type": "object", "properties": {
-            "time": {"type": "integer"}, "consumer": {"type": ["string", "null"]},
-            "reason": {"type": ["string", "null"]}, "reconsumeTimes": {"type": "integer"}}}}}}],
-        "description": "the store's message view plus originTopic, dlqReason, attempts, "
-                       "resends (and the failure and resend histories when shown alone)"},
-    "DlqPage": {"type": "object", "required": ["messages", "nextOffset"], "properties": {
-        "messages": {"type": "array", "items": _ref("DlqMessage")},
-        "nextOffset": {"type": "integer"}, "maxOffset": {"type": "integer"}}},
-    "Resend": {"type": "object", "additionalProperties": False,
-               "description": "exactly one of msgIds, all: true, filter",
-               "properties": {
-                   "msgIds": {"anyOf": [_MSG_IDS, {"type": "null"}]},
-                   "all": {"type": "boolean"},
-                   "filter": {"anyOf": [_ref("DlqFilter"), {"type": "null"}]},
-                   "target": {"type": "string", "enum": ["retry", "origin"],
-                              "default": "retry",
-                              "description": "retry (default): into %RETRY%<group>, so only "
-                                             "this group receives the message again; origin: "
-                                             "back to its original topic (RETRY_TOPIC), where "
-                                             "every group subscribed to it receives it"},
-                   "delayLevel": {"type": "integer", "minimum": 0, "maximum": MAX_LEVEL,
-                                  "description": "target retry: the level of the copy in "
-                                                 "%RETRY%<group> (0: at once)"},
-                   "maxPerSecond": {"type": ["number", "null"], "exclusiveMinimum": 0,
-                                    "maximum": 1_000_000, "description": "rate limit"}},
-               "allOf": [_SELECTION, {
-                   "if": {"required": ["delayLevel"],
-                          "properties": {"delayLevel": {"minimum": 1}}},
-                   "then": {"properties": {"target": {"const": "retry"}}}}]},
-    "Purge": {"type": "object", "additionalProperties": False,
-              "description": "exactly one of msgIds, all: true, filter",
-              "properties": {"msgIds": {"anyOf": [_MSG_IDS, {"type": "null"}]},
-                             "all": {"type": "boolean"},
-                             "filter": {"anyOf": [_ref("DlqFilter"), {"type": "null"}]}},
-              **_SELECTION},
-    "ResendResult": {"type": "object", "required": ["resent"], "properties": {
-        "resent": {"type": "integer"},
-        "skipped": {"type": "integer", "description": "all/filter only: messages without a "
-                                                      "resendable original topic"},
-        "target": {"type": "string"}}},
-    "PurgeResult": {"type": "object", "required": ["purged"],
-                    "properties": {"purged": {"type": "integer"}}},
-    "Audit": {"type": "object", "required": ["records"], "properties": {
-        "records": {"type": "array", "items": {"type": "object", "properties": {
-            "time": {"type": "integer"}, "action": {"type": "string",
-                                                    "enum": ["resend", "purge"]},
-            "what": {"type": "object"}, "count": {"type": "integer"},
-            "client": {"type": "string"}, "skipped": {"type": "integer"}}}}}},
-    "Health": {"type": "object", "required": ["status", "redis", "store", "storeWritable"],
-               "properties": {"status": {"type": "string", "enum": ["ok", "degraded"]},
-                              "redis": {"type": "boolean"}, "store": {"type": "boolean"},
-                              "storeWritable": {"type": "boolean"}}},
 }
+"""The two values that are not wire types: the batch send-back reads each item on its own and
+answers an error in an item's place."""
 
 PATH_PARAMS = {
     "group": Param("group", {"type": "string", "pattern": GROUP_PATTERN,
@@ -141,7 +85,7 @@ _DISK_FULL = {507: "DISK_FULL: the store's disk is over its limit; nothing was w
 
 ROUTES = [
     Route("GET", "/v1/groups", "listGroups", "Consumer groups with retry settings",
-          [Answer(200, "names", "GroupNames")], errors=_UNAVAILABLE),
+          [Answer(200, "names", GroupNames)], errors=_UNAVAILABLE),
     Route("PUT", "/v1/groups/{group}", "putGroup",
           "Create or update a group's retry settings ({} -> defaults: retryQueueNums 1, "
           "retryMaxTimes 16)",
@@ -164,42 +108,42 @@ ROUTES = [
           errors=(403, 502, 503, 507), error_text=_DISK_FULL),
     Route("GET", "/v1/groups/{group}/dlq", "listDlq",
           "Dead letters not resent or purged, paged by DLQ queue offset, filtered",
-          [Answer(200, "a page", "DlqPage")],
+          [Answer(200, "a page", DlqPage)],
           query=(Param("offset", _MS, "DLQ queue offset to start at"),
                  Param("max", {"type": "integer", "minimum": 1, "maximum": LIST_MAX,
                                "default": LIST_MAX_DEFAULT}, "page size"),
                  *FILTER_QUERY), errors=_UNAVAILABLE),
     Route("DELETE", "/v1/groups/{group}/dlq", "purgeDlq",
           "Purge all dead letters, or those the query selects (filter fields or repeated "
-          "msgId)", [Answer(200, "count", "PurgeResult")],
+          "msgId)", [Answer(200, "count", PurgeResult)],
           query=(Param("msgId", {"type": "array", "items": _MSG_ID}), *FILTER_QUERY),
           headers=(CLIENT_ID,), errors=_UNAVAILABLE),
     Route("GET", "/v1/groups/{group}/dlq/{msgId}", "showDlq",
           "One dead letter with body and attempt history",
-          [Answer(200, "message", "DlqMessage")], errors=_UNAVAILABLE),
+          [Answer(200, "message", DlqMessage)], errors=_UNAVAILABLE),
     Route("POST", "/v1/groups/{group}/dlq/resend", "resendDlq",
           "Resend msgIds / a filter / all into the group's retry topic at a level (default: only "
           "this group receives them again), or to the original topic (target origin: every "
           "group subscribed to it); reconsumeTimes restarts at 0 and the resend is appended "
           "to each message's RESEND_HISTORY. msgIds not in the DLQ: 404 NOT_IN_DLQ, nothing "
-          "changed", [Answer(200, "count", "ResendResult")], request="Resend",
+          "changed", [Answer(200, "count", ResendResult)], request=DlqResend,
           headers=(CLIENT_ID,), errors=(403, 409, 503, 507),
           error_text={**_DISK_FULL,
                       409: "NO_RETRY_TOPIC: target retry, and the group has retryQueueNums 0 "
                            "(R2)"}),
     Route("POST", "/v1/groups/{group}/dlq/purge", "purgeDlqSelected",
           "Purge msgIds / a filter / all (body form of DELETE .../dlq)",
-          [Answer(200, "count", "PurgeResult")], request="Purge", headers=(CLIENT_ID,),
+          [Answer(200, "count", PurgeResult)], request=DlqPurge, headers=(CLIENT_ID,),
           errors=_UNAVAILABLE),
     Route("GET", "/v1/groups/{group}/dlq/audit", "dlqAudit",
           "Every resend and purge of the group (oldest first, the newest `max`)",
-          [Answer(200, "records", "Audit")],
+          [Answer(200, "records", DlqAudit)],
           query=(Param("max", {"type": "integer", "minimum": 1, "maximum": AUDIT_MAX,
                                "default": AUDIT_MAX_DEFAULT}, "records"),),
           errors=_UNAVAILABLE),
     *ops_routes(
         Route("GET", "/healthz", "healthz", "200 when Redis answers; reports the store too",
-              [Answer(200, "ok", "Health"), Answer(503, "Redis down", "Health")]),
+              [Answer(200, "ok", RetryHealth), Answer(503, "Redis down", RetryHealth)]),
         "Prometheus: clepsydra_retry_send_backs_total{group,outcome}, "
         "clepsydra_retry_dlq_depth{group}, clepsydra_retry_request_seconds"),
 ]
@@ -211,4 +155,4 @@ API = Api(
                 "METHOD_NOT_ALLOWED with an Allow header. Generated from "
                 "clepsydra_retry.contract (make openapi).",
     routes=ROUTES, path_params=PATH_PARAMS, schemas=SCHEMAS,
-    wire_requests=(DlqFilter, SendBackRequest), wire_answers=(SendBackAnswer, StoredMessage))
+    wire_requests=(DlqFilter, SendBackRequest), wire_answers=(SendBackAnswer,))

@@ -21,16 +21,27 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 from clepsydra_core import naming
 from clepsydra_core import properties as P
 from clepsydra_core.errors import ClepsydraError, MessageNotFound, NoPermission, ValidationError
 from clepsydra_core.levels import DelayLevels
 from clepsydra_core.msgid import check_id
+from clepsydra_core.wire.codec import WireValue
 from clepsydra_core.wire.copy import ORIGIN, CopyItem, RangeCopy
-from clepsydra_core.wire.dlq import DlqFilter
+from clepsydra_core.wire.dlq import (
+    AuditRecord,
+    DlqAudit,
+    DlqFilter,
+    DlqMessage,
+    DlqPage,
+    FailureEntry,
+    PurgeResult,
+    ResendEntry,
+    ResendResult,
+)
 from clepsydra_retry import policy
 from clepsydra_retry.dlq_filter import DlqAction, matches, parse_action
 from clepsydra_retry.dlq_state import DlqState, Floor
@@ -38,6 +49,7 @@ from clepsydra_retry.groups import GroupStore
 from clepsydra_retry.store_client import StoreClient
 
 logger = logging.getLogger(__name__)
+_E = TypeVar("_E", bound=WireValue)
 
 
 class NoRetryTopic(ClepsydraError):
@@ -137,13 +149,13 @@ class DlqToolkit:
         return [m for m, removed in zip(above, flags, strict=True) if not removed]
 
     def list_page(self, group: str, queue_offset: int | None, max_count: int,
-             flt: DlqFilter) -> dict[str, Any]:
+             flt: DlqFilter) -> DlqPage:
         """A page of visible dead letters matching the filter, from ``queue_offset`` on."""
         self._groups.get(group)
         floor = self._state.floor(group)
         low, high = self._bounds(group)
         start = max(queue_offset if queue_offset is not None else 0, floor.queue_offset, low)
-        found: list[dict[str, Any]] = []
+        found: list[DlqMessage] = []
         next_offset = start
         scan_end = min(high, start + LIST_SCAN_LIMIT)
         for page in self._pages(group, start, scan_end, with_body=True):
@@ -158,7 +170,7 @@ class DlqToolkit:
                 break
         else:
             next_offset = max(next_offset, scan_end)
-        return {"messages": found, "nextOffset": next_offset, "maxOffset": high}
+        return DlqPage(found, next_offset, high)
 
     def _locate(self, group: str, msg_id: str, floor: Floor) -> list[dict[str, Any]]:
         """The visible dead letters of the group with this msgId (or offsetMsgId), oldest
@@ -179,14 +191,11 @@ class DlqToolkit:
             raise NotInDlq(f"{where}: it was already resent or purged", rule="R16")
         return visible
 
-    def show(self, group: str, msg_id: str) -> dict[str, Any]:
-        """One dead letter with its body and its parsed attempt history."""
+    def show(self, group: str, msg_id: str) -> DlqMessage:
+        """One dead letter with its body and its parsed attempt and resend histories."""
         self._groups.get(group)
         message = self._locate(group, check_id(msg_id), self._state.floor(group))[-1]
-        out = summarize(message)
-        out["failureHistory"] = policy.parse_history(message["properties"].get(P.FAILURE_HISTORY))
-        out["resendHistory"] = policy.parse_history(message["properties"].get(P.RESEND_HISTORY))
-        return out
+        return summarize(message, histories=True)
 
     def depth(self, group: str) -> int:
         """Visible dead letters of a group (for metrics): entries above the floor minus the
@@ -195,12 +204,13 @@ class DlqToolkit:
         floor = self._state.floor(group)
         return max(0, high - max(low, floor.queue_offset) - self._state.removed_count(group))
 
-    def audit(self, group: str, max_count: int) -> dict[str, Any]:
+    def audit(self, group: str, max_count: int) -> DlqAudit:
         self._groups.get(group)
-        return {"records": self._state.audit(group, max_count)}
+        return DlqAudit([AuditRecord.from_json(r, what="audit record")
+                         for r in self._state.audit(group, max_count)])
 
     # ---- changing --------------------------------------------------------------------------
-    def resend(self, group: str, body: object, client: str) -> dict[str, Any]:
+    def resend(self, group: str, body: object, client: str) -> ResendResult:
         """Resend one / a filter / all into the group's retry topic at a chosen level (the
         default: only this group receives them), or to the original topic (RETRY_TOPIC);
         reconsumeTimes starts again at 0, failure history is kept, the resend is appended to
@@ -226,8 +236,7 @@ class DlqToolkit:
                 self._audit(group, "resend", action, progress.done, client,
                             skipped=progress.skipped, error=exc.message)
             raise
-        result = {"resent": progress.done, "skipped": progress.skipped,
-                  "target": action.target}
+        result = ResendResult(progress.done, progress.skipped, action.target)
         self._audit(group, "resend", action, progress.done, client, skipped=progress.skipped)
         logger.info("dlq resend group=%s target=%s resent=%d skipped=%d client=%s",
                     group, action.target, progress.done, progress.skipped, client)
@@ -355,7 +364,7 @@ class DlqToolkit:
                 self._state.remove(group, [copy_id(m) for m in part])
             progress.done += len(part)
 
-    def purge(self, group: str, body: object, client: str) -> dict[str, Any]:
+    def purge(self, group: str, body: object, client: str) -> PurgeResult:
         """Hide dead letters for good: all, a filter, or the msgIds named."""
         action = parse_action(body, resend=False, max_level=self._levels.max_level)
         self._groups.get(group)
@@ -378,7 +387,7 @@ class DlqToolkit:
                 count += len(chosen)
         self._audit(group, "purge", action, count, client)
         logger.info("dlq purge group=%s purged=%d client=%s", group, count, client)
-        return {"purged": count}
+        return PurgeResult(count)
 
     def _raise_floor(self, group: str, high: int) -> None:
         """Floor at ``high`` (one past the last entry seen), then forget hidden msgIds below."""
@@ -390,10 +399,10 @@ class DlqToolkit:
         self._state.raise_floor(group, Floor(high, boundary), compact=True)
 
     def _audit(self, group: str, action_name: str, action: DlqAction, count: int, client: str,
-               **extra: Any) -> None:
-        record = {"time": self._clock_ms(), "action": action_name, "what": action.describe(
-            AUDIT_MSG_IDS), "count": count, "client": client, **extra}
-        self._state.append_audit(group, record, self._audit_max)
+               skipped: int | None = None, error: str | None = None) -> None:
+        record = AuditRecord(self._clock_ms(), action_name, action.describe(AUDIT_MSG_IDS),
+                             count, client, skipped, error)
+        self._state.append_audit(group, record.to_json(), self._audit_max)
 
 
 def copy_id(message: dict[str, Any]) -> str:
@@ -409,13 +418,27 @@ def _unique(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(seen.values())
 
 
-def summarize(message: dict[str, Any]) -> dict[str, Any]:
+def summarize(message: dict[str, Any], *, histories: bool = False) -> DlqMessage:
     """The store's message view plus what the DLQ adds: original topic, dead-letter reason,
-    attempts recorded."""
+    attempts and resends recorded (``histories``: the entries themselves too)."""
     props = message.get("properties") or {}
-    out = dict(message)
-    out["originTopic"] = props.get(P.RETRY_TOPIC)
-    out["dlqReason"] = props.get(P.DLQ_REASON)
-    out["attempts"] = len(policy.parse_history(props.get(P.FAILURE_HISTORY)))
-    out["resends"] = len(policy.parse_history(props.get(P.RESEND_HISTORY)))
-    return out
+    failures = policy.parse_history(props.get(P.FAILURE_HISTORY))
+    resends = policy.parse_history(props.get(P.RESEND_HISTORY))
+    view: dict[str, Any] = {**message, "originTopic": props.get(P.RETRY_TOPIC),
+                            "dlqReason": props.get(P.DLQ_REASON), "attempts": len(failures),
+                            "resends": len(resends)}
+    out = DlqMessage.from_json(view, what="dead letter")
+    if not histories:
+        return out
+    return replace(out, failure_history=[_entry(FailureEntry, e) for e in failures],
+                   resend_history=[_entry(ResendEntry, e) for e in resends])
+
+
+def _entry(cls: type[_E], raw: object) -> _E:
+    """A history entry as its wire type; one that is not (written by hand, cut short) as
+    ``unparsed`` text."""
+    try:
+        return cls.from_json(raw)
+    except ValidationError:
+        text = raw.get("unparsed") if isinstance(raw, dict) else None
+        return cls.from_json({"unparsed": text if isinstance(text, str) else json.dumps(raw)})

@@ -9,13 +9,10 @@ from typing import Any
 
 from clepsydra_core import properties as P
 from clepsydra_core.errors import ValidationError
-from clepsydra_core.msgid import check_id
 from clepsydra_core.wire.codec import INT64_MAX
-from clepsydra_core.wire.dlq import DlqFilter
+from clepsydra_core.wire.dlq import TARGETS, AuditWhat, DlqFilter, DlqPurge, DlqResend
 from clepsydra_retry import policy
 from clepsydra_web.jsonio import parse_int
-
-MAX_MSG_IDS = 10_000
 
 
 def _bad(message: str) -> ValidationError:
@@ -94,77 +91,39 @@ class DlqAction:
     delay_level: int = 0
     max_per_second: float | None = None
 
-    def describe(self, max_ids: int) -> dict[str, Any]:
+    def describe(self, max_ids: int) -> AuditWhat:
         """For the audit record."""
-        out: dict[str, Any] = {}
-        if self.msg_ids is not None:
-            out["msgIds"] = list(self.msg_ids[:max_ids])
-            out["msgIdCount"] = len(self.msg_ids)
-        elif self.filter is not None:
-            out["filter"] = self.filter.to_json()
-        else:
-            out["all"] = True
-        if self.target:
-            out["target"] = self.target
-        if self.target == "retry":
-            out["delayLevel"] = self.delay_level
-        if self.max_per_second:
-            out["maxPerSecond"] = self.max_per_second
-        return out
-
-
-_RESEND_FIELDS = frozenset({"msgIds", "all", "filter", "target", "delayLevel", "maxPerSecond"})
-_PURGE_FIELDS = frozenset({"msgIds", "all", "filter"})
-
-
-def _msg_ids(value: object) -> tuple[str, ...]:
-    if not isinstance(value, list) or not value:
-        raise _bad("msgIds must be a non-empty list of msgIds")
-    if len(value) > MAX_MSG_IDS:
-        raise _bad(f"at most {MAX_MSG_IDS} msgIds a request (use a filter for more)")
-    out: list[str] = []
-    for item in value:
-        if not isinstance(item, str):
-            raise _bad(f"msgIds must be strings, got {item!r}")
-        check_id(item)  # INVALID_MSG_ID names it
-        if item not in out:
-            out.append(item)
-    return tuple(out)
+        return AuditWhat(
+            msg_ids=None if self.msg_ids is None else list(self.msg_ids[:max_ids]),
+            msg_id_count=None if self.msg_ids is None else len(self.msg_ids),
+            filter=self.filter if self.msg_ids is None else None,
+            all=True if self.msg_ids is None and self.filter is None else None,
+            target=self.target or None,
+            delay_level=self.delay_level if self.target == "retry" else None,
+            max_per_second=self.max_per_second or None)
 
 
 def parse_action(body: object, *, resend: bool, max_level: int) -> DlqAction:
-    """A resend body ``{msgIds | all: true | filter: {...}, target?: "retry"|"origin",
-    delayLevel?, maxPerSecond?}`` or a purge body ``{msgIds | all: true | filter}``."""
+    """A resend body (:class:`DlqResend`) or a purge body (:class:`DlqPurge`), read with its
+    wire type (unknown fields refused, the error naming the field); a resend's delayLevel at
+    most this service's ``max_level``."""
     if body is None:
         body = {}
     if not isinstance(body, dict):
         raise _bad("body must be a JSON object")
-    allowed = _RESEND_FIELDS if resend else _PURGE_FIELDS
-    unknown = sorted(set(body) - allowed)
-    if unknown:
-        raise _bad(f"unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(allowed))}")
-    chosen = [k for k in ("msgIds", "all", "filter") if body.get(k) not in (None, False)]
-    if len(chosen) != 1:
-        raise _bad("give exactly one of msgIds, all: true, or filter")
-    if "all" in body and not isinstance(body["all"], bool):
-        raise _bad("all must be true or false")
-    msg_ids = _msg_ids(body["msgIds"]) if chosen == ["msgIds"] else None
-    flt = None
-    if chosen == ["filter"]:
-        flt = DlqFilter.from_json(body["filter"], what="filter", strict=True)
-    target = body.get("target", "retry") if resend else ""
-    if resend and target not in ("origin", "retry"):
-        raise _bad(f"target must be 'retry' (the default) or 'origin', got {target!r}")
-    level = body.get("delayLevel", 0)
-    if isinstance(level, float) and level.is_integer():
-        level = int(level)  # JSON Schema's integer: 2.0 is one
-    if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= max_level:
-        raise _bad(f"delayLevel must be a whole number in 0..{max_level}, got {level!r}")
-    if level and target != "retry":
-        raise _bad("delayLevel applies only to target 'retry'")
-    rate = body.get("maxPerSecond")
-    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int | float)
-                             or not 0 < rate <= 1_000_000):
-        raise _bad(f"maxPerSecond must be a number > 0, got {rate!r}")
-    return DlqAction(msg_ids=msg_ids, all=chosen == ["all"], filter=flt, target=str(target),
-                     delay_level=level, max_per_second=float(rate) if rate else None)
+    if not resend:
+        purge = DlqPurge.from_json(body, what="purge", strict=True)
+        return DlqAction(msg_ids=_unique(purge.msg_ids), all=bool(purge.all),
+                         filter=purge.filter, target="")
+    req = DlqResend.from_json(body, what="resend", strict=True)
+    level = req.delay_level or 0
+    if level > max_level:
+        raise _bad(f"resend.delayLevel must be a whole number in 0..{max_level}, got {level}")
+    return DlqAction(msg_ids=_unique(req.msg_ids), all=bool(req.all), filter=req.filter,
+                     target=req.target or TARGETS[0], delay_level=level,
+                     max_per_second=req.max_per_second)
+
+
+def _unique(msg_ids: list[str] | None) -> tuple[str, ...] | None:
+    """Each msgId once, in the order named."""
+    return None if msg_ids is None else tuple(dict.fromkeys(msg_ids))

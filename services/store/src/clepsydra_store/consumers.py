@@ -14,9 +14,15 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from clepsydra_core.wire.groups import BROADCASTING, CLUSTERING, MESSAGE_MODELS
+from clepsydra_core.wire.groups import (
+    BROADCASTING,
+    CLUSTERING,
+    MESSAGE_MODELS,
+    ConsumerInfo,
+    Mismatch,
+    Subscription,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -38,9 +44,9 @@ class Consumer:
     def signature(self) -> Signature:
         return self.message_model, tuple(sorted(self.subscriptions.items()))
 
-    def to_json(self) -> dict[str, Any]:
-        return {"clientId": self.client_id, "subscriptions": self.subscriptions,
-                "messageModel": self.message_model, "lastHeartbeatMs": self.last_heartbeat_ms}
+    def info(self) -> ConsumerInfo:
+        return ConsumerInfo(self.client_id, self.subscriptions, self.message_model,
+                            self.last_heartbeat_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +55,7 @@ class GroupView:
 
     group: str
     consumers: list[Consumer]
-    mismatches: list[dict[str, Any]]
+    mismatches: list[Mismatch]
 
     @property
     def consistent(self) -> bool:
@@ -80,7 +86,7 @@ class ConsumerRegistry:
             members[client_id] = consumer
             view = self._view_locked(group, now)
         changed = previous is None or previous.signature != consumer.signature
-        if changed and any(m["clientId"] == client_id for m in view.mismatches):
+        if changed and any(m.client_id == client_id for m in view.mismatches):
             logger.warning("consumer subscription mismatch group=%s client_id=%s "
                            "subscriptions=%s message_model=%s (SPEC C5)", group, client_id,
                            subscriptions, message_model)
@@ -127,7 +133,7 @@ class ConsumerRegistry:
         return GroupView(group, consumers, _mismatches(consumers))
 
 
-def _mismatches(consumers: list[Consumer]) -> list[dict[str, Any]]:
+def _mismatches(consumers: list[Consumer]) -> list[Mismatch]:
     """C5: the consumers whose subscriptions or message model differ from the group's
     majority (ties go to the longest-registered consumer's)."""
     if len(consumers) < 2:
@@ -142,12 +148,9 @@ def _mismatches(consumers: list[Consumer]) -> list[dict[str, Any]]:
     for c in consumers:
         if c.signature == reference.signature:
             continue
-        out.append({
-            "clientId": c.client_id,
-            "subscriptions": c.subscriptions,
-            "messageModel": c.message_model,
-            "expected": {"subscriptions": dict(expected_subs), "messageModel": expected_model},
-            "message": f"consumer {c.client_id!r} subscribes differently from the group's "
-                       f"other consumers (e.g. {reference.client_id!r}) (SPEC C5)",
-        })
+        out.append(Mismatch(
+            c.client_id, c.subscriptions, c.message_model,
+            Subscription(dict(expected_subs), expected_model),
+            f"consumer {c.client_id!r} subscribes differently from the group's other "
+            f"consumers (e.g. {reference.client_id!r}) (SPEC C5)"))
     return out

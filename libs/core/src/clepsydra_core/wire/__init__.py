@@ -14,11 +14,15 @@ camelCase names live in one place. One module per API:
 - :mod:`~clepsydra_core.wire.timers`: timer messages (SPEC T): cancel, reschedule, the timer
   backlog;
 - :mod:`~clepsydra_core.wire.copy`: the store's internal copy routes (send-back, DLQ resend);
-- :mod:`~clepsydra_core.wire.retry`: the retry service's send-back request and answer;
-- :mod:`~clepsydra_core.wire.dlq`: the DLQ toolkit's filter.
+- :mod:`~clepsydra_core.wire.retry`: the retry service's send-back request and answer, its
+  health;
+- :mod:`~clepsydra_core.wire.dlq`: the DLQ toolkit: filter, resend and purge requests, the
+  listing, a dead letter's view, the results and the audit list;
+- :mod:`~clepsydra_core.wire.analytics`: the analytics API: run request and result (with its
+  tables' rows), the run list, export status, health.
 
 :mod:`~clepsydra_core.wire.schema` makes their JSON Schema, from which the OpenAPI documents are
 generated (``clepsydra_web.openapi``, ``make openapi``). Still without a wire type (JSON Schemas
-in the services' route tables): the consumer views, the offsets map, the DLQ listing and its
-resend/purge bodies, the analytics API.
+in the services' route tables): the store's consumer views, offsets map and tokens, the retry
+service's batch send-back (lenient items, mixed results).
 """

@@ -2,12 +2,12 @@
 
 A wire type is a frozen, slotted dataclass that mixes in :class:`WireValue`. Its fields' types
 say how each value is checked: ``int`` (never a boolean), ``bool``, ``str``, ``X | None``,
-``list[X]``, ``dict[str, str]`` and nested wire types. A field's JSON name is its name in
-camelCase unless its metadata says otherwise (``field(metadata=wire_meta(json="max"))``);
-``min_items``/``max_items`` bound a list; ``minimum`` and
-``maximum`` bound an integer (``code``/``rule`` name the error of a value out of range,
-``type_code`` the error of a value of the wrong type);
-``pattern``/``max_length`` constrain a string; ``doc`` describes the field and ``schema`` adds
+``float`` (any JSON number), ``list[X]``, ``dict[str, X]`` and nested wire types. A field's
+JSON name is its name in camelCase unless its metadata says otherwise
+(``field(metadata=wire_meta(json="max"))``); ``min_items``/``max_items`` bound a list;
+``minimum`` and ``maximum`` bound an integer (``code``/``rule`` name the error of a value out
+of range, ``type_code`` the error of a value of the wrong type); ``pattern``/``max_length``
+constrain a string; ``doc`` describes the field and ``schema`` adds
 JSON Schema keywords the types cannot say (both for the OpenAPI documents,
 :mod:`clepsydra_core.wire.schema`); ``internal=True`` keeps a field off the wire. ``from_json``
 raises :class:`~clepsydra_core.errors.ValidationError` naming the field
@@ -108,6 +108,13 @@ def _bool_check(value: Any, name: str) -> bool:
     return value
 
 
+def _float_check(value: Any, name: str) -> float:
+    """A JSON number; an integer stays one (``2`` is written back as ``2``)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _bad(name, "a number", value)
+    return value
+
+
 def _str_check(value: Any, name: str) -> str:
     if not isinstance(value, str):
         raise _bad(name, "a string", value)
@@ -191,6 +198,8 @@ def _checker(tp: Any, meta: Mapping[str, Any]) -> Check:
         return _bool_check
     if tp is int:
         return _int_check(meta)
+    if tp is float:
+        return _float_check
     if tp is str:
         return _text_check(meta)
     if origin in (list, tuple):
@@ -208,12 +217,19 @@ def _checker(tp: Any, meta: Mapping[str, Any]) -> Check:
             return tuple(items) if as_tuple else items
         return check_list
     if origin is dict:
-        def check_map(value: Any, name: str) -> dict[str, str]:
+        of = typing.get_args(tp)[1]
+        item_check = _checker(of, {})
+        what = {str: "strings", int: "integers", float: "numbers"}.get(of, "values")
+
+        def check_map(value: Any, name: str) -> dict[str, Any]:
             if not isinstance(value, dict):
-                raise _bad(name, "an object of strings", value)
-            for key, item_value in value.items():
-                _str_check(item_value, f"{name}[{key!r}]")
-            return value
+                raise _bad(name, f"an object of {what}", value)
+            if of is str:
+                for key, item_value in value.items():
+                    _str_check(item_value, f"{name}[{key!r}]")
+                return value
+            return {key: item_check(item_value, f"{name}[{key!r}]")
+                    for key, item_value in value.items()}
         return check_map
     if isinstance(tp, type) and issubclass(tp, WireValue):
         return lambda value, name: tp.from_json(value, what=name, strict=_STRICT.get())
@@ -263,6 +279,13 @@ class WireValue:
     """JSON Schema keywords of the whole object that its fields cannot say (exclusive fields),
     checked by :meth:`wire_check`."""
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "to_json" not in cls.__dict__:  # not a parent's compiled one: compiled anew
+            cls.to_json = WireValue.to_json  # type: ignore[method-assign]
+        if "json_of" not in cls.__dict__:
+            cls.json_of = WireValue.__dict__["json_of"]  # type: ignore[method-assign]
+
     def wire_check(self, name: str) -> None:
         """Rules across fields (two fields that exclude each other), after each field's own
         check; raises ValidationError naming them. None by default."""
@@ -283,18 +306,26 @@ class WireValue:
         return specs
 
     @classmethod
+    def json_of(cls, *values: Any, **named: Any) -> dict[str, Any]:
+        """``cls(*values, **named).to_json()`` without making the value (optional fields may
+        be left off): for a hot path that builds a request from values it has checked itself
+        (the client SDK's produce: a frozen instance costs more than its JSON). The first
+        call compiles the class's own ``json_of``."""
+        encode = _compile_json_of(cls)
+        cls.json_of = staticmethod(encode)  # type: ignore[method-assign,assignment]
+        return encode(*values, **named)
+
+    @classmethod
     def json_names(cls) -> tuple[str, ...]:
         return tuple(spec.json for spec in cls._wire_specs())
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON object; an optional field whose value is None is left out."""
-        out: dict[str, Any] = {}
-        for spec in self._wire_specs():
-            value = getattr(self, spec.attr)
-            if value is None and not spec.required:
-                continue
-            out[spec.json] = value if spec.encode is None else spec.encode(value)
-        return out
+        """The JSON object; an optional field whose value is None is left out. The first call
+        compiles the class's own ``to_json`` (:func:`_compile_to_json`), later ones run it."""
+        cls = type(self)
+        encode = _compile_to_json(cls)
+        cls.to_json = encode  # type: ignore[method-assign,assignment]
+        return encode(self)
 
     @classmethod
     def from_json(cls, obj: Any, *, what: str | None = None, strict: bool = False) -> Self:
@@ -328,3 +359,34 @@ class WireValue:
         value = cls(**kwargs)
         value.wire_check(name)
         return value
+
+
+
+def _compile_to_json(cls: type[WireValue]) -> Callable[[Any], dict[str, Any]]:
+    """``cls.to_json`` written out field by field (as dataclasses write ``__init__``): one
+    attribute read and one test per field, no loop over the specs."""
+    return _compile(cls, "self", [f"self.{spec.attr}" for spec in cls._wire_specs()])
+
+
+def _compile_json_of(cls: type[WireValue]) -> Callable[..., dict[str, Any]]:
+    """:meth:`WireValue.json_of` of ``cls``: its fields' values, in order, -> the JSON."""
+    specs = cls._wire_specs()
+    params = ", ".join(f"{spec.attr}{'' if spec.required else '=None'}" for spec in specs)
+    return _compile(cls, params, [spec.attr for spec in specs])
+
+
+def _compile(cls: type[WireValue], params: str,
+             values: list[str]) -> Callable[..., dict[str, Any]]:
+    lines = [f"def encode({params}):", "    out = {}"]
+    scope: dict[str, Any] = {}
+    for i, (spec, value) in enumerate(zip(cls._wire_specs(), values, strict=True)):
+        if spec.encode is not None:
+            scope[f"_e{i}"] = spec.encode
+        put = f"out[{spec.json!r}] = " + (f"_e{i}(v)" if spec.encode is not None else "v")
+        lines.append(f"    v = {value}")
+        lines.append(f"    {put}" if spec.required else f"    if v is not None: {put}")
+    lines.append("    return out")
+    exec("\n".join(lines), scope)  # the names and JSON keys are the class's own
+    encode: Callable[..., dict[str, Any]] = scope["encode"]
+    encode.__qualname__ = f"{cls.__qualname__}.encode"
+    return encode

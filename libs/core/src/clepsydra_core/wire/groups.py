@@ -3,9 +3,12 @@ settings route:
 
 - ``PUT /v1/groups/{group}/settings`` (store), ``PUT /v1/groups/{group}`` (retry)
   :class:`GroupSettingsPatch` -> :class:`GroupSettingsAnswer` (201 created, 200 changed)
-- ``GET /v1/groups`` (store) -> :class:`GroupSettingsList`
+- ``GET /v1/groups`` (store) -> :class:`GroupSettingsList`; (retry) -> :class:`GroupNames`
 - ``PUT /v1/groups/{group}/offsets`` :class:`OffsetCommit` -> :class:`OffsetCommitted`
-- ``POST /v1/groups/{group}/heartbeat`` :class:`Heartbeat`
+- ``GET /v1/groups/{group}/offsets?topic=`` -> :class:`GroupOffsets`
+- ``POST /v1/groups/{group}/heartbeat`` :class:`Heartbeat` -> :class:`HeartbeatAnswer`
+- ``GET /v1/groups/{group}/consumers`` -> :class:`Consumers`
+- ``DELETE /v1/groups/{group}/consumers/{clientId}`` -> :class:`ConsumerRemoved`
 """
 
 from __future__ import annotations
@@ -80,3 +83,75 @@ class Heartbeat(WireValue):
         doc="topic -> tag expression", schema={"propertyNames": TOPIC_SCHEMA}))
     message_model: str | None = field(default=None, metadata=wire_meta(
         pattern=f"^(?:{'|'.join(MESSAGE_MODELS)})$", doc="default CLUSTERING"))
+
+
+@dataclass(frozen=True, slots=True)
+class GroupNames(WireValue):
+    """The groups the retry service has settings for."""
+
+    groups: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerInfo(WireValue):
+    """A live consumer of a group: what it subscribes to and when it last beat."""
+
+    client_id: str
+    subscriptions: dict[str, str] = field(metadata=wire_meta(doc="topic -> tag expression"))
+    message_model: str = field(metadata=wire_meta(schema={"enum": list(MESSAGE_MODELS)}))
+    last_heartbeat_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription(WireValue):
+    """What the group's other consumers subscribe to (C5)."""
+
+    subscriptions: dict[str, str]
+    message_model: str = field(metadata=wire_meta(schema={"enum": list(MESSAGE_MODELS)}))
+
+
+@dataclass(frozen=True, slots=True)
+class Mismatch(WireValue):
+    """A consumer that subscribes differently from the group's majority (ties: the
+    longest-registered consumer's) (SPEC C5)."""
+
+    client_id: str
+    subscriptions: dict[str, str]
+    message_model: str = field(metadata=wire_meta(schema={"enum": list(MESSAGE_MODELS)}))
+    expected: Subscription
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatAnswer(WireValue):
+    """The group's live consumers (client ids, sorted) after the heartbeat (C1, C5)."""
+
+    consumers: list[str]
+    consistent: bool
+    mismatches: list[Mismatch]
+
+
+@dataclass(frozen=True, slots=True)
+class Consumers(WireValue):
+    """A group's live consumers, sorted by client id, and whether they subscribe alike."""
+
+    group: str
+    consumers: list[ConsumerInfo]
+    consistent: bool
+    mismatches: list[Mismatch]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupOffsets(WireValue):
+    """A group's committed offsets: topic -> queue id (as a JSON object key) -> offset."""
+
+    group: str
+    offsets: dict[str, dict[str, int]] = field(metadata=wire_meta(
+        doc="{topic: {queueId: offset}}"))
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerRemoved(WireValue):
+    """Whether the consumer was registered (false: it was not)."""
+
+    removed: bool

@@ -105,6 +105,11 @@ class ProduceBatch(WireValue):
     messages: list[ProduceMessage] = field(metadata=wire_meta(min_items=1,
                                                               max_items=MAX_BATCH))
 
+    @classmethod
+    def of_json(cls, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        """The batch's JSON of messages already encoded (``ProduceMessage.json_of``)."""
+        return {cls.json_names()[0]: messages}
+
 
 @dataclass(frozen=True, slots=True)
 class ProduceAnswer(WireValue):

@@ -4,6 +4,7 @@ service and the client SDK:
 - ``POST /v1/groups/{group}/send-back`` :class:`SendBackRequest` -> :class:`SendBackAnswer`
 - ``POST /v1/groups/{group}/send-back/batch`` :class:`SendBackBatch` ->
   ``{results: [SendBackAnswer | {error, message}]}``, one per item, in order
+- ``GET /healthz`` -> :class:`RetryHealth`
 """
 
 from __future__ import annotations
@@ -88,3 +89,14 @@ class SendBackAnswer(WireValue):
     topic: str | None
     delay_level: int | None
     msg_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RetryHealth(WireValue):
+    """Healthy (200) while Redis answers (else 503, ``degraded``); the store's state is
+    reported."""
+
+    status: str = field(metadata=wire_meta(schema={"enum": ["ok", "degraded"]}))
+    redis: bool
+    store: bool
+    store_writable: bool

@@ -60,7 +60,8 @@ def type_schema(tp: Any, meta: Mapping[str, Any], ref: Ref) -> dict[str, Any]:
             out["maxItems"] = meta["max_items"]
         return out
     if origin is dict:
-        return {"type": "object", "additionalProperties": {"type": "string"}}
+        return {"type": "object",
+                "additionalProperties": type_schema(typing.get_args(tp)[1], {}, ref)}
     if isinstance(tp, type) and issubclass(tp, WireValue):
         return ref(tp)
     raise TypeError(f"no schema for type {tp!r}")

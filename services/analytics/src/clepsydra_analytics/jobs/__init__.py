@@ -7,8 +7,9 @@ import importlib
 from types import ModuleType
 
 from clepsydra_core.errors import ValidationError
+from clepsydra_core.wire.analytics import JOB_NAMES
 
-JOB_NAMES = ("lateness", "funnel", "dead-letters", "throughput")
+__all__ = ["JOB_NAMES", "check_jobs", "job_module"]
 
 
 def job_module(name: str) -> ModuleType:

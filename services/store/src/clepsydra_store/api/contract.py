@@ -18,10 +18,14 @@ from clepsydra_core.wire.codec import INT32_MAX, INT64_MAX
 from clepsydra_core.wire.copy import CopyBatch, RangeCopy, RangeCopyAnswer
 from clepsydra_core.wire.groups import (
     EXAMPLE_GROUP,
+    ConsumerRemoved,
+    Consumers,
+    GroupOffsets,
     GroupSettingsAnswer,
     GroupSettingsList,
     GroupSettingsPatch,
     Heartbeat,
+    HeartbeatAnswer,
     OffsetCommit,
     OffsetCommitted,
 )
@@ -64,7 +68,6 @@ from clepsydra_core.wire.topics import (
 )
 from clepsydra_web.openapi import Answer, Api, Param, Route, ops_routes
 
-_STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
 _PATTERNS = {"type": "array", "items": {"type": "string"}}
 _TOKEN_FIELDS = {"name": {"type": "string"}, "role": {"type": "string", "enum": [
     "producer", "consumer", "admin", "scheduler", "retry", "analytics"]},
@@ -87,28 +90,6 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                         "ratePerS": _TOKEN_FIELDS["ratePerS"]}},
     "TokenCreated": {"type": "object", "required": ["name", "role", "token"],
                      "properties": {**_TOKEN_FIELDS, "token": {"type": "string"}}},
-    "Mismatch": {"type": "object", "properties": {
-        "clientId": {"type": "string"}, "subscriptions": _STRINGS,
-        "messageModel": {"type": "string"}, "expected": {"type": "object"},
-        "message": {"type": "string"}}},
-    "Consumers": {"type": "object", "required": ["group", "consumers", "consistent",
-                                                  "mismatches"], "properties": {
-        "group": {"type": "string"},
-        "consumers": {"type": "array", "items": {"type": "object", "properties": {
-            "clientId": {"type": "string"}, "subscriptions": _STRINGS,
-            "messageModel": {"type": "string"}, "lastHeartbeatMs": {"type": "integer"}}}},
-        "consistent": {"type": "boolean"},
-        "mismatches": {"type": "array", "items": {"$ref": "#/components/schemas/Mismatch"}}}},
-    "HeartbeatAnswer": {"type": "object", "required": ["consumers", "consistent"],
-                        "properties": {
-        "consumers": {"type": "array", "items": {"type": "string"}},
-        "consistent": {"type": "boolean"},
-        "mismatches": {"type": "array", "items": {"$ref": "#/components/schemas/Mismatch"}}}},
-    "GroupOffsets": {"type": "object", "required": ["group", "offsets"], "properties": {
-        "group": {"type": "string"},
-        "offsets": {"type": "object", "description": "{topic: {queueId: offset}}",
-                    "additionalProperties": {"type": "object",
-                                             "additionalProperties": {"type": "integer"}}}}},
     "FlushTimeout": {"description": "FLUSH_TIMEOUT: appended, but the fsync did not complete "
                      "in time; not acknowledged, the producer may resend (P2)",
                      "allOf": [{"$ref": "#/components/schemas/Error"},
@@ -280,10 +261,10 @@ ROUTES = [
           request=OffsetCommit, errors=(403,)),
     Route("GET", "/v1/groups/{group}/offsets", "get_offsets",
           "A group's committed offsets (empty when it committed none).",
-          [Answer(200, "Offsets", "GroupOffsets")], query=(Param("topic", TOPIC_SCHEMA),)),
+          [Answer(200, "Offsets", GroupOffsets)], query=(Param("topic", TOPIC_SCHEMA),)),
     Route("POST", "/v1/groups/{group}/heartbeat", "heartbeat",
           "Register or refresh a consumer (C1); reports subscription mismatches (C5).",
-          [Answer(200, "The group's live consumers", "HeartbeatAnswer")], request=Heartbeat,
+          [Answer(200, "The group's live consumers", HeartbeatAnswer)], request=Heartbeat,
           errors=(403,)),
     Route("POST", "/v1/groups/{group}/locks", "lock_queues",
           "Lock or renew a batch of queues for an orderly consumer (RocketMQ lockBatchMQ): an "
@@ -304,12 +285,10 @@ ROUTES = [
           [Answer(200, "Locks held", LockList)]),
     Route("GET", "/v1/groups/{group}/consumers", "list_consumers",
           "Live consumers of a group (expired after CLEPSYDRA_STORE_CONSUMER_EXPIRY_MS).",
-          [Answer(200, "Consumers", "Consumers")]),
+          [Answer(200, "Consumers", Consumers)]),
     Route("DELETE", "/v1/groups/{group}/consumers/{clientId}", "unregister_consumer",
           "Unregister a consumer at its shutdown.",
-          [Answer(200, "Removed or not registered", {
-              "type": "object", "required": ["removed"],
-              "properties": {"removed": {"type": "boolean"}}})]),
+          [Answer(200, "Removed or not registered", ConsumerRemoved)]),
     Route("GET", "/v1/schedule/levels", "schedule_levels",
           "The delay-level table with each schedule queue's bounds and handed-over mark.",
           [Answer(200, "Levels", LevelTable)]),

@@ -16,7 +16,14 @@ from clepsydra_core import validation
 from clepsydra_core.errors import Forbidden, GroupNotFound, OffsetOutOfRange
 from clepsydra_core.groups import GroupSettings
 from clepsydra_core.naming import SCHEDULE_TOPIC
-from clepsydra_core.wire.groups import Heartbeat, OffsetCommit
+from clepsydra_core.wire.groups import (
+    ConsumerRemoved,
+    Consumers,
+    GroupOffsets,
+    Heartbeat,
+    HeartbeatAnswer,
+    OffsetCommit,
+)
 from clepsydra_store.api.context import ctx
 from clepsydra_store.api.web import json_response, trace_topic
 from clepsydra_store.consumers import CLUSTERING, GroupView
@@ -88,17 +95,16 @@ def get_offsets(group: str) -> Response:
     if topic is not None:  # given empty: not a topic (P1)
         validation.validate_topic_name(topic)
     offsets = ctx().store.group_offsets(group, topic)
-    return json_response({"group": group, "offsets": {
+    return json_response(GroupOffsets(group, {
         t: {str(q): o for q, o in sorted(queues.items())} for t, queues in sorted(offsets.items())
-    }})
+    }).to_json())
 
 
 def _view_json(view: GroupView, detailed: bool) -> dict[str, Any]:
     if not detailed:
-        return {"consumers": view.client_ids(), "consistent": view.consistent,
-                "mismatches": view.mismatches}
-    return {"group": view.group, "consumers": [c.to_json() for c in view.consumers],
-            "consistent": view.consistent, "mismatches": view.mismatches}
+        return HeartbeatAnswer(view.client_ids(), view.consistent, view.mismatches).to_json()
+    return Consumers(view.group, [c.info() for c in view.consumers], view.consistent,
+                          view.mismatches).to_json()
 
 
 @bp.post("/v1/groups/<group>/heartbeat")
@@ -132,4 +138,4 @@ def unregister_consumer(group: str, client_id: str) -> Response:
     """A consumer leaving at shutdown; ``{removed: bool}`` (false if it was not registered)."""
     validation.validate_group_name(group)
     removed = ctx().consumers.unregister(group, client_id)
-    return json_response({"removed": removed})
+    return json_response(ConsumerRemoved(removed).to_json())
