@@ -16,22 +16,24 @@ from zlib import crc32
 
 from clepsydra_core import naming
 from clepsydra_core import properties as P
-from clepsydra_core.properties import NAME_LEN, VALUE_LEN
+from clepsydra_core.properties import VALUE_LEN, name_field
 from clepsydra_core.records import (
     HEADER_SIZE,
     I32,
     MIN_END_MARKER,
-    U8,
     is_transaction_prepared_or_rollback,
     tags_code_of,
 )
 from clepsydra_core.validation import MAX_PROPERTIES_BYTES
+from clepsydra_store.engine.codec import Prepared, too_large, topic_field
 from clepsydra_store.engine.key_index import key_hash, key_hash_of
-from clepsydra_store.engine.prepare import Prepared, Preparer, too_large
+from clepsydra_store.engine.prepare import Preparer
 from clepsydra_store.engine.types import PutRequest
 
-# record tail = body | u8 topic length | topic | i32 properties length | properties, and each
-# property u16 name length | name | u32 value length | value (clepsydra_core.records/.properties)
+# record tail = body | topic_field | i32 properties length | properties
+# (clepsydra_core.records.encode_record_tail), each property name_field(name) | u32 value length
+# | value (clepsydra_core.properties); the fields are built here inline for speed, and
+# tests/unit/store/test_codec.py holds the records equal to Prepared.build's
 
 _NAMES: dict[str, bytes] = {}
 """Names a producer may set (P1) seen so far -> their encoded ``u16 length | name``."""
@@ -93,8 +95,7 @@ class BatchEncoder:
         queues, create_retry = hit
         if create_retry or naming.is_retry_topic(topic):
             return None
-        raw = topic.encode()
-        return queues, U8.pack(len(raw)) + raw, preparer.round_robin(topic)
+        return queues, topic_field(topic.encode()), preparer.round_robin(topic)
 
     def _encode(self, req: PutRequest, info: TopicInfo) -> Prepared | None:
         """put() of a request to an ordinary topic; None, with nothing changed, when a check
@@ -248,7 +249,7 @@ def _settable_name(name: str) -> bytes | None:
         return None
     if len(raw) > 0xFFFF:
         return None
-    prefix = NAME_LEN.pack(len(raw)) + raw
+    prefix = name_field(name)
     if len(raw) <= _CACHE_MAX_LEN:
         if len(_NAMES) >= _CACHE_MAX:
             _NAMES.clear()
@@ -271,17 +272,12 @@ def _tags(tags: str) -> tuple[bytes, int] | None:
     return seen
 
 
-def _name_prefix(name: str) -> bytes:
-    raw = name.encode()
-    return NAME_LEN.pack(len(raw)) + raw
-
-
-_TAGS = _name_prefix(P.TAGS)
-_KEYS = _name_prefix(P.KEYS)
+_TAGS = name_field(P.TAGS)
+_KEYS = name_field(P.KEYS)
 _KEYS_OVERHEAD = len(_KEYS) + 4  # name and value length
-_UNIQ_KEY = _name_prefix(P.UNIQ_KEY)
+_UNIQ_KEY = name_field(P.UNIQ_KEY)
 _UNIQ_KEY_OVERHEAD = len(_UNIQ_KEY) + 4
-_REAL_TOPIC = _name_prefix(P.REAL_TOPIC)
-_REAL_QID = _name_prefix(P.REAL_QID)
-_DELAY = _name_prefix(P.DELAY)
-_SCHEDULE_TOPIC_RAW = U8.pack(len(naming.SCHEDULE_TOPIC)) + naming.SCHEDULE_TOPIC.encode()
+_REAL_TOPIC = name_field(P.REAL_TOPIC)
+_REAL_QID = name_field(P.REAL_QID)
+_DELAY = name_field(P.DELAY)
+_SCHEDULE_TOPIC_RAW = topic_field(naming.SCHEDULE_TOPIC.encode())

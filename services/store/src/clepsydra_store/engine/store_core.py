@@ -15,9 +15,15 @@ from pathlib import Path
 
 from clepsydra_core import naming
 from clepsydra_core.msgid import pack_host
-from clepsydra_core.records import MAGIC_V1, MIN_END_MARKER, RECORD_HEADER, CommitLogRecord
+from clepsydra_core.records import (
+    MIN_END_MARKER,
+    CommitLogRecord,
+    offset_msg_id,
+    pack_header,
+)
 from clepsydra_store.engine.carry_forward import CarryForward
 from clepsydra_store.engine.checkpoint import Checkpoint
+from clepsydra_store.engine.codec import Prepared
 from clepsydra_store.engine.commitlog import AppendBatch, CommitLog
 from clepsydra_store.engine.config import EngineConfig
 from clepsydra_store.engine.consume_queue import ENTRY, ConsumeQueue
@@ -32,7 +38,7 @@ from clepsydra_store.engine.dispatch import Dispatcher, Mark
 from clepsydra_store.engine.group_offsets import GroupOffsets
 from clepsydra_store.engine.group_settings import GroupSettingsRegistry
 from clepsydra_store.engine.handover import Handover
-from clepsydra_store.engine.prepare import Prepared, Preparer
+from clepsydra_store.engine.prepare import Preparer
 from clepsydra_store.engine.segment import Segment
 from clepsydra_store.engine.timer_ops import TimerOps
 from clepsydra_store.engine.topics import TopicRegistry
@@ -246,7 +252,8 @@ class StoreCore:
     def _place(self, batch: AppendBatch, items: Sequence[Prepared], now: int) -> _Placed:
         """Place records (rolling to a new segment where one does not fit), their headers
         packed now that offsets and the store timestamp are known."""
-        pack = RECORD_HEADER.pack
+        pack = pack_header
+        msg_id = offset_msg_id
         entry_pack = ENTRY.pack
         host = self._store_host
         prefix = self._msg_id_prefix
@@ -277,10 +284,10 @@ class StoreCore:
             if delay_ms:  # S2; a timer (issue 15): delay_ms < 0, its deliver time in code
                 code = now + delay_ms if delay_ms > 0 else max(code, now)
             entries.append(entry_pack(position, size, code))
-            append(pack(size, MAGIC_V1, crc, queue_id, flag, queue_offset, position, sys_flag,
+            append(pack(size, crc, queue_id, flag, queue_offset, position, sys_flag,
                         born_timestamp, born_host, now, host, reconsume_times, body_len))
             append(tail)
-            offset_id = f"{prefix}{position:016X}"
+            offset_id = msg_id(prefix, position)
             result(new(PutResult, (ok, uniq or offset_id, topic, queue_id, queue_offset,
                                    position, now, size, offset_id)))
             for h in key_hashes:
