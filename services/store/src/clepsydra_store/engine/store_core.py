@@ -46,7 +46,7 @@ from clepsydra_store.engine.types import PutResult, PutStatus
 
 logger = logging.getLogger(__name__)
 
-_Placed = tuple[list[PutResult], list[tuple[ConsumeQueue, bytes]], list[int], list[int],
+_Placed = tuple[list[PutResult], list[tuple[ConsumeQueue, int, bytes]], list[int], list[int],
                 list[tuple[Mark, int, int]]]
 """(results, packed ConsumeQueue entries per queue, key hashes, their CommitLog offsets,
 (mark, own queue offset, own entry code) of the records with a mark) of a placed batch."""
@@ -198,6 +198,7 @@ class StoreCore:
         logger.warning("checkpoint past the recovered commitlog end checkpoint_offset=%d "
                        "end_offset=%d: handed-over marks re-derived from the log",
                        ckpt.commitlog_offset, end)
+        disp.finish_replay()  # the marks of the records walked so far
         if not dispatched:
             disp.handed_over = {}
             disp.states.clear()
@@ -235,15 +236,7 @@ class StoreCore:
             batch.abort()
             raise
         results, entries, key_hashes, key_offsets, marks = placed
-        for cq, packed in entries:
-            cq.write(cq.next_offset, packed)
-        index = self._dispatcher.key_index
-        if key_hashes:
-            index.add_many(key_hashes, key_offsets)
-        index.write_pending()
-        apply_mark = self._dispatcher.apply_mark
-        for mark, queue_offset, code in marks:
-            apply_mark(mark, queue_offset, code)
+        self._dispatcher.dispatch(entries, key_hashes, key_offsets, marks)
         counters = self._counters
         counters["puts_total"] += len(results)
         counters["put_bytes_total"] += end - batch.start
@@ -297,8 +290,8 @@ class StoreCore:
                 marks.append((mark, queue_offset, code))
             position += size
         batch.position = position
-        return (results, [(cq, b"".join(packed)) for cq, packed in queues.values()], hashes,
-                offsets, marks)
+        return (results, [(cq, cq.next_offset, b"".join(packed)) for cq, packed in queues.values()],
+                hashes, offsets, marks)
 
     def _acknowledge(self, results: list[PutResult], end: int | None) -> list[PutResult]:
         """P2: with sync flush, wait (group commit) until ``end`` is fsync'd."""
