@@ -133,7 +133,7 @@ class Preparer:
         reconsume = req.reconsume_times
         if create_retry or naming.is_retry_topic(topic):
             group = self.group_settings(naming.group_of_retry_topic(topic) or "")
-            reconsume, max_times = _retry_counts(
+            reconsume, max_times = retry_counts(
                 props, reconsume,
                 group.retry_max_times if group is not None else DEFAULT_MAX_RECONSUME_TIMES)
             # R10 reroutes plain sends only: a delayed copy (an R9 fallback's retry) is a
@@ -262,7 +262,7 @@ def _json_entry(name: str, entry: str) -> object:
         return entry
 
 
-def _retry_counts(props: dict[str, str], reconsume: int, default_max: int) -> tuple[int, int]:
+def retry_counts(props: dict[str, str], reconsume: int, default_max: int) -> tuple[int, int]:
     """R10: (reconsumeTimes, maxReconsumeTimes) of a plain send to a %RETRY% topic; the max
     absent or -1 is ``default_max`` (the group's retryMaxTimes, else 16)."""
     try:
