@@ -109,8 +109,8 @@ class BatchEncoder:
         return queues, topic_field(topic.encode()), preparer.round_robin(topic), retry
 
     def _encode(self, req: PutRequest, info: TopicInfo) -> Prepared | None:
-        """put() of a request to an ordinary topic; None, with nothing changed, when a check
-        does not pass plainly (put() then raises the right error)."""
+        """put() of a request; None, with nothing changed, when a check does not pass plainly
+        (put() then raises the right error)."""
         body = req.body
         if type(body) is not bytes or len(body) > self._max_body:
             return None
@@ -210,44 +210,37 @@ class BatchEncoder:
             parts.append(_DLQ_REASON_FIELD)
             props_len += len(_DLQ_REASON_FIELD)
             parts[1] = topic_field(dlq.encode())
-            return self._row(req, parts, props_len, body, dlq, 0, code, 0, reconsume, hashes,
-                             None, uniq_key)
-        asked = req.queue_id
-        queue_id = (next(counter) % queues if asked is None
-                    else self._preparer.pick_queue(topic, queues, asked))
-        if retry is not None and retry[2]:
-            self._ensure[topic] = queues
-        parked = is_transaction_prepared_or_rollback(req.sys_flag)
-        if timer and not parked:  # T1, as Preparer._park_timer
-            if deliver_at is not None:
-                name, value, code, delay_ms = _DELIVER_AT, str(deliver_at), deliver_at, -1
-            else:
-                name, value, code, delay_ms = _DELAY_MS, str(delay or 0), 0, delay or -1
-            for prefix, text in ((_REAL_TOPIC, topic), (_REAL_QID, str(queue_id)),
-                                 (name, value)):
-                raw = text.encode()
-                parts += (prefix, VALUE_LEN.pack(len(raw)), raw)
-                props_len += len(prefix) + 4 + len(raw)
-            topic, queue_id, mark = naming.TIMER_TOPIC, naming.TIMER_LOG_QUEUE, (PARKED_TIMER, 0)
-            parts[1] = _TIMER_TOPIC_RAW
-        elif level and not parked:  # S1, as _park
-            for prefix, value in ((_REAL_TOPIC, topic), (_REAL_QID, str(queue_id)),
-                                  (_DELAY, str(level))):
-                raw = value.encode()
-                parts += (prefix, VALUE_LEN.pack(len(raw)), raw)
-                props_len += len(prefix) + 4 + len(raw)
-            levels = self._preparer.levels
-            topic, queue_id = naming.SCHEDULE_TOPIC, levels.queue_id(level)
-            delay_ms = levels.delay_ms(level)
-            parts[1] = _SCHEDULE_TOPIC_RAW
-            if delay_ms:
-                code = 0
-        return self._row(req, parts, props_len, body, topic, queue_id, code, delay_ms,
-                         reconsume, hashes, mark, uniq_key)
-
-    def _row(self, req: PutRequest, parts: list[bytes], props_len: int, body: bytes,
-             topic: str, queue_id: int, code: int, delay_ms: int, reconsume: int,
-             hashes: tuple[int, ...], mark: Mark | None, uniq_key: str) -> Prepared:
+            topic, queue_id = dlq, 0
+        else:
+            asked = req.queue_id
+            queue_id = (next(counter) % queues if asked is None
+                        else self._preparer.pick_queue(topic, queues, asked))
+            if retry is not None and retry[2]:
+                self._ensure[topic] = queues
+            if (timer or level) and not is_transaction_prepared_or_rollback(req.sys_flag):
+                if timer:  # T1, as Preparer._park_timer
+                    if deliver_at is not None:
+                        name, value, code, delay_ms = (_DELIVER_AT, str(deliver_at),
+                                                       deliver_at, -1)
+                    else:
+                        name, value, code, delay_ms = _DELAY_MS, str(delay or 0), 0, delay or -1
+                    topic_out, queue_out = naming.TIMER_TOPIC, naming.TIMER_LOG_QUEUE
+                    mark = (PARKED_TIMER, 0)
+                    parts[1] = _TIMER_TOPIC_RAW
+                else:  # S1, as Preparer._park
+                    levels = self._preparer.levels
+                    name, value = _DELAY, str(level)
+                    topic_out, queue_out = naming.SCHEDULE_TOPIC, levels.queue_id(level)
+                    delay_ms = levels.delay_ms(level)
+                    if delay_ms:
+                        code = 0
+                    parts[1] = _SCHEDULE_TOPIC_RAW
+                for prefix, text in ((_REAL_TOPIC, topic), (_REAL_QID, str(queue_id)),
+                                     (name, value)):
+                    raw = text.encode()
+                    parts += (prefix, VALUE_LEN.pack(len(raw)), raw)
+                    props_len += len(prefix) + 4 + len(raw)
+                topic, queue_id = topic_out, queue_out
         parts[2] = I32.pack(props_len)
         tail = b"".join(parts)
         size = HEADER_SIZE + len(tail)

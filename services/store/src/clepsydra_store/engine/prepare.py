@@ -108,7 +108,9 @@ class Preparer:
             checked: dict[str, tuple[int, bool]] | None = None) -> Prepared:
         """Validate and route one produce request (nothing is written here); topics to be
         auto-created go into ``ensure`` (name -> queues). ``checked`` caches topic checks
-        across one batch."""
+        across one batch. The produce encoder (``batch_encoder.BatchEncoder``) stores every
+        request that passes its plain checks itself and calls this for the others, to raise
+        the error that names the refusal (issue 13.3)."""
         topic = req.topic
         hit = checked.get(topic) if checked is not None else None
         if hit is None:
