@@ -23,8 +23,9 @@ from hypothesis import strategies as st
 from clepsydra_core import naming
 from clepsydra_core import properties as P
 from clepsydra_core.levels import DelayLevels
+from clepsydra_core.msgid import decode_msg_id, encode_msg_id
 from clepsydra_core.properties import encode_properties
-from clepsydra_core.records import QueueEntry
+from clepsydra_core.records import QueueEntry, offset_msg_id
 from clepsydra_store.api.produce import parse_messages
 from clepsydra_store.engine.codec import (
     handover_properties,
@@ -241,3 +242,12 @@ def test_the_splice_gives_the_bytes_of_the_dict_rebuild(props: dict[str, str], l
     rebuilt = handover_properties(dict(props), level, queue_offset, deliver_ts)
     assert splice_properties(template, level, queue_offset, deliver_ts) == \
         encode_properties(rebuilt)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(min_size=8, max_size=8), st.integers(0, 2**63 - 1))
+def test_the_writer_offset_msg_id_is_the_msgid_module_encoding(host: bytes, offset: int) -> None:
+    """The offsetMsgId the writer builds (records.offset_msg_id, one per record under the lock)
+    is the msgId layout of clepsydra_core.msgid: store host then the offset, 32 hex digits."""
+    assert offset_msg_id(host.hex().upper(), offset) == encode_msg_id(host, offset)
+    assert decode_msg_id(offset_msg_id(host.hex().upper(), offset)).commitlog_offset == offset
