@@ -203,6 +203,7 @@ class StoreCore:
             disp.handed_over = {}
             disp.states.clear()
             self._commitlog.replay(self._commitlog.min_offset, disp.redispatch)
+            disp.finish_replay()
         for level, mark in sorted(ckpt.handed_over.items()):
             if disp.mark(level) < mark:
                 logger.warning("handed-over mark stepped back level=%d checkpoint=%d log=%d",
