@@ -96,6 +96,19 @@ _NAME_PREFIX_CACHE: dict[str, bytes] = {}
 _NAME_PREFIX_CACHE_MAX = 4096
 
 
+def name_field(name: str) -> bytes:
+    """``name_len | name`` of one stored property: the bytes every property of that name starts
+    with (writers that splice properties hold these; UnicodeEncodeError on invalid text)."""
+    raw = name.encode()
+    return NAME_LEN.pack(len(raw)) + raw
+
+
+def property_field(name: str, value: str) -> bytes:
+    """One stored property, ``name_len | name | value_len | value``."""
+    raw = value.encode()
+    return name_field(name) + VALUE_LEN.pack(len(raw)) + raw
+
+
 def encode_properties(props: dict[str, str]) -> bytes:
     """Encode properties; raises UnicodeEncodeError on text that is not valid Unicode."""
     if not props:
@@ -106,8 +119,7 @@ def encode_properties(props: dict[str, str]) -> bytes:
     for name, value in props.items():
         prefix = cache.get(name)
         if prefix is None:
-            n = name.encode()
-            prefix = NAME_LEN.pack(len(n)) + n
+            prefix = name_field(name)
             if len(cache) < _NAME_PREFIX_CACHE_MAX:
                 cache[name] = prefix
         v = value.encode()

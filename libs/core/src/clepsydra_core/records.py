@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Self
 
 from clepsydra_core import properties as P
 from clepsydra_core.errors import CorruptRecordError
-from clepsydra_core.msgid import encode_msg_id, unpack_host
+from clepsydra_core.msgid import unpack_host
 
 MAGIC_V1 = 0x434C5331  # "CLS1"
 END_MAGIC = 0x434C5345  # "CLSE": end of segment
@@ -111,7 +111,7 @@ class CommitLogRecord:
     @property
     def offset_msg_id(self) -> str:
         """Where this record is stored (store host + CommitLog offset): one copy."""
-        return encode_msg_id(self.store_host, self.commitlog_offset)
+        return offset_msg_id(self.store_host.hex().upper(), self.commitlog_offset)
 
     @property
     def msg_id(self) -> str:
@@ -140,6 +140,24 @@ def is_transaction_prepared_or_rollback(sys_flag: int) -> bool:
         SYS_FLAG_TRANSACTION_PREPARED, SYS_FLAG_TRANSACTION_ROLLBACK)
 
 
+def pack_header(size: int, crc: int, queue_id: int, flag: int, queue_offset: int,
+                commitlog_offset: int, sys_flag: int, born_timestamp: int, born_host: bytes,
+                store_timestamp: int, store_host: bytes, reconsume_times: int,
+                body_length: int) -> bytes:
+    """The fixed header of a record whose tail (:func:`encode_record_tail`) is
+    ``size - HEADER_SIZE`` bytes long: every writer packs its headers here."""
+    return _HEADER.pack(size, MAGIC_V1, crc, queue_id, flag, queue_offset, commitlog_offset,
+                        sys_flag, born_timestamp, born_host, store_timestamp, store_host,
+                        reconsume_times, body_length)
+
+
+def offset_msg_id(host_hex: str, commitlog_offset: int) -> str:
+    """The offsetMsgId of the record at ``commitlog_offset`` (one copy's place): ``host_hex``
+    is the store host's 8 packed bytes in upper-case hex (``host.hex().upper()``), followed by
+    the offset as 16 hex digits (equal to :func:`clepsydra_core.msgid.encode_msg_id`)."""
+    return f"{host_hex}{commitlog_offset:016X}"
+
+
 def encode_record_tail(body: bytes, topic_raw: bytes, props_raw: bytes) -> bytes:
     """Everything after the fixed header: ``body | topic_length | topic | properties_length |
     properties``. The whole record is ``RECORD_HEADER.pack(...) + tail`` with
@@ -149,17 +167,14 @@ def encode_record_tail(body: bytes, topic_raw: bytes, props_raw: bytes) -> bytes
 
 
 def encode_record(r: CommitLogRecord, props_raw: bytes | None = None) -> bytes:
-    topic = r.topic.encode()
     if props_raw is None:
         props_raw = P.encode_properties(r.properties)
     body = r.body
-    size = HEADER_SIZE + len(body) + 1 + len(topic) + 4 + len(props_raw)
-    return b"".join((
-        _HEADER.pack(size, MAGIC_V1, zlib.crc32(body), r.queue_id, r.flag, r.queue_offset,
-                     r.commitlog_offset, r.sys_flag, r.born_timestamp, r.born_host,
-                     r.store_timestamp, r.store_host, r.reconsume_times, len(body)),
-        body, U8.pack(len(topic)), topic, I32.pack(len(props_raw)), props_raw,
-    ))
+    tail = encode_record_tail(body, r.topic.encode(), props_raw)
+    size = HEADER_SIZE + len(tail)
+    return pack_header(size, zlib.crc32(body), r.queue_id, r.flag, r.queue_offset,
+                       r.commitlog_offset, r.sys_flag, r.born_timestamp, r.born_host,
+                       r.store_timestamp, r.store_host, r.reconsume_times, len(body)) + tail
 
 
 def peek_size_magic(raw: bytes | memoryview, pos: int) -> tuple[int, int]:

@@ -1,12 +1,13 @@
-"""The produce hot path: requests to ordinary topics encoded straight into records.
+"""The produce encoder (issue 13.3): produce requests encoded straight into records.
 
-:meth:`Preparer.put` builds a properties dict per message and encodes it; here the checks
-(P1 body and properties, L2) and the record tail are done in one pass with no intermediate
-objects, plus per-batch caches (a properties dict shared by several requests is encoded once;
-tags, few and repeated, are cached). Anything else — %RETRY% topics (R10), and any request that
-does not pass a plain check — goes through ``Preparer.put``, which raises the same errors in the
-same order; the fast path changes nothing before its checks are done. Its records must stay
-byte-equal to ``Prepared.build``'s.
+The checks (P1 body and properties, L2, T1's cap, R10's counts) and the record tail are done
+in one pass with no intermediate objects, plus per-batch caches (a properties dict shared by
+several requests is encoded once; tags, few and repeated, are cached), for every kind of
+message: plain, parked at a level (S1), a timer (T1), a %RETRY% send (R10: dead-lettered at
+its max). A request that does not pass a plain check goes to :meth:`Preparer.put`, which names
+the refusal (the same errors in the same order); this encoder changes nothing before its checks
+are done. Its records are byte-equal to ``Prepared.build``'s (tests/unit/store/test_codec.py
+holds them to a reference encoding).
 """
 
 from __future__ import annotations
@@ -16,22 +17,27 @@ from zlib import crc32
 
 from clepsydra_core import naming
 from clepsydra_core import properties as P
-from clepsydra_core.properties import NAME_LEN, VALUE_LEN
+from clepsydra_core.errors import ValidationError
+from clepsydra_core.properties import VALUE_LEN, name_field
 from clepsydra_core.records import (
     HEADER_SIZE,
     I32,
     MIN_END_MARKER,
-    U8,
     is_transaction_prepared_or_rollback,
     tags_code_of,
 )
-from clepsydra_core.validation import MAX_PROPERTIES_BYTES
+from clepsydra_core.retry_rules import DEFAULT_MAX_RECONSUME_TIMES
+from clepsydra_core.validation import MAX_PROPERTIES_BYTES, validate_topic_name
+from clepsydra_store.engine.codec import Prepared, too_large, topic_field
+from clepsydra_store.engine.dispatch import PARKED_TIMER, Mark
 from clepsydra_store.engine.key_index import key_hash, key_hash_of
-from clepsydra_store.engine.prepare import Prepared, Preparer, too_large
+from clepsydra_store.engine.prepare import DLQ_REASON_MAX_RECONSUME, Preparer, retry_counts
 from clepsydra_store.engine.types import PutRequest
 
-# record tail = body | u8 topic length | topic | i32 properties length | properties, and each
-# property u16 name length | name | u32 value length | value (clepsydra_core.records/.properties)
+# record tail = body | topic_field | i32 properties length | properties
+# (clepsydra_core.records.encode_record_tail), each property name_field(name) | u32 value length
+# | value (clepsydra_core.properties); the fields are built here inline for speed, and
+# tests/unit/store/test_codec.py holds the records equal to Prepared.build's
 
 _NAMES: dict[str, bytes] = {}
 """Names a producer may set (P1) seen so far -> their encoded ``u16 length | name``."""
@@ -42,8 +48,11 @@ _CACHE_MAX_LEN = 256
 """The caches hold entries of at most this many bytes, and start again when full (producers
 choose the names and tags)."""
 
-TopicInfo = tuple[int, bytes, Iterator[int]]
-"""(queues, encoded ``u8 length | topic``, round-robin counter) of an ordinary topic."""
+RetryInfo = tuple[str, int, bool]
+"""(group, its max reconsume times, auto-create the topic) of a %RETRY% topic (R3, R10)."""
+TopicInfo = tuple[int, bytes, Iterator[int], RetryInfo | None]
+"""(queues, encoded ``u8 length | topic``, round-robin counter, RetryInfo or None) of a
+topic."""
 
 
 class BatchEncoder:
@@ -78,12 +87,12 @@ class BatchEncoder:
             if info is None and topic not in topics:
                 info = topics[topic] = self._topic(topic)
             row = encode(req, info) if info is not None else None
-            add(row if row is not None else
+            add(row if row is not None else  # put() names the refusal
                 self._preparer.put(req, self._ensure, self._checked))
         return rows
 
     def _topic(self, topic: str) -> TopicInfo | None:
-        """The topic's TopicInfo, None for a %RETRY% topic; raises what put() raises for it."""
+        """The topic's TopicInfo; raises what put() raises for it."""
         preparer = self._preparer
         hit = self._checked.get(topic)
         if hit is None:
@@ -91,19 +100,21 @@ class BatchEncoder:
             preparer.check_writable()
             self._checked[topic] = hit
         queues, create_retry = hit
+        retry: RetryInfo | None = None
         if create_retry or naming.is_retry_topic(topic):
-            return None
-        raw = topic.encode()
-        return queues, U8.pack(len(raw)) + raw, preparer.round_robin(topic)
+            group = naming.group_of_retry_topic(topic) or ""
+            settings = preparer.group_settings(group)
+            retry = (group, settings.retry_max_times if settings is not None
+                     else DEFAULT_MAX_RECONSUME_TIMES, create_retry)
+        return queues, topic_field(topic.encode()), preparer.round_robin(topic), retry
 
     def _encode(self, req: PutRequest, info: TopicInfo) -> Prepared | None:
-        """put() of a request to an ordinary topic; None, with nothing changed, when a check
-        does not pass plainly (put() then raises the right error)."""
+        """put() of a request; None, with nothing changed, when a check does not pass plainly
+        (put() then raises the right error)."""
         body = req.body
-        if (type(body) is not bytes or len(body) > self._max_body
-                or req.deliver_at is not None or req.delay_ms is not None):  # timers: put()
+        if type(body) is not bytes or len(body) > self._max_body:
             return None
-        queues, topic_raw, counter = info
+        queues, topic_raw, counter, retry = info
         parts = [body, topic_raw, b""]  # [2]: the properties length, known at the end
         props_len = 0
         uniq: tuple[int, ...] = ()
@@ -115,10 +126,15 @@ class BatchEncoder:
             else:
                 if type(props) is not dict:
                     return None
-                encoded = _encode_properties(props)
-                if encoded is None:
-                    return None
-                self._props, self._encoded = props, encoded
+                if props.get(P.UNIQ_KEY) == "":  # given empty: a new one in its place (put())
+                    encoded = _encode_properties({**props, P.UNIQ_KEY: self._preparer.ids.new()})
+                    if encoded is None:
+                        return None
+                else:
+                    encoded = _encode_properties(props)
+                    if encoded is None:
+                        return None
+                    self._props, self._encoded = props, encoded
                 block, uniq, uniq_key = encoded
             parts.append(block)
             props_len = len(block)
@@ -158,6 +174,25 @@ class BatchEncoder:
             if type(level) is not int or level < 0:
                 return None
             level = min(level, self._max_level)
+        deliver_at, delay = req.deliver_at, req.delay_ms
+        timer = deliver_at is not None or delay is not None
+        if timer:  # T1: the cap (put() names it)
+            if (deliver_at is not None and type(deliver_at) is not int) or (
+                    delay is not None and type(delay) is not int):
+                return None
+            try:
+                self._preparer.timer_target(deliver_at, delay)
+            except ValidationError:
+                return None
+        reconsume = req.reconsume_times
+        dlq = None
+        if retry is not None:  # R10
+            try:
+                reconsume, max_times = retry_counts(props or {}, reconsume, retry[1])
+                if reconsume >= max_times and not level and not timer:
+                    dlq = validate_topic_name(naming.dlq_topic(retry[0]))
+            except ValidationError:
+                return None
         # checks done: from here on the request is stored or raises what put() raises
         if new_uniq:
             uniq_key = self._preparer.ids.new()
@@ -167,24 +202,45 @@ class BatchEncoder:
             props_len += _UNIQ_KEY_OVERHEAD + len(raw)
             hashes += (key_hash_of(raw),)
         topic = req.topic
-        queue_id = req.queue_id
-        if queue_id is None:
-            queue_id = next(counter) % queues
-        else:
-            queue_id = self._preparer.pick_queue(topic, queues, queue_id)
         delay_ms = 0
-        if level and not is_transaction_prepared_or_rollback(req.sys_flag):  # S1, as _park
-            for prefix, value in ((_REAL_TOPIC, topic), (_REAL_QID, str(queue_id)),
-                                  (_DELAY, str(level))):
-                raw = value.encode()
-                parts += (prefix, VALUE_LEN.pack(len(raw)), raw)
-                props_len += len(prefix) + 4 + len(raw)
-            levels = self._preparer.levels
-            topic, queue_id = naming.SCHEDULE_TOPIC, levels.queue_id(level)
-            delay_ms = levels.delay_ms(level)
-            parts[1] = _SCHEDULE_TOPIC_RAW
-            if delay_ms:
-                code = 0
+        mark: Mark | None = None
+        if dlq is not None:  # R10: dead-lettered, queue 0
+            if self._preparer.queue_count(dlq, self._ensure) is None:
+                self._ensure[dlq] = 1
+            parts.append(_DLQ_REASON_FIELD)
+            props_len += len(_DLQ_REASON_FIELD)
+            parts[1] = topic_field(dlq.encode())
+            topic, queue_id = dlq, 0
+        else:
+            asked = req.queue_id
+            queue_id = (next(counter) % queues if asked is None
+                        else self._preparer.pick_queue(topic, queues, asked))
+            if retry is not None and retry[2]:
+                self._ensure[topic] = queues
+            if (timer or level) and not is_transaction_prepared_or_rollback(req.sys_flag):
+                if timer:  # T1, as Preparer._park_timer
+                    if deliver_at is not None:
+                        name, value, code, delay_ms = (_DELIVER_AT, str(deliver_at),
+                                                       deliver_at, -1)
+                    else:
+                        name, value, code, delay_ms = _DELAY_MS, str(delay or 0), 0, delay or -1
+                    topic_out, queue_out = naming.TIMER_TOPIC, naming.TIMER_LOG_QUEUE
+                    mark = (PARKED_TIMER, 0)
+                    parts[1] = _TIMER_TOPIC_RAW
+                else:  # S1, as Preparer._park
+                    levels = self._preparer.levels
+                    name, value = _DELAY, str(level)
+                    topic_out, queue_out = naming.SCHEDULE_TOPIC, levels.queue_id(level)
+                    delay_ms = levels.delay_ms(level)
+                    if delay_ms:
+                        code = 0
+                    parts[1] = _SCHEDULE_TOPIC_RAW
+                for prefix, text in ((_REAL_TOPIC, topic), (_REAL_QID, str(queue_id)),
+                                     (name, value)):
+                    raw = text.encode()
+                    parts += (prefix, VALUE_LEN.pack(len(raw)), raw)
+                    props_len += len(prefix) + 4 + len(raw)
+                topic, queue_id = topic_out, queue_out
         parts[2] = I32.pack(props_len)
         tail = b"".join(parts)
         size = HEADER_SIZE + len(tail)
@@ -192,8 +248,8 @@ class BatchEncoder:
             raise too_large(size, self._max_size + MIN_END_MARKER)
         return tuple.__new__(Prepared, (
             size, topic, queue_id, code, delay_ms, crc32(body), req.flag, req.sys_flag,
-            req.born_timestamp, req.born_host, req.reconsume_times, len(body), tail, hashes,
-            None, 0, uniq_key))
+            req.born_timestamp, req.born_host, reconsume, len(body), tail, hashes, mark, 0,
+            uniq_key))
 
 
 def _encode_properties(props: dict[str, str]) -> tuple[bytes, tuple[int, ...], str] | None:
@@ -213,8 +269,6 @@ def _encode_properties(props: dict[str, str]) -> tuple[bytes, tuple[int, ...], s
     if len(block) > MAX_PROPERTIES_BYTES:  # validate_properties counts name + value + 6 each
         return None
     uniq = props.get(P.UNIQ_KEY)
-    if uniq == "":  # put() gives it a value in its place
-        return None
     return block, (key_hash(uniq),) if uniq else (), uniq or ""
 
 
@@ -248,7 +302,7 @@ def _settable_name(name: str) -> bytes | None:
         return None
     if len(raw) > 0xFFFF:
         return None
-    prefix = NAME_LEN.pack(len(raw)) + raw
+    prefix = name_field(name)
     if len(raw) <= _CACHE_MAX_LEN:
         if len(_NAMES) >= _CACHE_MAX:
             _NAMES.clear()
@@ -271,17 +325,16 @@ def _tags(tags: str) -> tuple[bytes, int] | None:
     return seen
 
 
-def _name_prefix(name: str) -> bytes:
-    raw = name.encode()
-    return NAME_LEN.pack(len(raw)) + raw
-
-
-_TAGS = _name_prefix(P.TAGS)
-_KEYS = _name_prefix(P.KEYS)
+_TAGS = name_field(P.TAGS)
+_KEYS = name_field(P.KEYS)
 _KEYS_OVERHEAD = len(_KEYS) + 4  # name and value length
-_UNIQ_KEY = _name_prefix(P.UNIQ_KEY)
+_UNIQ_KEY = name_field(P.UNIQ_KEY)
 _UNIQ_KEY_OVERHEAD = len(_UNIQ_KEY) + 4
-_REAL_TOPIC = _name_prefix(P.REAL_TOPIC)
-_REAL_QID = _name_prefix(P.REAL_QID)
-_DELAY = _name_prefix(P.DELAY)
-_SCHEDULE_TOPIC_RAW = U8.pack(len(naming.SCHEDULE_TOPIC)) + naming.SCHEDULE_TOPIC.encode()
+_REAL_TOPIC = name_field(P.REAL_TOPIC)
+_REAL_QID = name_field(P.REAL_QID)
+_DELAY = name_field(P.DELAY)
+_DELIVER_AT = name_field(P.DELIVER_AT)
+_DELAY_MS = name_field(P.DELAY_MS)
+_DLQ_REASON_FIELD = P.property_field(P.DLQ_REASON, DLQ_REASON_MAX_RECONSUME)
+_TIMER_TOPIC_RAW = topic_field(naming.TIMER_TOPIC.encode())
+_SCHEDULE_TOPIC_RAW = topic_field(naming.SCHEDULE_TOPIC.encode())

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from clepsydra_core import naming
 from clepsydra_core.errors import CorruptRecordError, MessageNotFound
 from clepsydra_core.levels import DelayLevels
-from clepsydra_core.records import HEADER_SIZE, RECORD_HEADER, decode_record
+from clepsydra_core.records import HEADER_SIZE, RECORD_HEADER, decode_record, pack_header
 from clepsydra_store.engine.commitlog import CommitLog
 from clepsydra_store.engine.consume_queue import ENTRY, ConsumeQueue
 from clepsydra_store.engine.dispatch import Dispatcher, record_keys
@@ -42,8 +42,6 @@ logger = logging.getLogger(__name__)
 _SCAN_ENTRIES = 4096
 _CHUNK_BYTES = 16 * 1024 * 1024
 """Records carried per append (bounds the memory a carry holds)."""
-_OFFSET_FIELD = 6
-"""Index of the record's own CommitLog offset in RECORD_HEADER."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,9 +144,12 @@ class CarryForward:
         try:
             for pending, raw in chunk:
                 position = batch.place(pending.size)
-                header = list(RECORD_HEADER.unpack_from(raw, 0))
-                header[_OFFSET_FIELD] = position
-                batch.add(RECORD_HEADER.pack(*header), raw[HEADER_SIZE:])
+                (size, _magic, crc, queue_id, flag, queue_offset, _old, sys_flag, born_ts,
+                 born_host, store_ts, store_host, reconsume,
+                 body_len) = RECORD_HEADER.unpack_from(raw, 0)
+                batch.add(pack_header(size, crc, queue_id, flag, queue_offset, position,
+                                      sys_flag, born_ts, born_host, store_ts, store_host,
+                                      reconsume, body_len), raw[HEADER_SIZE:])
                 placed.append(position)
             batch.commit()
         except BaseException:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from bisect import bisect_right
+from collections.abc import Iterable
 from pathlib import Path
 
 from clepsydra_core import naming
@@ -23,7 +25,7 @@ from clepsydra_core.levels import DelayLevels
 from clepsydra_core.records import CommitLogRecord, tags_code
 from clepsydra_store.engine.consume_queue import ENTRY, ConsumeQueue
 from clepsydra_store.engine.entry_states import CANCELLED, DELIVERED, EntryStates
-from clepsydra_store.engine.key_index import ENTRIES_PER_FILE, KeyIndex
+from clepsydra_store.engine.key_index import ENTRIES_PER_FILE, KeyIndex, key_hash
 from clepsydra_store.engine.segment import Segment
 from clepsydra_store.engine.timer_index import TimerIndex
 
@@ -73,6 +75,25 @@ def record_keys(props: dict[str, str]) -> list[str]:
     return keys
 
 
+def placement(record: CommitLogRecord, levels: DelayLevels) -> tuple[int, Mark | None]:
+    """(ConsumeQueue code, Mark) of a stored record: what its ``Prepared`` carried when it was
+    placed live, read back from its topic, queue and properties (recovery, SPEC P3)."""
+    props = record.properties
+    topic = record.topic
+    if topic == naming.SCHEDULE_TOPIC:  # S2: the deliver time
+        level = levels.level_of_queue(record.queue_id)
+        return record.store_timestamp + levels.delay_ms(level), None
+    if topic == naming.TIMER_TOPIC:
+        if record.queue_id == naming.TIMER_LOG_QUEUE:
+            return timer_code(props, record.store_timestamp), (PARKED_TIMER, 0)
+        target = parse_schedule_offset(props.get(P.CANCEL_OF))
+        if target is not None and target[0] >= 0:
+            return 0, (cancel_kind(target[0]), target[1])
+        return 0, None
+    mark = parse_schedule_offset(props.get(P.SCHEDULE_OFFSET))
+    return tags_code(props.get(P.TAGS)), mark if mark is not None and mark[0] >= 0 else None
+
+
 class Dispatcher:
     """Owns the ConsumeQueues, the key index and the handed-over marks."""
 
@@ -91,6 +112,9 @@ class Dispatcher:
         self.states = EntryStates()
         self.timers = TimerIndex(timer_dir or index_dir.parent / naming.TIMER_SLOTS_DIR)
         self._replay: dict[ConsumeQueue, tuple[int, list[bytes]]] = {}
+        self._replay_hashes: list[int] = []
+        self._replay_offsets: list[int] = []
+        self._replay_marks: list[tuple[Mark, int, int]] = []
         self.replay_known: set[str] = set()
         self.replay_since: dict[str, int] = {}
         """topic -> CommitLog offset it was created at: older records of that name belong to
@@ -141,52 +165,61 @@ class Dispatcher:
         else:
             self.states.set(self.schedule_queue(-1 - kind), target, CANCELLED)
 
-    # ---- recovery ------------------------------------------------------------------------
+    # ---- placing (live and recovery) ---------------------------------------------------------
+    def dispatch(self, entries: Iterable[tuple[ConsumeQueue, int, bytes]], key_hashes: list[int],
+                 key_offsets: list[int], marks: Iterable[tuple[Mark, int, int]], *,
+                 replay: bool = False) -> None:
+        """Place dispatched records, live (``StoreCore._append_locked``) and at recovery
+        (:meth:`finish_replay`) alike: ConsumeQueue entries (``(queue, first queue offset,
+        packed entries)``), key hashes with their records' CommitLog offsets, then each record's
+        mark ``(mark, its queue offset, its entry's code)`` (:meth:`apply_mark`). ``replay``:
+        the records may have been indexed before the crash (keys at or below the key index's
+        last offset are skipped; entries and marks are idempotent)."""
+        for cq, first, packed in entries:
+            cq.write(first, packed)
+        index = self.key_index
+        if key_hashes:
+            if replay and key_offsets[0] <= index.last_offset:
+                cut = bisect_right(key_offsets, index.last_offset)
+                key_hashes, key_offsets = key_hashes[cut:], key_offsets[cut:]
+            index.add_many(key_hashes, key_offsets)
+        index.write_pending()
+        apply_mark = self.apply_mark
+        for mark, queue_offset, code in marks:
+            apply_mark(mark, queue_offset, code)
+
     def redispatch(self, record: CommitLogRecord, size: int) -> None:
-        """Dispatch one recovered record again (idempotent: its entry goes at byte
-        20·queueOffset; keys are deduplicated; marks only rise)."""
+        """Dispatch one recovered record again, as it was placed live (:func:`placement`
+        gives the code and mark its ``Prepared`` carried); gathered, then placed by
+        :meth:`dispatch` at :meth:`finish_replay` (idempotent: its entry goes at byte
+        20·queueOffset; keys already indexed are skipped; marks only rise)."""
         topic = record.topic
         if topic not in self.replay_known or record.commitlog_offset < self.replay_since.get(
                 topic, 0):
             return  # topic deleted since (and perhaps created anew)
-        props = record.properties
-        if topic == naming.SCHEDULE_TOPIC:
-            level = self.delay_levels.level_of_queue(record.queue_id)
-            code = record.store_timestamp + self.delay_levels.delay_ms(level)
-        elif topic == naming.TIMER_TOPIC:
-            code = 0
-            if record.queue_id == naming.TIMER_LOG_QUEUE:
-                code = timer_code(props, record.store_timestamp)
-                self.timers.add(record.queue_offset, code)
-            else:
-                target = parse_schedule_offset(props.get(P.CANCEL_OF))
-                if target is not None and target[0] >= 0:
-                    self.states.set(self.schedule_queue(target[0]), target[1], CANCELLED)
-        else:
-            code = tags_code(props.get(P.TAGS))
-            mark = parse_schedule_offset(props.get(P.SCHEDULE_OFFSET))
-            if mark is not None:
-                self.raise_mark(*mark)
+        code, mark = placement(record, self.delay_levels)
         cq = self.queue(topic, record.queue_id)
         packed = ENTRY.pack(record.commitlog_offset, size, code)
         pending = self._replay.get(cq)
         if pending is not None and pending[0] + len(pending[1]) == record.queue_offset:
             pending[1].append(packed)
         else:
-            if pending is not None:
-                cq.write(pending[0], b"".join(pending[1]))
-            self._replay[cq] = (record.queue_offset, [packed])
-            if len(self._replay) > 256:
+            if pending is not None or len(self._replay) >= 256:
                 self.finish_replay()
-        keys = record_keys(props)
-        if keys:
-            self.key_index.add(keys, record.commitlog_offset, dedupe=True)
+            self._replay[cq] = (record.queue_offset, [packed])
+        if mark is not None:
+            self._replay_marks.append((mark, record.queue_offset, code))
+        for key in record_keys(record.properties):
+            self._replay_hashes.append(key_hash(key))
+            self._replay_offsets.append(record.commitlog_offset)
 
     def finish_replay(self) -> None:
-        for cq, (first, parts) in self._replay.items():
-            cq.write(first, b"".join(parts))
+        """Place what :meth:`redispatch` gathered."""
+        entries = [(cq, first, b"".join(parts)) for cq, (first, parts) in self._replay.items()]
+        hashes, offsets, marks = self._replay_hashes, self._replay_offsets, self._replay_marks
         self._replay = {}
-        self.key_index.write_pending()
+        self._replay_hashes, self._replay_offsets, self._replay_marks = [], [], []
+        self.dispatch(entries, hashes, offsets, marks, replay=True)
 
     # ---- durability / retention ------------------------------------------------------------
     def flush(self) -> None:

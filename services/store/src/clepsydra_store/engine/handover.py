@@ -5,7 +5,6 @@ and rebuild each for its real topic (or park it in %SCHEDULE_ERROR%), as records
 from __future__ import annotations
 
 import logging
-import struct
 from dataclasses import dataclass, field
 from zlib import crc32
 
@@ -13,23 +12,30 @@ from clepsydra_core import naming
 from clepsydra_core import properties as P
 from clepsydra_core.errors import MessageNotFound, StoreError, ValidationError
 from clepsydra_core.levels import DelayLevels
-from clepsydra_core.properties import NAME_LEN, VALUE_LEN
 from clepsydra_core.records import (
     HEADER_SIZE,
     I32,
     MAGIC_V1,
     MIN_END_MARKER,
     RECORD_HEADER,
-    U8,
     CommitLogRecord,
+    encode_record_tail,
     tags_code,
+)
+from clepsydra_store.engine.codec import (
+    Prepared,
+    SpliceTemplate,
+    handover_properties,
+    schedule_offset,
+    splice_properties,
+    splice_template,
+    too_large,
 )
 from clepsydra_store.engine.commitlog import CommitLog
 from clepsydra_store.engine.consume_queue import ENTRY, ConsumeQueue
 from clepsydra_store.engine.dispatch import TIMER_LEVEL, Dispatcher
 from clepsydra_store.engine.entry_states import CANCELLED
 from clepsydra_store.engine.key_index import key_hash
-from clepsydra_store.engine.prepare import Prepared, too_large
 from clepsydra_store.engine.topics import TopicRegistry
 
 logger = logging.getLogger(__name__)
@@ -38,21 +44,6 @@ _SPAN_GAP = 64 * 1024
 _SPAN_MAX = 8 * 1024 * 1024
 """Schedule entries whose records lie close together in one segment are read with one pread:
 gaps of at most _SPAN_GAP bytes, spans of at most _SPAN_MAX bytes."""
-
-
-def _name_prefix(name: str) -> bytes:
-    raw = name.encode()
-    return NAME_LEN.pack(len(raw)) + raw
-
-
-_P_DELAY = P.DELAY.encode()
-_P_SCHEDULE_OFFSET = P.SCHEDULE_OFFSET.encode()
-_P_DELIVER_TS = P.DELIVER_TS.encode()
-_WANTED = {name.encode(): name for name in (P.REAL_TOPIC, P.REAL_QID, P.TAGS, P.KEYS,
-                                            P.UNIQ_KEY, P.TRACEPARENT)}
-"""Properties whose values the hand-over reads."""
-_SCHEDULE_OFFSET_PREFIX = _name_prefix(P.SCHEDULE_OFFSET)
-_DELIVER_TS_PREFIX = _name_prefix(P.DELIVER_TS)
 
 
 @dataclass(slots=True)
@@ -71,10 +62,6 @@ class HandoverPlan:
     next_deliver_ts: int | None = None
 
 
-_Template = tuple[bytes, bool, bytes, bytes, dict[str, str]]
-"""(t0, SCHEDULE_OFFSET first, t1, t2, values read) of a stored properties block: the rebuilt
-block is ``t0 | value | t1 | value | t2`` with the SCHEDULE_OFFSET and DELIVER_TS values
-(length-prefixed) in that order when "SCHEDULE_OFFSET first", else the other way round."""
 _TEMPLATES_MAX = 1024
 _TOPICS: dict[str, bytes] = {}
 
@@ -87,63 +74,6 @@ def _topic_raw(topic: str) -> bytes:
     return raw
 
 
-def _props_template(block: bytes) -> _Template | None:
-    """The _Template of a stored properties block as ``_rebuild``'s dict re-encodes it (DELAY
-    dropped, SCHEDULE_OFFSET and DELIVER_TS replaced in place or appended in that order); None
-    when the block has a repeated name or does not decode."""
-    pieces: list[bytes | None] = []
-    """Static bytes, and None where a value goes."""
-    order: list[bool] = []
-    seen: set[bytes] = set()
-    values: dict[str, str] = {}
-    run = p = 0
-    end = len(block)
-    try:
-        while p < end:
-            (nlen,) = NAME_LEN.unpack_from(block, p)
-            q = p + 2 + nlen
-            name = block[p + 2:q]
-            (vlen,) = VALUE_LEN.unpack_from(block, q)
-            q += 4
-            v_end = q + vlen
-            if v_end > end or name in seen:
-                return None
-            seen.add(name)
-            value = block[q:v_end]
-            name.decode()
-            wanted = _WANTED.get(name)
-            if wanted is not None:
-                values[wanted] = value.decode()
-            else:
-                value.decode()
-            if name in (_P_DELAY, _P_SCHEDULE_OFFSET, _P_DELIVER_TS):
-                pieces.append(block[run:p])
-                if name != _P_DELAY:
-                    pieces += (block[p:q - 4], None)
-                    order.append(name == _P_SCHEDULE_OFFSET)
-                run = v_end
-            p = v_end
-    except (struct.error, UnicodeDecodeError):
-        return None
-    pieces.append(block[run:end])
-    if _P_SCHEDULE_OFFSET not in seen:
-        pieces += (_SCHEDULE_OFFSET_PREFIX, None)
-        order.append(True)
-    if _P_DELIVER_TS not in seen:
-        pieces += (_DELIVER_TS_PREFIX, None)
-        order.append(False)
-    static: list[bytes] = []
-    current: list[bytes] = []
-    for piece in pieces:
-        if piece is None:
-            static.append(b"".join(current))
-            current = []
-        else:
-            current.append(piece)
-    static.append(b"".join(current))
-    return static[0], order[0], static[1], static[2], values
-
-
 class Handover:
     """Plans a hand-over batch; the caller appends ``plan.items`` under the same lock."""
 
@@ -154,8 +84,8 @@ class Handover:
         self.topics = topics
         self.levels = levels
         self.segment_size_bytes = segment_size_bytes
-        self._templates: dict[bytes, _Template] = {}
-        """A properties block seen -> its _props_template (records of a batch often share
+        self._templates: dict[bytes, SpliceTemplate] = {}
+        """A properties block seen -> its codec.splice_template (records of a batch often share
         one)."""
 
     def check_level(self, level: int) -> None:
@@ -258,8 +188,9 @@ class Handover:
     def _splice(self, level: int, queue_offset: int, buf: bytes, pos: int, size: int,
                 commitlog_offset: int, deliver_ts: int) -> tuple[Prepared, str | None] | None:
         """The D4 rebuild of the record at ``buf[pos:]`` for its real topic made from its
-        stored bytes: body and CRC kept, properties re-spliced (DELAY out, SCHEDULE_OFFSET and
-        DELIVER_TS set, in the order ``_rebuild``'s dict gives). None when anything is not
+        stored bytes: body and CRC kept, properties re-spliced by the codec
+        (``codec.splice_properties``, equal to ``_rebuild``'s ``codec.handover_properties``).
+        None when anything is not
         plain (a short or invalid record, repeated or undecodable properties, a park): the
         caller then takes ``_rebuild``, which decides what the old path decides."""
         if pos + size > len(buf) or size < HEADER_SIZE + 5:
@@ -291,18 +222,13 @@ class Handover:
         block = buf[p:end]
         template = self._templates.get(block)
         if template is None:
-            template = _props_template(block)
+            template = splice_template(block)
             if template is None:
                 return None
             if len(self._templates) >= _TEMPLATES_MAX:
                 self._templates.clear()
             self._templates[block] = template
-        t0, offset_first, t1, t2, values = template
-        schedule_offset = f"{level}:{queue_offset}".encode()
-        deliver = str(deliver_ts).encode()
-        first, second = (schedule_offset, deliver) if offset_first else (deliver, schedule_offset)
-        parts = (t0, VALUE_LEN.pack(len(first)), first, t1, VALUE_LEN.pack(len(second)),
-                 second, t2)
+        values = template[4]
         uniq = values.get(P.UNIQ_KEY)
         if not uniq:  # parked before unique ids: _rebuild gives it its msgId
             return None
@@ -310,10 +236,9 @@ class Handover:
                                                     values.get(P.REAL_QID))
         if reason is not None:
             return None
-        props_raw = b"".join(parts)
+        props_raw = splice_properties(template, level, queue_offset, deliver_ts)
         topic_raw = _TOPICS.get(topic) or _topic_raw(topic)
-        tail = b"".join((body, U8.pack(len(topic_raw)), topic_raw, I32.pack(len(props_raw)),
-                         props_raw))
+        tail = encode_record_tail(body, topic_raw, props_raw)
         new_size = HEADER_SIZE + len(tail)
         if new_size + MIN_END_MARKER > self.segment_size_bytes:
             raise too_large(new_size, self.segment_size_bytes)
@@ -331,20 +256,17 @@ class Handover:
         """D4 rebuild for the real topic, or a D7 park in %SCHEDULE_ERROR%; with the
         producer's ``traceparent`` of a delivered message (O1)."""
         mark = (level, queue_offset)
-        schedule_offset = f"{level}:{queue_offset}"
         try:
             record = self.commitlog.read_record(commitlog_offset, size)
         except MessageNotFound as exc:
-            props = {P.SCHEDULE_ERROR: f"unreadable: {exc}", P.SCHEDULE_OFFSET: schedule_offset}
+            props = {P.SCHEDULE_ERROR: f"unreadable: {exc}",
+                     P.SCHEDULE_OFFSET: schedule_offset(level, queue_offset)}
             return (self._park(CommitLogRecord(topic="", body=b""), props, mark, deliver_ts),
                     False, None)
         props = dict(record.properties)
-        for name in (P.DELAY, P.DELIVER_AT, P.DELAY_MS):
-            props.pop(name, None)
         if not props.get(P.UNIQ_KEY):  # parked before unique ids: the msgId its producer got
             props[P.UNIQ_KEY] = record.offset_msg_id
-        props[P.SCHEDULE_OFFSET] = schedule_offset
-        props[P.DELIVER_TS] = str(deliver_ts)
+        handover_properties(props, level, queue_offset, deliver_ts)
         topic, queue_id, reason = self._destination(props.get(P.REAL_TOPIC),
                                                     props.get(P.REAL_QID))
         if reason is not None:

@@ -30,9 +30,9 @@ from clepsydra_core.validation import check_consumable, validate_group_name, val
 from clepsydra_core.wire.copy import CopyItem, RangeCopy, SkippedCopy
 from clepsydra_core.wire.schedule import ScheduleEntries
 from clepsydra_store.engine.batch_encoder import BatchEncoder
+from clepsydra_store.engine.codec import Prepared
 from clepsydra_store.engine.config import EngineConfig
 from clepsydra_store.engine.consume_queue import ENTRY
-from clepsydra_store.engine.prepare import Prepared
 from clepsydra_store.engine.store_core import StoreCore
 from clepsydra_store.engine.types import (
     HandoverResult,

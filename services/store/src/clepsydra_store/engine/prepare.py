@@ -1,16 +1,14 @@
-"""Turning requests into records ready to place: validation (P1, L2, S3), routing (S1 park in
-the schedule topic, R10 dead-lettering of plain sends to %RETRY%) and the pre-encoded record
-tail, all done before the writer lock is taken. Offsets and the store timestamp are filled in
-under the lock by MessageStore."""
+"""Turning requests into records ready to place (``codec.Prepared``): validation (P1, L2,
+S3), routing (S1 park in the schedule topic, R10 dead-lettering of plain sends to %RETRY%) and
+the pre-encoded record tail, all done before the writer lock is taken. Offsets and the store
+timestamp are filled in under the lock by MessageStore."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import time
-import zlib
 from collections.abc import Callable, Iterator
-from typing import NamedTuple
 
 from clepsydra_core import naming
 from clepsydra_core import properties as P
@@ -24,15 +22,7 @@ from clepsydra_core.errors import (
 from clepsydra_core.groups import GroupSettings
 from clepsydra_core.levels import DelayLevels, format_delay
 from clepsydra_core.msgid import UniqIds, uniq_prefix
-from clepsydra_core.properties import encode_properties
-from clepsydra_core.records import (
-    HEADER_SIZE,
-    MIN_END_MARKER,
-    CommitLogRecord,
-    encode_record_tail,
-    is_transaction_prepared_or_rollback,
-    tags_code,
-)
+from clepsydra_core.records import CommitLogRecord, is_transaction_prepared_or_rollback
 from clepsydra_core.retry_rules import DEFAULT_MAX_RECONSUME_TIMES, max_reconsume_times_or
 from clepsydra_core.validation import (
     check_producible,
@@ -42,64 +32,13 @@ from clepsydra_core.validation import (
     validate_topic_name,
 )
 from clepsydra_core.wire.copy import CopyItem
+from clepsydra_store.engine.codec import Prepared
 from clepsydra_store.engine.config import TIMER_MAX_DELAY_VAR, EngineConfig
-from clepsydra_store.engine.dispatch import PARKED_TIMER, Mark, record_keys
-from clepsydra_store.engine.key_index import key_hash
+from clepsydra_store.engine.dispatch import PARKED_TIMER
 from clepsydra_store.engine.topics import TopicRegistry
 from clepsydra_store.engine.types import PutRequest
 
 DLQ_REASON_MAX_RECONSUME = "max_reconsume_times"
-
-
-
-class Prepared(NamedTuple):
-    """A record with everything but its offsets and store timestamp, in the field order the
-    writer unpacks (``StoreCore._place``). The produce hot path builds these directly
-    (``engine.batch_encoder.BatchEncoder``); other callers use :meth:`build`."""
-
-    size: int
-    topic: str
-    queue_id: int
-    tags_code: int
-    delay_ms: int
-    """> 0 for the schedule topic: tagsCode = store timestamp + delay_ms (S2); < 0 for a timer
-    given a deliver time: tagsCode = max(tags_code, store timestamp) (issue 15)."""
-    crc: int
-    flag: int
-    sys_flag: int
-    born_timestamp: int
-    born_host: bytes
-    reconsume_times: int
-    body_len: int
-    tail: bytes
-    key_hashes: tuple[int, ...]
-    """key_index.key_hash of each KEYS key and of UNIQ_KEY."""
-    mark: Mark | None
-    """What dispatch does for this record beyond its entry (``dispatch.Mark``): the level's
-    schedule queue offset it hands over (D9), a parked timer, a cancel."""
-    deliver_ts: int
-    uniq_key: str
-    """The message's unique id (its ``UNIQ_KEY``, its msgId); "" without one."""
-
-    @classmethod
-    def build(cls, topic: str, queue_id: int, body: bytes, props: dict[str, str], *,
-              flag: int, sys_flag: int, born_timestamp: int, born_host: bytes,
-              reconsume_times: int, delay_ms: int = 0, mark: Mark | None = None,
-              deliver_ts: int = 0, max_size: int) -> Prepared:
-        tail = encode_record_tail(body, topic.encode(), encode_properties(props))
-        size = HEADER_SIZE + len(tail)
-        if size + MIN_END_MARKER > max_size:
-            raise too_large(size, max_size)
-        return cls(size, topic, queue_id, 0 if delay_ms else tags_code(props.get(P.TAGS)),
-                   delay_ms, zlib.crc32(body), flag, sys_flag, born_timestamp, born_host,
-                   reconsume_times, len(body), tail,
-                   tuple(key_hash(k) for k in record_keys(props)), mark, deliver_ts,
-                   props.get(P.UNIQ_KEY, ""))
-
-
-def too_large(size: int, max_size: int) -> ValidationError:
-    return ValidationError(f"message of {size} bytes does not fit a CommitLog segment of "
-                           f"{max_size} bytes", rule="P1", code="BODY_TOO_LARGE")
 
 
 class Preparer:
@@ -169,7 +108,9 @@ class Preparer:
             checked: dict[str, tuple[int, bool]] | None = None) -> Prepared:
         """Validate and route one produce request (nothing is written here); topics to be
         auto-created go into ``ensure`` (name -> queues). ``checked`` caches topic checks
-        across one batch."""
+        across one batch. The produce encoder (``batch_encoder.BatchEncoder``) stores every
+        request that passes its plain checks itself and calls this for the others, to raise
+        the error that names the refusal (issue 13.3)."""
         topic = req.topic
         hit = checked.get(topic) if checked is not None else None
         if hit is None:
@@ -194,7 +135,7 @@ class Preparer:
         reconsume = req.reconsume_times
         if create_retry or naming.is_retry_topic(topic):
             group = self.group_settings(naming.group_of_retry_topic(topic) or "")
-            reconsume, max_times = _retry_counts(
+            reconsume, max_times = retry_counts(
                 props, reconsume,
                 group.retry_max_times if group is not None else DEFAULT_MAX_RECONSUME_TIMES)
             # R10 reroutes plain sends only: a delayed copy (an R9 fallback's retry) is a
@@ -323,7 +264,7 @@ def _json_entry(name: str, entry: str) -> object:
         return entry
 
 
-def _retry_counts(props: dict[str, str], reconsume: int, default_max: int) -> tuple[int, int]:
+def retry_counts(props: dict[str, str], reconsume: int, default_max: int) -> tuple[int, int]:
     """R10: (reconsumeTimes, maxReconsumeTimes) of a plain send to a %RETRY% topic; the max
     absent or -1 is ``default_max`` (the group's retryMaxTimes, else 16)."""
     try:

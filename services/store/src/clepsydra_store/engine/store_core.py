@@ -15,9 +15,15 @@ from pathlib import Path
 
 from clepsydra_core import naming
 from clepsydra_core.msgid import pack_host
-from clepsydra_core.records import MAGIC_V1, MIN_END_MARKER, RECORD_HEADER, CommitLogRecord
+from clepsydra_core.records import (
+    MIN_END_MARKER,
+    CommitLogRecord,
+    offset_msg_id,
+    pack_header,
+)
 from clepsydra_store.engine.carry_forward import CarryForward
 from clepsydra_store.engine.checkpoint import Checkpoint
+from clepsydra_store.engine.codec import Prepared
 from clepsydra_store.engine.commitlog import AppendBatch, CommitLog
 from clepsydra_store.engine.config import EngineConfig
 from clepsydra_store.engine.consume_queue import ENTRY, ConsumeQueue
@@ -32,7 +38,7 @@ from clepsydra_store.engine.dispatch import Dispatcher, Mark
 from clepsydra_store.engine.group_offsets import GroupOffsets
 from clepsydra_store.engine.group_settings import GroupSettingsRegistry
 from clepsydra_store.engine.handover import Handover
-from clepsydra_store.engine.prepare import Prepared, Preparer
+from clepsydra_store.engine.prepare import Preparer
 from clepsydra_store.engine.segment import Segment
 from clepsydra_store.engine.timer_ops import TimerOps
 from clepsydra_store.engine.topics import TopicRegistry
@@ -40,7 +46,7 @@ from clepsydra_store.engine.types import PutResult, PutStatus
 
 logger = logging.getLogger(__name__)
 
-_Placed = tuple[list[PutResult], list[tuple[ConsumeQueue, bytes]], list[int], list[int],
+_Placed = tuple[list[PutResult], list[tuple[ConsumeQueue, int, bytes]], list[int], list[int],
                 list[tuple[Mark, int, int]]]
 """(results, packed ConsumeQueue entries per queue, key hashes, their CommitLog offsets,
 (mark, own queue offset, own entry code) of the records with a mark) of a placed batch."""
@@ -192,10 +198,12 @@ class StoreCore:
         logger.warning("checkpoint past the recovered commitlog end checkpoint_offset=%d "
                        "end_offset=%d: handed-over marks re-derived from the log",
                        ckpt.commitlog_offset, end)
+        disp.finish_replay()  # the marks of the records walked so far
         if not dispatched:
             disp.handed_over = {}
             disp.states.clear()
             self._commitlog.replay(self._commitlog.min_offset, disp.redispatch)
+            disp.finish_replay()
         for level, mark in sorted(ckpt.handed_over.items()):
             if disp.mark(level) < mark:
                 logger.warning("handed-over mark stepped back level=%d checkpoint=%d log=%d",
@@ -229,15 +237,7 @@ class StoreCore:
             batch.abort()
             raise
         results, entries, key_hashes, key_offsets, marks = placed
-        for cq, packed in entries:
-            cq.write(cq.next_offset, packed)
-        index = self._dispatcher.key_index
-        if key_hashes:
-            index.add_many(key_hashes, key_offsets)
-        index.write_pending()
-        apply_mark = self._dispatcher.apply_mark
-        for mark, queue_offset, code in marks:
-            apply_mark(mark, queue_offset, code)
+        self._dispatcher.dispatch(entries, key_hashes, key_offsets, marks)
         counters = self._counters
         counters["puts_total"] += len(results)
         counters["put_bytes_total"] += end - batch.start
@@ -246,7 +246,8 @@ class StoreCore:
     def _place(self, batch: AppendBatch, items: Sequence[Prepared], now: int) -> _Placed:
         """Place records (rolling to a new segment where one does not fit), their headers
         packed now that offsets and the store timestamp are known."""
-        pack = RECORD_HEADER.pack
+        pack = pack_header
+        msg_id = offset_msg_id
         entry_pack = ENTRY.pack
         host = self._store_host
         prefix = self._msg_id_prefix
@@ -277,10 +278,10 @@ class StoreCore:
             if delay_ms:  # S2; a timer (issue 15): delay_ms < 0, its deliver time in code
                 code = now + delay_ms if delay_ms > 0 else max(code, now)
             entries.append(entry_pack(position, size, code))
-            append(pack(size, MAGIC_V1, crc, queue_id, flag, queue_offset, position, sys_flag,
+            append(pack(size, crc, queue_id, flag, queue_offset, position, sys_flag,
                         born_timestamp, born_host, now, host, reconsume_times, body_len))
             append(tail)
-            offset_id = f"{prefix}{position:016X}"
+            offset_id = msg_id(prefix, position)
             result(new(PutResult, (ok, uniq or offset_id, topic, queue_id, queue_offset,
                                    position, now, size, offset_id)))
             for h in key_hashes:
@@ -290,8 +291,8 @@ class StoreCore:
                 marks.append((mark, queue_offset, code))
             position += size
         batch.position = position
-        return (results, [(cq, b"".join(packed)) for cq, packed in queues.values()], hashes,
-                offsets, marks)
+        return (results, [(cq, cq.next_offset, b"".join(packed)) for cq, packed in queues.values()],
+                hashes, offsets, marks)
 
     def _acknowledge(self, results: list[PutResult], end: int | None) -> list[PutResult]:
         """P2: with sync flush, wait (group commit) until ``end`` is fsync'd."""

@@ -32,12 +32,13 @@ from clepsydra_core.levels import DelayLevels
 from clepsydra_core.records import CommitLogRecord
 from clepsydra_core.wire.timers import CANCELLED as CANCELLED_STATUS
 from clepsydra_core.wire.timers import RESCHEDULED, HourCount, Lateness, TimerBacklog
+from clepsydra_store.engine.codec import Prepared
 from clepsydra_store.engine.commitlog import CommitLog
 from clepsydra_store.engine.consume_queue import ENTRY, ENTRY_SIZE
 from clepsydra_store.engine.dispatch import TIMER_LEVEL, Dispatcher, cancel_kind
 from clepsydra_store.engine.entry_states import CANCELLED, DELIVERED
 from clepsydra_store.engine.handover import Handover
-from clepsydra_store.engine.prepare import Prepared, Preparer
+from clepsydra_store.engine.prepare import Preparer
 from clepsydra_store.engine.timer_index import NO_TIMER
 from clepsydra_store.engine.types import PutResult
 
