@@ -9,14 +9,14 @@ import pytest
 from opentelemetry import trace
 
 from clepsydra_client.ids import new_client_id, new_uniq_key
-from clepsydra_client.message import Attempt, Message, append_failure
+from clepsydra_client.message import Attempt, Message, SendResult, append_failure
 from clepsydra_client.producer import OutgoingMessage, message_request
 from clepsydra_client.settings import ensure_tracing
 from clepsydra_core import properties as P
 from clepsydra_core.errors import ValidationError
 from clepsydra_core.msgid import pack_host
 from clepsydra_core.records import CommitLogRecord, message_to_json
-from clepsydra_core.wire.produce import ProduceBatch, ProduceMessage
+from clepsydra_core.wire.produce import ProduceAnswer, ProduceBatch, ProduceMessage
 
 if TYPE_CHECKING:
 
@@ -104,3 +104,14 @@ def test_produce_request_is_the_wire_types_json(message: OutgoingMessage) -> Non
     assert read.to_json() == req
     batch = ProduceBatch.of_json([req])
     assert ProduceBatch.from_json(batch, strict=True).to_json() == batch
+
+
+def test_send_result_reads_every_field_of_the_wire_answer() -> None:
+    # issue 13.1: the SDK reads the produce answer by the wire type's JSON names
+    answer = ProduceAnswer(msg_id="M", topic="T", queue_id=3, queue_offset=7,
+                           commitlog_offset=1234, store_timestamp=99, offset_msg_id="O",
+                           deliver_at=4321)
+    result = SendResult.from_json(answer.to_json(), "U")
+    assert (result.msg_id, result.topic, result.queue_id, result.queue_offset,
+            result.commitlog_offset, result.store_timestamp, result.offset_msg_id,
+            result.deliver_at, result.uniq_key) == ("M", "T", 3, 7, 1234, 99, "O", 4321, "U")

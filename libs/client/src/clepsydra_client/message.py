@@ -12,6 +12,7 @@ from clepsydra_core import naming, telemetry
 from clepsydra_core import properties as P
 from clepsydra_core.records import body_from_json
 from clepsydra_core.wire import timers
+from clepsydra_core.wire.produce import ProduceAnswer
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -220,14 +221,22 @@ class SendResult:
 
     @classmethod
     def from_json(cls, raw: dict[str, Any], uniq_key: str | None = None) -> SendResult:
+        """From the store's produce answer (:class:`clepsydra_core.wire.produce.ProduceAnswer`,
+        its JSON names taken from there; read field by field, a third of the cost of building
+        the wire value, on the path of every message sent)."""
+        n = _ANSWER
         return cls(
-            msg_id=str(raw.get("msgId", "")), topic=str(raw.get("topic", "")),
-            queue_id=int(raw.get("queueId", 0)), queue_offset=int(raw.get("queueOffset", 0)),
-            commitlog_offset=int(raw.get("commitLogOffset", 0)),
-            store_timestamp=int(raw.get("storeTimestamp", 0)), uniq_key=uniq_key,
-            offset_msg_id=str(raw.get("offsetMsgId") or raw.get("msgId", "")),
-            deliver_at=_int_or_none(raw.get("deliverAt")),
+            msg_id=str(raw.get(n["msg_id"], "")), topic=str(raw.get(n["topic"], "")),
+            queue_id=int(raw.get(n["queue_id"], 0)),
+            queue_offset=int(raw.get(n["queue_offset"], 0)),
+            commitlog_offset=int(raw.get(n["commitlog_offset"], 0)),
+            store_timestamp=int(raw.get(n["store_timestamp"], 0)), uniq_key=uniq_key,
+            offset_msg_id=str(raw.get(n["offset_msg_id"]) or raw.get(n["msg_id"], "")),
+            deliver_at=_int_or_none(raw.get(n["deliver_at"])),
         )
+
+
+_ANSWER = ProduceAnswer.json_name_of()
 
 
 @dataclass(frozen=True, slots=True)

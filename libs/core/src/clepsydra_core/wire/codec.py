@@ -319,6 +319,12 @@ class WireValue:
     def json_names(cls) -> tuple[str, ...]:
         return tuple(spec.json for spec in cls._wire_specs())
 
+    @classmethod
+    def json_name_of(cls) -> dict[str, str]:
+        """Field name -> JSON name, for a reader that takes a few fields of an answer on a hot
+        path without building the value (the SDK's send results)."""
+        return {spec.attr: spec.json for spec in cls._wire_specs()}
+
     def to_json(self) -> dict[str, Any]:
         """The JSON object; an optional field whose value is None is left out. The first call
         compiles the class's own ``to_json`` (:func:`_compile_to_json`), later ones run it."""
