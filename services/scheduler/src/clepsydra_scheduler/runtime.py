@@ -7,11 +7,17 @@ import logging
 import threading
 from collections.abc import Callable
 
-from clepsydra_scheduler.delivery import DeliveryConfig, LevelDelivery, RunOutcome, SystemClock
+from clepsydra_scheduler.delivery import (
+    DeliveryConfig,
+    LevelDelivery,
+    RunOutcome,
+    RunReport,
+    SystemClock,
+)
 from clepsydra_scheduler.handover_client import HttpHandoverApi
 from clepsydra_scheduler.level_state import RedisLevelState, RedisTimerLease
 from clepsydra_scheduler.settings import SchedulerSettings
-from clepsydra_scheduler.timer_delivery import TimerConfig, TimerDelivery
+from clepsydra_scheduler.timer_delivery import TimerConfig, TimerDelivery, TimerRunReport
 
 logger = logging.getLogger(__name__)
 
@@ -54,17 +60,7 @@ class SchedulerRuntime:
             report = delivery.run(token)
         finally:
             store.close()
-        if report.outcome is RunOutcome.RUN_ENDED:
-            if self.stop.is_set():
-                delivery.release()
-                return RunOutcome.STOPPED.value
-            try:
-                requeue(report.token)
-            except Exception:
-                logger.exception("could not enqueue the next run level=%d; releasing the lease "
-                                 "(beat's keep-alive restarts the level)", level)
-                delivery.release()
-        return report.outcome.value
+        return self._chain(delivery, report, requeue, f"level={level}")
 
     def deliver_timers(self, token: str | None, requeue: Requeue) -> str:
         """One run of the timers' delivery (the body of the ``deliver_timers`` task)."""
@@ -80,6 +76,13 @@ class SchedulerRuntime:
             report = delivery.run(token)
         finally:
             store.close()
+        return self._chain(delivery, report, requeue, "timers")
+
+    def _chain(self, delivery: LevelDelivery | TimerDelivery,
+               report: RunReport | TimerRunReport,
+               requeue: Requeue, what: str) -> str:
+        """After a run: a run that ended hands its lease token to the next run (requeued), or
+        releases the lease when stopping or when the next run cannot be enqueued."""
         if report.outcome is RunOutcome.RUN_ENDED:
             if self.stop.is_set():
                 delivery.release()
@@ -87,7 +90,7 @@ class SchedulerRuntime:
             try:
                 requeue(report.token)
             except Exception:
-                logger.exception("could not enqueue the timers' next run; releasing the lease "
-                                 "(beat's keep-alive restarts it)")
+                logger.exception("could not enqueue the next run %s; releasing the lease "
+                                 "(beat's keep-alive restarts it)", what)
                 delivery.release()
         return report.outcome.value

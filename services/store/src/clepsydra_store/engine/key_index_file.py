@@ -35,6 +35,7 @@ from pathlib import Path
 
 from clepsydra_core import naming
 from clepsydra_core.errors import StoreError
+from clepsydra_store.engine.segment import pwrite_all
 
 logger = logging.getLogger(__name__)
 
@@ -324,14 +325,7 @@ class IndexFile:
 
     # ---- files ---------------------------------------------------------------------------------
     def _pwrite(self, data: bytes, pos: int) -> None:
-        try:
-            view = memoryview(data)
-            while view:
-                n = os.pwrite(self.fd, view, pos)
-                pos += n
-                view = view[n:]
-        except OSError as exc:
-            raise StoreError(f"write to key index file {self.path} failed: {exc}") from exc
+        pwrite_all(self.fd, data, pos, f"key index file {self.path}")
 
     def unlink(self) -> None:
         try:

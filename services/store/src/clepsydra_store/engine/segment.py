@@ -17,6 +17,19 @@ from clepsydra_core.errors import StoreError
 logger = logging.getLogger(__name__)
 
 
+
+def pwrite_all(fd: int, data: bytes, pos: int, what: str) -> None:
+    """Write all of ``data`` at byte ``pos`` of ``fd``, looping only on a short write;
+    StoreError naming ``what`` on failure (the segments and the key index files)."""
+    try:
+        view = memoryview(data)
+        while view:
+            n = os.pwrite(fd, view, pos)
+            pos += n
+            view = view[n:]
+    except OSError as exc:
+        raise StoreError(f"write to {what} failed: {exc}") from exc
+
 class Segment:
     """A file covering logical offsets ``[start, start + capacity)``; ``written`` bytes of it
     hold data (the file is not pre-allocated, so its length is what was written)."""
@@ -52,15 +65,8 @@ class Segment:
 
     def pwrite(self, data: bytes, file_pos: int) -> None:
         """Write ``data`` at byte ``file_pos`` of the file (idempotent re-dispatch)."""
-        try:
-            view = memoryview(data)
-            while view:
-                n = os.pwrite(self.fd, view, file_pos)
-                file_pos += n
-                view = view[n:]
-        except OSError as exc:
-            raise StoreError(f"write to segment {self.path} failed: {exc}") from exc
-        self.written = max(self.written, file_pos)
+        pwrite_all(self.fd, data, file_pos, f"segment {self.path}")
+        self.written = max(self.written, file_pos + len(data))
 
     def read(self, file_pos: int, size: int) -> bytes:
         """Up to ``size`` bytes from byte ``file_pos`` of the file (short at the end)."""
