@@ -41,6 +41,16 @@ class Sent:
     began_ms: int
 
 
+@dataclass(slots=True)
+class Disruption:
+    """One injected fault: its name, when it was injected and when its part was back (epoch
+    ms; ``over_ms`` is the injection time until the recovery is seen)."""
+
+    name: str
+    began_ms: int
+    over_ms: int
+
+
 @dataclass(eq=False)
 class Producing(threading.Thread):
     """Sends ``rate`` messages a second to ``topic`` until stopped; every acknowledged send is
@@ -193,10 +203,10 @@ class Books:
                 for line in self.passing + self.failing
                 if line["reconsume"] == 0 and line["seq"] in due and line["t"] < due[line["seq"]]]
 
-    def duplicates_by_cause(self, injected: list[tuple[str, int]]) -> Counter[str]:
+    def duplicates_by_cause(self, injected: list[Disruption]) -> Counter[str]:
         """Consumer duplicates (the listener called again for an attempt it had seen) per the
-        fault injected between the two calls -- for a retry, since the attempt before it, whose
-        send-back a crash may have written twice -- "none" when no fault was. An attempt that
+        fault that was under way between the two calls -- for a retry, since the attempt before
+        it, whose send-back a crash may have written twice -- "none" when none was. An attempt that
         failed twice was sent back twice, so its next attempt comes twice as well: that
         duplicate is charged to the cause of the first."""
         first: dict[tuple[str, int, int], int] = {}
@@ -216,12 +226,12 @@ class Books:
                 first[attempt] = line["t"]
         return again
 
-    def table(self, phases: list[str], injected: list[tuple[str, int]],
+    def table(self, phases: list[str], injected: list[Disruption],
               recovery_ms: dict[str, list[int]],
               failed_sends: Counter[str]) -> list[dict[str, Any]]:
         """One row per phase: runs, acknowledged and lost (of the messages sent during it),
         store copies > 1, refused sends, recovery times, and consumer duplicates (the listener
-        called again for an attempt it had seen) charged to the fault injected between the
+        called again for an attempt it had seen) charged to the fault under way between the
         two calls ("none" when no fault was: a duplicate nothing explains)."""
         missing = {seq for seqs in self.end_state_missing().values() for seq in seqs}
         again = self.duplicates_by_cause(injected)
@@ -243,12 +253,14 @@ class Books:
 
 
 
-def _cause(injected: list[tuple[str, int]], first_ms: int, again_ms: int) -> str:
-    """The fault that made the listener see an attempt again: a consumer crash between the two
-    calls when there was one (it loses every acknowledgement not yet committed, and its queues
-    are taken over some 15 s later, while other faults go on), else the first fault injected
-    between them."""
-    causes = [name for name, at in injected if first_ms <= at <= again_ms]
+def _cause(injected: list[Disruption], first_ms: int, again_ms: int) -> str:
+    """The fault that made the listener see an attempt again: a consumer crash under way
+    between the two calls when there was one (it loses every acknowledgement not yet committed,
+    and its queues are taken over some 15 s later, while other faults go on), else the first
+    fault under way between them. A fault is under way from its injection until its part is
+    back, not only at the instant it is injected: while the disk is full, a send-back fails and
+    the attempt is consumed again locally (R9), seconds after the fault began."""
+    causes = [d.name for d in injected if d.began_ms <= again_ms and d.over_ms >= first_ms]
     if CONSUMER_FAULT in causes:
         return CONSUMER_FAULT
     return causes[0] if causes else "none"

@@ -32,7 +32,7 @@ import signal
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 
 import pytest
@@ -46,6 +46,7 @@ from tests.faults.load import (
     CONSUMER_FAULT,
     Books,
     ConsumerProcess,
+    Disruption,
     Producing,
     order_breaks,
     seqs_in,
@@ -301,17 +302,20 @@ def test_no_acknowledged_message_is_lost_when_any_process_dies(
     plan = [f for f in matrix.faults() for _ in range(RUNS)]
     rng.shuffle(plan)
     recovery_ms: dict[str, list[int]] = defaultdict(list)
-    injected: list[tuple[str, int]] = []  # (fault, epoch ms)
+    injected: list[Disruption] = []
     try:
         wait_until(lambda: consumers[0].lines() != [], 60, what="the first consumed message")
         for fault in plan:
             producing.phase = fault.name
             time.sleep(rng.uniform(0.3, 2.0))
             began = time.monotonic()
-            injected.append((fault.name, int(time.time() * 1000)))
+            now_ms = int(time.time() * 1000)
+            disruption = Disruption(fault.name, now_ms, now_ms)
+            injected.append(disruption)
             fault.inject()
             wait_until(fault.recovered, RECOVERY_TIMEOUT_S, interval_s=0.1,
                        what=f"recovery from {fault.name} (seed {seed})")
+            disruption.over_ms = int(time.time() * 1000)
             recovery_ms[fault.name].append(int((time.monotonic() - began) * 1000))
             time.sleep(1.0)
         producing.phase = "after"
@@ -336,7 +340,8 @@ def test_no_acknowledged_message_is_lost_when_any_process_dies(
     print(f"duplicates by cause: {dict(books.duplicates_by_cause(injected))}")
     report = os.environ.get("CLEPSYDRA_FAULTS_REPORT")
     if report:
-        Path(report).write_text(json.dumps({"seed": seed, "rows": rows, "injected": injected},
+        Path(report).write_text(json.dumps({"seed": seed, "rows": rows,
+                                            "injected": [astuple(d) for d in injected]},
                                            indent=1))
 
     missing = books.end_state_missing()
