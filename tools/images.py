@@ -122,6 +122,20 @@ def image_present(ref: str) -> bool:
                           stderr=subprocess.DEVNULL, check=False).returncode == 0
 
 
+def image_id(ref: str) -> str | None:
+    proc = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", ref],
+                          capture_output=True, text=True, check=False)
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def remove_superseded(old_id: str) -> bool:
+    """Remove an image a rebuild replaced (its tags moved to the new one), so repeated builds
+    do not fill the disk with untagged images; one still tagged elsewhere or used by a
+    container is kept (docker refuses without ``--force``)."""
+    return subprocess.run(["docker", "image", "rm", old_id], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, check=False).returncode == 0
+
+
 def python_base() -> str:
     """python:3.11-slim when present, else the local Debian base (built once)."""
     override = os.environ.get("PYTHON_IMAGE")
@@ -232,8 +246,11 @@ def build() -> int:
             args += ["--build-arg", f"PYTHON_IMAGE={base}"]
         if image.target:
             args += ["--target", image.target]
-        image_id = run([*args, str(REPO)], env=docker_env(), quiet=True).strip().splitlines()[-1]
-        say(f"built {image.tag(tag)} (+ :dev) {image_id[:19]}")
+        before = image_id(image.tag("dev"))
+        built = run([*args, str(REPO)], env=docker_env(), quiet=True).strip().splitlines()[-1]
+        say(f"built {image.tag(tag)} (+ :dev) {built[:19]}")
+        if before and before != built and remove_superseded(before):
+            say(f"removed the image it replaced, {before[:19]}")
     print(sizes(images, tag), flush=True)
     say(f"done in {time.monotonic() - started:.0f} s")
     return 0

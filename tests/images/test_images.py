@@ -71,12 +71,32 @@ def image_ids() -> dict[str, str]:
     return {n: docker("image", "inspect", "-f", "{{.Id}}", f"clepsydra/{n}:dev") for n in names}
 
 
+def present_ids() -> dict[str, str]:
+    """The ids of those of our images present now (none on a fresh machine)."""
+    found = {}
+    for name in [*PYTHON_IMAGES, "redis", *ANALYTICS_IMAGES]:
+        proc = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}",
+                               f"clepsydra/{name}:dev"], capture_output=True, text=True,
+                              check=False)
+        if proc.returncode == 0:
+            found[name] = proc.stdout.strip()
+    return found
+
+
 @pytest.fixture(scope="module")
 def built() -> dict[str, str]:
-    """Every image built (cold or from the cache); their ids."""
+    """Every image built (cold or from the cache); their ids. An image a rebuild replaced is
+    removed by the build (it would be left untagged, filling the disk run after run)."""
+    before = present_ids()
     proc = images("build", timeout_s=1500)
     sys.stdout.write(proc.stdout)
-    return image_ids()
+    ids = image_ids()
+    for name, old in before.items():
+        if old != ids[name]:
+            gone = subprocess.run(["docker", "image", "inspect", old], capture_output=True,
+                                  check=False).returncode != 0
+            assert gone, f"the replaced clepsydra/{name} image {old[:19]} was left behind"
+    return ids
 
 
 @pytest.fixture(scope="module")
