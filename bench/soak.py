@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.stack_memory import rss_by_part
 from clepsydra_client import (
     AdminClient,
     ConsumeFromWhere,
@@ -32,7 +33,7 @@ from clepsydra_client import (
     Producer,
     PushConsumer,
 )
-from tests.fixtures.stack import RunningStack, descendants, launch_stack, stop_stack
+from tests.fixtures.stack import launch_stack, stop_stack
 
 TOPIC = "soak"
 DELAYS_MS = {0: 0, 1: 1000, 2: 5000, 3: 10000}
@@ -56,35 +57,6 @@ class Books:
             self.sent, self.send_errors, self.early = 0, 0, 0
             self.consumed, self.lateness_ms = defaultdict(int), []
             return out
-
-
-def _rss_by_part(stack: RunningStack) -> dict[str, int]:
-    """Resident memory (KiB) of each part of the stack, its whole process group summed."""
-    parts: dict[str, int] = defaultdict(int)
-    for pid in descendants(stack.proc.pid):
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            status = Path(f"/proc/{pid}/status").read_text()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        rss = next((int(line.split()[1]) for line in status.splitlines()
-                    if line.startswith("VmRSS:")), 0)
-        parts[_part(argv)] += rss
-    return dict(parts)
-
-
-def _part(argv: list[bytes]) -> str:
-    text = b" ".join(argv).decode(errors="replace")
-    if "redis-server" in text:
-        return "redis"
-    for module in ("clepsydra_store", "clepsydra_retry", "clepsydra_scheduler",
-                   "clepsydra_analytics"):
-        if module in text:
-            words = text.split()
-            i = words.index(module) if module in words else -1
-            verb = words[i + 1] if 0 <= i < len(words) - 1 else ""
-            return module.removeprefix("clepsydra_") + (f" {verb}" if verb else "")
-    return "other"
 
 
 def _dir_bytes(root: Path) -> int:
@@ -167,7 +139,7 @@ def main() -> int:
         producer = Producer(stack.store_url)
         sender = threading.Thread(target=produce, args=(producer, books, args.rate, stop),
                                   daemon=True)
-        first_rss = _rss_by_part(stack)
+        first_rss = rss_by_part(stack)
         sender.start()
         print(f"soak: {args.minutes:g} min at {args.rate:g} msg/s, retention "
               f"{args.retention_minutes:g} min, segments {args.segment_mb} MiB; "
@@ -181,7 +153,7 @@ def main() -> int:
             time.sleep(min(60.0, max(0.0, end_at - time.monotonic())))
             minute += 1
             sent, errors, consumed, late, early = books.take()
-            rss = _rss_by_part(stack)
+            rss = rss_by_part(stack)
             segments = len(list((home / "store" / "commitlog").glob("*")))
             print(f"{minute:>4} {sent:>7} {errors:>6} {consumed.get('soak-pass', 0):>7} "
                   f"{consumed.get('soak-fail', 0):>8} {_percentile(late, 0.5):>8} "
@@ -192,7 +164,7 @@ def main() -> int:
         stop.set()
         sender.join(10)
         producer.close()
-        last_rss = _rss_by_part(stack)
+        last_rss = rss_by_part(stack)
         print("\nresident memory per part (MiB): start -> end")
         for part in sorted(set(first_rss) | set(last_rss)):
             print(f"  {part:<22} {first_rss.get(part, 0) / 1024:7.1f} -> "

@@ -1,0 +1,108 @@
+"""The local stack's memory at rest (issue 14: "the whole local stack's memory").
+
+    .venv/bin/python -m bench.stack_memory [--settle-s 20]
+
+Starts ``python -m tools.stack`` of its own (its own CLEPSYDRA_HOME and free ports), waits
+``--settle-s`` after `clepsydra: ready`, and prints, for every part (a part's processes summed:
+gunicorn's master and worker, celery's beat child, ...), three figures from
+``/proc/<pid>/smaps_rollup``:
+
+- RSS: what ``ps`` shows; pages shared between processes (libpython, a forked worker's pages
+  still shared with its master) are counted in each;
+- PSS: each shared page divided among the processes sharing it; the parts' PSS add up to what
+  the stack really holds;
+- USS: the process's private pages, what stopping it would give back.
+
+Totals are given for the core (Redis, store, retry, scheduler worker and beat) and the whole
+stack (plus the analytics processes and the supervisor).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from tests.fixtures.stack import RunningStack, descendants, launch_stack, stop_stack
+
+CORE = ("redis", "store", "retry", "scheduler worker", "scheduler beat")
+FIELDS = ("Rss", "Pss", "Private_Clean", "Private_Dirty")
+
+
+def part_of(argv: list[bytes]) -> str:
+    """The stack part a process belongs to, by its command line."""
+    text = b" ".join(argv).decode(errors="replace")
+    if "redis-server" in text:
+        return "redis"
+    if "tools.stack" in text:
+        return "supervisor"
+    for module in ("clepsydra_store", "clepsydra_retry", "clepsydra_scheduler",
+                   "clepsydra_analytics"):
+        if module in text:
+            words = text.split()
+            i = words.index(module) if module in words else -1
+            verb = words[i + 1] if 0 <= i < len(words) - 1 else ""
+            return module.removeprefix("clepsydra_") + (f" {verb}" if verb else "")
+    return "other"
+
+
+def memory_by_part(stack: RunningStack) -> dict[str, dict[str, int]]:
+    """KiB per part: ``rss``, ``pss``, ``uss`` and ``processes``."""
+    parts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for pid in [stack.proc.pid, *descendants(stack.proc.pid)]:
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        kib = {name: 0 for name in FIELDS}
+        for line in rollup.splitlines():
+            name, _, rest = line.partition(":")
+            if name in kib:
+                kib[name] = int(rest.split()[0])
+        part = parts[part_of(argv)]
+        part["rss"] += kib["Rss"]
+        part["pss"] += kib["Pss"]
+        part["uss"] += kib["Private_Clean"] + kib["Private_Dirty"]
+        part["processes"] += 1
+    return {name: dict(values) for name, values in parts.items()}
+
+
+def rss_by_part(stack: RunningStack) -> dict[str, int]:
+    """Resident memory (KiB) of each part of the stack."""
+    return {name: values["rss"] for name, values in memory_by_part(stack).items()}
+
+
+def print_table(parts: dict[str, dict[str, int]]) -> None:
+    print(f"{'part':<22} {'procs':>5} {'RSS MiB':>8} {'PSS MiB':>8} {'USS MiB':>8}")
+    for name in sorted(parts, key=lambda n: (n not in CORE, n)):
+        v = parts[name]
+        print(f"{name:<22} {v['processes']:>5} {v['rss'] / 1024:>8.1f} {v['pss'] / 1024:>8.1f} "
+              f"{v['uss'] / 1024:>8.1f}")
+    for label, names in (("core", [n for n in parts if n in CORE]), ("whole stack", list(parts))):
+        total = {k: sum(parts[n][k] for n in names) for k in ("processes", "rss", "pss", "uss")}
+        print(f"{'= ' + label:<22} {total['processes']:>5} {total['rss'] / 1024:>8.1f} "
+              f"{total['pss'] / 1024:>8.1f} {total['uss'] / 1024:>8.1f}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--settle-s", type=float, default=20.0)
+    args = parser.parse_args()
+    home = Path(tempfile.mkdtemp(prefix="clepsydra-memory-")) / "home"
+    stack = launch_stack(home, "--quiet", CLEPSYDRA_OTEL_EXPORTER="none")
+    try:
+        time.sleep(args.settle_s)
+        print(f"the local stack at rest, {args.settle_s:g} s after ready (home {home}):")
+        print_table(memory_by_part(stack))
+    finally:
+        stop_stack(stack)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
