@@ -2,8 +2,9 @@
 
 A wire type is a frozen, slotted dataclass that mixes in :class:`WireValue`. Its fields' types
 say how each value is checked: ``int`` (never a boolean), ``bool``, ``str``, ``X | None``,
-``float`` (any JSON number), ``list[X]``, ``dict[str, X]`` and nested wire types. A field's
-JSON name is its name in camelCase unless its metadata says otherwise
+``float`` (any JSON number), ``list[X]``, ``dict[str, X]``, nested wire types, ``A | B`` of
+wire types (the first one the object reads as) and ``Any`` (any JSON value, read as it is).
+A field's JSON name is its name in camelCase unless its metadata says otherwise
 (``field(metadata=wire_meta(json="max"))``); ``min_items``/``max_items`` bound a list;
 ``minimum`` and ``maximum`` bound an integer (``code``/``rule`` name the error of a value out
 of range, ``type_code`` the error of a value of the wrong type); ``pattern``/``max_length``
@@ -181,6 +182,8 @@ def _checker(tp: Any, meta: Mapping[str, Any]) -> Check:
     origin = typing.get_origin(tp)
     if origin in (types.UnionType, typing.Union):
         inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(inner) > 1 and all(is_wire(a) for a in inner):
+            return _wire_union_check(inner)
         if len(inner) > 1:  # str | list[str]: the first alternative whose JSON type fits
             checks = [(_json_kind(a), _checker(a, meta)) for a in inner]
 
@@ -194,6 +197,8 @@ def _checker(tp: Any, meta: Mapping[str, Any]) -> Check:
             return check_any
         check = _checker(inner[0], meta)
         return lambda value, name: None if value is None else check(value, name)
+    if tp is Any:
+        return lambda value, name: value
     if tp is bool:
         return _bool_check
     if tp is int:
@@ -236,11 +241,37 @@ def _checker(tp: Any, meta: Mapping[str, Any]) -> Check:
     raise TypeError(f"no wire check for type {tp!r}")
 
 
+def is_wire(tp: Any) -> bool:
+    """Whether ``tp`` is a wire type."""
+    return isinstance(tp, type) and issubclass(tp, WireValue)
+
+
+def _wire_union_check(kinds: list[type[WireValue]]) -> Check:
+    """``A | B`` of wire types (a batch's results: an answer or an error): the first one the
+    object reads as; none: the error names the field and each one's complaint."""
+    def check(value: Any, name: str) -> Any:
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise _bad(name, "an object", value)
+        problems = []
+        for kind in kinds:
+            try:
+                return kind.from_json(value, what=name, strict=_STRICT.get())
+            except ValidationError as exc:
+                problems.append(f"as {kind.__name__}: {exc.message}")
+        raise ValidationError(f"{name} is none of {', '.join(k.__name__ for k in kinds)} "
+                              f"({'; '.join(problems)})", code="INVALID_REQUEST")
+    return check
+
+
 def _encoder(tp: Any) -> Callable[[Any], Any] | None:
     """How a value of ``tp`` becomes JSON (None: as it is)."""
     origin = typing.get_origin(tp)
     if origin in (types.UnionType, typing.Union):
         inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(inner) > 1 and all(is_wire(a) for a in inner):
+            return lambda v: None if v is None else v.to_json()
         encode = _encoder(inner[0])
         return None if encode is None else (lambda v: None if v is None else encode(v))
     if origin in (list, tuple):
@@ -427,6 +458,26 @@ def _compile_from_json(cls: type[WireValue]) -> Any:
     read.__qualname__ = f"{cls.__qualname__}.read"
     read.nested = nested  # a field may hold a wire value: read with the caller's strictness
     return read
+
+
+_W = typing.TypeVar("_W", bound=WireValue)
+
+BAD_GATEWAY = 502
+
+
+def read_answer(cls: type[_W], doc: Any, what: str | None = None) -> _W:
+    """Another service's answer ``doc`` read with its wire type (not strict: an answer may
+    carry fields this reader does not know yet). One that does not read is a
+    ``RemoteError`` with status 502 (that service answered something else), naming the field:
+    what a client of the store or the retry service raises for an unexpected answer."""
+    try:
+        return cls.from_json(doc, what=what)
+    except ValidationError as exc:
+        from clepsydra_core.http import RemoteError  # the HTTP client needs no wire types
+
+        error = RemoteError(f"unexpected answer: {exc.message}")
+        error.http_status = BAD_GATEWAY
+        raise error from exc
 
 
 def _compile_to_json(cls: type[WireValue]) -> Callable[[Any], dict[str, Any]]:
