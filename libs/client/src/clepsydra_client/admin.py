@@ -11,17 +11,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from clepsydra_client.message import Message, MessageQueue
-from clepsydra_client.offsets import parse_group_offsets
+from clepsydra_client.offsets import queue_offsets
 from clepsydra_client.rebalance import AllocateStrategy, AverageStrategy, allocate_all
 from clepsydra_client.topics import TopicInfo, fetch_topic, fetch_topic_or_none, list_topics
 from clepsydra_core import naming
 from clepsydra_core.errors import ConfigError, MessageNotFound, NotFound, ValidationError
-from clepsydra_core.http import HttpClient, RemoteError
+from clepsydra_core.http import HttpClient
 from clepsydra_core.wire import dlq as wire_dlq
-from clepsydra_core.wire.codec import WireValue
+from clepsydra_core.wire.codec import read_answer
 from clepsydra_core.wire.dlq import (
     DlqAudit,
     DlqFilter,
@@ -30,7 +30,13 @@ from clepsydra_core.wire.dlq import (
     PurgeResult,
     ResendResult,
 )
-from clepsydra_core.wire.groups import ConsumerInfo, Consumers, GroupNames
+from clepsydra_core.wire.groups import (
+    ConsumerInfo,
+    Consumers,
+    GroupNames,
+    GroupOffsets,
+    OffsetCommit,
+)
 from clepsydra_core.wire.schedule import LevelInfo, LevelTable, ScheduleEntries
 from clepsydra_core.wire.timers import TimerBacklog
 
@@ -196,13 +202,13 @@ class AdminClient:
                               [m.to_json() for m in answer.mismatches])
 
     def offsets(self, group: str, topic: str | None = None) -> dict[MessageQueue, int]:
-        raw = self.store.get(self.store.path("/v1/groups/{}/offsets", group), {"topic": topic})
-        offsets = parse_group_offsets(raw)
+        offsets = queue_offsets(read_answer(GroupOffsets, self.store.get(
+            self.store.path("/v1/groups/{}/offsets", group), {"topic": topic})))
         return {q: o for q, o in offsets.items() if topic is None or q.topic == topic}
 
     def commit_offset(self, group: str, queue: MessageQueue, offset: int) -> None:
         self.store.put(self.store.path("/v1/groups/{}/offsets", group),
-                       {"topic": queue.topic, "queueId": queue.queue_id, "offset": offset})
+                       OffsetCommit(queue.topic, queue.queue_id, offset).to_json())
 
     def progress(self, group: str, topics: list[str] | None = None,
                  strategy: AllocateStrategy | None = None) -> list[QueueProgress]:
@@ -339,13 +345,3 @@ class AdminClient:
         next due time and the lateness of recent hand-overs (``GET /v1/schedule/timers``)."""
         return TimerBacklog.from_json(self.store.get("/v1/schedule/timers"))
 
-
-_W = TypeVar("_W", bound=WireValue)
-
-
-def read_answer(cls: type[_W], raw: Any) -> _W:
-    """An answer read with its wire type; one that is not: RemoteError naming the field."""
-    try:
-        return cls.from_json(raw)
-    except ValidationError as exc:
-        raise RemoteError(f"unexpected answer: {exc.message}") from exc
