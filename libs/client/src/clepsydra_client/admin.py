@@ -37,8 +37,12 @@ from clepsydra_core.wire.groups import (
     GroupOffsets,
     OffsetCommit,
 )
+from clepsydra_core.wire.health import StoreHealth
+from clepsydra_core.wire.messages import MessageList, StoredMessage
+from clepsydra_core.wire.retry import RetryHealth
 from clepsydra_core.wire.schedule import LevelInfo, LevelTable, ScheduleEntries
 from clepsydra_core.wire.timers import TimerBacklog
+from clepsydra_core.wire.topics import TopicAnswer, TopicCreate, TopicDeleted, TopicUpdate
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,9 +121,12 @@ class AdminClient:
     # ---- health --------------------------------------------------------------------------
 
     def health(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"store": self.store.get("/healthz")}
+        """Each service's health answer (its JSON, read with its wire type)."""
+        out: dict[str, Any] = {
+            "store": read_answer(StoreHealth, self.store.get("/healthz"), "healthz").to_json()}
         if self.retry_http is not None:
-            out["retry"] = self.retry_http.get("/healthz")
+            out["retry"] = read_answer(RetryHealth, self.retry_http.get("/healthz"),
+                                       "healthz").to_json()
         return out
 
     # ---- topics --------------------------------------------------------------------------
@@ -131,23 +138,22 @@ class AdminClient:
         return fetch_topic(self.store, name)
 
     def create_topic(self, name: str, queues: int) -> TopicInfo:
-        raw = self.store.post("/v1/topics", {"name": name, "queues": queues})
-        info = TopicInfo.from_json(raw.get("topic", raw) if isinstance(raw.get("topic"), dict)
-                                   else raw)
-        return info if info.queues else self.topic(name)
+        return TopicInfo.of(read_answer(TopicAnswer, self.store.post(
+            "/v1/topics", TopicCreate(name, queues).to_json()), "topic"))
 
     def update_topic(self, name: str, queues: int) -> TopicInfo:
         """Create a topic, or change its number of queues (RocketMQ's ``updateTopic``, rule
         A1 of docs/semantics.md): growing adds empty queues; shrinking hides the last ones and
         is refused (``TOPIC_NOT_DRAINED``) while one still holds messages not consumed.
         Consumers rebalance at their next heartbeat."""
-        raw = self.store.put(self.store.path("/v1/topics/{}", name), {"queues": queues})
-        return TopicInfo.from_json(raw)
+        return TopicInfo.of(read_answer(TopicAnswer, self.store.put(
+            self.store.path("/v1/topics/{}", name), TopicUpdate(queues).to_json()), "topic"))
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic, its queues and every group's progress on it (RocketMQ's
         ``deleteTopic``, rule A2); system topics are refused (Forbidden, S3)."""
-        self.store.delete(self.store.path("/v1/topics/{}", name))
+        read_answer(TopicDeleted, self.store.delete(self.store.path("/v1/topics/{}", name)),
+                    "topic deleted")
 
     # ---- messages ------------------------------------------------------------------------
 
@@ -155,10 +161,9 @@ class AdminClient:
         """Every stored copy of a message, oldest first - parked, delivered, retried,
         dead-lettered, resent (issue 20.4) - by its msgId or one copy's offsetMsgId;
         MessageNotFound when there is none."""
-        raw = self.store.get(self.store.path("/v1/messages/{}", msg_id))
-        found = raw.get("messages")
-        copies = ([Message.from_json(m) for m in found] if isinstance(found, list)
-                  else [Message.from_json(raw)])
+        found = read_answer(MessageList, self.store.get(
+            self.store.path("/v1/messages/{}", msg_id)), "message look-up")
+        copies = [Message.of(m) for m in found.messages]
         if not copies:
             raise MessageNotFound(f"no message with msgId {msg_id}")
         return copies
@@ -170,12 +175,14 @@ class AdminClient:
         return (named or copies)[-1]
 
     def messages_by_key(self, topic: str, key: str) -> list[Message]:
-        raw = self.store.get("/v1/messages", {"topic": topic, "key": key})
-        return [Message.from_json(m) for m in raw.get("messages") or []]
+        found = read_answer(MessageList, self.store.get("/v1/messages",
+                                                        {"topic": topic, "key": key}),
+                            "message look-up")
+        return [Message.of(m) for m in found.messages]
 
     def message_at(self, commitlog_offset: int) -> Message:
-        raw = self.store.get(self.store.path("/v1/commitlog/{}", commitlog_offset))
-        return Message.from_json(raw)
+        return Message.of(read_answer(StoredMessage, self.store.get(
+            self.store.path("/v1/commitlog/{}", commitlog_offset)), "message"))
 
     # ---- groups --------------------------------------------------------------------------
 
@@ -248,7 +255,7 @@ class AdminClient:
         params.update((dlq_filter or DlqFilter()).to_json())
         page = read_answer(wire_dlq.DlqPage,
                      self.retry.get(self.retry.path("/v1/groups/{}/dlq", group), params))
-        messages = [Message.from_json(m.to_json()) for m in page.messages]
+        messages = [Message.of(m) for m in page.messages]
         return DlqPage(messages, page.next_offset, page.max_offset or 0)
 
     def dlq_messages(self, group: str, dlq_filter: DlqFilter | None = None, *,
@@ -272,7 +279,7 @@ class AdminClient:
     def dlq_show(self, group: str, msg_id: str) -> Message:
         """One dead letter of the group (with its body and attempt history)."""
         raw = self.retry.get(self.retry.path("/v1/groups/{}/dlq/{}", group, msg_id))
-        return Message.from_json(read_answer(wire_dlq.DlqMessage, raw).to_json())
+        return Message.of(read_answer(wire_dlq.DlqMessage, raw))
 
     def _selection(self, msg_ids: list[str] | None, all_messages: bool,
                    dlq_filter: DlqFilter | None) -> DlqPurge:
