@@ -35,6 +35,8 @@ from clepsydra_core.wire.groups import (
     Consumers,
     GroupNames,
     GroupOffsets,
+    GroupSettingsAnswer,
+    GroupSettingsPatch,
     OffsetCommit,
 )
 from clepsydra_core.wire.health import StoreHealth
@@ -191,16 +193,16 @@ class AdminClient:
         return sorted(read_answer(GroupNames, self.retry.get("/v1/groups")).groups)
 
     def group_settings(self, group: str) -> dict[str, Any]:
-        return self.retry.get(self.retry.path("/v1/groups/{}", group))
+        """The group's retry settings (the retry service's answer, its JSON)."""
+        return read_answer(GroupSettingsAnswer, self.retry.get(
+            self.retry.path("/v1/groups/{}", group)), "group settings").to_json()
 
     def set_group_settings(self, group: str, *, retry_queue_nums: int | None = None,
                            retry_max_times: int | None = None) -> dict[str, Any]:
-        body: dict[str, Any] = {}
-        if retry_queue_nums is not None:
-            body["retryQueueNums"] = retry_queue_nums
-        if retry_max_times is not None:
-            body["retryMaxTimes"] = retry_max_times
-        return self.retry.put(self.retry.path("/v1/groups/{}", group), body)
+        """Change the fields given (the others keep their value); the settings now."""
+        patch = GroupSettingsPatch(retry_queue_nums, retry_max_times)
+        return read_answer(GroupSettingsAnswer, self.retry.put(
+            self.retry.path("/v1/groups/{}", group), patch.to_json()), "group settings").to_json()
 
     def consumers(self, group: str) -> GroupConsumers:
         answer = read_answer(Consumers,
