@@ -384,14 +384,13 @@ class WireValue:
         if read is None:
             read = WireValue._readers[cls] = _compile_from_json(cls)
         if not read.nested:
-            kwargs = read(obj, name)
+            value: Self = read(obj, name)
         else:
             token = _STRICT.set(strict)
             try:
-                kwargs = read(obj, name)
+                value = read(obj, name)
             finally:
                 _STRICT.reset(token)
-        value = cls(**kwargs)
         value.wire_check(name)
         return value
 
@@ -427,31 +426,53 @@ def _fast_test(tp: Any, meta: Mapping[str, Any]) -> str | None:
 
 
 def _compile_from_json(cls: type[WireValue]) -> Any:
-    """The field-by-field reader of ``cls`` (``(obj, name) -> kwargs``), as
+    """The field-by-field reader of ``cls`` (``(obj, name) -> value``), as
     :func:`_compile_to_json` writes the encoder: a value of the usual type passes one inline
     test; any other goes through the field's check, which converts it (``3.0`` -> ``3``) or
-    raises the error naming the field. The same rules as the checks alone, quicker."""
+    raises the error naming the field; an optional field absent or null takes its default.
+    The value is made as its ``__init__`` would make it (a wire type has no ``__post_init__``),
+    each slot set once. The same rules as the checks alone, quicker."""
     hints = typing.get_type_hints(cls)
-    metas = {f.name: f.metadata for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    scope: dict[str, Any] = {"_MISSING": _MISSING, "_required": _required}
-    lines = ["def read(obj, name):", "    out = {}"]
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    if hasattr(cls, "__post_init__") or not all(f.init for f in fields):
+        raise TypeError(f"{cls.__name__}: a wire type is made from its fields alone")
+    specs = {spec.attr: spec for spec in cls._wire_specs()}
+    scope: dict[str, Any] = {"_MISSING": _MISSING, "_required": _required, "_cls": cls,
+                             "_new": object.__new__}
+    lines = ["def read(obj, name):"]
     nested = False
-    for i, spec in enumerate(cls._wire_specs()):
+    for i, f in enumerate(fields):
+        scope[f"_s{i}"] = getattr(cls, f.name).__set__  # the slot's own setter (frozen)
+        if f.default is not dataclasses.MISSING:
+            scope[f"_d{i}"] = f.default
+            default = f"_d{i}"
+        elif f.default_factory is not dataclasses.MISSING:
+            scope[f"_f{i}"] = f.default_factory
+            default = f"_f{i}()"
+        else:
+            default = ""
+        spec = specs.get(f.name)
+        if spec is None:  # internal: never on the wire, always its default
+            lines.append(f"    a{i} = {default}")
+            continue
         scope[f"_c{i}"] = spec.check
-        test = _fast_test(hints[spec.attr], metas[spec.attr])
+        test = _fast_test(hints[f.name], f.metadata)
         nested = nested or test is None
         check = f"_c{i}(v, name + {'.' + spec.json!r})"
-        put = f"out[{spec.attr!r}] = v if {test} else {check}" if test else \
-            f"out[{spec.attr!r}] = {check}"
+        take = f"a{i} = v if {test} else {check}" if test else f"a{i} = {check}"
         if spec.required:
             lines += [f"    v = obj.get({spec.json!r}, _MISSING)",
                       "    if v is _MISSING:",
                       f"        raise _required(name, {spec.json!r})",
-                      f"    {put}"]
+                      f"    {take}"]
         else:
             lines += [f"    v = obj.get({spec.json!r})",
-                      "    if v is not None:",
-                      f"        {put}"]
+                      "    if v is None:",
+                      f"        a{i} = {default}",
+                      "    else:",
+                      f"        {take}"]
+    lines.append("    out = _new(_cls)")
+    lines += [f"    _s{i}(out, a{i})" for i in range(len(fields))]
     lines.append("    return out")
     exec("\n".join(lines), scope)  # the names and JSON keys are the class's own
     read = scope["read"]
