@@ -257,6 +257,8 @@ class SendResult:
 
 
 _ANSWER = ProduceAnswer.json_name_of()
+_CHANGE = timers.KeyCancelled.json_name_of()
+"""The names a cancel's or a reschedule's answer is told apart by (by key: ``msgIds``)."""
 _VIEW = StoredMessage.json_name_of()
 _V_BODY = _VIEW["body"]
 _V_BODY_BASE64 = _VIEW["body_base64"]
@@ -295,8 +297,8 @@ class ScheduleChange:
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> ScheduleChange:
-        rescheduled = raw.get("status") == timers.RESCHEDULED
-        if "msgIds" in raw:
+        rescheduled = raw.get(_CHANGE["status"]) == timers.RESCHEDULED
+        if _CHANGE["msg_ids"] in raw:
             by_key = (timers.KeyRescheduled if rescheduled else timers.KeyCancelled).from_json(raw)
             return cls(by_key.status, tuple(by_key.msg_ids), getattr(by_key, "deliver_at", None))
         one = (timers.MessageRescheduled if rescheduled else timers.MessageCancelled).from_json(
