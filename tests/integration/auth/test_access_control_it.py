@@ -32,6 +32,7 @@ from clepsydra_client.cli import main as cli_main
 from clepsydra_core import naming
 from clepsydra_core.auth import Role
 from clepsydra_core.auth_tokens import create_token
+from clepsydra_core.wire.auth import TokenCreated, TokenInfo, TokenList, TokenRevoked
 from tools.parts import ANALYTICS_API, Stack
 from tools.processes import HttpService, wait_until
 
@@ -253,6 +254,37 @@ def test_auth_create_on_the_file_and_through_the_store(stack: AuthStack, tmp_pat
     assert code == 0, err
     wait_until(lambda: stack.call("GET", f"{stack.store.url}/v1/topics", token
                                   ).status_code == 401, 10, 0.2, what="the revoked token refused")
+
+
+def test_token_routes_speak_their_wire_types(stack: AuthStack) -> None:
+    # issue 13.1: the store reads TokenCreate (a bad field named, nothing written) and answers
+    # TokenCreated, TokenList and TokenRevoked
+    admin, url = stack.tokens["admin"], f"{stack.store.url}/v1/auth/tokens"
+    before = stack.tokens_file.read_text()
+    for body, words in [({"name": "n", "role": "root"}, "token.role: unknown role 'root'"),
+                        ({"name": "n", "role": "consumer", "topics": 3},
+                         "token.topics must be a string or an array of strings"),
+                        ({"name": "n", "role": "consumer", "topics": [""]},
+                         "token.topics must be a pattern or a list of patterns"),
+                        ({"name": "n", "role": "admin", "ratePerS": -1},
+                         "token.ratePerS must be a number of requests a second >= 0"),
+                        ({"name": "n", "role": "admin", "token": "mine"},
+                         "token: unknown field 'token'")]:
+        resp = stack.call("POST", url, admin, json=body)
+        assert resp.status_code == 400, resp.text
+        assert resp.json()["error"] == "INVALID_REQUEST" and words in resp.json()["message"]
+    assert stack.tokens_file.read_text() == before
+    resp = stack.call("POST", url, admin, json={"name": "typed", "role": "consumer",
+                                                "topics": "orders-*", "groups": ["audit"],
+                                                "ratePerS": 5})
+    assert resp.status_code == 201, resp.text
+    created = TokenCreated.from_json(resp.json())
+    assert (created.topics, created.groups, created.rate_per_s) == (["orders-*"], ["audit"], 5)
+    listed = TokenList.from_json(stack.call("GET", url, admin).json()).tokens
+    assert [t for t in listed if t.name == "typed"] == [
+        TokenInfo("typed", "consumer", ["orders-*"], ["audit"], created.created_ms, 5)]
+    resp = stack.call("DELETE", f"{url}/typed", admin)
+    assert TokenRevoked.from_json(resp.json()) == TokenRevoked("typed", True)
 
 
 def test_sdk_with_tokens_produces_consumes_and_retries(stack: AuthStack) -> None:

@@ -16,6 +16,8 @@ from flask.testing import FlaskClient
 
 from clepsydra_core import naming, telemetry
 from clepsydra_core import properties as P
+from clepsydra_core.wire.errors import ErrorAnswer
+from clepsydra_core.wire.retry import SendBackAnswer, SendBackResults
 from clepsydra_retry.app import create_app
 from clepsydra_retry.settings import RetrySettings
 from tools.processes import HttpService, RedisServer, free_port
@@ -307,6 +309,30 @@ def test_batch_send_back_answers_each_item(stack: RetryStack, setup: tuple[str, 
     assert results[0]["outcome"] == "RETRY" and results[2]["outcome"] == "DLQ"
     assert results[1]["error"] == "SYSTEM_ERROR" and str(10**12) in results[1]["message"]
     assert results[3]["error"] == "INVALID_REQUEST"
+
+
+def test_batch_body_and_answer_are_the_wire_types(stack: RetryStack,
+                                                 setup: tuple[str, str]) -> None:
+    # issue 13.1: the batch is read as SendBackItems (each item on its own) and answered as
+    # SendBackResults; a body that is not one is a 400 naming the field, nothing sent back
+    group, topic = setup
+    sent = stack.produce(topic)
+    url = f"{stack.retry.url}/v1/groups/{group}/send-back/batch"
+    resp = stack.http.post(url, json={"items": [{"commitLogOffset": sent["commitLogOffset"]},
+                                                {"delayLevel": "x"}]})
+    assert resp.status_code == 200, resp.text
+    ok, refused = SendBackResults.from_json(resp.json()).results
+    assert isinstance(ok, SendBackAnswer) and ok.msg_id == sent["msgId"]
+    assert isinstance(refused, ErrorAnswer) and "delayLevel" in refused.message
+    copies = len(stack.copies(sent["msgId"]))
+    for body, words in [({"items": []}, "send-back batch.items must hold 1 to 1000 items"),
+                        ([{"commitLogOffset": 1}], "send-back batch must be an object"),
+                        ({"items": [{"commitLogOffset": sent["commitLogOffset"]}], "x": 1},
+                         "send-back batch: unknown field 'x'")]:
+        resp = stack.http.post(url, json=body)
+        assert resp.status_code == 400, resp.text
+        assert resp.json()["error"] == "INVALID_REQUEST" and words in resp.json()["message"]
+    assert len(stack.copies(sent["msgId"])) == copies  # no partial write
 
 
 def test_batch_with_pull_hints_reads_the_store_not_the_client(stack: RetryStack,

@@ -7,6 +7,8 @@ from typing import Any
 
 from clepsydra_core.errors import ClepsydraError
 from clepsydra_core.http import HttpClient, segment
+from clepsydra_core.wire.produce import ProduceAnswer
+from clepsydra_core.wire.retry import SendBackAnswer
 
 Handler = Callable[[str, str, Any], dict[str, Any]]
 
@@ -82,3 +84,14 @@ class FakeRetry(FakeHttp):
             return {"results": [self.answer(item) for item in body["items"]]}
         self.items.append(body)
         return self.answer(body)
+
+
+def stored(topic: str, msg_id: str = "NEW") -> dict[str, Any]:
+    """The store's produce answer (:class:`ProduceAnswer`) for a message stored in ``topic``."""
+    return ProduceAnswer(msg_id, topic, 0, 0, 0, 1, "7F00000100001F910000000000000000").to_json()
+
+
+def sent_back(outcome: str, topic: str | None = None, delay_level: int | None = None,
+              msg_id: str | None = None) -> dict[str, Any]:
+    """The retry service's send-back answer (:class:`SendBackAnswer`)."""
+    return SendBackAnswer(outcome, topic, delay_level, msg_id).to_json()

@@ -29,7 +29,7 @@ from clepsydra_client.sendback import SendBack
 from clepsydra_client.timers import TimerPool, WorkerPool
 from clepsydra_core import properties as P
 from clepsydra_core.errors import Unavailable
-from tests.unit.client.fakes import FakeHttp, FakeRetry, as_http, failing
+from tests.unit.client.fakes import FakeHttp, FakeRetry, as_http, failing, sent_back, stored
 from tools.processes import wait_until
 
 if TYPE_CHECKING:
@@ -50,9 +50,9 @@ class Rig:
         self.executor = WorkerPool(4, "test-consume")
         self.timers = TimerPool(1, "test")
         self.timers.start()
-        self.retry = FakeRetry(lambda item: {"outcome": "RETRY", "topic": "%RETRY%g",
-                                             "delayLevel": item["delayLevel"], "msgId": "X"})
-        self.store = FakeHttp(lambda m, p, b: {"msgId": "N", "topic": "%RETRY%g"})
+        self.retry = FakeRetry(lambda item: sent_back("RETRY", "%RETRY%g", item["delayLevel"],
+                                                      "X"))
+        self.store = FakeHttp(lambda m, p, b: stored("%RETRY%g", "N"))
         self.stats = Stats()
 
     def settings(self, **kw: Any) -> ConsumeSettings:

@@ -7,10 +7,14 @@ import json
 import threading
 from typing import TYPE_CHECKING, Any
 
+import pytest
+
 from clepsydra_client.message import Message, MessageQueue
-from clepsydra_client.offsets import LocalOffsetStore, OffsetTracker, parse_group_offsets
+from clepsydra_client.offsets import LocalOffsetStore, OffsetTracker, queue_offsets
 from clepsydra_client.process_queue import ProcessQueue
 from clepsydra_client.push import MessageModel, PushConsumer
+from clepsydra_core.errors import ValidationError
+from clepsydra_core.wire.groups import GroupOffsets
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -80,12 +84,24 @@ def test_tracker_is_consistent_under_threads() -> None:  # SPEC C4
     assert t.committable() == 2000
 
 
-def test_parse_group_offsets_reads_the_store_shape() -> None:
+def test_group_offsets_are_read_with_the_stores_wire_type() -> None:  # issue 13.1
     raw = {"group": "g", "offsets": {"T": {"0": 5, "3": 7}, "%RETRY%g": {"0": 1}}}
-    assert parse_group_offsets(raw) == {MessageQueue("T", 0): 5, MessageQueue("T", 3): 7,
-                                        MessageQueue("%RETRY%g", 0): 1}
-    assert parse_group_offsets({"offsets": [{"topic": "T", "queueId": 1, "offset": 2}]}) == {
-        MessageQueue("T", 1): 2}
+    assert queue_offsets(GroupOffsets.from_json(raw)) == {
+        MessageQueue("T", 0): 5, MessageQueue("T", 3): 7, MessageQueue("%RETRY%g", 0): 1}
+    with pytest.raises(ValidationError, match=r"offsets\.offsets\['T'\]\['0'\] must be an "
+                                              "integer"):
+        GroupOffsets.from_json({"group": "g", "offsets": {"T": {"0": "5"}}}, what="offsets")
+    with pytest.raises(ValidationError, match=r"offsets\.offsets\['T'\]: 'x' is not a queue id"):
+        GroupOffsets.from_json({"group": "g", "offsets": {"T": {"x": 5}}}, what="offsets")
+
+
+def test_local_offsets_file_of_an_older_client_still_reads(tmp_path: Path) -> None:  # C2
+    path = tmp_path / "g" / "client.json"
+    path.parent.mkdir()
+    path.write_text('{"offsets": {"T": {"1": 9}}}')  # no "group": as clients wrote it before
+    assert LocalOffsetStore(path, "g").read(MessageQueue("T", 1)) == 9
+    path.write_text('{"offsets": {"T": {"1": "9"}}}')
+    assert LocalOffsetStore(path, "g").read(MessageQueue("T", 1)) is None  # not offsets: none
 
 
 def test_local_offset_store_survives_a_restart(tmp_path: Path) -> None:  # SPEC C2

@@ -11,7 +11,7 @@ from clepsydra_client.settings import ensure_tracing
 from clepsydra_core import properties as P
 from clepsydra_core import telemetry
 from clepsydra_core.errors import Unavailable
-from tests.unit.client.fakes import FakeHttp, FakeRetry, as_http, failing
+from tests.unit.client.fakes import FakeHttp, FakeRetry, as_http, failing, sent_back, stored
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -35,8 +35,8 @@ def store_answer(topic: str = "%RETRY%g", retry_max_times: int = 16
         if body is not None and body.get("delayLevel") is None and \
                 int(body["properties"][P.RECONSUME_TIME]) >= \
                 int(body["properties"][P.MAX_RECONSUME_TIMES]):
-            return {"msgId": "NEW", "topic": "%DLQ%g", "queueId": 0, "queueOffset": 0}  # R10
-        return {"msgId": "NEW", "topic": topic, "queueId": 0, "queueOffset": 0}
+            return stored("%DLQ%g")  # R10
+        return stored(topic)
     return handler
 
 
@@ -46,8 +46,7 @@ def posts(store: FakeHttp) -> list[tuple[str, str, Any]]:
 
 
 def test_send_back_calls_the_retry_service_with_reason_and_consumer() -> None:  # SPEC R1, R11
-    retry = FakeRetry(lambda item: {"outcome": "RETRY", "topic": "%RETRY%g", "delayLevel": 5,
-                                    "msgId": "X"})
+    retry = FakeRetry(lambda item: sent_back("RETRY", "%RETRY%g", 5, "X"))
     store = FakeHttp()
     ensure_tracing("none")  # what a consumer does: spans have ids even when not exported
     sb = SendBack("g", "10.0.0.1@1", store=as_http(store), retry=as_http(retry))
@@ -66,7 +65,7 @@ def test_send_back_calls_the_retry_service_with_reason_and_consumer() -> None:  
 
 
 def test_without_the_batch_route_send_back_is_one_call_each_without_hints() -> None:  # SPEC R1
-    retry = FakeRetry(lambda item: {"outcome": "RETRY"}, batch_route=False)
+    retry = FakeRetry(lambda item: sent_back("RETRY"), batch_route=False)
     sb = SendBack("g", "c", store=as_http(FakeHttp()), retry=as_http(retry))
     sb.send_back(MSG, 2, None, "r")
     sb.send_back(MSG, 2, None, "r")
@@ -78,7 +77,7 @@ def test_without_the_batch_route_send_back_is_one_call_each_without_hints() -> N
 def test_concurrent_send_backs_share_batches() -> None:  # SPEC R1
     import threading
 
-    retry = FakeRetry(lambda item: {"outcome": "RETRY"})
+    retry = FakeRetry(lambda item: sent_back("RETRY"))
     sb = SendBack("g", "c", store=as_http(FakeHttp()), retry=as_http(retry))
     assert sb.batcher is not None
     sb.batcher.linger_s = 0.05
@@ -101,7 +100,7 @@ def test_a_failed_item_takes_the_fallback() -> None:  # SPEC R9
 
 
 def test_max_reconsume_times_is_sent_only_when_configured() -> None:  # SPEC R5
-    retry = FakeRetry(lambda item: {"outcome": "DLQ"})
+    retry = FakeRetry(lambda item: sent_back("DLQ"))
     sb = SendBack("g", "c", store=as_http(FakeHttp()), retry=as_http(retry))
     sb.send_back(MSG, -1, 4, "r")
     sb.send_back(MSG, 0, None, "r")

@@ -9,6 +9,7 @@ from typing import Any
 
 from clepsydra_core import properties as P
 from clepsydra_core.wire.dlq import DlqMessage, FailureEntry, ResendEntry
+from clepsydra_core.wire.messages import StoredMessage
 from clepsydra_retry.dlq import summarize
 
 STORED: dict[str, Any] = {
@@ -19,8 +20,8 @@ STORED: dict[str, Any] = {
     "reconsumeTimes": 16, "sysFlag": 0, "bodySize": 2, "body": "hi"}
 
 
-def _dead(**props: str) -> dict[str, Any]:
-    return {**STORED, "properties": props}
+def _dead(**props: str) -> StoredMessage:
+    return StoredMessage.from_json({**STORED, "properties": props})
 
 
 def test_summary_counts_attempts_and_resends() -> None:

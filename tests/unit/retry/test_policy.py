@@ -10,6 +10,7 @@ import pytest
 from clepsydra_core import properties as P
 from clepsydra_core.levels import DelayLevels
 from clepsydra_core.retry_rules import ORDERLY_MAX_RECONSUME_TIMES
+from clepsydra_core.wire.messages import StoredMessage
 from clepsydra_core.wire.retry import SendBackRequest
 from clepsydra_retry import policy
 from clepsydra_retry.policy import (
@@ -46,8 +47,8 @@ def test_zero_retry_queues_drops_with_nothing_to_write() -> None:  # SPEC R2
     decision = run(settings=GroupSettings(retry_queue_nums=0))
     assert decision.outcome == Outcome.DROPPED
     assert decision.topic is None and decision.set_properties == {}
-    assert decision.to_json(None) == {"outcome": "DROPPED", "topic": None, "delayLevel": None,
-                                      "msgId": None}
+    assert decision.answer(None).to_json() == {"outcome": "DROPPED", "topic": None,
+                                               "delayLevel": None, "msgId": None}
 
 
 def test_first_retry_goes_to_retry_topic_at_level_three() -> None:  # SPEC R7, R3
@@ -102,7 +103,7 @@ def test_negative_level_dead_letters_at_once() -> None:  # SPEC R6, R11
     decision = run(SendBackRequest(delay_level=-1))
     assert decision.outcome == Outcome.DLQ
     assert decision.set_properties[P.DLQ_REASON] == policy.DLQ_REASON_LEVEL_NEGATIVE
-    assert decision.to_json("X") == {"outcome": "DLQ", "topic": "%DLQ%orders",
+    assert decision.answer("X").to_json() == {"outcome": "DLQ", "topic": "%DLQ%orders",
                                       "delayLevel": 0, "msgId": "X"}
 
 
@@ -233,12 +234,18 @@ def test_dead_letter_carries_history_and_retry_topic() -> None:  # SPEC R6, R4, 
     assert json.loads(decision.set_properties[P.FAILURE_HISTORY])[0]["reason"] == "boom"
 
 
-def test_headers_from_store_json() -> None:
-    stored = StoredHeaders.from_json({"msgId": "AB", "topic": "T", "commitLogOffset": 12,
-                                      "reconsumeTimes": 3, "properties": {"a": "b"},
-                                      "queueId": 0})
-    assert stored == StoredHeaders("AB", "T", 12, 3, {"a": "b"}, "AB")  # a record before 20.4
-    copy = StoredHeaders.from_json({"msgId": "U1", "offsetMsgId": "AB", "topic": "T",
-                                    "commitLogOffset": 12})
+def _view(**fields: object) -> StoredMessage:
+    """The store's message view (headers only) as the retry service reads it (issue 13.1)."""
+    return StoredMessage.from_json({
+        "msgId": "AB", "offsetMsgId": "AB", "topic": "T", "queueId": 0, "queueOffset": 0,
+        "commitLogOffset": 12, "tags": None, "keys": "", "flag": 0, "properties": {},
+        "storeTimestamp": 1, "bornTimestamp": 1, "bornHost": "h:1", "storeHost": "h:2",
+        "reconsumeTimes": 0, "sysFlag": 0, "bodySize": 0, **fields})
+
+
+def test_headers_from_the_stores_message_view() -> None:
+    stored = StoredHeaders.of(_view(reconsumeTimes=3, properties={"a": "b"}))
+    assert stored == StoredHeaders("AB", "T", 12, 3, {"a": "b"}, "AB")
+    copy = StoredHeaders.of(_view(msgId="U1", offsetMsgId="AB"))
     assert copy.offset_msg_id == "AB" and copy.named_by("u1") and copy.named_by("ab")
     assert not copy.named_by("CD")

@@ -15,6 +15,7 @@ from clepsydra_core.errors import ValidationError
 from clepsydra_core.groups import GroupSettings, validate_settings
 from clepsydra_core.msgid import encode_msg_id, pack_host
 from clepsydra_core.wire.dlq import DlqFilter
+from clepsydra_core.wire.messages import StoredMessage
 from clepsydra_retry.app import create_app
 from clepsydra_retry.dlq_filter import matches, parse_action, parse_query
 from clepsydra_retry.dlq_state import Floor, MemoryDlqState
@@ -139,12 +140,13 @@ def test_purge_takes_no_target() -> None:
 
 
 def dead(topic: str = "T", keys: str = "", uniq: str | None = None, reason: str = "",
-         history: list[dict[str, Any]] | None = None, stored_ms: int = 100) -> dict[str, Any]:
+         history: list[dict[str, Any]] | None = None, stored_ms: int = 100) -> StoredMessage:
     props = {P.RETRY_TOPIC: topic, P.DLQ_REASON: reason, P.KEYS: keys,
              P.FAILURE_HISTORY: json.dumps(history or [])}
     if uniq:
         props[P.UNIQ_KEY] = uniq
-    return {"properties": props, "storeTimestamp": stored_ms}
+    return StoredMessage("0A", "0A", "%DLQ%g", 0, 0, 0, None, keys, 0, props, stored_ms,
+                         stored_ms, "h:1", "h:2", 0, 0, 0)
 
 
 def test_filter_matches_each_field() -> None:  # SPEC R16

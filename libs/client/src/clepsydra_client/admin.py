@@ -11,17 +11,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from clepsydra_client.message import Message, MessageQueue
-from clepsydra_client.offsets import parse_group_offsets
+from clepsydra_client.offsets import queue_offsets
 from clepsydra_client.rebalance import AllocateStrategy, AverageStrategy, allocate_all
 from clepsydra_client.topics import TopicInfo, fetch_topic, fetch_topic_or_none, list_topics
 from clepsydra_core import naming
 from clepsydra_core.errors import ConfigError, MessageNotFound, NotFound, ValidationError
-from clepsydra_core.http import HttpClient, RemoteError
+from clepsydra_core.http import HttpClient
 from clepsydra_core.wire import dlq as wire_dlq
-from clepsydra_core.wire.codec import WireValue
+from clepsydra_core.wire.codec import read_answer
 from clepsydra_core.wire.dlq import (
     DlqAudit,
     DlqFilter,
@@ -30,9 +30,21 @@ from clepsydra_core.wire.dlq import (
     PurgeResult,
     ResendResult,
 )
-from clepsydra_core.wire.groups import ConsumerInfo, Consumers, GroupNames
+from clepsydra_core.wire.groups import (
+    ConsumerInfo,
+    Consumers,
+    GroupNames,
+    GroupOffsets,
+    GroupSettingsAnswer,
+    GroupSettingsPatch,
+    OffsetCommit,
+)
+from clepsydra_core.wire.health import StoreHealth
+from clepsydra_core.wire.messages import MessageList, StoredMessage
+from clepsydra_core.wire.retry import RetryHealth
 from clepsydra_core.wire.schedule import LevelInfo, LevelTable, ScheduleEntries
 from clepsydra_core.wire.timers import TimerBacklog
+from clepsydra_core.wire.topics import TopicAnswer, TopicCreate, TopicDeleted, TopicUpdate
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,9 +123,12 @@ class AdminClient:
     # ---- health --------------------------------------------------------------------------
 
     def health(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"store": self.store.get("/healthz")}
+        """Each service's health answer (its JSON, read with its wire type)."""
+        out: dict[str, Any] = {
+            "store": read_answer(StoreHealth, self.store.get("/healthz"), "healthz").to_json()}
         if self.retry_http is not None:
-            out["retry"] = self.retry_http.get("/healthz")
+            out["retry"] = read_answer(RetryHealth, self.retry_http.get("/healthz"),
+                                       "healthz").to_json()
         return out
 
     # ---- topics --------------------------------------------------------------------------
@@ -125,23 +140,22 @@ class AdminClient:
         return fetch_topic(self.store, name)
 
     def create_topic(self, name: str, queues: int) -> TopicInfo:
-        raw = self.store.post("/v1/topics", {"name": name, "queues": queues})
-        info = TopicInfo.from_json(raw.get("topic", raw) if isinstance(raw.get("topic"), dict)
-                                   else raw)
-        return info if info.queues else self.topic(name)
+        return TopicInfo.of(read_answer(TopicAnswer, self.store.post(
+            "/v1/topics", TopicCreate(name, queues).to_json()), "topic"))
 
     def update_topic(self, name: str, queues: int) -> TopicInfo:
         """Create a topic, or change its number of queues (RocketMQ's ``updateTopic``, rule
         A1 of docs/semantics.md): growing adds empty queues; shrinking hides the last ones and
         is refused (``TOPIC_NOT_DRAINED``) while one still holds messages not consumed.
         Consumers rebalance at their next heartbeat."""
-        raw = self.store.put(self.store.path("/v1/topics/{}", name), {"queues": queues})
-        return TopicInfo.from_json(raw)
+        return TopicInfo.of(read_answer(TopicAnswer, self.store.put(
+            self.store.path("/v1/topics/{}", name), TopicUpdate(queues).to_json()), "topic"))
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic, its queues and every group's progress on it (RocketMQ's
         ``deleteTopic``, rule A2); system topics are refused (Forbidden, S3)."""
-        self.store.delete(self.store.path("/v1/topics/{}", name))
+        read_answer(TopicDeleted, self.store.delete(self.store.path("/v1/topics/{}", name)),
+                    "topic deleted")
 
     # ---- messages ------------------------------------------------------------------------
 
@@ -149,10 +163,9 @@ class AdminClient:
         """Every stored copy of a message, oldest first - parked, delivered, retried,
         dead-lettered, resent (issue 20.4) - by its msgId or one copy's offsetMsgId;
         MessageNotFound when there is none."""
-        raw = self.store.get(self.store.path("/v1/messages/{}", msg_id))
-        found = raw.get("messages")
-        copies = ([Message.from_json(m) for m in found] if isinstance(found, list)
-                  else [Message.from_json(raw)])
+        found = read_answer(MessageList, self.store.get(
+            self.store.path("/v1/messages/{}", msg_id)), "message look-up")
+        copies = [Message.of(m) for m in found.messages]
         if not copies:
             raise MessageNotFound(f"no message with msgId {msg_id}")
         return copies
@@ -164,12 +177,14 @@ class AdminClient:
         return (named or copies)[-1]
 
     def messages_by_key(self, topic: str, key: str) -> list[Message]:
-        raw = self.store.get("/v1/messages", {"topic": topic, "key": key})
-        return [Message.from_json(m) for m in raw.get("messages") or []]
+        found = read_answer(MessageList, self.store.get("/v1/messages",
+                                                        {"topic": topic, "key": key}),
+                            "message look-up")
+        return [Message.of(m) for m in found.messages]
 
     def message_at(self, commitlog_offset: int) -> Message:
-        raw = self.store.get(self.store.path("/v1/commitlog/{}", commitlog_offset))
-        return Message.from_json(raw)
+        return Message.of(read_answer(StoredMessage, self.store.get(
+            self.store.path("/v1/commitlog/{}", commitlog_offset)), "message"))
 
     # ---- groups --------------------------------------------------------------------------
 
@@ -178,16 +193,16 @@ class AdminClient:
         return sorted(read_answer(GroupNames, self.retry.get("/v1/groups")).groups)
 
     def group_settings(self, group: str) -> dict[str, Any]:
-        return self.retry.get(self.retry.path("/v1/groups/{}", group))
+        """The group's retry settings (the retry service's answer, its JSON)."""
+        return read_answer(GroupSettingsAnswer, self.retry.get(
+            self.retry.path("/v1/groups/{}", group)), "group settings").to_json()
 
     def set_group_settings(self, group: str, *, retry_queue_nums: int | None = None,
                            retry_max_times: int | None = None) -> dict[str, Any]:
-        body: dict[str, Any] = {}
-        if retry_queue_nums is not None:
-            body["retryQueueNums"] = retry_queue_nums
-        if retry_max_times is not None:
-            body["retryMaxTimes"] = retry_max_times
-        return self.retry.put(self.retry.path("/v1/groups/{}", group), body)
+        """Change the fields given (the others keep their value); the settings now."""
+        patch = GroupSettingsPatch(retry_queue_nums, retry_max_times)
+        return read_answer(GroupSettingsAnswer, self.retry.put(
+            self.retry.path("/v1/groups/{}", group), patch.to_json()), "group settings").to_json()
 
     def consumers(self, group: str) -> GroupConsumers:
         answer = read_answer(Consumers,
@@ -196,13 +211,13 @@ class AdminClient:
                               [m.to_json() for m in answer.mismatches])
 
     def offsets(self, group: str, topic: str | None = None) -> dict[MessageQueue, int]:
-        raw = self.store.get(self.store.path("/v1/groups/{}/offsets", group), {"topic": topic})
-        offsets = parse_group_offsets(raw)
+        offsets = queue_offsets(read_answer(GroupOffsets, self.store.get(
+            self.store.path("/v1/groups/{}/offsets", group), {"topic": topic})))
         return {q: o for q, o in offsets.items() if topic is None or q.topic == topic}
 
     def commit_offset(self, group: str, queue: MessageQueue, offset: int) -> None:
         self.store.put(self.store.path("/v1/groups/{}/offsets", group),
-                       {"topic": queue.topic, "queueId": queue.queue_id, "offset": offset})
+                       OffsetCommit(queue.topic, queue.queue_id, offset).to_json())
 
     def progress(self, group: str, topics: list[str] | None = None,
                  strategy: AllocateStrategy | None = None) -> list[QueueProgress]:
@@ -242,7 +257,7 @@ class AdminClient:
         params.update((dlq_filter or DlqFilter()).to_json())
         page = read_answer(wire_dlq.DlqPage,
                      self.retry.get(self.retry.path("/v1/groups/{}/dlq", group), params))
-        messages = [Message.from_json(m.to_json()) for m in page.messages]
+        messages = [Message.of(m) for m in page.messages]
         return DlqPage(messages, page.next_offset, page.max_offset or 0)
 
     def dlq_messages(self, group: str, dlq_filter: DlqFilter | None = None, *,
@@ -266,7 +281,7 @@ class AdminClient:
     def dlq_show(self, group: str, msg_id: str) -> Message:
         """One dead letter of the group (with its body and attempt history)."""
         raw = self.retry.get(self.retry.path("/v1/groups/{}/dlq/{}", group, msg_id))
-        return Message.from_json(read_answer(wire_dlq.DlqMessage, raw).to_json())
+        return Message.of(read_answer(wire_dlq.DlqMessage, raw))
 
     def _selection(self, msg_ids: list[str] | None, all_messages: bool,
                    dlq_filter: DlqFilter | None) -> DlqPurge:
@@ -339,13 +354,3 @@ class AdminClient:
         next due time and the lateness of recent hand-overs (``GET /v1/schedule/timers``)."""
         return TimerBacklog.from_json(self.store.get("/v1/schedule/timers"))
 
-
-_W = TypeVar("_W", bound=WireValue)
-
-
-def read_answer(cls: type[_W], raw: Any) -> _W:
-    """An answer read with its wire type; one that is not: RemoteError naming the field."""
-    try:
-        return cls.from_json(raw)
-    except ValidationError as exc:
-        raise RemoteError(f"unexpected answer: {exc.message}") from exc

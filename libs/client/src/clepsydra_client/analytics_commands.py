@@ -66,7 +66,7 @@ def _cell(value: Any) -> Any:
 
 
 def _read(cls: type[_W], raw: Any) -> _W:
-    from clepsydra_client.admin import read_answer
+    from clepsydra_core.wire.codec import read_answer
 
     return read_answer(cls, raw)
 

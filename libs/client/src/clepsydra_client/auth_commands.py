@@ -19,6 +19,8 @@ from clepsydra_core.auth import Role, parse_role
 from clepsydra_core.auth_tokens import create_token, read_entries, revoke_token
 from clepsydra_core.errors import NotFound, ValidationError
 from clepsydra_core.http import HttpClient
+from clepsydra_core.wire.auth import TokenCreate, TokenCreated, TokenInfo, TokenList, TokenRevoked
+from clepsydra_core.wire.codec import read_answer
 
 TOKENS_ROUTE = "/v1/auth/tokens"
 
@@ -49,32 +51,29 @@ def auth_create(args: argparse.Namespace, ctx: Context) -> Output:
     else:
         http = _store(ctx)
         try:
-            body: dict[str, Any] = {"name": args.name, "role": role.value,
-                                    "topics": topics, "groups": groups}
-            if args.rate:
-                body["ratePerS"] = args.rate
-            raw = http.post(TOKENS_ROUTE, body)
+            request = TokenCreate(args.name, role.value, topics, groups, args.rate or None)
+            created = read_answer(TokenCreated, http.post(TOKENS_ROUTE, request.to_json()),
+                                  "token")
         finally:
             http.close()
-        shown = {"name": raw.get("name"), "role": raw.get("role"), "token": raw.get("token")}
+        shown = {"name": created.name, "role": created.role, "token": created.token}
     return Output(shown, f"token {shown['name']} ({shown['role']}): {shown['token']}\n"
                          "keep it now: it is not shown again")
 
 
 def auth_list(args: argparse.Namespace, ctx: Context) -> Output:
     if args.file:
-        tokens = [e.describe() for e in read_entries(Path(args.file))]
+        tokens = [TokenInfo.of(e) for e in read_entries(Path(args.file))]
     else:
         http = _store(ctx)
         try:
-            tokens = list(http.get(TOKENS_ROUTE).get("tokens") or [])
+            tokens = read_answer(TokenList, http.get(TOKENS_ROUTE), "tokens").tokens
         finally:
             http.close()
-    rows = [(t["name"], t["role"], ",".join(t.get("topics") or []),
-             ",".join(t.get("groups") or [])) for t in tokens]
-    return Output(tokens, render_table(["NAME", "ROLE", "TOPICS", "GROUPS"], rows,
-                                       empty="(no tokens: `clepsydra auth create NAME --role "
-                                             "ROLE ...`)"))
+    rows = [(t.name, t.role, ",".join(t.topics), ",".join(t.groups)) for t in tokens]
+    table = render_table(["NAME", "ROLE", "TOPICS", "GROUPS"], rows,
+                         empty="(no tokens: `clepsydra auth create NAME --role ROLE ...`)")
+    return Output([t.to_json() for t in tokens], table)
 
 
 def auth_revoke(args: argparse.Namespace, ctx: Context) -> Output:
@@ -84,10 +83,11 @@ def auth_revoke(args: argparse.Namespace, ctx: Context) -> Output:
     else:
         http = _store(ctx)
         try:
-            http.delete(http.path(TOKENS_ROUTE + "/{}", args.name))
+            read_answer(TokenRevoked, http.delete(http.path(TOKENS_ROUTE + "/{}", args.name)),
+                        "revoke")
         finally:
             http.close()
-    return Output({"name": args.name, "revoked": True}, f"token {args.name} revoked")
+    return Output(TokenRevoked(args.name, True).to_json(), f"token {args.name} revoked")
 
 
 def add_auth_commands(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:

@@ -18,11 +18,13 @@ import os
 import threading
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from clepsydra_client.message import MessageQueue
-from clepsydra_core.errors import ClepsydraError, Unavailable
+from clepsydra_core.errors import ClepsydraError, Unavailable, ValidationError
 from clepsydra_core.http import HttpClient
+from clepsydra_core.wire.codec import read_answer
+from clepsydra_core.wire.groups import GroupOffsets, OffsetCommit
 
 logger = logging.getLogger(__name__)
 
@@ -130,28 +132,12 @@ class MemoryOffsetStore:
             self.offsets.pop(queue, None)
 
 
-def parse_group_offsets(raw: Any) -> dict[MessageQueue, int]:
-    """``GET /v1/groups/{g}/offsets`` body -> offsets. Accepts ``{"offsets": {topic: {qid:
-    offset}}}`` and ``{"offsets": [{topic, queueId, offset}]}``."""
-    body = raw.get("offsets", raw) if isinstance(raw, dict) else raw
-    out: dict[MessageQueue, int] = {}
-    if isinstance(body, dict):
-        for topic, queues in body.items():
-            if isinstance(queues, dict):
-                for qid, offset in queues.items():
-                    if isinstance(offset, dict):
-                        offset = offset.get("offset")
-                    if isinstance(offset, int):
-                        out[MessageQueue(str(topic), int(qid))] = offset
-            elif isinstance(queues, list):
-                for item in queues:
-                    if isinstance(item, dict) and "offset" in item:
-                        out[MessageQueue(str(topic), int(item["queueId"]))] = int(item["offset"])
-    elif isinstance(body, list):
-        for item in body:
-            if isinstance(item, dict) and "offset" in item:
-                out[MessageQueue(str(item["topic"]), int(item["queueId"]))] = int(item["offset"])
-    return out
+def queue_offsets(answer: GroupOffsets) -> dict[MessageQueue, int]:
+    """A group's committed offsets (the store's ``GET /v1/groups/{g}/offsets`` answer, read
+    with its wire type) by queue."""
+    return {MessageQueue(topic, int(queue_id)): offset
+            for topic, queues in answer.offsets.items()
+            for queue_id, offset in queues.items()}
 
 
 class RemoteOffsetStore:
@@ -166,9 +152,9 @@ class RemoteOffsetStore:
         self._sent: dict[MessageQueue, int] = {}
 
     def fetch(self, topic: str) -> dict[MessageQueue, int]:
-        raw = self.http.get(self.http.path("/v1/groups/{}/offsets", self.group),
-                            {"topic": topic})
-        return {q: o for q, o in parse_group_offsets(raw).items() if q.topic == topic}
+        answer = read_answer(GroupOffsets, self.http.get(
+            self.http.path("/v1/groups/{}/offsets", self.group), {"topic": topic}), "offsets")
+        return {q: o for q, o in queue_offsets(answer).items() if q.topic == topic}
 
     def read(self, queue: MessageQueue) -> int | None:
         offset = self.fetch(queue.topic).get(queue)
@@ -183,7 +169,7 @@ class RemoteOffsetStore:
 
     def commit(self, queue: MessageQueue, offset: int) -> None:
         self.http.put(self.http.path("/v1/groups/{}/offsets", self.group),
-                      {"topic": queue.topic, "queueId": queue.queue_id, "offset": offset})
+                      OffsetCommit(queue.topic, queue.queue_id, offset).to_json())
         with self._lock:
             self._sent[queue] = offset
 
@@ -215,10 +201,12 @@ class RemoteOffsetStore:
 
 class LocalOffsetStore:
     """Progress of one broadcasting consumer in a JSON file (SPEC C2: per consumer), written
-    atomically (temporary file, then rename)."""
+    atomically (temporary file, then rename), in the shape of the store's group offsets
+    (:class:`GroupOffsets`; a file without ``group``, as older clients wrote it, reads too)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, group: str = "") -> None:
         self.path = path
+        self.group = group
         self._lock = threading.Lock()
         self._offsets: dict[MessageQueue, int] = {}
         self._load()
@@ -231,7 +219,14 @@ class LocalOffsetStore:
         except ValueError:
             logger.warning("offsets file %s is not JSON: starting without progress", self.path)
             return
-        self._offsets = parse_group_offsets(raw)
+        try:
+            saved = GroupOffsets.from_json({"group": self.group, **raw}
+                                           if isinstance(raw, dict) else raw, what=str(self.path))
+        except ValidationError as exc:
+            logger.warning("offsets file %s is not a group's offsets (%s): starting without "
+                           "progress", self.path, exc.message)
+            return
+        self._offsets = queue_offsets(saved)
 
     def read(self, queue: MessageQueue) -> int | None:
         with self._lock:
@@ -248,7 +243,8 @@ class LocalOffsetStore:
                 data.setdefault(q.topic, {})[str(q.queue_id)] = offset
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps({"offsets": data}, indent=1, sort_keys=True))
+        tmp.write_text(json.dumps(GroupOffsets(self.group, data).to_json(), indent=1,
+                                  sort_keys=True))
         os.replace(tmp, self.path)
 
     def forget(self, queue: MessageQueue) -> None:

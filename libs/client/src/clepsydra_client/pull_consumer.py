@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from clepsydra_client.message import Message, MessageQueue
+from clepsydra_client.message import PAGE, Message, MessageQueue
 from clepsydra_client.offsets import RemoteOffsetStore
 from clepsydra_client.settings import ensure_tracing
 from clepsydra_client.tags import TagExpression
@@ -67,17 +67,17 @@ class PullConsumer:
         raw = self.http.get(
             self.http.path("/v1/topics/{}/queues/{}/messages", queue.topic, queue.queue_id),
             {"offset": offset, "max": max_count, "tags": expr.query()})
-        messages = [Message.from_json(m) for m in raw.get("messages") or []]
+        messages = [Message.from_json(m) for m in raw.get(PAGE["messages"]) or []]
         matched = [m for m in messages if expr.matches(m.tags)]
-        next_offset = int(raw.get("nextOffset", offset + len(messages)))
+        next_offset = int(raw.get(PAGE["next_offset"], offset + len(messages)))
         if matched:
             status = PullStatus.FOUND
         elif next_offset > offset:
             status = PullStatus.NO_MATCHED_MSG
         else:
             status = PullStatus.NO_NEW_MSG
-        return PullResult(status, matched, next_offset, int(raw.get("minOffset", 0)),
-                          int(raw.get("maxOffset", next_offset)))
+        return PullResult(status, matched, next_offset, int(raw.get(PAGE["min_offset"], 0)),
+                          int(raw.get(PAGE["max_offset"], next_offset)))
 
     def _store(self) -> RemoteOffsetStore:
         if self._offsets is None:

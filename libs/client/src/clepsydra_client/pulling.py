@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 
 from clepsydra_client.consume_service import ConsumeService, Stats, wait_idle
-from clepsydra_client.message import Message, MessageQueue
+from clepsydra_client.message import PAGE, Message, MessageQueue
 from clepsydra_client.offsets import OffsetTracker
 from clepsydra_client.process_queue import ProcessQueue
 from clepsydra_client.tags import TagExpression
@@ -149,8 +149,8 @@ class QueuePuller:
             # dropped queue (or of a shutdown) skip them, and the next owner never sees them.
             return
         pq.last_pull_s = time.monotonic()
-        messages = [Message.from_json(m) for m in raw.get("messages") or []]
-        next_offset = int(raw.get("nextOffset", offset + len(messages)))
+        messages = [Message.from_json(m) for m in raw.get(PAGE["messages"]) or []]
+        next_offset = int(raw.get(PAGE["next_offset"], offset + len(messages)))
         matched = [m for m in messages if expression.matches(m.tags)
                    and m.queue_offset >= offset]
         if matched:

@@ -178,7 +178,7 @@ class PushConsumer:
         folder = self.settings.offset_dir or Path.home() / ".clepsydra" / "offsets"
         instance = self.settings.instance_name or BROADCASTING_DEFAULT_INSTANCE
         name = re.sub(r"[^A-Za-z0-9_.@-]", "_", f"{local_ip()}@{instance}")
-        return LocalOffsetStore(folder / self.group / f"{name}.json")
+        return LocalOffsetStore(folder / self.group / f"{name}.json", self.group)
 
     def subscribe(self, topic: str, expression: str = "*") -> PushConsumer:
         """Subscribe to a topic with a tag expression (``*`` or ``a || b``, C3)."""

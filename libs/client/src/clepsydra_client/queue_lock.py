@@ -18,6 +18,8 @@ from collections.abc import Iterable
 
 from clepsydra_client.message import MessageQueue
 from clepsydra_core.http import HttpClient
+from clepsydra_core.wire.codec import read_answer
+from clepsydra_core.wire.locks import LockAnswer, LockRequest, QueueRef
 
 logger = logging.getLogger(__name__)
 
@@ -39,11 +41,10 @@ class QueueLockClient:
         if not asked:
             return set(), 0.0
         sent_at = time.monotonic()
-        raw = self.store.post(self.store.path("/v1/groups/{}/locks", self.group),
-                              self._body(asked))
-        expiry_s = float(raw.get("expiryMs") or 0) / 1000
-        locked = {MessageQueue(str(q["topic"]), int(q["queueId"]))
-                  for q in raw.get("locked") or []}
+        answer = read_answer(LockAnswer, self.store.post(
+            self.store.path("/v1/groups/{}/locks", self.group), self._body(asked)), "lock")
+        expiry_s = answer.expiry_ms / 1000
+        locked = {MessageQueue(q.topic, q.queue_id) for q in answer.locked}
         return locked, sent_at + expiry_s * LOCAL_VALIDITY_SHARE
 
     def unlock(self, queues: Iterable[MessageQueue]) -> None:
@@ -57,5 +58,5 @@ class QueueLockClient:
                     [str(q) for q in asked])
 
     def _body(self, queues: list[MessageQueue]) -> dict[str, object]:
-        return {"clientId": self.client_id,
-                "queues": [{"topic": q.topic, "queueId": q.queue_id} for q in queues]}
+        return LockRequest(self.client_id,
+                           [QueueRef(q.topic, q.queue_id) for q in queues]).to_json()

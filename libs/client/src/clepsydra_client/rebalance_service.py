@@ -41,7 +41,8 @@ from clepsydra_client.timers import TimerPool
 from clepsydra_client.topics import TopicInfo, fetch_topic_or_none
 from clepsydra_core import naming
 from clepsydra_core.errors import ClepsydraError
-from clepsydra_core.wire.groups import Heartbeat
+from clepsydra_core.wire.codec import read_answer
+from clepsydra_core.wire.groups import Heartbeat, HeartbeatAnswer
 
 if TYPE_CHECKING:
     from clepsydra_client.push import PushConsumer
@@ -69,7 +70,7 @@ class RebalanceService:
         self.timers = timers
         self.store = consumer.store
         self.consistent = True
-        self.mismatches: list[Any] = []
+        self.mismatches: list[dict[str, Any]] = []
         self.consumers: list[str] = []
         self._previous: list[str] | None = None
         self._lock = threading.Lock()
@@ -85,14 +86,14 @@ class RebalanceService:
     def heartbeat(self) -> list[str]:
         c = self.consumer
         subs = c.all_subscriptions()
-        raw = self.store.post(
+        answer = read_answer(HeartbeatAnswer, self.store.post(
             self.store.path("/v1/groups/{}/heartbeat", c.group),
             Heartbeat(c.client_id, {t: str(e) for t, e in subs.items()},
-                      str(c.settings.message_model)).to_json())
-        consumers = sorted({str(x) for x in raw.get("consumers") or []})
-        consistent = bool(raw.get("consistent", True))
+                      str(c.settings.message_model)).to_json()), "heartbeat")
+        consumers = sorted(set(answer.consumers))
+        consistent = answer.consistent
         if not consistent:
-            self._report_mismatch(raw.get("mismatches"))
+            self._report_mismatch([m.to_json() for m in answer.mismatches])
         elif not self.consistent:
             logger.info("group=%s subscriptions agree again (C5)", c.group)
             self.mismatches = []
@@ -100,16 +101,11 @@ class RebalanceService:
         self.consumers = consumers
         return consumers
 
-    def _report_mismatch(self, mismatches: Any) -> None:
+    def _report_mismatch(self, mismatches: list[dict[str, Any]]) -> None:
         """C5: a group whose consumers subscribe differently is reported, not tolerated
-        silently: exposed on the consumer, and logged as a warning whenever it changes."""
+        silently: exposed on the consumer (as the store's JSON of each :class:`Mismatch`), and
+        logged as a warning whenever it changes."""
         c = self.consumer
-        if not isinstance(mismatches, list):
-            try:
-                raw = self.store.get(self.store.path("/v1/groups/{}/consumers", c.group))
-                mismatches = list(raw.get("mismatches") or [])
-            except ClepsydraError as exc:
-                mismatches = [f"could not read the group's consumers: {exc}"]
         changed = mismatches != self.mismatches or self.consistent
         self.mismatches = mismatches
         if changed:

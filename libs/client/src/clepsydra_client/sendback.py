@@ -13,7 +13,6 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from opentelemetry import trace
 
@@ -21,7 +20,7 @@ from clepsydra_client.message import Attempt, Message, append_failure
 from clepsydra_client.producer import body_fields
 from clepsydra_core import naming, telemetry
 from clepsydra_core import properties as P
-from clepsydra_core.errors import ClepsydraError, GroupNotFound, NotFound, ValidationError
+from clepsydra_core.errors import ClepsydraError, GroupNotFound, NotFound
 from clepsydra_core.groups import GroupSettings
 from clepsydra_core.http import HttpClient, RemoteError, error_from_response
 from clepsydra_core.retry_rules import (
@@ -29,8 +28,15 @@ from clepsydra_core.retry_rules import (
     max_reconsume_times_or,
     retry_level_for,
 )
-from clepsydra_core.wire.produce import ProduceMessage
-from clepsydra_core.wire.retry import SendBackAnswer, SendBackBatch, SendBackRequest
+from clepsydra_core.wire.codec import read_answer
+from clepsydra_core.wire.errors import ErrorAnswer
+from clepsydra_core.wire.produce import ProduceAnswer, ProduceMessage
+from clepsydra_core.wire.retry import (
+    SendBackAnswer,
+    SendBackBatch,
+    SendBackRequest,
+    SendBackResults,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +97,7 @@ class BatchSender:
         self._queue: list[_Pending] = []
         self._leading = False
 
-    def submit(self, body: SendBackRequest) -> dict[str, Any]:
+    def submit(self, body: SendBackRequest) -> SendBackAnswer:
         """The retry service's answer for one send-back; ClepsydraError when it failed."""
         if not self.batch_route:
             return self._single(body)
@@ -115,9 +121,10 @@ class BatchSender:
             raise pending.error
         return pending.result
 
-    def _single(self, body: SendBackRequest) -> dict[str, Any]:
-        return self.retry.post(self.retry.path("/v1/groups/{}/send-back", self.group),
-                               body.without_hints().to_json())
+    def _single(self, body: SendBackRequest) -> SendBackAnswer:
+        return read_answer(SendBackAnswer, self.retry.post(
+            self.retry.path("/v1/groups/{}/send-back", self.group),
+            body.without_hints().to_json()), "send-back")
 
     def _flush(self, batch: list[_Pending]) -> None:
         path = self.retry.path("/v1/groups/{}/send-back/batch", self.group)
@@ -135,13 +142,13 @@ class BatchSender:
                     except ClepsydraError as one:
                         p.error = one
                 return
-            results = raw.get("results") or []
+            results = read_answer(SendBackResults, raw, "send-back batch").results
             for i, p in enumerate(batch):
                 item = results[i] if i < len(results) else None
-                if not isinstance(item, dict):
+                if item is None:
                     p.error = RemoteError(f"batch send-back gave no result for item {i}")
-                elif "error" in item:
-                    p.error = error_from_response(400, item, path)
+                elif isinstance(item, ErrorAnswer):
+                    p.error = error_from_response(400, item.to_json(), path)
                 else:
                     p.result = item
         except ClepsydraError as exc:
@@ -152,13 +159,17 @@ class BatchSender:
                 p.done.set()
 
 
+_NO_ANSWER = SendBackAnswer("", None, None, None)
+"""A pending send-back's result until its batch answers (an error replaces it otherwise)."""
+
+
 class _Pending:
     __slots__ = ("body", "done", "error", "result")
 
     def __init__(self, body: SendBackRequest) -> None:
         self.body = body
         self.done = threading.Event()
-        self.result: dict[str, Any] = {}
+        self.result = _NO_ANSWER
         self.error: ClepsydraError | None = None
 
 
@@ -278,18 +289,15 @@ class SendBack:
                              keys=" ".join(msg.keys) or None, properties=props,
                              delay_level=level if level > 0 else None).to_json()
         topic = naming.retry_topic(self.group)
-        raw = self.store.post(self.store.path("/v1/topics/{}/messages", topic), req)
-        stored = str(raw.get("topic", topic))
+        stored_at = read_answer(ProduceAnswer, self.store.post(
+            self.store.path("/v1/topics/{}/messages", topic), req), "produce")
+        stored = stored_at.topic
         outcome = "DLQ" if naming.is_dlq_topic(stored) else "RETRY"
         logger.info("sent to %s outcome=%s group=%s msg_id=%s reconsume_times=%d level=%d",
                     topic, outcome, self.group, msg.msg_id, reconsume, level)
-        return SendBackOutcome(outcome, stored, level, str(raw.get("msgId", "")), fallback)
+        return SendBackOutcome(outcome, stored, level, stored_at.msg_id, fallback)
 
 
-def _outcome(raw: dict[str, Any]) -> SendBackOutcome:
-    try:
-        answer = SendBackAnswer.from_json(raw)
-    except ValidationError as exc:
-        raise RemoteError(f"unexpected send-back answer: {exc.message}") from exc
+def _outcome(answer: SendBackAnswer) -> SendBackOutcome:
     return SendBackOutcome(outcome=answer.outcome, topic=answer.topic or "",
                            delay_level=answer.delay_level or 0, msg_id=answer.msg_id or "")

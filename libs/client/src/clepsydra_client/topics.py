@@ -1,14 +1,15 @@
-"""Topic and queue descriptions as the store reports them (``GET /v1/topics[/{topic}]``)."""
+"""Topic and queue descriptions as the store reports them (``GET /v1/topics[/{topic}]``, read
+with the wire types :class:`TopicAnswer` and :class:`TopicList`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from clepsydra_client.message import MessageQueue
-from clepsydra_core import naming
 from clepsydra_core.errors import TopicNotFound
 from clepsydra_core.http import HttpClient
+from clepsydra_core.wire.codec import read_answer
+from clepsydra_core.wire.topics import TopicAnswer, TopicList
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,19 +31,11 @@ class TopicInfo:
     system: bool = False
 
     @classmethod
-    def from_json(cls, raw: dict[str, Any]) -> TopicInfo:
-        name = str(raw.get("name", raw.get("topic", "")))
-        queues_raw = raw.get("queues", [])
-        if isinstance(queues_raw, int):
-            queues = tuple(QueueInfo(i, 0, 0) for i in range(queues_raw))
-        else:
-            queues = tuple(sorted(
-                (QueueInfo(int(q.get("queueId", i)), int(q.get("minOffset", 0)),
-                           int(q.get("maxOffset", 0)))
-                 for i, q in enumerate(queues_raw) if isinstance(q, dict)),
-                key=lambda q: q.queue_id))
-        system = bool(raw.get("system", naming.is_system_topic(name)))
-        return cls(name, queues, system)
+    def of(cls, answer: TopicAnswer) -> TopicInfo:
+        """The store's topic answer, its queues in queue id order."""
+        queues = tuple(sorted((QueueInfo(q.queue_id, q.min_offset, q.max_offset)
+                               for q in answer.queues), key=lambda q: q.queue_id))
+        return cls(answer.name, queues, answer.system)
 
     def message_queues(self) -> list[MessageQueue]:
         return [MessageQueue(self.name, q.queue_id) for q in self.queues]
@@ -57,10 +50,8 @@ class TopicInfo:
 
 def fetch_topic(http: HttpClient, topic: str) -> TopicInfo:
     """TopicNotFound when the store does not have it."""
-    raw = http.get(http.path("/v1/topics/{}", topic))
-    info = TopicInfo.from_json(raw.get("topic", raw) if isinstance(raw.get("topic"), dict)
-                               else raw)
-    return info if info.name else TopicInfo(topic, info.queues, info.system)
+    return TopicInfo.of(read_answer(TopicAnswer, http.get(http.path("/v1/topics/{}", topic)),
+                                    "topic"))
 
 
 def fetch_topic_or_none(http: HttpClient, topic: str) -> TopicInfo | None:
@@ -71,7 +62,5 @@ def fetch_topic_or_none(http: HttpClient, topic: str) -> TopicInfo | None:
 
 
 def list_topics(http: HttpClient) -> list[TopicInfo]:
-    raw = http.get("/v1/topics")
-    items = raw.get("topics", [])
-    return [TopicInfo.from_json(t) if isinstance(t, dict) else TopicInfo(str(t), ())
-            for t in items]
+    return [TopicInfo.of(t) for t in read_answer(TopicList, http.get("/v1/topics"),
+                                                 "topics").topics]

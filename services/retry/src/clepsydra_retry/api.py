@@ -13,13 +13,13 @@ from flask import Blueprint, Response, current_app, g, jsonify, request
 from prometheus_client import CollectorRegistry, Histogram
 from werkzeug.routing import BaseConverter
 
-from clepsydra_core.errors import ClepsydraError, ValidationError
+from clepsydra_core.errors import ClepsydraError
 from clepsydra_core.groups import GroupSettings, validate_settings
 from clepsydra_core.properties import TRACEPARENT
 from clepsydra_core.validation import validate_group_name
 from clepsydra_core.wire.dlq import FILTER_FIELDS, DlqFilter, DlqPurge
 from clepsydra_core.wire.groups import GroupNames, GroupSettingsAnswer
-from clepsydra_core.wire.retry import MAX_SEND_BACK_BATCH, RetryHealth
+from clepsydra_core.wire.retry import RetryHealth, SendBackItems, SendBackResults
 from clepsydra_retry.dlq import DlqToolkit
 from clepsydra_retry.dlq_filter import parse_query
 from clepsydra_retry.groups import GroupStore
@@ -32,7 +32,6 @@ LIST_MAX_DEFAULT = 32
 LIST_MAX = 1000
 AUDIT_MAX_DEFAULT = 100
 AUDIT_MAX = 10_000
-BATCH_FIELDS = frozenset({"items"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,22 +116,16 @@ sendback_bp = Blueprint("send_back", __name__)
 @sendback_bp.post("/v1/groups/<group>/send-back")
 def send_back_one(group: str) -> Response:
     group = group_name(group)
-    return jsonify(services().send_back.send_back(group, json_body(),
-                                                  traceparent=request.headers.get(TRACEPARENT)))
+    return jsonify(services().send_back.send_back(
+        group, json_body(), traceparent=request.headers.get(TRACEPARENT)).to_json())
 
 
 @sendback_bp.post("/v1/groups/<group>/send-back/batch")
 def send_back_batch(group: str) -> Response:
     group = group_name(group)
-    body = json_body()
-    if isinstance(body, dict):
-        jsonio.check_fields(body, BATCH_FIELDS, "send-back batch")
-    items = body.get("items") if isinstance(body, dict) else None
-    if not isinstance(items, list) or not items or len(items) > MAX_SEND_BACK_BATCH:
-        raise ValidationError("body must be {items: [send-back, ...]} with 1.."
-                              f"{MAX_SEND_BACK_BATCH} items", code="INVALID_REQUEST")
-    return jsonify({"results": services().send_back.send_back_many(
-        group, items, traceparent=request.headers.get(TRACEPARENT))})
+    batch = SendBackItems.from_json(json_body(), what="send-back batch", strict=True)
+    return jsonify(SendBackResults(services().send_back.send_back_many(
+        group, batch.items, traceparent=request.headers.get(TRACEPARENT))).to_json())
 
 
 # ---- DLQ -----------------------------------------------------------------------------------
@@ -210,8 +203,7 @@ def health() -> tuple[dict[str, Any], int]:
     except redis.RedisError:
         redis_ok = False
     try:
-        store = svc.store.healthz()
-        store_ok, writable = True, bool(store.get("writable", True))
+        store_ok, writable = True, svc.store.healthz().writable
     except ClepsydraError:
         store_ok, writable = False, False
     body = RetryHealth("ok" if redis_ok else "degraded", redis_ok, store_ok, writable)

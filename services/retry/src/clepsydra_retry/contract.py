@@ -1,14 +1,11 @@
 """The retry service's HTTP contract: one :class:`~clepsydra_web.openapi.Route` per operation,
-its values the wire types of :mod:`clepsydra_core.wire` (the batch send-back's lenient items
-and mixed results are JSON Schemas in :data:`SCHEMAS`). ``openapi.json`` is
-generated from it (``make openapi``); a unit test holds the checked-in file equal to it.
+its values the wire types of :mod:`clepsydra_core.wire`. ``openapi.json`` is generated from it
+(``make openapi``); a unit test holds the checked-in file equal to it.
 
 Adding a route: add its ``Route(...)`` to :data:`ROUTES`, run ``make openapi``, commit both.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from clepsydra_core.msgid import ID_PATTERN
 from clepsydra_core.validation import GROUP_MAX_LEN, GROUP_PATTERN
@@ -30,34 +27,16 @@ from clepsydra_core.wire.groups import (
     GroupSettingsPatch,
 )
 from clepsydra_core.wire.retry import (
-    MAX_SEND_BACK_BATCH,
     RetryHealth,
     SendBackAnswer,
+    SendBackItems,
     SendBackRequest,
+    SendBackResults,
 )
 from clepsydra_retry.api import AUDIT_MAX, AUDIT_MAX_DEFAULT, LIST_MAX, LIST_MAX_DEFAULT
 from clepsydra_web.openapi import Answer, Api, Param, Route, ops_routes
 
-
-def _ref(name: str) -> dict[str, str]:
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
 _MSG_ID = {"type": "string", "pattern": ID_PATTERN}
-SCHEMAS: dict[str, dict[str, Any]] = {
-    "SendBackItems": {
-        "type": "object", "required": ["items"], "additionalProperties": False,
-        "description": "SendBackBatch as the service reads it: each item is checked on its own, "
-                       "and one that is not a SendBackRequest gets its {error, message} in the "
-                       "answer while the others are sent back",
-        "properties": {"items": {"type": "array", "minItems": 1, "maxItems": MAX_SEND_BACK_BATCH,
-                                 "items": {"anyOf": [_ref("SendBackRequest"), {}]}}}},
-    "SendBackBatchResult": {"type": "object", "required": ["results"], "properties": {
-        "results": {"type": "array", "items": {"oneOf": [_ref("SendBackAnswer"),
-                                                         _ref("Error")]}}}},
-}
-"""The two values that are not wire types: the batch send-back reads each item on its own and
-answers an error in an item's place."""
 
 PATH_PARAMS = {
     "group": Param("group", {"type": "string", "pattern": GROUP_PATTERN,
@@ -104,7 +83,7 @@ ROUTES = [
     Route("POST", "/v1/groups/{group}/send-back/batch", "sendBackBatch",
           "Several send-backs of one group, one store write; per-item results (an item's "
           "malformed body or unknown message is its own error)",
-          [Answer(200, "results in order", "SendBackBatchResult")], request="SendBackItems",
+          [Answer(200, "results in order", SendBackResults)], request=SendBackItems,
           errors=(403, 502, 503, 507), error_text=_DISK_FULL),
     Route("GET", "/v1/groups/{group}/dlq", "listDlq",
           "Dead letters not resent or purged, paged by DLQ queue offset, filtered",
@@ -154,5 +133,5 @@ API = Api(
                 "Errors are {error, message}. A method a path does not list is 405 "
                 "METHOD_NOT_ALLOWED with an Allow header. Generated from "
                 "clepsydra_retry.contract (make openapi).",
-    routes=ROUTES, path_params=PATH_PARAMS, schemas=SCHEMAS,
+    routes=ROUTES, path_params=PATH_PARAMS,
     wire_requests=(DlqFilter, SendBackRequest), wire_answers=(SendBackAnswer,))

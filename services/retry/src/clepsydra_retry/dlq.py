@@ -21,8 +21,8 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from dataclasses import dataclass, fields
+from typing import TypeVar
 
 from clepsydra_core import naming
 from clepsydra_core import properties as P
@@ -42,6 +42,7 @@ from clepsydra_core.wire.dlq import (
     ResendEntry,
     ResendResult,
 )
+from clepsydra_core.wire.messages import StoredMessage
 from clepsydra_retry import policy
 from clepsydra_retry.dlq_filter import DlqAction, matches, parse_action
 from clepsydra_retry.dlq_state import DlqState, Floor
@@ -104,25 +105,24 @@ class DlqToolkit:
         info = self._store.topic(naming.dlq_topic(group))
         if info is None:
             return 0, 0
-        for queue in info.get("queues") or []:
-            if int(queue.get("queueId", 0)) == 0:
-                return int(queue.get("minOffset", 0)), int(queue.get("maxOffset", 0))
+        for queue in info.queues:
+            if queue.queue_id == 0:
+                return queue.min_offset, queue.max_offset
         return 0, 0
 
     def _pull(self, group: str, offset: int, end: int,
-              with_body: bool) -> tuple[list[dict[str, Any]], int]:
+              with_body: bool) -> tuple[list[StoredMessage], int]:
         page = self._store.pull(naming.dlq_topic(group), 0, offset, min(PULL_MAX, end - offset),
                                 with_body=with_body)
-        messages = [m for m in page.get("messages") or [] if int(m["queueOffset"]) < end]
-        return messages, int(page.get("nextOffset", offset))
+        return [m for m in page.messages if m.queue_offset < end], page.next_offset
 
     def _pages(self, group: str, start: int, end: int, *, prefetch: bool = False,
-               with_body: bool = False) -> Iterator[list[dict[str, Any]]]:
+               with_body: bool = False) -> Iterator[list[StoredMessage]]:
         """Raw DLQ messages of queue offsets [start, end), a pull at a time, headers only
         unless ``with_body`` (scans, resends and purges need no body). With ``prefetch`` the
         next pull runs while the caller works on the current page."""
         offset = start
-        ahead: Future[tuple[list[dict[str, Any]], int]] | None = None
+        ahead: Future[tuple[list[StoredMessage], int]] | None = None
         try:
             while offset < end:
                 messages, next_offset = (ahead.result() if ahead is not None
@@ -141,8 +141,8 @@ class DlqToolkit:
                 ahead.cancel()
 
     def _visible(self, group: str, floor: Floor,
-                 messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        above = [m for m in messages if int(m["queueOffset"]) >= floor.queue_offset]
+                 messages: list[StoredMessage]) -> list[StoredMessage]:
+        above = [m for m in messages if m.queue_offset >= floor.queue_offset]
         if not above or self._state.removed_count(group) == 0:
             return above  # the usual case: nothing hidden one by one, no per-id look-up
         flags = self._state.removed_flags(group, [copy_id(m) for m in above])
@@ -161,7 +161,7 @@ class DlqToolkit:
         for page in self._pages(group, start, scan_end, with_body=True):
             visible = {id(m) for m in self._visible(group, floor, page)}
             for message in page:
-                next_offset = int(message["queueOffset"]) + 1
+                next_offset = message.queue_offset + 1
                 if id(message) in visible and matches(flt, message):
                     found.append(summarize(message))
                     if len(found) >= max_count:
@@ -172,19 +172,18 @@ class DlqToolkit:
             next_offset = max(next_offset, scan_end)
         return DlqPage(found, next_offset, high)
 
-    def _locate(self, group: str, msg_id: str, floor: Floor) -> list[dict[str, Any]]:
+    def _locate(self, group: str, msg_id: str, floor: Floor) -> list[StoredMessage]:
         """The visible dead letters of the group with this msgId (or offsetMsgId), oldest
         first, or NotInDlq naming it (and the group)."""
         where = f"msgId {msg_id} is not in the DLQ of group {group!r}"
         copies = self._store.copies(msg_id)
         dlq = naming.dlq_topic(group)
-        dead = [m for m in copies if m.get("topic") == dlq]
+        dead = [m for m in copies if m.topic == dlq]
         if not dead:
             if copies:
-                raise NotInDlq(f"{where}: it is in topic {copies[-1].get('topic')!r}",
-                               rule="R16")
+                raise NotInDlq(f"{where}: it is in topic {copies[-1].topic!r}", rule="R16")
             raise NotInDlq(f"{where}: no such message", rule="R16")
-        dead = [m for m in dead if int(m.get("queueOffset", 0)) >= floor.queue_offset]
+        dead = [m for m in dead if m.queue_offset >= floor.queue_offset]
         flags = self._state.removed_flags(group, [copy_id(m) for m in dead]) if dead else []
         visible = [m for m, removed in zip(dead, flags, strict=True) if not removed]
         if not visible:
@@ -252,7 +251,7 @@ class DlqToolkit:
             for message in located:
                 problem = self._origin_problem(message, action, origins)
                 if problem:
-                    raise ValidationError(f"cannot resend msgId {message['msgId']}: {problem}",
+                    raise ValidationError(f"cannot resend msgId {message.msg_id}: {problem}",
                                           rule="R16", code="INVALID_REQUEST")
             self._resend_chunked(group, located, action, retry_queues, progress, started,
                                  history)
@@ -312,11 +311,11 @@ class DlqToolkit:
         if contiguous and high > 0:
             self._raise_floor(group, high)
 
-    def _origin_problem(self, message: dict[str, Any], action: DlqAction,
+    def _origin_problem(self, message: StoredMessage, action: DlqAction,
                         origins: dict[str, bool]) -> str | None:
         if action.target == "retry":
             return None
-        origin = message.get("properties", {}).get(P.RETRY_TOPIC)
+        origin = message.properties.get(P.RETRY_TOPIC)
         if not origin:
             return "it has no RETRY_TOPIC (resend it into the retry topic instead)"
         if naming.is_system_topic(origin):
@@ -327,12 +326,12 @@ class DlqToolkit:
             return f"its original topic {origin!r} does not exist in the store"
         return None
 
-    def _copy_item(self, group: str, message: dict[str, Any], action: DlqAction,
+    def _copy_item(self, group: str, message: StoredMessage, action: DlqAction,
                    retry_queues: int, history: dict[str, str]) -> CopyItem:
         """The copy of one dead letter: back to its group's retry topic, or to its origin."""
-        props = message.get("properties", {})
+        props = message.properties
         removes = tuple(n for n in RESEND_REMOVES if n in props)
-        offset = int(message["commitLogOffset"])
+        offset = message.commitlog_offset
         if action.target == "retry":
             return CopyItem(offset, naming.retry_topic(group),
                             queue_id=self._rng.randrange(max(retry_queues, 1)),
@@ -341,7 +340,7 @@ class DlqToolkit:
         return CopyItem(offset, props[P.RETRY_TOPIC], reconsume_times=0,
                         remove_properties=removes, append_properties=history)
 
-    def _resend_chunked(self, group: str, messages: list[dict[str, Any]], action: DlqAction,
+    def _resend_chunked(self, group: str, messages: list[StoredMessage], action: DlqAction,
                         retry_queues: int, progress: _Progress, started: float,
                         history: dict[str, str], *, floor_up: bool = False) -> None:
         chunk = self._batch
@@ -357,8 +356,8 @@ class DlqToolkit:
                               for m in part])
             if floor_up:
                 last = part[-1]
-                self._state.raise_floor(group, Floor(int(last["queueOffset"]) + 1,
-                                                     int(last["commitLogOffset"]) + 1),
+                self._state.raise_floor(group, Floor(last.queue_offset + 1,
+                                                     last.commitlog_offset + 1),
                                         compact=False)
             else:
                 self._state.remove(group, [copy_id(m) for m in part])
@@ -394,8 +393,8 @@ class DlqToolkit:
         if high <= 0:
             return
         last = self._store.pull(naming.dlq_topic(group), 0, high - 1, 1,
-                                with_body=False).get("messages") or []
-        boundary = int(last[0]["commitLogOffset"]) + 1 if last else 0
+                                with_body=False).messages
+        boundary = last[0].commitlog_offset + 1 if last else 0
         self._state.raise_floor(group, Floor(high, boundary), compact=True)
 
     def _audit(self, group: str, action_name: str, action: DlqAction, count: int, client: str,
@@ -405,33 +404,34 @@ class DlqToolkit:
         self._state.append_audit(group, record.to_json(), self._audit_max)
 
 
-def copy_id(message: dict[str, Any]) -> str:
+def copy_id(message: StoredMessage) -> str:
     """Which dead-letter copy a message view is (its offsetMsgId): what is hidden."""
-    return str(message.get("offsetMsgId") or message["msgId"])
+    return message.offset_msg_id or message.msg_id
 
 
-def _unique(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _unique(messages: list[StoredMessage]) -> list[StoredMessage]:
     """Each copy once (two ids named may find the same one), in the order found."""
-    seen: dict[str, dict[str, Any]] = {}
+    seen: dict[str, StoredMessage] = {}
     for message in messages:
         seen.setdefault(copy_id(message), message)
     return list(seen.values())
 
 
-def summarize(message: dict[str, Any], *, histories: bool = False) -> DlqMessage:
+_VIEW_FIELDS = tuple(f.name for f in fields(StoredMessage))
+
+
+def summarize(message: StoredMessage, *, histories: bool = False) -> DlqMessage:
     """The store's message view plus what the DLQ adds: original topic, dead-letter reason,
     attempts and resends recorded (``histories``: the entries themselves too)."""
-    props = message.get("properties") or {}
+    props = message.properties
     failures = policy.parse_history(props.get(P.FAILURE_HISTORY))
     resends = policy.parse_history(props.get(P.RESEND_HISTORY))
-    view: dict[str, Any] = {**message, "originTopic": props.get(P.RETRY_TOPIC),
-                            "dlqReason": props.get(P.DLQ_REASON), "attempts": len(failures),
-                            "resends": len(resends)}
-    out = DlqMessage.from_json(view, what="dead letter")
-    if not histories:
-        return out
-    return replace(out, failure_history=[_entry(FailureEntry, e) for e in failures],
-                   resend_history=[_entry(ResendEntry, e) for e in resends])
+    return DlqMessage(
+        **{name: getattr(message, name) for name in _VIEW_FIELDS},
+        origin_topic=props.get(P.RETRY_TOPIC), dlq_reason=props.get(P.DLQ_REASON),
+        attempts=len(failures), resends=len(resends),
+        failure_history=[_entry(FailureEntry, e) for e in failures] if histories else None,
+        resend_history=[_entry(ResendEntry, e) for e in resends] if histories else None)
 
 
 def _entry(cls: type[_E], raw: object) -> _E:

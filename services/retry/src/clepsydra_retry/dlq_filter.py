@@ -11,6 +11,7 @@ from clepsydra_core import properties as P
 from clepsydra_core.errors import ValidationError
 from clepsydra_core.wire.codec import INT64_MAX
 from clepsydra_core.wire.dlq import TARGETS, AuditWhat, DlqFilter, DlqPurge, DlqResend
+from clepsydra_core.wire.messages import StoredMessage
 from clepsydra_retry import policy
 from clepsydra_web.jsonio import parse_int
 
@@ -50,15 +51,15 @@ def parse_query(raw: Mapping[str, str | None]) -> DlqFilter:
                      to_ms=_opt_int(raw, "toMs", from_text=True))
 
 
-def matches(flt: DlqFilter, message: Mapping[str, Any]) -> bool:
+def matches(flt: DlqFilter, message: StoredMessage) -> bool:
     """Whether the dead letter (the store's message view) is one ``flt`` selects."""
-    props: Mapping[str, str] = message.get("properties") or {}
+    props = message.properties
     if flt.topic is not None and props.get(P.RETRY_TOPIC) != flt.topic:
         return False
     if flt.key is not None and flt.key not in props.get(P.KEYS, "").split() \
             and props.get(P.UNIQ_KEY) != flt.key:
         return False
-    stored_ms = int(message.get("storeTimestamp") or 0)
+    stored_ms = message.store_timestamp
     if flt.from_ms is not None and stored_ms < flt.from_ms:
         return False
     if flt.to_ms is not None and stored_ms >= flt.to_ms:

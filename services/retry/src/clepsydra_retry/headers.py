@@ -16,10 +16,10 @@ from collections import defaultdict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
 from clepsydra_core import naming
 from clepsydra_core.errors import ClepsydraError, MessageNotFound, Unavailable
+from clepsydra_core.wire.messages import StoredMessage
 from clepsydra_retry.policy import StoredHeaders
 from clepsydra_retry.store_client import StoreClient
 
@@ -56,24 +56,24 @@ class Locator:
         return self.topic, self.queue_id, self.queue_offset
 
 
-def pick(copies: Sequence[dict[str, Any]], locator: Locator,
-         group: str) -> dict[str, Any] | None:
+def pick(copies: Sequence[StoredMessage], locator: Locator,
+         group: str) -> StoredMessage | None:
     """Of every stored copy of a message (oldest first), the one a send-back by msgId alone is
     about: the copy whose offsetMsgId it is; else the one where the consumer says it pulled
     it; else the newest one the group consumes (its ``%RETRY%`` topic or an ordinary topic).
     None when there is none."""
     wanted = (locator.msg_id or "").upper()
     for message in copies:
-        if str(message.get("offsetMsgId", "")).upper() == wanted:
+        if message.offset_msg_id.upper() == wanted:
             return message
     hint = locator.hint
     for message in copies:
-        if hint is not None and (message.get("topic"), message.get("queueId"),
-                                 message.get("queueOffset")) == hint:
+        if hint is not None and (message.topic, message.queue_id,
+                                 message.queue_offset) == hint:
             return message
     retry = naming.retry_topic(group)
     consumed = [m for m in copies
-                if m.get("topic") == retry or not naming.is_system_topic(str(m.get("topic")))]
+                if m.topic == retry or not naming.is_system_topic(m.topic)]
     return consumed[-1] if consumed else None
 
 
@@ -107,8 +107,8 @@ class HeaderReader:
             if chosen is None:
                 raise MessageNotFound(f"no copy of msgId {locator.msg_id} that group "
                                       f"{group!r} consumes")
-            return StoredHeaders.from_json(chosen)
-        headers = StoredHeaders.from_json(self._store.headers(locator.commitlog_offset))
+            return StoredHeaders.of(chosen)
+        headers = StoredHeaders.of(self._store.headers(locator.commitlog_offset))
         if locator.msg_id is not None and not headers.named_by(locator.msg_id):
             raise MessageNotFound(f"offset {locator.commitlog_offset} holds {headers.msg_id}")
         return headers
@@ -158,10 +158,10 @@ class HeaderReader:
                     logger.info("send-back hint pull failed topic=%s queue_id=%d "
                                 "queue_offset=%d: %s", topic, queue_id, start, exc)
                     continue
-                for message in page.get("messages") or []:
-                    for index in by_offset.get(int(message["queueOffset"]), ()):
+                for message in page.messages:
+                    for index in by_offset.get(message.queue_offset, ()):
                         loc = locators[index]
-                        headers = StoredHeaders.from_json(message)
+                        headers = StoredHeaders.of(message)
                         if headers.commitlog_offset == loc.commitlog_offset and (
                                 loc.msg_id is None or headers.named_by(loc.msg_id)):
                             found[index] = headers

@@ -19,6 +19,7 @@ from clepsydra_core import properties as P
 from clepsydra_core.groups import GroupSettings
 from clepsydra_core.levels import DelayLevels
 from clepsydra_core.retry_rules import max_reconsume_times_or, retry_level_for
+from clepsydra_core.wire.messages import StoredMessage
 from clepsydra_core.wire.retry import SendBackAnswer, SendBackRequest
 
 HISTORY_MAX_ENTRIES = P.LIST_MAX_ENTRIES
@@ -54,16 +55,13 @@ class StoredHeaders:
     """Where this copy is stored."""
 
     @classmethod
-    def from_json(cls, message: dict[str, Any]) -> StoredHeaders:
-        """From the store's JSON message view (``GET /v1/commitlog/{offset}?body=false``)."""
-        return cls(
-            msg_id=str(message["msgId"]),
-            topic=str(message["topic"]),
-            commitlog_offset=int(message["commitLogOffset"]),
-            reconsume_times=int(message.get("reconsumeTimes") or 0),
-            properties=dict(message.get("properties") or {}),
-            offset_msg_id=str(message.get("offsetMsgId") or message["msgId"]),
-        )
+    def of(cls, message: StoredMessage) -> StoredHeaders:
+        """From the store's message view (``GET /v1/commitlog/{offset}?body=false``)."""
+        return cls(msg_id=message.msg_id, topic=message.topic,
+                   commitlog_offset=message.commitlog_offset,
+                   reconsume_times=message.reconsume_times,
+                   properties=dict(message.properties),
+                   offset_msg_id=message.offset_msg_id or message.msg_id)
 
     def named_by(self, msg_id: str) -> bool:
         """True when ``msg_id`` is this copy's msgId or its offsetMsgId."""
@@ -85,11 +83,11 @@ class Decision:
     remove_properties: tuple[str, ...] = ()
     dlq_reason: str | None = None
 
-    def to_json(self, msg_id: str | None) -> dict[str, Any]:
+    def answer(self, msg_id: str | None) -> SendBackAnswer:
         """The send-back answer (DESIGN "Retry")."""
         return SendBackAnswer(
             outcome=str(self.outcome), topic=self.topic, msg_id=msg_id,
-            delay_level=self.delay_level if self.outcome != Outcome.DROPPED else None).to_json()
+            delay_level=self.delay_level if self.outcome != Outcome.DROPPED else None)
 
 
 DROPPED = Decision(outcome=Outcome.DROPPED)

@@ -14,7 +14,6 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 from opentelemetry import trace
 
@@ -25,7 +24,8 @@ from clepsydra_core.groups import GroupSettings
 from clepsydra_core.levels import DelayLevels
 from clepsydra_core.msgid import check_id
 from clepsydra_core.wire.copy import CopyItem
-from clepsydra_core.wire.retry import SendBackRequest
+from clepsydra_core.wire.errors import ErrorAnswer
+from clepsydra_core.wire.retry import SendBackAnswer, SendBackRequest
 from clepsydra_retry import policy
 from clepsydra_retry.groups import GroupStore
 from clepsydra_retry.headers import HeaderReader, Locator
@@ -135,14 +135,15 @@ class SendBackService:
         return settings
 
     def send_back(self, group: str, body: object, *,
-                  traceparent: str | None = None) -> dict[str, Any]:
+                  traceparent: str | None = None) -> SendBackAnswer:
         """One send-back; raises the R2 error of the first check that fails. ``traceparent``:
         the request's W3C header (the consume attempt that failed)."""
         result = self.send_back_many(group, [body], single=True, traceparent=traceparent)[0]
+        assert isinstance(result, SendBackAnswer)  # single: an item's error is raised
         return result
 
     def send_back_many(self, group: str, bodies: list[object], *, single: bool = False,
-                       traceparent: str | None = None) -> list[dict[str, Any]]:
+                       traceparent: str | None = None) -> list[SendBackAnswer | ErrorAnswer]:
         """Several send-backs of one group with one copy call. The group-level checks (R2's
         first four) apply to all; a malformed item or a missing message fails only that item
         (its result is ``{error, message}``), unless ``single``, when it raises.
@@ -163,16 +164,16 @@ class SendBackService:
             if ok:
                 self._groups.count_send_back(group, Outcome.DROPPED, ok)
             logger.info("send-back dropped group=%s count=%d (retryQueueNums=0)", group, ok)
-            return [p.to_json() if isinstance(p, ClepsydraError)
-                    else policy.DROPPED.to_json(None) for p in parsed]
+            return [ErrorAnswer.of(p) if isinstance(p, ClepsydraError)
+                    else policy.DROPPED.answer(None) for p in parsed]
         queue_count = self._store.ensure_topic(  # R2 (4), R3
             naming.retry_topic(group), settings.retry_queue_nums)
 
-        results: list[dict[str, Any] | None] = [None] * len(parsed)
+        results: list[SendBackAnswer | ErrorAnswer | None] = [None] * len(parsed)
         wanted = [(i, p) for i, p in enumerate(parsed) if not isinstance(p, ClepsydraError)]
         for i, p in enumerate(parsed):
             if isinstance(p, ClepsydraError):
-                results[i] = p.to_json()
+                results[i] = ErrorAnswer.of(p)
         found = self._reader.read_many([item[0] for _, item in wanted], group)
         pending: list[tuple[int, StoredHeaders, SendBackRequest, Decision]] = []
         for (i, (locator, request)), headers in zip(wanted, found, strict=True):
@@ -181,7 +182,7 @@ class SendBackService:
                                                 rule="R2")
                 if single:
                     raise error from headers
-                results[i] = error.to_json()
+                results[i] = ErrorAnswer.of(error)
                 continue
             decision = policy.decide(
                 settings, headers, request, group=group, levels=self._levels,
@@ -191,11 +192,13 @@ class SendBackService:
         if pending:
             for i, result in self._write(group, pending, traceparent):
                 results[i] = result
-        return [r if r is not None else {} for r in results]
+        done = [r for r in results if r is not None]
+        assert len(done) == len(results)  # every item has its answer or its error
+        return done
 
     def _write(self, group: str,
                pending: list[tuple[int, StoredHeaders, SendBackRequest, Decision]],
-               caller: str | None) -> list[tuple[int, dict[str, Any]]]:
+               caller: str | None) -> list[tuple[int, SendBackAnswer]]:
         if any(d.outcome == Outcome.DLQ for _, _, _, d in pending):
             self._store.ensure_topic(naming.dlq_topic(group), 1)  # R6: one queue
         items: list[CopyItem] = []
@@ -220,13 +223,13 @@ class SendBackService:
             if isinstance(exc, MessageNotFound):
                 raise SendBackMessageNotFound(str(exc), rule="R2") from exc
             raise
-        out: list[tuple[int, dict[str, Any]]] = []
+        out: list[tuple[int, SendBackAnswer]] = []
         counts: dict[str, int] = {}
         for (i, headers, _, decision), result, span in zip(pending, stored, spans, strict=True):
-            new_id = str(result.get("msgId"))
+            new_id = result.msg_id
             span.set_attribute(telemetry.NEW_MESSAGE_ID, new_id)
             span.end()
-            out.append((i, decision.to_json(new_id)))
+            out.append((i, decision.answer(new_id)))
             counts[decision.outcome] = counts.get(decision.outcome, 0) + 1
             logger.info("send-back group=%s msg_id=%s outcome=%s topic=%s delay_level=%d "
                         "reconsume_times=%d new_msg_id=%s", group, headers.msg_id,

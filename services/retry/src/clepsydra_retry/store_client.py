@@ -1,7 +1,9 @@
 """The retry service's calls to the store (DESIGN "Store", docs/contracts.md internal routes),
 over the one HTTP client of clepsydra_core.http: a keep-alive session per request thread, the
 current span's trace context on every call, the store's ``{"error", "message"}`` answers as
-the matching ``ClepsydraError``; a store that does not answer is ``Unavailable`` (503).
+the matching ``ClepsydraError``; a store that does not answer is ``Unavailable`` (503). Every
+answer is read through the wire type the store writes it with (:mod:`clepsydra_core.wire`,
+issue 13.1); one that does not read is a ``RemoteError`` naming the field.
 """
 
 from __future__ import annotations
@@ -18,11 +20,16 @@ from clepsydra_core.errors import (
     NoPermission,
     NotFound,
     Unavailable,
-    ValidationError,
 )
 from clepsydra_core.groups import GroupSettings
-from clepsydra_core.http import HttpClient, RemoteError, segment
+from clepsydra_core.http import HttpClient, segment
+from clepsydra_core.wire.codec import read_answer
 from clepsydra_core.wire.copy import CopyBatch, CopyItem, RangeCopy, RangeCopyAnswer
+from clepsydra_core.wire.groups import GroupSettingsList
+from clepsydra_core.wire.health import StoreHealth
+from clepsydra_core.wire.messages import MessageList, PullAnswer, StoredMessage
+from clepsydra_core.wire.produce import ProduceAnswer, ProduceResults
+from clepsydra_core.wire.topics import TopicAnswer, TopicCreate
 
 _BAD_GATEWAY = 502
 
@@ -66,9 +73,8 @@ class StoreClient:
             raise
 
     # ---- health ----------------------------------------------------------------------------
-    def healthz(self) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("GET", "/healthz")
-        return result
+    def healthz(self) -> StoreHealth:
+        return read_answer(StoreHealth, self._call("GET", "/healthz"), "healthz")
 
     def is_writable(self) -> bool:
         """R2: the store's own answer (``/healthz`` ``writable``), trusted for a short TTL; a
@@ -77,7 +83,7 @@ class StoreClient:
         now = time.monotonic()
         if cached is not None and now - cached[0] < self._writable_ttl_s:
             return cached[1]
-        writable = bool(self.healthz().get("writable", True))
+        writable = self.healthz().writable
         self._writable = (now, writable)
         return writable
 
@@ -99,17 +105,18 @@ class StoreClient:
 
     def all_group_settings(self) -> dict[str, GroupSettings]:
         """``GET /v1/groups``: every group that has settings."""
-        doc = self._call("GET", "/v1/groups")
-        return {str(g["group"]): GroupSettings.from_json(g) for g in doc["groups"]}
+        listing = read_answer(GroupSettingsList, self._call("GET", "/v1/groups"), "groups")
+        return {g.group: GroupSettings(g.retry_queue_nums, g.retry_max_times)
+                for g in listing.groups}
 
     # ---- topics ----------------------------------------------------------------------------
-    def topic(self, name: str) -> dict[str, Any] | None:
+    def topic(self, name: str) -> TopicAnswer | None:
         """``GET /v1/topics/{topic}``, or None when the store has no such topic."""
         try:
-            result: dict[str, Any] = self._call("GET", f"/v1/topics/{segment(name)}")
+            doc = self._call("GET", f"/v1/topics/{segment(name)}")
         except NotFound:
             return None
-        return result
+        return read_answer(TopicAnswer, doc, "topic")
 
     def ensure_topic(self, name: str, queues: int) -> int:
         """R3/R6: create a `%RETRY%`/`%DLQ%` topic on first use; the number of queues it really
@@ -118,9 +125,10 @@ class StoreClient:
         if known is not None:
             return known
         try:
-            created = self._call("POST", "/v1/internal/topics",
-                                 json_body={"name": name, "queues": queues})
-            count = len(created.get("queues") or []) or queues
+            created = read_answer(TopicAnswer, self._call(
+                "POST", "/v1/internal/topics", json_body=TopicCreate(name, queues).to_json()),
+                "topic")
+            count = len(created.queues) or queues
         except ClepsydraError as exc:
             if exc.http_status != 409:
                 raise
@@ -128,7 +136,7 @@ class StoreClient:
             info = self.topic(name)
             if info is None:
                 raise
-            count = len(info.get("queues") or []) or 1
+            count = len(info.queues) or 1
         with self._topics_lock:
             self._topics[name] = count
         return count
@@ -138,51 +146,44 @@ class StoreClient:
             self._topics.pop(name, None)
 
     # ---- messages --------------------------------------------------------------------------
-    def headers(self, commitlog_offset: int) -> dict[str, Any]:
+    def headers(self, commitlog_offset: int) -> StoredMessage:
         """The message at a CommitLog offset without its body; MessageNotFound if none."""
-        result: dict[str, Any] = self._call(
-            "GET", f"/v1/commitlog/{commitlog_offset}", params={"body": "false"})
-        return result
+        return self.message(commitlog_offset, with_body=False)
 
-    def copies(self, msg_id: str) -> list[dict[str, Any]]:
+    def copies(self, msg_id: str) -> list[StoredMessage]:
         """``GET /v1/messages/{msgId}``: every stored copy of the message whose msgId (or one
         of whose offsetMsgIds) this is, oldest first; [] when there is none."""
         try:
-            result: dict[str, Any] = self._call("GET", f"/v1/messages/{segment(msg_id)}")
+            doc = self._call("GET", f"/v1/messages/{segment(msg_id)}")
         except NotFound:
             return []
-        return list(result.get("messages") or [])
+        return read_answer(MessageList, doc, "message look-up").messages
 
-    def message(self, commitlog_offset: int, *, with_body: bool = True) -> dict[str, Any]:
+    def message(self, commitlog_offset: int, *, with_body: bool = True) -> StoredMessage:
         """The message at a CommitLog offset (``GET /v1/commitlog/{offset}``)."""
         params = None if with_body else {"body": "false"}
-        result: dict[str, Any] = self._call("GET", f"/v1/commitlog/{commitlog_offset}",
-                                            params=params)
-        return result
+        doc = self._call("GET", f"/v1/commitlog/{commitlog_offset}", params=params)
+        return read_answer(StoredMessage, doc, "message")
 
-    def copy(self, items: Sequence[CopyItem]) -> list[dict[str, Any]]:
-        """``POST /v1/internal/copy``: the store copies stored messages (bodies stay there)."""
-        result = self._call("POST", "/v1/internal/copy",
-                            json_body=CopyBatch(list(items)).to_json())
-        results: list[dict[str, Any]] = result["results"]
-        return results
+    def copy(self, items: Sequence[CopyItem]) -> list[ProduceAnswer]:
+        """``POST /v1/internal/copy``: the store copies stored messages (bodies stay there);
+        where each copy was stored, in order."""
+        doc = self._call("POST", "/v1/internal/copy", json_body=CopyBatch(list(items)).to_json())
+        return read_answer(ProduceResults, doc, "copy").results
 
     def copy_range(self, request: RangeCopy) -> RangeCopyAnswer:
         """``POST /v1/internal/copy-range``: the store copies a range of a queue to a topic
         (or each message to its origin) in one write."""
         result = self._call("POST", "/v1/internal/copy-range", json_body=request.to_json())
-        try:
-            return RangeCopyAnswer.from_json(result)
-        except ValidationError as exc:
-            raise RemoteError(f"unexpected copy-range answer: {exc.message}") from exc
+        return read_answer(RangeCopyAnswer, result, "copy-range")
 
     def pull(self, topic: str, queue_id: int, queue_offset: int,
-             max_count: int, *, with_body: bool = True) -> dict[str, Any]:
-        """A pull: ``{messages, nextOffset, minOffset, maxOffset}``; TopicNotFound if none.
+             max_count: int, *, with_body: bool = True) -> PullAnswer:
+        """A pull (messages, nextOffset, minOffset, maxOffset); TopicNotFound if none.
         ``with_body=False``: headers only (``?body=false``), what scans and hints need."""
         params: dict[str, Any] = {"offset": queue_offset, "max": max_count}
         if not with_body:
             params["body"] = "false"
-        result: dict[str, Any] = self._call(
-            "GET", f"/v1/topics/{segment(topic)}/queues/{queue_id}/messages", params=params)
-        return result
+        doc = self._call("GET", f"/v1/topics/{segment(topic)}/queues/{queue_id}/messages",
+                         params=params)
+        return read_answer(PullAnswer, doc, "pull")

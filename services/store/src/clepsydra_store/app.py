@@ -16,6 +16,7 @@ import logging
 from flask import Flask
 
 from clepsydra_core.telemetry import STORE_SERVICE, init_tracing
+from clepsydra_core.wire.health import OK, StoreHealth
 from clepsydra_store.api import (
     groups,
     handover,
@@ -63,7 +64,7 @@ def create_app(settings: StoreSettings, store: MessageStore | None = None) -> Fl
         app.register_blueprint(bp)
     app.register_blueprint(ops_blueprint(
         "clepsydra_store", registry=lambda: context.obs.registry,
-        health=lambda: ({"status": "ok", "writable": settings.engine.writable}, 200)))
+        health=lambda: (StoreHealth(OK, settings.engine.writable).to_json(), 200)))
     register_error_handlers(app, size_setting=MAX_REQUEST_BYTES_VAR)
     context.obs.tracing.install(app, on_end=context.obs.count)
     guard = auth.install(app, settings.common.auth, STORE_ACCESS, service="store")

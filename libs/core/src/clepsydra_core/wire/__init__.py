@@ -19,10 +19,15 @@ camelCase names live in one place. One module per API:
 - :mod:`~clepsydra_core.wire.dlq`: the DLQ toolkit: filter, resend and purge requests, the
   listing, a dead letter's view, the results and the audit list;
 - :mod:`~clepsydra_core.wire.analytics`: the analytics API: run request and result (with its
-  tables' rows), the run list, export status, health.
+  tables' rows), the run list, export status, health;
+- :mod:`~clepsydra_core.wire.auth`: the store's token routes (create, list, revoke);
+- :mod:`~clepsydra_core.wire.health`: the store's health;
+- :mod:`~clepsydra_core.wire.errors`: the ``{error, message}`` body, where it stands in an
+  answer's place (a batch send-back's failed item).
 
 :mod:`~clepsydra_core.wire.schema` makes their JSON Schema, from which the OpenAPI documents are
-generated (``clepsydra_web.openapi``, ``make openapi``). Still without a wire type (JSON Schemas
-in the services' route tables): the store's consumer views, offsets map and tokens, the retry
-service's batch send-back (lenient items, mixed results).
+generated (``clepsydra_web.openapi``, ``make openapi``). A client reads another service's answer
+with :func:`~clepsydra_core.wire.codec.read_answer` (an answer that does not read: 502 naming the
+field). The one value a route table still writes as JSON Schema is the store's FLUSH_TIMEOUT
+answer (an error body and the produce results at once).
 """

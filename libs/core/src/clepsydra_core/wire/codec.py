@@ -2,8 +2,9 @@
 
 A wire type is a frozen, slotted dataclass that mixes in :class:`WireValue`. Its fields' types
 say how each value is checked: ``int`` (never a boolean), ``bool``, ``str``, ``X | None``,
-``float`` (any JSON number), ``list[X]``, ``dict[str, X]`` and nested wire types. A field's
-JSON name is its name in camelCase unless its metadata says otherwise
+``float`` (any JSON number), ``list[X]``, ``dict[str, X]``, nested wire types, ``A | B`` of
+wire types (the first one the object reads as) and ``Any`` (any JSON value, read as it is).
+A field's JSON name is its name in camelCase unless its metadata says otherwise
 (``field(metadata=wire_meta(json="max"))``); ``min_items``/``max_items`` bound a list;
 ``minimum`` and ``maximum`` bound an integer (``code``/``rule`` name the error of a value out
 of range, ``type_code`` the error of a value of the wrong type); ``pattern``/``max_length``
@@ -181,6 +182,8 @@ def _checker(tp: Any, meta: Mapping[str, Any]) -> Check:
     origin = typing.get_origin(tp)
     if origin in (types.UnionType, typing.Union):
         inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(inner) > 1 and all(is_wire(a) for a in inner):
+            return _wire_union_check(inner)
         if len(inner) > 1:  # str | list[str]: the first alternative whose JSON type fits
             checks = [(_json_kind(a), _checker(a, meta)) for a in inner]
 
@@ -194,6 +197,8 @@ def _checker(tp: Any, meta: Mapping[str, Any]) -> Check:
             return check_any
         check = _checker(inner[0], meta)
         return lambda value, name: None if value is None else check(value, name)
+    if tp is Any:
+        return lambda value, name: value
     if tp is bool:
         return _bool_check
     if tp is int:
@@ -236,11 +241,37 @@ def _checker(tp: Any, meta: Mapping[str, Any]) -> Check:
     raise TypeError(f"no wire check for type {tp!r}")
 
 
+def is_wire(tp: Any) -> bool:
+    """Whether ``tp`` is a wire type."""
+    return isinstance(tp, type) and issubclass(tp, WireValue)
+
+
+def _wire_union_check(kinds: list[type[WireValue]]) -> Check:
+    """``A | B`` of wire types (a batch's results: an answer or an error): the first one the
+    object reads as; none: the error names the field and each one's complaint."""
+    def check(value: Any, name: str) -> Any:
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise _bad(name, "an object", value)
+        problems = []
+        for kind in kinds:
+            try:
+                return kind.from_json(value, what=name, strict=_STRICT.get())
+            except ValidationError as exc:
+                problems.append(f"as {kind.__name__}: {exc.message}")
+        raise ValidationError(f"{name} is none of {', '.join(k.__name__ for k in kinds)} "
+                              f"({'; '.join(problems)})", code="INVALID_REQUEST")
+    return check
+
+
 def _encoder(tp: Any) -> Callable[[Any], Any] | None:
     """How a value of ``tp`` becomes JSON (None: as it is)."""
     origin = typing.get_origin(tp)
     if origin in (types.UnionType, typing.Union):
         inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(inner) > 1 and all(is_wire(a) for a in inner):
+            return lambda v: None if v is None else v.to_json()
         encode = _encoder(inner[0])
         return None if encode is None else (lambda v: None if v is None else encode(v))
     if origin in (list, tuple):
@@ -275,6 +306,7 @@ class WireValue:
 
     __slots__ = ()
     _specs: ClassVar[dict[type, tuple[_Spec, ...]]] = {}
+    _readers: ClassVar[dict[type, Any]] = {}
     WIRE_SCHEMA: ClassVar[Mapping[str, Any]] = {}
     """JSON Schema keywords of the whole object that its fields cannot say (exclusive fields),
     checked by :meth:`wire_check`."""
@@ -342,30 +374,131 @@ class WireValue:
         name = what or cls.__name__
         if not isinstance(obj, dict):
             raise _bad(name, "an object", obj)
-        specs = cls._wire_specs()
         if strict:
-            known = {spec.json for spec in specs}
+            known = {spec.json for spec in cls._wire_specs()}
             for key in obj:
                 if key not in known:
                     raise ValidationError(f"{name}: unknown field {key!r} (allowed: "
                                           f"{', '.join(sorted(known))})", code="INVALID_REQUEST")
-        kwargs: dict[str, Any] = {}
-        token = _STRICT.set(strict)
-        try:
-            for spec in specs:
-                value = obj.get(spec.json)
-                if spec.json not in obj and spec.required:
-                    raise ValidationError(f"{name}.{spec.json} is required",
-                                          code="INVALID_REQUEST")
-                if value is None and not spec.required:
-                    continue  # absent or null: the default
-                kwargs[spec.attr] = spec.check(value, f"{name}.{spec.json}")
-        finally:
-            _STRICT.reset(token)
-        value = cls(**kwargs)
+        read = WireValue._readers.get(cls)
+        if read is None:
+            read = WireValue._readers[cls] = _compile_from_json(cls)
+        if not read.nested:
+            value: Self = read(obj, name)
+        else:
+            token = _STRICT.set(strict)
+            try:
+                value = read(obj, name)
+            finally:
+                _STRICT.reset(token)
         value.wire_check(name)
         return value
 
+
+def _required(name: str, json: str) -> ValidationError:
+    return ValidationError(f"{name}.{json} is required", code="INVALID_REQUEST")
+
+
+_MISSING = object()
+
+
+def _fast_test(tp: Any, meta: Mapping[str, Any]) -> str | None:
+    """A Python expression over ``v`` that is true for the values the field's check passes
+    unchanged and cheaply (an int in range, a plain string, a bool...); None when there is
+    none. A value it does not pass goes through the check, which accepts or names it."""
+    origin = typing.get_origin(tp)
+    if origin in (types.UnionType, typing.Union):
+        inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        test = _fast_test(inner[0], meta) if len(inner) == 1 else None
+        return None if test is None else f"v is None or {test}"
+    if tp is bool:
+        return "v is True or v is False"
+    if tp is int:
+        low, high = int_bounds(meta)
+        return f"type(v) is int and {low} <= v <= {high}"
+    if tp is float:
+        return "type(v) is int or type(v) is float"
+    if tp is str and meta.get("pattern") is None and meta.get("max_length") is None:
+        return "type(v) is str"
+    if origin is dict and typing.get_args(tp)[1] is str:
+        return "type(v) is dict and all(type(x) is str for x in v.values())"
+    return None
+
+
+def _compile_from_json(cls: type[WireValue]) -> Any:
+    """The field-by-field reader of ``cls`` (``(obj, name) -> value``), as
+    :func:`_compile_to_json` writes the encoder: a value of the usual type passes one inline
+    test; any other goes through the field's check, which converts it (``3.0`` -> ``3``) or
+    raises the error naming the field; an optional field absent or null takes its default.
+    The value is made as its ``__init__`` would make it (a wire type has no ``__post_init__``),
+    each slot set once. The same rules as the checks alone, quicker."""
+    hints = typing.get_type_hints(cls)
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    if hasattr(cls, "__post_init__") or not all(f.init for f in fields):
+        raise TypeError(f"{cls.__name__}: a wire type is made from its fields alone")
+    specs = {spec.attr: spec for spec in cls._wire_specs()}
+    scope: dict[str, Any] = {"_MISSING": _MISSING, "_required": _required, "_cls": cls,
+                             "_new": object.__new__}
+    lines = ["def read(obj, name):"]
+    nested = False
+    for i, f in enumerate(fields):
+        scope[f"_s{i}"] = getattr(cls, f.name).__set__  # the slot's own setter (frozen)
+        if f.default is not dataclasses.MISSING:
+            scope[f"_d{i}"] = f.default
+            default = f"_d{i}"
+        elif f.default_factory is not dataclasses.MISSING:
+            scope[f"_f{i}"] = f.default_factory
+            default = f"_f{i}()"
+        else:
+            default = ""
+        spec = specs.get(f.name)
+        if spec is None:  # internal: never on the wire, always its default
+            lines.append(f"    a{i} = {default}")
+            continue
+        scope[f"_c{i}"] = spec.check
+        test = _fast_test(hints[f.name], f.metadata)
+        nested = nested or test is None
+        check = f"_c{i}(v, name + {'.' + spec.json!r})"
+        take = f"a{i} = v if {test} else {check}" if test else f"a{i} = {check}"
+        if spec.required:
+            lines += [f"    v = obj.get({spec.json!r}, _MISSING)",
+                      "    if v is _MISSING:",
+                      f"        raise _required(name, {spec.json!r})",
+                      f"    {take}"]
+        else:
+            lines += [f"    v = obj.get({spec.json!r})",
+                      "    if v is None:",
+                      f"        a{i} = {default}",
+                      "    else:",
+                      f"        {take}"]
+    lines.append("    out = _new(_cls)")
+    lines += [f"    _s{i}(out, a{i})" for i in range(len(fields))]
+    lines.append("    return out")
+    exec("\n".join(lines), scope)  # the names and JSON keys are the class's own
+    read = scope["read"]
+    read.__qualname__ = f"{cls.__qualname__}.read"
+    read.nested = nested  # a field may hold a wire value: read with the caller's strictness
+    return read
+
+
+_W = typing.TypeVar("_W", bound=WireValue)
+
+BAD_GATEWAY = 502
+
+
+def read_answer(cls: type[_W], doc: Any, what: str | None = None) -> _W:
+    """Another service's answer ``doc`` read with its wire type (not strict: an answer may
+    carry fields this reader does not know yet). One that does not read is a
+    ``RemoteError`` with status 502 (that service answered something else), naming the field:
+    what a client of the store or the retry service raises for an unexpected answer."""
+    try:
+        return cls.from_json(doc, what=what)
+    except ValidationError as exc:
+        from clepsydra_core.http import RemoteError  # the HTTP client needs no wire types
+
+        error = RemoteError(f"unexpected answer: {exc.message}")
+        error.http_status = BAD_GATEWAY
+        raise error from exc
 
 
 def _compile_to_json(cls: type[WireValue]) -> Callable[[Any], dict[str, Any]]:

@@ -13,11 +13,13 @@ settings route:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
+from clepsydra_core.errors import ValidationError
 from clepsydra_core.groups import MAX_RETRY_QUEUE_NUMS
 from clepsydra_core.retry_rules import ORDERLY_MAX_RECONSUME_TIMES
-from clepsydra_core.wire.codec import INT32_MAX, WireValue, wire_meta
+from clepsydra_core.wire.codec import INT32_MAX, INT64_MAX, INT64_MIN, WireValue, wire_meta
 from clepsydra_core.wire.topics import TOPIC_SCHEMA, topic_meta
 
 EXAMPLE_GROUP = "billing"
@@ -28,6 +30,9 @@ ANY_TEXT = r"^[\s\S]+$"
 CLUSTERING = "CLUSTERING"
 BROADCASTING = "BROADCASTING"
 MESSAGE_MODELS = (CLUSTERING, BROADCASTING)
+QUEUE_ID_KEY = "^[0-9]{1,10}$"
+"""A queue id as a JSON object key (GroupOffsets)."""
+_QUEUE_ID = re.compile("[0-9]{1,10}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +152,17 @@ class GroupOffsets(WireValue):
 
     group: str
     offsets: dict[str, dict[str, int]] = field(metadata=wire_meta(
-        doc="{topic: {queueId: offset}}"))
+        doc="{topic: {queueId: offset}}", schema={"additionalProperties": {
+            "type": "object", "propertyNames": {"pattern": QUEUE_ID_KEY},
+            "additionalProperties": {"type": "integer", "minimum": INT64_MIN,
+                                     "maximum": INT64_MAX}}}))
+
+    def wire_check(self, name: str) -> None:
+        for topic, queues in self.offsets.items():
+            for key in queues:
+                if not _QUEUE_ID.fullmatch(key):
+                    raise ValidationError(f"{name}.offsets[{topic!r}]: {key!r} is not a queue "
+                                          "id", code="INVALID_REQUEST")
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,8 +2,9 @@
 service and the client SDK:
 
 - ``POST /v1/groups/{group}/send-back`` :class:`SendBackRequest` -> :class:`SendBackAnswer`
-- ``POST /v1/groups/{group}/send-back/batch`` :class:`SendBackBatch` ->
-  ``{results: [SendBackAnswer | {error, message}]}``, one per item, in order
+- ``POST /v1/groups/{group}/send-back/batch`` :class:`SendBackBatch` (the service reads it as
+  :class:`SendBackItems`: each item on its own) -> :class:`SendBackResults`, one per item, in
+  order
 - ``GET /healthz`` -> :class:`RetryHealth`
 """
 
@@ -15,6 +16,7 @@ from typing import Any, ClassVar
 from clepsydra_core.msgid import ID_PATTERN
 from clepsydra_core.retry_rules import ORDERLY_MAX_RECONSUME_TIMES, USE_DEFAULT_MAX
 from clepsydra_core.wire.codec import INT32_MAX, INT32_MIN, WireValue, wire_meta
+from clepsydra_core.wire.errors import ErrorAnswer
 from clepsydra_core.wire.schema import non_null
 from clepsydra_core.wire.topics import topic_meta
 
@@ -89,6 +91,24 @@ class SendBackAnswer(WireValue):
     topic: str | None
     delay_level: int | None
     msg_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SendBackItems(WireValue):
+    """SendBackBatch as the service reads it: each item is checked on its own, and one that is
+    not a SendBackRequest gets its {error, message} in the answer while the others are sent
+    back."""
+
+    items: list[Any] = field(metadata=wire_meta(
+        min_items=1, max_items=MAX_SEND_BACK_BATCH,
+        schema={"items": {"anyOf": [{"$ref": "#/components/schemas/SendBackRequest"}, {}]}}))
+
+
+@dataclass(frozen=True, slots=True)
+class SendBackResults(WireValue):
+    """One result per item, in order: what became of it, or why it was not sent back."""
+
+    results: list[SendBackAnswer | ErrorAnswer]
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from clepsydra_core.wire.codec import WireValue, field_specs, int_bounds
+from clepsydra_core.wire.codec import WireValue, field_specs, int_bounds, is_wire
 
 Ref = Callable[[type[WireValue]], dict[str, Any]]
 """A nested wire type -> the schema that points at it (``{"$ref": ...}``)."""
@@ -29,6 +29,12 @@ def type_schema(tp: Any, meta: Mapping[str, Any], ref: Ref) -> dict[str, Any]:
     origin = typing.get_origin(tp)
     if origin in (types.UnionType, typing.Union):
         inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(inner) > 1 and all(is_wire(a) for a in inner):
+            # wire types whose required fields tell them apart: exactly one fits
+            alternatives = [type_schema(a, meta, ref) for a in inner]
+            if type(None) in typing.get_args(tp):
+                alternatives.append({"type": "null"})
+            return {"oneOf": alternatives}
         if len(inner) > 1:
             alternatives = [type_schema(a, meta, ref) for a in inner]
             if type(None) in typing.get_args(tp):
@@ -38,6 +44,8 @@ def type_schema(tp: Any, meta: Mapping[str, Any], ref: Ref) -> dict[str, Any]:
         if "$ref" in schema:
             return {"anyOf": [schema, {"type": "null"}]}
         return {**schema, "type": [schema["type"], "null"]}
+    if tp is Any:
+        return {}
     if tp is bool:
         return {"type": "boolean"}
     if tp is int:

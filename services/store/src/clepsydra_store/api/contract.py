@@ -1,7 +1,7 @@
 """The store's HTTP contract: one :class:`~clepsydra_web.openapi.Route` per operation, its
-values the wire types of :mod:`clepsydra_core.wire` (a few answers that have no wire type yet
-are JSON Schemas in :data:`SCHEMAS`). ``openapi.json`` is generated from it (``make openapi``);
-a unit test holds the checked-in file equal to it.
+values the wire types of :mod:`clepsydra_core.wire` (:data:`SCHEMAS` holds the one answer that
+is two of them at once, FLUSH_TIMEOUT's). ``openapi.json`` is generated from it (``make
+openapi``); a unit test holds the checked-in file equal to it.
 
 Adding a route: add its ``Route(...)`` to :data:`ROUTES` (a path parameter of a new name to
 :data:`PATH_PARAMS`), run ``make openapi``, commit both.
@@ -14,6 +14,7 @@ from typing import Any
 from clepsydra_core.levels import DelayLevels
 from clepsydra_core.msgid import ID_PATTERN
 from clepsydra_core.validation import GROUP_MAX_LEN, GROUP_PATTERN
+from clepsydra_core.wire.auth import TokenCreate, TokenCreated, TokenList, TokenRevoked
 from clepsydra_core.wire.codec import INT32_MAX, INT64_MAX
 from clepsydra_core.wire.copy import CopyBatch, RangeCopy, RangeCopyAnswer
 from clepsydra_core.wire.groups import (
@@ -29,6 +30,7 @@ from clepsydra_core.wire.groups import (
     OffsetCommit,
     OffsetCommitted,
 )
+from clepsydra_core.wire.health import StoreHealth
 from clepsydra_core.wire.locks import LockAnswer, LockList, LockRequest, UnlockAnswer
 from clepsydra_core.wire.messages import (
     DEFAULT_PULL,
@@ -68,28 +70,11 @@ from clepsydra_core.wire.topics import (
 )
 from clepsydra_web.openapi import Answer, Api, Param, Route, ops_routes
 
-_PATTERNS = {"type": "array", "items": {"type": "string"}}
-_TOKEN_FIELDS = {"name": {"type": "string"}, "role": {"type": "string", "enum": [
-    "producer", "consumer", "admin", "scheduler", "retry", "analytics"]},
-    "topics": _PATTERNS, "groups": _PATTERNS, "createdMs": {"type": "integer"},
-    "ratePerS": {"type": "number", "minimum": 0,
-                 "description": "requests a second (absent: CLEPSYDRA_AUTH_RATE_PER_S)"}}
 AUTH_ERRORS = {409: "TOKENS_FILE_READ_ONLY: the tokens file is a read-only mount (a Kubernetes "
                     "Secret): change the Secret instead",
                404: "AUTH_OFF: access control is off (CLEPSYDRA_AUTH=off), there are no "
                     "tokens; or no token of that name"}
 SCHEMAS: dict[str, dict[str, Any]] = {
-    "TokenList": {"type": "object", "required": ["tokens"], "properties": {"tokens": {
-        "type": "array", "items": {"type": "object", "properties": _TOKEN_FIELDS}}}},
-    "TokenCreate": {"type": "object", "required": ["name", "role"],
-                    "additionalProperties": False, "properties": {
-                        "name": {"type": "string", "minLength": 1, "maxLength": 128},
-                        "role": _TOKEN_FIELDS["role"],
-                        "topics": {"oneOf": [{"type": "string"}, _PATTERNS]},
-                        "groups": {"oneOf": [{"type": "string"}, _PATTERNS]},
-                        "ratePerS": _TOKEN_FIELDS["ratePerS"]}},
-    "TokenCreated": {"type": "object", "required": ["name", "role", "token"],
-                     "properties": {**_TOKEN_FIELDS, "token": {"type": "string"}}},
     "FlushTimeout": {"description": "FLUSH_TIMEOUT: appended, but the fsync did not complete "
                      "in time; not acknowledged, the producer may resend (P2)",
                      "allOf": [{"$ref": "#/components/schemas/Error"},
@@ -336,23 +321,19 @@ ROUTES = [
           errors=(403, 404, 507), error_text=DISK_FULL),
     Route("GET", "/v1/auth/tokens", "list_tokens",
           "Token names, roles and patterns (admin; never a token nor its hash).",
-          [Answer(200, "The tokens", "TokenList")], errors=(404,), error_text=AUTH_ERRORS),
+          [Answer(200, "The tokens", TokenList)], errors=(404,), error_text=AUTH_ERRORS),
     Route("POST", "/v1/auth/tokens", "create_token",
           "Create a token (admin): the answer is the only place it is ever shown.",
-          [Answer(201, "Created", "TokenCreated")], request="TokenCreate",
+          [Answer(201, "Created", TokenCreated)], request=TokenCreate,
           errors=(404, 409), error_text=AUTH_ERRORS,
           description="Written to the store's CLEPSYDRA_AUTH_TOKENS_FILE atomically; every "
                       "service reading that file accepts the token within a second."),
     Route("DELETE", "/v1/auth/tokens/{name}", "revoke_token", "Revoke a token (admin).",
-          [Answer(200, "Revoked", {"type": "object", "required": ["name", "revoked"],
-                                   "properties": {"name": {"type": "string"},
-                                                  "revoked": {"type": "boolean"}}})],
+          [Answer(200, "Revoked", TokenRevoked)],
           errors=(404, 409), error_text=AUTH_ERRORS),
     *ops_routes(Route(
         "GET", "/healthz", "healthz", "Liveness and whether the store accepts writes.",
-        [Answer(200, "Up", {"type": "object", "required": ["status", "writable"],
-                            "properties": {"status": {"type": "string", "enum": ["ok"]},
-                                           "writable": {"type": "boolean"}}})])),
+        [Answer(200, "Up", StoreHealth)])),
 ]
 
 API = Api(

@@ -16,18 +16,15 @@ from clepsydra_core.auth import parse_role
 from clepsydra_core.auth_tokens import (
     TokensFileReadOnly,
     create_token,
-    parse_rate,
     read_entries,
     revoke_token,
 )
 from clepsydra_core.errors import ClepsydraError, NotFound, ValidationError
+from clepsydra_core.wire.auth import TokenCreate, TokenCreated, TokenInfo, TokenList, TokenRevoked
 from clepsydra_store.api.context import ctx
 from clepsydra_store.api.web import json_response, request_object
-from clepsydra_web import jsonio
 
 bp = Blueprint("auth", __name__)
-
-CREATE_FIELDS = frozenset({"name", "role", "topics", "groups", "ratePerS"})
 
 
 class AuthOff(ClepsydraError):
@@ -50,39 +47,31 @@ def _path() -> Path:
     return auth.tokens_file
 
 
-def _patterns(value: object, name: str) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise ValidationError(f"{name} must be a pattern or a list of patterns")
-    return tuple(value)
+def _patterns(request: TokenCreate, which: str) -> tuple[str, ...]:
+    patterns = request.patterns(which)
+    if not all(patterns):
+        raise ValidationError(f"token.{which} must be a pattern or a list of patterns, none "
+                              "of them empty")
+    return patterns
 
 
 @bp.get("/v1/auth/tokens")
 def list_tokens() -> Response:
-    return json_response({"tokens": [e.describe() for e in read_entries(_path())]})
+    return json_response(TokenList([TokenInfo.of(e) for e in read_entries(_path())]).to_json())
 
 
 @bp.post("/v1/auth/tokens")
 def create() -> Response:
     path = _path()
-    body = request_object()
-    jsonio.check_fields(body, CREATE_FIELDS, "token")
-    name = jsonio.req_str(body, "name")
+    request = TokenCreate.from_json(request_object(), what="token", strict=True)
     try:
-        role = parse_role(jsonio.req_str(body, "role"))
-    except ValueError as exc:
-        raise ValidationError(str(exc)) from None
-    try:
-        entry, token = create_token(path, name, role,
-                                    topics=_patterns(body.get("topics"), "topics"),
-                                    groups=_patterns(body.get("groups"), "groups"),
-                                    rate_per_s=parse_rate(body.get("ratePerS")))
+        entry, token = create_token(path, request.name, parse_role(request.role),
+                                    topics=_patterns(request, "topics"),
+                                    groups=_patterns(request, "groups"),
+                                    rate_per_s=request.rate_per_s or 0.0)
     except TokensFileReadOnly as exc:
         raise ReadOnlyTokens(exc.message) from None
-    return json_response({**entry.describe(), "token": token}, 201)
+    return json_response(TokenCreated.of(entry, token).to_json(), 201)
 
 
 @bp.delete("/v1/auth/tokens/<name>")
@@ -93,4 +82,4 @@ def revoke(name: str) -> Response:
         raise ReadOnlyTokens(exc.message) from None
     if not found:
         raise NotFound(f"no token named {name!r}")
-    return json_response({"name": name, "revoked": True})
+    return json_response(TokenRevoked(name, True).to_json())
