@@ -19,19 +19,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clepsydra_core.wire.codec import WireValue
+from clepsydra_core.wire.errors import ErrorAnswer
 from clepsydra_core.wire.schema import nested_types, object_schema
 
 OPENAPI_VERSION = "3.1.0"
 JSON_TYPE = "application/json"
-ERROR = "Error"
-"""The component every 4xx/5xx answer has: ``{error, message}`` (DESIGN "HTTP contract")."""
-ERROR_SCHEMA: dict[str, Any] = {
-    "type": "object", "required": ["error", "message"],
-    "properties": {
-        "error": {"type": "string", "description": "stable code (INVALID_TOPIC, "
-                  "TOPIC_NOT_EXIST, OFFSET_OUT_OF_RANGE, NO_PERMISSION, ...)"},
-        "message": {"type": "string",
-                    "description": "text naming the SPEC rule where one applies"}}}
+ERROR = ErrorAnswer.__name__
+"""The component every 4xx/5xx answer has: ``{error, message}`` (DESIGN "HTTP contract"), the
+schema of :class:`~clepsydra_core.wire.errors.ErrorAnswer`, the one definition of that body."""
 ERROR_TEXT: Mapping[int, str] = {
     400: "invalid input (malformed JSON, a field of the wrong type or out of range, a broken "
          "SPEC rule named in the message); nothing was changed",
@@ -224,6 +219,7 @@ class _Builder:
         return op
 
     def document(self) -> dict[str, Any]:
+        self._add_wire(ErrorAnswer, closed=False)
         for cls in self.api.wire_requests:
             self._add_wire(cls, closed=True)
         for cls in self.api.wire_answers:
@@ -235,7 +231,7 @@ class _Builder:
             if method in methods:
                 raise ValueError(f"{route.method} {route.path} is declared twice")
             methods[method] = self.operation(route)
-        schemas: dict[str, Any] = {ERROR: ERROR_SCHEMA, **self.api.schemas}
+        schemas: dict[str, Any] = dict(self.api.schemas)
         for name, cls in self.wire.items():
             if name in schemas:
                 raise ValueError(f"schema {name!r} is both a wire type and a contract schema")

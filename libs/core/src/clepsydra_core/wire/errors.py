@@ -18,7 +18,7 @@ class ErrorAnswer(WireValue):
 
     error: str = field(metadata=wire_meta(
         doc="stable code (INVALID_REQUEST, NO_PERMISSION, SYSTEM_ERROR, ...)"))
-    message: str
+    message: str = field(metadata=wire_meta(doc="text naming the SPEC rule where one applies"))
 
     @classmethod
     def of(cls, exc: ClepsydraError) -> ErrorAnswer:

@@ -68,7 +68,7 @@ from clepsydra_core.wire.topics import (
     TopicList,
     TopicUpdate,
 )
-from clepsydra_web.openapi import Answer, Api, Param, Route, ops_routes
+from clepsydra_web.openapi import ERROR, Answer, Api, Param, Route, ops_routes
 
 AUTH_ERRORS = {409: "TOKENS_FILE_READ_ONLY: the tokens file is a read-only mount (a Kubernetes "
                     "Secret): change the Secret instead",
@@ -77,7 +77,7 @@ AUTH_ERRORS = {409: "TOKENS_FILE_READ_ONLY: the tokens file is a read-only mount
 SCHEMAS: dict[str, dict[str, Any]] = {
     "FlushTimeout": {"description": "FLUSH_TIMEOUT: appended, but the fsync did not complete "
                      "in time; not acknowledged, the producer may resend (P2)",
-                     "allOf": [{"$ref": "#/components/schemas/Error"},
+                     "allOf": [{"$ref": f"#/components/schemas/{ERROR}"},
                                {"$ref": "#/components/schemas/ProduceResults"}]},
 }
 

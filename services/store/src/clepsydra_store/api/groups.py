@@ -20,9 +20,12 @@ from clepsydra_core.wire.groups import (
     ConsumerRemoved,
     Consumers,
     GroupOffsets,
+    GroupSettingsAnswer,
+    GroupSettingsList,
     Heartbeat,
     HeartbeatAnswer,
     OffsetCommit,
+    OffsetCommitted,
 )
 from clepsydra_store.api.context import ctx
 from clepsydra_store.api.web import json_response, trace_topic
@@ -33,15 +36,16 @@ bp = Blueprint("groups", __name__)
 
 
 
-def _settings_json(group: str, settings: GroupSettings) -> dict[str, Any]:
-    return {"group": group, **settings.to_json()}
+def _settings_answer(group: str, settings: GroupSettings) -> GroupSettingsAnswer:
+    return GroupSettingsAnswer(group, settings.retry_queue_nums, settings.retry_max_times)
 
 
 @bp.get("/v1/groups")
 def list_groups() -> Response:
     """``{groups: [{group, retryQueueNums, retryMaxTimes}]}``: every group with settings."""
-    return json_response({"groups": [_settings_json(group, settings) for group, settings
-                                     in ctx().store.all_group_settings().items()]})
+    return json_response(GroupSettingsList([
+        _settings_answer(group, settings)
+        for group, settings in ctx().store.all_group_settings().items()]).to_json())
 
 
 @bp.put("/v1/groups/<group>/settings")
@@ -52,7 +56,7 @@ def put_group_settings(group: str) -> Response:
     raw = request.get_data(cache=False)
     body = jsonio.loads_object(raw) if raw.strip() else {}
     settings, created = ctx().store.put_group_settings(group, body)
-    return json_response(_settings_json(group, settings), 201 if created else 200)
+    return json_response(_settings_answer(group, settings).to_json(), 201 if created else 200)
 
 
 @bp.get("/v1/groups/<group>/settings")
@@ -61,7 +65,7 @@ def get_group_settings(group: str) -> Response:
     settings = ctx().store.group_settings(group)
     if settings is None:
         raise GroupNotFound(f"consumer group {group!r} does not exist", rule="R2")
-    return json_response(_settings_json(group, settings))
+    return json_response(_settings_answer(group, settings).to_json())
 
 
 @bp.put("/v1/groups/<group>/offsets")
@@ -83,8 +87,7 @@ def commit_offset(group: str) -> Response:
         raise OffsetOutOfRange(f"offset {queue_offset} is past the end of {topic!r} queue "
                                f"{queue_id} (maxOffset {queue.max_offset})")
     store.commit_offset(group, topic, queue_id, queue_offset)
-    return json_response({"group": group, "topic": topic, "queueId": queue_id,
-                          "offset": queue_offset})
+    return json_response(OffsetCommitted(group, topic, queue_id, queue_offset).to_json())
 
 
 @bp.get("/v1/groups/<group>/offsets")
