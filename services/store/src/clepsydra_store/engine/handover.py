@@ -19,17 +19,18 @@ from clepsydra_core.records import (
     MIN_END_MARKER,
     RECORD_HEADER,
     CommitLogRecord,
-    encode_record_tail,
     tags_code,
 )
 from clepsydra_store.engine.codec import (
     Prepared,
     SpliceTemplate,
+    encode_tail,
     handover_properties,
     schedule_offset,
     splice_properties,
     splice_template,
     too_large,
+    topic_field,
 )
 from clepsydra_store.engine.commitlog import CommitLog
 from clepsydra_store.engine.consume_queue import ENTRY, ConsumeQueue
@@ -66,8 +67,8 @@ _TEMPLATES_MAX = 1024
 _TOPICS: dict[str, bytes] = {}
 
 
-def _topic_raw(topic: str) -> bytes:
-    raw = topic.encode()
+def _topic_field(topic: str) -> bytes:
+    raw = topic_field(topic.encode())
     if len(_TOPICS) >= _TEMPLATES_MAX:
         _TOPICS.clear()
     _TOPICS[topic] = raw
@@ -236,9 +237,8 @@ class Handover:
                                                     values.get(P.REAL_QID))
         if reason is not None:
             return None
-        props_raw = splice_properties(template, level, queue_offset, deliver_ts)
-        topic_raw = _TOPICS.get(topic) or _topic_raw(topic)
-        tail = encode_record_tail(body, topic_raw, props_raw)
+        tail = encode_tail(body, _TOPICS.get(topic) or _topic_field(topic),
+                           splice_properties(template, level, queue_offset, deliver_ts))
         new_size = HEADER_SIZE + len(tail)
         if new_size + MIN_END_MARKER > self.segment_size_bytes:
             raise too_large(new_size, self.segment_size_bytes)
