@@ -127,11 +127,11 @@ class BatchEncoder:
                 if type(props) is not dict:
                     return None
                 if props.get(P.UNIQ_KEY) == "":  # given empty: a new one in its place (put())
-                    encoded = _encode_properties({**props, P.UNIQ_KEY: self._preparer.ids.new()})
+                    encoded = _producer_block({**props, P.UNIQ_KEY: self._preparer.ids.new()})
                     if encoded is None:
                         return None
                 else:
-                    encoded = _encode_properties(props)
+                    encoded = _producer_block(props)
                     if encoded is None:
                         return None
                     self._props, self._encoded = props, encoded
@@ -244,9 +244,10 @@ class BatchEncoder:
             uniq_key))
 
 
-def _encode_properties(props: dict[str, str]) -> tuple[bytes, tuple[int, ...], str] | None:
-    """(encoding, key hash of UNIQ_KEY if set, UNIQ_KEY or "") of a producer's properties
-    that validate_properties passes (P1); None for any others."""
+def _producer_block(props: dict[str, str]) -> tuple[bytes, tuple[int, ...], str] | None:
+    """(their properties block: codec.property_field's, key hash of UNIQ_KEY if set, UNIQ_KEY
+    or "") of a producer's properties that validate_properties passes (P1); None for any
+    others."""
     fields: list[bytes] = []
     for name, value in props.items():
         prefix = _NAMES.get(name) or _settable_name(name)
