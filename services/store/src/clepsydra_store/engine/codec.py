@@ -19,6 +19,7 @@ them equal on random blocks, and the records of every writer equal to a referenc
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import NamedTuple
 from zlib import crc32
 
@@ -39,11 +40,12 @@ from clepsydra_store.engine.key_index import key_hash
 
 
 # ---- the encoder ------------------------------------------------------------------------------
-def property_field(name: bytes, raw: bytes) -> bytes:
+def property_field(name: bytes, raw: bytes, _value_len: Callable[[int], bytes] = VALUE_LEN.pack
+                   ) -> bytes:
     """One stored property, ``name_len | name | value_len | value``: ``name`` is the property's
     ``properties.name_field`` (``name_len | name``, which writers hold), ``raw`` its UTF-8
     value."""
-    return name + VALUE_LEN.pack(len(raw)) + raw
+    return name + _value_len(len(raw)) + raw
 
 
 def encode_tail(body: bytes, topic: bytes, fields: list[bytes]) -> bytes:
@@ -69,17 +71,17 @@ _NAMES_MAX = 4096
 def properties_fields(props: dict[str, str]) -> list[bytes]:
     """The :func:`property_field` of each property of a dict, in its order (the properties
     block of :func:`encode_tail`); UnicodeEncodeError on text that is not valid Unicode."""
-    fields: list[bytes] = []
-    add = fields.append
-    names = _NAMES
-    for name, value in props.items():
-        prefix = names.get(name)
-        if prefix is None:
-            prefix = name_field(name)
-            if len(names) < _NAMES_MAX:
-                names[name] = prefix
-        add(property_field(prefix, value.encode()))
-    return fields
+    get, field = _NAMES.get, property_field
+    return [field(get(name) or _name_field(name), value.encode())
+            for name, value in props.items()]
+
+
+def _name_field(name: str) -> bytes:
+    """``properties.name_field`` of a property name, cached."""
+    field = name_field(name)
+    if len(_NAMES) < _NAMES_MAX:
+        _NAMES[name] = field
+    return field
 
 
 def relocated_header(raw: bytes, commitlog_offset: int) -> bytes:
@@ -137,11 +139,11 @@ class Prepared(NamedTuple):
         size = HEADER_SIZE + len(tail)
         if size + MIN_END_MARKER > max_size:
             raise too_large(size, max_size)
-        return cls(size, topic, queue_id, 0 if delay_ms else tags_code(props.get(P.TAGS)),
-                   delay_ms, crc32(body), flag, sys_flag, born_timestamp, born_host,
-                   reconsume_times, len(body), tail,
-                   tuple(key_hash(k) for k in record_keys(props)), mark, deliver_ts,
-                   props.get(P.UNIQ_KEY, ""))
+        return tuple.__new__(cls, (  # cls(...) without its Python-level __new__
+            size, topic, queue_id, 0 if delay_ms else tags_code(props.get(P.TAGS)), delay_ms,
+            crc32(body), flag, sys_flag, born_timestamp, born_host, reconsume_times, len(body),
+            tail, tuple(map(key_hash, record_keys(props))), mark, deliver_ts,
+            props.get(P.UNIQ_KEY, "")))
 
 
 # ---- the D4 edit (hand-over) ------------------------------------------------------------------
