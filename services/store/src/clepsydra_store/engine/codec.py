@@ -63,6 +63,21 @@ def topic_field(topic_raw: bytes) -> bytes:
     return U8.pack(len(topic_raw)) + topic_raw
 
 
+TOPIC_FIELDS: dict[str, bytes] = {}
+"""topic -> its :func:`topic_field` (writers look here first: ``TOPIC_FIELDS.get(topic) or
+topic_field_of(topic)``)."""
+_TOPIC_FIELDS_MAX = 1024
+
+
+def topic_field_of(topic: str) -> bytes:
+    """The :func:`topic_field` of a topic name, kept in :data:`TOPIC_FIELDS`."""
+    field = topic_field(topic.encode())
+    if len(TOPIC_FIELDS) >= _TOPIC_FIELDS_MAX:
+        TOPIC_FIELDS.clear()
+    TOPIC_FIELDS[topic] = field
+    return field
+
+
 _NAMES: dict[str, bytes] = {}
 """Property names encoded by :func:`properties_fields` -> their ``name_field``."""
 _NAMES_MAX = 4096
@@ -135,7 +150,8 @@ class Prepared(NamedTuple):
               deliver_ts: int = 0, max_size: int) -> Prepared:
         """The record of a properties dict, by :func:`encode_tail` (the produce encoder's
         records are byte-equal to these)."""
-        tail = encode_tail(body, topic_field(topic.encode()), properties_fields(props))
+        tail = encode_tail(body, TOPIC_FIELDS.get(topic) or topic_field_of(topic),
+                           properties_fields(props))
         size = HEADER_SIZE + len(tail)
         if size + MIN_END_MARKER > max_size:
             raise too_large(size, max_size)

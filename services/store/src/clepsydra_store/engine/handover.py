@@ -22,6 +22,7 @@ from clepsydra_core.records import (
     tags_code,
 )
 from clepsydra_store.engine.codec import (
+    TOPIC_FIELDS,
     Prepared,
     SpliceTemplate,
     encode_tail,
@@ -30,7 +31,7 @@ from clepsydra_store.engine.codec import (
     splice_properties,
     splice_template,
     too_large,
-    topic_field,
+    topic_field_of,
 )
 from clepsydra_store.engine.commitlog import CommitLog
 from clepsydra_store.engine.consume_queue import ENTRY, ConsumeQueue
@@ -64,15 +65,6 @@ class HandoverPlan:
 
 
 _TEMPLATES_MAX = 1024
-_TOPICS: dict[str, bytes] = {}
-
-
-def _topic_field(topic: str) -> bytes:
-    raw = topic_field(topic.encode())
-    if len(_TOPICS) >= _TEMPLATES_MAX:
-        _TOPICS.clear()
-    _TOPICS[topic] = raw
-    return raw
 
 
 class Handover:
@@ -237,7 +229,7 @@ class Handover:
                                                     values.get(P.REAL_QID))
         if reason is not None:
             return None
-        tail = encode_tail(body, _TOPICS.get(topic) or _topic_field(topic),
+        tail = encode_tail(body, TOPIC_FIELDS.get(topic) or topic_field_of(topic),
                            splice_properties(template, level, queue_offset, deliver_ts))
         new_size = HEADER_SIZE + len(tail)
         if new_size + MIN_END_MARKER > self.segment_size_bytes:
