@@ -3,7 +3,10 @@ parser (``api.produce.parse_messages``: the fast parser and the wire type) and a
 engine round-trip every field, and their stored bytes and ConsumeQueue entries equal a
 reference encoding written plainly here from the formats of SPEC S1, S2, R10, T1 and
 ``clepsydra_core.records`` (not from the store's code). Recovery re-dispatches them to the same
-entries (P3). The hand-over's two D4 forms (dict and splice) give the same bytes."""
+entries (P3). The hand-over's two D4 forms (dict and splice) give the same bytes. Every other
+record the store writes (copies, the D7 park, timers' parks, tombstones and hand-overs, the
+carry-forward) has the reference layout with the properties its rule gives, and no module but
+the codec writes a piece of a record."""
 
 from __future__ import annotations
 
@@ -24,8 +27,8 @@ from clepsydra_core import naming
 from clepsydra_core import properties as P
 from clepsydra_core.levels import DelayLevels
 from clepsydra_core.msgid import decode_msg_id, encode_msg_id
-from clepsydra_core.properties import encode_properties
-from clepsydra_core.records import QueueEntry, offset_msg_id
+from clepsydra_core.records import CommitLogRecord, QueueEntry, decode_record, offset_msg_id
+from clepsydra_core.wire.copy import CopyItem
 from clepsydra_store.api.produce import parse_messages
 from clepsydra_store.engine.codec import (
     handover_properties,
@@ -33,8 +36,8 @@ from clepsydra_store.engine.codec import (
     splice_template,
 )
 from clepsydra_store.engine.message_store import MessageStore
-from clepsydra_store.engine.types import PutResult
-from tests.unit.store.conftest import engine_config
+from clepsydra_store.engine.types import PutRequest, PutResult
+from tests.unit.store.conftest import OpenStore, engine_config
 
 BORN_HOST = socket.inet_aton("10.0.0.5") + struct.pack(">I", 40_000)
 STORE_HOST = socket.inet_aton("127.0.0.1") + struct.pack(">I", 8081)  # EngineConfig's default
@@ -237,11 +240,11 @@ def test_the_splice_gives_the_bytes_of_the_dict_rebuild(props: dict[str, str], l
                                                          queue_offset: int,
                                                          deliver_ts: int) -> None:
     """D4 (issue 13.3): the hand-over's splice of a stored block equals its dict rebuild."""
-    template = splice_template(encode_properties(props))
+    template = splice_template(reference_properties(props))
     assert template is not None
     rebuilt = handover_properties(dict(props), level, queue_offset, deliver_ts)
-    assert splice_properties(template, level, queue_offset, deliver_ts) == \
-        encode_properties(rebuilt)
+    assert b"".join(splice_properties(template, level, queue_offset, deliver_ts)) == \
+        reference_properties(rebuilt)
 
 
 @settings(max_examples=200, deadline=None)
@@ -251,3 +254,132 @@ def test_the_writer_offset_msg_id_is_the_msgid_module_encoding(host: bytes, offs
     is the msgId layout of clepsydra_core.msgid: store host then the offset, 32 hex digits."""
     assert offset_msg_id(host.hex().upper(), offset) == encode_msg_id(host, offset)
     assert decode_msg_id(offset_msg_id(host.hex().upper(), offset)).commitlog_offset == offset
+
+
+# ---- every other writer: copies, tombstones, the D7 park, timers, hand-over, carry-forward ----
+STORE_SRC = Path(__file__).resolve().parents[3] / "services" / "store" / "src" / "clepsydra_store"
+LAYOUT_WRITERS = ("VALUE_LEN.pack", "NAME_LEN.pack", "I32.pack", "U8.pack", "RECORD_HEADER.pack",
+                  "encode_record", "encode_properties", "P.property_field", "pack_header(")
+"""What writes a piece of a record's bytes: the property and tail layouts, the header."""
+
+
+def test_record_bytes_are_written_by_the_codec_alone() -> None:
+    """Issue 13.3: one encoder. The properties layout and the record tail are written in
+    engine/codec.py only (``property_field``, ``encode_tail``), the header by
+    ``records.pack_header`` in the writer (``StoreCore._place``) and the codec
+    (``relocated_header``): no other module of the store writes a second copy of them."""
+    allowed = {"engine/codec.py": set(LAYOUT_WRITERS), "engine/store_core.py": {"pack_header("}}
+    found = []
+    for path in sorted(STORE_SRC.rglob("*.py")):
+        name = path.relative_to(STORE_SRC).as_posix()
+        text = path.read_text()
+        found += [(name, token) for token in LAYOUT_WRITERS
+                  if token in text and token not in allowed.get(name, set())]
+    assert found == []
+
+
+def stored(store: MessageStore, commitlog_offset: int) -> tuple[bytes, CommitLogRecord]:
+    """The stored bytes of the record at ``commitlog_offset``, and the record they decode to."""
+    (size,) = struct.unpack(">i", store._commitlog.read_bytes(commitlog_offset, 4))
+    raw = store._commitlog.read_bytes(commitlog_offset, size)
+    return raw, decode_record(raw)[0]
+
+
+def assert_reference(store: MessageStore, commitlog_offset: int, topic: str, queue_id: int,
+                     props: dict[str, str]) -> CommitLogRecord:
+    """The record at ``commitlog_offset`` is in ``topic``/``queue_id`` with exactly ``props`` in
+    that order, and its bytes are the reference layout of its fields (clepsydra_core.records,
+    written out field by field)."""
+    raw, r = stored(store, commitlog_offset)
+    assert (r.topic, r.queue_id) == (topic, queue_id)
+    assert list(r.properties.items()) == list(props.items())
+    name = topic.encode()
+    block = reference_properties(props)
+    size = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8 + 8 + 8 + 4 + 4 + len(r.body) + 1 + len(name) \
+        + 4 + len(block)
+    assert raw == (struct.pack(">iiIiiqqiq", size, 0x434C5331, zlib.crc32(r.body), queue_id,
+                               r.flag, r.queue_offset, commitlog_offset, r.sys_flag,
+                               r.born_timestamp) + r.born_host
+                   + struct.pack(">q", r.store_timestamp) + STORE_HOST
+                   + struct.pack(">ii", r.reconsume_times, len(r.body)) + r.body
+                   + bytes([len(name)]) + name + struct.pack(">i", len(block)) + block)
+    return r
+
+
+def test_every_record_the_store_writes_has_the_reference_bytes(open_store: OpenStore) -> None:
+    """Issue 13.3: copies (R-ladder), the level park and hand-over (S1, D4 splice, D7 park),
+    timers (T1: park, tombstone, reschedule, hand-over through the dict rebuild) are all
+    encoded as the SPEC's layout with the properties the rules give, in order."""
+    store = open_store(levels="1s 2s 3s")
+    store.create_topic(TOPIC, 2)
+    store.create_topic("Gone", 1)
+    plain = store.put(PutRequest(TOPIC, b"p", tags="a", keys="k1 k2", queue_id=0,
+                                 properties={"app": "x", P.UNIQ_KEY: "U-plain"}))
+    base = {"app": "x", P.UNIQ_KEY: "U-plain", P.TAGS: "a", P.KEYS: "k1 k2"}
+    assert_reference(store, plain.commitlog_offset, TOPIC, 0, base)
+
+    copy = store.copy([CopyItem(commitlog_offset=plain.commitlog_offset, topic=RETRY,
+                                reconsume_times=1, set_properties={P.RETRY_TOPIC: TOPIC})])[0]
+    copied = assert_reference(store, copy.commitlog_offset, RETRY, 0,
+                              {**base, P.RETRY_TOPIC: TOPIC})
+    assert copied.reconsume_times == 1
+
+    level = store.put(PutRequest(TOPIC, b"l", tags="a", queue_id=1, delay_level=1,
+                                 properties={P.UNIQ_KEY: "U-level"}))
+    gone = store.put(PutRequest("Gone", b"g", delay_level=1, queue_id=0,
+                                properties={P.UNIQ_KEY: "U-gone"}))
+    parked = {P.UNIQ_KEY: "U-level", P.TAGS: "a", P.REAL_TOPIC: TOPIC, P.REAL_QID: "1",
+              P.DELAY: "1"}
+    assert_reference(store, level.commitlog_offset, naming.SCHEDULE_TOPIC, 0, parked)
+    store.delete_topic("Gone")
+    assert store.handover(1, 0, 10, now_ms=gone.store_timestamp + 1_000).delivered == 1
+    delivered = store.get_by_msg_id("U-level")[-1]
+    assert_reference(store, delivered.commitlog_offset, TOPIC, 1, {
+        P.UNIQ_KEY: "U-level", P.TAGS: "a", P.REAL_TOPIC: TOPIC, P.REAL_QID: "1",
+        P.SCHEDULE_OFFSET: "1:0", P.DELIVER_TS: str(level.store_timestamp + 1_000)})
+    error = store.get_by_msg_id("U-gone")[-1]
+    assert_reference(store, error.commitlog_offset, naming.SCHEDULE_ERROR_TOPIC, 0, {
+        P.UNIQ_KEY: "U-gone", P.REAL_TOPIC: "Gone", P.REAL_QID: "0",
+        P.SCHEDULE_OFFSET: "1:1", P.DELIVER_TS: str(gone.store_timestamp + 1_000),
+        P.SCHEDULE_ERROR: "real_topic_missing: Gone"})
+
+    far = NOW + 10**9
+    timer = store.put(PutRequest(TOPIC, b"t", deliver_at=far, queue_id=0,
+                                 properties={P.UNIQ_KEY: "U-timer"}))
+    assert_reference(store, timer.commitlog_offset, naming.TIMER_TOPIC, 0, {
+        P.UNIQ_KEY: "U-timer", P.REAL_TOPIC: TOPIC, P.REAL_QID: "0", P.DELIVER_AT: str(far)})
+    store.timers.reschedule("U-timer", NOW)
+    tombstone = store._dispatcher.queue(naming.TIMER_TOPIC, naming.TIMER_CANCEL_QUEUE).entry(0)
+    assert tombstone is not None
+    assert_reference(store, tombstone.commitlog_offset, naming.TIMER_TOPIC,
+                     naming.TIMER_CANCEL_QUEUE,
+                     {P.CANCEL_OF: "0:0", P.ORIGIN_MESSAGE_ID: "U-timer"})
+    again = store.get_by_msg_id("U-timer")[-1]
+    assert_reference(store, again.commitlog_offset, naming.TIMER_TOPIC, 0, {
+        P.UNIQ_KEY: "U-timer", P.REAL_TOPIC: TOPIC, P.REAL_QID: "0", P.DELIVER_AT: str(NOW)})
+    assert store.timers.handover(again.store_timestamp, 10).delivered == 1
+    handed = store.get_by_msg_id("U-timer")[-1]
+    assert_reference(store, handed.commitlog_offset, TOPIC, 0, {
+        P.UNIQ_KEY: "U-timer", P.REAL_TOPIC: TOPIC, P.REAL_QID: "0", P.SCHEDULE_OFFSET: "0:1",
+        P.DELIVER_TS: str(again.store_timestamp)})
+
+
+def test_a_carried_record_is_the_stored_one_placed_by_dispatch(open_store: OpenStore) -> None:
+    """Issue 13.3, SPEC P4: carry-forward writes the parked record byte for byte but its own
+    CommitLog offset, and its entry and keys are placed as a live append's (dispatch)."""
+    store = open_store(levels="1s 2s 3s")
+    store.create_topic(TOPIC, 1)
+    parked = store.put(PutRequest(TOPIC, b"later", keys="k-later", delay_level=3,
+                                  properties={P.UNIQ_KEY: "U-later"}))
+    old, _ = stored(store, parked.commitlog_offset)
+    for _ in range(3):  # past a few 64 KiB segments
+        store.put_batch([PutRequest(TOPIC, b"f" * 1000) for _ in range(70)])
+    assert store.delete_expired_segments(now_ms=NOW + 10**12) >= 1
+    assert store.stats()["schedule_carried_total"] == 1
+    entry = store._dispatcher.queue(naming.SCHEDULE_TOPIC, 2).entry(parked.queue_offset)
+    assert entry is not None and entry.commitlog_offset > parked.commitlog_offset
+    assert entry == QueueEntry(entry.commitlog_offset, len(old), parked.store_timestamp + 3_000)
+    new, _ = stored(store, entry.commitlog_offset)
+    assert new == old[:28] + struct.pack(">q", entry.commitlog_offset) + old[36:]
+    assert [r.commitlog_offset for r in store.get_by_msg_id("U-later")] == [
+        entry.commitlog_offset]

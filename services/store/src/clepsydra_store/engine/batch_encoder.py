@@ -6,8 +6,9 @@ several requests is encoded once; tags, few and repeated, are cached), for every
 message: plain, parked at a level (S1), a timer (T1), a %RETRY% send (R10: dead-lettered at
 its max). A request that does not pass a plain check goes to :meth:`Preparer.put`, which names
 the refusal (the same errors in the same order); this encoder changes nothing before its checks
-are done. Its records are byte-equal to ``Prepared.build``'s (tests/unit/store/test_codec.py
-holds them to a reference encoding).
+are done. The bytes are the codec's (``codec.encode_tail`` over ``codec.property_field``s, the
+encoder of every record the store writes), so its records equal ``Prepared.build``'s
+(tests/unit/store/test_codec.py holds them to a reference encoding).
 """
 
 from __future__ import annotations
@@ -18,26 +19,26 @@ from zlib import crc32
 from clepsydra_core import naming
 from clepsydra_core import properties as P
 from clepsydra_core.errors import ValidationError
-from clepsydra_core.properties import VALUE_LEN, name_field
+from clepsydra_core.properties import name_field
 from clepsydra_core.records import (
     HEADER_SIZE,
-    I32,
     MIN_END_MARKER,
     is_transaction_prepared_or_rollback,
     tags_code_of,
 )
 from clepsydra_core.retry_rules import DEFAULT_MAX_RECONSUME_TIMES
 from clepsydra_core.validation import MAX_PROPERTIES_BYTES, validate_topic_name
-from clepsydra_store.engine.codec import Prepared, too_large, topic_field
+from clepsydra_store.engine.codec import (
+    Prepared,
+    encode_tail,
+    property_field,
+    too_large,
+    topic_field,
+)
 from clepsydra_store.engine.dispatch import PARKED_TIMER, Mark
 from clepsydra_store.engine.key_index import key_hash, key_hash_of
 from clepsydra_store.engine.prepare import DLQ_REASON_MAX_RECONSUME, Preparer, retry_counts
 from clepsydra_store.engine.types import PutRequest
-
-# record tail = body | topic_field | i32 properties length | properties
-# (clepsydra_core.records.encode_record_tail), each property name_field(name) | u32 value length
-# | value (clepsydra_core.properties); the fields are built here inline for speed, and
-# tests/unit/store/test_codec.py holds the records equal to Prepared.build's
 
 _NAMES: dict[str, bytes] = {}
 """Names a producer may set (P1) seen so far -> their encoded ``u16 length | name``."""
@@ -115,8 +116,7 @@ class BatchEncoder:
         if type(body) is not bytes or len(body) > self._max_body:
             return None
         queues, topic_raw, counter, retry = info
-        parts = [body, topic_raw, b""]  # [2]: the properties length, known at the end
-        props_len = 0
+        fields: list[bytes] = []  # the properties block (codec.encode_tail)
         uniq: tuple[int, ...] = ()
         uniq_key = ""
         props = req.properties
@@ -127,17 +127,16 @@ class BatchEncoder:
                 if type(props) is not dict:
                     return None
                 if props.get(P.UNIQ_KEY) == "":  # given empty: a new one in its place (put())
-                    encoded = _encode_properties({**props, P.UNIQ_KEY: self._preparer.ids.new()})
+                    encoded = _producer_block({**props, P.UNIQ_KEY: self._preparer.ids.new()})
                     if encoded is None:
                         return None
                 else:
-                    encoded = _encode_properties(props)
+                    encoded = _producer_block(props)
                     if encoded is None:
                         return None
                     self._props, self._encoded = props, encoded
                 block, uniq, uniq_key = encoded
-            parts.append(block)
-            props_len = len(block)
+            fields.append(block)
         new_uniq = not uniq_key  # issue 20.4: the store gives it one (as Preparer.put)
         code = 0
         tags = req.tags
@@ -148,8 +147,7 @@ class BatchEncoder:
             if seen is None:
                 return None
             block, code = seen
-            parts.append(block)
-            props_len += len(block)
+            fields.append(block)
         hashes: tuple[int, ...] = ()
         keys = req.keys
         if keys:
@@ -159,8 +157,7 @@ class BatchEncoder:
                 raw = keys.encode()
             except UnicodeEncodeError:
                 return None
-            parts += (_KEYS, VALUE_LEN.pack(len(raw)), raw)
-            props_len += _KEYS_OVERHEAD + len(raw)
+            fields.append(property_field(_KEYS, raw))
             # every whitespace character but the space is unprintable, so a printable text
             # without a space is one key to str.split(), and raw is its bytes
             if keys.isprintable() and " " not in keys:
@@ -198,8 +195,7 @@ class BatchEncoder:
             uniq_key = self._preparer.ids.new()
             raw = uniq_key.encode()
             # right after the producer's properties, where put()'s dict has it
-            parts.insert(4 if props else 3, _UNIQ_KEY + VALUE_LEN.pack(len(raw)) + raw)
-            props_len += _UNIQ_KEY_OVERHEAD + len(raw)
+            fields.insert(1 if props else 0, property_field(_UNIQ_KEY, raw))
             hashes += (key_hash_of(raw),)
         topic = req.topic
         delay_ms = 0
@@ -207,9 +203,8 @@ class BatchEncoder:
         if dlq is not None:  # R10: dead-lettered, queue 0
             if self._preparer.queue_count(dlq, self._ensure) is None:
                 self._ensure[dlq] = 1
-            parts.append(_DLQ_REASON_FIELD)
-            props_len += len(_DLQ_REASON_FIELD)
-            parts[1] = topic_field(dlq.encode())
+            fields.append(_DLQ_REASON_FIELD)
+            topic_raw = topic_field(dlq.encode())
             topic, queue_id = dlq, 0
         else:
             asked = req.queue_id
@@ -226,7 +221,7 @@ class BatchEncoder:
                         name, value, code, delay_ms = _DELAY_MS, str(delay or 0), 0, delay or -1
                     topic_out, queue_out = naming.TIMER_TOPIC, naming.TIMER_LOG_QUEUE
                     mark = (PARKED_TIMER, 0)
-                    parts[1] = _TIMER_TOPIC_RAW
+                    topic_raw = _TIMER_TOPIC_RAW
                 else:  # S1, as Preparer._park
                     levels = self._preparer.levels
                     name, value = _DELAY, str(level)
@@ -234,15 +229,12 @@ class BatchEncoder:
                     delay_ms = levels.delay_ms(level)
                     if delay_ms:
                         code = 0
-                    parts[1] = _SCHEDULE_TOPIC_RAW
-                for prefix, text in ((_REAL_TOPIC, topic), (_REAL_QID, str(queue_id)),
-                                     (name, value)):
-                    raw = text.encode()
-                    parts += (prefix, VALUE_LEN.pack(len(raw)), raw)
-                    props_len += len(prefix) + 4 + len(raw)
+                    topic_raw = _SCHEDULE_TOPIC_RAW
+                fields += (property_field(_REAL_TOPIC, topic.encode()),
+                           property_field(_REAL_QID, str(queue_id).encode()),
+                           property_field(name, value.encode()))
                 topic, queue_id = topic_out, queue_out
-        parts[2] = I32.pack(props_len)
-        tail = b"".join(parts)
+        tail = encode_tail(body, topic_raw, fields)
         size = HEADER_SIZE + len(tail)
         if size > self._max_size:
             raise too_large(size, self._max_size + MIN_END_MARKER)
@@ -252,10 +244,11 @@ class BatchEncoder:
             uniq_key))
 
 
-def _encode_properties(props: dict[str, str]) -> tuple[bytes, tuple[int, ...], str] | None:
-    """(encoding, key hash of UNIQ_KEY if set, UNIQ_KEY or "") of a producer's properties
-    that validate_properties passes (P1); None for any others."""
-    parts: list[bytes] = []
+def _producer_block(props: dict[str, str]) -> tuple[bytes, tuple[int, ...], str] | None:
+    """(their properties block: codec.property_field's, key hash of UNIQ_KEY if set, UNIQ_KEY
+    or "") of a producer's properties that validate_properties passes (P1); None for any
+    others."""
+    fields: list[bytes] = []
     for name, value in props.items():
         prefix = _NAMES.get(name) or _settable_name(name)
         if prefix is None or type(value) is not str:
@@ -264,8 +257,8 @@ def _encode_properties(props: dict[str, str]) -> tuple[bytes, tuple[int, ...], s
             raw = value.encode()
         except UnicodeEncodeError:
             return None
-        parts += (prefix, VALUE_LEN.pack(len(raw)), raw)
-    block = b"".join(parts)
+        fields.append(property_field(prefix, raw))
+    block = b"".join(fields)
     if len(block) > MAX_PROPERTIES_BYTES:  # validate_properties counts name + value + 6 each
         return None
     uniq = props.get(P.UNIQ_KEY)
@@ -317,7 +310,7 @@ def _tags(tags: str) -> tuple[bytes, int] | None:
         raw = tags.encode()
     except UnicodeEncodeError:
         return None
-    seen = _TAGS + VALUE_LEN.pack(len(raw)) + raw, tags_code_of(raw)
+    seen = property_field(_TAGS, raw), tags_code_of(raw)
     if len(raw) <= _CACHE_MAX_LEN:
         if len(_TAGS_SEEN) >= _CACHE_MAX:
             _TAGS_SEEN.clear()
@@ -327,14 +320,12 @@ def _tags(tags: str) -> tuple[bytes, int] | None:
 
 _TAGS = name_field(P.TAGS)
 _KEYS = name_field(P.KEYS)
-_KEYS_OVERHEAD = len(_KEYS) + 4  # name and value length
 _UNIQ_KEY = name_field(P.UNIQ_KEY)
-_UNIQ_KEY_OVERHEAD = len(_UNIQ_KEY) + 4
 _REAL_TOPIC = name_field(P.REAL_TOPIC)
 _REAL_QID = name_field(P.REAL_QID)
 _DELAY = name_field(P.DELAY)
 _DELIVER_AT = name_field(P.DELIVER_AT)
 _DELAY_MS = name_field(P.DELAY_MS)
-_DLQ_REASON_FIELD = P.property_field(P.DLQ_REASON, DLQ_REASON_MAX_RECONSUME)
+_DLQ_REASON_FIELD = property_field(name_field(P.DLQ_REASON), DLQ_REASON_MAX_RECONSUME.encode())
 _TIMER_TOPIC_RAW = topic_field(naming.TIMER_TOPIC.encode())
 _SCHEDULE_TOPIC_RAW = topic_field(naming.SCHEDULE_TOPIC.encode())

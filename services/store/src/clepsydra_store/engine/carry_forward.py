@@ -17,10 +17,12 @@ born fields - except its own CommitLog offset in the header. So:
   ids has none: its msgId was its offsetMsgId, so a carried one is delivered with the carried
   copy's.)
 
-The copies are fsync'd before any entry is pointed at them, so an entry never names bytes a
-machine crash could lose; a crash between the two leaves the old entry, and recovery's
-re-dispatch of the copy rewrites it. A record that cannot be read back (corrupt) is not
-carried: its entry is parked as unreadable by the hand-over (D7), never silently lost.
+The copies' header is the codec's (``codec.relocated_header``) and their entries and keys are
+placed by ``Dispatcher.dispatch``, as live appends' and recovery's are. The copies are fsync'd
+before any entry is pointed at them, so an entry never names bytes a machine crash could lose;
+a crash between the two leaves the old entry, and recovery's re-dispatch of the copy rewrites
+it. A record that cannot be read back (corrupt) is not carried: its entry is parked as
+unreadable by the hand-over (D7), never silently lost.
 The caller holds the writer lock (and the flush lock).
 """
 
@@ -32,10 +34,12 @@ from dataclasses import dataclass
 from clepsydra_core import naming
 from clepsydra_core.errors import CorruptRecordError, MessageNotFound
 from clepsydra_core.levels import DelayLevels
-from clepsydra_core.records import HEADER_SIZE, RECORD_HEADER, decode_record, pack_header
+from clepsydra_core.records import HEADER_SIZE, decode_record
+from clepsydra_store.engine.codec import relocated_header
 from clepsydra_store.engine.commitlog import CommitLog
 from clepsydra_store.engine.consume_queue import ENTRY, ConsumeQueue
 from clepsydra_store.engine.dispatch import Dispatcher, record_keys
+from clepsydra_store.engine.key_index import key_hash
 
 logger = logging.getLogger(__name__)
 
@@ -144,25 +148,31 @@ class CarryForward:
         try:
             for pending, raw in chunk:
                 position = batch.place(pending.size)
-                (size, _magic, crc, queue_id, flag, queue_offset, _old, sys_flag, born_ts,
-                 born_host, store_ts, store_host, reconsume,
-                 body_len) = RECORD_HEADER.unpack_from(raw, 0)
-                batch.add(pack_header(size, crc, queue_id, flag, queue_offset, position,
-                                      sys_flag, born_ts, born_host, store_ts, store_host,
-                                      reconsume, body_len), raw[HEADER_SIZE:])
+                batch.add(relocated_header(raw, position), raw[HEADER_SIZE:])
                 placed.append(position)
             batch.commit()
         except BaseException:
             batch.abort()
             raise
         self.commitlog.flush()  # the copies are durable before any entry names them
-        index = self.dispatcher.key_index
+        runs: list[tuple[ConsumeQueue, int, list[bytes]]] = []
+        """Entries pointed at the copies, as runs of consecutive queue offsets of a queue."""
+        hashes: list[int] = []
+        offsets: list[int] = []
         for (pending, raw), position in zip(chunk, placed, strict=True):
-            pending.cq.write(pending.queue_offset,
-                             ENTRY.pack(position, pending.size, pending.deliver_ts))
-            keys = record_keys(decode_record(raw, 0)[0].properties)
-            if keys:
-                index.add(keys, position, dedupe=True)
+            packed = ENTRY.pack(position, pending.size, pending.deliver_ts)
+            last = runs[-1] if runs else None
+            if (last is not None and last[0] is pending.cq
+                    and last[1] + len(last[2]) == pending.queue_offset):
+                last[2].append(packed)
+            else:
+                runs.append((pending.cq, pending.queue_offset, [packed]))
+            for key in record_keys(decode_record(raw, 0)[0].properties):
+                hashes.append(key_hash(key))
+                offsets.append(position)
             result.carried += 1
             result.carried_bytes += pending.size
-        index.write_pending()
+        # no marks: a carried record keeps its entry's place and state, and a parked timer's
+        # pair (timer-log offset, deliver time) in the timer index is unchanged
+        self.dispatcher.dispatch([(cq, first, b"".join(packed)) for cq, first, packed in runs],
+                                 hashes, offsets, ())

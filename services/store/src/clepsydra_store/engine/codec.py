@@ -1,33 +1,116 @@
-"""The record codec of the store (issue 13.3): a record ready to place (:class:`Prepared`),
-built from a properties dict (:meth:`Prepared.build`) or spliced from stored bytes, on the
-layouts ``clepsydra_core.records`` (header, tail, tagsCode, offsetMsgId) and
+"""The record codec of the store (issue 13.3): the one encoder of record tails and property
+blocks, and a record ready to place (:class:`Prepared`), on the layouts
+``clepsydra_core.records`` (header, tail, tagsCode, offsetMsgId) and
 ``clepsydra_core.properties`` (``name_len | name | value_len | value``) export.
+
+Every record the store writes is encoded here: :func:`property_field` writes one property,
+:func:`encode_tail` frames a record's tail around its properties block, for the produce encoder
+(``engine.batch_encoder``), the dict form :meth:`Prepared.build` (copies, tombstones, the D7
+park, timers, the refusal path), the hand-over's splice and the carry-forward's
+:func:`relocated_header`. The header is packed by ``records.pack_header`` alone.
 
 The hand-over's D4 edit of a parked message's properties is defined here once, in two forms
 that must give the same bytes: :func:`handover_properties` on a dict (``Handover._rebuild``,
 the path that also explains a D7 park) and :func:`splice_template` / :func:`splice_properties`
 on the stored block (``Handover._splice``, the hot path). tests/unit/store/test_codec.py holds
-them equal on random blocks.
+them equal on random blocks, and the records of every writer equal to a reference encoding.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import NamedTuple
 from zlib import crc32
 
 from clepsydra_core import properties as P
 from clepsydra_core.errors import ValidationError
-from clepsydra_core.properties import NAME_LEN, VALUE_LEN, encode_properties, name_field
+from clepsydra_core.properties import NAME_LEN, VALUE_LEN, name_field
 from clepsydra_core.records import (
     HEADER_SIZE,
+    I32,
     MIN_END_MARKER,
+    RECORD_HEADER,
     U8,
-    encode_record_tail,
+    pack_header,
     tags_code,
 )
 from clepsydra_store.engine.dispatch import Mark, record_keys
 from clepsydra_store.engine.key_index import key_hash
+
+
+# ---- the encoder ------------------------------------------------------------------------------
+def property_field(name: bytes, raw: bytes, _value_len: Callable[[int], bytes] = VALUE_LEN.pack
+                   ) -> bytes:
+    """One stored property, ``name_len | name | value_len | value``: ``name`` is the property's
+    ``properties.name_field`` (``name_len | name``, which writers hold), ``raw`` its UTF-8
+    value."""
+    return name + _value_len(len(raw)) + raw
+
+
+def encode_tail(body: bytes, topic: bytes, fields: list[bytes]) -> bytes:
+    """A record's tail, everything after its header (``records.pack_header``): ``body |
+    topic_length | topic | properties_length | properties``. ``topic`` is the record's
+    :func:`topic_field`; its properties block is ``fields`` in order, each a
+    :func:`property_field` or a run of them (a block encoded before, cached). The record is
+    ``HEADER_SIZE + len(tail)`` bytes."""
+    block = b"".join(fields)
+    return b"".join((body, topic, I32.pack(len(block)), block))
+
+
+def topic_field(topic_raw: bytes) -> bytes:
+    """``topic_length | topic`` of a record tail."""
+    return U8.pack(len(topic_raw)) + topic_raw
+
+
+TOPIC_FIELDS: dict[str, bytes] = {}
+"""topic -> its :func:`topic_field` (writers look here first: ``TOPIC_FIELDS.get(topic) or
+topic_field_of(topic)``)."""
+_TOPIC_FIELDS_MAX = 1024
+
+
+def topic_field_of(topic: str) -> bytes:
+    """The :func:`topic_field` of a topic name, kept in :data:`TOPIC_FIELDS`."""
+    field = topic_field(topic.encode())
+    if len(TOPIC_FIELDS) >= _TOPIC_FIELDS_MAX:
+        TOPIC_FIELDS.clear()
+    TOPIC_FIELDS[topic] = field
+    return field
+
+
+_NAMES: dict[str, bytes] = {}
+"""Property names encoded by :func:`properties_fields` -> their ``name_field``."""
+_NAMES_MAX = 4096
+
+
+def properties_fields(props: dict[str, str]) -> list[bytes]:
+    """The :func:`property_field` of each property of a dict, in its order (the properties
+    block of :func:`encode_tail`); UnicodeEncodeError on text that is not valid Unicode."""
+    get, field = _NAMES.get, property_field
+    return [field(get(name) or _name_field(name), value.encode())
+            for name, value in props.items()]
+
+
+def _name_field(name: str) -> bytes:
+    """``properties.name_field`` of a property name, cached."""
+    field = name_field(name)
+    if len(_NAMES) < _NAMES_MAX:
+        _NAMES[name] = field
+    return field
+
+
+def relocated_header(raw: bytes, commitlog_offset: int) -> bytes:
+    """The header of the stored record ``raw`` when the same record is written again at
+    ``commitlog_offset`` (carry-forward, P4): every field kept but its own CommitLog offset."""
+    (size, _magic, crc, queue_id, flag, queue_offset, _old, sys_flag, born_ts, born_host,
+     store_ts, store_host, reconsume, body_len) = RECORD_HEADER.unpack_from(raw, 0)
+    return pack_header(size, crc, queue_id, flag, queue_offset, commitlog_offset, sys_flag,
+                       born_ts, born_host, store_ts, store_host, reconsume, body_len)
+
+
+def too_large(size: int, max_size: int) -> ValidationError:
+    return ValidationError(f"message of {size} bytes does not fit a CommitLog segment of "
+                           f"{max_size} bytes", rule="P1", code="BODY_TOO_LARGE")
 
 
 class Prepared(NamedTuple):
@@ -65,25 +148,18 @@ class Prepared(NamedTuple):
               flag: int, sys_flag: int, born_timestamp: int, born_host: bytes,
               reconsume_times: int, delay_ms: int = 0, mark: Mark | None = None,
               deliver_ts: int = 0, max_size: int) -> Prepared:
-        tail = encode_record_tail(body, topic.encode(), encode_properties(props))
+        """The record of a properties dict, by :func:`encode_tail` (the produce encoder's
+        records are byte-equal to these)."""
+        tail = encode_tail(body, TOPIC_FIELDS.get(topic) or topic_field_of(topic),
+                           properties_fields(props))
         size = HEADER_SIZE + len(tail)
         if size + MIN_END_MARKER > max_size:
             raise too_large(size, max_size)
-        return cls(size, topic, queue_id, 0 if delay_ms else tags_code(props.get(P.TAGS)),
-                   delay_ms, crc32(body), flag, sys_flag, born_timestamp, born_host,
-                   reconsume_times, len(body), tail,
-                   tuple(key_hash(k) for k in record_keys(props)), mark, deliver_ts,
-                   props.get(P.UNIQ_KEY, ""))
-
-
-def too_large(size: int, max_size: int) -> ValidationError:
-    return ValidationError(f"message of {size} bytes does not fit a CommitLog segment of "
-                           f"{max_size} bytes", rule="P1", code="BODY_TOO_LARGE")
-
-
-def topic_field(topic_raw: bytes) -> bytes:
-    """``topic_length | topic`` of a record tail."""
-    return U8.pack(len(topic_raw)) + topic_raw
+        return tuple.__new__(cls, (  # cls(...) without its Python-level __new__
+            size, topic, queue_id, 0 if delay_ms else tags_code(props.get(P.TAGS)), delay_ms,
+            crc32(body), flag, sys_flag, born_timestamp, born_host, reconsume_times, len(body),
+            tail, tuple(map(key_hash, record_keys(props))), mark, deliver_ts,
+            props.get(P.UNIQ_KEY, "")))
 
 
 # ---- the D4 edit (hand-over) ------------------------------------------------------------------
@@ -112,8 +188,9 @@ def handover_properties(props: dict[str, str], level: int, queue_offset: int,
 
 SpliceTemplate = tuple[bytes, bool, bytes, bytes, dict[str, str]]
 """(t0, SCHEDULE_OFFSET first, t1, t2, values read) of a stored properties block: the block
-after D4 is ``t0 | value | t1 | value | t2`` with the SCHEDULE_OFFSET and DELIVER_TS values
-(length-prefixed) in that order when "SCHEDULE_OFFSET first", else the other way round."""
+after D4 is ``t0 | field | t1 | field | t2`` with the SCHEDULE_OFFSET and DELIVER_TS
+properties (:func:`property_field`) in that order when "SCHEDULE_OFFSET first", else the other
+way round."""
 
 _DROPPED_RAW = frozenset(name.encode() for name in HANDOVER_DROPPED)
 _READ_RAW = {name.encode(): name for name in HANDOVER_READ}
@@ -126,7 +203,7 @@ _DELIVER_TS_FIELD = name_field(P.DELIVER_TS)
 
 def splice_template(block: bytes) -> SpliceTemplate | None:
     """The :data:`SpliceTemplate` of a stored properties block, giving the bytes
-    :func:`handover_properties` and ``encode_properties`` give for its dict; None when the
+    :func:`handover_properties` and :func:`properties_fields` give for its dict; None when the
     block has a repeated name or does not decode (the dict path then decides)."""
     pieces: list[bytes | None] = []
     """Static bytes, and None where a value goes."""
@@ -156,7 +233,7 @@ def splice_template(block: bytes) -> SpliceTemplate | None:
             if name in _EDITED_RAW:
                 pieces.append(block[run:p])
                 if name not in _DROPPED_RAW:
-                    pieces += (block[p:q - 4], None)
+                    pieces.append(None)
                     order.append(name == _OFFSET_RAW)
                 run = v_end
             p = v_end
@@ -164,10 +241,10 @@ def splice_template(block: bytes) -> SpliceTemplate | None:
         return None
     pieces.append(block[run:end])
     if _OFFSET_RAW not in seen:
-        pieces += (_OFFSET_FIELD, None)
+        pieces.append(None)
         order.append(True)
     if _DELIVER_TS_RAW not in seen:
-        pieces += (_DELIVER_TS_FIELD, None)
+        pieces.append(None)
         order.append(False)
     static: list[bytes] = []
     current: list[bytes] = []
@@ -182,11 +259,11 @@ def splice_template(block: bytes) -> SpliceTemplate | None:
 
 
 def splice_properties(template: SpliceTemplate, level: int, queue_offset: int,
-                      deliver_ts: int) -> bytes:
-    """The properties block after D4, from its :func:`splice_template`."""
+                      deliver_ts: int) -> list[bytes]:
+    """The properties block after D4 (the fields of :func:`encode_tail`), from its
+    :func:`splice_template`."""
     t0, offset_first, t1, t2, _ = template
-    offset = schedule_offset(level, queue_offset).encode()
-    deliver = str(deliver_ts).encode()
+    offset = property_field(_OFFSET_FIELD, schedule_offset(level, queue_offset).encode())
+    deliver = property_field(_DELIVER_TS_FIELD, str(deliver_ts).encode())
     first, second = (offset, deliver) if offset_first else (deliver, offset)
-    return b"".join((t0, VALUE_LEN.pack(len(first)), first, t1, VALUE_LEN.pack(len(second)),
-                     second, t2))
+    return [t0, first, t1, second, t2]

@@ -19,17 +19,19 @@ from clepsydra_core.records import (
     MIN_END_MARKER,
     RECORD_HEADER,
     CommitLogRecord,
-    encode_record_tail,
     tags_code,
 )
 from clepsydra_store.engine.codec import (
+    TOPIC_FIELDS,
     Prepared,
     SpliceTemplate,
+    encode_tail,
     handover_properties,
     schedule_offset,
     splice_properties,
     splice_template,
     too_large,
+    topic_field_of,
 )
 from clepsydra_store.engine.commitlog import CommitLog
 from clepsydra_store.engine.consume_queue import ENTRY, ConsumeQueue
@@ -63,15 +65,6 @@ class HandoverPlan:
 
 
 _TEMPLATES_MAX = 1024
-_TOPICS: dict[str, bytes] = {}
-
-
-def _topic_raw(topic: str) -> bytes:
-    raw = topic.encode()
-    if len(_TOPICS) >= _TEMPLATES_MAX:
-        _TOPICS.clear()
-    _TOPICS[topic] = raw
-    return raw
 
 
 class Handover:
@@ -236,9 +229,8 @@ class Handover:
                                                     values.get(P.REAL_QID))
         if reason is not None:
             return None
-        props_raw = splice_properties(template, level, queue_offset, deliver_ts)
-        topic_raw = _TOPICS.get(topic) or _topic_raw(topic)
-        tail = encode_record_tail(body, topic_raw, props_raw)
+        tail = encode_tail(body, TOPIC_FIELDS.get(topic) or topic_field_of(topic),
+                           splice_properties(template, level, queue_offset, deliver_ts))
         new_size = HEADER_SIZE + len(tail)
         if new_size + MIN_END_MARKER > self.segment_size_bytes:
             raise too_large(new_size, self.segment_size_bytes)
