@@ -34,7 +34,7 @@ MIN_END_MARKER = 8
 _HEADER = struct.Struct(">iiIiiqqiq8sq8sii")
 RECORD_HEADER = _HEADER
 """Fixed part of a record, up to and including body_length (for writers that pack the header
-themselves once the offsets are known: see :func:`encode_record_tail`)."""
+themselves once the offsets are known: :func:`pack_header`)."""
 HEADER_SIZE = _HEADER.size  # up to and including body_length
 
 # sysFlag bits, as in RocketMQ (MessageSysFlag): bits 2-3 carry the transaction type.
@@ -144,8 +144,8 @@ def pack_header(size: int, crc: int, queue_id: int, flag: int, queue_offset: int
                 commitlog_offset: int, sys_flag: int, born_timestamp: int, born_host: bytes,
                 store_timestamp: int, store_host: bytes, reconsume_times: int,
                 body_length: int) -> bytes:
-    """The fixed header of a record whose tail (:func:`encode_record_tail`) is
-    ``size - HEADER_SIZE`` bytes long: every writer packs its headers here."""
+    """The fixed header of a record whose tail is ``size - HEADER_SIZE`` bytes long: every
+    writer packs its headers here."""
     return _HEADER.pack(size, MAGIC_V1, crc, queue_id, flag, queue_offset, commitlog_offset,
                         sys_flag, born_timestamp, born_host, store_timestamp, store_host,
                         reconsume_times, body_length)
@@ -161,7 +161,10 @@ def offset_msg_id(host_hex: str, commitlog_offset: int) -> str:
 def encode_record_tail(body: bytes, topic_raw: bytes, props_raw: bytes) -> bytes:
     """Everything after the fixed header: ``body | topic_length | topic | properties_length |
     properties``. The whole record is ``RECORD_HEADER.pack(...) + tail`` with
-    ``total_size = HEADER_SIZE + len(tail)``."""
+    ``total_size = HEADER_SIZE + len(tail)``. This and :func:`encode_record` are the format's
+    plain reference writer, for tests and tools; the store writes every record through its
+    codec (``clepsydra_store.engine.codec.encode_tail``), whose bytes its tests hold equal to
+    a reference encoding."""
     return b"".join((body, U8.pack(len(topic_raw)), topic_raw, I32.pack(len(props_raw)),
                      props_raw))
 
