@@ -62,3 +62,31 @@ def test_each_message_of_a_batch_carries_its_own_decision(
         recorded[span.attributes[telemetry.MESSAGE_ID]] = (f"{span.context.trace_id:032x}",
                                                           f"{span.context.span_id:016x}")
     assert recorded == sampled  # a span for, and only for, each sampled message
+
+
+def test_each_async_message_carries_its_own_decision(
+        tmp_path: Path, start_store: Callable[..., HttpService],
+        half_sampled: InMemorySpanExporter) -> None:
+    """``send_async`` makes a span object only for a sampled message (issue 14: the others
+    get their ``traceparent`` alone); each span ends with its future, naming its msgId."""
+    url = start_store(env={"CLEPSYDRA_DELAY_LEVELS": "1s"}).url
+    assert requests.post(f"{url}/v1/topics", json={"name": TOPIC, "queues": 1},
+                         timeout=10).status_code == 201
+    with Producer(url, linger_ms=60_000, batch_messages=40) as producer:
+        futures = [producer.send_async(TOPIC, f"m{i}") for i in range(100)]
+        assert producer.flush(30)
+    results = [f.result(0) for f in futures]
+    got = requests.get(f"{url}/v1/topics/{TOPIC}/queues/0/messages",
+                       params={"offset": 0, "max": 100}, timeout=10).json()["messages"]
+    assert [m["msgId"] for m in got] == [r.msg_id for r in results]
+    carried = {m["msgId"]: m["properties"]["traceparent"].split("-") for m in got}
+    assert len({trace_id for _, trace_id, _, _ in carried.values()}) == 100
+    sampled = {msg_id: (trace_id, span_id) for msg_id, (_, trace_id, span_id, flags)
+               in carried.items() if int(flags, 16) & 1}
+    assert 0 < len(sampled) < 100
+    recorded = {}
+    for span in half_sampled.get_finished_spans():
+        assert span.name == "client.produce" and span.context and span.attributes
+        recorded[span.attributes[telemetry.MESSAGE_ID]] = (f"{span.context.trace_id:032x}",
+                                                          f"{span.context.span_id:016x}")
+    assert recorded == sampled

@@ -12,6 +12,14 @@ and resending is the application's decision (at least once, never silently twice
 ``flush()`` returns once every message accepted before it has its outcome; ``close()`` flushes,
 then stops the threads; nothing accepted is ever dropped. A full buffer (``max_pending``
 messages waiting) makes ``send_async`` wait for room instead of growing without bound.
+
+A message's JSON value is built once, when it is accepted, and a batch request is encoded in
+one ``orjson.dumps`` on the sender thread (encoding each message to its own bytes costs ten
+times more: each is a fresh allocation kept until its batch goes). Accepting is cheap on
+purpose (issue 14: the caller's thread and the sender threads share one GIL): no span object
+for a message whose span is not recorded, a future that is one object
+(``futures.LeanFuture``), and ``submit`` wakes the sender threads only when a topic's queue
+starts (a new linger to wait for) or fills a batch.
 """
 
 from __future__ import annotations
@@ -30,6 +38,8 @@ LINGER_MS = 5.0
 BATCH_MESSAGES = 500
 BATCH_BYTES = 1 << 20
 MAX_PENDING = 100_000
+YIELD_MASK = 63
+"""The accepting thread lets the senders run every 64 messages (see ``Batcher.submit``)."""
 
 SendBatch = Callable[[str, list["Pending"]], list[SendResult]]
 """Sends one batch for a topic; the results in order, or raises."""
@@ -37,10 +47,12 @@ SendBatch = Callable[[str, list["Pending"]], list[SendResult]]
 
 @dataclass(slots=True)
 class Pending:
-    """One accepted message: its request body (built when accepted), size and future."""
+    """One accepted message: its request body (a :class:`ProduceMessage`'s JSON, built when
+    accepted), its size in bytes (about), its ``UNIQ_KEY`` and its future."""
 
     request: dict[str, object]
     size: int
+    uniq_key: str
     future: Future[SendResult]
 
 
@@ -62,6 +74,7 @@ class Batcher:
         self._queues: dict[str, deque[Pending]] = {}
         self._first_at: dict[str, float] = {}
         self._pending = 0  # accepted, outcome not yet set
+        self._accepted = 0
         self._cond = threading.Condition()
         self._closed = False
         self._flushing = False  # a flush waits: send what is queued without lingering
@@ -76,12 +89,21 @@ class Batcher:
                 self._cond.wait()
             if self._closed:
                 raise ClepsydraError("the producer is closed")
-            queue = self._queues.setdefault(topic, deque())
-            if not queue:
-                self._first_at[topic] = time.monotonic()
+            queue = self._queues.get(topic)
+            if queue is None:
+                queue = self._queues[topic] = deque()
             queue.append(item)
             self._pending += 1
-            self._cond.notify_all()
+            # a sender needs waking only for a new linger to wait for, or a full batch
+            if len(queue) == 1:
+                self._first_at[topic] = time.monotonic()
+                self._cond.notify_all()
+            elif len(queue) == self.batch_messages:
+                self._cond.notify_all()
+            self._accepted += 1
+            if self._accepted & YIELD_MASK:
+                return
+        time.sleep(0)  # let a sender thread waiting for the GIL run now
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Wait until every message accepted so far has its outcome; False on timeout."""

@@ -27,6 +27,7 @@ from opentelemetry import trace
 from clepsydra_client import batching
 from clepsydra_client.batching import Batcher, Pending
 from clepsydra_client.delivery_time import delay_ms, instant_ms
+from clepsydra_client.futures import LeanFuture
 from clepsydra_client.ids import new_uniq_key
 from clepsydra_client.message import ScheduleChange, SendResult
 from clepsydra_client.settings import ensure_tracing
@@ -243,24 +244,56 @@ class Producer:
                    delay: timedelta | int | None = None) -> Future[SendResult]:
         """Accept one message for a batched send; its future holds the result or the error.
         A bad message (its delay, keys) raises here and is not accepted."""
-        return self.send_message_async(topic, OutgoingMessage(
-            body, tags, keys, properties or {}, delay_level, queue_id, deliver_at, delay))
+        return self._accept(topic, body, tags, keys, properties, delay_level, queue_id,
+                            deliver_at, delay)
 
     def send_message_async(self, topic: str, message: OutgoingMessage) -> Future[SendResult]:
-        span = self._tracer.start_span("client.produce", kind=trace.SpanKind.PRODUCER,
-                                       attributes=self._attributes(topic))
+        return self._accept(topic, message.body, message.tags, message.keys, message.properties,
+                            message.delay_level, message.queue_id, message.deliver_at,
+                            message.delay)
+
+    def _accept(self, topic: str, body: bytes | str, tags: str | None,
+                keys: Sequence[str] | str, properties: Mapping[str, str] | None,
+                delay_level: int, queue_id: int | None, deliver_at: datetime | int | None,
+                delay: timedelta | int | None) -> Future[SendResult]:
+        """The message's JSON value (the sender thread encodes a batch of them at once) and its
+        future. Its trace context is that of a ``client.produce`` span in the current
+        context; the span itself is made only when it is recorded (then it ends with the
+        future), else just its ``traceparent`` (telemetry.batch_contexts)."""
+        level, at_ms, in_ms = delivery(delay_level, deliver_at, delay)  # may refuse
+        keys_text = _keys_text(keys)
+        props: dict[str, str] = dict(properties) if properties else {}
+        uniq_key = props.get(P.UNIQ_KEY) or new_uniq_key()
+        props.setdefault(P.UNIQ_KEY, uniq_key)
+        span: trace.Span | None = None
+        if P.TRACEPARENT not in props:
+            context = telemetry.batch_contexts(self._tracer, 1)[0]
+            if isinstance(context, str):
+                props[P.TRACEPARENT] = context
+            else:
+                kw: dict[str, Any] = {"kind": trace.SpanKind.PRODUCER,
+                                      "attributes": self._attributes(topic)}
+                span = (self._tracer.start_span("client.produce", **kw) if context is None
+                        else telemetry.start_decided(self._tracer, context, "client.produce",
+                                                     **kw))
+                telemetry.inject(props, span)
+        text, encoded = body_fields(body)
+        request = ProduceMessage.json_of(
+            body=text, body_base64=encoded, tags=tags or None, keys=keys_text,
+            properties=props, queue_id=queue_id, delay_level=level, deliver_at=at_ms,
+            delay_ms=in_ms)
+        size = (len(text) if text is not None else len(encoded or "")) + REQUEST_OVERHEAD
+        future: Future[SendResult] = LeanFuture()
+        if span is not None:
+            if span.is_recording():
+                future.add_done_callback(functools.partial(_end_span, span, level or 0))
+            else:
+                span.end()
         try:
-            with trace.use_span(span, end_on_exit=False):
-                uniq_key = message.properties.get(P.UNIQ_KEY) or new_uniq_key()
-                request = message_request(message, uniq_key)
-        except BaseException:
-            span.end()
+            self._batching().submit(topic, Pending(request, size, uniq_key, future))
+        except BaseException as exc:
+            future.set_exception(exc)  # ends its span
             raise
-        future: Future[SendResult] = Future()
-        future.add_done_callback(functools.partial(_end_span, span, message.delay_level))
-        body = message.body
-        size = (len(body) if isinstance(body, bytes) else len(body.encode())) + REQUEST_OVERHEAD
-        self._batching().submit(topic, Pending(request, size, future))
         return future
 
     def flush(self, timeout_s: float | None = None) -> bool:
@@ -283,12 +316,12 @@ class Producer:
         raw = self.http.post(self.http.path("/v1/topics/{}/messages/batch", topic),
                              ProduceBatch.of_json([item.request for item in items]))
         answers: list[Any] = raw.get("results") or []
-        return [SendResult.from_json(a, _uniq_key(item))
-                for a, item in zip(answers, items, strict=False)]
+        from_json = SendResult.from_json
+        return [from_json(a, item.uniq_key) for a, item in zip(answers, items, strict=False)]
 
     def _post_one(self, topic: str, item: Pending) -> SendResult:
         raw = self.http.post(self.http.path("/v1/topics/{}/messages", topic), item.request)
-        return SendResult.from_json(raw, _uniq_key(item))
+        return SendResult.from_json(raw, item.uniq_key)
 
     # ---- pending delayed messages: cancel and reschedule (issue 15) ------------------------
 
@@ -342,11 +375,6 @@ def _target(msg_id: str | None, topic: str | None,
     if not topic or not key:
         raise ValueError("give a msg_id, or both topic and key")
     return "/v1/messages", {"topic": topic, "key": key}
-
-
-def _uniq_key(item: Pending) -> str:
-    props = item.request.get("properties")
-    return str(props.get(P.UNIQ_KEY, "")) if isinstance(props, dict) else ""
 
 
 def _end_span(span: trace.Span, delay_level: int, future: Future[SendResult]) -> None:
