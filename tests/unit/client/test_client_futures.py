@@ -17,7 +17,8 @@ from concurrent.futures import (
 
 import pytest
 
-from clepsydra_client.futures import LeanFuture
+from clepsydra_client.futures import LeanFuture, SendFuture, answer, complete
+from clepsydra_client.message import SendResult
 
 
 def test_it_is_a_future_with_its_own_result_or_error() -> None:
@@ -106,3 +107,33 @@ def test_a_lean_future_holds_no_condition_or_lists_of_its_own() -> None:
     lean = [r for r in gc.get_referents(a) if gc.is_tracked(r) and r is not LeanFuture]
     assert len(lean) < len(plain)
     assert not any(isinstance(r, (list, threading.Condition)) for r in lean)
+
+
+def test_a_send_future_keeps_the_answer_and_makes_its_result_when_asked() -> None:
+    """What ``send_async`` returns: the store's answer kept as plain values (the collector
+    stops following them), the ``SendResult`` made on the first ``result()``, the same one
+    after; an accepted message cannot be cancelled."""
+    raw = {"msgId": "M1", "topic": "t", "queueId": 1, "queueOffset": 2,
+           "commitLogOffset": 3, "storeTimestamp": 4, "offsetMsgId": "O1"}
+    futures = [SendFuture(), SendFuture(), SendFuture()]
+    seen: list[str] = []
+    futures[0].add_done_callback(lambda f: seen.append(f.result().msg_id))
+    assert not futures[0].cancel() and not futures[0].cancelled()
+    complete(futures, [answer(raw, "U1"), answer({**raw, "msgId": "M2"}, "U2"),
+                       answer({**raw, "msgId": "M3"}, "U3")])
+    assert seen == ["M1"]
+    first = futures[0].result(0)
+    assert first == SendResult.from_json(raw, "U1") and futures[0].result(0) is first
+    assert futures[1].result(0).msg_id == "M2" and futures[1].result(0).uniq_key == "U2"
+    kept: object = futures[2]._result  # not asked for: still the answer
+    gc.collect()
+    assert isinstance(kept, tuple) and not gc.is_tracked(kept)
+    assert futures[2].result(0).msg_id == "M3"
+
+
+def test_complete_leaves_a_future_that_is_done_already() -> None:
+    done, pending = SendFuture(), SendFuture()
+    done.set_exception(RuntimeError("failed before"))
+    complete([done, pending], [answer({"msgId": "a"}, "u"), answer({"msgId": "b"}, "v")])
+    assert isinstance(done.exception(0), RuntimeError)
+    assert pending.result(0).msg_id == "b"

@@ -10,6 +10,12 @@ waiter lists only when one is added. Its waits re-check their own future after e
 (a shared condition wakes them for any future), so ``result()``, ``exception()``,
 ``add_done_callback()``, ``concurrent.futures.wait`` and ``as_completed`` behave as a plain
 Future's.
+
+:class:`SendFuture` is the one ``send_async`` returns. It keeps the store's answer as a tuple
+of plain values, which the collector stops following after its first pass, and makes the
+:class:`SendResult` when ``result()`` is first called: an application that keeps its futures
+keeps one tracked object per message, not two. It cannot be cancelled (the message was
+accepted and will be sent). :func:`complete` sets a batch's results in one pass.
 """
 
 from __future__ import annotations
@@ -25,7 +31,10 @@ from concurrent.futures._base import (
     LOGGER,
     PENDING,
 )
+from itertools import chain
 from typing import Any, TypeVar
+
+from clepsydra_client.message import SendResult
 
 T = TypeVar("T")
 
@@ -126,3 +135,51 @@ class LeanFuture(Future[T]):
             if self._state != FINISHED:
                 raise TimeoutError()
             return self._exception
+
+
+Answer = tuple[Any, ...]
+"""A send's outcome as :class:`SendFuture` keeps it: the message's ``UNIQ_KEY``, then the
+store's answer's names and values in turn. One flat tuple of plain values: the collector stops
+following it at its first pass (a nested one takes a pass per level)."""
+
+
+class SendFuture(LeanFuture[SendResult]):
+    """The future of one ``send_async`` message: its :class:`SendResult` is made from the kept
+    answer when first asked for."""
+
+    __slots__ = ()
+
+    def cancel(self) -> bool:
+        """False: an accepted message is sent (like a running task's future)."""
+        return False
+
+    def result(self, timeout: float | None = None) -> SendResult:
+        value: Any = super().result(timeout)
+        if type(value) is tuple:
+            value = SendResult.from_json(dict(zip(value[1::2], value[2::2], strict=True)),
+                                         value[0])
+            self._result = value  # the same value for every caller (a race makes equal ones)
+        return value  # type: ignore[no-any-return]
+
+
+def answer(raw: dict[str, Any], uniq_key: str) -> Answer:
+    """What :func:`complete` sets for a message the store answered ``raw`` for."""
+    return (uniq_key, *chain.from_iterable(raw.items()))
+
+
+def complete(futures: list[SendFuture], values: list[Answer]) -> None:
+    """Set each future's answer in one pass under the shared condition and wake the waiters
+    once; a future already done (it cannot be, but never raise on the sender thread) is
+    left as it is."""
+    with _SHARED:
+        for future, value in zip(futures, values, strict=True):
+            if future._state in _DONE:
+                continue
+            future._result = value  # type: ignore[assignment]
+            future._state = FINISHED
+            for waiter in future._waiter_list or ():
+                waiter.add_result(future)
+        _SHARED.notify_all()
+    for future in futures:
+        if future._done_callbacks:
+            future._invoke_callbacks()
