@@ -11,9 +11,10 @@ back to the poller when the client stays quiet for ``LINGER_S`` or when other co
 waiting for a thread, so they wait at most one linger. Like every service's worker, a thread
 takes only a request that arrived whole (clepsydra_web/slow_clients.py).
 
-Produce requests skip the thread pool altogether once their connection is kept alive
-(issue 14): when such a connection becomes readable, the poller thread reads what arrived
-without blocking, answers the produce requests in it itself (``inline.py``, the same answer as
+Produce requests, single and batch, skip the thread pool altogether once their connection is
+kept alive (issue 14): when such a connection becomes readable, the poller thread reads what
+arrived without blocking (a batch's body whole, however many reads it takes), answers the
+produce requests in it itself (``inline.py``, the same answer as
 the WSGI fast path) and writes the answers in one ``send``; the connection stays registered
 with the poller. Whatever else arrives (another route, a request gunicorn must judge) goes to a
 thread as before once it arrived whole, after the answers before it were written. Off with
@@ -88,6 +89,8 @@ class InlineProduce:
         return served
 
 
+_PRODUCE_PATHS = ("/messages", "/messages/batch")
+
 NOTIFY_EVERY_S = 1.0
 """The worker tells the arbiter it is alive at most this often (gunicorn: every loop turn, a
 file-system call per request once the poller answers produce)."""
@@ -115,10 +118,10 @@ class StoreThreadWorker(JsonErrorsMixin, CompleteRequestsOnly, ThreadWorker):  #
         self._keepalive_s = float(self.cfg.keepalive)
 
     def handle_request(self, req: Any, conn: Any) -> Any:
-        # a single produce's connection goes back to the poller, which answers the next ones; a
-        # batch's stays (lingers) on its thread: most batches are too large for the poller
+        # a produce request's connection goes back to the poller, which answers the next ones
+        # (batches too: it reads a body whole however large, inline.py)
         conn.to_poller = (self.on_poller is not None and req.method == "POST"
-                          and req.path.endswith("/messages"))
+                          and req.path.endswith(_PRODUCE_PATHS))
         return super().handle_request(req, conn)
 
     def handle(self, conn: Any) -> Any:
@@ -136,7 +139,8 @@ class StoreThreadWorker(JsonErrorsMixin, CompleteRequestsOnly, ThreadWorker):  #
             return
         buffered: bytes = getattr(conn, "guard_buf", b"")
         try:
-            chunk = conn.sock.recv(READY_BYTES - len(buffered))
+            chunk = conn.sock.recv(max(READY_BYTES, getattr(conn, "guard_need", 0))
+                                   - len(buffered))
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
@@ -173,6 +177,7 @@ class StoreThreadWorker(JsonErrorsMixin, CompleteRequestsOnly, ThreadWorker):  #
         else:
             conn.guard_since = None
         conn.guard_buf = served.rest
+        conn.guard_need = served.need
         self.keepalived_conns.remove(conn)  # kept alive from now: last in expiry order
         conn.timeout = time.monotonic() + self._keepalive_s  # conn.set_timeout(), cheaper
         self.keepalived_conns.append(conn)
@@ -182,6 +187,7 @@ class StoreThreadWorker(JsonErrorsMixin, CompleteRequestsOnly, ThreadWorker):  #
         answer (if any); then the connection comes back to the poller (``finish_request``)."""
         self.poller.unregister(conn.sock)
         self.keepalived_conns.remove(conn)
+        conn.guard_need = 0
         if served.verdict == inline.Verdict.HANDOVER:
             conn.guard_buf, conn.guard_since = b"", None
             conn.parser.unreader.unread(served.rest)
