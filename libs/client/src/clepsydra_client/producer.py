@@ -94,7 +94,7 @@ def _keys_text(keys: Sequence[str] | str) -> str | None:
     if isinstance(keys, str):
         return keys.strip() or None
     for key in keys:
-        if not key or any(c.isspace() for c in key):
+        if key.split() != [key]:  # empty, or a white space in it (str.isspace's kind)
             raise ValidationError(f"message key {key!r} must be non-empty without spaces "
                                   "(keys are stored space-separated)", code="INVALID_REQUEST")
     return " ".join(keys) or None
