@@ -244,3 +244,24 @@ def test_half_a_large_batch_holds_no_thread(start_store: Callable[..., HttpServi
     assert status == 201 and len(answer["results"]) == 200
     for talk in (*stalled, other):
         talk.close()
+
+
+def test_a_large_batch_sent_in_small_pieces_is_answered_whole(
+        start_store: Callable[..., HttpService]) -> None:
+    """The poller keeps the pieces of a batch still arriving and reads it once whole: every
+    message stored, the same answer as sent at once."""
+    url = start_store().url
+    create_topic(url)
+    talk = Conversation(url)
+    talk.send(produce(b'{"body":"warm"}'))
+    assert talk.answer()[0] == 201
+    talk.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    raw = produce(_large_batch(250), batch=True) + produce(b'{"body":"next"}')
+    for i in range(0, len(raw), 1500):
+        talk.send(raw[i:i + 1500])
+    status, _, answer = talk.answer()
+    assert status == 201 and [r["queueOffset"] for r in answer["results"]] == list(range(1, 251))
+    status, _, single = talk.answer()
+    assert status == 201 and single["queueOffset"] == 251
+    talk.close()
+    assert poller_answers(url) == 2

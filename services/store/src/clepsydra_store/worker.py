@@ -138,9 +138,11 @@ class StoreThreadWorker(JsonErrorsMixin, CompleteRequestsOnly, ThreadWorker):  #
             super().on_client_socket_readable(conn, client)
             return
         buffered: bytes = getattr(conn, "guard_buf", b"")
+        need: int = getattr(conn, "guard_need", 0)
+        pieces: list[bytes] | None = getattr(conn, "guard_pieces", None)
+        have = len(buffered) + (conn.guard_have if pieces else 0)
         try:
-            chunk = conn.sock.recv(max(READY_BYTES, getattr(conn, "guard_need", 0))
-                                   - len(buffered))
+            chunk = conn.sock.recv(max(READY_BYTES, need) - have)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
@@ -148,6 +150,23 @@ class StoreThreadWorker(JsonErrorsMixin, CompleteRequestsOnly, ThreadWorker):  #
         if not chunk:
             self._drop(conn)
             return
+        if need and have + len(chunk) < need:
+            # a batch still arriving: keep its pieces and join them once, when it is whole (a
+            # concatenation per read would copy a slow large body over and over)
+            since = getattr(conn, "guard_since", None)
+            if since is not None and time.monotonic() - since > HEAD_DEADLINE_S:
+                self._drop(conn)
+                return
+            if pieces is None:
+                pieces = conn.guard_pieces = []
+                conn.guard_have = 0
+            pieces.append(chunk)
+            conn.guard_have += len(chunk)
+            self._kept_alive(conn)
+            return
+        if pieces:
+            buffered = b"".join([buffered, *pieces])
+            conn.guard_pieces = None
         try:
             served = self.on_poller.serve(buffered + chunk if buffered else chunk, conn.client)
         except Exception:  # the answer catches everything it knows; never stop the poller
@@ -178,6 +197,9 @@ class StoreThreadWorker(JsonErrorsMixin, CompleteRequestsOnly, ThreadWorker):  #
             conn.guard_since = None
         conn.guard_buf = served.rest
         conn.guard_need = served.need
+        self._kept_alive(conn)
+
+    def _kept_alive(self, conn: Any) -> None:
         self.keepalived_conns.remove(conn)  # kept alive from now: last in expiry order
         conn.timeout = time.monotonic() + self._keepalive_s  # conn.set_timeout(), cheaper
         self.keepalived_conns.append(conn)
@@ -187,7 +209,7 @@ class StoreThreadWorker(JsonErrorsMixin, CompleteRequestsOnly, ThreadWorker):  #
         answer (if any); then the connection comes back to the poller (``finish_request``)."""
         self.poller.unregister(conn.sock)
         self.keepalived_conns.remove(conn)
-        conn.guard_need = 0
+        conn.guard_need, conn.guard_pieces = 0, None
         if served.verdict == inline.Verdict.HANDOVER:
             conn.guard_buf, conn.guard_since = b"", None
             conn.parser.unreader.unread(served.rest)
