@@ -43,6 +43,8 @@ from clepsydra_core.wire.timers import RescheduleRequest
 TRACER = "clepsydra_client"
 MAX_BATCH = 500
 """Messages per batch request; longer batches are split."""
+CONTEXTS_AT_ONCE = 64
+"""New-trace contexts ``send_async`` draws at once (telemetry.batch_contexts)."""
 REQUEST_OVERHEAD = 160
 """What a message's JSON adds to its body in a batch request (properties, tags), roughly."""
 
@@ -151,6 +153,7 @@ class Producer:
             "batch_bytes": batch_bytes, "max_pending": max_pending}
         self._batcher: Batcher | None = None
         self._batcher_lock = threading.Lock()
+        self._contexts: list[str | int | None] = []
 
     def send(self, topic: str, body: bytes | str, *, tags: str | None = None,
              keys: Sequence[str] | str = (), properties: Mapping[str, str] | None = None,
@@ -270,7 +273,7 @@ class Producer:
         props.setdefault(P.UNIQ_KEY, uniq_key)
         span: trace.Span | None = None
         if P.TRACEPARENT not in props:
-            context = telemetry.batch_contexts(self._tracer, 1)[0]
+            context = self._trace_context()
             if isinstance(context, str):
                 props[P.TRACEPARENT] = context
             else:
@@ -296,6 +299,20 @@ class Producer:
             future.set_exception(exc)  # ends its span
             raise
         return future
+
+    def _trace_context(self) -> str | int | None:
+        """``telemetry.batch_contexts(tracer, 1)[0]`` for one message; without a current span
+        (new traces) drawn :data:`CONTEXTS_AT_ONCE` at a time, which costs half as much a
+        message (``list.pop`` is atomic: threads may share the stock)."""
+        if trace.get_current_span().get_span_context().is_valid:
+            return telemetry.batch_contexts(self._tracer, 1)[0]
+        stock = self._contexts
+        if not stock:
+            stock = self._contexts = telemetry.batch_contexts(self._tracer, CONTEXTS_AT_ONCE)
+        try:
+            return stock.pop()
+        except IndexError:  # another thread took the last one
+            return telemetry.batch_contexts(self._tracer, 1)[0]
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Wait until every message accepted by ``send_async`` has its outcome (False if
