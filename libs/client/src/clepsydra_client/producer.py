@@ -283,6 +283,9 @@ class Producer:
                         else telemetry.start_decided(self._tracer, context, "client.produce",
                                                      **kw))
                 telemetry.inject(props, span)
+        elif telemetry.unrecorded(self._tracer) is None:  # its own context: a span if recorded
+            span = self._tracer.start_span("client.produce", kind=trace.SpanKind.PRODUCER,
+                                           attributes=self._attributes(topic))
         text, encoded = body_fields(body)
         message = (uniq_key, text, encoded, tags or None, keys_text, queue_id, level, at_ms,
                    in_ms, *chain.from_iterable(props.items()))
