@@ -24,6 +24,7 @@ acknowledgement that waits for an fsync must not hold the poller).
 
 from __future__ import annotations
 
+import gc
 import select
 import time
 from dataclasses import dataclass
@@ -91,6 +92,17 @@ class InlineProduce:
 
 _PRODUCE_PATHS = ("/messages", "/messages/batch")
 
+
+def freeze_startup_objects() -> None:
+    """Leave what the worker built at start (modules, the app, the opened store) out of the
+    garbage collector's full passes (``gc.freeze``): they live as long as the process, and a
+    500-message batch keeps enough objects alive for a while to set off full passes that walked
+    them all again (issue 14: the worker's CPU a message of the SDK's batches 13.4-15.3 µs
+    without, 10.9-13.1 with, five alternating runs; batches of 100 unchanged)."""
+    gc.collect()
+    gc.freeze()
+
+
 NOTIFY_EVERY_S = 1.0
 """The worker tells the arbiter it is alive at most this often (gunicorn: every loop turn, a
 file-system call per request once the poller answers produce)."""
@@ -116,6 +128,7 @@ class StoreThreadWorker(JsonErrorsMixin, CompleteRequestsOnly, ThreadWorker):  #
         if not self.cfg.is_ssl:
             self.on_poller = InlineProduce.of(self.wsgi)
         self._keepalive_s = float(self.cfg.keepalive)
+        freeze_startup_objects()
 
     def handle_request(self, req: Any, conn: Any) -> Any:
         # a produce request's connection goes back to the poller, which answers the next ones
