@@ -117,8 +117,8 @@ class ProduceBatch(WireValue):
         """The batch's JSON from its messages already encoded by ``orjson.dumps`` as JSON
         arrays (each part one or more messages): the parts are joined, not parsed again
         (``orjson.dumps`` writes a fragment as it is)."""
-        return {cls.json_names()[0]: orjson.Fragment(
-            b"[" + b",".join(part[1:-1] for part in parts if len(part) > 2) + b"]")}
+        inner = [memoryview(part)[1:-1] for part in parts if len(part) > 2]  # no copies
+        return {cls.json_names()[0]: orjson.Fragment(b"[" + b",".join(inner) + b"]")}
 
 
 @dataclass(frozen=True, slots=True)
