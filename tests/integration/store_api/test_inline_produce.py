@@ -193,3 +193,75 @@ def test_half_a_request_on_kept_alive_connections_holds_no_thread(
     assert other.answer()[0] == 200
     for talk in (*silent, trickled, other):
         talk.close()
+
+
+def _large_batch(count: int) -> bytes:
+    """A batch body well over the 64 KiB a thread would take it at (READY_BYTES)."""
+    return json.dumps({"messages": [{"body": f"{i:04d}" + "x" * 1020, "keys": f"k{i}"}
+                                    for i in range(count)]}).encode()
+
+
+def test_a_large_batch_is_answered_on_the_poller(
+        start_store: Callable[..., HttpService]) -> None:
+    """Issue 14 (HTTP batch >= 100,000 msg/s): a batch of any size within the request limit
+    is read whole and answered by the poller, not by gunicorn's thread path; every message is
+    stored, in order."""
+    url = start_store().url
+    create_topic(url)
+    talk = Conversation(url)
+    talk.send(produce(b'{"body":"warm"}'))
+    assert talk.answer()[0] == 201
+    body = _large_batch(300)
+    assert len(body) > 4 * 65536
+    for _ in range(2):
+        talk.send(produce(body, batch=True))
+        status, _, answer = talk.answer()
+        assert status == 201 and len(answer["results"]) == 300
+    offsets = [r["queueOffset"] for r in answer["results"]]
+    assert offsets == list(range(301, 601))
+    talk.close()
+    assert poller_answers(url) == 2
+
+
+def test_half_a_large_batch_holds_no_thread(start_store: Callable[..., HttpService]) -> None:
+    """A large batch stays on the poller until it arrived whole (issue 16's guard): clients that
+    stop half-way through one hold no pool thread."""
+    url = start_store(env={"CLEPSYDRA_STORE_THREADS": "2"}).url
+    create_topic(url)
+    raw = produce(_large_batch(200), batch=True)
+    stalled = []
+    for _ in range(4):
+        talk = Conversation(url)
+        talk.send(produce(b'{"body":"warm"}'))
+        assert talk.answer()[0] == 201
+        talk.send(raw[:len(raw) // 2])
+        stalled.append(talk)
+    other = Conversation(url)
+    other.send(get("/healthz"))
+    assert other.answer()[0] == 200
+    stalled[0].send(raw[len(raw) // 2:])  # the rest arrives: answered
+    status, _, answer = stalled[0].answer()
+    assert status == 201 and len(answer["results"]) == 200
+    for talk in (*stalled, other):
+        talk.close()
+
+
+def test_a_large_batch_sent_in_small_pieces_is_answered_whole(
+        start_store: Callable[..., HttpService]) -> None:
+    """The poller keeps the pieces of a batch still arriving and reads it once whole: every
+    message stored, the same answer as sent at once."""
+    url = start_store().url
+    create_topic(url)
+    talk = Conversation(url)
+    talk.send(produce(b'{"body":"warm"}'))
+    assert talk.answer()[0] == 201
+    talk.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    raw = produce(_large_batch(250), batch=True) + produce(b'{"body":"next"}')
+    for i in range(0, len(raw), 1500):
+        talk.send(raw[i:i + 1500])
+    status, _, answer = talk.answer()
+    assert status == 201 and [r["queueOffset"] for r in answer["results"]] == list(range(1, 251))
+    status, _, single = talk.answer()
+    assert status == 201 and single["queueOffset"] == 251
+    talk.close()
+    assert poller_answers(url) == 2

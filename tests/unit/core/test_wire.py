@@ -8,6 +8,7 @@ import dataclasses
 import re as _re
 
 import jsonschema
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -284,3 +285,14 @@ def test_a_dlq_filter_selects_something() -> None:
     with pytest.raises(ValidationError, match="filter is empty"):
         DlqFilter.from_json({"topic": None}, what="filter")
     assert DlqFilter.from_json({"fromMs": 5, "toMs": 5}).to_json() == {"fromMs": 5, "toMs": 5}
+
+
+def test_a_batch_of_encoded_messages_is_the_batch_of_their_values() -> None:
+    """``ProduceBatch.of_encoded`` (the SDK's send_async, issue 14) joins messages encoded in
+    chunks into the same request as ``of_json``; an empty chunk adds nothing."""
+    messages = [ProduceMessage.json_of(body=f"m{i}", keys=f"k{i}", properties={"a": "b"})
+                for i in range(5)]
+    parts = [orjson.dumps(messages[:2]), orjson.dumps([]), orjson.dumps(messages[2:])]
+    encoded = orjson.dumps(ProduceBatch.of_encoded(parts))
+    assert orjson.loads(encoded) == ProduceBatch.of_json(messages)
+    assert ProduceBatch.from_json(orjson.loads(encoded), strict=True).messages[4].body == "m4"

@@ -12,6 +12,18 @@ and resending is the application's decision (at least once, never silently twice
 ``flush()`` returns once every message accepted before it has its outcome; ``close()`` flushes,
 then stops the threads; nothing accepted is ever dropped. A full buffer (``max_pending``
 messages waiting) makes ``send_async`` wait for room instead of growing without bound.
+
+A message is checked when it is accepted; its JSON value is built on the sender thread and the
+batch request encoded in one ``orjson.dumps`` (encoding each message to its own bytes when
+accepted costs ten times more: each is a fresh allocation kept until its batch goes).
+Accepting is cheap on purpose (issue 14: the caller's thread and the sender threads share one
+GIL, and the garbage collector's full passes follow every object that lives long enough): a
+waiting message is a flat tuple of plain values (:data:`Message`), which the collector stops
+following at its first pass, and its future (``futures.SendFuture``, one object) sits beside
+it; no span object for a message whose span is not recorded; ``submit`` wakes the
+sender threads only when a topic's queue starts (a new linger to wait for) or fills a batch,
+and the accepting thread lets them run every 64 messages instead of after the interpreter's
+5 ms switch interval.
 """
 
 from __future__ import annotations
@@ -20,35 +32,44 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future
-from dataclasses import dataclass
+from typing import Any
 
-from clepsydra_client.message import SendResult
+from clepsydra_client.futures import Answer, SendFuture, complete
 from clepsydra_core.errors import ClepsydraError
 
 LINGER_MS = 5.0
 BATCH_MESSAGES = 500
 BATCH_BYTES = 1 << 20
 MAX_PENDING = 100_000
+YIELD_MASK = 63
+"""The accepting thread lets the senders run every 64 messages (see ``Batcher.submit``)."""
 
-SendBatch = Callable[[str, list["Pending"]], list[SendResult]]
-"""Sends one batch for a topic; the results in order, or raises."""
+Message = tuple[Any, ...]
+"""An accepted message as the producer keeps it until its batch goes: one flat tuple of plain
+values (text, numbers, None), so the garbage collector stops following it at its first pass;
+the producer turns it into the request's JSON when the batch is sent."""
+SendBatch = Callable[[str, list[Message]], list[Answer]]
+"""Sends one batch for a topic; the answers in order, or raises."""
+SendOne = Callable[[str, Message], Answer]
 
 
-@dataclass(slots=True)
-class Pending:
-    """One accepted message: its request body (built when accepted), size and future."""
+class _Queue:
+    """A topic's accepted messages (with their sizes) and, beside them, their futures: kept
+    apart so that a waiting message holds no reference the collector must follow."""
 
-    request: dict[str, object]
-    size: int
-    future: Future[SendResult]
+    __slots__ = ("first_at", "futures", "messages")
+
+    def __init__(self) -> None:
+        self.messages: deque[tuple[Message, int]] = deque()
+        self.futures: deque[SendFuture] = deque()
+        self.first_at = 0.0
 
 
 class Batcher:
     """The buffer of accepted messages and the sender threads that drain it."""
 
-    def __init__(self, send_batch: SendBatch, send_one: Callable[[str, Pending], SendResult],
-                 *, linger_ms: float = LINGER_MS, batch_messages: int = BATCH_MESSAGES,
+    def __init__(self, send_batch: SendBatch, send_one: SendOne, *,
+                 linger_ms: float = LINGER_MS, batch_messages: int = BATCH_MESSAGES,
                  batch_bytes: int = BATCH_BYTES, max_pending: int = MAX_PENDING,
                  senders: int = 2) -> None:
         if linger_ms < 0 or batch_messages < 1 or batch_bytes < 1 or max_pending < 1:
@@ -59,9 +80,9 @@ class Batcher:
         self.batch_messages = batch_messages
         self.batch_bytes = batch_bytes
         self.max_pending = max_pending
-        self._queues: dict[str, deque[Pending]] = {}
-        self._first_at: dict[str, float] = {}
+        self._queues: dict[str, _Queue] = {}
         self._pending = 0  # accepted, outcome not yet set
+        self._accepted = 0
         self._cond = threading.Condition()
         self._closed = False
         self._flushing = False  # a flush waits: send what is queued without lingering
@@ -70,18 +91,31 @@ class Batcher:
         for thread in self._threads:
             thread.start()
 
-    def submit(self, topic: str, item: Pending) -> None:
+    def submit(self, topic: str, message: Message, size: int, future: SendFuture) -> None:
+        """Accept ``message`` (about ``size`` bytes in a request) for ``topic``; ``future``
+        gets its outcome."""
         with self._cond:
             while self._pending >= self.max_pending and not self._closed:
                 self._cond.wait()
             if self._closed:
                 raise ClepsydraError("the producer is closed")
-            queue = self._queues.setdefault(topic, deque())
-            if not queue:
-                self._first_at[topic] = time.monotonic()
-            queue.append(item)
+            queue = self._queues.get(topic)
+            if queue is None:
+                queue = self._queues[topic] = _Queue()
+            queue.messages.append((message, size))
+            queue.futures.append(future)
             self._pending += 1
-            self._cond.notify_all()
+            # a sender needs waking only for a new linger to wait for, or a full batch
+            waiting = len(queue.futures)
+            if waiting == 1:
+                queue.first_at = time.monotonic()
+                self._cond.notify_all()
+            elif waiting == self.batch_messages:
+                self._cond.notify_all()
+            self._accepted += 1
+            if self._accepted & YIELD_MASK:
+                return
+        time.sleep(0)  # let a sender thread waiting for the GIL run now
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Wait until every message accepted so far has its outcome; False on timeout."""
@@ -105,77 +139,82 @@ class Batcher:
         for thread in self._threads:
             thread.join(10)
 
-    def _take(self) -> tuple[str, list[Pending]] | None:
+    def _take(self) -> tuple[str, list[Message], list[SendFuture]] | None:
         """The next batch to send (waiting for one); None once closed and empty."""
         with self._cond:
             while True:
                 now = time.monotonic()
                 wait_s: float | None = None
                 for topic, queue in self._queues.items():
-                    if not queue:
+                    if not queue.futures:
                         continue
-                    due = self._first_at[topic] + self.linger_s
-                    if (len(queue) >= self.batch_messages or now >= due or self._closed
-                            or self._flushing):
-                        return topic, self._cut(topic, queue)
+                    due = queue.first_at + self.linger_s
+                    if (len(queue.futures) >= self.batch_messages or now >= due
+                            or self._closed or self._flushing):
+                        return (topic, *self._cut(queue))
                     wait_s = due - now if wait_s is None else min(wait_s, due - now)
                 if self._closed and not self._pending:
                     return None
                 self._cond.wait(wait_s)
 
-    def _cut(self, topic: str, queue: deque[Pending]) -> list[Pending]:
-        batch: list[Pending] = []
-        size = 0
-        while queue and len(batch) < self.batch_messages:
-            if batch and size + queue[0].size > self.batch_bytes:
+    def _cut(self, queue: _Queue) -> tuple[list[Message], list[SendFuture]]:
+        messages: list[Message] = []
+        futures: list[SendFuture] = []
+        waiting, size = queue.messages, 0
+        while waiting and len(messages) < self.batch_messages:
+            message, message_size = waiting[0]
+            if messages and size + message_size > self.batch_bytes:
                 break
-            item = queue.popleft()
-            batch.append(item)
-            size += item.size
-        if queue:
-            self._first_at[topic] = time.monotonic() - self.linger_s  # the rest is due now
-        return batch
+            waiting.popleft()
+            messages.append(message)
+            futures.append(queue.futures.popleft())
+            size += message_size
+        if waiting:
+            queue.first_at = time.monotonic() - self.linger_s  # the rest is due now
+        return messages, futures
 
     def _run(self) -> None:
         while True:
             taken = self._take()
             if taken is None:
                 return
-            topic, batch = taken
-            self._deliver(topic, batch)
+            topic, messages, futures = taken
+            self._deliver(topic, messages, futures)
             with self._cond:
-                self._pending -= len(batch)
+                self._pending -= len(futures)
                 if not self._pending:
                     self._flushing = False
                 self._cond.notify_all()
 
-    def _deliver(self, topic: str, batch: list[Pending]) -> None:
+    def _deliver(self, topic: str, messages: list[Message], futures: list[SendFuture]) -> None:
         try:
-            results = self._send_batch(topic, batch)
+            results = self._send_batch(topic, messages)
         except ClepsydraError as exc:
-            if 400 <= exc.http_status < 500 and len(batch) > 1:
-                for item in batch:  # nothing of it was stored: each on its own
-                    self._one(topic, item)
+            if 400 <= exc.http_status < 500 and len(messages) > 1:
+                for message, future in zip(messages, futures, strict=True):
+                    self._one(topic, message, future)  # nothing was stored: each on its own
                 return
-            _fail(batch, exc)
+            _fail(futures, exc)
             return
         except BaseException as exc:
-            _fail(batch, exc)
+            _fail(futures, exc)
             return
-        if len(results) != len(batch):
-            _fail(batch, ClepsydraError(f"the store answered {len(results)} results for a "
-                                        f"batch of {len(batch)}"))
+        if len(results) != len(messages):
+            _fail(futures, ClepsydraError(f"the store answered {len(results)} results for a "
+                                          f"batch of {len(messages)}"))
             return
-        for item, result in zip(batch, results, strict=True):
-            item.future.set_result(result)
+        complete(futures, results)
 
-    def _one(self, topic: str, item: Pending) -> None:
+    def _one(self, topic: str, message: Message, future: SendFuture) -> None:
         try:
-            item.future.set_result(self._send_one(topic, item))
+            value = self._send_one(topic, message)
         except BaseException as exc:
-            item.future.set_exception(exc)
+            _fail([future], exc)
+            return
+        complete([future], [value])
 
 
-def _fail(batch: list[Pending], exc: BaseException) -> None:
-    for item in batch:
-        item.future.set_exception(exc)
+def _fail(futures: list[SendFuture], exc: BaseException) -> None:
+    for future in futures:
+        if not future.done():
+            future.set_exception(exc)

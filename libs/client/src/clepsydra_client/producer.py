@@ -20,13 +20,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from itertools import chain
 from typing import Any
 
+import orjson
 from opentelemetry import trace
 
 from clepsydra_client import batching
-from clepsydra_client.batching import Batcher, Pending
+from clepsydra_client.batching import Batcher
 from clepsydra_client.delivery_time import delay_ms, instant_ms
+from clepsydra_client.futures import Answer, SendFuture, answer
 from clepsydra_client.ids import new_uniq_key
 from clepsydra_client.message import ScheduleChange, SendResult
 from clepsydra_client.settings import ensure_tracing
@@ -40,6 +43,8 @@ from clepsydra_core.wire.timers import RescheduleRequest
 TRACER = "clepsydra_client"
 MAX_BATCH = 500
 """Messages per batch request; longer batches are split."""
+CONTEXTS_AT_ONCE = 64
+"""New-trace contexts ``send_async`` draws at once (telemetry.batch_contexts)."""
 REQUEST_OVERHEAD = 160
 """What a message's JSON adds to its body in a batch request (properties, tags), roughly."""
 
@@ -91,7 +96,7 @@ def _keys_text(keys: Sequence[str] | str) -> str | None:
     if isinstance(keys, str):
         return keys.strip() or None
     for key in keys:
-        if not key or any(c.isspace() for c in key):
+        if key.split() != [key]:  # empty, or a white space in it (str.isspace's kind)
             raise ValidationError(f"message key {key!r} must be non-empty without spaces "
                                   "(keys are stored space-separated)", code="INVALID_REQUEST")
     return " ".join(keys) or None
@@ -148,6 +153,7 @@ class Producer:
             "batch_bytes": batch_bytes, "max_pending": max_pending}
         self._batcher: Batcher | None = None
         self._batcher_lock = threading.Lock()
+        self._contexts: list[str | int | None] = []
 
     def send(self, topic: str, body: bytes | str, *, tags: str | None = None,
              keys: Sequence[str] | str = (), properties: Mapping[str, str] | None = None,
@@ -243,25 +249,73 @@ class Producer:
                    delay: timedelta | int | None = None) -> Future[SendResult]:
         """Accept one message for a batched send; its future holds the result or the error.
         A bad message (its delay, keys) raises here and is not accepted."""
-        return self.send_message_async(topic, OutgoingMessage(
-            body, tags, keys, properties or {}, delay_level, queue_id, deliver_at, delay))
+        return self._accept(topic, body, tags, keys, properties, delay_level, queue_id,
+                            deliver_at, delay)
 
     def send_message_async(self, topic: str, message: OutgoingMessage) -> Future[SendResult]:
-        span = self._tracer.start_span("client.produce", kind=trace.SpanKind.PRODUCER,
-                                       attributes=self._attributes(topic))
+        return self._accept(topic, message.body, message.tags, message.keys, message.properties,
+                            message.delay_level, message.queue_id, message.deliver_at,
+                            message.delay)
+
+    def _accept(self, topic: str, body: bytes | str, tags: str | None,
+                keys: Sequence[str] | str, properties: Mapping[str, str] | None,
+                delay_level: int, queue_id: int | None, deliver_at: datetime | int | None,
+                delay: timedelta | int | None) -> Future[SendResult]:
+        """Check and accept one message: its ``UNIQ_KEY`` and trace context are set here, its
+        JSON is built when its batch is sent (:func:`_message_json`). The trace context is
+        that of a ``client.produce`` span in the current context; the span itself is made
+        only when it is recorded (then it ends with the future), else just its
+        ``traceparent`` (telemetry.batch_contexts)."""
+        level, at_ms, in_ms = delivery(delay_level, deliver_at, delay)  # may refuse
+        keys_text = _keys_text(keys)
+        props: dict[str, str] = dict(properties) if properties else {}
+        uniq_key = props.get(P.UNIQ_KEY) or new_uniq_key()
+        props.setdefault(P.UNIQ_KEY, uniq_key)
+        span: trace.Span | None = None
+        if P.TRACEPARENT not in props:
+            context = self._trace_context()
+            if isinstance(context, str):
+                props[P.TRACEPARENT] = context
+            else:
+                kw: dict[str, Any] = {"kind": trace.SpanKind.PRODUCER,
+                                      "attributes": self._attributes(topic)}
+                span = (self._tracer.start_span("client.produce", **kw) if context is None
+                        else telemetry.start_decided(self._tracer, context, "client.produce",
+                                                     **kw))
+                telemetry.inject(props, span)
+        elif telemetry.unrecorded(self._tracer) is None:  # its own context: a span if recorded
+            span = self._tracer.start_span("client.produce", kind=trace.SpanKind.PRODUCER,
+                                           attributes=self._attributes(topic))
+        text, encoded = body_fields(body)
+        message = (uniq_key, text, encoded, tags or None, keys_text, queue_id, level, at_ms,
+                   in_ms, *chain.from_iterable(props.items()))
+        size = (len(text) if text is not None else len(encoded or "")) + REQUEST_OVERHEAD
+        future = SendFuture()
+        if span is not None:
+            if span.is_recording():
+                future.add_done_callback(functools.partial(_end_span, span, level or 0))
+            else:
+                span.end()
         try:
-            with trace.use_span(span, end_on_exit=False):
-                uniq_key = message.properties.get(P.UNIQ_KEY) or new_uniq_key()
-                request = message_request(message, uniq_key)
-        except BaseException:
-            span.end()
+            self._batching().submit(topic, message, size, future)
+        except BaseException as exc:
+            future.set_exception(exc)  # ends its span
             raise
-        future: Future[SendResult] = Future()
-        future.add_done_callback(functools.partial(_end_span, span, message.delay_level))
-        body = message.body
-        size = (len(body) if isinstance(body, bytes) else len(body.encode())) + REQUEST_OVERHEAD
-        self._batching().submit(topic, Pending(request, size, future))
         return future
+
+    def _trace_context(self) -> str | int | None:
+        """``telemetry.batch_contexts(tracer, 1)[0]`` for one message; without a current span
+        (new traces) drawn :data:`CONTEXTS_AT_ONCE` at a time, which costs half as much a
+        message (``list.pop`` is atomic: threads may share the stock)."""
+        if trace.get_current_span().get_span_context().is_valid:
+            return telemetry.batch_contexts(self._tracer, 1)[0]
+        stock = self._contexts
+        if not stock:
+            stock = self._contexts = telemetry.batch_contexts(self._tracer, CONTEXTS_AT_ONCE)
+        try:
+            return stock.pop()
+        except IndexError:  # another thread took the last one
+            return telemetry.batch_contexts(self._tracer, 1)[0]
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Wait until every message accepted by ``send_async`` has its outcome (False if
@@ -279,16 +333,16 @@ class Producer:
                 batcher = self._batcher
         return batcher
 
-    def _post_batch(self, topic: str, items: list[Pending]) -> list[SendResult]:
+    def _post_batch(self, topic: str, messages: list[batching.Message]) -> list[Answer]:
         raw = self.http.post(self.http.path("/v1/topics/{}/messages/batch", topic),
-                             ProduceBatch.of_json([item.request for item in items]))
+                             ProduceBatch.of_encoded(_encoded(messages)))
         answers: list[Any] = raw.get("results") or []
-        return [SendResult.from_json(a, _uniq_key(item))
-                for a, item in zip(answers, items, strict=False)]
+        return [answer(a, m[0]) for a, m in zip(answers, messages, strict=False)]
 
-    def _post_one(self, topic: str, item: Pending) -> SendResult:
-        raw = self.http.post(self.http.path("/v1/topics/{}/messages", topic), item.request)
-        return SendResult.from_json(raw, _uniq_key(item))
+    def _post_one(self, topic: str, message: batching.Message) -> Answer:
+        raw = self.http.post(self.http.path("/v1/topics/{}/messages", topic),
+                             _message_json(message))
+        return answer(raw, message[0])
 
     # ---- pending delayed messages: cancel and reschedule (issue 15) ------------------------
 
@@ -344,9 +398,26 @@ def _target(msg_id: str | None, topic: str | None,
     return "/v1/messages", {"topic": topic, "key": key}
 
 
-def _uniq_key(item: Pending) -> str:
-    props = item.request.get("properties")
-    return str(props.get(P.UNIQ_KEY, "")) if isinstance(props, dict) else ""
+ENCODE_CHUNK = 32
+"""Messages encoded by one ``orjson.dumps`` when a batch is sent: their JSON values die at once
+instead of living through the request (and the garbage collector's passes) as a batch's do."""
+
+
+def _encoded(messages: list[batching.Message]) -> list[bytes]:
+    """A batch's messages as JSON arrays of :data:`ENCODE_CHUNK` messages."""
+    return [orjson.dumps([_message_json(m) for m in messages[i:i + ENCODE_CHUNK]])
+            for i in range(0, len(messages), ENCODE_CHUNK)]
+
+
+def _message_json(message: batching.Message) -> Json:
+    """The :class:`ProduceMessage` JSON of a message ``_accept`` took: one flat tuple of plain
+    values (``UNIQ_KEY``, the fields, then property names and values in turn), which the
+    garbage collector stops following at its first pass."""
+    return ProduceMessage.json_of(
+        body=message[1], body_base64=message[2], tags=message[3], keys=message[4],
+        properties=dict(zip(message[9::2], message[10::2], strict=True)),
+        queue_id=message[5], delay_level=message[6], deliver_at=message[7],
+        delay_ms=message[8])
 
 
 def _end_span(span: trace.Span, delay_level: int, future: Future[SendResult]) -> None:

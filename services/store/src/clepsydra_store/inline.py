@@ -9,10 +9,15 @@ them with a strict HTTP/1.1 reader for that one shape and answers them through t
 WSGI path (access control, checks, span, metrics, JSON error bodies). Several requests that
 arrived together (HTTP pipelining) are answered in one write.
 
+A produce request is read whole here however large its body (a batch: up to
+``CLEPSYDRA_STORE_MAX_REQUEST_BYTES``, as a thread would read it): once its head is read,
+:attr:`Served.need` says how many bytes the poller reads at once for the rest, and the same
+deadline as for any request (``HEAD_DEADLINE_S``) drops a connection that trickles it.
+
 Anything else goes to gunicorn unchanged, once it arrived whole (``slow_clients.py``): another
 method or route, a percent-encoded topic, a query string, ``Transfer-Encoding``, ``Expect``,
-``Connection: close``, a repeated or unusual header, a head or body too large for one read,
-a body over ``CLEPSYDRA_STORE_MAX_REQUEST_BYTES``. gunicorn's limits and error pages, and
+``Connection: close``, a repeated or unusual header, a head too large for one read, a body
+over ``CLEPSYDRA_STORE_MAX_REQUEST_BYTES``. gunicorn's limits and error pages, and
 Flask, answer those as before. A store with ``CLEPSYDRA_FLUSH=sync`` does not use this path:
 its acknowledgement waits for an fsync, which the poller thread must not.
 """
@@ -67,7 +72,8 @@ class Produce:
 def read_request(buf: bytes, pos: int, limit: int,
                  remote: tuple[str, int]) -> tuple[Produce | str, int]:
     """The request starting at ``buf[pos]``: (a Produce, where the next one starts), or
-    (a :class:`Verdict`, ``pos``)."""
+    (a :class:`Verdict`, ``pos``); for a produce request whose body has not all arrived,
+    (INCOMPLETE, the position its body ends at)."""
     head_end = buf.find(b"\r\n\r\n", pos)
     if head_end < 0:
         return (Verdict.HANDOVER if len(buf) - pos >= READY_BYTES
@@ -111,9 +117,9 @@ def read_request(buf: bytes, pos: int, limit: int,
     body_start = head_end + 4
     end = body_start + length
     if end > len(buf):
-        if length > limit or len(buf) - pos >= READY_BYTES:
+        if length > limit:
             return _not_ours(buf, pos), pos
-        return Verdict.INCOMPLETE, pos
+        return Verdict.INCOMPLETE, end  # read whole here, however large
     return Produce(topic, batch, environ, None if length > limit else buf[body_start:end]), end
 
 
@@ -132,6 +138,9 @@ class Served:
     verdict: str
     """:class:`Verdict` of ``rest`` (INCOMPLETE also when it is empty)."""
     count: int
+    need: int = 0
+    """INCOMPLETE with the head of a produce request read: the bytes of ``rest`` that make it
+    whole (the poller reads that much at once); 0 otherwise."""
 
 
 def serve(buf: bytes, answer: AnswerFn, limit: int, remote: tuple[str, int],
@@ -141,16 +150,20 @@ def serve(buf: bytes, answer: AnswerFn, limit: int, remote: tuple[str, int],
     out: list[bytes] = []
     pos = 0
     verdict = Verdict.INCOMPLETE
+    need = 0
     while pos < len(buf):
-        request, pos = read_request(buf, pos, limit, remote)
+        request, end = read_request(buf, pos, limit, remote)
         if not isinstance(request, Produce):
             verdict = request
+            if end > pos:
+                need = end - pos
             break
+        pos = end
         status, headers, body = answer(request.environ, request.topic, request.batch,
                                        request.body)
         out.append(_head(status, headers, date))
         out.append(body)
-    return Served(b"".join(out), buf[pos:], verdict, len(out) // 2)
+    return Served(b"".join(out), buf[pos:] if pos else buf, verdict, len(out) // 2, need)
 
 
 def _head(status: str, headers: list[tuple[str, str]], date: str) -> bytes:

@@ -17,6 +17,8 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import orjson
+
 from clepsydra_core import properties as P
 from clepsydra_core.errors import ValidationError
 from clepsydra_core.wire.codec import INT32_MAX, INT32_MIN, INT64_MAX, WireValue, wire_meta
@@ -109,6 +111,14 @@ class ProduceBatch(WireValue):
     def of_json(cls, messages: list[dict[str, Any]]) -> dict[str, Any]:
         """The batch's JSON of messages already encoded (``ProduceMessage.json_of``)."""
         return {cls.json_names()[0]: messages}
+
+    @classmethod
+    def of_encoded(cls, parts: list[bytes]) -> dict[str, Any]:
+        """The batch's JSON from its messages already encoded by ``orjson.dumps`` as JSON
+        arrays (each part one or more messages): the parts are joined, not parsed again
+        (``orjson.dumps`` writes a fragment as it is)."""
+        inner = [memoryview(part)[1:-1] for part in parts if len(part) > 2]  # no copies
+        return {cls.json_names()[0]: orjson.Fragment(b"[" + b",".join(inner) + b"]")}
 
 
 @dataclass(frozen=True, slots=True)
