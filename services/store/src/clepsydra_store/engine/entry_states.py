@@ -48,6 +48,24 @@ class EntryStates:
         applying, pending = self._applying.get(cq), self._pending.get(cq)
         return {**(applying or {}), **(pending or {})}
 
+    def overrides(self, cq: ConsumeQueue, queue_offsets: list[int]) -> dict[int, int]:
+        """The unwritten sentinels of these entries of ``cq`` (as :meth:`of_queue`, asked
+        before the entries are read), looked up one by one: a timer drain sets one sentinel
+        per entry handed over, so copying them all on each read would cost as much as the
+        reads (issue 14)."""
+        pending = self._pending.get(cq) or {}
+        applying = self._applying.get(cq) or {}
+        out: dict[int, int] = {}
+        if not (pending or applying):
+            return out
+        for q in queue_offsets:
+            code = pending.get(q)
+            if code is None:
+                code = applying.get(q)
+            if code is not None:
+                out[q] = code
+        return out
+
     def override(self, cq: ConsumeQueue, queue_offset: int) -> int | None:
         """The entry's unwritten sentinel (None: its file's code stands), asked before the
         entry is read."""

@@ -100,6 +100,9 @@ class TimerOps:
         self.handed_over = 0
         """Timers handed over (delivered or parked) since the store started."""
         self._copies_of = copies_of
+        self._located: dict[int, tuple[int, int]] = {}
+        """Timer-log queue offset -> (CommitLog offset, size) of the entries read by the
+        hand-over running (writer lock)."""
 
     # ---- the long poll -------------------------------------------------------------------
     def handover_wait(self, max_count: int, wait_ms: int,
@@ -156,46 +159,47 @@ class TimerOps:
 
     # ---- hand-over (D3-D10 for timers) ----------------------------------------------------
     def _codes(self, queue_offsets: list[int]) -> list[int | None]:
-        """The timer-log entries' tagsCodes now (sentinels included); None past the log."""
-        cq = self._disp.timer_log()
+        """The timer-log entries' tagsCodes now (sentinels included); None past the log. The
+        place of each entry read (CommitLog offset, size) is kept in :attr:`_located` for the
+        hand-over that asked, so its due entries are not read a second time."""
         if not queue_offsets:
             return []
-        states = self._disp.states.of_queue(cq)  # before the entries (entry_states.py)
+        cq = self._disp.timer_log()
+        states = self._disp.states.overrides(cq, queue_offsets)  # before the entries
         low, high = min(queue_offsets), max(queue_offsets)
+        located = self._located
         found: dict[int, int] = {}
         if high - low < 4 * len(queue_offsets) + 256:
             raw = cq.read_raw(low, high - low + 1)
-            for i, (_, size, code) in enumerate(ENTRY.iter_unpack(raw)):
+            for i, (offset, size, code) in enumerate(ENTRY.iter_unpack(raw)):
                 if size > 0:
                     found[low + i] = code
+                    located[low + i] = (offset, size)
         else:
             for q in queue_offsets:
                 entry = cq.entry(q)
                 if entry is not None and entry.size > 0:
                     found[q] = entry.tags_code
+                    located[q] = (entry.commitlog_offset, entry.size)
         return [states.get(q, found.get(q)) if q in found else None for q in queue_offsets]
 
     def handover(self, now_ms: int, max_count: int) -> TimerHandoverResult:
         """Hand the due timers over (earliest first, up to ``max_count``): each rebuilt for
-        its real topic (D4) or parked (D7), appended with its mark in one write (D9)."""
+        its real topic (D4) or parked (D7) by the levels' path (``Handover.prepare``: spliced
+        from its stored bytes when plain), appended with its mark in one write (D9)."""
         out = TimerHandoverResult()
         end = None
+        items: list[Prepared] = []
+        oks: list[bool] = []
+        traceparents: list[str | None] = []
         with self._lock:
             timers = self._disp.timers
+            self._located = {}
             due = timers.due(now_ms, max_count, self._codes)
-            cq = self._disp.timer_log()
-            items: list[Prepared] = []
-            oks: list[bool] = []
-            traceparents: list[str | None] = []
-            for q, deliver_ts in due:
-                entry = cq.entry(q)
-                if entry is None:
-                    continue
-                item, ok, traceparent = self._handover.rebuild_timer(
-                    q, entry.commitlog_offset, entry.size, deliver_ts)
-                items.append(item)
-                oks.append(ok)
-                traceparents.append(traceparent)
+            located = self._located
+            self._located = {}
+            entries = [(q, *located[q], deliver_ts) for q, deliver_ts in due]
+            self._handover.prepare(TIMER_LEVEL, entries, items, oks, traceparents)
             results: list[PutResult] = []
             if items:
                 results, end = self._append(items)

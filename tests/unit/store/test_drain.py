@@ -1,0 +1,154 @@
+"""Draining a due backlog (issue 14): timers take the levels' splice path, a backlog of due
+timers is not read again on every hand-over, and the sentinels of the entries handed over are
+looked up one by one. Every speed-up keeps D4 (the same bytes as the rebuild) and D9 (once)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clepsydra_core import naming
+from clepsydra_core import properties as P
+from clepsydra_store.engine.consume_queue import ENTRY
+from clepsydra_store.engine.dispatch import TIMER_LEVEL
+from clepsydra_store.engine.entry_states import CANCELLED, DELIVERED, EntryStates
+from clepsydra_store.engine.handover import Handover
+from clepsydra_store.engine.message_store import MessageStore
+from clepsydra_store.engine.timer_index import SLOT_MS, TimerIndex
+from clepsydra_store.engine.types import PutRequest
+from tests.unit.store.conftest import OpenStore
+
+TOPIC = "orders"
+BASE = 1_700_000_000_000
+TP = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def _timers(store: MessageStore, deliver_at: int) -> list[PutRequest]:
+    """Timers of every shape the hand-over meets: plain, tags, keys, traceparent, producer
+    properties, a given UNIQ_KEY, binary and empty bodies."""
+    puts = [
+        PutRequest(TOPIC, b"plain", deliver_at=deliver_at),
+        PutRequest(TOPIC, b"", deliver_at=deliver_at, queue_id=1),
+        PutRequest(TOPIC, bytes(range(256)), deliver_at=deliver_at, flag=7, born_timestamp=5),
+        PutRequest(TOPIC, b"keys", tags="tg", keys="k1 k2", deliver_at=deliver_at,
+                   properties={P.UNIQ_KEY: "u-1", P.TRACEPARENT: TP, "app": "x"}),
+        PutRequest(TOPIC, "ünï".encode(), delay_ms=0, reconsume_times=3,
+                   properties={"ключ": "значение 🎉", "z": "", "a": "1" * 300}),
+    ]
+    puts += [PutRequest(TOPIC, f"sdk{i}".encode(), tags="tg", keys=f"order-{i * 7 % 13}",
+                        deliver_at=deliver_at, properties={
+                            P.UNIQ_KEY: f"u-{i:04d}-ü",
+                            P.TRACEPARENT: f"00-{i:032x}-b7ad6b7169203331-01"})
+             for i in range(6)]
+    return puts
+
+
+def test_a_timer_splice_builds_exactly_what_the_rebuild_builds(open_store: OpenStore) -> None:
+    # SPEC D4, T2 (issue 14): a timer's hand-over copy spliced from its stored bytes equals,
+    # field by field and byte for byte, the decode + re-encode rebuild it used to take
+    store = open_store()
+    store.create_topic(TOPIC, 2)
+    puts = _timers(store, BASE)
+    store.put_batch(puts)
+    scheduler = store._handover
+    cq = store._dispatcher.timer_log()
+    raw = cq.read_raw(cq.min_offset, cq.max_offset - cq.min_offset)
+    compared = 0
+    for q, (offset, size, _code) in enumerate(ENTRY.iter_unpack(raw)):
+        segment = store._commitlog.segment_for(offset)
+        assert segment is not None
+        buf = segment.read(offset - segment.start, size)
+        deliver_ts = BASE + 17 + q
+        spliced = scheduler._splice(TIMER_LEVEL, q, buf, 0, size, offset, deliver_ts)
+        rebuilt, ok, traceparent = scheduler._rebuild(TIMER_LEVEL, q, offset, size, deliver_ts)
+        assert spliced is not None and ok, q
+        assert spliced[0] == rebuilt, q
+        assert spliced[1] == traceparent
+        assert spliced[0].tail == rebuilt.tail
+        compared += 1
+    assert compared == len(puts)
+
+
+def test_due_timers_are_spliced_and_a_park_is_still_rebuilt(
+        open_store: OpenStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 14: the timer hand-over takes the splice path (it rebuilt every timer before);
+    # D7: a timer whose real topic is gone is parked through the rebuild, as before
+    store = open_store()
+    store.create_topic(TOPIC, 2)
+    store.create_topic("gone", 1)
+    puts = _timers(store, BASE)
+    store.put_batch(puts)
+    store.put(PutRequest("gone", b"lost", deliver_at=BASE))
+    store.delete_topic("gone")
+    rebuilt: list[int] = []
+    rebuild = Handover._rebuild
+
+    def counting(self: Handover, *args: Any) -> Any:
+        rebuilt.append(args[1])
+        return rebuild(self, *args)
+
+    monkeypatch.setattr(Handover, "_rebuild", counting)
+    later = time.time_ns() // 1_000_000 + 60_000  # (times in the past deliver at store time)
+    result = store.timers.handover(later, 1_000)
+    assert (result.delivered, result.parked) == (len(puts), 1)
+    assert rebuilt == [len(puts)]  # only the park
+    bodies = sorted(m.body for q in (0, 1) for m in store.read_queue(TOPIC, q, 0, 100).messages)
+    assert bodies == sorted(p.body for p in puts)
+    (parked,) = store.read_queue(naming.SCHEDULE_ERROR_TOPIC, 0, 0, 10).messages
+    assert parked.body == b"lost" and parked.properties[P.SCHEDULE_OFFSET] == f"0:{len(puts)}"
+    assert store.timers.handover(later + 60_000, 1_000).delivered == 0  # D9: once
+
+
+def test_a_due_backlog_is_not_read_again_on_every_hand_over(tmp_path: Path) -> None:
+    # issue 14: 5,000 timers due in one second, handed over 100 at a time; each call asks for
+    # the codes of the pairs it takes and the next one, not of the whole due backlog (which
+    # made a drain cost grow with the backlog: 5,000 + 4,900 + ... codes)
+    index = TimerIndex(tmp_path)
+    n, batch = 5_000, 100
+    live = {q: BASE + q % SLOT_MS for q in range(n)}
+    for q, ts in live.items():
+        index.add(q, ts)
+    asked = 0
+
+    def codes(qs: list[int]) -> list[int | None]:
+        nonlocal asked
+        asked += len(qs)
+        return [live.get(q) for q in qs]
+
+    handed: list[int] = []
+    while True:
+        due = index.due(BASE + SLOT_MS, batch, codes)
+        if not due:
+            break
+        assert len(due) <= batch
+        handed += [q for q, _ in due]
+        for q, _ in due:
+            live[q] = DELIVERED
+        index.confirm()
+    assert sorted(handed) == list(range(n))  # each once, none left
+    assert [live[q] for q in handed[:3]] == [DELIVERED] * 3
+    assert asked <= 2 * n + (n // batch + 2) * 64
+
+
+def test_overrides_are_the_sentinels_of_the_entries_asked(tmp_path: Path) -> None:
+    # issue 15's read order kept (sentinels before entries), without copying them all
+    from clepsydra_store.engine.consume_queue import ConsumeQueue
+
+    cq = ConsumeQueue(tmp_path / "cq", naming.TIMER_TOPIC, 0, 64)
+    other = ConsumeQueue(tmp_path / "other", naming.TIMER_TOPIC, 1, 64)
+    states = EntryStates()
+    assert states.overrides(cq, [0, 1]) == {}
+    states.set(cq, 1, DELIVERED)
+    states.set(other, 2, CANCELLED)
+    taken = states.take()  # being written by a flush
+    states.set(cq, 3, CANCELLED)
+    assert states.overrides(cq, [0, 1, 2, 3]) == {1: DELIVERED, 3: CANCELLED}
+    full = states.of_queue(cq)
+    assert states.overrides(cq, list(range(5))) == {q: full[q] for q in full if q < 5}
+    states.apply(taken)
+    assert states.overrides(cq, [1, 3]) == {3: CANCELLED}
+    cq.close()
+    other.close()
