@@ -1,6 +1,7 @@
 """Draining a due backlog (issue 14): timers take the levels' splice path, a backlog of due
-timers is not read again on every hand-over, and the sentinels of the entries handed over are
-looked up one by one. Every speed-up keeps D4 (the same bytes as the rebuild) and D9 (once)."""
+timers is not read again on every hand-over, the sentinels of the entries handed over are
+looked up one by one, and splice templates are parsed once per shape of properties block.
+Every speed-up keeps D4 (the same bytes as the rebuild) and D9 (once)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from clepsydra_core import naming
 from clepsydra_core import properties as P
+from clepsydra_core.properties import encode_properties
+from clepsydra_store.engine.codec import splice_template
 from clepsydra_store.engine.consume_queue import ENTRY
 from clepsydra_store.engine.dispatch import TIMER_LEVEL
 from clepsydra_store.engine.entry_states import CANCELLED, DELIVERED, EntryStates
 from clepsydra_store.engine.handover import Handover
 from clepsydra_store.engine.message_store import MessageStore
+from clepsydra_store.engine.splice_shapes import SpliceShapes
 from clepsydra_store.engine.timer_index import SLOT_MS, TimerIndex
 from clepsydra_store.engine.types import PutRequest
 from tests.unit.store.conftest import OpenStore
@@ -152,3 +158,71 @@ def test_overrides_are_the_sentinels_of_the_entries_asked(tmp_path: Path) -> Non
     assert states.overrides(cq, [1, 3]) == {3: CANCELLED}
     cq.close()
     other.close()
+
+
+_TRAP = "\x00\x08UNIQ_KEY\x00\x00\x00\x02ab"
+"""A value holding the bytes of a UNIQ_KEY field: the first match is not a field."""
+_NAMES = st.sampled_from([P.DELAY, P.DELIVER_AT, P.DELAY_MS, P.SCHEDULE_OFFSET, P.DELIVER_TS,
+                          P.REAL_TOPIC, P.REAL_QID, P.TAGS, P.KEYS, P.UNIQ_KEY, P.TRACEPARENT,
+                          "app", "UNIQ_KEY2", "x"])
+_VALUES = st.text(st.characters(exclude_categories=("Cs",)), max_size=10) | st.just(_TRAP)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_NAMES, _VALUES, max_size=7),
+       st.lists(_VALUES | st.text("0123456789ABCDEF", min_size=32, max_size=32), min_size=1,
+                max_size=6))
+def test_a_template_by_shape_is_the_codec_template(props: dict[str, str],
+                                                   uniqs: list[str]) -> None:
+    # SPEC D4 (issue 14): a block whose template comes from a learned shape (its UNIQ_KEY
+    # value put in place) gets exactly codec.splice_template's template; blocks the shapes
+    # cannot take are parsed whole or left to the rebuild, as before
+    shapes = SpliceShapes()
+    for uniq in uniqs * 2:  # the second round meets every shape learned
+        block = encode_properties({**props, P.UNIQ_KEY: uniq})
+        expected = splice_template(block)
+        found = shapes.template(block)
+        if expected is None or not expected[4].get(P.UNIQ_KEY):
+            assert found is None
+            continue
+        assert found is not None
+        template, got_uniq = found
+        assert got_uniq == uniq
+        assert template[:4] == expected[:4]
+        assert {**template[4], P.UNIQ_KEY: got_uniq} == expected[4]
+
+
+def test_blocks_of_one_shape_are_parsed_once(open_store: OpenStore,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 14: every parked message has its own UNIQ_KEY, so its properties block is new; the
+    # codec parses one block per shape (plus two checks), not one per message, and the copies
+    # are the rebuild's, byte for byte (D4)
+    from clepsydra_store.engine import splice_shapes
+
+    parsed: list[bytes] = []
+    parse = splice_shapes.splice_template
+
+    def counting(block: bytes) -> Any:
+        parsed.append(block)
+        return parse(block)
+
+    monkeypatch.setattr(splice_shapes, "splice_template", counting)
+    store = open_store(levels="1s 2s")
+    store.create_topic(TOPIC, 1)
+    results = store.put_batch([PutRequest(TOPIC, b"%d" % i, tags="t", delay_level=1)
+                               for i in range(200)])
+    now = results[-1].store_timestamp + 1_000
+    scheduler = store._handover
+    cq = scheduler.queue(1)
+    for q, (offset, size, _code) in enumerate(ENTRY.iter_unpack(cq.read_raw(0, 200))):
+        segment = store._commitlog.segment_for(offset)
+        assert segment is not None
+        buf = segment.read(offset - segment.start, size)
+        spliced = scheduler._splice(1, q, buf, 0, size, offset, now)
+        assert spliced is not None and spliced[0] == scheduler._rebuild(1, q, offset, size,
+                                                                         now)[0]
+    assert len(parsed) == 3
+    assert store.handover(1, 0, 1_000, now_ms=now).delivered == 200
+    assert len(parsed) == 3
+    bodies = [m.body for m in store.read_queue(TOPIC, 0, 0, 1_000).messages]
+    assert bodies == [b"%d" % i for i in range(200)]

@@ -24,11 +24,9 @@ from clepsydra_core.records import (
 )
 from clepsydra_store.engine.codec import (
     Prepared,
-    SpliceTemplate,
     handover_properties,
     schedule_offset,
     splice_properties,
-    splice_template,
     too_large,
 )
 from clepsydra_store.engine.commitlog import CommitLog
@@ -36,6 +34,7 @@ from clepsydra_store.engine.consume_queue import ENTRY, ConsumeQueue
 from clepsydra_store.engine.dispatch import Dispatcher
 from clepsydra_store.engine.entry_states import CANCELLED
 from clepsydra_store.engine.key_index import key_hash
+from clepsydra_store.engine.splice_shapes import SpliceShapes
 from clepsydra_store.engine.topics import TopicRegistry
 
 logger = logging.getLogger(__name__)
@@ -96,9 +95,8 @@ class Handover:
         self.topics = topics
         self.levels = levels
         self.segment_size_bytes = segment_size_bytes
-        self._templates: dict[bytes, SpliceTemplate] = {}
-        """A properties block seen -> its codec.splice_template (records of a batch often share
-        one)."""
+        self._shapes = SpliceShapes()
+        """codec.splice_template of the stored blocks, parsed once per shape."""
 
     def check_level(self, level: int) -> None:
         if not 1 <= level <= self.levels.max_level:
@@ -245,19 +243,11 @@ class Handover:
         p += 4
         if props_len < 0 or p + props_len != end:
             return None
-        block = buf[p:end]
-        template = self._templates.get(block)
-        if template is None:
-            template = splice_template(block)
-            if template is None:
-                return None
-            if len(self._templates) >= _TEMPLATES_MAX:
-                self._templates.clear()
-            self._templates[block] = template
+        found = self._shapes.template(buf[p:end])
+        if found is None:  # no UNIQ_KEY (parked before unique ids: _rebuild gives it its
+            return None    # msgId), or properties the codec cannot splice
+        template, uniq = found
         values = template[4]
-        uniq = values.get(P.UNIQ_KEY)
-        if not uniq:  # parked before unique ids: _rebuild gives it its msgId
-            return None
         if memo is None:
             memo = _Memo()
         real = (values.get(P.REAL_TOPIC), values.get(P.REAL_QID))
