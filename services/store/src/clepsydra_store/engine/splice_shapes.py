@@ -110,29 +110,26 @@ def _boundary(block: bytes, p: int) -> bool:
 
 def _learn(block: bytes, p: int, length: int, template: SpliceTemplate) -> _Shape | None:
     """The shape of ``block`` (its UNIQ_KEY field at ``p``, its value ``length`` bytes long),
-    or None when it does not check out: ``p`` not a field boundary, or no place in one static
-    piece of the template where two other values of other lengths, put in, give what the
-    codec gives for the blocks holding them."""
+    or None when it does not check out: ``p`` not a field boundary, the field not found
+    whole exactly once in the template's static pieces, or another value of another length,
+    put in its place, not giving what the codec gives for the block holding it."""
     if not _boundary(block, p):
         return None
-    rest = block[p + _HEAD + length:]
-    twins: list[tuple[bytes, SpliceTemplate]] = []
-    for other in (b"0" * (length + 1), b"1" * (length + 2)):
-        field = VALUE_LEN.pack(len(other)) + other
-        expected = splice_template(block[:p] + _FIELD + field + rest)
-        if expected is None:
-            return None
-        twins.append((field, expected))
     t0, first, t1, t2, values = template
-    shared = {k: v for k, v in values.items() if k != P.UNIQ_KEY}
     own = block[p + len(_FIELD):p + _HEAD + length]
-    for index, piece in enumerate((t0, t1, t2)):
-        at = piece.find(own)
-        while at >= 0:
-            shape = ((t0, first, t1, t2, shared), index, at, length)
-            if all(_put(shape, field)[:4] == expected[:4]
-                   and {**shared, P.UNIQ_KEY: field[VALUE_LEN.size:].decode()} == expected[4]
-                   for field, expected in twins):
-                return shape
-            at = piece.find(own, at + 1)
-    return None
+    places = [(index, piece.find(own)) for index, piece in enumerate((t0, t1, t2))
+              if own in piece]
+    if len(places) != 1:
+        return None
+    index, at = places[0]
+    if (t0, t1, t2)[index].find(own, at + 1) >= 0:
+        return None
+    shape = ((t0, first, t1, t2, {k: v for k, v in values.items() if k != P.UNIQ_KEY}),
+             index, at, length)
+    other = b"0" * (length + 1)
+    field = VALUE_LEN.pack(len(other)) + other
+    expected = splice_template(block[:p] + _FIELD + field + block[p + _HEAD + length:])
+    if expected is None or _put(shape, field)[:4] != expected[:4] \
+            or {**shape[0][4], P.UNIQ_KEY: other.decode()} != expected[4]:
+        return None
+    return shape
