@@ -226,3 +226,34 @@ def test_blocks_of_one_shape_are_parsed_once(open_store: OpenStore,
     assert len(parsed) == 2
     bodies = [m.body for m in store.read_queue(TOPIC, 0, 0, 1_000).messages]
     assert bodies == [b"%d" % i for i in range(200)]
+
+
+def test_a_flush_writes_sentinels_a_run_at_a_time(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 14 (issue 18 item 2's order kept: only at a flush): the sentinels of a drain are
+    # consecutive entries; each run is read and written once, across the queue's files, and
+    # only the codes change
+    from clepsydra_store.engine.consume_queue import ConsumeQueue
+
+    cq = ConsumeQueue(tmp_path / "cq", naming.TIMER_TOPIC, 0, 64)
+    n = 200
+    cq.write(0, b"".join(ENTRY.pack(1_000 + 7 * q, 100 + q, BASE + q) for q in range(n)))
+    states = EntryStates()
+    runs = [range(3, 4), range(60, 140), range(150, 152), range(199, 200)]
+    changed = {q: (DELIVERED if q % 3 else CANCELLED) for run in runs for q in run}
+    for q, code in changed.items():
+        states.set(cq, q, code)
+    writes: list[tuple[int, int]] = []
+    write = ConsumeQueue.write
+
+    def counting(self: ConsumeQueue, queue_offset: int, packed: bytes) -> None:
+        writes.append((queue_offset, len(packed) // len(ENTRY.pack(0, 0, 0))))
+        write(self, queue_offset, packed)
+
+    monkeypatch.setattr(ConsumeQueue, "write", counting)
+    states.apply(states.take())
+    assert writes == [(run.start, len(run)) for run in runs]
+    entries = list(ENTRY.iter_unpack(cq.read_raw(0, n)))
+    assert entries == [(1_000 + 7 * q, 100 + q, changed.get(q, BASE + q)) for q in range(n)]
+    assert states.overrides(cq, list(range(n))) == {}
+    cq.close()
