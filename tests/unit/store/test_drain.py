@@ -257,3 +257,63 @@ def test_a_flush_writes_sentinels_a_run_at_a_time(tmp_path: Path,
     assert entries == [(1_000 + 7 * q, 100 + q, changed.get(q, BASE + q)) for q in range(n)]
     assert states.overrides(cq, list(range(n))) == {}
     cq.close()
+
+
+def test_a_large_level_hand_over_is_done_a_lock_chunk_at_a_time(
+        open_store: OpenStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 14, D9: one request hands over up to its max, a LOCK_CHUNK per hold of the writer
+    # lock, and answers for the whole range; every entry once, in order
+    from clepsydra_store.api import handover as api
+
+    monkeypatch.setattr(api, "LOCK_CHUNK", 7)
+    store = open_store(levels="1s 2s")
+    store.create_topic(TOPIC, 1)
+    results = store.put_batch([PutRequest(TOPIC, b"%d" % i, delay_level=1) for i in range(30)])
+    due = results[-1].store_timestamp + 1_000
+    asked: list[int] = []
+    handover = store.handover
+
+    def counting(level: int, from_offset: int, max_count: int,
+                 now_ms: int | None = None) -> Any:
+        asked.append(max_count)
+        return handover(level, from_offset, max_count, now_ms=due)
+
+    monkeypatch.setattr(store, "handover", counting)
+    first = api.handover_chunks(store, 1, 0, 25)
+    assert asked == [7, 7, 7, 4]
+    assert (first.from_offset, first.next_offset, first.delivered, first.handed_over) == \
+        (0, 25, 25, 24)
+    assert len(first.lateness_ms) == len(first.delivered_messages) == 25 and not first.not_due
+    asked.clear()
+    rest = api.handover_chunks(store, 1, 0, 100)  # from behind the mark: skips, then the rest
+    assert asked == [7]
+    assert (rest.from_offset, rest.next_offset, rest.delivered, rest.skipped) == (25, 30, 5, 25)
+    bodies = [m.body for m in store.read_queue(TOPIC, 0, 0, 100).messages]
+    assert bodies == [b"%d" % i for i in range(30)]
+
+
+def test_a_large_timer_hand_over_is_done_a_lock_chunk_at_a_time(
+        open_store: OpenStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 14, T2: the same for timers: appended a LOCK_CHUNK at a time, answered as one
+    from clepsydra_store.engine import timer_ops
+
+    monkeypatch.setattr(timer_ops, "LOCK_CHUNK", 7)
+    store = open_store()
+    store.create_topic(TOPIC, 1)
+    store.put_batch([PutRequest(TOPIC, b"%d" % i, delay_ms=0) for i in range(30)])
+    appended: list[int] = []
+    append = store.timers._append
+
+    def counting(items: Any) -> Any:
+        appended.append(len(items))
+        return append(items)
+
+    monkeypatch.setattr(store.timers, "_append", counting)
+    later = time.time_ns() // 1_000_000 + 1_000
+    first = store.timers.handover(later, 25)
+    assert appended == [7, 7, 7, 4]
+    assert first.delivered == len(first.lateness_ms) == len(first.delivered_messages) == 25
+    assert store.timers.handover(later, 25).delivered == 5
+    assert store.timers.handover(later, 25).delivered == 0  # D9: once
+    bodies = sorted(m.body for m in store.read_queue(TOPIC, 0, 0, 100).messages)
+    assert bodies == sorted(b"%d" % i for i in range(30))

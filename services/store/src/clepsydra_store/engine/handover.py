@@ -39,6 +39,12 @@ from clepsydra_store.engine.topics import TopicRegistry
 
 logger = logging.getLogger(__name__)
 
+LOCK_CHUNK = 2_000
+"""Most entries one hold of the writer lock hands over: a larger hand-over request (up to the
+wire's 10,000) is done a chunk at a time, and between chunks the lock is given up and the
+thread yields, so producers and other levels wait for one chunk at most (issue 14: bigger
+requests, fewer scheduler round trips, the same lock holds)."""
+
 _SPAN_GAP = 64 * 1024
 _SPAN_MAX = 8 * 1024 * 1024
 """Schedule entries whose records lie close together in one segment are read with one pread:

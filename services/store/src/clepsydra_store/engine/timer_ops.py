@@ -37,7 +37,7 @@ from clepsydra_store.engine.commitlog import CommitLog
 from clepsydra_store.engine.consume_queue import ENTRY, ENTRY_SIZE
 from clepsydra_store.engine.dispatch import TIMER_LEVEL, Dispatcher, cancel_kind
 from clepsydra_store.engine.entry_states import CANCELLED, DELIVERED
-from clepsydra_store.engine.handover import Handover
+from clepsydra_store.engine.handover import LOCK_CHUNK, Handover
 from clepsydra_store.engine.prepare import Preparer
 from clepsydra_store.engine.timer_index import NO_TIMER
 from clepsydra_store.engine.types import PutResult
@@ -186,25 +186,22 @@ class TimerOps:
     def handover(self, now_ms: int, max_count: int) -> TimerHandoverResult:
         """Hand the due timers over (earliest first, up to ``max_count``): each rebuilt for
         its real topic (D4) or parked (D7) by the levels' path (``Handover.prepare``: spliced
-        from its stored bytes when plain), appended with its mark in one write (D9)."""
+        from its stored bytes when plain), appended with its mark in one write (D9); a
+        ``LOCK_CHUNK`` at a time under the writer lock, yielding between chunks."""
         out = TimerHandoverResult()
-        end = None
+        results: list[PutResult] = []
         items: list[Prepared] = []
         oks: list[bool] = []
         traceparents: list[str | None] = []
-        with self._lock:
-            timers = self._disp.timers
-            self._located = {}
-            due = timers.due(now_ms, max_count, self._codes)
-            located = self._located
-            self._located = {}
-            entries = [(q, *located[q], deliver_ts) for q, deliver_ts in due]
-            self._handover.prepare(TIMER_LEVEL, entries, items, oks, traceparents)
-            results: list[PutResult] = []
-            if items:
-                results, end = self._append(items)
-            timers.confirm()
-            out.next_due_at = None if timers.next_due == NO_TIMER else timers.next_due
+        end = None
+        while True:
+            want = min(max_count - len(items), LOCK_CHUNK)
+            taken, chunk_end = self._handover_chunk(now_ms, want, results, items, oks,
+                                                    traceparents, out)
+            end = chunk_end if chunk_end is not None else end
+            if taken < want or len(items) >= max_count:
+                break
+            time.sleep(0)  # let a thread waiting for the writer lock take it (LOCK_CHUNK)
         results = self._acknowledge(results, end)
         for r, item, ok, traceparent in zip(results, items, oks, traceparents, strict=True):
             if ok:
@@ -216,6 +213,29 @@ class TimerOps:
         self._lateness.extend(out.lateness_ms)
         self.handed_over += len(results)
         return out
+
+    def _handover_chunk(self, now_ms: int, max_count: int, results: list[PutResult],
+                        items: list[Prepared], oks: list[bool],
+                        traceparents: list[str | None],
+                        out: TimerHandoverResult) -> tuple[int, int | None]:
+        """One hold of the writer lock: up to ``max_count`` due timers prepared and appended
+        (added to the lists); (how many, the CommitLog end after them or None)."""
+        before = len(items)
+        end = None
+        with self._lock:
+            timers = self._disp.timers
+            self._located = {}
+            due = timers.due(now_ms, max_count, self._codes)
+            located = self._located
+            self._located = {}
+            entries = [(q, *located[q], deliver_ts) for q, deliver_ts in due]
+            self._handover.prepare(TIMER_LEVEL, entries, items, oks, traceparents)
+            if len(items) > before:
+                chunk, end = self._append(items[before:])
+                results += chunk
+            timers.confirm()
+            out.next_due_at = None if timers.next_due == NO_TIMER else timers.next_due
+        return len(items) - before, end
 
     # ---- cancel / reschedule ----------------------------------------------------------------
     def _state(self, level: int, queue_offset: int) -> tuple[int, int] | None:
