@@ -168,20 +168,27 @@ class TimerOps:
         states = self._disp.states.overrides(cq, queue_offsets)  # before the entries
         low, high = min(queue_offsets), max(queue_offsets)
         located = self._located
-        found: dict[int, int] = {}
+        out: list[int | None] = []
         if high - low < 4 * len(queue_offsets) + 256:
-            raw = cq.read_raw(low, high - low + 1)
-            for i, (offset, size, code) in enumerate(ENTRY.iter_unpack(raw)):
-                if size > 0:
-                    found[low + i] = code
-                    located[low + i] = (offset, size)
-        else:
+            entries = list(ENTRY.iter_unpack(cq.read_raw(low, high - low + 1)))
             for q in queue_offsets:
-                entry = cq.entry(q)
-                if entry is not None and entry.size > 0:
-                    found[q] = entry.tags_code
-                    located[q] = (entry.commitlog_offset, entry.size)
-        return [states.get(q, found.get(q)) if q in found else None for q in queue_offsets]
+                i = q - low
+                if i < len(entries):
+                    offset, size, code = entries[i]
+                    if size > 0:
+                        located[q] = (offset, size)
+                        out.append(states.get(q, code))
+                        continue
+                out.append(None)
+            return out
+        for q in queue_offsets:
+            entry = cq.entry(q)
+            if entry is not None and entry.size > 0:
+                located[q] = (entry.commitlog_offset, entry.size)
+                out.append(states.get(q, entry.tags_code))
+            else:
+                out.append(None)
+        return out
 
     def handover(self, now_ms: int, max_count: int) -> TimerHandoverResult:
         """Hand the due timers over (earliest first, up to ``max_count``): each rebuilt for
