@@ -5,8 +5,8 @@ and a cache of ``codec.splice_template`` by block never hits: the template was p
 for every message handed over (a quarter of a drain's CPU). Blocks that differ only in the
 ``UNIQ_KEY`` value have the same *shape*, and their templates differ only there (``UNIQ_KEY``
 is never edited by D4, so its field lies whole in one static piece of the template). A shape
-is learned from one block by the codec itself and checked; then each block of that shape gets
-its template by putting its own value in place, which is exactly what
+is learned from its second block by the codec itself and checked; then each block of that
+shape gets its template by putting its own value in place, which is exactly what
 ``codec.splice_template`` gives for it (``tests/unit/store/test_drain.py`` holds them equal
 on random blocks).
 
@@ -43,6 +43,10 @@ class SpliceShapes:
 
     def __init__(self) -> None:
         self._shapes: dict[_Key, _Shape | None] = {}
+        """Shapes learned (None: one that did not check out)."""
+        self._seen: set[_Key] = set()
+        """Shapes met once: a shape is learned at its second block (learning costs two parses,
+        and timers falling due one by one rarely meet a shape twice while it is cached)."""
 
     def template(self, block: bytes) -> tuple[SpliceTemplate, str] | None:
         """(``codec.splice_template(block)``, its ``UNIQ_KEY``); None when the block has no
@@ -61,13 +65,18 @@ class SpliceShapes:
         key = (p, block[:p], block[end:])
         shape = self._shapes.get(key)
         if shape is None:
-            if key in self._shapes:  # a shape that did not check out
-                return _whole(block)
             parsed = _whole(block)
-            if parsed is not None:
+            if parsed is None or key in self._shapes:  # (a shape that did not check out)
+                return parsed
+            if key in self._seen:  # its second block: worth learning
+                self._seen.discard(key)
                 if len(self._shapes) >= _MAX_SHAPES:
                     self._shapes.clear()
                 self._shapes[key] = _learn(block, p, length, parsed[0])
+            else:
+                if len(self._seen) >= _MAX_SHAPES:
+                    self._seen.clear()
+                self._seen.add(key)
             return parsed
         try:
             uniq = block[start:end].decode()
