@@ -317,3 +317,21 @@ def test_a_large_timer_hand_over_is_done_a_lock_chunk_at_a_time(
     assert store.timers.handover(later, 25).delivered == 0  # D9: once
     bodies = sorted(m.body for m in store.read_queue(TOPIC, 0, 0, 100).messages)
     assert bodies == sorted(b"%d" % i for i in range(30))
+
+
+def test_a_hand_over_asks_for_no_codes_of_pairs_far_from_due(tmp_path: Path) -> None:
+    # issue 14: a large batch size must not make each call read the codes of the slot's pairs
+    # that are not due (timers falling due a few at a time: the scheduler asks for 10,000)
+    index = TimerIndex(tmp_path)
+    live = {q: BASE + q for q in range(1_000)}  # one slot, a pair every millisecond
+    for q, ts in live.items():
+        index.add(q, ts)
+    asked: list[int] = []
+
+    def codes(qs: list[int]) -> list[int | None]:
+        asked.extend(qs)
+        return [live.get(q) for q in qs]
+
+    assert index.due(BASE + 9, 10_000, codes) == [(q, BASE + q) for q in range(10)]
+    assert index.next_due == BASE + 10
+    assert len(asked) <= 10 + 64  # the due ones, then a few looking for the next live one

@@ -210,8 +210,10 @@ class TimerIndex:
         leading = True
         """Every due pair looked at so far was stale."""
         while pos < len(pairs):
-            step = max(room + 1, _CODES_STEP) if pos < last else _CODES_STEP
-            chunk = pairs[pos:pos + step]
+            # due pairs: as many as may be taken (and one), no further; past them, the next
+            # live pair is looked for a few at a time
+            chunk = pairs[pos:min(last, pos + max(room + 1, _CODES_STEP)) if pos < last
+                          else pos + _CODES_STEP]
             codes = codes_of([q for _, q in chunk])
             for i, ((ts, q), code) in enumerate(zip(chunk, codes, strict=True)):
                 if code != ts:  # handed over, cancelled, rescheduled: stale for good
