@@ -13,7 +13,9 @@ Phases (issue 3; targets on a 2-core machine):
             enqueue rate; lateness = storeTimestamp of the delivered copy - its DELIVER_TS,
             p50 <= 20 ms, p99 <= 50 ms; peak RSS of worker (<= 100 MB) and beat; beat's CPU.
   drain     N level-1 messages produced with the scheduler stopped, all due, then the worker
-            started: drain rate (first to last hand-over) >= 50,000 msgs/s.
+            started: drain rate (first to last hand-over) >= 50,000 msgs/s (issue 14: 100,000).
+  engine    the drain's N messages handed over by the store engine alone, in this process:
+            CPU per message (best and median of 3), the writer's cost without HTTP.
   celery    the lateness workload as Celery tasks with ``countdown`` (held in the worker's
             memory until due); the task records arrival - intended deliver time in Redis.
   pending   1,000,000 messages at level 18 (2 h): worker RSS and Redis used_memory sampled
@@ -53,6 +55,8 @@ TOPIC = "bench"
 LEVEL_DELAYS_S = {1: 1, 2: 5, 3: 10, 4: 30}
 LONG_LEVEL = 18  # 2h in the default table
 CELERY_ARRIVALS = "bench:celery:arrivals"
+ENGINE_CALL = 2_000
+"""Entries per in-process hand-over call (the store's LOCK_CHUNK)."""
 
 
 # ---- helpers ---------------------------------------------------------------------------------
@@ -368,6 +372,54 @@ def phase_pending(stack: DeliveryStack, n: int, report: Report) -> None:
     beat.stop()
 
 
+def engine_handover_cpu(kind: str, n: int, rounds: int = 3) -> tuple[float, float]:
+    """The store engine alone, in this process (issue 14): ``n`` 1 KiB level-1 messages
+    (``kind`` "level") or timers due at once ("timer") put 100 at a time, then handed over
+    the scheduler's way; (best, median) CPU µs (user + system) per message handed over, of
+    ``rounds`` fresh stores. What the store's one writer process spends per message, without
+    HTTP, the scheduler and the machine's other processes."""
+    from clepsydra_core.levels import DelayLevels
+    from clepsydra_store.engine.config import EngineConfig
+    from clepsydra_store.engine.message_store import MessageStore
+    from clepsydra_store.engine.types import PutRequest
+
+    body = BODY.encode()
+    figures: list[float] = []
+    for _ in range(rounds):
+        home = Path(tempfile.mkdtemp(prefix="clepsydra-bench-engine-"))
+        store = MessageStore(EngineConfig(data_dir=home, delay_levels=DelayLevels.default()))
+        try:
+            store.create_topic(TOPIC, 4)
+            due = time.time_ns() // 1_000_000 + 1_000
+            for start in range(0, n, BATCH):
+                size = min(BATCH, n - start)
+                store.put_batch([PutRequest(TOPIC, body, delay_level=1) if kind == "level"
+                                 else PutRequest(TOPIC, body, deliver_at=due)
+                                 for _ in range(size)])
+            now = time.time_ns() // 1_000_000 + 10_000
+            done, offset = 0, 0
+            cpu0 = time.process_time()
+            while done < n:
+                if kind == "level":
+                    result = store.handover(1, offset, ENGINE_CALL, now_ms=now)
+                    offset = result.next_offset
+                    done += result.delivered
+                else:
+                    done += store.timers.handover(now, ENGINE_CALL).delivered
+            figures.append((time.process_time() - cpu0) * 1e6 / n)
+        finally:
+            store.close()
+            shutil.rmtree(home, ignore_errors=True)
+    return min(figures), statistics.median(figures)
+
+
+def phase_engine(n: int, report: Report) -> None:
+    report.add(f"\n== engine: {n:,} level-1 messages due, handed over in-process "
+               f"{ENGINE_CALL:,} a call")
+    best, median = engine_handover_cpu("level", n)
+    report.add(f"store engine CPU per message  best {best:5.2f} us, median {median:5.2f} us")
+
+
 # ---- Celery's own countdown, for comparison ---------------------------------------------------
 
 def celery_app(broker: str) -> Any:
@@ -446,7 +498,7 @@ def main() -> int:
     parser.add_argument("--drain", type=int, help="drain backlog (100,000)")
     parser.add_argument("--pending", type=int, help="pending long-delay messages (1,000,000)")
     parser.add_argument("--skip", default="", help="comma list of phases to skip: "
-                        "lateness,drain,celery,pending")
+                        "lateness,drain,engine,celery,pending")
     parser.add_argument("--keep", action="store_true", help="keep the temporary home")
     args = parser.parse_args()
     n = args.messages or (10_000 if args.quick else 100_000)
@@ -464,6 +516,8 @@ def main() -> int:
             phase_lateness(stack, n, report)
         if "drain" not in skip:
             phase_drain(stack, drain, report)
+        if "engine" not in skip:
+            phase_engine(drain, report)
         if "celery" not in skip:
             phase_celery(stack, n, report)
         if "pending" not in skip:

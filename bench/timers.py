@@ -2,7 +2,7 @@
 index and the scheduler's ``deliver_timers`` task.
 
     .venv/bin/python -m bench.timers [--pending N] [--drain N] [--cancel N] [--quick]
-                                     [--skip lateness,drain]
+                                     [--skip lateness,drain,engine]
 
 Real processes on free ports under a temporary CLEPSYDRA_HOME (redis-server, the store, the
 scheduler's worker and beat), as bench/delay_delivery.py runs them. Phases:
@@ -13,6 +13,8 @@ scheduler's worker and beat), as bench/delay_delivery.py runs them. Phases:
             goal p99 <= 10 ms, T1 bound 100 ms; never early (count of negative lateness).
   drain     N timers all due at one instant (produced first, the scheduler running): drain
             rate from the due time to the last delivered copy.
+  engine    N timers due at once handed over by the store engine alone, in this process: CPU
+            per message (best and median of 3), the writer's cost without HTTP (issue 14).
   memory    N timers an hour ahead: RSS of the store's worker process and of the scheduler's
             worker at rest and with them pending (issue 15: within 10 %).
   cancel    K of those cancelled by msgId over HTTP from 2 threads: cancels/s.
@@ -31,7 +33,17 @@ import threading
 import time
 from pathlib import Path
 
-from bench.delay_delivery import BATCH, BODY, DeliveryStack, Report, lateness_line, mb, proc_status
+from bench.delay_delivery import (
+    BATCH,
+    BODY,
+    ENGINE_CALL,
+    DeliveryStack,
+    Report,
+    engine_handover_cpu,
+    lateness_line,
+    mb,
+    proc_status,
+)
 
 TOPIC = "bench"
 
@@ -137,6 +149,13 @@ def phase_drain_now(stack: DeliveryStack, n: int, report: Report) -> None:
                f"(due {due}, last copy +{span_ms} ms)")
 
 
+def phase_engine(n: int, report: Report) -> None:
+    report.add(f"\n== engine: {n:,} timers due at once, handed over in-process "
+               f"{ENGINE_CALL:,} a call")
+    best, median = engine_handover_cpu("timer", n)
+    report.add(f"store engine CPU per message  best {best:5.2f} us, median {median:5.2f} us")
+
+
 def phase_memory_and_cancel(stack: DeliveryStack, n: int, cancels: int, report: Report) -> None:
     report.add(f"\n== memory: {n:,} timers an hour ahead; cancel {cancels:,} by msgId")
     store_pid = _store_worker_pid(stack.store.pid)
@@ -194,7 +213,7 @@ def main() -> int:
                         help="timers parked two hours ahead before the phases run, so lateness "
                              "and drain are measured with that many pending (issue 15: 1 M)")
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--skip", default="", help="phases to leave out: lateness,drain")
+    parser.add_argument("--skip", default="", help="phases to leave out: lateness,drain,engine")
     args = parser.parse_args()
     if args.quick:
         args.pending, args.drain, args.cancel = 10_000, 10_000, 1_000
@@ -216,6 +235,8 @@ def main() -> int:
                 phase_lateness(stack, args.pending, report)
             if "drain" not in skip:
                 phase_drain_now(stack, args.drain, report)
+            if "engine" not in skip:
+                phase_engine(args.drain, report)
             phase_memory_and_cancel(stack, args.pending, args.cancel, report)
         finally:
             stack.close()

@@ -16,7 +16,8 @@ def test_defaults_need_no_configuration() -> None:
     settings = SchedulerSettings.from_env({})
     assert settings.levels.max_level == 18
     assert (settings.keepalive_s, settings.lease_ms, settings.run_s) == (5.0, 10_000, 60.0)
-    assert (settings.batch, settings.poll_ms, settings.backoff_s) == (2_000, 1_000, 10.0)
+    # issue 14: a whole hand-over request (the store takes it 2,000 at a time)
+    assert (settings.batch, settings.poll_ms, settings.backoff_s) == (10_000, 1_000, 10.0)
     assert settings.concurrency == 22
     assert settings.metrics_port is None
     assert settings.common.effective_redis_url == "redis://127.0.0.1:6380/0"
@@ -40,6 +41,7 @@ def test_scheduler_variables_are_read(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("name", "value"), [
     ("CLEPSYDRA_SCHEDULER_BATCH", "0"), ("CLEPSYDRA_SCHEDULER_POLL_MS", "fast"),
+    ("CLEPSYDRA_SCHEDULER_BATCH", "10001"),  # past the store's largest hand-over (issue 14)
     ("CLEPSYDRA_SCHEDULER_CONCURRENCY", "3"), ("CLEPSYDRA_DELAY_LEVELS", "1s 2x"),
     ("CLEPSYDRA_SCHEDULER_CONCURRENCY", "4"),  # 3 levels + the timers' run (issue 15)
 ])

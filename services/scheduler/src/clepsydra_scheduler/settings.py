@@ -7,7 +7,7 @@ The shared ``CLEPSYDRA_*`` names (README.md, Configuration) plus the scheduler's
 | ``CLEPSYDRA_SCHEDULER_KEEPALIVE_S`` | beat's keep-alive interval per level (and its expiry) | 5 |
 | ``CLEPSYDRA_SCHEDULER_LEASE_S`` | a level lease's time to live (renewed each iteration) | 10 |
 | ``CLEPSYDRA_SCHEDULER_RUN_S`` | how long one task run delivers before re-enqueueing itself | 60 |
-| ``CLEPSYDRA_SCHEDULER_BATCH`` | most entries read / handed over per store call | 2000 |
+| ``CLEPSYDRA_SCHEDULER_BATCH`` | most entries read / handed over per store call (≤ 10000) | 10000 |
 | ``CLEPSYDRA_SCHEDULER_POLL_MS`` | longest sleep when a level's queue is empty | 1000 |
 | ``CLEPSYDRA_SCHEDULER_BACKOFF_S`` | SPEC D6 back-off after a failed store call | 10 |
 | ``CLEPSYDRA_SCHEDULER_CONCURRENCY`` | worker threads | levels + 4 |
@@ -28,6 +28,7 @@ from pathlib import Path
 from clepsydra_core.errors import ConfigError
 from clepsydra_core.levels import DelayLevels
 from clepsydra_core.settings import CommonSettings, Env, env_float, env_int, env_str
+from clepsydra_core.wire.schedule import MAX_HANDOVER
 
 _PREFIX = "CLEPSYDRA_SCHEDULER_"
 
@@ -38,7 +39,7 @@ class SchedulerSettings:
     keepalive_s: float = 5.0
     lease_s: float = 10.0
     run_s: float = 60.0
-    batch: int = 2_000
+    batch: int = MAX_HANDOVER
     poll_ms: int = 1_000
     backoff_s: float = 10.0
     concurrency: int = 22
@@ -61,7 +62,8 @@ class SchedulerSettings:
             keepalive_s=env_float(env, _PREFIX + "KEEPALIVE_S", 5.0, minimum=0.1),
             lease_s=env_float(env, _PREFIX + "LEASE_S", 10.0, minimum=0.3),
             run_s=env_float(env, _PREFIX + "RUN_S", 60.0, minimum=0.1),
-            batch=env_int(env, _PREFIX + "BATCH", 2_000, minimum=1),
+            batch=env_int(env, _PREFIX + "BATCH", MAX_HANDOVER, minimum=1,
+                          maximum=MAX_HANDOVER),
             poll_ms=env_int(env, _PREFIX + "POLL_MS", 1_000, minimum=1),
             backoff_s=env_float(env, _PREFIX + "BACKOFF_S", 10.0, minimum=0.0),
             concurrency=env_int(env, _PREFIX + "CONCURRENCY",

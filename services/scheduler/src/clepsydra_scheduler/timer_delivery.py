@@ -19,7 +19,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Protocol
 
-from clepsydra_core.wire.timers import TimerHandoverAnswer
+from clepsydra_core.wire.timers import MAX_TIMER_HANDOVER, TimerHandoverAnswer
 from clepsydra_scheduler.delivery import RunOutcome
 from clepsydra_scheduler.ports import Clock, LevelStateUnavailable, StoreCallFailed
 
@@ -46,7 +46,7 @@ class TimerLease(Protocol):
 class TimerConfig:
     run_s: float = 60.0
     lease_ms: int = 10_000
-    batch: int = 2_000
+    batch: int = MAX_TIMER_HANDOVER
     backoff_s: float = 10.0
 
     @property

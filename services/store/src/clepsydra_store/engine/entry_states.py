@@ -18,6 +18,8 @@ old code in the file, the sentinel already gone) and hand an entry over twice.
 
 from __future__ import annotations
 
+import struct
+
 from clepsydra_store.engine.consume_queue import ENTRY, ENTRY_SIZE, ConsumeQueue
 
 DELIVERED = -1
@@ -26,6 +28,11 @@ CANCELLED = -2
 """tagsCode of a cancelled (or rescheduled) schedule entry: never handed over."""
 
 _Changes = dict[ConsumeQueue, dict[int, int]]
+_CODE = struct.Struct(">q")
+_CODE_AT = ENTRY.size - _CODE.size
+"""The tagsCode of an entry: its last 8 bytes (``QueueEntry.LAYOUT``)."""
+_RUN_MAX = 4096
+"""Most entries one write of :meth:`EntryStates.apply` rewrites (80 KiB)."""
 
 
 class EntryStates:
@@ -48,6 +55,24 @@ class EntryStates:
         applying, pending = self._applying.get(cq), self._pending.get(cq)
         return {**(applying or {}), **(pending or {})}
 
+    def overrides(self, cq: ConsumeQueue, queue_offsets: list[int]) -> dict[int, int]:
+        """The unwritten sentinels of these entries of ``cq`` (as :meth:`of_queue`, asked
+        before the entries are read), looked up one by one: a timer drain sets one sentinel
+        per entry handed over, so copying them all on each read would cost as much as the
+        reads (issue 14)."""
+        pending = self._pending.get(cq) or {}
+        applying = self._applying.get(cq) or {}
+        out: dict[int, int] = {}
+        if not (pending or applying):
+            return out
+        for q in queue_offsets:
+            code = pending.get(q)
+            if code is None:
+                code = applying.get(q)
+            if code is not None:
+                out[q] = code
+        return out
+
     def override(self, cq: ConsumeQueue, queue_offset: int) -> int | None:
         """The entry's unwritten sentinel (None: its file's code stands), asked before the
         entry is read."""
@@ -69,11 +94,21 @@ class EntryStates:
     def apply(self, taken: _Changes) -> None:
         """Write ``taken`` into the ConsumeQueue files (then the caller fsyncs them)."""
         for cq, changes in taken.items():
-            for queue_offset, code in sorted(changes.items()):
-                raw = cq.read_raw(queue_offset, 1)
-                if len(raw) == ENTRY_SIZE:
-                    offset, size, _ = ENTRY.unpack(raw)
-                    cq.write(queue_offset, ENTRY.pack(offset, size, code))
+            offsets = sorted(changes)
+            i = 0
+            while i < len(offsets):  # a run of consecutive entries: one read, one write
+                first = offsets[i]
+                j = i + 1
+                while (j < len(offsets) and offsets[j] == first + j - i
+                       and j - i < _RUN_MAX):
+                    j += 1
+                raw = cq.read_raw(first, j - i)
+                entries = bytearray(raw[:len(raw) - len(raw) % ENTRY_SIZE])
+                if entries:
+                    for k in range(len(entries) // ENTRY_SIZE):
+                        _CODE.pack_into(entries, k * ENTRY_SIZE + _CODE_AT, changes[first + k])
+                    cq.write(first, bytes(entries))
+                i = j
             applying = self._applying.get(cq)
             if applying is not None:
                 for queue_offset, code in changes.items():

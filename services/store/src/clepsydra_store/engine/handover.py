@@ -24,23 +24,28 @@ from clepsydra_core.records import (
 from clepsydra_store.engine.codec import (
     TOPIC_FIELDS,
     Prepared,
-    SpliceTemplate,
     encode_tail,
     handover_properties,
     schedule_offset,
     splice_properties,
-    splice_template,
     too_large,
     topic_field_of,
 )
 from clepsydra_store.engine.commitlog import CommitLog
 from clepsydra_store.engine.consume_queue import ENTRY, ConsumeQueue
-from clepsydra_store.engine.dispatch import TIMER_LEVEL, Dispatcher
+from clepsydra_store.engine.dispatch import Dispatcher
 from clepsydra_store.engine.entry_states import CANCELLED
 from clepsydra_store.engine.key_index import key_hash
+from clepsydra_store.engine.splice_shapes import SpliceShapes
 from clepsydra_store.engine.topics import TopicRegistry
 
 logger = logging.getLogger(__name__)
+
+LOCK_CHUNK = 2_000
+"""Most entries one hold of the writer lock hands over: a larger hand-over request (up to the
+wire's 10,000) is done a chunk at a time, and between chunks the lock is given up and the
+thread yields, so producers and other levels wait for one chunk at most (issue 14: bigger
+requests, fewer scheduler round trips, the same lock holds)."""
 
 _SPAN_GAP = 64 * 1024
 _SPAN_MAX = 8 * 1024 * 1024
@@ -65,6 +70,18 @@ class HandoverPlan:
 
 
 _TEMPLATES_MAX = 1024
+_PARKING_TOPICS = frozenset({naming.SCHEDULE_TOPIC.encode(), naming.TIMER_TOPIC.encode()})
+"""Topics a spliced record is stored under (valid UTF-8: no decode to check)."""
+
+
+@dataclass(slots=True)
+class _Memo:
+    """What one hand-over batch looked up once (``Handover._splice``)."""
+
+    destinations: dict[tuple[str | None, str | None], tuple[str, int, str | None]] = field(
+        default_factory=dict)
+    tags: dict[str, int] = field(default_factory=dict)
+    keys: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 class Handover:
@@ -77,9 +94,8 @@ class Handover:
         self.topics = topics
         self.levels = levels
         self.segment_size_bytes = segment_size_bytes
-        self._templates: dict[bytes, SpliceTemplate] = {}
-        """A properties block seen -> its codec.splice_template (records of a batch often share
-        one)."""
+        self._shapes = SpliceShapes()
+        """codec.splice_template of the stored blocks, parsed once per shape."""
 
     def check_level(self, level: int) -> None:
         if not 1 <= level <= self.levels.max_level:
@@ -128,11 +144,21 @@ class Handover:
                 break
             plan.next_offset = queue_offset + 1
             due.append((queue_offset, commitlog_offset, size, deliver_ts))
-        items, delivered, traceparents = plan.items, plan.delivered, plan.traceparents
+        self.prepare(level, due, plan.items, plan.delivered, plan.traceparents)
+        return plan
+
+    def prepare(self, level: int, due: list[tuple[int, int, int, int]], items: list[Prepared],
+                delivered: list[bool], traceparents: list[str | None]) -> None:
+        """The hand-over copies of ``due`` entries ``(queue offset, CommitLog offset, size,
+        deliver ts)`` of ``level`` (0: the timer log), in their order: each spliced from its
+        stored bytes (records lying close together read with one pread, :meth:`_spans`), or
+        rebuilt by :meth:`_rebuild` (D4) or parked (D7) when it is not plain; with whether it
+        was delivered and its producer's ``traceparent`` (O1)."""
+        memo = _Memo()
         for buf, base, run in self._spans(due):
             for queue_offset, commitlog_offset, size, deliver_ts in run:
                 fast = self._splice(level, queue_offset, buf, commitlog_offset - base, size,
-                                    commitlog_offset, deliver_ts) if buf else None
+                                    commitlog_offset, deliver_ts, memo) if buf else None
                 if fast is None:
                     item, ok, traceparent = self._rebuild(level, queue_offset, commitlog_offset,
                                                           size, deliver_ts)
@@ -142,7 +168,6 @@ class Handover:
                 items.append(item)
                 delivered.append(ok)
                 traceparents.append(traceparent)
-        return plan
 
     def _spans(self, due: list[tuple[int, int, int, int]]
                ) -> list[tuple[bytes, int, list[tuple[int, int, int, int]]]]:
@@ -179,13 +204,16 @@ class Handover:
         return spans
 
     def _splice(self, level: int, queue_offset: int, buf: bytes, pos: int, size: int,
-                commitlog_offset: int, deliver_ts: int) -> tuple[Prepared, str | None] | None:
+                commitlog_offset: int, deliver_ts: int, memo: _Memo | None = None
+                ) -> tuple[Prepared, str | None] | None:
         """The D4 rebuild of the record at ``buf[pos:]`` for its real topic made from its
         stored bytes: body and CRC kept, properties re-spliced by the codec
         (``codec.splice_properties``, equal to ``_rebuild``'s ``codec.handover_properties``).
-        None when anything is not
-        plain (a short or invalid record, repeated or undecodable properties, a park): the
-        caller then takes ``_rebuild``, which decides what the old path decides."""
+        None when anything is not plain (a short or invalid record, repeated or undecodable
+        properties, a park): the caller then takes ``_rebuild``, which decides what the old
+        path decides. ``memo`` keeps, for one hand-over batch, the destination of each
+        (``REAL_TOPIC``, ``REAL_QID``) pair, the tags code of each ``TAGS`` and the key hashes
+        of each ``KEYS`` (the writer lock is held, so the topic table does not change)."""
         if pos + size > len(buf) or size < HEADER_SIZE + 5:
             return None
         (total, magic, crc, _queue_id, flag, _qo, stored_offset, sys_flag, born_ts, born_host,
@@ -204,29 +232,28 @@ class Handover:
         p += 1 + topic_len
         if p + 4 > end:
             return None
-        try:
-            buf[p - topic_len:p].decode()
-        except UnicodeDecodeError:
-            return None
+        stored_topic = buf[p - topic_len:p]
+        if stored_topic not in _PARKING_TOPICS:
+            try:
+                stored_topic.decode()
+            except UnicodeDecodeError:
+                return None
         (props_len,) = I32.unpack_from(buf, p)
         p += 4
         if props_len < 0 or p + props_len != end:
             return None
-        block = buf[p:end]
-        template = self._templates.get(block)
-        if template is None:
-            template = splice_template(block)
-            if template is None:
-                return None
-            if len(self._templates) >= _TEMPLATES_MAX:
-                self._templates.clear()
-            self._templates[block] = template
+        found = self._shapes.template(buf[p:end])
+        if found is None:  # no UNIQ_KEY (parked before unique ids: _rebuild gives it its
+            return None    # msgId), or properties the codec cannot splice
+        template, uniq = found
         values = template[4]
-        uniq = values.get(P.UNIQ_KEY)
-        if not uniq:  # parked before unique ids: _rebuild gives it its msgId
-            return None
-        topic, queue_id, reason = self._destination(values.get(P.REAL_TOPIC),
-                                                    values.get(P.REAL_QID))
+        if memo is None:
+            memo = _Memo()
+        real = (values.get(P.REAL_TOPIC), values.get(P.REAL_QID))
+        destination = memo.destinations.get(real)
+        if destination is None:
+            destination = memo.destinations[real] = self._destination(*real)
+        topic, queue_id, reason = destination
         if reason is not None:
             return None
         tail = encode_tail(body, TOPIC_FIELDS.get(topic) or topic_field_of(topic),
@@ -235,12 +262,22 @@ class Handover:
         if new_size + MIN_END_MARKER > self.segment_size_bytes:
             raise too_large(new_size, self.segment_size_bytes)
         tags = values.get(P.TAGS)
-        keys = values.get(P.KEYS, "").split()
-        keys.append(uniq)
+        code = 0
+        if tags:
+            code = memo.tags.get(tags, -1)
+            if code == -1:
+                code = memo.tags[tags] = tags_code(tags)
+        keys = values.get(P.KEYS)
+        hashes: tuple[int, ...] = (key_hash(uniq),)
+        if keys:
+            key_hashes = memo.keys.get(keys)
+            if key_hashes is None:
+                key_hashes = memo.keys[keys] = tuple(key_hash(k) for k in keys.split())
+            hashes = key_hashes + hashes
         prepared = tuple.__new__(Prepared, (
-            new_size, topic, queue_id, tags_code(tags), 0, crc, flag,
+            new_size, topic, queue_id, code, 0, crc, flag,
             sys_flag, born_ts, born_host, reconsume, body_len, tail,
-            tuple(key_hash(k) for k in keys), (level, queue_offset), deliver_ts, uniq))
+            hashes, (level, queue_offset), deliver_ts, uniq))
         return prepared, values.get(P.TRACEPARENT)
 
     def _rebuild(self, level: int, queue_offset: int, commitlog_offset: int, size: int,
@@ -270,13 +307,6 @@ class Handover:
                               reconsume_times=record.reconsume_times, mark=mark,
                               deliver_ts=deliver_ts, max_size=self.segment_size_bytes)
         return prepared, True, props.get(P.TRACEPARENT)
-
-    def rebuild_timer(self, queue_offset: int, commitlog_offset: int, size: int,
-                      deliver_ts: int) -> tuple[Prepared, bool, str | None]:
-        """The D4 rebuild (or D7 park) of timer-log entry ``queue_offset`` (issue 15): its
-        copy carries ``SCHEDULE_OFFSET`` ``0:<queue_offset>``, so dispatch marks the entry
-        handed over, durably with the append (D9)."""
-        return self._rebuild(TIMER_LEVEL, queue_offset, commitlog_offset, size, deliver_ts)
 
     def _destination(self, topic: str | None,
                      real_qid: str | None) -> tuple[str, int, str | None]:

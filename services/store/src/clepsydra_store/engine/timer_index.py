@@ -50,6 +50,8 @@ NO_TIMER = -1
 _CACHED_SLOTS = 4
 """Slots whose sorted pairs stay in memory between hand-overs."""
 _MAX_Q = 1 << 62
+_CODES_STEP = 64
+"""Pairs whose codes are asked for at once past the ones a hand-over takes."""
 
 
 @dataclass(slots=True)
@@ -171,10 +173,12 @@ class TimerIndex:
         :attr:`next_due` brought up to date. Slots found emptied are proposed for unlinking:
         :meth:`confirm` (once the hand-over of the pairs is appended) retires them.
 
-        Per call the cost is the slot bytes appended since the last call plus the due pairs:
-        a slot's pairs are kept sorted in memory while it is near (the last few slots read:
-        bounded by the timers of a few seconds, not by the pending ones), with the prefix
-        known to be stale skipped."""
+        Per call the cost is the slot bytes appended since the last call plus the pairs it
+        returns: a slot's pairs are kept sorted in memory while it is near (the last few slots
+        read: bounded by the timers of a few seconds, not by the pending ones), the prefix
+        known to be stale is skipped, and the codes of the pairs are asked for a batch at a
+        time, only as far as the pairs taken and the next live one (issue 14: a backlog of
+        100k timers due in one second is not read again on every call)."""
         out: list[tuple[int, int]] = []
         prefix = True
         """Every slot so far is emptied (only a prefix of the slots is ever retired)."""
@@ -183,21 +187,7 @@ class TimerIndex:
         for slot in self.slots():
             if slot < self._floor:
                 continue
-            cached = self._load(slot)
-            pairs, first = cached.pairs, cached.start
-            last = bisect.bisect_right(pairs, (now_ms, _MAX_Q), first)
-            due_pairs = pairs[first:last]
-            codes = codes_of([q for _, q in due_pairs])
-            stale = 0
-            while stale < len(codes) and codes[stale] != due_pairs[stale][0]:
-                stale += 1
-            cached.start = first + stale  # stale for good: never live again
-            live = [(q, ts) for (ts, q), code in zip(due_pairs, codes, strict=True)
-                    if code == ts]
-            room = max(max_count - len(out), 0)
-            out += live[:room]
-            later = live[room][1] if len(live) > room else self._first_live(
-                pairs, last, codes_of)
+            later = self._take(self._load(slot), now_ms, max_count - len(out), out, codes_of)
             if later is not None:
                 self.next_due = later
             if prefix and later is None and (slot + 1) * SLOT_MS - 1 <= now_ms:
@@ -209,14 +199,33 @@ class TimerIndex:
         return out
 
     @staticmethod
-    def _first_live(pairs: list[tuple[int, int]], start: int, codes_of: CodesOf) -> int | None:
-        """The deliver time of the first live pair from ``start`` on (pairs not due yet)."""
-        while start < len(pairs):
-            chunk = pairs[start:start + 64]
-            for (ts, _), code in zip(chunk, codes_of([q for _, q in chunk]), strict=True):
-                if code == ts:
+    def _take(cached: _Slot, now_ms: int, room: int, out: list[tuple[int, int]],
+              codes_of: CodesOf) -> int | None:
+        """Append up to ``room`` live pairs of a slot due at ``now_ms`` to ``out``; the deliver
+        time of the first live pair after them (due or not), None when there is none. The
+        leading stale pairs of the due ones are skipped for good (``cached.start``)."""
+        pairs = cached.pairs
+        last = bisect.bisect_right(pairs, (now_ms, _MAX_Q), cached.start)
+        pos = cached.start
+        leading = True
+        """Every due pair looked at so far was stale."""
+        while pos < len(pairs):
+            # due pairs: as many as may be taken (and one), no further; past them, the next
+            # live pair is looked for a few at a time
+            chunk = pairs[pos:min(last, pos + max(room + 1, _CODES_STEP)) if pos < last
+                          else pos + _CODES_STEP]
+            codes = codes_of([q for _, q in chunk])
+            for i, ((ts, q), code) in enumerate(zip(chunk, codes, strict=True)):
+                if code != ts:  # handed over, cancelled, rescheduled: stale for good
+                    if leading and pos + i < last:
+                        cached.start = pos + i + 1
+                    continue
+                leading = False
+                if ts > now_ms or room <= 0:
                     return ts
-            start += len(chunk)
+                out.append((q, ts))
+                room -= 1
+            pos += len(chunk)
         return None
 
     def confirm(self) -> None:

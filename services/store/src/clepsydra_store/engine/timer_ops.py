@@ -37,7 +37,7 @@ from clepsydra_store.engine.commitlog import CommitLog
 from clepsydra_store.engine.consume_queue import ENTRY, ENTRY_SIZE
 from clepsydra_store.engine.dispatch import TIMER_LEVEL, Dispatcher, cancel_kind
 from clepsydra_store.engine.entry_states import CANCELLED, DELIVERED
-from clepsydra_store.engine.handover import Handover
+from clepsydra_store.engine.handover import LOCK_CHUNK, Handover
 from clepsydra_store.engine.prepare import Preparer
 from clepsydra_store.engine.timer_index import NO_TIMER
 from clepsydra_store.engine.types import PutResult
@@ -100,6 +100,9 @@ class TimerOps:
         self.handed_over = 0
         """Timers handed over (delivered or parked) since the store started."""
         self._copies_of = copies_of
+        self._located: dict[int, tuple[int, int]] = {}
+        """Timer-log queue offset -> (CommitLog offset, size) of the entries read by the
+        hand-over running (writer lock)."""
 
     # ---- the long poll -------------------------------------------------------------------
     def handover_wait(self, max_count: int, wait_ms: int,
@@ -156,51 +159,56 @@ class TimerOps:
 
     # ---- hand-over (D3-D10 for timers) ----------------------------------------------------
     def _codes(self, queue_offsets: list[int]) -> list[int | None]:
-        """The timer-log entries' tagsCodes now (sentinels included); None past the log."""
-        cq = self._disp.timer_log()
+        """The timer-log entries' tagsCodes now (sentinels included); None past the log. The
+        place of each entry read (CommitLog offset, size) is kept in :attr:`_located` for the
+        hand-over that asked, so its due entries are not read a second time."""
         if not queue_offsets:
             return []
-        states = self._disp.states.of_queue(cq)  # before the entries (entry_states.py)
+        cq = self._disp.timer_log()
+        states = self._disp.states.overrides(cq, queue_offsets)  # before the entries
         low, high = min(queue_offsets), max(queue_offsets)
-        found: dict[int, int] = {}
+        located = self._located
+        out: list[int | None] = []
         if high - low < 4 * len(queue_offsets) + 256:
-            raw = cq.read_raw(low, high - low + 1)
-            for i, (_, size, code) in enumerate(ENTRY.iter_unpack(raw)):
-                if size > 0:
-                    found[low + i] = code
-        else:
+            entries = list(ENTRY.iter_unpack(cq.read_raw(low, high - low + 1)))
             for q in queue_offsets:
-                entry = cq.entry(q)
-                if entry is not None and entry.size > 0:
-                    found[q] = entry.tags_code
-        return [states.get(q, found.get(q)) if q in found else None for q in queue_offsets]
+                i = q - low
+                if i < len(entries):
+                    offset, size, code = entries[i]
+                    if size > 0:
+                        located[q] = (offset, size)
+                        out.append(states.get(q, code))
+                        continue
+                out.append(None)
+            return out
+        for q in queue_offsets:
+            entry = cq.entry(q)
+            if entry is not None and entry.size > 0:
+                located[q] = (entry.commitlog_offset, entry.size)
+                out.append(states.get(q, entry.tags_code))
+            else:
+                out.append(None)
+        return out
 
     def handover(self, now_ms: int, max_count: int) -> TimerHandoverResult:
         """Hand the due timers over (earliest first, up to ``max_count``): each rebuilt for
-        its real topic (D4) or parked (D7), appended with its mark in one write (D9)."""
+        its real topic (D4) or parked (D7) by the levels' path (``Handover.prepare``: spliced
+        from its stored bytes when plain), appended with its mark in one write (D9); a
+        ``LOCK_CHUNK`` at a time under the writer lock, yielding between chunks."""
         out = TimerHandoverResult()
+        results: list[PutResult] = []
+        items: list[Prepared] = []
+        oks: list[bool] = []
+        traceparents: list[str | None] = []
         end = None
-        with self._lock:
-            timers = self._disp.timers
-            due = timers.due(now_ms, max_count, self._codes)
-            cq = self._disp.timer_log()
-            items: list[Prepared] = []
-            oks: list[bool] = []
-            traceparents: list[str | None] = []
-            for q, deliver_ts in due:
-                entry = cq.entry(q)
-                if entry is None:
-                    continue
-                item, ok, traceparent = self._handover.rebuild_timer(
-                    q, entry.commitlog_offset, entry.size, deliver_ts)
-                items.append(item)
-                oks.append(ok)
-                traceparents.append(traceparent)
-            results: list[PutResult] = []
-            if items:
-                results, end = self._append(items)
-            timers.confirm()
-            out.next_due_at = None if timers.next_due == NO_TIMER else timers.next_due
+        while True:
+            want = min(max_count - len(items), LOCK_CHUNK)
+            taken, chunk_end = self._handover_chunk(now_ms, want, results, items, oks,
+                                                    traceparents, out)
+            end = chunk_end if chunk_end is not None else end
+            if taken < want or len(items) >= max_count:
+                break
+            time.sleep(0)  # let a thread waiting for the writer lock take it (LOCK_CHUNK)
         results = self._acknowledge(results, end)
         for r, item, ok, traceparent in zip(results, items, oks, traceparents, strict=True):
             if ok:
@@ -212,6 +220,29 @@ class TimerOps:
         self._lateness.extend(out.lateness_ms)
         self.handed_over += len(results)
         return out
+
+    def _handover_chunk(self, now_ms: int, max_count: int, results: list[PutResult],
+                        items: list[Prepared], oks: list[bool],
+                        traceparents: list[str | None],
+                        out: TimerHandoverResult) -> tuple[int, int | None]:
+        """One hold of the writer lock: up to ``max_count`` due timers prepared and appended
+        (added to the lists); (how many, the CommitLog end after them or None)."""
+        before = len(items)
+        end = None
+        with self._lock:
+            timers = self._disp.timers
+            self._located = {}
+            due = timers.due(now_ms, max_count, self._codes)
+            located = self._located
+            self._located = {}
+            entries = [(q, *located[q], deliver_ts) for q, deliver_ts in due]
+            self._handover.prepare(TIMER_LEVEL, entries, items, oks, traceparents)
+            if len(items) > before:
+                chunk, end = self._append(items[before:])
+                results += chunk
+            timers.confirm()
+            out.next_due_at = None if timers.next_due == NO_TIMER else timers.next_due
+        return len(items) - before, end
 
     # ---- cancel / reschedule ----------------------------------------------------------------
     def _state(self, level: int, queue_offset: int) -> tuple[int, int] | None:

@@ -1,0 +1,337 @@
+"""Draining a due backlog (issue 14): timers take the levels' splice path, a backlog of due
+timers is not read again on every hand-over, the sentinels of the entries handed over are
+looked up one by one, and splice templates are parsed once per shape of properties block.
+Every speed-up keeps D4 (the same bytes as the rebuild) and D9 (once)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from clepsydra_core import naming
+from clepsydra_core import properties as P
+from clepsydra_core.properties import encode_properties
+from clepsydra_store.engine.codec import splice_template
+from clepsydra_store.engine.consume_queue import ENTRY
+from clepsydra_store.engine.dispatch import TIMER_LEVEL
+from clepsydra_store.engine.entry_states import CANCELLED, DELIVERED, EntryStates
+from clepsydra_store.engine.handover import Handover
+from clepsydra_store.engine.message_store import MessageStore
+from clepsydra_store.engine.splice_shapes import SpliceShapes
+from clepsydra_store.engine.timer_index import SLOT_MS, TimerIndex
+from clepsydra_store.engine.types import PutRequest
+from tests.unit.store.conftest import OpenStore
+
+TOPIC = "orders"
+BASE = 1_700_000_000_000
+TP = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def _timers(store: MessageStore, deliver_at: int) -> list[PutRequest]:
+    """Timers of every shape the hand-over meets: plain, tags, keys, traceparent, producer
+    properties, a given UNIQ_KEY, binary and empty bodies."""
+    puts = [
+        PutRequest(TOPIC, b"plain", deliver_at=deliver_at),
+        PutRequest(TOPIC, b"", deliver_at=deliver_at, queue_id=1),
+        PutRequest(TOPIC, bytes(range(256)), deliver_at=deliver_at, flag=7, born_timestamp=5),
+        PutRequest(TOPIC, b"keys", tags="tg", keys="k1 k2", deliver_at=deliver_at,
+                   properties={P.UNIQ_KEY: "u-1", P.TRACEPARENT: TP, "app": "x"}),
+        PutRequest(TOPIC, "ünï".encode(), delay_ms=0, reconsume_times=3,
+                   properties={"ключ": "значение 🎉", "z": "", "a": "1" * 300}),
+    ]
+    puts += [PutRequest(TOPIC, f"sdk{i}".encode(), tags="tg", keys=f"order-{i * 7 % 13}",
+                        deliver_at=deliver_at, properties={
+                            P.UNIQ_KEY: f"u-{i:04d}-ü",
+                            P.TRACEPARENT: f"00-{i:032x}-b7ad6b7169203331-01"})
+             for i in range(6)]
+    return puts
+
+
+def test_a_timer_splice_builds_exactly_what_the_rebuild_builds(open_store: OpenStore) -> None:
+    # SPEC D4, T2 (issue 14): a timer's hand-over copy spliced from its stored bytes equals,
+    # field by field and byte for byte, the decode + re-encode rebuild it used to take
+    store = open_store()
+    store.create_topic(TOPIC, 2)
+    puts = _timers(store, BASE)
+    store.put_batch(puts)
+    scheduler = store._handover
+    cq = store._dispatcher.timer_log()
+    raw = cq.read_raw(cq.min_offset, cq.max_offset - cq.min_offset)
+    compared = 0
+    for q, (offset, size, _code) in enumerate(ENTRY.iter_unpack(raw)):
+        segment = store._commitlog.segment_for(offset)
+        assert segment is not None
+        buf = segment.read(offset - segment.start, size)
+        deliver_ts = BASE + 17 + q
+        spliced = scheduler._splice(TIMER_LEVEL, q, buf, 0, size, offset, deliver_ts)
+        rebuilt, ok, traceparent = scheduler._rebuild(TIMER_LEVEL, q, offset, size, deliver_ts)
+        assert spliced is not None and ok, q
+        assert spliced[0] == rebuilt, q
+        assert spliced[1] == traceparent
+        assert spliced[0].tail == rebuilt.tail
+        compared += 1
+    assert compared == len(puts)
+
+
+def test_due_timers_are_spliced_and_a_park_is_still_rebuilt(
+        open_store: OpenStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 14: the timer hand-over takes the splice path (it rebuilt every timer before);
+    # D7: a timer whose real topic is gone is parked through the rebuild, as before
+    store = open_store()
+    store.create_topic(TOPIC, 2)
+    store.create_topic("gone", 1)
+    puts = _timers(store, BASE)
+    store.put_batch(puts)
+    store.put(PutRequest("gone", b"lost", deliver_at=BASE))
+    store.delete_topic("gone")
+    rebuilt: list[int] = []
+    rebuild = Handover._rebuild
+
+    def counting(self: Handover, *args: Any) -> Any:
+        rebuilt.append(args[1])
+        return rebuild(self, *args)
+
+    monkeypatch.setattr(Handover, "_rebuild", counting)
+    later = time.time_ns() // 1_000_000 + 60_000  # (times in the past deliver at store time)
+    result = store.timers.handover(later, 1_000)
+    assert (result.delivered, result.parked) == (len(puts), 1)
+    assert rebuilt == [len(puts)]  # only the park
+    bodies = sorted(m.body for q in (0, 1) for m in store.read_queue(TOPIC, q, 0, 100).messages)
+    assert bodies == sorted(p.body for p in puts)
+    (parked,) = store.read_queue(naming.SCHEDULE_ERROR_TOPIC, 0, 0, 10).messages
+    assert parked.body == b"lost" and parked.properties[P.SCHEDULE_OFFSET] == f"0:{len(puts)}"
+    assert store.timers.handover(later + 60_000, 1_000).delivered == 0  # D9: once
+
+
+def test_a_due_backlog_is_not_read_again_on_every_hand_over(tmp_path: Path) -> None:
+    # issue 14: 5,000 timers due in one second, handed over 100 at a time; each call asks for
+    # the codes of the pairs it takes and the next one, not of the whole due backlog (which
+    # made a drain cost grow with the backlog: 5,000 + 4,900 + ... codes)
+    index = TimerIndex(tmp_path)
+    n, batch = 5_000, 100
+    live = {q: BASE + q % SLOT_MS for q in range(n)}
+    for q, ts in live.items():
+        index.add(q, ts)
+    asked = 0
+
+    def codes(qs: list[int]) -> list[int | None]:
+        nonlocal asked
+        asked += len(qs)
+        return [live.get(q) for q in qs]
+
+    handed: list[int] = []
+    while True:
+        due = index.due(BASE + SLOT_MS, batch, codes)
+        if not due:
+            break
+        assert len(due) <= batch
+        handed += [q for q, _ in due]
+        for q, _ in due:
+            live[q] = DELIVERED
+        index.confirm()
+    assert sorted(handed) == list(range(n))  # each once, none left
+    assert [live[q] for q in handed[:3]] == [DELIVERED] * 3
+    assert asked <= 2 * n + (n // batch + 2) * 64
+
+
+def test_overrides_are_the_sentinels_of_the_entries_asked(tmp_path: Path) -> None:
+    # issue 15's read order kept (sentinels before entries), without copying them all
+    from clepsydra_store.engine.consume_queue import ConsumeQueue
+
+    cq = ConsumeQueue(tmp_path / "cq", naming.TIMER_TOPIC, 0, 64)
+    other = ConsumeQueue(tmp_path / "other", naming.TIMER_TOPIC, 1, 64)
+    states = EntryStates()
+    assert states.overrides(cq, [0, 1]) == {}
+    states.set(cq, 1, DELIVERED)
+    states.set(other, 2, CANCELLED)
+    taken = states.take()  # being written by a flush
+    states.set(cq, 3, CANCELLED)
+    assert states.overrides(cq, [0, 1, 2, 3]) == {1: DELIVERED, 3: CANCELLED}
+    full = states.of_queue(cq)
+    assert states.overrides(cq, list(range(5))) == {q: full[q] for q in full if q < 5}
+    states.apply(taken)
+    assert states.overrides(cq, [1, 3]) == {3: CANCELLED}
+    cq.close()
+    other.close()
+
+
+_TRAP = "\x00\x08UNIQ_KEY\x00\x00\x00\x02ab"
+"""A value holding the bytes of a UNIQ_KEY field: the first match is not a field."""
+_NAMES = st.sampled_from([P.DELAY, P.DELIVER_AT, P.DELAY_MS, P.SCHEDULE_OFFSET, P.DELIVER_TS,
+                          P.REAL_TOPIC, P.REAL_QID, P.TAGS, P.KEYS, P.UNIQ_KEY, P.TRACEPARENT,
+                          "app", "UNIQ_KEY2", "x"])
+_VALUES = st.text(st.characters(exclude_categories=("Cs",)), max_size=10) | st.just(_TRAP)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_NAMES, _VALUES, max_size=7),
+       st.lists(_VALUES | st.text("0123456789ABCDEF", min_size=32, max_size=32), min_size=1,
+                max_size=6))
+def test_a_template_by_shape_is_the_codec_template(props: dict[str, str],
+                                                   uniqs: list[str]) -> None:
+    # SPEC D4 (issue 14): a block whose template comes from a learned shape (its UNIQ_KEY
+    # value put in place) gets exactly codec.splice_template's template; blocks the shapes
+    # cannot take are parsed whole or left to the rebuild, as before
+    shapes = SpliceShapes()
+    for uniq in uniqs * 3:  # a shape is learned at its second block, used from the third
+        block = encode_properties({**props, P.UNIQ_KEY: uniq})
+        expected = splice_template(block)
+        found = shapes.template(block)
+        if expected is None or not expected[4].get(P.UNIQ_KEY):
+            assert found is None
+            continue
+        assert found is not None
+        template, got_uniq = found
+        assert got_uniq == uniq
+        assert template[:4] == expected[:4]
+        assert {**template[4], P.UNIQ_KEY: got_uniq} == expected[4]
+
+
+def test_blocks_of_one_shape_are_parsed_once(open_store: OpenStore,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 14: every parked message has its own UNIQ_KEY, so its properties block is new; the
+    # codec parses two blocks per shape (plus one check), not one per message, and the copies
+    # are the rebuild's, byte for byte (D4)
+    from clepsydra_store.engine import splice_shapes
+
+    parsed: list[bytes] = []
+    parse = splice_shapes.splice_template
+
+    def counting(block: bytes) -> Any:
+        parsed.append(block)
+        return parse(block)
+
+    monkeypatch.setattr(splice_shapes, "splice_template", counting)
+    store = open_store(levels="1s 2s")
+    store.create_topic(TOPIC, 1)
+    results = store.put_batch([PutRequest(TOPIC, b"%d" % i, tags="t", delay_level=1)
+                               for i in range(200)])
+    now = results[-1].store_timestamp + 1_000
+    scheduler = store._handover
+    cq = scheduler.queue(1)
+    for q, (offset, size, _code) in enumerate(ENTRY.iter_unpack(cq.read_raw(0, 200))):
+        segment = store._commitlog.segment_for(offset)
+        assert segment is not None
+        buf = segment.read(offset - segment.start, size)
+        spliced = scheduler._splice(1, q, buf, 0, size, offset, now)
+        assert spliced is not None and spliced[0] == scheduler._rebuild(1, q, offset, size,
+                                                                         now)[0]
+    assert len(parsed) == 3
+    assert store.handover(1, 0, 1_000, now_ms=now).delivered == 200
+    assert len(parsed) == 3
+    bodies = [m.body for m in store.read_queue(TOPIC, 0, 0, 1_000).messages]
+    assert bodies == [b"%d" % i for i in range(200)]
+
+
+def test_a_flush_writes_sentinels_a_run_at_a_time(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 14 (issue 18 item 2's order kept: only at a flush): the sentinels of a drain are
+    # consecutive entries; each run is read and written once, across the queue's files, and
+    # only the codes change
+    from clepsydra_store.engine.consume_queue import ConsumeQueue
+
+    cq = ConsumeQueue(tmp_path / "cq", naming.TIMER_TOPIC, 0, 64)
+    n = 200
+    cq.write(0, b"".join(ENTRY.pack(1_000 + 7 * q, 100 + q, BASE + q) for q in range(n)))
+    states = EntryStates()
+    runs = [range(3, 4), range(60, 140), range(150, 152), range(199, 200)]
+    changed = {q: (DELIVERED if q % 3 else CANCELLED) for run in runs for q in run}
+    for q, code in changed.items():
+        states.set(cq, q, code)
+    writes: list[tuple[int, int]] = []
+    write = ConsumeQueue.write
+
+    def counting(self: ConsumeQueue, queue_offset: int, packed: bytes) -> None:
+        writes.append((queue_offset, len(packed) // len(ENTRY.pack(0, 0, 0))))
+        write(self, queue_offset, packed)
+
+    monkeypatch.setattr(ConsumeQueue, "write", counting)
+    states.apply(states.take())
+    assert writes == [(run.start, len(run)) for run in runs]
+    entries = list(ENTRY.iter_unpack(cq.read_raw(0, n)))
+    assert entries == [(1_000 + 7 * q, 100 + q, changed.get(q, BASE + q)) for q in range(n)]
+    assert states.overrides(cq, list(range(n))) == {}
+    cq.close()
+
+
+def test_a_large_level_hand_over_is_done_a_lock_chunk_at_a_time(
+        open_store: OpenStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 14, D9: one request hands over up to its max, a LOCK_CHUNK per hold of the writer
+    # lock, and answers for the whole range; every entry once, in order
+    from clepsydra_store.api import handover as api
+
+    monkeypatch.setattr(api, "LOCK_CHUNK", 7)
+    store = open_store(levels="1s 2s")
+    store.create_topic(TOPIC, 1)
+    results = store.put_batch([PutRequest(TOPIC, b"%d" % i, delay_level=1) for i in range(30)])
+    due = results[-1].store_timestamp + 1_000
+    asked: list[int] = []
+    handover = store.handover
+
+    def counting(level: int, from_offset: int, max_count: int,
+                 now_ms: int | None = None) -> Any:
+        asked.append(max_count)
+        return handover(level, from_offset, max_count, now_ms=due)
+
+    monkeypatch.setattr(store, "handover", counting)
+    first = api.handover_chunks(store, 1, 0, 25)
+    assert asked == [7, 7, 7, 4]
+    assert (first.from_offset, first.next_offset, first.delivered, first.handed_over) == \
+        (0, 25, 25, 24)
+    assert len(first.lateness_ms) == len(first.delivered_messages) == 25 and not first.not_due
+    asked.clear()
+    rest = api.handover_chunks(store, 1, 0, 100)  # from behind the mark: skips, then the rest
+    assert asked == [7]
+    assert (rest.from_offset, rest.next_offset, rest.delivered, rest.skipped) == (25, 30, 5, 25)
+    bodies = [m.body for m in store.read_queue(TOPIC, 0, 0, 100).messages]
+    assert bodies == [b"%d" % i for i in range(30)]
+
+
+def test_a_large_timer_hand_over_is_done_a_lock_chunk_at_a_time(
+        open_store: OpenStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 14, T2: the same for timers: appended a LOCK_CHUNK at a time, answered as one
+    from clepsydra_store.engine import timer_ops
+
+    monkeypatch.setattr(timer_ops, "LOCK_CHUNK", 7)
+    store = open_store()
+    store.create_topic(TOPIC, 1)
+    store.put_batch([PutRequest(TOPIC, b"%d" % i, delay_ms=0) for i in range(30)])
+    appended: list[int] = []
+    append = store.timers._append
+
+    def counting(items: Any) -> Any:
+        appended.append(len(items))
+        return append(items)
+
+    monkeypatch.setattr(store.timers, "_append", counting)
+    later = time.time_ns() // 1_000_000 + 1_000
+    first = store.timers.handover(later, 25)
+    assert appended == [7, 7, 7, 4]
+    assert first.delivered == len(first.lateness_ms) == len(first.delivered_messages) == 25
+    assert store.timers.handover(later, 25).delivered == 5
+    assert store.timers.handover(later, 25).delivered == 0  # D9: once
+    bodies = sorted(m.body for m in store.read_queue(TOPIC, 0, 0, 100).messages)
+    assert bodies == sorted(b"%d" % i for i in range(30))
+
+
+def test_a_hand_over_asks_for_no_codes_of_pairs_far_from_due(tmp_path: Path) -> None:
+    # issue 14: a large batch size must not make each call read the codes of the slot's pairs
+    # that are not due (timers falling due a few at a time: the scheduler asks for 10,000)
+    index = TimerIndex(tmp_path)
+    live = {q: BASE + q for q in range(1_000)}  # one slot, a pair every millisecond
+    for q, ts in live.items():
+        index.add(q, ts)
+    asked: list[int] = []
+
+    def codes(qs: list[int]) -> list[int | None]:
+        asked.extend(qs)
+        return [live.get(q) for q in qs]
+
+    assert index.due(BASE + 9, 10_000, codes) == [(q, BASE + q) for q in range(10)]
+    assert index.next_due == BASE + 10
+    assert len(asked) <= 10 + 64  # the due ones, then a few looking for the next live one
