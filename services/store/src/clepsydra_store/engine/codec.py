@@ -48,6 +48,12 @@ def property_field(name: bytes, raw: bytes, _value_len: Callable[[int], bytes] =
     return name + _value_len(len(raw)) + raw
 
 
+def value_field(raw: bytes) -> bytes:
+    """A property's value as stored after its name, ``value_len | value`` (what
+    :func:`property_field` appends to the name)."""
+    return property_field(b"", raw)
+
+
 def encode_tail(body: bytes, topic: bytes, fields: list[bytes]) -> bytes:
     """A record's tail, everything after its header (``records.pack_header``): ``body |
     topic_length | topic | properties_length | properties``. ``topic`` is the record's

@@ -69,7 +69,6 @@ class HandoverPlan:
     next_deliver_ts: int | None = None
 
 
-_TEMPLATES_MAX = 1024
 _PARKING_TOPICS = frozenset({naming.SCHEDULE_TOPIC.encode(), naming.TIMER_TOPIC.encode()})
 """Topics a spliced record is stored under (valid UTF-8: no decode to check)."""
 

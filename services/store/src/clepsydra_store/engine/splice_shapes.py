@@ -24,7 +24,7 @@ import struct
 
 from clepsydra_core import properties as P
 from clepsydra_core.properties import NAME_LEN, VALUE_LEN, name_field
-from clepsydra_store.engine.codec import SpliceTemplate, splice_template
+from clepsydra_store.engine.codec import SpliceTemplate, splice_template, value_field
 
 _FIELD = name_field(P.UNIQ_KEY)
 _HEAD = len(_FIELD) + VALUE_LEN.size
@@ -136,7 +136,7 @@ def _learn(block: bytes, p: int, length: int, template: SpliceTemplate) -> _Shap
     shape = ((t0, first, t1, t2, {k: v for k, v in values.items() if k != P.UNIQ_KEY}),
              index, at, length)
     other = b"0" * (length + 1)
-    field = VALUE_LEN.pack(len(other)) + other
+    field = value_field(other)
     expected = splice_template(block[:p] + _FIELD + field + block[p + _HEAD + length:])
     if expected is None or _put(shape, field)[:4] != expected[:4] \
             or {**shape[0][4], P.UNIQ_KEY: other.decode()} != expected[4]:
