@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from clepsydra_core import naming
 from clepsydra_core import properties as P
 from clepsydra_core.properties import encode_properties
-from clepsydra_store.engine.codec import splice_template
+from clepsydra_store.engine.codec import splice_properties, splice_template
 from clepsydra_store.engine.consume_queue import ENTRY
 from clepsydra_store.engine.dispatch import TIMER_LEVEL
 from clepsydra_store.engine.entry_states import CANCELLED, DELIVERED, EntryStates
@@ -172,24 +172,27 @@ _VALUES = st.text(st.characters(exclude_categories=("Cs",)), max_size=10) | st.j
 @given(st.dictionaries(_NAMES, _VALUES, max_size=7),
        st.lists(_VALUES | st.text("0123456789ABCDEF", min_size=32, max_size=32), min_size=1,
                 max_size=6))
-def test_a_template_by_shape_is_the_codec_template(props: dict[str, str],
-                                                   uniqs: list[str]) -> None:
-    # SPEC D4 (issue 14): a block whose template comes from a learned shape (its UNIQ_KEY
-    # value put in place) gets exactly codec.splice_template's template; blocks the shapes
-    # cannot take are parsed whole or left to the rebuild, as before
+def test_fields_by_shape_are_the_codec_fields(props: dict[str, str], uniqs: list[str]) -> None:
+    # SPEC D4 (issue 14): a block of a learned shape gets its D4 fields straight from the
+    # shape's pieces with its own UNIQ_KEY value field put between them (no template built
+    # and joined per block): exactly the bytes of codec.splice_properties over
+    # codec.splice_template's template, with the same values; blocks the shapes cannot take
+    # are parsed whole or left to the rebuild, as before
     shapes = SpliceShapes()
-    for uniq in uniqs * 3:  # a shape is learned at its second block, used from the third
+    for i, uniq in enumerate(uniqs * 3):  # a shape is learned at its 2nd block, used from the 3rd
         block = encode_properties({**props, P.UNIQ_KEY: uniq})
+        level, queue_offset, deliver_ts = 1 + i % 3, 10 ** i, BASE + i
         expected = splice_template(block)
-        found = shapes.template(block)
+        found = shapes.fields(block, level, queue_offset, deliver_ts)
         if expected is None or not expected[4].get(P.UNIQ_KEY):
             assert found is None
             continue
         assert found is not None
-        template, got_uniq = found
+        fields, values, got_uniq = found
         assert got_uniq == uniq
-        assert template[:4] == expected[:4]
-        assert {**template[4], P.UNIQ_KEY: got_uniq} == expected[4]
+        assert b"".join(fields) == b"".join(
+            splice_properties(expected, level, queue_offset, deliver_ts))
+        assert {**values, P.UNIQ_KEY: got_uniq} == expected[4]
 
 
 def test_blocks_of_one_shape_are_parsed_once(open_store: OpenStore,

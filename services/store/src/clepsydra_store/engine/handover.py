@@ -27,7 +27,6 @@ from clepsydra_store.engine.codec import (
     encode_tail,
     handover_properties,
     schedule_offset,
-    splice_properties,
     too_large,
     topic_field_of,
 )
@@ -207,7 +206,8 @@ class Handover:
                 ) -> tuple[Prepared, str | None] | None:
         """The D4 rebuild of the record at ``buf[pos:]`` for its real topic made from its
         stored bytes: body and CRC kept, properties re-spliced by the codec
-        (``codec.splice_properties``, equal to ``_rebuild``'s ``codec.handover_properties``).
+        (``codec.splice_properties`` through ``SpliceShapes.fields``, equal to ``_rebuild``'s
+        ``codec.handover_properties``).
         None when anything is not plain (a short or invalid record, repeated or undecodable
         properties, a park): the caller then takes ``_rebuild``, which decides what the old
         path decides. ``memo`` keeps, for one hand-over batch, the destination of each
@@ -241,11 +241,10 @@ class Handover:
         p += 4
         if props_len < 0 or p + props_len != end:
             return None
-        found = self._shapes.template(buf[p:end])
+        found = self._shapes.fields(buf[p:end], level, queue_offset, deliver_ts)
         if found is None:  # no UNIQ_KEY (parked before unique ids: _rebuild gives it its
             return None    # msgId), or properties the codec cannot splice
-        template, uniq = found
-        values = template[4]
+        fields, values, uniq = found
         if memo is None:
             memo = _Memo()
         real = (values.get(P.REAL_TOPIC), values.get(P.REAL_QID))
@@ -255,8 +254,7 @@ class Handover:
         topic, queue_id, reason = destination
         if reason is not None:
             return None
-        tail = encode_tail(body, TOPIC_FIELDS.get(topic) or topic_field_of(topic),
-                           splice_properties(template, level, queue_offset, deliver_ts))
+        tail = encode_tail(body, TOPIC_FIELDS.get(topic) or topic_field_of(topic), fields)
         new_size = HEADER_SIZE + len(tail)
         if new_size + MIN_END_MARKER > self.segment_size_bytes:
             raise too_large(new_size, self.segment_size_bytes)

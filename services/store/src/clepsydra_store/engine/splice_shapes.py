@@ -24,17 +24,26 @@ import struct
 
 from clepsydra_core import properties as P
 from clepsydra_core.properties import NAME_LEN, VALUE_LEN, name_field
-from clepsydra_store.engine.codec import SpliceTemplate, splice_template, value_field
+from clepsydra_store.engine.codec import (
+    SpliceTemplate,
+    splice_properties,
+    splice_template,
+    value_field,
+)
 
 _FIELD = name_field(P.UNIQ_KEY)
 _HEAD = len(_FIELD) + VALUE_LEN.size
 """``name_len | name | value_len`` of a UNIQ_KEY property."""
 _MAX_SHAPES = 1024
 
-_Shape = tuple[SpliceTemplate, int, int, int]
-"""(the template learned, with UNIQ_KEY left out of its values; index of the static piece
-holding the UNIQ_KEY field, 0-2; where that field's value length starts in it; the value's
-length there)."""
+_Shape = tuple[SpliceTemplate, int, bytes]
+"""(the template learned, UNIQ_KEY left out of its values and its static piece holding the
+UNIQ_KEY field cut just before that field's value length; where that piece lands among
+``codec.splice_properties``'s fields, 0, 2 or 4; what follows the value in that piece)."""
+Fields = tuple[list[bytes], dict[str, str], str]
+"""(``codec.splice_properties`` of a block: the fields of its properties block after D4, for
+``codec.encode_tail``; the values the hand-over reads, ``codec.HANDOVER_READ``; its
+``UNIQ_KEY``)."""
 _Key = tuple[int, bytes, bytes]
 
 
@@ -48,10 +57,16 @@ class SpliceShapes:
         """Shapes met once: a shape is learned at its second block (learning costs two parses,
         and timers falling due one by one rarely meet a shape twice while it is cached)."""
 
-    def template(self, block: bytes) -> tuple[SpliceTemplate, str] | None:
-        """(``codec.splice_template(block)``, its ``UNIQ_KEY``); None when the block has no
-        non-empty ``UNIQ_KEY`` or the codec cannot splice it. The template's values of a block
-        of a known shape hold no ``UNIQ_KEY``: it is the second item."""
+    def fields(self, block: bytes, level: int, queue_offset: int, deliver_ts: int
+               ) -> Fields | None:
+        """The D4 fields of ``block`` handed over from entry ``queue_offset`` of ``level``
+        delivered at ``deliver_ts``: ``codec.splice_properties(codec.splice_template(block),
+        ...)`` (issue 14: for a block of a known shape, the learned template's pieces with the
+        block's own ``UNIQ_KEY`` value field between them, no template built per block and no
+        piece joined, ``codec.encode_tail`` joins them once); with the values read and the
+        ``UNIQ_KEY``. None when the block has no non-empty ``UNIQ_KEY`` or the codec cannot
+        splice it. The values of a block of a known shape hold no ``UNIQ_KEY``: it is the
+        third item."""
         p = block.find(_FIELD)
         if p < 0:
             return None  # no UNIQ_KEY: the rebuild gives the message its msgId
@@ -61,18 +76,19 @@ class SpliceShapes:
         (length,) = VALUE_LEN.unpack_from(block, p + len(_FIELD))
         end = start + length
         if length == 0 or end > len(block):
-            return _whole(block)
+            return _whole(splice_template(block), level, queue_offset, deliver_ts)
         key = (p, block[:p], block[end:])
         shape = self._shapes.get(key)
         if shape is None:
-            parsed = _whole(block)
-            if parsed is None or key in self._shapes:  # (a shape that did not check out)
-                return parsed
+            template = splice_template(block)
+            parsed = _whole(template, level, queue_offset, deliver_ts)
+            if template is None or parsed is None or key in self._shapes:
+                return parsed  # (in _shapes: a shape that did not check out)
             if key in self._seen:  # its second block: worth learning
                 self._seen.discard(key)
                 if len(self._shapes) >= _MAX_SHAPES:
                     self._shapes.clear()
-                self._shapes[key] = _learn(block, p, length, parsed[0])
+                self._shapes[key] = _learn(block, p, length, template)
             else:
                 if len(self._seen) >= _MAX_SHAPES:
                     self._seen.clear()
@@ -82,25 +98,32 @@ class SpliceShapes:
             uniq = block[start:end].decode()
         except UnicodeDecodeError:
             return None  # what the codec answers for an undecodable value
-        return _put(shape, block[p + len(_FIELD):end]), uniq
+        template = shape[0]
+        return (_put(shape, block[p + len(_FIELD):end], level, queue_offset, deliver_ts),
+                template[4], uniq)
 
 
-def _whole(block: bytes) -> tuple[SpliceTemplate, str] | None:
-    template = splice_template(block)
+def _whole(template: SpliceTemplate | None, level: int, queue_offset: int, deliver_ts: int
+           ) -> Fields | None:
+    """The fields of a block parsed whole by the codec (its ``splice_template``)."""
     if template is None:
         return None
-    uniq = template[4].get(P.UNIQ_KEY)
-    return (template, uniq) if uniq else None
+    values = template[4]
+    uniq = values.get(P.UNIQ_KEY)
+    if not uniq:
+        return None
+    return splice_properties(template, level, queue_offset, deliver_ts), values, uniq
 
 
-def _put(shape: _Shape, field: bytes) -> SpliceTemplate:
-    """The shape's template with ``field`` (value length and value) in place."""
-    template, index, at, length = shape
-    t0, first, t1, t2, values = template
-    pieces = [t0, t1, t2]
-    piece = pieces[index]
-    pieces[index] = b"".join((piece[:at], field, piece[at + VALUE_LEN.size + length:]))
-    return pieces[0], first, pieces[1], pieces[2], values
+def _put(shape: _Shape, field: bytes, level: int, queue_offset: int, deliver_ts: int
+         ) -> list[bytes]:
+    """The D4 fields of the shape's block holding ``field`` (value length and value of its
+    UNIQ_KEY): the template's fields with ``field`` and what follows it put in after the cut
+    piece."""
+    template, at, after = shape
+    fields = splice_properties(template, level, queue_offset, deliver_ts)
+    fields[at + 1:at + 1] = (field, after)
+    return fields
 
 
 def _boundary(block: bytes, p: int) -> bool:
@@ -131,14 +154,20 @@ def _learn(block: bytes, p: int, length: int, template: SpliceTemplate) -> _Shap
     if len(places) != 1:
         return None
     index, at = places[0]
-    if (t0, t1, t2)[index].find(own, at + 1) >= 0:
+    pieces = [t0, t1, t2]
+    if pieces[index].find(own, at + 1) >= 0:
         return None
-    shape = ((t0, first, t1, t2, {k: v for k, v in values.items() if k != P.UNIQ_KEY}),
-             index, at, length)
+    piece = pieces[index]
+    pieces[index] = piece[:at]
+    shape = ((pieces[0], first, pieces[1], pieces[2],
+              {k: v for k, v in values.items() if k != P.UNIQ_KEY}),
+             2 * index, piece[at + len(own):])
     other = b"0" * (length + 1)
     field = value_field(other)
     expected = splice_template(block[:p] + _FIELD + field + block[p + _HEAD + length:])
-    if expected is None or _put(shape, field)[:4] != expected[:4] \
+    probe = (1, 2, 3)  # any level, entry and deliver time: the edited fields are the codec's
+    if expected is None or b"".join(_put(shape, field, *probe)) != b"".join(
+            splice_properties(expected, *probe)) \
             or {**shape[0][4], P.UNIQ_KEY: other.decode()} != expected[4]:
         return None
     return shape
