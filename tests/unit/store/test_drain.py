@@ -338,3 +338,34 @@ def test_a_hand_over_asks_for_no_codes_of_pairs_far_from_due(tmp_path: Path) -> 
     assert index.due(BASE + 9, 10_000, codes) == [(q, BASE + q) for q in range(10)]
     assert index.next_due == BASE + 10
     assert len(asked) <= 10 + 64  # the due ones, then a few looking for the next live one
+
+
+def test_a_hand_over_batch_raises_its_level_mark_once(open_store: OpenStore,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # SPEC D9 (issue 14): the records of one hand-over batch raise their level's handed-over
+    # mark once, to the highest entry handed over (not once per record); timers' copies in
+    # the same dispatch still set each entry's DELIVERED sentinel
+    store = open_store(levels="1s 2s")
+    store.create_topic(TOPIC, 2)
+    results = store.put_batch([PutRequest(TOPIC, b"%d" % i, delay_level=1 + i % 2)
+                               for i in range(50)])
+    timers = store.put_batch([PutRequest(TOPIC, b"t%d" % i, deliver_at=BASE)
+                              for i in range(5)])
+    now = max(r.store_timestamp for r in results + timers) + 5_000
+    disp = store._dispatcher
+    raised: list[tuple[int, int]] = []
+    raise_mark = disp.raise_mark
+
+    def counting(level: int, queue_offset: int) -> None:
+        raised.append((level, queue_offset))
+        raise_mark(level, queue_offset)
+
+    monkeypatch.setattr(disp, "raise_mark", counting)
+    assert store.handover(1, 0, 100, now_ms=now).delivered == 25
+    assert raised == [(1, 24)] and disp.mark(1) == 24
+    raised.clear()
+    assert store.timers.handover(now, 100).delivered == 5
+    assert sorted(raised) == [(TIMER_LEVEL, q) for q in range(5)]
+    states = disp.states.of_queue(disp.timer_log())
+    assert [states.get(q) for q in range(5)] == [DELIVERED] * 5
+    assert store.handover(1, 0, 100, now_ms=now).delivered == 0  # once (D9)

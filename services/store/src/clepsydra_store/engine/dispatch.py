@@ -184,9 +184,25 @@ class Dispatcher:
                 key_hashes, key_offsets = key_hashes[cut:], key_offsets[cut:]
             index.add_many(key_hashes, key_offsets)
         index.write_pending()
+        self.apply_marks(marks)
+
+    def apply_marks(self, marks: Iterable[tuple[Mark, int, int]]) -> None:
+        """:meth:`apply_mark` of each ``(mark, its record's queue offset, its code)``, a batch
+        at a time: a level's hand-over marks (D9) raise its handed-over mark once, to the
+        highest entry the batch hands over (issue 14: a drain's batch of thousands raised it
+        one record at a time); timer hand-overs, parked timers and cancels one by one."""
+        top: dict[int, int] = {}
+        get = top.get
         apply_mark = self.apply_mark
         for mark, queue_offset, code in marks:
-            apply_mark(mark, queue_offset, code)
+            kind, target = mark
+            if kind > TIMER_LEVEL:
+                if target > get(kind, -1):
+                    top[kind] = target
+            else:
+                apply_mark(mark, queue_offset, code)
+        for level, target in top.items():
+            self.raise_mark(level, target)
 
     def redispatch(self, record: CommitLogRecord, size: int) -> None:
         """Dispatch one recovered record again, as it was placed live (:func:`placement`
