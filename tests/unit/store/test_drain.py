@@ -369,3 +369,16 @@ def test_a_hand_over_batch_raises_its_level_mark_once(open_store: OpenStore,
     states = disp.states.of_queue(disp.timer_log())
     assert [states.get(q) for q in range(5)] == [DELIVERED] * 5
     assert store.handover(1, 0, 100, now_ms=now).delivered == 0  # once (D9)
+
+
+def test_the_deliver_ts_field_kept_between_entries_is_each_entrys_own() -> None:
+    # SPEC D4 (issue 14): splice_properties keeps the last DELIVER_TS field it encoded for a
+    # run of entries of one deliver time; an entry of another time gets its own, every time
+    template = splice_template(encode_properties({P.REAL_TOPIC: TOPIC, P.UNIQ_KEY: "u"}))
+    assert template is not None
+    for deliver_ts in (BASE, BASE, BASE + 1, BASE, 0, 0, BASE + 10):
+        block = b"".join(splice_properties(template, 1, 7, deliver_ts))
+        values = splice_template(block)
+        assert values is not None and values[4] == {P.REAL_TOPIC: TOPIC, P.UNIQ_KEY: "u"}
+        assert block.endswith(P.DELIVER_TS.encode() + len(str(deliver_ts)).to_bytes(4, "big")
+                              + str(deliver_ts).encode())

@@ -264,12 +264,22 @@ def splice_template(block: bytes) -> SpliceTemplate | None:
     return static[0], order[0], static[1], static[2], values
 
 
+_last_deliver: tuple[int, bytes] = (-1, b"")
+"""The last ``DELIVER_TS`` field :func:`splice_properties` encoded, with its deliver time: a
+drain's entries come in runs of one deliver time (a producer's batch is stored in one
+millisecond), issue 14."""
+
+
 def splice_properties(template: SpliceTemplate, level: int, queue_offset: int,
                       deliver_ts: int) -> list[bytes]:
     """The properties block after D4 (the fields of :func:`encode_tail`), from its
     :func:`splice_template`."""
+    global _last_deliver
     t0, offset_first, t1, t2, _ = template
     offset = property_field(_OFFSET_FIELD, schedule_offset(level, queue_offset).encode())
-    deliver = property_field(_DELIVER_TS_FIELD, str(deliver_ts).encode())
+    last_ts, deliver = _last_deliver
+    if last_ts != deliver_ts:
+        deliver = property_field(_DELIVER_TS_FIELD, str(deliver_ts).encode())
+        _last_deliver = (deliver_ts, deliver)
     first, second = (offset, deliver) if offset_first else (deliver, offset)
     return [t0, first, t1, second, t2]
