@@ -171,15 +171,18 @@ class TimerOps:
         out: list[int | None] = []
         if high - low < 4 * len(queue_offsets) + 256:
             entries = list(ENTRY.iter_unpack(cq.read_raw(low, high - low + 1)))
+            count = len(entries)
+            override = states.get
+            append = out.append
             for q in queue_offsets:
                 i = q - low
-                if i < len(entries):
+                if i < count:
                     offset, size, code = entries[i]
                     if size > 0:
                         located[q] = (offset, size)
-                        out.append(states.get(q, code))
+                        append(override(q, code))
                         continue
-                out.append(None)
+                append(None)
             return out
         for q in queue_offsets:
             entry = cq.entry(q)
