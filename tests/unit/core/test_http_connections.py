@@ -11,11 +11,12 @@ import struct
 import threading
 from collections.abc import Callable, Iterator
 
+import orjson
 import pytest
 
 from clepsydra_core.errors import TopicNotFound, Unavailable
 from clepsydra_core.http import HttpClient
-from clepsydra_core.http_connections import _timeval
+from clepsydra_core.http_connections import GATHER_BYTES, _send_gathered, _timeval
 
 Handler = Callable[["Exchange"], bool]
 """Answers one request; False closes the connection after it."""
@@ -273,6 +274,41 @@ def test_timeouts_are_the_kernels_on_a_blocking_socket(
     assert conn.sock is not None
     assert conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, 16) == _timeval(10)
     http.close()
+
+
+def test_a_large_body_is_written_with_its_head_uncopied(
+        serve: Callable[[Handler], Server]) -> None:
+    """Issue 14: a body of GATHER_BYTES or more goes out with its head in one ``sendmsg`` (a
+    batch is not copied behind its head first); the service reads the same request."""
+    server = serve(lambda ex: ex.json(201, b'{"ok": true}'))
+    http = HttpClient(server.url)
+    payload = {"messages": [{"body": "x" * 1000, "n": i} for i in range(300)]}
+    assert http.post("/v1/topics/t/messages/batch", payload) == {"ok": True}
+    http.close()
+    (ex,) = server.requests
+    assert len(ex.body) >= GATHER_BYTES and orjson.loads(ex.body) == payload
+    assert ex.header("content-length") == str(len(ex.body))
+
+
+def test_what_one_sendmsg_did_not_take_is_sent_after_it() -> None:
+    """A small send buffer makes ``sendmsg`` take part of the head and body: the rest follows,
+    in order, nothing twice."""
+    left, right = socket.socketpair()
+    left.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    head, body = b"H" * 3000 + b"\r\n", bytes(range(256)) * 4096
+    got: list[bytes] = []
+
+    def read() -> None:
+        while chunk := right.recv(65536):
+            got.append(chunk)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    _send_gathered(left, head, body)
+    left.close()
+    reader.join(10)
+    right.close()
+    assert b"".join(got) == head + body
 
 
 def test_a_timeval_is_never_zero() -> None:

@@ -39,6 +39,9 @@ IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 MAX_HEAD_BYTES = 64 * 1024
 """An answer whose head is longer is refused (``http.client.LineTooLong``)."""
 _RECV_BYTES = 256 * 1024
+GATHER_BYTES = 64 * 1024
+"""A body this large is written with its head by one ``sendmsg`` of both, not copied behind
+the head first (a batch of 500 messages: 600 KiB copied once more per request)."""
 
 
 class Connection:
@@ -95,8 +98,12 @@ class Connection:
         if body is not None or method in ("POST", "PUT"):
             head += f"Content-Length: {len(body) if body else 0}\r\n"
         data = (head + "\r\n").encode("latin-1")
+        sock = self._socket()
         try:
-            self._socket().sendall(data + body if body else data)
+            if body and len(body) >= GATHER_BYTES:
+                _send_gathered(sock, data, body)
+            else:
+                sock.sendall(data + body if body else data)
         except BlockingIOError:  # SO_SNDTIMEO passed without progress
             raise TimeoutError("timed out sending the request") from None
 
@@ -292,6 +299,17 @@ class ConnectionPool:
             conns = list(self._all)
         for conn in conns:
             conn.close()
+
+
+def _send_gathered(sock: socket.socket, head: bytes, body: bytes) -> None:
+    """``sendall(head + body)`` without making ``head + body``: one ``sendmsg`` of both, then
+    whatever it did not take."""
+    sent = sock.sendmsg([head, body])
+    if sent < len(head):
+        sock.sendall(memoryview(head)[sent:])
+        sent = len(head)
+    if sent - len(head) < len(body):
+        sock.sendall(memoryview(body)[sent - len(head):])
 
 
 def _timeval(seconds: float) -> bytes:
