@@ -17,7 +17,7 @@ from concurrent.futures import (
 
 import pytest
 
-from clepsydra_client.futures import LeanFuture, SendFuture, answer, complete
+from clepsydra_client.futures import LeanFuture, SendFuture, complete
 from clepsydra_client.message import SendResult
 
 
@@ -110,30 +110,29 @@ def test_a_lean_future_holds_no_condition_or_lists_of_its_own() -> None:
 
 
 def test_a_send_future_keeps_the_answer_and_makes_its_result_when_asked() -> None:
-    """What ``send_async`` returns: the store's answer kept as plain values (the collector
-    stops following them), the ``SendResult`` made on the first ``result()``, the same one
-    after; an accepted message cannot be cancelled."""
+    """What ``send_async`` returns: the store's answer kept as decoded, a dict of plain values
+    the collector never tracks (issue 14), the ``SendResult`` made on the first ``result()``,
+    the same one after; an accepted message cannot be cancelled."""
     raw = {"msgId": "M1", "topic": "t", "queueId": 1, "queueOffset": 2,
            "commitLogOffset": 3, "storeTimestamp": 4, "offsetMsgId": "O1"}
-    futures = [SendFuture(), SendFuture(), SendFuture()]
+    futures = [SendFuture("U1"), SendFuture("U2"), SendFuture("U3")]
     seen: list[str] = []
     futures[0].add_done_callback(lambda f: seen.append(f.result().msg_id))
     assert not futures[0].cancel() and not futures[0].cancelled()
-    complete(futures, [answer(raw, "U1"), answer({**raw, "msgId": "M2"}, "U2"),
-                       answer({**raw, "msgId": "M3"}, "U3")])
+    complete(futures, [raw, {**raw, "msgId": "M2"}, {**raw, "msgId": "M3"}])
     assert seen == ["M1"]
     first = futures[0].result(0)
     assert first == SendResult.from_json(raw, "U1") and futures[0].result(0) is first
     assert futures[1].result(0).msg_id == "M2" and futures[1].result(0).uniq_key == "U2"
     kept: object = futures[2]._result  # not asked for: still the answer
     gc.collect()
-    assert isinstance(kept, tuple) and not gc.is_tracked(kept)
+    assert isinstance(kept, dict) and not gc.is_tracked(kept)
     assert futures[2].result(0).msg_id == "M3"
 
 
 def test_complete_leaves_a_future_that_is_done_already() -> None:
-    done, pending = SendFuture(), SendFuture()
+    done, pending = SendFuture("u"), SendFuture("v")
     done.set_exception(RuntimeError("failed before"))
-    complete([done, pending], [answer({"msgId": "a"}, "u"), answer({"msgId": "b"}, "v")])
+    complete([done, pending], [{"msgId": "a"}, {"msgId": "b"}])
     assert isinstance(done.exception(0), RuntimeError)
     assert pending.result(0).msg_id == "b"

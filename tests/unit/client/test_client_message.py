@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import threading
+import time
 from typing import TYPE_CHECKING
 
 import pytest
@@ -55,6 +57,30 @@ def test_uniq_keys_are_unique_32_hex() -> None:
     keys = {new_uniq_key() for _ in range(5000)}
     assert len(keys) == 5000
     assert all(len(k) == 32 and int(k, 16) >= 0 for k in keys)
+
+
+def test_uniq_keys_from_many_threads_are_unique_and_carry_the_time() -> None:
+    """Issue 14: ids are made without a lock (one ``itertools.count`` step each, the prefix
+    and time text made once a millisecond): eight threads at once still get distinct ids, and
+    each id's time digits are the millisecond it was made in."""
+    made: list[list[tuple[int, str, int]]] = [[] for _ in range(8)]
+    start = threading.Barrier(8)
+
+    def make(out: list[tuple[int, str, int]]) -> None:
+        start.wait()
+        for _ in range(5000):
+            before = time.time_ns() // 1_000_000
+            key = new_uniq_key()
+            out.append((before, key, time.time_ns() // 1_000_000))
+
+    threads = [threading.Thread(target=make, args=(out,)) for out in made]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    everything = [entry for out in made for entry in out]
+    assert len({key for _, key, _ in everything}) == 8 * 5000
+    assert all(before <= int(key[12:24], 16) <= after for before, key, after in everything)
 
 
 def test_client_ids_differ_within_a_process() -> None:

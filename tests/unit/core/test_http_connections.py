@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import gc
 import socket
+import struct
 import threading
 from collections.abc import Callable, Iterator
 
+import orjson
 import pytest
 
 from clepsydra_core.errors import TopicNotFound, Unavailable
 from clepsydra_core.http import HttpClient
+from clepsydra_core.http_connections import GATHER_BYTES, _send_gathered, _timeval
 
 Handler = Callable[["Exchange"], bool]
 """Answers one request; False closes the connection after it."""
@@ -249,6 +252,71 @@ def test_a_service_that_does_not_answer_in_time_raises_unavailable(
     with pytest.raises(Unavailable, match="TimeoutError"):
         http.post("/p", {})
     http.close()
+
+
+def test_timeouts_are_the_kernels_on_a_blocking_socket(
+        serve: Callable[[Handler], Server]) -> None:
+    """Issue 14: no poll before each send and receive (a Python socket timeout's), the
+    kernel's SO_RCVTIMEO/SO_SNDTIMEO instead, set again when a call asks for another timeout;
+    a call's own timeout still raises Unavailable (TimeoutError) when no answer comes."""
+    server = serve(lambda ex: ex.json(200, b"{}") if ex.target == "/fast" else True)
+    http = HttpClient(server.url, timeout_s=10, service="store")
+    assert http.get("/fast") == {}
+    assert http._pool is not None
+    conn = http._pool._connection()
+    assert conn.sock is not None and conn.sock.gettimeout() is None
+    assert conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, 16) == _timeval(10)
+    assert conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, 16) == _timeval(10)
+    with pytest.raises(Unavailable, match="TimeoutError"):
+        http.request("GET", "/never", timeout_s=0.2)  # reads, never answers
+    assert http.get("/fast") == {}  # a new connection, the client's own timeout again
+    conn = http._pool._connection()
+    assert conn.sock is not None
+    assert conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, 16) == _timeval(10)
+    http.close()
+
+
+def test_a_large_body_is_written_with_its_head_uncopied(
+        serve: Callable[[Handler], Server]) -> None:
+    """Issue 14: a body of GATHER_BYTES or more goes out with its head in one ``sendmsg`` (a
+    batch is not copied behind its head first); the service reads the same request."""
+    server = serve(lambda ex: ex.json(201, b'{"ok": true}'))
+    http = HttpClient(server.url)
+    payload = {"messages": [{"body": "x" * 1000, "n": i} for i in range(300)]}
+    assert http.post("/v1/topics/t/messages/batch", payload) == {"ok": True}
+    http.close()
+    (ex,) = server.requests
+    assert len(ex.body) >= GATHER_BYTES and orjson.loads(ex.body) == payload
+    assert ex.header("content-length") == str(len(ex.body))
+
+
+def test_what_one_sendmsg_did_not_take_is_sent_after_it() -> None:
+    """A small send buffer makes ``sendmsg`` take part of the head and body: the rest follows,
+    in order, nothing twice."""
+    left, right = socket.socketpair()
+    left.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    head, body = b"H" * 3000 + b"\r\n", bytes(range(256)) * 4096
+    got: list[bytes] = []
+
+    def read() -> None:
+        while chunk := right.recv(65536):
+            got.append(chunk)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    _send_gathered(left, head, body)
+    left.close()
+    reader.join(10)
+    right.close()
+    assert b"".join(got) == head + body
+
+
+def test_a_timeval_is_never_zero() -> None:
+    """0 would mean no timeout at all."""
+    assert _timeval(0.2) == struct.pack("@ll", 0, 200_000)
+    assert _timeval(0) == struct.pack("@ll", 0, 1)
+    assert _timeval(2.5) == struct.pack("@ll", 2, 500_000)
+    assert _timeval(0.9999999) == struct.pack("@ll", 1, 0)
 
 
 def test_https_and_proxies_keep_requests(monkeypatch: pytest.MonkeyPatch) -> None:

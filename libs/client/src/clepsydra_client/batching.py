@@ -54,13 +54,15 @@ SendOne = Callable[[str, Message], Answer]
 
 
 class _Queue:
-    """A topic's accepted messages (with their sizes) and, beside them, their futures: kept
-    apart so that a waiting message holds no reference the collector must follow."""
+    """A topic's accepted messages, their sizes and their futures, in three queues side by
+    side: a waiting message holds no reference the collector must follow, and no pair is made
+    per message (a tuple the collector follows until its first pass)."""
 
-    __slots__ = ("first_at", "futures", "messages")
+    __slots__ = ("first_at", "futures", "messages", "sizes")
 
     def __init__(self) -> None:
-        self.messages: deque[tuple[Message, int]] = deque()
+        self.messages: deque[Message] = deque()
+        self.sizes: deque[int] = deque()
         self.futures: deque[SendFuture] = deque()
         self.first_at = 0.0
 
@@ -83,7 +85,10 @@ class Batcher:
         self._queues: dict[str, _Queue] = {}
         self._pending = 0  # accepted, outcome not yet set
         self._accepted = 0
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        """Waits on ``_lock``; ``submit`` takes the lock itself (``Condition.__enter__`` is
+        a Python call per message)."""
         self._closed = False
         self._flushing = False  # a flush waits: send what is queued without lingering
         self._threads = [threading.Thread(target=self._run, name=f"clepsydra-batcher-{i}",
@@ -94,7 +99,7 @@ class Batcher:
     def submit(self, topic: str, message: Message, size: int, future: SendFuture) -> None:
         """Accept ``message`` (about ``size`` bytes in a request) for ``topic``; ``future``
         gets its outcome."""
-        with self._cond:
+        with self._lock:
             while self._pending >= self.max_pending and not self._closed:
                 self._cond.wait()
             if self._closed:
@@ -102,7 +107,8 @@ class Batcher:
             queue = self._queues.get(topic)
             if queue is None:
                 queue = self._queues[topic] = _Queue()
-            queue.messages.append((message, size))
+            queue.messages.append(message)
+            queue.sizes.append(size)
             queue.futures.append(future)
             self._pending += 1
             # a sender needs waking only for a new linger to wait for, or a full batch
@@ -160,13 +166,13 @@ class Batcher:
     def _cut(self, queue: _Queue) -> tuple[list[Message], list[SendFuture]]:
         messages: list[Message] = []
         futures: list[SendFuture] = []
-        waiting, size = queue.messages, 0
+        waiting, sizes, size = queue.messages, queue.sizes, 0
         while waiting and len(messages) < self.batch_messages:
-            message, message_size = waiting[0]
+            message_size = sizes[0]
             if messages and size + message_size > self.batch_bytes:
                 break
-            waiting.popleft()
-            messages.append(message)
+            sizes.popleft()
+            messages.append(waiting.popleft())
             futures.append(queue.futures.popleft())
             size += message_size
         if waiting:

@@ -11,8 +11,9 @@ waiter lists only when one is added. Its waits re-check their own future after e
 ``add_done_callback()``, ``concurrent.futures.wait`` and ``as_completed`` behave as a plain
 Future's.
 
-:class:`SendFuture` is the one ``send_async`` returns. It keeps the store's answer as a tuple
-of plain values, which the collector stops following after its first pass, and makes the
+:class:`SendFuture` is the one ``send_async`` returns. It keeps the store's answer as decoded
+(:data:`Answer`, a dict the collector does not track) and the message's ``UNIQ_KEY``, and makes
+the
 :class:`SendResult` when ``result()`` is first called: an application that keeps its futures
 keeps one tracked object per message, not two. It cannot be cancelled (the message was
 accepted and will be sent). :func:`complete` sets a batch's results in one pass.
@@ -31,7 +32,6 @@ from concurrent.futures._base import (
     LOGGER,
     PENDING,
 )
-from itertools import chain
 from typing import Any, TypeVar
 
 from clepsydra_client.message import SendResult
@@ -137,17 +137,26 @@ class LeanFuture(Future[T]):
             return self._exception
 
 
-Answer = tuple[Any, ...]
-"""A send's outcome as :class:`SendFuture` keeps it: the message's ``UNIQ_KEY``, then the
-store's answer's names and values in turn. One flat tuple of plain values: the collector stops
-following it at its first pass (a nested one takes a pass per level)."""
+Answer = dict[str, Any]
+"""A send's outcome as :class:`SendFuture` keeps it: the store's answer as decoded. A decoded
+object of plain values (text, numbers) is a dict the collector never tracks; the message's
+``UNIQ_KEY`` is the future's own. (A tuple holding the dict stays tracked: the collector
+untracks a tuple only when none of its items is a container, so the answer was copied into
+one flat tuple of names and values, a copy per message, issue 14.)"""
 
 
 class SendFuture(LeanFuture[SendResult]):
-    """The future of one ``send_async`` message: its :class:`SendResult` is made from the kept
-    answer when first asked for."""
+    """The future of one ``send_async`` message (``uniq_key``: its ``UNIQ_KEY``): its
+    :class:`SendResult` is made from the kept answer when first asked for."""
 
-    __slots__ = ()
+    __slots__ = ("uniq_key",)
+
+    def __init__(self, uniq_key: str = "") -> None:  # LeanFuture's, inline (per message)
+        self._state = PENDING
+        self._result = None
+        self._exception = None
+        self._waiter_list = None
+        self.uniq_key = uniq_key
 
     def cancel(self) -> bool:
         """False: an accepted message is sent (like a running task's future)."""
@@ -155,22 +164,16 @@ class SendFuture(LeanFuture[SendResult]):
 
     def result(self, timeout: float | None = None) -> SendResult:
         value: Any = super().result(timeout)
-        if type(value) is tuple:
-            value = SendResult.from_json(dict(zip(value[1::2], value[2::2], strict=True)),
-                                         value[0])
+        if type(value) is dict:
+            value = SendResult.from_json(value, self.uniq_key)
             self._result = value  # the same value for every caller (a race makes equal ones)
         return value  # type: ignore[no-any-return]
 
 
-def answer(raw: dict[str, Any], uniq_key: str) -> Answer:
-    """What :func:`complete` sets for a message the store answered ``raw`` for."""
-    return (uniq_key, *chain.from_iterable(raw.items()))
-
-
 def complete(futures: list[SendFuture], values: list[Answer]) -> None:
-    """Set each future's answer in one pass under the shared condition and wake the waiters
-    once; a future already done (it cannot be, but never raise on the sender thread) is
-    left as it is."""
+    """Set each future's answer (the store's, as decoded) in one pass under the shared
+    condition and wake the waiters once; a future already done (it cannot be, but never raise
+    on the sender thread) is left as it is."""
     with _SHARED:
         for future, value in zip(futures, values, strict=True):
             if future._state in _DONE:

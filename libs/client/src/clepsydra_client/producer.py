@@ -24,19 +24,20 @@ from itertools import chain
 from typing import Any
 
 import orjson
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from clepsydra_client import batching
 from clepsydra_client.batching import Batcher
 from clepsydra_client.delivery_time import delay_ms, instant_ms
-from clepsydra_client.futures import Answer, SendFuture, answer
+from clepsydra_client.futures import Answer, SendFuture
 from clepsydra_client.ids import new_uniq_key
 from clepsydra_client.message import ScheduleChange, SendResult
 from clepsydra_client.settings import ensure_tracing
 from clepsydra_core import properties as P
 from clepsydra_core import telemetry
 from clepsydra_core.errors import ValidationError
-from clepsydra_core.http import HttpClient, Json, segment
+from clepsydra_core.http import HttpClient, Json, RemoteError, segment
 from clepsydra_core.wire.produce import ProduceBatch, ProduceMessage
 from clepsydra_core.wire.timers import RescheduleRequest
 
@@ -45,6 +46,8 @@ MAX_BATCH = 500
 """Messages per batch request; longer batches are split."""
 CONTEXTS_AT_ONCE = 64
 """New-trace contexts ``send_async`` draws at once (telemetry.batch_contexts)."""
+MAX_KEPT_PATHS = 1024
+"""Topics whose produce route a Producer keeps (then it starts again)."""
 REQUEST_OVERHEAD = 160
 """What a message's JSON adds to its body in a batch request (properties, tags), roughly."""
 
@@ -154,6 +157,7 @@ class Producer:
         self._batcher: Batcher | None = None
         self._batcher_lock = threading.Lock()
         self._contexts: list[str | int | None] = []
+        self._paths: dict[str, str] = {}
 
     def send(self, topic: str, body: bytes | str, *, tags: str | None = None,
              keys: Sequence[str] | str = (), properties: Mapping[str, str] | None = None,
@@ -165,21 +169,74 @@ class Producer:
         it a timer message (SPEC T1), delivered no earlier than that; ``result.deliver_at``
         is the time the store took. At most one of ``delay_level``, ``deliver_at``, ``delay``
         (ValueError before any request)."""
-        return self.send_message(topic, OutgoingMessage(
-            body, tags, keys, properties or {}, delay_level, queue_id, deliver_at, delay))
+        return self._send(topic, body, tags, keys, properties, delay_level, queue_id,
+                          deliver_at, delay)
 
     def send_message(self, topic: str, message: OutgoingMessage) -> SendResult:
-        with self._span(topic) as span:
-            uniq_key = message.properties.get(P.UNIQ_KEY) or new_uniq_key()
-            req = message_request(message, uniq_key)
-            raw = self.http.post(self.http.path("/v1/topics/{}/messages", topic), req)
-            result = SendResult.from_json(raw, uniq_key)
+        return self._send(topic, message.body, message.tags, message.keys, message.properties,
+                          message.delay_level, message.queue_id, message.deliver_at,
+                          message.delay)
+
+    def _send(self, topic: str, body: bytes | str, tags: str | None,
+              keys: Sequence[str] | str, properties: Mapping[str, str] | None,
+              delay_level: int, queue_id: int | None, deliver_at: datetime | int | None,
+              delay: timedelta | int | None) -> SendResult:
+        """One message in one request, inside its ``client.produce`` span. An unrecorded span
+        is made current by attaching its context (what ``trace.use_span`` does for it, without
+        its generator); the request's ``traceparent`` header is the one the message carries
+        when that is the span's (computed once, not twice)."""
+        lean = telemetry.unrecorded(self._tracer)
+        if lean is not None:  # not sampled (or not exported): no attributes
+            token = otel_context.attach(trace.set_span_in_context(lean))
+            try:
+                return self._post(topic, body, tags, keys, properties, delay_level, queue_id,
+                                  deliver_at, delay)[0]
+            finally:
+                otel_context.detach(token)
+        with self._tracer.start_as_current_span(
+                "client.produce", kind=trace.SpanKind.PRODUCER,
+                attributes=self._attributes(topic)) as span:
+            result, uniq_key = self._post(topic, body, tags, keys, properties, delay_level,
+                                          queue_id, deliver_at, delay)
             if span.is_recording():
                 span.set_attribute(telemetry.MESSAGE_ID, result.msg_id)
                 span.set_attribute(telemetry.UNIQ_KEY, uniq_key)
-                if message.delay_level:
-                    span.set_attribute(telemetry.DELAY_LEVEL, message.delay_level)
+                if delay_level:
+                    span.set_attribute(telemetry.DELAY_LEVEL, delay_level)
             return result
+
+    def _post(self, topic: str, body: bytes | str, tags: str | None,
+              keys: Sequence[str] | str, properties: Mapping[str, str] | None,
+              delay_level: int, queue_id: int | None, deliver_at: datetime | int | None,
+              delay: timedelta | int | None) -> tuple[SendResult, str]:
+        level, at_ms, in_ms = delivery(delay_level, deliver_at, delay)
+        props: dict[str, str] = dict(properties) if properties else {}
+        uniq_key = props.get(P.UNIQ_KEY) or new_uniq_key()
+        props.setdefault(P.UNIQ_KEY, uniq_key)
+        headers: dict[str, str] | None = None
+        if P.TRACEPARENT not in props:
+            telemetry.inject(props)  # the current span's context, also the request's
+            if P.TRACEPARENT in props:
+                headers = {P.TRACEPARENT: props[P.TRACEPARENT]}
+                if P.TRACESTATE in props:
+                    headers[P.TRACESTATE] = props[P.TRACESTATE]
+        text, encoded = body_fields(body)
+        req = ProduceMessage.json_of(
+            body=text, body_base64=encoded, tags=tags or None, keys=_keys_text(keys),
+            properties=props, queue_id=queue_id, delay_level=level, deliver_at=at_ms,
+            delay_ms=in_ms)
+        raw = self.http.post(self._topic_path(topic), req, headers=headers)
+        return SendResult.from_json(raw, uniq_key), uniq_key
+
+    def _topic_path(self, topic: str) -> str:
+        """``/v1/topics/{topic}/messages``, kept per topic (its percent-encoding is per-call
+        work otherwise)."""
+        path = self._paths.get(topic)
+        if path is None:
+            if len(self._paths) >= MAX_KEPT_PATHS:
+                self._paths.clear()
+            path = self._paths[topic] = self.http.path("/v1/topics/{}/messages", topic)
+        return path
 
     def send_batch(self, topic: str, messages: Iterable[OutgoingMessage]) -> list[SendResult]:
         """Send many messages to one topic in as few requests as possible; results in order.
@@ -233,13 +290,6 @@ class Producer:
         return {telemetry.MESSAGING_SYSTEM: telemetry.SYSTEM,
                 telemetry.OPERATION_TYPE: telemetry.SEND, telemetry.DESTINATION: topic}
 
-    def _span(self, topic: str) -> Any:
-        lean = telemetry.unrecorded(self._tracer)
-        if lean is not None:  # not sampled (or not exported): no attributes
-            return trace.use_span(lean, end_on_exit=True)
-        return self._tracer.start_as_current_span(
-            "client.produce", kind=trace.SpanKind.PRODUCER, attributes=self._attributes(topic))
-
     # ---- asynchronous sends with automatic batching (batching.py) --------------------------
 
     def send_async(self, topic: str, body: bytes | str, *, tags: str | None = None,
@@ -266,31 +316,45 @@ class Producer:
         that of a ``client.produce`` span in the current context; the span itself is made
         only when it is recorded (then it ends with the future), else just its
         ``traceparent`` (telemetry.batch_contexts)."""
-        level, at_ms, in_ms = delivery(delay_level, deliver_at, delay)  # may refuse
+        if delay_level or deliver_at is not None or delay is not None:
+            level, at_ms, in_ms = delivery(delay_level, deliver_at, delay)  # may refuse
+        else:
+            level = at_ms = in_ms = None
         keys_text = _keys_text(keys)
-        props: dict[str, str] = dict(properties) if properties else {}
-        uniq_key = props.get(P.UNIQ_KEY) or new_uniq_key()
-        props.setdefault(P.UNIQ_KEY, uniq_key)
+        text, encoded = body_fields(body)
         span: trace.Span | None = None
-        if P.TRACEPARENT not in props:
+        if not properties:  # the common shape: no properties of its own, one tuple directly
+            uniq_key = new_uniq_key()
             context = self._trace_context()
             if isinstance(context, str):
-                props[P.TRACEPARENT] = context
+                message: batching.Message = (
+                    uniq_key, text, encoded, tags or None, keys_text, queue_id, level, at_ms,
+                    in_ms, P.UNIQ_KEY, uniq_key, P.TRACEPARENT, context)
             else:
-                kw: dict[str, Any] = {"kind": trace.SpanKind.PRODUCER,
-                                      "attributes": self._attributes(topic)}
-                span = (self._tracer.start_span("client.produce", **kw) if context is None
-                        else telemetry.start_decided(self._tracer, context, "client.produce",
-                                                     **kw))
+                span = self._start_span(topic, context)
+                props = {P.UNIQ_KEY: uniq_key}
                 telemetry.inject(props, span)
-        elif telemetry.unrecorded(self._tracer) is None:  # its own context: a span if recorded
-            span = self._tracer.start_span("client.produce", kind=trace.SpanKind.PRODUCER,
-                                           attributes=self._attributes(topic))
-        text, encoded = body_fields(body)
-        message = (uniq_key, text, encoded, tags or None, keys_text, queue_id, level, at_ms,
-                   in_ms, *chain.from_iterable(props.items()))
+                message = (uniq_key, text, encoded, tags or None, keys_text, queue_id, level,
+                           at_ms, in_ms, *chain.from_iterable(props.items()))
+        else:
+            props = dict(properties)
+            uniq_key = props.get(P.UNIQ_KEY) or new_uniq_key()
+            props.setdefault(P.UNIQ_KEY, uniq_key)
+            if P.TRACEPARENT not in props:
+                context = self._trace_context()
+                if isinstance(context, str):
+                    props[P.TRACEPARENT] = context
+                else:
+                    span = self._start_span(topic, context)
+                    telemetry.inject(props, span)
+            elif telemetry.unrecorded(self._tracer) is None:  # its own context: a span if
+                span = self._tracer.start_span(  # recorded
+                    "client.produce", kind=trace.SpanKind.PRODUCER,
+                    attributes=self._attributes(topic))
+            message = (uniq_key, text, encoded, tags or None, keys_text, queue_id, level, at_ms,
+                       in_ms, *chain.from_iterable(props.items()))
         size = (len(text) if text is not None else len(encoded or "")) + REQUEST_OVERHEAD
-        future = SendFuture()
+        future = SendFuture(uniq_key)
         if span is not None:
             if span.is_recording():
                 future.add_done_callback(functools.partial(_end_span, span, level or 0))
@@ -302,6 +366,15 @@ class Producer:
             future.set_exception(exc)  # ends its span
             raise
         return future
+
+    def _start_span(self, topic: str, context: int | None) -> trace.Span:
+        """The ``client.produce`` span of a message whose context ``_trace_context`` gave
+        as a sampled trace id or None (the SDK decides)."""
+        kw: dict[str, Any] = {"kind": trace.SpanKind.PRODUCER,
+                              "attributes": self._attributes(topic)}
+        if context is None:
+            return self._tracer.start_span("client.produce", **kw)
+        return telemetry.start_decided(self._tracer, context, "client.produce", **kw)
 
     def _trace_context(self) -> str | int | None:
         """``telemetry.batch_contexts(tracer, 1)[0]`` for one message; without a current span
@@ -336,13 +409,15 @@ class Producer:
     def _post_batch(self, topic: str, messages: list[batching.Message]) -> list[Answer]:
         raw = self.http.post(self.http.path("/v1/topics/{}/messages/batch", topic),
                              ProduceBatch.of_encoded(_encoded(messages)))
-        answers: list[Any] = raw.get("results") or []
-        return [answer(a, m[0]) for a, m in zip(answers, messages, strict=False)]
+        answers: list[Answer] = raw.get("results") or []
+        if not all(type(a) is dict for a in answers):
+            raise RemoteError("the store's batch answer holds a result that is not an object")
+        return answers[:len(messages)]
 
     def _post_one(self, topic: str, message: batching.Message) -> Answer:
         raw = self.http.post(self.http.path("/v1/topics/{}/messages", topic),
                              _message_json(message))
-        return answer(raw, message[0])
+        return raw
 
     # ---- pending delayed messages: cancel and reschedule (issue 15) ------------------------
 

@@ -48,6 +48,7 @@ from clepsydra_core.errors import (
     ValidationError,
 )
 from clepsydra_core.http_connections import ConnectionPool
+from clepsydra_core.properties import TRACEPARENT
 from clepsydra_core.settings import client_token
 
 Json = dict[str, Any]
@@ -162,7 +163,8 @@ class HttpClient:
         """(status, JSON object) of a call answered below 400; the error tree otherwise."""
         url = self.base_url + path
         sent = dict(_JSON_HEADERS) if json is not None else {}
-        telemetry.inject(sent)  # the current span's context (a caller's headers win)
+        if headers is None or TRACEPARENT not in headers:
+            telemetry.inject(sent)  # the current span's context (a caller's headers win)
         if headers:
             sent.update(headers)
         read_s = timeout_s or self.timeout_s

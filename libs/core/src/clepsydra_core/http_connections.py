@@ -17,6 +17,13 @@ before the service could have read the request (the write failed), or before any
 idempotent call (GET, PUT, DELETE) arrived, is sent again once on a new connection: that is the
 race of a service closing an idle connection as the call starts. A POST whose answer was lost is
 never sent again here (the caller decides: a produce may have been stored).
+
+Timeouts are the kernel's (``SO_RCVTIMEO``, ``SO_SNDTIMEO``) on a blocking socket, not
+Python's: a socket with a Python timeout polls before every ``send`` and ``recv``, five system
+calls a call with the idle check, each releasing the interpreter's lock (issue 14: 8 threads
+sending through one client spent more CPU in the kernel than in Python); now three. Either way a
+wait without progress longer than the timeout raises ``TimeoutError``. Where the options cannot
+be set, Python's timeout is kept.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from __future__ import annotations
 import http.client
 import select
 import socket
+import struct
 import threading
 import weakref
 
@@ -31,6 +39,9 @@ IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 MAX_HEAD_BYTES = 64 * 1024
 """An answer whose head is longer is refused (``http.client.LineTooLong``)."""
 _RECV_BYTES = 256 * 1024
+GATHER_BYTES = 64 * 1024
+"""A body this large is written with its head by one ``sendmsg`` of both, not copied behind
+the head first (a batch of 500 messages: 600 KiB copied once more per request)."""
 
 
 class Connection:
@@ -45,12 +56,27 @@ class Connection:
         self.sock: socket.socket | None = None
         self.read_timeout_s: float | None = None
         self._buf = b""
+        self._view: memoryview | None = None
 
     def connect(self, timeout_s: float) -> None:
         self.sock = socket.create_connection((self.host, self.port), timeout_s)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.read_timeout_s = timeout_s
+        self.set_timeout(timeout_s)
         self._buf = b""
+
+    def set_timeout(self, timeout_s: float) -> None:
+        """Bound each wait of a ``send`` or ``recv`` to ``timeout_s``: in the kernel when it
+        can (the socket blocks, no poll before each call), else with Python's timeout."""
+        sock = self._socket()
+        try:
+            value = _timeval(timeout_s)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
+        except (OSError, OverflowError, struct.error):
+            sock.settimeout(timeout_s)
+        else:
+            sock.settimeout(None)
+        self.read_timeout_s = timeout_s
 
     def close(self) -> None:
         sock, self.sock = self.sock, None
@@ -72,7 +98,14 @@ class Connection:
         if body is not None or method in ("POST", "PUT"):
             head += f"Content-Length: {len(body) if body else 0}\r\n"
         data = (head + "\r\n").encode("latin-1")
-        self._socket().sendall(data + body if body else data)
+        sock = self._socket()
+        try:
+            if body and len(body) >= GATHER_BYTES:
+                _send_gathered(sock, data, body)
+            else:
+                sock.sendall(data + body if body else data)
+        except BlockingIOError:  # SO_SNDTIMEO passed without progress
+            raise TimeoutError("timed out sending the request") from None
 
     def idle_ok(self) -> bool:
         """Whether the kept-alive connection can carry the next call: nothing arrived since
@@ -142,7 +175,16 @@ class Connection:
         return sock
 
     def _recv(self) -> bytes:
-        return self._socket().recv(_RECV_BYTES)
+        """What arrived, read into the connection's own buffer (a ``recv`` of 256 KiB
+        allocates that much for every answer: a ``mmap`` and ``munmap`` each time)."""
+        view = self._view
+        if view is None:
+            view = self._view = memoryview(bytearray(_RECV_BYTES))
+        try:
+            size = self._socket().recv_into(view)
+        except BlockingIOError:  # SO_RCVTIMEO passed without an answer
+            raise TimeoutError("timed out waiting for the answer") from None
+        return view[:size].tobytes()
 
     def _exactly(self, size: int) -> bytes:
         while len(self._buf) < size:
@@ -244,9 +286,7 @@ class ConnectionPool:
         if conn.sock is None:
             conn.connect(connect_timeout_s)
         if conn.read_timeout_s != read_timeout_s:
-            assert conn.sock is not None
-            conn.sock.settimeout(read_timeout_s)
-            conn.read_timeout_s = read_timeout_s
+            conn.set_timeout(read_timeout_s)
         try:
             conn.send(method, target, body, headers)
         except (BrokenPipeError, ConnectionResetError) as exc:
@@ -259,3 +299,25 @@ class ConnectionPool:
             conns = list(self._all)
         for conn in conns:
             conn.close()
+
+
+def _send_gathered(sock: socket.socket, head: bytes, body: bytes) -> None:
+    """``sendall(head + body)`` without making ``head + body``: one ``sendmsg`` of both, then
+    whatever it did not take."""
+    sent = sock.sendmsg([head, body])
+    if sent < len(head):
+        sock.sendall(memoryview(head)[sent:])
+        sent = len(head)
+    if sent - len(head) < len(body):
+        sock.sendall(memoryview(body)[sent - len(head):])
+
+
+def _timeval(seconds: float) -> bytes:
+    """A ``struct timeval`` for ``SO_RCVTIMEO``/``SO_SNDTIMEO`` (0 would mean no timeout: at
+    least a microsecond)."""
+    whole = int(seconds)
+    micros = max(1, round((seconds - whole) * 1_000_000)) if whole == 0 else \
+        round((seconds - whole) * 1_000_000)
+    if micros >= 1_000_000:
+        whole, micros = whole + 1, micros - 1_000_000
+    return struct.pack("@ll", whole, micros)

@@ -17,7 +17,6 @@ import os
 import re
 import socket
 import struct
-import threading
 import time
 from dataclasses import dataclass
 
@@ -96,20 +95,25 @@ def check_id(text: object) -> str:
 class UniqIds:
     """Maker of unique ids for one process: ``prefix`` (IPv4 and pid, 6 bytes), then the time
     in milliseconds (6 bytes) and a counter (4 bytes), as 32 upper-case hex digits; unique per
-    process and sortable by time within it. Thread-safe."""
+    process and sortable by time within it. Thread-safe: ``next`` of an ``itertools.count``
+    is one step under the interpreter's lock, and the id's first 24 digits (prefix and time)
+    are made once per millisecond, kept as one (time, text) pair (the SDK makes one id per
+    message sent: a lock and three formats were 0.66 µs of it, issue 14)."""
 
     def __init__(self, prefix: bytes) -> None:
         if len(prefix) != 6:
             raise ValueError(f"a unique id prefix is 6 bytes (IPv4, pid), got {len(prefix)}")
         self._prefix = prefix.hex().upper()
         self._counter = itertools.count()
-        self._lock = threading.Lock()
+        self._head: tuple[int, str] = (-1, "")
 
     def new(self) -> str:
-        with self._lock:
-            seq = next(self._counter) & 0xFFFFFFFF
+        seq = next(self._counter) & 0xFFFFFFFF
         now_ms = time.time_ns() // 1_000_000 & 0xFFFFFFFFFFFF
-        return f"{self._prefix}{now_ms:012X}{seq:08X}"
+        head = self._head
+        if head[0] != now_ms:
+            head = self._head = (now_ms, f"{self._prefix}{now_ms:012X}")
+        return f"{head[1]}{seq:08X}"
 
 
 def uniq_prefix(ip: str) -> bytes:

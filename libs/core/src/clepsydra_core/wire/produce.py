@@ -117,8 +117,14 @@ class ProduceBatch(WireValue):
         """The batch's JSON from its messages already encoded by ``orjson.dumps`` as JSON
         arrays (each part one or more messages): the parts are joined, not parsed again
         (``orjson.dumps`` writes a fragment as it is)."""
-        inner = [memoryview(part)[1:-1] for part in parts if len(part) > 2]  # no copies
-        return {cls.json_names()[0]: orjson.Fragment(b"[" + b",".join(inner) + b"]")}
+        pieces: list[bytes | memoryview] = [b"["]
+        for part in parts:
+            if len(part) > 2:
+                if len(pieces) > 1:
+                    pieces.append(b",")
+                pieces.append(memoryview(part)[1:-1])  # no copy until the one join
+        pieces.append(b"]")
+        return {cls.json_names()[0]: orjson.Fragment(b"".join(pieces))}
 
 
 @dataclass(frozen=True, slots=True)
