@@ -74,7 +74,8 @@ def schemathesis(url: str, home: Path, name: str,
     argv = [str(cli), "run", f"{url}/openapi.json",
             "--checks", "all",
             "--max-examples", str(MAX_EXAMPLES), "--seed", str(SEED), "--workers", "1",
-            "--phases", "examples,coverage,fuzzing", "--no-shrink",
+            # no shrinking and no targeting: Hypothesis phases of tests/fixtures/schemathesis_hooks
+            "--phases", "examples,coverage,fuzzing",
             "--suppress-health-check", "all", "--request-timeout", "30",
             "--report", "junit", "--report-junit-path", str(report), *extra]
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
