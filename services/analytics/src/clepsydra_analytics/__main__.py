@@ -23,7 +23,7 @@ from types import FrameType
 
 from clepsydra_analytics.settings import AnalyticsSettings
 from clepsydra_core.errors import ClepsydraError, ConfigError
-from clepsydra_core.telemetry import ANALYTICS_SERVICE
+from clepsydra_core.naming import ANALYTICS_SERVICE
 
 PROG = "clepsydra analytics"
 
