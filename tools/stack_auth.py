@@ -13,6 +13,7 @@ from clepsydra_core.settings import TOKEN_VAR, AuthSettings
 
 CHILD_ROLES = {
     "retry": Role.RETRY,
+    "scheduler": Role.SCHEDULER,
     "scheduler-worker": Role.SCHEDULER,
     "scheduler-beat": Role.SCHEDULER,
     "analytics-export": Role.ANALYTICS,

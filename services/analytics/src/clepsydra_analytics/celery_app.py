@@ -1,8 +1,9 @@
 """The local schedule: a small Celery app whose beat sends one ``run_jobs`` task every
 CLEPSYDRA_ANALYTICS_SCHEDULE_S (hourly by default); the task runs
 ``python -m clepsydra_analytics jobs run`` as a child process, so the JVM's memory is returned
-after each run. ``python -m clepsydra_analytics schedule`` runs it as one ``celery worker -B``
-process (one beat for the stack). On Kubernetes a CronJob runs ``jobs run`` instead."""
+after each run. ``python -m clepsydra_analytics schedule`` runs it as one Celery worker process with
+beat on a thread of it (one beat for the stack; clepsydra_core.celery_beat: Celery's own ``-B``
+would fork a second process). On Kubernetes a CronJob runs ``jobs run`` instead."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from celery import Celery, signals
 from clepsydra_analytics.settings import AnalyticsSettings
 from clepsydra_core import logging as clogging
 from clepsydra_core import naming
+from clepsydra_core.celery_beat import embed_beat
 from clepsydra_core.telemetry import ANALYTICS_SERVICE
 
 logger = logging.getLogger(__name__)
@@ -64,13 +66,14 @@ def create_celery(settings: AnalyticsSettings) -> Celery:
 
 
 def run_schedule(settings: AnalyticsSettings) -> int:
-    """One worker with beat embedded, concurrency 1 (runs never overlap)."""
+    """One worker with beat on a thread of it, concurrency 1 (runs never overlap)."""
     state = settings.state_dir
     state.mkdir(parents=True, exist_ok=True)
     app = create_celery(settings)
+    embed_beat(app, state / "beat-schedule")
     clogging.quiet_celery_root_warning()
-    app.worker_main(["--quiet", "worker", "-B", "--pool", "solo", "--concurrency", "1", "-Q", QUEUE,
-                     "--schedule", str(state / "beat-schedule"), "--loglevel",
-                     settings.common.log_level, "--without-gossip", "--without-mingle",
+    app.worker_main(["--quiet", "worker", "--pool", "solo", "--concurrency", "1", "-Q", QUEUE,
+                     "--loglevel", settings.common.log_level, "--without-gossip",
+                     "--without-mingle",
                      "--hostname", f"analytics@{naming.ANALYTICS_DIR}"])
     return 0
