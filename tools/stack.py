@@ -73,7 +73,6 @@ from tools.processes import (
     port_free,
     redis_ping,
 )
-from tools.stack_auth import service_tokens
 
 READY_LINE = "clepsydra: ready"
 POLL_S = 0.1
@@ -343,7 +342,12 @@ class Supervisor:
     # ---- parts ---------------------------------------------------------------------------
 
     def _with_tokens(self, children: Sequence[Child]) -> list[Child]:
-        tokens = service_tokens(self.settings.common.auth)
+        auth = self.settings.common.auth
+        tokens: dict[str, dict[str, str]] = {}
+        if auth.enabled:  # hashlib and the token file's code only then (issue 14: memory)
+            from tools.stack_auth import service_tokens
+
+            tokens = service_tokens(auth)
         for child in children:
             child.env.update(tokens.get(child.name, {}))
         return list(children)

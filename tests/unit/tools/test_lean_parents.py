@@ -1,5 +1,5 @@
 """Issue 14, the whole local stack's memory at rest: a parent process imports only what it
-needs. A gunicorn master (preload off) loads its entry point and its worker class, never Flask,
+needs. The stack's supervisor (tools.stack) starts and watches processes. A gunicorn master (preload off) loads its entry point and its worker class, never Flask,
 OpenTelemetry, the store's engine, pyarrow or pyspark: the worker imports the app after the
 fork (every module a master holds is resident twice, in it and in its forked worker). Each
 check runs in a fresh interpreter, doing what the process does before it forks or idles, and
@@ -39,10 +39,10 @@ MASTERS = {
 }
 
 
-def heavy_modules(code: str, home: Path) -> list[str]:
-    """The HEAVY modules a fresh interpreter holds after running ``code``."""
+def heavy_modules(code: str, home: Path, extra: tuple[str, ...] = ()) -> list[str]:
+    """The HEAVY (and ``extra``) modules a fresh interpreter holds after running ``code``."""
     env = {"CLEPSYDRA_HOME": str(home), "PATH": "/usr/bin:/bin"}
-    out = subprocess.run([sys.executable, "-c", code + REPORT.format(heavy=HEAVY)],
+    out = subprocess.run([sys.executable, "-c", code + REPORT.format(heavy=HEAVY + extra)],
                          env={**env, "PYTHONPATH": ":".join(sys.path)},
                          capture_output=True, text=True, timeout=60, check=True)
     found: list[str] = json.loads(out.stdout.strip().splitlines()[-1])
@@ -55,3 +55,23 @@ def test_a_gunicorn_master_imports_neither_flask_nor_the_app(name: str, tmp_path
     code = MASTER.format(module=module, factory=factory, settings_module=settings_module,
                          settings_class=settings_class)
     assert heavy_modules(code, tmp_path) == []
+
+
+SUPERVISOR = """
+import io, os
+from tools.processes import Console, http_ok
+from tools.stack import StackSettings, Supervisor
+env = dict(os.environ, CLEPSYDRA_REDIS_URL="redis://127.0.0.1:1/0")
+supervisor = Supervisor(StackSettings.from_env(env), env=env, console=Console(io.StringIO()),
+                        echo=False)
+supervisor._with_tokens(supervisor.planned())  # what start() does before it launches them
+http_ok("http://127.0.0.1:1/healthz")  # a readiness check
+"""
+
+
+def test_the_supervisor_holds_no_http_client_library_nor_the_token_code(tmp_path: Path) -> None:
+    # make run's own process (tools.stack): urllib.request (ssl, http.client, email) and the
+    # tokens' code (hashlib) were most of its 24 MiB; auth off needs no token
+    found = heavy_modules(SUPERVISOR, tmp_path, extra=("urllib.request", "http.client", "ssl",
+                                                        "redis", "clepsydra_core.auth_tokens"))
+    assert found == []
