@@ -75,3 +75,24 @@ def test_the_supervisor_holds_no_http_client_library_nor_the_token_code(tmp_path
     found = heavy_modules(SUPERVISOR, tmp_path, extra=("urllib.request", "http.client", "ssl",
                                                         "redis", "clepsydra_core.auth_tokens"))
     assert found == []
+
+
+ANALYTICS_API = """
+import sys
+from clepsydra_analytics.app import create_app
+from clepsydra_analytics.settings import AnalyticsSettings
+app = create_app(AnalyticsSettings.from_env())
+client = app.test_client()
+assert client.get("/healthz").status_code == 200
+assert client.get("/v1/reports").status_code == 200
+if {status!r}:  # no store here: the answer is an error, after the folder was opened
+    client.get("/v1/export/status")
+"""
+
+
+def test_the_analytics_api_opens_the_export_folder_on_first_use(tmp_path: Path) -> None:
+    # the API's worker answers health and the reports without opening the export folder,
+    # whose module imports pyarrow (~45 MiB); a status request opens it
+    at_rest = heavy_modules(ANALYTICS_API.format(status=False), tmp_path)
+    assert "pyarrow" not in at_rest and "pyspark" not in at_rest
+    assert "pyarrow" in heavy_modules(ANALYTICS_API.format(status=True), tmp_path)
