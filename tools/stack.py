@@ -21,10 +21,12 @@ kept as ``<name>.log.1``) and echoed to stdout as ``name | line``:
     scheduler-worker  python -m clepsydra_scheduler worker    ready: as the scheduler's
     scheduler-beat    python -m clepsydra_scheduler beat      ready: GET /healthz answers 200
                       on CLEPSYDRA_SCHEDULER_BEAT_PORT (0: running)
-    analytics-export  python -m clepsydra_analytics export    ready: GET /healthz answers 200
-                      (on CLEPSYDRA_ANALYTICS_EXPORTER_PORT, default the API's port + 1)
+    analytics-worker  python -m clepsydra_analytics schedule --export
+                                                              ready: GET /healthz answers 200
+                      on CLEPSYDRA_ANALYTICS_EXPORTER_PORT (default the API's port + 1): the
+                      schedule's Celery worker (beat on a thread) with the exporter on
+                      another thread (one process: issue 14)
     analytics-api     python -m clepsydra_analytics serve     ready: GET /healthz answers 200
-    analytics-schedule python -m clepsydra_analytics schedule ready: its log says "ready"
 
 Once all are ready it prints exactly one line ``clepsydra: ready`` and a table of addresses.
 SIGINT, SIGTERM or SIGHUP: SIGTERM to every child group (services first, Redis last), wait,

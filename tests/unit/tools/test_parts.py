@@ -60,7 +60,7 @@ def test_make_run_starts_the_builders_parts(tmp_path: Path) -> None:
                             console=Console(io.StringIO()), echo=False)
     children = supervisor.planned()
     assert [c.name for c in children] == [p.name for p in EVERYTHING] == [
-        "store", "retry", "scheduler", "analytics-export", "analytics-api", "analytics-schedule"]
+        "store", "retry", "scheduler", "analytics-worker", "analytics-api"]
     assert [c.argv for c in children] == [p.argv() for p in EVERYTHING]
     store = children[0]
     assert isinstance(store, HttpService) and store.port == 18081
@@ -74,6 +74,10 @@ def test_make_run_starts_the_builders_parts(tmp_path: Path) -> None:
     assert scheduler.argv[1:] == ["-m", "clepsydra_scheduler", "worker", "--beat"]
     assert (scheduler.env["CLEPSYDRA_SCHEDULER_PORT"],
             scheduler.env["CLEPSYDRA_SCHEDULER_BEAT_PORT"]) == ("8083", "8084")
+    # ... and the analytics exporter runs in the schedule's worker, ready on its health port
+    analytics = {c.name: c for c in children}["analytics-worker"]
+    assert analytics.argv[1:] == ["-m", "clepsydra_analytics", "schedule", "--export"]
+    assert isinstance(analytics, HttpService) and analytics.port == 8086
 
 
 def test_the_separate_beat_stack_runs_beat_as_a_process_as_deployed(tmp_path: Path) -> None:
@@ -83,6 +87,6 @@ def test_the_separate_beat_stack_runs_beat_as_a_process_as_deployed(tmp_path: Pa
                             echo=False, separate_beat=True)
     children = supervisor.planned()
     assert [c.name for c in children] == [p.name for p in EVERYTHING_SEPARATE_BEAT] == [
-        "store", "retry", "scheduler-worker", "scheduler-beat", "analytics-export",
-        "analytics-api", "analytics-schedule"]
+        "store", "retry", "scheduler-worker", "scheduler-beat", "analytics-worker",
+        "analytics-api"]
     assert SCHEDULER_WITH_BEAT not in EVERYTHING_SEPARATE_BEAT
