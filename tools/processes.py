@@ -26,6 +26,9 @@ REPO = Path(__file__).resolve().parents[1]
 LOG_TAIL_LINES = 25
 
 
+HEALTH_READ_LIMIT = 1 << 20
+
+
 def http_ok(url: str) -> bool:
     """GET ``url`` answers 200 within a second. Plain ``http://`` is asked over a socket:
     urllib (with ssl, http.client and email) would be most of what the stack's supervisor
@@ -45,10 +48,15 @@ def http_ok(url: str) -> bool:
         with socket.create_connection((host, port), timeout=1.0) as sock:
             sock.sendall(f"GET {target} HTTP/1.0\r\nHost: {parsed.netloc}\r\n"
                          "Connection: close\r\n\r\n".encode("latin-1"))
-            head = sock.recv(64)
+            answer = b""
+            while len(answer) < HEALTH_READ_LIMIT:  # the whole answer: closing on unread
+                chunk = sock.recv(4096)           # bytes would reset the server's write
+                if not chunk:
+                    break
+                answer += chunk
     except (OSError, ValueError):
         return False
-    return head.split(b" ", 2)[1:2] == [b"200"]
+    return answer.split(b" ", 2)[1:2] == [b"200"]
 
 
 def redis_ping(url: str) -> bool:
