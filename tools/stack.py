@@ -1,5 +1,6 @@
-"""The local stack behind ``make run``: Redis, the store, the retry service and the scheduler's
-Celery worker and beat, as processes on this machine, with every file under CLEPSYDRA_HOME.
+"""The local stack behind ``make run``: Redis, the store, the retry service, the scheduler (its
+Celery worker with beat on a thread) and the analytics, as processes on this machine, with
+every file under CLEPSYDRA_HOME.
 
     python -m tools.stack [--quiet] [--separate-beat] [--ready-timeout-s 90] [--grace-s 30]
 
