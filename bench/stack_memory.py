@@ -4,7 +4,8 @@
 
 Starts ``python -m tools.stack`` of its own (its own CLEPSYDRA_HOME and free ports), waits
 ``--settle-s`` after `clepsydra: ready`, and prints, for every part (a part's processes summed:
-gunicorn's master and worker, celery's beat child, ...), three figures from
+gunicorn's master and worker, ...; a part is named by its module, command and flags, e.g.
+``scheduler worker --beat``), three figures from
 ``/proc/<pid>/smaps_rollup``:
 
 - RSS: what ``ps`` shows; pages shared between processes (libpython, a forked worker's pages
@@ -13,8 +14,9 @@ gunicorn's master and worker, celery's beat child, ...), three figures from
   the stack really holds;
 - USS: the process's private pages, what stopping it would give back.
 
-Totals are given for the core (Redis, store, retry, scheduler worker and beat) and the whole
-stack (plus the analytics processes and the supervisor).
+Totals are given for the core (Redis, store, retry, the scheduler's worker and beat: one
+process in ``make run``, two with ``--separate-beat``) and the whole stack (plus the analytics
+processes and the supervisor). ``--separate-beat`` is passed on to ``tools.stack``.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pathlib import Path
 
 from tests.fixtures.stack import RunningStack, descendants, launch_stack, stop_stack
 
-CORE = ("redis", "store", "retry", "scheduler worker", "scheduler beat")
+CORE = ("redis", "store", "retry", "scheduler worker", "scheduler beat", "scheduler worker --beat")
 FIELDS = ("Rss", "Pss", "Private_Clean", "Private_Dirty")
 
 
@@ -44,7 +46,8 @@ def part_of(argv: list[bytes]) -> str:
         if module in text:
             words = text.split()
             i = words.index(module) if module in words else -1
-            verb = words[i + 1] if 0 <= i < len(words) - 1 else ""
+            rest = words[i + 1:] if i >= 0 else []
+            verb = " ".join(rest[:1] + [w for w in rest[1:] if w.startswith("--")])
             return module.removeprefix("clepsydra_") + (f" {verb}" if verb else "")
     return "other"
 
@@ -77,14 +80,14 @@ def rss_by_part(stack: RunningStack) -> dict[str, int]:
 
 
 def print_table(parts: dict[str, dict[str, int]]) -> None:
-    print(f"{'part':<22} {'procs':>5} {'RSS MiB':>8} {'PSS MiB':>8} {'USS MiB':>8}")
+    print(f"{'part':<29} {'procs':>5} {'RSS MiB':>8} {'PSS MiB':>8} {'USS MiB':>8}")
     for name in sorted(parts, key=lambda n: (n not in CORE, n)):
         v = parts[name]
-        print(f"{name:<22} {v['processes']:>5} {v['rss'] / 1024:>8.1f} {v['pss'] / 1024:>8.1f} "
+        print(f"{name:<29} {v['processes']:>5} {v['rss'] / 1024:>8.1f} {v['pss'] / 1024:>8.1f} "
               f"{v['uss'] / 1024:>8.1f}")
     for label, names in (("core", [n for n in parts if n in CORE]), ("whole stack", list(parts))):
         total = {k: sum(parts[n][k] for n in names) for k in ("processes", "rss", "pss", "uss")}
-        print(f"{'= ' + label:<22} {total['processes']:>5} {total['rss'] / 1024:>8.1f} "
+        print(f"{'= ' + label:<29} {total['processes']:>5} {total['rss'] / 1024:>8.1f} "
               f"{total['pss'] / 1024:>8.1f} {total['uss'] / 1024:>8.1f}")
 
 
@@ -92,9 +95,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--settle-s", type=float, default=20.0)
+    parser.add_argument("--separate-beat", action="store_true",
+                        help="the scheduler's beat as a process of its own (tools.stack's flag)")
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="clepsydra-memory-")) / "home"
-    stack = launch_stack(home, "--quiet", CLEPSYDRA_OTEL_EXPORTER="none")
+    flags = ("--separate-beat",) if args.separate_beat else ()
+    stack = launch_stack(home, "--quiet", *flags, CLEPSYDRA_OTEL_EXPORTER="none")
     try:
         time.sleep(args.settle_s)
         print(f"the local stack at rest, {args.settle_s:g} s after ready (home {home}):")

@@ -82,20 +82,36 @@ SCHEDULER_WORKER = Part("scheduler-worker", ("clepsydra_scheduler", "worker"),
                         "CLEPSYDRA_SCHEDULER_PORT", ready_log="scheduler worker ready")
 SCHEDULER_BEAT = Part("scheduler-beat", ("clepsydra_scheduler", "beat"),
                       "CLEPSYDRA_SCHEDULER_BEAT_PORT")
+SCHEDULER_WITH_BEAT = Part("scheduler", ("clepsydra_scheduler", "worker", "--beat"),
+                           "CLEPSYDRA_SCHEDULER_PORT", ready_log="scheduler worker ready")
+"""The worker with beat on a thread of it (one process; it serves beat's health port too):
+what ``make run`` starts. Kubernetes, the images and the fault matrix keep beat a process."""
 ANALYTICS_EXPORT = Part("analytics-export", ("clepsydra_analytics", "export"),
                         "CLEPSYDRA_ANALYTICS_EXPORTER_PORT")
 ANALYTICS_API = Part("analytics-api", ("clepsydra_analytics", "serve"),
                      "CLEPSYDRA_ANALYTICS_PORT", "CLEPSYDRA_ANALYTICS_URL")
 ANALYTICS_SCHEDULE = Part("analytics-schedule", ("clepsydra_analytics", "schedule"), None,
                           ready_log=r"\bready\b")
-PARTS = (STORE, RETRY, SCHEDULER_WORKER, SCHEDULER_BEAT, ANALYTICS_EXPORT, ANALYTICS_API,
-         ANALYTICS_SCHEDULE)
-"""Every part but Redis, in start order."""
-BY_NAME = {part.name: part for part in PARTS}
-PORT_VARS = (*(p.port_var for p in PARTS if p.port_var), "CLEPSYDRA_REDIS_PORT")
-"""Every port a whole stack listens on."""
+ANALYTICS_WORKER = Part("analytics-worker", ("clepsydra_analytics", "schedule", "--export"),
+                        "CLEPSYDRA_ANALYTICS_EXPORTER_PORT")
+"""The schedule's worker with the exporter on a thread of it (one process; ready when the
+exporter answers /healthz): what ``make run`` starts. Kubernetes keeps the exporter apart."""
 SCHEDULER = (SCHEDULER_WORKER, SCHEDULER_BEAT)
 ANALYTICS = (ANALYTICS_EXPORT, ANALYTICS_API, ANALYTICS_SCHEDULE)
+LOCAL_ANALYTICS = (ANALYTICS_WORKER, ANALYTICS_API)
+EVERYTHING = (STORE, RETRY, SCHEDULER_WITH_BEAT, *LOCAL_ANALYTICS)
+"""What ``make run`` starts (Redis aside), in start order: the scheduler one process, the
+analytics exporter and schedule one process (issue 14, the stack's memory at rest)."""
+EVERYTHING_SEPARATE_BEAT = (STORE, RETRY, *SCHEDULER, *LOCAL_ANALYTICS)
+"""The same with the scheduler's worker and beat two processes, as deployed
+(``python -m tools.stack --separate-beat``: the fault matrix kills each)."""
+PARTS = (STORE, RETRY, SCHEDULER_WORKER, SCHEDULER_BEAT, SCHEDULER_WITH_BEAT, *ANALYTICS,
+         ANALYTICS_WORKER)
+"""Every kind of part but Redis."""
+BY_NAME = {part.name: part for part in PARTS}
+PORT_VARS = tuple(dict.fromkeys((*(p.port_var for p in PARTS if p.port_var),
+                                 "CLEPSYDRA_REDIS_PORT")))
+"""Every port a whole stack listens on."""
 
 
 class Stack:
@@ -160,12 +176,15 @@ class Stack:
             self.with_part(part, **env)
         return self
 
-    def with_everything(self, *, appendonly: bool = True) -> Stack:
-        """What ``make run`` starts: every part (its own Redis unless ``redis_url``)."""
+    def with_everything(self, *, appendonly: bool = True, separate_beat: bool = False) -> Stack:
+        """What ``make run`` starts: every part (its own Redis unless ``redis_url``), the
+        scheduler's beat inside its worker unless ``separate_beat``."""
         if self._redis_url is None:
             self.with_redis(appendonly=appendonly)
-        for part in PARTS:
+        for part in EVERYTHING_SEPARATE_BEAT if separate_beat else EVERYTHING:
             self.with_part(part)
+        if not separate_beat:  # the one scheduler process serves beat's health port too
+            self.ports.setdefault("CLEPSYDRA_SCHEDULER_BEAT_PORT", free_port())
         return self
 
     # ---- addresses -----------------------------------------------------------------------

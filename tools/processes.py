@@ -17,8 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
@@ -27,12 +26,37 @@ REPO = Path(__file__).resolve().parents[1]
 LOG_TAIL_LINES = 25
 
 
+HEALTH_READ_LIMIT = 1 << 20
+
+
 def http_ok(url: str) -> bool:
+    """GET ``url`` answers 200 within a second. Plain ``http://`` is asked over a socket:
+    urllib (with ssl, http.client and email) would be most of what the stack's supervisor
+    holds in memory (issue 14); other schemes go through urllib."""
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme != "http":
+        from urllib.request import urlopen
+
+        try:
+            with urlopen(url, timeout=1.0) as resp:
+                return bool(resp.status == 200)
+        except (OSError, ValueError):  # urllib.error.URLError is an OSError
+            return False
     try:
-        with urllib.request.urlopen(url, timeout=1.0) as resp:
-            return bool(resp.status == 200)
-    except (urllib.error.URLError, OSError, ValueError):
+        host, port = parsed.hostname or "127.0.0.1", parsed.port or 80
+        target = (parsed.path or "/") + (f"?{parsed.query}" if parsed.query else "")
+        with socket.create_connection((host, port), timeout=1.0) as sock:
+            sock.sendall(f"GET {target} HTTP/1.0\r\nHost: {parsed.netloc}\r\n"
+                         "Connection: close\r\n\r\n".encode("latin-1"))
+            answer = b""
+            while len(answer) < HEALTH_READ_LIMIT:  # the whole answer: closing on unread
+                chunk = sock.recv(4096)           # bytes would reset the server's write
+                if not chunk:
+                    break
+                answer += chunk
+    except (OSError, ValueError):
         return False
+    return answer.split(b" ", 2)[1:2] == [b"200"]
 
 
 def redis_ping(url: str) -> bool:

@@ -1,7 +1,8 @@
-"""The local stack behind ``make run``: Redis, the store, the retry service and the scheduler's
-Celery worker and beat, as processes on this machine, with every file under CLEPSYDRA_HOME.
+"""The local stack behind ``make run``: Redis, the store, the retry service, the scheduler (its
+Celery worker with beat on a thread) and the analytics, as processes on this machine, with
+every file under CLEPSYDRA_HOME.
 
-    python -m tools.stack [--quiet] [--ready-timeout-s 90] [--grace-s 30]
+    python -m tools.stack [--quiet] [--separate-beat] [--ready-timeout-s 90] [--grace-s 30]
 
 The parts are those of the one stack builder, tools/parts.py (their commands, ports and
 readiness checks are defined there); this module supervises them. Each child runs in its own
@@ -12,15 +13,21 @@ kept as ``<name>.log.1``) and echoed to stdout as ``name | line``:
                       (not started when CLEPSYDRA_REDIS_URL names an existing Redis)
     store             python -m clepsydra_store               ready: GET /healthz answers 200
     retry             python -m clepsydra_retry               ready: GET /healthz answers 200
-    scheduler-worker  python -m clepsydra_scheduler worker    ready: GET /healthz answers 200
-                      on CLEPSYDRA_SCHEDULER_PORT (0: its log says "scheduler worker
-                      ready")
+    scheduler         python -m clepsydra_scheduler worker --beat
+                                                              ready: GET /healthz answers 200
+                      on CLEPSYDRA_SCHEDULER_PORT (0: its log says "scheduler worker ready");
+                      beat runs on a thread of the worker, which also answers beat's
+                      /healthz on CLEPSYDRA_SCHEDULER_BEAT_PORT (one process: issue 14)
+    (--separate-beat: instead, as deployed on Kubernetes and in the images)
+    scheduler-worker  python -m clepsydra_scheduler worker    ready: as the scheduler's
     scheduler-beat    python -m clepsydra_scheduler beat      ready: GET /healthz answers 200
                       on CLEPSYDRA_SCHEDULER_BEAT_PORT (0: running)
-    analytics-export  python -m clepsydra_analytics export    ready: GET /healthz answers 200
-                      (on CLEPSYDRA_ANALYTICS_EXPORTER_PORT, default the API's port + 1)
+    analytics-worker  python -m clepsydra_analytics schedule --export
+                                                              ready: GET /healthz answers 200
+                      on CLEPSYDRA_ANALYTICS_EXPORTER_PORT (default the API's port + 1): the
+                      schedule's Celery worker (beat on a thread) with the exporter on
+                      another thread (one process: issue 14)
     analytics-api     python -m clepsydra_analytics serve     ready: GET /healthz answers 200
-    analytics-schedule python -m clepsydra_analytics schedule ready: its log says "ready"
 
 Once all are ready it prints exactly one line ``clepsydra: ready`` and a table of addresses.
 SIGINT, SIGTERM or SIGHUP: SIGTERM to every child group (services first, Redis last), wait,
@@ -69,7 +76,6 @@ from tools.processes import (
     port_free,
     redis_ping,
 )
-from tools.stack_auth import service_tokens
 
 READY_LINE = "clepsydra: ready"
 POLL_S = 0.1
@@ -180,8 +186,9 @@ class Supervisor:
     def __init__(self, settings: StackSettings, *, env: Env, console: Console,
                  ready_timeout_s: float = 90.0, grace_s: float = 30.0,
                  echo: bool = True, max_restarts: int = 5,
-                 restart_window_s: float = 60.0) -> None:
+                 restart_window_s: float = 60.0, separate_beat: bool = False) -> None:
         self.settings = settings
+        self.separate_beat = separate_beat
         self.env = settings.child_env(env)
         # the exporter answers /healthz on its own port: beside the analytics API's by default
         analytics_port = int(self.env.get("CLEPSYDRA_ANALYTICS_PORT") or 8085)
@@ -256,7 +263,7 @@ class Supervisor:
         self._check_ports()
         preexec = self._preexec
         try:
-            children = self.parts.with_everything(appendonly=True).children()
+            children = self.planned()
         except RuntimeError as exc:  # no redis-server binary
             raise StackRefused(f"{exc}, or set CLEPSYDRA_REDIS_URL to an existing Redis") \
                 from exc
@@ -280,6 +287,12 @@ class Supervisor:
         for child in services:
             self._wait_until(partial(child.ready, child), self.ready_timeout_s,
                              self._ready_what(child))
+
+    def planned(self) -> list[Child]:
+        """Every child to start, not started: Redis (unless CLEPSYDRA_REDIS_URL), then the
+        parts of ``make run`` (tools/parts.py)."""
+        return list(self.parts.with_everything(appendonly=True,
+                                               separate_beat=self.separate_beat).children())
 
     def watch(self) -> None:
         """Until a stop signal, restarting children that die; StackGaveUp when one keeps
@@ -332,7 +345,12 @@ class Supervisor:
     # ---- parts ---------------------------------------------------------------------------
 
     def _with_tokens(self, children: Sequence[Child]) -> list[Child]:
-        tokens = service_tokens(self.settings.common.auth)
+        auth = self.settings.common.auth
+        tokens: dict[str, dict[str, str]] = {}
+        if auth.enabled:  # hashlib and the token file's code only then (issue 14: memory)
+            from tools.stack_auth import service_tokens
+
+            tokens = service_tokens(auth)
         for child in children:
             child.env.update(tokens.get(child.name, {}))
         return list(children)
@@ -440,6 +458,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quiet", action="store_true",
                         help="do not echo the services' logs (they stay in HOME/logs)")
+    parser.add_argument("--separate-beat", action="store_true",
+                        help="run the scheduler's beat as a process of its own, beside its "
+                             "worker, as deployed (default: a thread of the worker)")
     parser.add_argument("--ready-timeout-s", type=float, default=90.0,
                         help="how long each service may take to become ready (default 90)")
     parser.add_argument("--grace-s", type=float, default=30.0,
@@ -458,7 +479,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     stack = Supervisor(settings, env=os.environ, console=console, echo=not args.quiet,
                   ready_timeout_s=args.ready_timeout_s, grace_s=args.grace_s,
-                  max_restarts=args.max_restarts, restart_window_s=args.restart_window_s)
+                  max_restarts=args.max_restarts, restart_window_s=args.restart_window_s,
+                  separate_beat=args.separate_beat)
     stack.install_signal_handlers()
     return stack.run()
 

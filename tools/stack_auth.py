@@ -13,11 +13,13 @@ from clepsydra_core.settings import TOKEN_VAR, AuthSettings
 
 CHILD_ROLES = {
     "retry": Role.RETRY,
+    "scheduler": Role.SCHEDULER,
     "scheduler-worker": Role.SCHEDULER,
     "scheduler-beat": Role.SCHEDULER,
     "analytics-export": Role.ANALYTICS,
     "analytics-api": Role.ANALYTICS,
     "analytics-schedule": Role.ANALYTICS,
+    "analytics-worker": Role.ANALYTICS,
 }
 """The stack's children that call other services, and the role each one's calls need."""
 

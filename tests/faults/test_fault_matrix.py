@@ -70,7 +70,7 @@ def stack(tmp_path: Path) -> Iterator[RunningStack]:
     factory = stack_factory(tmp_path)
     start = next(factory)
     # a quota over the store's own files, so the disk-full fault needs no full disk
-    yield start("--max-restarts", "50", "--quiet",
+    yield start("--max-restarts", "50", "--quiet", "--separate-beat",
                 CLEPSYDRA_STORE_DISK_CAPACITY_BYTES=str(DISK_QUOTA_BYTES))
     next(factory, None)
 

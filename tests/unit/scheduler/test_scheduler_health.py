@@ -78,6 +78,17 @@ def test_beat_needs_only_redis() -> None:
     assert json.loads(report_response(report)[2])["role"] == "beat"
 
 
+def test_beat_embedded_in_a_worker_needs_its_thread_running() -> None:
+    # issue 14: `worker --beat` (the local stack) runs beat on a thread of the worker
+    _, offsets, _ = _parts()
+    running = check_beat(offsets, beat_thread_alive=True)
+    assert running.ok and json.loads(report_response(running)[2])["embedded"] is True
+    stopped = check_beat(offsets, beat_thread_alive=False)
+    assert not stopped.ok and stopped.problems == ("beat: its thread in this worker is not "
+                                                   "running",)
+    assert "embedded" not in json.loads(report_response(check_beat(offsets))[2])
+
+
 def test_health_ports_default_and_zero_turns_them_off() -> None:
     settings = SchedulerSettings.from_env({})
     assert (settings.port, settings.beat_port, settings.bind) == (8083, 8084, "127.0.0.1")

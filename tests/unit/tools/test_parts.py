@@ -7,7 +7,14 @@ import io
 from pathlib import Path
 
 from tools import parts
-from tools.parts import PARTS, SCHEDULER_WORKER, STORE, Stack
+from tools.parts import (
+    EVERYTHING,
+    EVERYTHING_SEPARATE_BEAT,
+    SCHEDULER_WITH_BEAT,
+    SCHEDULER_WORKER,
+    STORE,
+    Stack,
+)
 from tools.processes import Console, HttpService
 from tools.stack import StackSettings, Supervisor
 
@@ -51,14 +58,35 @@ def test_make_run_starts_the_builders_parts(tmp_path: Path) -> None:
            "CLEPSYDRA_STORE_PORT": "18081", "PATH": "/usr/bin"}
     supervisor = Supervisor(StackSettings.from_env(env), env=env,
                             console=Console(io.StringIO()), echo=False)
-    children = supervisor.parts.with_everything().children()
-    assert [c.name for c in children] == [p.name for p in PARTS]
-    assert [c.argv for c in children] == [p.argv() for p in PARTS]
+    children = supervisor.planned()
+    assert [c.name for c in children] == [p.name for p in EVERYTHING] == [
+        "store", "retry", "scheduler", "analytics-worker", "analytics-api"]
+    assert [c.argv for c in children] == [p.argv() for p in EVERYTHING]
     store = children[0]
     assert isinstance(store, HttpService) and store.port == 18081
     assert store.health_url == store.env[STORE.url_var or ""] == "http://127.0.0.1:18081"
     # the parts' environment is make run's: the resolved settings, one home for all
     assert all(c.env["CLEPSYDRA_HOME"] == str(tmp_path) for c in children)
     assert all(c.env["CLEPSYDRA_REDIS_URL"] == "redis://127.0.0.1:1/0" for c in children)
-    assert {c.name: c.env["CLEPSYDRA_SCHEDULER_PORT"] for c in children}["scheduler-worker"] \
-        == "8083"
+    # issue 14: the scheduler is one process, its beat a thread of its worker, answering the
+    # worker's health port and beat's
+    scheduler = {c.name: c for c in children}["scheduler"]
+    assert scheduler.argv[1:] == ["-m", "clepsydra_scheduler", "worker", "--beat"]
+    assert (scheduler.env["CLEPSYDRA_SCHEDULER_PORT"],
+            scheduler.env["CLEPSYDRA_SCHEDULER_BEAT_PORT"]) == ("8083", "8084")
+    # ... and the analytics exporter runs in the schedule's worker, ready on its health port
+    analytics = {c.name: c for c in children}["analytics-worker"]
+    assert analytics.argv[1:] == ["-m", "clepsydra_analytics", "schedule", "--export"]
+    assert isinstance(analytics, HttpService) and analytics.port == 8086
+
+
+def test_the_separate_beat_stack_runs_beat_as_a_process_as_deployed(tmp_path: Path) -> None:
+    env = {"CLEPSYDRA_HOME": str(tmp_path), "CLEPSYDRA_REDIS_URL": "redis://127.0.0.1:1/0",
+           "PATH": "/usr/bin"}
+    supervisor = Supervisor(StackSettings.from_env(env), env=env, console=Console(io.StringIO()),
+                            echo=False, separate_beat=True)
+    children = supervisor.planned()
+    assert [c.name for c in children] == [p.name for p in EVERYTHING_SEPARATE_BEAT] == [
+        "store", "retry", "scheduler-worker", "scheduler-beat", "analytics-worker",
+        "analytics-api"]
+    assert SCHEDULER_WITH_BEAT not in EVERYTHING_SEPARATE_BEAT

@@ -5,6 +5,15 @@ from __future__ import annotations
 import time
 from urllib.parse import quote, unquote
 
+# ---- service names (OpenTelemetry resource ``service.name``, log lines' ``service``) --------
+# here, not in telemetry.py, so a process that only names itself (a gunicorn master) does not
+# import OpenTelemetry (issue 14, the stack's memory at rest); telemetry re-exports them
+STORE_SERVICE = "clepsydra-store"
+SCHEDULER_SERVICE = "clepsydra-scheduler"
+RETRY_SERVICE = "clepsydra-retry"
+CLIENT_SERVICE = "clepsydra-client"
+ANALYTICS_SERVICE = "clepsydra-analytics"
+
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 """System topic with one queue per delay level (SPEC S1, L3)."""
 

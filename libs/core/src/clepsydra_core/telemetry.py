@@ -61,13 +61,11 @@ from clepsydra_core.lean_tracer import default_sampler as default_sampler
 from clepsydra_core.lean_tracer import start_decided as start_decided
 from clepsydra_core.lean_tracer import traceparent
 from clepsydra_core.lean_tracer import unrecorded as unrecorded
-
-# ---- service names (resource ``service.name``) ------------------------------------------------
-STORE_SERVICE = "clepsydra-store"
-SCHEDULER_SERVICE = "clepsydra-scheduler"
-RETRY_SERVICE = "clepsydra-retry"
-CLIENT_SERVICE = "clepsydra-client"
-ANALYTICS_SERVICE = "clepsydra-analytics"
+from clepsydra_core.naming import ANALYTICS_SERVICE as ANALYTICS_SERVICE
+from clepsydra_core.naming import CLIENT_SERVICE as CLIENT_SERVICE
+from clepsydra_core.naming import RETRY_SERVICE as RETRY_SERVICE
+from clepsydra_core.naming import SCHEDULER_SERVICE as SCHEDULER_SERVICE
+from clepsydra_core.naming import STORE_SERVICE as STORE_SERVICE
 
 # ---- span attributes: OpenTelemetry messaging conventions, then ours -------------------------
 MESSAGING_SYSTEM = "messaging.system"

@@ -10,27 +10,34 @@ over their limits (431), a malformed request line or header (400) — with an HT
 error a client of ours sees is ``{"error": CODE, "message": text}`` (issue 18.4), so each
 service's worker installs :func:`write_json_error` in place of gunicorn's writer, in the worker
 process only.
+
+This module is what gunicorn's master imports (the worker classes live here): it stays free
+of Flask and of every service's app, which each worker imports after the fork (issue 14, the
+stack's memory at rest).
 """
 
 from __future__ import annotations
 
 import socket
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from flask import Flask
 from gunicorn import util
 from gunicorn.app.base import BaseApplication
 from gunicorn.glogging import Logger as GunicornLogger
 from gunicorn.workers.gthread import ThreadWorker
 
 from clepsydra_core import logging as clogging
-from clepsydra_web.errors import error_body
 from clepsydra_web.slow_clients import CompleteRequestsOnly
+
+if TYPE_CHECKING:
+    from flask import Flask
 
 
 def write_json_error(sock: socket.socket, status_int: int, reason: str, mesg: str) -> None:
     """gunicorn's ``util.write_error`` signature, answering JSON and closing the connection."""
+    from clepsydra_web.errors import error_body  # Flask's module: in the worker only
+
     body = error_body(status_int, mesg or reason)
     head = (f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")

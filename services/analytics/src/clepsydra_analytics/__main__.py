@@ -6,7 +6,8 @@
   not exported yet, run the jobs once in this process, write the report, exit (the Kubernetes
   CronJob and the local schedule run this).
 - ``schedule``: the local schedule, one Celery worker with its beat embedded; each run is a
-  ``jobs run`` subprocess, so the JVM's memory is returned after it.
+  ``jobs run`` subprocess, so the JVM's memory is returned after it. ``schedule --export``:
+  the exporter too, on a thread of that worker (one process: what the local stack runs).
 
 Exit status 2 for bad settings or bad input (the message names the problem), 1 for a failure.
 """
@@ -23,7 +24,7 @@ from types import FrameType
 
 from clepsydra_analytics.settings import AnalyticsSettings
 from clepsydra_core.errors import ClepsydraError, ConfigError
-from clepsydra_core.telemetry import ANALYTICS_SERVICE
+from clepsydra_core.naming import ANALYTICS_SERVICE
 
 PROG = "clepsydra analytics"
 
@@ -34,7 +35,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("export", help="run the exporter until stopped")
     sub.add_parser("serve", help="run the HTTP API")
-    sub.add_parser("schedule", help="run the local schedule (Celery worker with beat)")
+    schedule = sub.add_parser("schedule", help="run the local schedule (Celery worker with beat)")
+    schedule.add_argument("--export", action="store_true",
+                          help="run the exporter in the same process (the local stack)")
     jobs = sub.add_parser("jobs", help="run the jobs once")
     jobs_sub = jobs.add_subparsers(dest="jobs_command", required=True)
     run = jobs_sub.add_parser("run", help="export first, run the jobs, write the report")
@@ -84,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "schedule":
             from clepsydra_analytics.celery_app import run_schedule
 
-            return run_schedule(settings)
+            return run_schedule(settings, export=args.export)
         from clepsydra_analytics.cli_jobs import jobs_run
 
         return jobs_run(settings, jobs=args.job, since=args.since, output=args.format,

@@ -4,13 +4,13 @@ work is in reports.py and status.py."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
 from prometheus_client import CollectorRegistry
 
-from clepsydra_analytics.export_files import ExportFiles
 from clepsydra_analytics.reports import Reports
 from clepsydra_analytics.settings import AnalyticsSettings
 from clepsydra_analytics.status import export_status
@@ -20,12 +20,16 @@ from clepsydra_core.errors import ClepsydraError
 from clepsydra_core.wire.analytics import AnalyticsHealth, ExportStatus, ReportList, RunRequest
 from clepsydra_web.jsonio import loads_object
 
+if TYPE_CHECKING:
+    from clepsydra_analytics.export_files import ExportFiles
+
 
 @dataclass(frozen=True, slots=True)
 class Services:
     settings: AnalyticsSettings
     reports: Reports
-    files: ExportFiles
+    files: Callable[[], ExportFiles]
+    """The export folder, opened on first use (app.py: pyarrow only then)."""
     reader: StoreReader
     registry: CollectorRegistry
 
@@ -79,7 +83,7 @@ def report_chart(run_id: str, name: str) -> Response:
 @reports_bp.get("/v1/export/status")
 def status() -> Response:
     svc = services()
-    topics = export_status(svc.files, svc.reader, svc.settings.topics)
+    topics = export_status(svc.files(), svc.reader, svc.settings.topics)
     return jsonify(ExportStatus(svc.settings.export_uri, topics).to_json())
 
 

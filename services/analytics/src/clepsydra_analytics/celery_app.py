@@ -1,8 +1,10 @@
 """The local schedule: a small Celery app whose beat sends one ``run_jobs`` task every
 CLEPSYDRA_ANALYTICS_SCHEDULE_S (hourly by default); the task runs
 ``python -m clepsydra_analytics jobs run`` as a child process, so the JVM's memory is returned
-after each run. ``python -m clepsydra_analytics schedule`` runs it as one ``celery worker -B``
-process (one beat for the stack). On Kubernetes a CronJob runs ``jobs run`` instead."""
+after each run. ``python -m clepsydra_analytics schedule`` runs it as one Celery worker process with
+beat on a thread of it (one beat for the stack; clepsydra_core.celery_beat: Celery's own ``-B``
+would fork a second process); ``schedule --export`` runs the exporter in it too (the local
+stack). On Kubernetes a CronJob runs ``jobs run`` instead."""
 
 from __future__ import annotations
 
@@ -13,9 +15,11 @@ from typing import Any
 
 from celery import Celery, signals
 
+from clepsydra_analytics.export_thread import ExporterThread
 from clepsydra_analytics.settings import AnalyticsSettings
 from clepsydra_core import logging as clogging
 from clepsydra_core import naming
+from clepsydra_core.celery_beat import embed_beat
 from clepsydra_core.telemetry import ANALYTICS_SERVICE
 
 logger = logging.getLogger(__name__)
@@ -63,14 +67,30 @@ def create_celery(settings: AnalyticsSettings) -> Celery:
     return app
 
 
-def run_schedule(settings: AnalyticsSettings) -> int:
-    """One worker with beat embedded, concurrency 1 (runs never overlap)."""
+def run_schedule(settings: AnalyticsSettings, *, export: bool = False) -> int:
+    """One worker with beat on a thread of it, concurrency 1 (runs never overlap); with
+    ``export``, the exporter on another thread (export_thread.py). Exit status 1 when the
+    exporter failed."""
     state = settings.state_dir
     state.mkdir(parents=True, exist_ok=True)
     app = create_celery(settings)
+    embed_beat(app, state / "beat-schedule")
     clogging.quiet_celery_root_warning()
-    app.worker_main(["--quiet", "worker", "-B", "--pool", "solo", "--concurrency", "1", "-Q", QUEUE,
-                     "--schedule", str(state / "beat-schedule"), "--loglevel",
-                     settings.common.log_level, "--without-gossip", "--without-mingle",
+    exporter: ExporterThread | None = None
+    if export:
+        exporter = ExporterThread(settings).start()
+        signals.worker_shutting_down.connect(exporter.on_worker_shutting_down, weak=False,
+                                             dispatch_uid="clepsydra-analytics-exporter")
+    try:
+        _worker_main(app, settings)
+    finally:
+        if exporter is not None:
+            exporter.stop()
+    return 1 if exporter is not None and exporter.failed else 0
+
+
+def _worker_main(app: Celery, settings: AnalyticsSettings) -> None:
+    app.worker_main(["--quiet", "worker", "--pool", "solo", "--concurrency", "1", "-Q", QUEUE,
+                     "--loglevel", settings.common.log_level, "--without-gossip",
+                     "--without-mingle",
                      "--hostname", f"analytics@{naming.ANALYTICS_DIR}"])
-    return 0

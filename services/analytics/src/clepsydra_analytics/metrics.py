@@ -4,24 +4,28 @@ per topic (from the files and the store), report runs kept and the newest run's 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from clepsydra_analytics.export_files import ExportFiles
 from clepsydra_analytics.reports import Reports
 from clepsydra_analytics.settings import TopicPatterns
 from clepsydra_analytics.status import export_status
 from clepsydra_analytics.store_reader import StoreReader
 from clepsydra_core.errors import ClepsydraError
 
+if TYPE_CHECKING:
+    from clepsydra_analytics.export_files import ExportFiles
+
 logger = logging.getLogger(__name__)
 
 
 class AnalyticsCollector(Collector):
-    def __init__(self, files: ExportFiles, reader: StoreReader, patterns: TopicPatterns,
+    def __init__(self, files: Callable[[], ExportFiles], reader: StoreReader,
+                 patterns: TopicPatterns,
                  reports: Reports) -> None:
         self.files = files
         self.reader = reader
@@ -34,7 +38,7 @@ class AnalyticsCollector(Collector):
         rows = GaugeMetricFamily("clepsydra_analytics_exported_rows",
                                  "Rows in the export files", labels=["topic"])
         try:
-            for t in export_status(self.files, self.reader, self.patterns):
+            for t in export_status(self.files(), self.reader, self.patterns):
                 lag.add_metric([t.topic], t.lag)
                 rows.add_metric([t.topic], t.exported_rows)
         except ClepsydraError as exc:

@@ -4,11 +4,14 @@ store's queues they are (the lag, in messages)."""
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
-from clepsydra_analytics.export_files import ExportFiles
 from clepsydra_analytics.settings import TopicPatterns
 from clepsydra_analytics.store_reader import StoreReader
 from clepsydra_core.wire.analytics import TopicStatus
+
+if TYPE_CHECKING:  # pyarrow: the API imports it only once a status is asked (app.py)
+    from clepsydra_analytics.export_files import ExportFiles
 
 
 def export_status(files: ExportFiles, reader: StoreReader,

@@ -2,21 +2,32 @@
 
 The service is stateless (settings and DLQ state in Redis), so CLEPSYDRA_RETRY_WORKERS may be
 any number; each worker builds its own app after the fork (tracing initialised per process).
+The master imports neither Flask nor the app (issue 14, the stack's memory at rest).
 """
 
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from clepsydra_core.errors import ConfigError
-from clepsydra_core.telemetry import RETRY_SERVICE
-from clepsydra_retry.app import create_app
+from clepsydra_core.naming import RETRY_SERVICE
 from clepsydra_retry.settings import RetrySettings
 from clepsydra_web.server import GunicornServer
 
+if TYPE_CHECKING:
+    from flask import Flask
+
+
+def _app(settings: RetrySettings) -> Flask:
+    """The app, built in each worker after the fork."""
+    from clepsydra_retry.app import create_app
+
+    return create_app(settings)
+
 
 def server(settings: RetrySettings) -> GunicornServer:
-    return GunicornServer(lambda: create_app(settings), {
+    return GunicornServer(lambda: _app(settings), {
         "bind": f"{settings.bind}:{settings.port}",
         "workers": settings.workers,
         "threads": settings.threads,

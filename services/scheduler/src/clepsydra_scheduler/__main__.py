@@ -2,7 +2,9 @@
 
 - ``worker``: a Celery worker with a thread pool consuming every level queue (concurrency >
   number of levels, so each level's run and the keep-alives all get a thread). Extra arguments
-  go to Celery (``worker -n name@%h``).
+  go to Celery (``worker -n name@%h``). ``worker --beat``: beat runs inside it, on a thread
+  (clepsydra_core.celery_beat; one process, what the local stack runs: there must be only one
+  beat, so never with several workers); it then also serves beat's health endpoint.
 - ``beat``: Celery beat, one keep-alive per level; schedule file and pid file under
   ``$CLEPSYDRA_HOME/scheduler/``.
 - Both serve their health endpoint (``health.py``) on ``CLEPSYDRA_SCHEDULER_PORT`` (worker,
@@ -19,14 +21,19 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from clepsydra_core import logging as clepsydra_logging
 from clepsydra_core import telemetry
 from clepsydra_core.errors import ConfigError
 from clepsydra_scheduler.settings import SchedulerSettings
 
+if TYPE_CHECKING:
+    from clepsydra_core.celery_beat import EmbeddedBeat
 
-def _serve_health(settings: SchedulerSettings, role: str) -> bool:
+
+def _serve_health(settings: SchedulerSettings, role: str,
+                  beat: EmbeddedBeat | None = None) -> bool:
     """Start the role's health endpoint (health.py); False (after saying why) when its port
     cannot be bound."""
     from clepsydra_scheduler.health import serve_health
@@ -35,7 +42,7 @@ def _serve_health(settings: SchedulerSettings, role: str) -> bool:
     if port is None:
         return True
     try:
-        serve_health(settings, role, port)
+        serve_health(settings, role, port, beat=beat)
     except OSError as exc:
         name = "CLEPSYDRA_SCHEDULER_PORT" if role == "worker" else "CLEPSYDRA_SCHEDULER_BEAT_PORT"
         print(f"clepsydra scheduler: cannot serve {role} health on "
@@ -45,12 +52,17 @@ def _serve_health(settings: SchedulerSettings, role: str) -> bool:
     return True
 
 
-def _worker(settings: SchedulerSettings, extra: list[str]) -> int:
+def _worker(settings: SchedulerSettings, extra: list[str], *, beat: bool = False) -> int:
+    from clepsydra_core.celery_beat import embed_beat
     from clepsydra_scheduler.celery_app import create_celery, level_queues
 
     if not _serve_health(settings, "worker"):
         return 2
     app = create_celery(settings)
+    if beat:
+        settings.state_dir.mkdir(parents=True, exist_ok=True)
+        if not _serve_health(settings, "beat", embed_beat(app, settings.beat_schedule_path)):
+            return 2
     argv = ["--quiet", "worker", "-P", "threads", "-c", str(settings.concurrency),
             "-Q", ",".join(level_queues(settings)),
             "-n", f"clepsydra-scheduler-{os.getpid()}@%h",
@@ -116,7 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m clepsydra_scheduler",
                                      description="Clepsydra scheduler (SPEC D1-D10)")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("worker", help="Celery worker for every level queue (thread pool)")
+    worker = sub.add_parser("worker", help="Celery worker for every level queue (thread pool)")
+    worker.add_argument("--beat", action="store_true",
+                        help="run beat in this worker, on a thread (only one beat may run)")
     sub.add_parser("beat", help="Celery beat: one keep-alive per delay level")
     status = sub.add_parser("status", help="per-level table (or --prometheus text)")
     status.add_argument("--prometheus", action="store_true",
@@ -138,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         clepsydra_logging.configure("WARNING")
         return _status(settings, args.prometheus)
     if args.command == "worker":
-        return _worker(settings, extra)
+        return _worker(settings, extra, beat=args.beat)
     return _beat(settings, extra)
 
 

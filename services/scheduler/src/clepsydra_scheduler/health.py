@@ -18,7 +18,9 @@ Worker, on ``CLEPSYDRA_SCHEDULER_PORT`` (default 8083; 0: none):
 - ``GET /metrics``: the Prometheus families of ``status --prometheus`` (from Redis).
 
 Beat, on ``CLEPSYDRA_SCHEDULER_BEAT_PORT`` (default 8084; 0: none): ``GET /healthz`` (200 when
-its broker, Redis, answers PING) and ``GET /livez``.
+its broker, Redis, answers PING) and ``GET /livez``. A worker with beat embedded
+(``worker --beat``, the local stack) serves both endpoints from its one process; beat's
+``/healthz`` then also needs beat's thread running (``"embedded": true`` in the body).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -37,6 +39,9 @@ from clepsydra_core.levels import DelayLevels
 from clepsydra_scheduler.ports import HandoverApi, LevelStateUnavailable, StoreCallFailed
 from clepsydra_scheduler.settings import SchedulerSettings
 from clepsydra_scheduler.stats import LevelStats
+
+if TYPE_CHECKING:
+    from clepsydra_core.celery_beat import EmbeddedBeat
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +89,8 @@ class HealthReport:
     store_error: str | None = None
     levels: tuple[LevelHealth, ...] = ()
     problems: tuple[str, ...] = field(default=())
+    embedded: bool = False
+    """Beat runs on a thread of the worker (``worker --beat``)."""
 
     @property
     def ok(self) -> bool:
@@ -100,6 +107,8 @@ class HealthReport:
             body["store"] = {"ok": self.store_error is None, "url": self.store_url,
                              "error": self.store_error}
             body["levels"] = [lv.as_json() for lv in self.levels]
+        elif self.embedded:
+            body["embedded"] = True
         return body
 
 
@@ -133,14 +142,20 @@ def check_worker(levels: DelayLevels, state: HealthSource, store: HandoverApi,
                         problems=tuple(problems))
 
 
-def check_beat(state: HealthSource) -> HealthReport:
-    """Beat needs only its broker."""
+def check_beat(state: HealthSource, beat_thread_alive: bool | None = None) -> HealthReport:
+    """Beat needs only its broker; embedded in a worker (``beat_thread_alive`` not None), its
+    thread running too."""
+    problems: list[str] = []
+    redis_error: str | None = None
     try:
         state.ping()
     except LevelStateUnavailable as exc:
-        return HealthReport(role="beat", redis_error=exc.message,
-                            problems=(f"redis: {exc.message}",))
-    return HealthReport(role="beat")
+        redis_error = exc.message
+        problems.append(f"redis: {exc.message}")
+    if beat_thread_alive is False:
+        problems.append("beat: its thread in this worker is not running")
+    return HealthReport(role="beat", redis_error=redis_error, problems=tuple(problems),
+                        embedded=beat_thread_alive is not None)
 
 
 def report_response(report: HealthReport) -> Response:
@@ -208,8 +223,10 @@ def _handler_class(routes: Routes) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def serve_health(settings: SchedulerSettings, role: str, port: int) -> HealthServer:
-    """The worker's or beat's endpoint, started (OSError when the port cannot be bound)."""
+def serve_health(settings: SchedulerSettings, role: str, port: int, *,
+                 beat: EmbeddedBeat | None = None) -> HealthServer:
+    """The worker's or beat's endpoint, started (OSError when the port cannot be bound);
+    ``beat``: beat embedded in this worker, whose thread beat's /healthz checks."""
     from clepsydra_scheduler.delivery import SystemClock
     from clepsydra_scheduler.handover_client import HttpHandoverApi
     from clepsydra_scheduler.level_state import RedisLevelState
@@ -239,7 +256,8 @@ def serve_health(settings: SchedulerSettings, role: str, port: int) -> HealthSer
     if role == "worker":
         routes.update({"/healthz": healthz_worker, "/metrics": metrics})
     else:
-        routes["/healthz"] = lambda: report_response(check_beat(state))
+        routes["/healthz"] = lambda: report_response(
+            check_beat(state, None if beat is None else beat.alive()))
     server = HealthServer(settings.bind, port, routes).start()
     logger.info("scheduler %s health on bind=%s port=%d", role, settings.bind, server.port)
     return server

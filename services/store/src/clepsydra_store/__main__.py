@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any
-
-from flask import Flask
+from typing import TYPE_CHECKING, Any
 
 from clepsydra_core.errors import ConfigError
-from clepsydra_core.telemetry import STORE_SERVICE
-from clepsydra_store.api.context import EXTENSION, StoreContext
-from clepsydra_store.app import create_app
+from clepsydra_core.naming import STORE_SERVICE
 from clepsydra_store.settings import StoreSettings
 from clepsydra_web.server import GunicornServer
+
+if TYPE_CHECKING:
+    from flask import Flask
 
 logger = logging.getLogger("clepsydra_store")
 
@@ -33,17 +32,27 @@ def _worker_exit(server: Any, worker: Any) -> None:
     """Close the MessageStore in the worker (flush, checkpoints). The arbiter may call this
     for a worker it never loaded an app in: then there is nothing to close."""
     app = getattr(worker, "wsgi", None)
-    if not isinstance(app, Flask):
-        return
+    if app is None or not hasattr(app, "extensions"):
+        return  # no app loaded (and Flask not imported: the master never imports it)
+    from clepsydra_store.api.context import EXTENSION, StoreContext
+
     context: StoreContext = app.extensions[EXTENSION]
     logger.info("closing the message store pid=%s", worker.pid)
     context.close()
     logger.info("message store closed pid=%s", worker.pid)
 
 
+def _app(settings: StoreSettings) -> Flask:
+    """The app, built in the worker after the fork: the master never imports Flask nor the
+    engine (issue 14, the stack's memory at rest)."""
+    from clepsydra_store.app import create_app
+
+    return create_app(settings)
+
+
 def server(settings: StoreSettings) -> GunicornServer:
     """One worker process (the single writer) with the store's own gthread worker."""
-    return GunicornServer(lambda: create_app(settings), {
+    return GunicornServer(lambda: _app(settings), {
         "bind": [f"{settings.bind}:{settings.port}"],
         "workers": 1,
         "worker_class": "clepsydra_store.worker.StoreThreadWorker",

@@ -27,12 +27,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from clepsydra_store.api.fastpath import Answer
 from clepsydra_web.slow_clients import READY_BYTES, request_complete
 
-AnswerFn = Callable[[dict[str, Any], str, bool, bytes | None], Answer]
+if TYPE_CHECKING:  # the worker class is loaded by gunicorn's master: no engine there
+    from clepsydra_store.api.fastpath import Answer
+
+AnswerFn = Callable[[dict[str, Any], str, bool, bytes | None], "Answer"]
 """``answer(environ, topic, batch, body) -> (status line, headers, body)``."""
 
 MAX_HEAD_BYTES = 8190

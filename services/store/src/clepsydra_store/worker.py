@@ -28,16 +28,18 @@ import gc
 import select
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gunicorn import util
 from gunicorn.workers.gthread import ThreadWorker
 
 from clepsydra_store import inline
-from clepsydra_store.api.context import EXTENSION, StoreContext
-from clepsydra_store.api.fastpath import ProduceFastPath
 from clepsydra_web.server import JsonErrorsMixin
 from clepsydra_web.slow_clients import HEAD_DEADLINE_S, READY_BYTES, CompleteRequestsOnly
+
+if TYPE_CHECKING:
+    from clepsydra_store.api.context import StoreContext
+    from clepsydra_store.api.fastpath import ProduceFastPath
 
 LINGER_S = 0.005
 """How long a thread waits for the next request on its connection before handing it back."""
@@ -73,6 +75,11 @@ class InlineProduce:
     @classmethod
     def of(cls, app: Any) -> InlineProduce | None:
         """For the store's Flask app, when its settings allow answering on the poller."""
+        # imported here, in the worker after the fork: gunicorn's master loads this module
+        # (the worker class) and needs neither Flask nor the engine (issue 14, memory at rest)
+        from clepsydra_store.api.context import EXTENSION
+        from clepsydra_store.api.fastpath import ProduceFastPath
+
         fast_path = getattr(app, "wsgi_app", None)
         extensions = getattr(app, "extensions", {})
         context: StoreContext | None = extensions.get(EXTENSION)

@@ -1,0 +1,61 @@
+"""The exporter on a thread of the schedule's worker: ``python -m clepsydra_analytics schedule
+--export``, what the local stack (``make run``) runs, one process where the exporter and the
+schedule were two (issue 14, the stack's memory at rest; Kubernetes keeps the exporter a
+Deployment of its own).
+
+The exporter runs as ``export`` does (its lock, its health port, the same loop) until the
+worker shuts down: the worker's warm shutdown stops it, and it writes what it has buffered
+before the process exits. An exporter that fails (its lock held by another exporter, an
+export folder it cannot use, a crash) stops the whole process, so the stack restarts both.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from typing import Any
+
+from clepsydra_analytics.settings import AnalyticsSettings
+
+logger = logging.getLogger(__name__)
+
+JOIN_TIMEOUT_S = 60.0
+"""How long the worker's exit waits for the exporter to write its buffers."""
+
+
+class ExporterThread:
+    """``start()`` the exporter beside the worker; ``stop()`` it (and wait) at its shutdown."""
+
+    def __init__(self, settings: AnalyticsSettings) -> None:
+        self.settings = settings
+        self.stopping = threading.Event()
+        self.failed = False
+        self._thread = threading.Thread(target=self._run, name="exporter", daemon=True)
+
+    def start(self) -> ExporterThread:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        from clepsydra_analytics.exporter import run_exporter
+
+        try:
+            run_exporter(self.settings, self.stopping)
+        except Exception:
+            logger.exception("the exporter stopped; stopping the schedule's worker with it")
+            self.failed = True
+        if not self.stopping.is_set():  # not asked to stop: take the worker down with it
+            self.failed = True
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def on_worker_shutting_down(self, **_: Any) -> None:
+        """Celery's ``worker_shutting_down``: tell the exporter now, it writes its buffers."""
+        self.stopping.set()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self._thread.join(JOIN_TIMEOUT_S)
+        if self._thread.is_alive():
+            logger.error("the exporter did not stop in %.0fs", JOIN_TIMEOUT_S)
