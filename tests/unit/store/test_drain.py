@@ -336,13 +336,13 @@ def test_a_large_timer_hand_over_is_done_a_lock_chunk_at_a_time(
     store.create_topic(TOPIC, 1)
     store.put_batch([PutRequest(TOPIC, b"%d" % i, delay_ms=0) for i in range(30)])
     appended: list[int] = []
-    append = store.timers._append
+    append = store.timers._append_copies
 
     def counting(items: Any) -> Any:
         appended.append(len(items))
         return append(items)
 
-    monkeypatch.setattr(store.timers, "_append", counting)
+    monkeypatch.setattr(store.timers, "_append_copies", counting)
     later = time.time_ns() // 1_000_000 + 1_000
     first = store.timers.handover(later, 25)
     assert appended == [7, 7, 7, 4]
