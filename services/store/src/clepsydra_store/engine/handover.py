@@ -72,14 +72,22 @@ _PARKING_TOPICS = frozenset({naming.SCHEDULE_TOPIC.encode(), naming.TIMER_TOPIC.
 """Topics a spliced record is stored under (valid UTF-8: no decode to check)."""
 
 
+_Read = tuple[str | None, int, bytes, int, tuple[int, ...], str | None]
+"""``Handover._read``: (real topic or None, queue id, its topic field, tags code, KEYS hashes,
+traceparent)."""
+
+
 @dataclass(slots=True)
 class _Memo:
-    """What one hand-over batch looked up once (``Handover._splice``)."""
+    """What one hand-over batch looked up once (``Handover._splice``): the writer lock is
+    held, so the topic table does not change."""
 
     destinations: dict[tuple[str | None, str | None], tuple[str, int, str | None]] = field(
         default_factory=dict)
-    tags: dict[str, int] = field(default_factory=dict)
-    keys: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    read: dict[int, tuple[dict[str, str], str | None, int, bytes, int, tuple[int, ...],
+                          str | None]] = field(default_factory=dict)
+    """id of a values dict (``SpliceShapes.fields``: one per shape) -> (that dict, its
+    :data:`_Read`): the blocks of one shape share their values but ``UNIQ_KEY``."""
 
 
 class Handover:
@@ -210,9 +218,8 @@ class Handover:
         ``codec.handover_properties``).
         None when anything is not plain (a short or invalid record, repeated or undecodable
         properties, a park): the caller then takes ``_rebuild``, which decides what the old
-        path decides. ``memo`` keeps, for one hand-over batch, the destination of each
-        (``REAL_TOPIC``, ``REAL_QID``) pair, the tags code of each ``TAGS`` and the key hashes
-        of each ``KEYS`` (the writer lock is held, so the topic table does not change)."""
+        path decides. ``memo`` keeps, for one hand-over batch, what the blocks of one shape
+        share (:meth:`_read`)."""
         if pos + size > len(buf) or size < HEADER_SIZE + 5:
             return None
         (total, magic, crc, _queue_id, flag, _qo, stored_offset, sys_flag, born_ts, born_host,
@@ -247,35 +254,38 @@ class Handover:
         fields, values, uniq = found
         if memo is None:
             memo = _Memo()
+        read = memo.read.get(id(values))
+        if read is None or read[0] is not values:  # (held in the memo: its id is its own)
+            read = memo.read[id(values)] = (values, *self._read(values, memo))
+        _, topic, queue_id, topic_field, code, key_hashes, traceparent = read
+        if topic is None:
+            return None
+        tail = encode_tail(body, topic_field, fields)
+        new_size = HEADER_SIZE + len(tail)
+        if new_size + MIN_END_MARKER > self.segment_size_bytes:
+            raise too_large(new_size, self.segment_size_bytes)
+        prepared = tuple.__new__(Prepared, (
+            new_size, topic, queue_id, code, 0, crc, flag,
+            sys_flag, born_ts, born_host, reconsume, body_len, tail,
+            (*key_hashes, key_hash(uniq)), (level, queue_offset), deliver_ts, uniq))
+        return prepared, traceparent
+
+    def _read(self, values: dict[str, str], memo: _Memo) -> _Read:
+        """What a splice takes from the values a block's shape gives (``SpliceShapes.fields``):
+        its destination (topic None when it cannot be rebuilt: the rebuild parks it, D7), the
+        topic's field, the tags code, the hashes of its KEYS and its ``traceparent``."""
         real = (values.get(P.REAL_TOPIC), values.get(P.REAL_QID))
         destination = memo.destinations.get(real)
         if destination is None:
             destination = memo.destinations[real] = self._destination(*real)
         topic, queue_id, reason = destination
         if reason is not None:
-            return None
-        tail = encode_tail(body, TOPIC_FIELDS.get(topic) or topic_field_of(topic), fields)
-        new_size = HEADER_SIZE + len(tail)
-        if new_size + MIN_END_MARKER > self.segment_size_bytes:
-            raise too_large(new_size, self.segment_size_bytes)
-        tags = values.get(P.TAGS)
-        code = 0
-        if tags:
-            code = memo.tags.get(tags, -1)
-            if code == -1:
-                code = memo.tags[tags] = tags_code(tags)
+            return None, 0, b"", 0, (), None
         keys = values.get(P.KEYS)
-        hashes: tuple[int, ...] = (key_hash(uniq),)
-        if keys:
-            key_hashes = memo.keys.get(keys)
-            if key_hashes is None:
-                key_hashes = memo.keys[keys] = tuple(key_hash(k) for k in keys.split())
-            hashes = key_hashes + hashes
-        prepared = tuple.__new__(Prepared, (
-            new_size, topic, queue_id, code, 0, crc, flag,
-            sys_flag, born_ts, born_host, reconsume, body_len, tail,
-            hashes, (level, queue_offset), deliver_ts, uniq))
-        return prepared, values.get(P.TRACEPARENT)
+        return (topic, queue_id, TOPIC_FIELDS.get(topic) or topic_field_of(topic),
+                tags_code(values.get(P.TAGS)),
+                tuple(key_hash(k) for k in keys.split()) if keys else (),
+                values.get(P.TRACEPARENT))
 
     def _rebuild(self, level: int, queue_offset: int, commitlog_offset: int, size: int,
                  deliver_ts: int) -> tuple[Prepared, bool, str | None]:
