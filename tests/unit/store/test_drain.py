@@ -199,19 +199,29 @@ _NAMES = st.sampled_from([P.DELAY, P.DELIVER_AT, P.DELAY_MS, P.SCHEDULE_OFFSET, 
 _VALUES = st.text(st.characters(exclude_categories=("Cs",)), max_size=10) | st.just(_TRAP)
 
 
+_TRACES = st.none() | _VALUES | st.from_regex(r"00-[0-9a-f]{32}-[0-9a-f]{16}-0[01]",
+                                                fullmatch=True)
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.dictionaries(_NAMES, _VALUES, max_size=7),
        st.lists(_VALUES | st.text("0123456789ABCDEF", min_size=32, max_size=32), min_size=1,
-                max_size=6))
-def test_fields_by_shape_are_the_codec_fields(props: dict[str, str], uniqs: list[str]) -> None:
+                max_size=6),
+       st.lists(_TRACES, min_size=1, max_size=4))
+def test_fields_by_shape_are_the_codec_fields(props: dict[str, str], uniqs: list[str],
+                                              traces: list[str | None]) -> None:
     # SPEC D4 (issue 14): a block of a learned shape gets its D4 fields straight from the
-    # shape's pieces with its own UNIQ_KEY value field put between them (no template built
-    # and joined per block): exactly the bytes of codec.splice_properties over
+    # shape's pieces with its own UNIQ_KEY and TRACEPARENT values put between them (no
+    # template built and joined per block): exactly the bytes of codec.splice_properties over
     # codec.splice_template's template, with the same values; blocks the shapes cannot take
     # are parsed whole or left to the rebuild, as before
     shapes = SpliceShapes()
     for i, uniq in enumerate(uniqs * 3):  # a shape is learned at its 2nd block, used from the 3rd
-        block = encode_properties({**props, P.UNIQ_KEY: uniq})
+        own = {P.UNIQ_KEY: uniq}
+        trace = traces[i % len(traces)]
+        if trace is not None:
+            own[P.TRACEPARENT] = trace
+        block = encode_properties({**props, **own})
         level, queue_offset, deliver_ts = 1 + i % 3, 10 ** i, BASE + i
         expected = splice_template(block)
         found = shapes.fields(block, level, queue_offset, deliver_ts)
@@ -219,11 +229,55 @@ def test_fields_by_shape_are_the_codec_fields(props: dict[str, str], uniqs: list
             assert found is None
             continue
         assert found is not None
-        fields, values, got_uniq = found
+        fields, values, got_uniq, got_trace = found
         assert got_uniq == uniq
+        assert got_trace == expected[4].get(P.TRACEPARENT)
         assert b"".join(fields) == b"".join(
             splice_properties(expected, level, queue_offset, deliver_ts))
-        assert {**values, P.UNIQ_KEY: got_uniq} == expected[4]
+        holes = {P.UNIQ_KEY: got_uniq} if got_trace is None else {
+            P.UNIQ_KEY: got_uniq, P.TRACEPARENT: got_trace}
+        assert {**values, **holes} == expected[4]
+
+
+def test_blocks_that_differ_in_their_traceparent_share_a_shape(
+        open_store: OpenStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 14 (third pass): the SDK gives every message its own traceparent (its send span),
+    # so blocks differed in two values and every one was parsed whole; the traceparent is a
+    # hole of the shape like UNIQ_KEY: two parses and a check per shape, the copies the
+    # rebuild's byte for byte (D4), each with its own traceparent for its deliver span (O1)
+    from clepsydra_store.engine import splice_shapes
+
+    parsed: list[bytes] = []
+    parse = splice_shapes.splice_template
+
+    def counting(block: bytes) -> Any:
+        parsed.append(block)
+        return parse(block)
+
+    monkeypatch.setattr(splice_shapes, "splice_template", counting)
+    store = open_store(levels="1s 2s")
+    store.create_topic(TOPIC, 1)
+    traces = [f"00-{i:032x}-{i * 7:016x}-01" for i in range(200)]
+    results = store.put_batch([PutRequest(TOPIC, b"%d" % i, tags="t", delay_level=1,
+                                          properties={P.TRACEPARENT: traces[i]})
+                               for i in range(200)])
+    now = results[-1].store_timestamp + 1_000
+    scheduler = store._handover
+    cq = scheduler.queue(1)
+    for q, (offset, size, _code) in enumerate(ENTRY.iter_unpack(cq.read_raw(0, 200))):
+        segment = store._commitlog.segment_for(offset)
+        assert segment is not None
+        buf = segment.read(offset - segment.start, size)
+        spliced = scheduler._splice(1, q, buf, 0, size, offset, now)
+        rebuilt = scheduler._rebuild(1, q, offset, size, now)
+        assert spliced is not None and spliced == (rebuilt[0], rebuilt[2])
+        assert spliced[1] == traces[q]
+    assert len(parsed) == 3
+    result = store.handover(1, 0, 1_000, now_ms=now)
+    assert result.delivered == 200 and len(parsed) == 3
+    assert [m[2] for m in result.delivered_messages] == traces
+    messages = store.read_queue(TOPIC, 0, 0, 1_000).messages
+    assert [m.properties[P.TRACEPARENT] for m in messages] == traces
 
 
 def test_blocks_of_one_shape_are_parsed_once(open_store: OpenStore,

@@ -72,9 +72,9 @@ _PARKING_TOPICS = frozenset({naming.SCHEDULE_TOPIC.encode(), naming.TIMER_TOPIC.
 """Topics a spliced record is stored under (valid UTF-8: no decode to check)."""
 
 
-_Read = tuple[str | None, int, bytes, int, tuple[int, ...], str | None]
-"""``Handover._read``: (real topic or None, queue id, its topic field, tags code, KEYS hashes,
-traceparent)."""
+_Read = tuple[str | None, int, bytes, int, tuple[int, ...]]
+"""``Handover._read``: (real topic or None, queue id, its topic field, tags code, KEYS
+hashes)."""
 
 
 @dataclass(slots=True)
@@ -84,10 +84,11 @@ class _Memo:
 
     destinations: dict[tuple[str | None, str | None], tuple[str, int, str | None]] = field(
         default_factory=dict)
-    read: dict[int, tuple[dict[str, str], str | None, int, bytes, int, tuple[int, ...],
-                          str | None]] = field(default_factory=dict)
+    read: dict[int, tuple[dict[str, str], str | None, int, bytes, int, tuple[int, ...]]] = \
+        field(default_factory=dict)
     """id of a values dict (``SpliceShapes.fields``: one per shape) -> (that dict, its
-    :data:`_Read`): the blocks of one shape share their values but ``UNIQ_KEY``."""
+    :data:`_Read`): the blocks of one shape share their values but ``UNIQ_KEY`` and
+    ``TRACEPARENT``."""
 
 
 class Handover:
@@ -251,13 +252,13 @@ class Handover:
         found = self._shapes.fields(buf[p:end], level, queue_offset, deliver_ts)
         if found is None:  # no UNIQ_KEY (parked before unique ids: _rebuild gives it its
             return None    # msgId), or properties the codec cannot splice
-        fields, values, uniq = found
+        fields, values, uniq, traceparent = found
         if memo is None:
             memo = _Memo()
         read = memo.read.get(id(values))
         if read is None or read[0] is not values:  # (held in the memo: its id is its own)
             read = memo.read[id(values)] = (values, *self._read(values, memo))
-        _, topic, queue_id, topic_field, code, key_hashes, traceparent = read
+        _, topic, queue_id, topic_field, code, key_hashes = read
         if topic is None:
             return None
         tail = encode_tail(body, topic_field, fields)
@@ -273,19 +274,18 @@ class Handover:
     def _read(self, values: dict[str, str], memo: _Memo) -> _Read:
         """What a splice takes from the values a block's shape gives (``SpliceShapes.fields``):
         its destination (topic None when it cannot be rebuilt: the rebuild parks it, D7), the
-        topic's field, the tags code, the hashes of its KEYS and its ``traceparent``."""
+        topic's field, the tags code and the hashes of its KEYS."""
         real = (values.get(P.REAL_TOPIC), values.get(P.REAL_QID))
         destination = memo.destinations.get(real)
         if destination is None:
             destination = memo.destinations[real] = self._destination(*real)
         topic, queue_id, reason = destination
         if reason is not None:
-            return None, 0, b"", 0, (), None
+            return None, 0, b"", 0, ()
         keys = values.get(P.KEYS)
         return (topic, queue_id, TOPIC_FIELDS.get(topic) or topic_field_of(topic),
                 tags_code(values.get(P.TAGS)),
-                tuple(key_hash(k) for k in keys.split()) if keys else (),
-                values.get(P.TRACEPARENT))
+                tuple(key_hash(k) for k in keys.split()) if keys else ())
 
     def _rebuild(self, level: int, queue_offset: int, commitlog_offset: int, size: int,
                  deliver_ts: int) -> tuple[Prepared, bool, str | None]:
