@@ -316,6 +316,46 @@ def test_blocks_of_one_shape_are_parsed_once(open_store: OpenStore,
     assert bodies == [b"%d" % i for i in range(200)]
 
 
+def test_runs_of_records_are_read_into_one_buffer(open_store: OpenStore,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 14 (third pass): each run of due records was read into a new bytes object of up to
+    # 8 MiB, which the allocator took from the kernel and gave back every time (~0.8 page
+    # faults a message); runs are now read into the hand-over's one buffer. A shorter run
+    # after a longer one leaves older bytes past its end, never read as its records: every
+    # copy is still spliced (no rebuild) and is the message handed over (D4), once (D9)
+    from clepsydra_store.engine.segment import Segment
+
+    store = open_store(levels="1s 2s")
+    store.create_topic(TOPIC, 1)
+    big = [b"B" * 5_000 + b"%d" % i for i in range(20)]
+    small = [b"s%d" % i for i in range(20)]
+    store.put_batch([PutRequest(TOPIC, body, delay_level=1) for body in big])
+    results = store.put_batch([PutRequest(TOPIC, body, delay_level=1) for body in small])
+    now = results[-1].store_timestamp + 1_000
+    reads: list[int] = []
+    rebuilt: list[int] = []
+    read, rebuild = Segment.read, Handover._rebuild
+
+    def counting_read(self: Segment, file_pos: int, size: int) -> bytes:
+        if self.path.parent.name == naming.COMMITLOG_DIR:  # (not a ConsumeQueue's file)
+            reads.append(size)
+        return read(self, file_pos, size)
+
+    def counting_rebuild(self: Handover, *args: Any) -> Any:
+        rebuilt.append(args[1])
+        return rebuild(self, *args)
+
+    monkeypatch.setattr(Segment, "read", counting_read)
+    monkeypatch.setattr(Handover, "_rebuild", counting_rebuild)
+    assert store.handover(1, 0, 20, now_ms=now).delivered == 20  # the long run
+    assert store.handover(1, 20, 20, now_ms=now).delivered == 20  # a shorter one after it
+    assert store.handover(1, 0, 40, now_ms=now).delivered == 0  # D9: once
+    assert reads == [] and rebuilt == []
+    copies = store.read_queue(TOPIC, 0, 0, 100).messages
+    assert [m.body for m in copies] == big + small
+    assert [m.properties[P.SCHEDULE_OFFSET] for m in copies] == [f"1:{q}" for q in range(40)]
+
+
 def test_a_flush_writes_sentinels_a_run_at_a_time(tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     # issue 14 (issue 18 item 2's order kept: only at a flush): the sentinels of a drain are

@@ -54,7 +54,7 @@ def value_field(raw: bytes) -> bytes:
     return property_field(b"", raw)
 
 
-def encode_tail(body: bytes, topic: bytes, fields: list[bytes]) -> bytes:
+def encode_tail(body: bytes | memoryview, topic: bytes, fields: list[bytes]) -> bytes:
     """A record's tail, everything after its header (``records.pack_header``): ``body |
     topic_length | topic | properties_length | properties``. ``topic`` is the record's
     :func:`topic_field`; its properties block is ``fields`` in order, each a

@@ -5,6 +5,7 @@ and rebuild each for its real topic (or park it in %SCHEDULE_ERROR%), as records
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from zlib import crc32
 
@@ -35,6 +36,7 @@ from clepsydra_store.engine.consume_queue import ENTRY, ConsumeQueue
 from clepsydra_store.engine.dispatch import Dispatcher
 from clepsydra_store.engine.entry_states import CANCELLED
 from clepsydra_store.engine.key_index import key_hash
+from clepsydra_store.engine.segment import Segment
 from clepsydra_store.engine.splice_shapes import SpliceShapes
 from clepsydra_store.engine.topics import TopicRegistry
 
@@ -103,6 +105,8 @@ class Handover:
         self.segment_size_bytes = segment_size_bytes
         self._shapes = SpliceShapes()
         """codec.splice_template of the stored blocks, parsed once per shape."""
+        self._buffer = bytearray()
+        """The stored records of a hand-over's run of entries (:meth:`_spans`)."""
 
     def check_level(self, level: int) -> None:
         if not 1 <= level <= self.levels.max_level:
@@ -162,7 +166,8 @@ class Handover:
         rebuilt by :meth:`_rebuild` (D4) or parked (D7) when it is not plain; with whether it
         was delivered and its producer's ``traceparent`` (O1)."""
         memo = _Memo()
-        for buf, base, run in self._spans(due):
+        for span, base, run in self._spans(due):
+            buf = span if span.__class__ is bytes else memoryview(span)
             for queue_offset, commitlog_offset, size, deliver_ts in run:
                 fast = self._splice(level, queue_offset, buf, commitlog_offset - base, size,
                                     commitlog_offset, deliver_ts, memo) if buf else None
@@ -177,17 +182,20 @@ class Handover:
                 traceparents.append(traceparent)
 
     def _spans(self, due: list[tuple[int, int, int, int]]
-               ) -> list[tuple[bytes, int, list[tuple[int, int, int, int]]]]:
+               ) -> Iterator[tuple[bytes | bytearray, int, list[tuple[int, int, int, int]]]]:
         """``due`` cut into runs of records lying close together in one segment, each with the
-        bytes from its first record's offset (one pread; b"" when unreadable) and that offset."""
-        spans: list[tuple[bytes, int, list[tuple[int, int, int, int]]]] = []
+        bytes from its first record's offset (one read; b"" when unreadable) and that offset.
+        A run's bytes are read into the hand-over's one buffer (:attr:`_buffer`, valid until
+        the next run is read; past the run's bytes it holds older ones): a new buffer of up to
+        ``_SPAN_MAX`` bytes a run made the allocator take memory from the kernel and give it
+        back each time, ~0.8 page faults a message (issue 14)."""
         segment_for = self.commitlog.segment_for
         i, n = 0, len(due)
         while i < n:
             first = due[i][1]
             segment = segment_for(first)
             if segment is None or first < 0:
-                spans.append((b"", first, due[i:i + 1]))
+                yield b"", first, due[i:i + 1]
                 i += 1
                 continue
             limit = min(segment.end, segment.write_offset)
@@ -200,17 +208,27 @@ class Handover:
                     break
                 end = offset + size
                 j += 1
-            buf = b""
+            buf: bytes | bytearray = b""
             if end <= limit:
                 try:
-                    buf = segment.read(first - segment.start, end - first)
+                    buf = self._read_span(segment, first - segment.start, end - first)
                 except StoreError:
                     buf = b""
-            spans.append((buf, first, due[i:j]))
+            yield buf, first, due[i:j]
             i = j
-        return spans
 
-    def _splice(self, level: int, queue_offset: int, buf: bytes, pos: int, size: int,
+    def _read_span(self, segment: Segment, file_pos: int, size: int) -> bytes | bytearray:
+        """``size`` bytes of ``segment`` from ``file_pos``: in :attr:`_buffer` (grown to at
+        most ``_SPAN_MAX``), or a new bytes object when larger or short."""
+        if size > _SPAN_MAX:
+            return segment.read(file_pos, size)
+        if len(self._buffer) < size:
+            self._buffer = bytearray(max(size, min(2 * len(self._buffer), _SPAN_MAX)))
+        if segment.read_into(self._buffer, file_pos, size):
+            return self._buffer
+        return segment.read(file_pos, size)
+
+    def _splice(self, level: int, queue_offset: int, buf: bytes | memoryview, pos: int, size: int,
                 commitlog_offset: int, deliver_ts: int, memo: _Memo | None = None
                 ) -> tuple[Prepared, str | None] | None:
         """The D4 rebuild of the record at ``buf[pos:]`` for its real topic made from its
@@ -239,7 +257,7 @@ class Handover:
         p += 1 + topic_len
         if p + 4 > end:
             return None
-        stored_topic = buf[p - topic_len:p]
+        stored_topic = bytes(buf[p - topic_len:p])
         if stored_topic not in _PARKING_TOPICS:
             try:
                 stored_topic.decode()
@@ -249,7 +267,9 @@ class Handover:
         p += 4
         if props_len < 0 or p + props_len != end:
             return None
-        found = self._shapes.fields(buf[p:end], level, queue_offset, deliver_ts)
+        block = buf[p:end]
+        found = self._shapes.fields(block if isinstance(block, bytes) else bytes(block), level,
+                                    queue_offset, deliver_ts)
         if found is None:  # no UNIQ_KEY (parked before unique ids: _rebuild gives it its
             return None    # msgId), or properties the codec cannot splice
         fields, values, uniq, traceparent = found
