@@ -354,6 +354,7 @@ def test_runs_of_records_are_read_into_one_buffer(open_store: OpenStore,
     copies = store.read_queue(TOPIC, 0, 0, 100).messages
     assert [m.body for m in copies] == big + small
     assert [m.properties[P.SCHEDULE_OFFSET] for m in copies] == [f"1:{q}" for q in range(40)]
+    assert len(store._handover._buffer) == 0  # nothing due: given back (memory at rest)
 
 
 def test_a_flush_writes_sentinels_a_run_at_a_time(tmp_path: Path,

@@ -106,7 +106,8 @@ class Handover:
         self._shapes = SpliceShapes()
         """codec.splice_template of the stored blocks, parsed once per shape."""
         self._buffer = bytearray()
-        """The stored records of a hand-over's run of entries (:meth:`_spans`)."""
+        """The stored records of a hand-over's run of entries (:meth:`_spans`); emptied by a
+        hand-over that finds nothing due."""
 
     def check_level(self, level: int) -> None:
         if not 1 <= level <= self.levels.max_level:
@@ -165,6 +166,9 @@ class Handover:
         stored bytes (records lying close together read with one pread, :meth:`_spans`), or
         rebuilt by :meth:`_rebuild` (D4) or parked (D7) when it is not plain; with whether it
         was delivered and its producer's ``traceparent`` (O1)."""
+        if not due:  # caught up: the buffer of the runs goes back (memory at rest)
+            self._buffer = bytearray()
+            return
         memo = _Memo()
         for span, base, run in self._spans(due):
             buf = span if span.__class__ is bytes else memoryview(span)
