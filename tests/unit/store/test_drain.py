@@ -139,6 +139,37 @@ def test_a_due_backlog_is_not_read_again_on_every_hand_over(tmp_path: Path) -> N
     assert asked <= 2 * n + (n // batch + 2) * 64
 
 
+def test_pairs_a_confirmed_hand_over_took_are_never_asked_for_again(tmp_path: Path) -> None:
+    # issue 14 (third pass), T2: the pairs a hand-over took are stale once it is confirmed
+    # (appended); the next call skips them without asking for their codes (it asked for them
+    # all once more: ~9 % of a timer drain). Unconfirmed, they are asked again (never lost).
+    index = TimerIndex(tmp_path)
+    n, batch = 1_000, 100
+    live = {q: BASE + q % 7 for q in range(n)}  # one slot; stale pairs mixed in
+    for q, ts in live.items():
+        index.add(q, ts)
+    for q in range(0, n, 9):
+        live[q] = CANCELLED
+    asked: list[int] = []
+
+    def codes(qs: list[int]) -> list[int | None]:
+        asked.extend(qs)
+        return [live.get(q) for q in qs]
+
+    first = index.due(BASE + SLOT_MS, batch, codes)
+    assert index.due(BASE + SLOT_MS, batch, codes) == first  # not confirmed: asked again
+    handed_over: set[int] = set()
+    while first:
+        for q, _ in first:
+            live[q] = DELIVERED
+        handed_over.update(q for q, _ in first)
+        index.confirm()
+        asked.clear()
+        first = index.due(BASE + SLOT_MS, batch, codes)
+        assert not handed_over.intersection(asked)
+    assert len(handed_over) == n - len(range(0, n, 9))
+
+
 def test_overrides_are_the_sentinels_of_the_entries_asked(tmp_path: Path) -> None:
     # issue 15's read order kept (sentinels before entries), without copying them all
     from clepsydra_store.engine.consume_queue import ConsumeQueue
@@ -168,19 +199,29 @@ _NAMES = st.sampled_from([P.DELAY, P.DELIVER_AT, P.DELAY_MS, P.SCHEDULE_OFFSET, 
 _VALUES = st.text(st.characters(exclude_categories=("Cs",)), max_size=10) | st.just(_TRAP)
 
 
+_TRACES = st.none() | _VALUES | st.from_regex(r"00-[0-9a-f]{32}-[0-9a-f]{16}-0[01]",
+                                                fullmatch=True)
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.dictionaries(_NAMES, _VALUES, max_size=7),
        st.lists(_VALUES | st.text("0123456789ABCDEF", min_size=32, max_size=32), min_size=1,
-                max_size=6))
-def test_fields_by_shape_are_the_codec_fields(props: dict[str, str], uniqs: list[str]) -> None:
+                max_size=6),
+       st.lists(_TRACES, min_size=1, max_size=4))
+def test_fields_by_shape_are_the_codec_fields(props: dict[str, str], uniqs: list[str],
+                                              traces: list[str | None]) -> None:
     # SPEC D4 (issue 14): a block of a learned shape gets its D4 fields straight from the
-    # shape's pieces with its own UNIQ_KEY value field put between them (no template built
-    # and joined per block): exactly the bytes of codec.splice_properties over
+    # shape's pieces with its own UNIQ_KEY and TRACEPARENT values put between them (no
+    # template built and joined per block): exactly the bytes of codec.splice_properties over
     # codec.splice_template's template, with the same values; blocks the shapes cannot take
     # are parsed whole or left to the rebuild, as before
     shapes = SpliceShapes()
     for i, uniq in enumerate(uniqs * 3):  # a shape is learned at its 2nd block, used from the 3rd
-        block = encode_properties({**props, P.UNIQ_KEY: uniq})
+        own = {P.UNIQ_KEY: uniq}
+        trace = traces[i % len(traces)]
+        if trace is not None:
+            own[P.TRACEPARENT] = trace
+        block = encode_properties({**props, **own})
         level, queue_offset, deliver_ts = 1 + i % 3, 10 ** i, BASE + i
         expected = splice_template(block)
         found = shapes.fields(block, level, queue_offset, deliver_ts)
@@ -188,11 +229,55 @@ def test_fields_by_shape_are_the_codec_fields(props: dict[str, str], uniqs: list
             assert found is None
             continue
         assert found is not None
-        fields, values, got_uniq = found
+        fields, values, got_uniq, got_trace = found
         assert got_uniq == uniq
+        assert got_trace == expected[4].get(P.TRACEPARENT)
         assert b"".join(fields) == b"".join(
             splice_properties(expected, level, queue_offset, deliver_ts))
-        assert {**values, P.UNIQ_KEY: got_uniq} == expected[4]
+        holes = {P.UNIQ_KEY: got_uniq} if got_trace is None else {
+            P.UNIQ_KEY: got_uniq, P.TRACEPARENT: got_trace}
+        assert {**values, **holes} == expected[4]
+
+
+def test_blocks_that_differ_in_their_traceparent_share_a_shape(
+        open_store: OpenStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 14 (third pass): the SDK gives every message its own traceparent (its send span),
+    # so blocks differed in two values and every one was parsed whole; the traceparent is a
+    # hole of the shape like UNIQ_KEY: two parses and a check per shape, the copies the
+    # rebuild's byte for byte (D4), each with its own traceparent for its deliver span (O1)
+    from clepsydra_store.engine import splice_shapes
+
+    parsed: list[bytes] = []
+    parse = splice_shapes.splice_template
+
+    def counting(block: bytes) -> Any:
+        parsed.append(block)
+        return parse(block)
+
+    monkeypatch.setattr(splice_shapes, "splice_template", counting)
+    store = open_store(levels="1s 2s")
+    store.create_topic(TOPIC, 1)
+    traces = [f"00-{i:032x}-{i * 7:016x}-01" for i in range(200)]
+    results = store.put_batch([PutRequest(TOPIC, b"%d" % i, tags="t", delay_level=1,
+                                          properties={P.TRACEPARENT: traces[i]})
+                               for i in range(200)])
+    now = results[-1].store_timestamp + 1_000
+    scheduler = store._handover
+    cq = scheduler.queue(1)
+    for q, (offset, size, _code) in enumerate(ENTRY.iter_unpack(cq.read_raw(0, 200))):
+        segment = store._commitlog.segment_for(offset)
+        assert segment is not None
+        buf = segment.read(offset - segment.start, size)
+        spliced = scheduler._splice(1, q, buf, 0, size, offset, now)
+        rebuilt = scheduler._rebuild(1, q, offset, size, now)
+        assert spliced is not None and spliced == (rebuilt[0], rebuilt[2])
+        assert spliced[1] == traces[q]
+    assert len(parsed) == 3
+    result = store.handover(1, 0, 1_000, now_ms=now)
+    assert result.delivered == 200 and len(parsed) == 3
+    assert [m[2] for m in result.delivered_messages] == traces
+    messages = store.read_queue(TOPIC, 0, 0, 1_000).messages
+    assert [m.properties[P.TRACEPARENT] for m in messages] == traces
 
 
 def test_blocks_of_one_shape_are_parsed_once(open_store: OpenStore,
@@ -229,6 +314,47 @@ def test_blocks_of_one_shape_are_parsed_once(open_store: OpenStore,
     assert len(parsed) == 3
     bodies = [m.body for m in store.read_queue(TOPIC, 0, 0, 1_000).messages]
     assert bodies == [b"%d" % i for i in range(200)]
+
+
+def test_runs_of_records_are_read_into_one_buffer(open_store: OpenStore,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 14 (third pass): each run of due records was read into a new bytes object of up to
+    # 8 MiB, which the allocator took from the kernel and gave back every time (~0.8 page
+    # faults a message); runs are now read into the hand-over's one buffer. A shorter run
+    # after a longer one leaves older bytes past its end, never read as its records: every
+    # copy is still spliced (no rebuild) and is the message handed over (D4), once (D9)
+    from clepsydra_store.engine.segment import Segment
+
+    store = open_store(levels="1s 2s")
+    store.create_topic(TOPIC, 1)
+    big = [b"B" * 5_000 + b"%d" % i for i in range(20)]
+    small = [b"s%d" % i for i in range(20)]
+    store.put_batch([PutRequest(TOPIC, body, delay_level=1) for body in big])
+    results = store.put_batch([PutRequest(TOPIC, body, delay_level=1) for body in small])
+    now = results[-1].store_timestamp + 1_000
+    reads: list[int] = []
+    rebuilt: list[int] = []
+    read, rebuild = Segment.read, Handover._rebuild
+
+    def counting_read(self: Segment, file_pos: int, size: int) -> bytes:
+        if self.path.parent.name == naming.COMMITLOG_DIR:  # (not a ConsumeQueue's file)
+            reads.append(size)
+        return read(self, file_pos, size)
+
+    def counting_rebuild(self: Handover, *args: Any) -> Any:
+        rebuilt.append(args[1])
+        return rebuild(self, *args)
+
+    monkeypatch.setattr(Segment, "read", counting_read)
+    monkeypatch.setattr(Handover, "_rebuild", counting_rebuild)
+    assert store.handover(1, 0, 20, now_ms=now).delivered == 20  # the long run
+    assert store.handover(1, 20, 20, now_ms=now).delivered == 20  # a shorter one after it
+    assert store.handover(1, 0, 40, now_ms=now).delivered == 0  # D9: once
+    assert reads == [] and rebuilt == []
+    copies = store.read_queue(TOPIC, 0, 0, 100).messages
+    assert [m.body for m in copies] == big + small
+    assert [m.properties[P.SCHEDULE_OFFSET] for m in copies] == [f"1:{q}" for q in range(40)]
+    assert len(store._handover._buffer) == 0  # nothing due: given back (memory at rest)
 
 
 def test_a_flush_writes_sentinels_a_run_at_a_time(tmp_path: Path,
@@ -305,13 +431,13 @@ def test_a_large_timer_hand_over_is_done_a_lock_chunk_at_a_time(
     store.create_topic(TOPIC, 1)
     store.put_batch([PutRequest(TOPIC, b"%d" % i, delay_ms=0) for i in range(30)])
     appended: list[int] = []
-    append = store.timers._append
+    append = store.timers._append_copies
 
     def counting(items: Any) -> Any:
         appended.append(len(items))
         return append(items)
 
-    monkeypatch.setattr(store.timers, "_append", counting)
+    monkeypatch.setattr(store.timers, "_append_copies", counting)
     later = time.time_ns() // 1_000_000 + 1_000
     first = store.timers.handover(later, 25)
     assert appended == [7, 7, 7, 4]

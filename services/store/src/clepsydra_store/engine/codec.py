@@ -54,7 +54,7 @@ def value_field(raw: bytes) -> bytes:
     return property_field(b"", raw)
 
 
-def encode_tail(body: bytes, topic: bytes, fields: list[bytes]) -> bytes:
+def encode_tail(body: bytes | memoryview, topic: bytes, fields: list[bytes]) -> bytes:
     """A record's tail, everything after its header (``records.pack_header``): ``body |
     topic_length | topic | properties_length | properties``. ``topic`` is the record's
     :func:`topic_field`; its properties block is ``fields`` in order, each a
@@ -265,21 +265,29 @@ def splice_template(block: bytes) -> SpliceTemplate | None:
 
 
 _last_deliver: tuple[int, bytes] = (-1, b"")
-"""The last ``DELIVER_TS`` field :func:`splice_properties` encoded, with its deliver time: a
+"""The last ``DELIVER_TS`` field :func:`handover_fields` encoded, with its deliver time: a
 drain's entries come in runs of one deliver time (a producer's batch is stored in one
 millisecond), issue 14."""
+
+
+def handover_fields(level: int, queue_offset: int, deliver_ts: int) -> tuple[bytes, bytes]:
+    """The ``SCHEDULE_OFFSET`` and ``DELIVER_TS`` fields (:func:`property_field`) D4 gives the
+    copy of entry ``queue_offset`` of ``level`` delivered at ``deliver_ts``."""
+    global _last_deliver
+    offset = property_field(_OFFSET_FIELD, schedule_offset(level, queue_offset).encode())
+    last_ts, deliver = _last_deliver
+    if last_ts != deliver_ts:
+        deliver = property_field(_DELIVER_TS_FIELD, str(deliver_ts).encode())
+        _last_deliver = (deliver_ts, deliver)
+    return offset, deliver
 
 
 def splice_properties(template: SpliceTemplate, level: int, queue_offset: int,
                       deliver_ts: int) -> list[bytes]:
     """The properties block after D4 (the fields of :func:`encode_tail`), from its
     :func:`splice_template`."""
-    global _last_deliver
     t0, offset_first, t1, t2, _ = template
-    offset = property_field(_OFFSET_FIELD, schedule_offset(level, queue_offset).encode())
-    last_ts, deliver = _last_deliver
-    if last_ts != deliver_ts:
-        deliver = property_field(_DELIVER_TS_FIELD, str(deliver_ts).encode())
-        _last_deliver = (deliver_ts, deliver)
-    first, second = (offset, deliver) if offset_first else (deliver, offset)
-    return [t0, first, t1, second, t2]
+    offset, deliver = handover_fields(level, queue_offset, deliver_ts)
+    if offset_first:
+        return [t0, offset, t1, deliver, t2]
+    return [t0, deliver, t1, offset, t2]

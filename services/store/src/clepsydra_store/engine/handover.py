@@ -5,6 +5,7 @@ and rebuild each for its real topic (or park it in %SCHEDULE_ERROR%), as records
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from zlib import crc32
 
@@ -35,6 +36,7 @@ from clepsydra_store.engine.consume_queue import ENTRY, ConsumeQueue
 from clepsydra_store.engine.dispatch import Dispatcher
 from clepsydra_store.engine.entry_states import CANCELLED
 from clepsydra_store.engine.key_index import key_hash
+from clepsydra_store.engine.segment import Segment
 from clepsydra_store.engine.splice_shapes import SpliceShapes
 from clepsydra_store.engine.topics import TopicRegistry
 
@@ -72,14 +74,23 @@ _PARKING_TOPICS = frozenset({naming.SCHEDULE_TOPIC.encode(), naming.TIMER_TOPIC.
 """Topics a spliced record is stored under (valid UTF-8: no decode to check)."""
 
 
+_Read = tuple[str | None, int, bytes, int, tuple[int, ...]]
+"""``Handover._read``: (real topic or None, queue id, its topic field, tags code, KEYS
+hashes)."""
+
+
 @dataclass(slots=True)
 class _Memo:
-    """What one hand-over batch looked up once (``Handover._splice``)."""
+    """What one hand-over batch looked up once (``Handover._splice``): the writer lock is
+    held, so the topic table does not change."""
 
     destinations: dict[tuple[str | None, str | None], tuple[str, int, str | None]] = field(
         default_factory=dict)
-    tags: dict[str, int] = field(default_factory=dict)
-    keys: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    read: dict[int, tuple[dict[str, str], str | None, int, bytes, int, tuple[int, ...]]] = \
+        field(default_factory=dict)
+    """id of a values dict (``SpliceShapes.fields``: one per shape) -> (that dict, its
+    :data:`_Read`): the blocks of one shape share their values but ``UNIQ_KEY`` and
+    ``TRACEPARENT``."""
 
 
 class Handover:
@@ -94,6 +105,9 @@ class Handover:
         self.segment_size_bytes = segment_size_bytes
         self._shapes = SpliceShapes()
         """codec.splice_template of the stored blocks, parsed once per shape."""
+        self._buffer = bytearray()
+        """The stored records of a hand-over's run of entries (:meth:`_spans`); emptied by a
+        hand-over that finds nothing due."""
 
     def check_level(self, level: int) -> None:
         if not 1 <= level <= self.levels.max_level:
@@ -152,8 +166,12 @@ class Handover:
         stored bytes (records lying close together read with one pread, :meth:`_spans`), or
         rebuilt by :meth:`_rebuild` (D4) or parked (D7) when it is not plain; with whether it
         was delivered and its producer's ``traceparent`` (O1)."""
+        if not due:  # caught up: the buffer of the runs goes back (memory at rest)
+            self._buffer = bytearray()
+            return
         memo = _Memo()
-        for buf, base, run in self._spans(due):
+        for span, base, run in self._spans(due):
+            buf = span if span.__class__ is bytes else memoryview(span)
             for queue_offset, commitlog_offset, size, deliver_ts in run:
                 fast = self._splice(level, queue_offset, buf, commitlog_offset - base, size,
                                     commitlog_offset, deliver_ts, memo) if buf else None
@@ -168,17 +186,20 @@ class Handover:
                 traceparents.append(traceparent)
 
     def _spans(self, due: list[tuple[int, int, int, int]]
-               ) -> list[tuple[bytes, int, list[tuple[int, int, int, int]]]]:
+               ) -> Iterator[tuple[bytes | bytearray, int, list[tuple[int, int, int, int]]]]:
         """``due`` cut into runs of records lying close together in one segment, each with the
-        bytes from its first record's offset (one pread; b"" when unreadable) and that offset."""
-        spans: list[tuple[bytes, int, list[tuple[int, int, int, int]]]] = []
+        bytes from its first record's offset (one read; b"" when unreadable) and that offset.
+        A run's bytes are read into the hand-over's one buffer (:attr:`_buffer`, valid until
+        the next run is read; past the run's bytes it holds older ones): a new buffer of up to
+        ``_SPAN_MAX`` bytes a run made the allocator take memory from the kernel and give it
+        back each time, ~0.8 page faults a message (issue 14)."""
         segment_for = self.commitlog.segment_for
         i, n = 0, len(due)
         while i < n:
             first = due[i][1]
             segment = segment_for(first)
             if segment is None or first < 0:
-                spans.append((b"", first, due[i:i + 1]))
+                yield b"", first, due[i:i + 1]
                 i += 1
                 continue
             limit = min(segment.end, segment.write_offset)
@@ -191,17 +212,27 @@ class Handover:
                     break
                 end = offset + size
                 j += 1
-            buf = b""
+            buf: bytes | bytearray = b""
             if end <= limit:
                 try:
-                    buf = segment.read(first - segment.start, end - first)
+                    buf = self._read_span(segment, first - segment.start, end - first)
                 except StoreError:
                     buf = b""
-            spans.append((buf, first, due[i:j]))
+            yield buf, first, due[i:j]
             i = j
-        return spans
 
-    def _splice(self, level: int, queue_offset: int, buf: bytes, pos: int, size: int,
+    def _read_span(self, segment: Segment, file_pos: int, size: int) -> bytes | bytearray:
+        """``size`` bytes of ``segment`` from ``file_pos``: in :attr:`_buffer` (grown to at
+        most ``_SPAN_MAX``), or a new bytes object when larger or short."""
+        if size > _SPAN_MAX:
+            return segment.read(file_pos, size)
+        if len(self._buffer) < size:
+            self._buffer = bytearray(max(size, min(2 * len(self._buffer), _SPAN_MAX)))
+        if segment.read_into(self._buffer, file_pos, size):
+            return self._buffer
+        return segment.read(file_pos, size)
+
+    def _splice(self, level: int, queue_offset: int, buf: bytes | memoryview, pos: int, size: int,
                 commitlog_offset: int, deliver_ts: int, memo: _Memo | None = None
                 ) -> tuple[Prepared, str | None] | None:
         """The D4 rebuild of the record at ``buf[pos:]`` for its real topic made from its
@@ -210,9 +241,8 @@ class Handover:
         ``codec.handover_properties``).
         None when anything is not plain (a short or invalid record, repeated or undecodable
         properties, a park): the caller then takes ``_rebuild``, which decides what the old
-        path decides. ``memo`` keeps, for one hand-over batch, the destination of each
-        (``REAL_TOPIC``, ``REAL_QID``) pair, the tags code of each ``TAGS`` and the key hashes
-        of each ``KEYS`` (the writer lock is held, so the topic table does not change)."""
+        path decides. ``memo`` keeps, for one hand-over batch, what the blocks of one shape
+        share (:meth:`_read`)."""
         if pos + size > len(buf) or size < HEADER_SIZE + 5:
             return None
         (total, magic, crc, _queue_id, flag, _qo, stored_offset, sys_flag, born_ts, born_host,
@@ -231,7 +261,7 @@ class Handover:
         p += 1 + topic_len
         if p + 4 > end:
             return None
-        stored_topic = buf[p - topic_len:p]
+        stored_topic = bytes(buf[p - topic_len:p])
         if stored_topic not in _PARKING_TOPICS:
             try:
                 stored_topic.decode()
@@ -241,41 +271,45 @@ class Handover:
         p += 4
         if props_len < 0 or p + props_len != end:
             return None
-        found = self._shapes.fields(buf[p:end], level, queue_offset, deliver_ts)
+        block = buf[p:end]
+        found = self._shapes.fields(block if isinstance(block, bytes) else bytes(block), level,
+                                    queue_offset, deliver_ts)
         if found is None:  # no UNIQ_KEY (parked before unique ids: _rebuild gives it its
             return None    # msgId), or properties the codec cannot splice
-        fields, values, uniq = found
+        fields, values, uniq, traceparent = found
         if memo is None:
             memo = _Memo()
+        read = memo.read.get(id(values))
+        if read is None or read[0] is not values:  # (held in the memo: its id is its own)
+            read = memo.read[id(values)] = (values, *self._read(values, memo))
+        _, topic, queue_id, topic_field, code, key_hashes = read
+        if topic is None:
+            return None
+        tail = encode_tail(body, topic_field, fields)
+        new_size = HEADER_SIZE + len(tail)
+        if new_size + MIN_END_MARKER > self.segment_size_bytes:
+            raise too_large(new_size, self.segment_size_bytes)
+        prepared = tuple.__new__(Prepared, (
+            new_size, topic, queue_id, code, 0, crc, flag,
+            sys_flag, born_ts, born_host, reconsume, body_len, tail,
+            (*key_hashes, key_hash(uniq)), (level, queue_offset), deliver_ts, uniq))
+        return prepared, traceparent
+
+    def _read(self, values: dict[str, str], memo: _Memo) -> _Read:
+        """What a splice takes from the values a block's shape gives (``SpliceShapes.fields``):
+        its destination (topic None when it cannot be rebuilt: the rebuild parks it, D7), the
+        topic's field, the tags code and the hashes of its KEYS."""
         real = (values.get(P.REAL_TOPIC), values.get(P.REAL_QID))
         destination = memo.destinations.get(real)
         if destination is None:
             destination = memo.destinations[real] = self._destination(*real)
         topic, queue_id, reason = destination
         if reason is not None:
-            return None
-        tail = encode_tail(body, TOPIC_FIELDS.get(topic) or topic_field_of(topic), fields)
-        new_size = HEADER_SIZE + len(tail)
-        if new_size + MIN_END_MARKER > self.segment_size_bytes:
-            raise too_large(new_size, self.segment_size_bytes)
-        tags = values.get(P.TAGS)
-        code = 0
-        if tags:
-            code = memo.tags.get(tags, -1)
-            if code == -1:
-                code = memo.tags[tags] = tags_code(tags)
+            return None, 0, b"", 0, ()
         keys = values.get(P.KEYS)
-        hashes: tuple[int, ...] = (key_hash(uniq),)
-        if keys:
-            key_hashes = memo.keys.get(keys)
-            if key_hashes is None:
-                key_hashes = memo.keys[keys] = tuple(key_hash(k) for k in keys.split())
-            hashes = key_hashes + hashes
-        prepared = tuple.__new__(Prepared, (
-            new_size, topic, queue_id, code, 0, crc, flag,
-            sys_flag, born_ts, born_host, reconsume, body_len, tail,
-            hashes, (level, queue_offset), deliver_ts, uniq))
-        return prepared, values.get(P.TRACEPARENT)
+        return (topic, queue_id, TOPIC_FIELDS.get(topic) or topic_field_of(topic),
+                tags_code(values.get(P.TAGS)),
+                tuple(key_hash(k) for k in keys.split()) if keys else ())
 
     def _rebuild(self, level: int, queue_offset: int, commitlog_offset: int, size: int,
                  deliver_ts: int) -> tuple[Prepared, bool, str | None]:

@@ -383,31 +383,31 @@ class MessageStore(StoreCore):
         end = None
         with self._lock:
             plan = self._handover.plan(level, from_offset, max_count, now)
-            results: list[PutResult] = []
+            stored_at = 0
             if plan.items:
-                results, end = self._append_locked(plan.items)
+                stored_at, end = self._append_copies(plan.items)
             for queue_offset in plan.cancelled:
                 self._dispatcher.raise_mark(level, queue_offset)
             handed_over = self._dispatcher.mark(level)
-        results = self._acknowledge(results, end)
+        self._acknowledge([], end)
         lateness: list[int] = []
         delivered_messages: list[tuple[str, str, str | None, int]] = []
-        for r, item, ok, traceparent in zip(results, plan.items, plan.delivered,
-                                            plan.traceparents, strict=True):
+        for item, ok, traceparent in zip(plan.items, plan.delivered, plan.traceparents,
+                                         strict=True):
             if ok:
-                late = r.store_timestamp - item.deliver_ts
+                late = stored_at - item.deliver_ts
                 lateness.append(late)
-                delivered_messages.append((r.topic, r.msg_id, traceparent, late))
+                delivered_messages.append((item.topic, item.uniq_key, traceparent, late))
         delivered = len(lateness)
         self._counters["schedule_delivered_total"] += delivered
-        self._counters["schedule_parked_total"] += len(results) - delivered
+        self._counters["schedule_parked_total"] += len(plan.items) - delivered
         self._counters["schedule_skipped_total"] += plan.skipped
-        if results:
+        if plan.items:
             logger.info("schedule handover level=%d from_offset=%d next_offset=%d delivered=%d "
                         "parked=%d skipped=%d", level, plan.start, plan.next_offset, delivered,
-                        len(results) - delivered, plan.skipped)
+                        len(plan.items) - delivered, plan.skipped)
         return HandoverResult(level, plan.start, plan.next_offset, delivered,
-                              len(results) - delivered, plan.skipped, plan.not_due,
+                              len(plan.items) - delivered, plan.skipped, plan.not_due,
                               plan.next_deliver_ts, lateness, handed_over,
                               delivered_messages=delivered_messages)
 

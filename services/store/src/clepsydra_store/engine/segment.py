@@ -75,6 +75,15 @@ class Segment:
         except OSError as exc:
             raise StoreError(f"read from segment {self.path} failed: {exc}") from exc
 
+    def read_into(self, buffer: bytearray, file_pos: int, size: int) -> bool:
+        """Read ``size`` bytes from byte ``file_pos`` of the file into the start of
+        ``buffer`` (at least ``size`` long; no new buffer allocated); False when fewer were
+        there."""
+        try:
+            return os.preadv(self.fd, [memoryview(buffer)[:size]], file_pos) == size
+        except OSError as exc:
+            raise StoreError(f"read from segment {self.path} failed: {exc}") from exc
+
     def read_all(self) -> bytes:
         return self.read(0, self.written)
 

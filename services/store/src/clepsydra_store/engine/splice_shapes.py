@@ -1,21 +1,23 @@
 """The hand-over's splice templates parsed once per shape of properties block (issue 14).
 
-Every parked message has its own ``UNIQ_KEY``, so no two stored properties blocks are equal
-and a cache of ``codec.splice_template`` by block never hits: the template was parsed again
-for every message handed over (a quarter of a drain's CPU). Blocks that differ only in the
-``UNIQ_KEY`` value have the same *shape*, and their templates differ only there (``UNIQ_KEY``
-is never edited by D4, so its field lies whole in one static piece of the template). A shape
-is learned from its second block by the codec itself and checked; then each block of that
-shape gets its template by putting its own value in place, which is exactly what
-``codec.splice_template`` gives for it (``tests/unit/store/test_drain.py`` holds them equal
-on random blocks).
+Every parked message has its own ``UNIQ_KEY``, and a message sent through the SDK its own
+``TRACEPARENT`` (the producer's span), so no two stored properties blocks are equal and a
+cache of ``codec.splice_template`` by block never hits: the template was parsed again for
+every message handed over (a quarter of a drain's CPU). Blocks that differ only in the values
+of those two properties (the *holes*) have the same *shape*, and their templates differ only
+there (D4 edits neither, so each field lies whole in one static piece of the template). A
+shape is learned from its second block by the codec itself and checked; then each block of
+that shape gets its D4 fields from the shape's pieces with its own hole values put in place,
+which is exactly what ``codec.splice_properties`` over ``codec.splice_template`` gives for it
+(``tests/unit/store/test_drain.py`` holds them equal on random blocks).
 
-A block's shape is ``(p, block[:p], block[after the UNIQ_KEY value:])`` where ``p`` is the
-first occurrence of the ``UNIQ_KEY`` name field. A shape is learned only when ``p`` is a real
-field boundary of the block it is learned from; a block of the same shape has the same bytes
-before ``p``, so the same fields end there, and the same bytes after its value: the same block
-but for that value. Anything else (no ``UNIQ_KEY``, an empty one, a shape that does not check
-out) is parsed whole by the codec, as before.
+A block's shape is the positions of its holes' name fields (the first occurrence of each;
+``UNIQ_KEY`` required, ``TRACEPARENT`` optional) and its bytes around the holes' values (each
+``value_len | value``). A shape is learned only when those positions are real field boundaries
+of the block it is learned from; a block of the same shape has the same bytes before and
+between its holes, so the same fields end there, and the same bytes after them: the same block
+but for the holes' values. Anything else (no ``UNIQ_KEY``, an empty one, holes that overlap, a
+shape that does not check out) is parsed whole by the codec, as before.
 """
 
 from __future__ import annotations
@@ -26,34 +28,53 @@ from clepsydra_core import properties as P
 from clepsydra_core.properties import NAME_LEN, VALUE_LEN, name_field
 from clepsydra_store.engine.codec import (
     SpliceTemplate,
+    handover_fields,
     splice_properties,
     splice_template,
     value_field,
 )
 
-_FIELD = name_field(P.UNIQ_KEY)
-_HEAD = len(_FIELD) + VALUE_LEN.size
-"""``name_len | name | value_len`` of a UNIQ_KEY property."""
+_UNIQ = name_field(P.UNIQ_KEY)
+_TRACE = name_field(P.TRACEPARENT)
+_HOLE_NAMES = (P.UNIQ_KEY, P.TRACEPARENT)
 _MAX_SHAPES = 1024
+_OFFSET, _DELIVER = -1, -2
+"""Places of the D4 fields in a shape's pieces (the holes are 0: UNIQ_KEY, 1: TRACEPARENT)."""
 
-_Shape = tuple[SpliceTemplate, int, bytes]
-"""(the template learned, UNIQ_KEY left out of its values and its static piece holding the
-UNIQ_KEY field cut just before that field's value length; where that piece lands among
-``codec.splice_properties``'s fields, 0, 2 or 4; what follows the value in that piece)."""
-Fields = tuple[list[bytes], dict[str, str], str]
+_Hole = tuple[int, int, int]
+"""(where the property's name field starts, where its ``value_len`` starts, where its value
+ends) in a block."""
+_Shape = tuple[list[bytes], int, int, int, int, dict[str, str]]
+"""(the fields of ``codec.splice_properties`` for the shape, with b"" in the places of the D4
+fields and of the holes' ``value_len | value``; the place of SCHEDULE_OFFSET, of DELIVER_TS,
+of the UNIQ_KEY value, of the TRACEPARENT value (-1: none); the values the hand-over reads but
+the holes')."""
+Fields = tuple[list[bytes], dict[str, str], str, str | None]
 """(``codec.splice_properties`` of a block: the fields of its properties block after D4, for
-``codec.encode_tail``; the values the hand-over reads, ``codec.HANDOVER_READ``; its
-``UNIQ_KEY``)."""
-_Key = tuple[int, bytes, bytes]
+``codec.encode_tail``; the values the hand-over reads, ``codec.HANDOVER_READ``, but for the
+holes of a block of a known shape; its ``UNIQ_KEY``; its ``TRACEPARENT`` or None)."""
+
+
+def _hole(block: bytes, name: bytes) -> _Hole | None:
+    """The first ``name`` field of ``block``, if its value lies in the block."""
+    p = block.find(name)
+    if p < 0:
+        return None
+    start = p + len(name)
+    if start + VALUE_LEN.size > len(block):
+        return None
+    (length,) = VALUE_LEN.unpack_from(block, start)
+    end = start + VALUE_LEN.size + length
+    return (p, start, end) if end <= len(block) else None
 
 
 class SpliceShapes:
     """``splice_template`` of stored blocks, parsed once per shape (writer lock held)."""
 
     def __init__(self) -> None:
-        self._shapes: dict[_Key, _Shape | None] = {}
+        self._shapes: dict[tuple[object, ...], _Shape | None] = {}
         """Shapes learned (None: one that did not check out)."""
-        self._seen: set[_Key] = set()
+        self._seen: set[tuple[object, ...]] = set()
         """Shapes met once: a shape is learned at its second block (learning costs two parses,
         and timers falling due one by one rarely meet a shape twice while it is cached)."""
 
@@ -61,23 +82,26 @@ class SpliceShapes:
                ) -> Fields | None:
         """The D4 fields of ``block`` handed over from entry ``queue_offset`` of ``level``
         delivered at ``deliver_ts``: ``codec.splice_properties(codec.splice_template(block),
-        ...)`` (issue 14: for a block of a known shape, the learned template's pieces with the
-        block's own ``UNIQ_KEY`` value field between them, no template built per block and no
-        piece joined, ``codec.encode_tail`` joins them once); with the values read and the
-        ``UNIQ_KEY``. None when the block has no non-empty ``UNIQ_KEY`` or the codec cannot
-        splice it. The values of a block of a known shape hold no ``UNIQ_KEY``: it is the
-        third item."""
-        p = block.find(_FIELD)
-        if p < 0:
+        ...)`` (issue 14: for a block of a known shape, the learned pieces with the block's
+        own hole values put in, no template built per block), with the values read, the
+        ``UNIQ_KEY`` and the ``TRACEPARENT``. None when the block has no non-empty
+        ``UNIQ_KEY`` or the codec cannot splice it."""
+        uniq = _hole(block, _UNIQ)
+        if uniq is None:
             return None  # no UNIQ_KEY: the rebuild gives the message its msgId
-        start = p + _HEAD
-        if start > len(block):
-            return None
-        (length,) = VALUE_LEN.unpack_from(block, p + len(_FIELD))
-        end = start + length
-        if length == 0 or end > len(block):
+        if uniq[2] - uniq[1] == VALUE_LEN.size:  # empty: the codec decides
             return _whole(splice_template(block), level, queue_offset, deliver_ts)
-        key = (p, block[:p], block[end:])
+        trace = _hole(block, _TRACE)
+        if trace is None:
+            key: tuple[object, ...] = (uniq[0], block[:uniq[1]], block[uniq[2]:])
+        elif uniq[2] <= trace[0]:
+            key = (uniq[0], trace[0], block[:uniq[1]], block[uniq[2]:trace[1]],
+                   block[trace[2]:])
+        elif trace[2] <= uniq[0]:
+            key = (uniq[0], trace[0], block[:trace[1]], block[trace[2]:uniq[1]],
+                   block[uniq[2]:])
+        else:  # one inside the other's value
+            return _whole(splice_template(block), level, queue_offset, deliver_ts)
         shape = self._shapes.get(key)
         if shape is None:
             template = splice_template(block)
@@ -88,19 +112,25 @@ class SpliceShapes:
                 self._seen.discard(key)
                 if len(self._shapes) >= _MAX_SHAPES:
                     self._shapes.clear()
-                self._shapes[key] = _learn(block, p, length, template)
+                self._shapes[key] = _learn(block, uniq, trace, template)
             else:
                 if len(self._seen) >= _MAX_SHAPES:
                     self._seen.clear()
                 self._seen.add(key)
             return parsed
         try:
-            uniq = block[start:end].decode()
+            uniq_value = block[uniq[1] + VALUE_LEN.size:uniq[2]].decode()
+            trace_value = None if trace is None else \
+                block[trace[1] + VALUE_LEN.size:trace[2]].decode()
         except UnicodeDecodeError:
             return None  # what the codec answers for an undecodable value
-        template = shape[0]
-        return (_put(shape, block[p + len(_FIELD):end], level, queue_offset, deliver_ts),
-                template[4], uniq)
+        pieces, at_offset, at_deliver, at_uniq, at_trace, values = shape
+        fields = pieces.copy()
+        fields[at_offset], fields[at_deliver] = handover_fields(level, queue_offset, deliver_ts)
+        fields[at_uniq] = block[uniq[1]:uniq[2]]
+        if trace is not None:
+            fields[at_trace] = block[trace[1]:trace[2]]
+        return fields, values, uniq_value, trace_value
 
 
 def _whole(template: SpliceTemplate | None, level: int, queue_offset: int, deliver_ts: int
@@ -112,18 +142,8 @@ def _whole(template: SpliceTemplate | None, level: int, queue_offset: int, deliv
     uniq = values.get(P.UNIQ_KEY)
     if not uniq:
         return None
-    return splice_properties(template, level, queue_offset, deliver_ts), values, uniq
-
-
-def _put(shape: _Shape, field: bytes, level: int, queue_offset: int, deliver_ts: int
-         ) -> list[bytes]:
-    """The D4 fields of the shape's block holding ``field`` (value length and value of its
-    UNIQ_KEY): the template's fields with ``field`` and what follows it put in after the cut
-    piece."""
-    template, at, after = shape
-    fields = splice_properties(template, level, queue_offset, deliver_ts)
-    fields[at + 1:at + 1] = (field, after)
-    return fields
+    return (splice_properties(template, level, queue_offset, deliver_ts), values, uniq,
+            values.get(P.TRACEPARENT))
 
 
 def _boundary(block: bytes, p: int) -> bool:
@@ -140,34 +160,62 @@ def _boundary(block: bytes, p: int) -> bool:
     return q == p
 
 
-def _learn(block: bytes, p: int, length: int, template: SpliceTemplate) -> _Shape | None:
-    """The shape of ``block`` (its UNIQ_KEY field at ``p``, its value ``length`` bytes long),
-    or None when it does not check out: ``p`` not a field boundary, the field not found
-    whole exactly once in the template's static pieces, or another value of another length,
-    put in its place, not giving what the codec gives for the block holding it."""
-    if not _boundary(block, p):
-        return None
-    t0, first, t1, t2, values = template
-    own = block[p + len(_FIELD):p + _HEAD + length]
-    places = [(index, piece.find(own)) for index, piece in enumerate((t0, t1, t2))
-              if own in piece]
-    if len(places) != 1:
-        return None
-    index, at = places[0]
-    pieces = [t0, t1, t2]
-    if pieces[index].find(own, at + 1) >= 0:
-        return None
+def _cut(pieces: list[bytes | int], own: bytes, mark: int) -> bool:
+    """Put ``mark`` in the place of ``own`` in the static pieces; False unless ``own`` is
+    found in them exactly once."""
+    found = [(index, piece.find(own)) for index, piece in enumerate(pieces)
+             if isinstance(piece, bytes) and own in piece]
+    if len(found) != 1:
+        return False
+    index, at = found[0]
     piece = pieces[index]
-    pieces[index] = piece[:at]
-    shape = ((pieces[0], first, pieces[1], pieces[2],
-              {k: v for k, v in values.items() if k != P.UNIQ_KEY}),
-             2 * index, piece[at + len(own):])
-    other = b"0" * (length + 1)
-    field = value_field(other)
-    expected = splice_template(block[:p] + _FIELD + field + block[p + _HEAD + length:])
-    probe = (1, 2, 3)  # any level, entry and deliver time: the edited fields are the codec's
-    if expected is None or b"".join(_put(shape, field, *probe)) != b"".join(
-            splice_properties(expected, *probe)) \
-            or {**shape[0][4], P.UNIQ_KEY: other.decode()} != expected[4]:
+    assert isinstance(piece, bytes)
+    if piece.find(own, at + 1) >= 0:
+        return False
+    pieces[index:index + 1] = [piece[:at], mark, piece[at + len(own):]]
+    return True
+
+
+def _learn(block: bytes, uniq: _Hole, trace: _Hole | None,
+           template: SpliceTemplate) -> _Shape | None:
+    """The shape of ``block`` (its holes ``uniq`` and ``trace``), or None when it does not
+    check out: a hole's name field not at a field boundary, a hole's value not found whole
+    exactly once in the template's static pieces, or other values of other lengths, put in
+    their places, not giving what the codec gives for the block holding them."""
+    holes = [uniq] if trace is None else [uniq, trace]
+    if not all(_boundary(block, hole[0]) for hole in holes):
+        return None
+    t0, offset_first, t1, t2, values = template
+    pieces: list[bytes | int] = [t0, _OFFSET if offset_first else _DELIVER, t1,
+                                 _DELIVER if offset_first else _OFFSET, t2]
+    for mark, (_, start, end) in enumerate(holes):
+        if not _cut(pieces, block[start:end], mark):
+            return None
+    at = {piece: i for i, piece in enumerate(pieces) if isinstance(piece, int)}
+    shape: _Shape = ([b"" if isinstance(piece, int) else piece for piece in pieces],
+                     at[_OFFSET], at[_DELIVER], at[0], at.get(1, -1),
+                     {k: v for k, v in values.items() if k not in _HOLE_NAMES})
+    # the check: other values, one byte longer, put in the holes of a copy of the block
+    probe = bytearray(block)
+    others: dict[str, str] = {}
+    for (_, start, end), name in sorted(zip(holes, _HOLE_NAMES[:len(holes)], strict=True),
+                                        reverse=True):
+        other = ("0" if name == P.UNIQ_KEY else "1") * (end - start - VALUE_LEN.size + 1)
+        others[name] = other
+        probe[start:end] = value_field(other.encode())
+    expected = splice_template(bytes(probe))
+    if expected is None:
+        return None
+    probe_uniq, probe_trace = _hole(bytes(probe), _UNIQ), _hole(bytes(probe), _TRACE)
+    if probe_uniq is None or (trace is None) != (probe_trace is None):
+        return None
+    fields = shape[0].copy()
+    probe_at = (1, 2, 3)  # any level, entry and deliver time: the edited fields are the codec's
+    fields[shape[1]], fields[shape[2]] = handover_fields(*probe_at)
+    fields[shape[3]] = bytes(probe[probe_uniq[1]:probe_uniq[2]])
+    if probe_trace is not None:
+        fields[shape[4]] = bytes(probe[probe_trace[1]:probe_trace[2]])
+    if b"".join(fields) != b"".join(splice_properties(expected, *probe_at)) \
+            or {**shape[5], **others} != expected[4]:
         return None
     return shape

@@ -46,9 +46,9 @@ from clepsydra_store.engine.types import PutResult, PutStatus
 
 logger = logging.getLogger(__name__)
 
-_Placed = tuple[list[PutResult], list[tuple[ConsumeQueue, int, bytes]], list[int], list[int],
+_Placed = tuple[list[tuple[ConsumeQueue, int, bytes]], list[int], list[int],
                 list[tuple[Mark, int, int]]]
-"""(results, packed ConsumeQueue entries per queue, key hashes, their CommitLog offsets,
+"""(packed ConsumeQueue entries per queue, key hashes, their CommitLog offsets,
 (mark, own queue offset, own entry code) of the records with a mark) of a placed batch."""
 
 SYNC_FLUSH_TIMEOUT_S = 5.0
@@ -115,6 +115,7 @@ class StoreCore:
         self._carry = CarryForward(self._commitlog, self._dispatcher, self._levels)
         self.timers = TimerOps(self._lock, self._commitlog, self._dispatcher, self._handover,
                                self._preparer, self._levels, self._append_locked,
+                               self._append_copies,
                                self._acknowledge, self._copies_of)
         """Timer messages (issue 15): hand-over, cancel, reschedule, backlog."""
         self._checkpoint_offset = -1
@@ -228,24 +229,38 @@ class StoreCore:
     # ---- append (caller holds the writer lock) ---------------------------------------------
     def _append_locked(self, items: Sequence[Prepared]) -> tuple[list[PutResult], int]:
         """Place, write (one write per segment) and dispatch ``items``; (results, end)."""
+        results: list[PutResult] = []
+        _, end = self._append_into(items, results)
+        return results, end
+
+    def _append_copies(self, items: Sequence[Prepared]) -> tuple[int, int]:
+        """:meth:`_append_locked` of hand-over copies, whose callers read no ``PutResult``
+        (their msgId is ``Prepared.uniq_key``, their store timestamp the batch's); (store
+        timestamp, end). Issue 14: no offsetMsgId and no result built per message."""
+        return self._append_into(items, None)
+
+    def _append_into(self, items: Sequence[Prepared], results: list[PutResult] | None
+                     ) -> tuple[int, int]:
         batch = self._commitlog.begin()
         now = time.time_ns() // 1_000_000
         try:
-            placed = self._place(batch, items, now)
+            placed = self._place(batch, items, now, results)
             end = batch.commit()
         except BaseException:
             batch.abort()
             raise
-        results, entries, key_hashes, key_offsets, marks = placed
+        entries, key_hashes, key_offsets, marks = placed
         self._dispatcher.dispatch(entries, key_hashes, key_offsets, marks)
         counters = self._counters
-        counters["puts_total"] += len(results)
+        counters["puts_total"] += len(items)
         counters["put_bytes_total"] += end - batch.start
-        return results, end
+        return now, end
 
-    def _place(self, batch: AppendBatch, items: Sequence[Prepared], now: int) -> _Placed:
+    def _place(self, batch: AppendBatch, items: Sequence[Prepared], now: int,
+               results: list[PutResult] | None) -> _Placed:
         """Place records (rolling to a new segment where one does not fit), their headers
-        packed now that offsets and the store timestamp are known."""
+        packed now that offsets and the store timestamp are known; each one's ``PutResult``
+        added to ``results`` unless it is None."""
         pack = pack_header
         msg_id = offset_msg_id
         entry_pack = ENTRY.pack
@@ -257,8 +272,7 @@ class StoreCore:
         hashes: list[int] = []
         offsets: list[int] = []
         marks: list[tuple[Mark, int, int]] = []
-        results: list[PutResult] = []
-        result = results.append
+        result = None if results is None else results.append
         new = tuple.__new__  # PutResult(...) without its Python-level __new__
         ok = PutStatus.OK
         parts = batch.parts  # cleared in place by a roll, never replaced
@@ -281,9 +295,10 @@ class StoreCore:
             append(pack(size, crc, queue_id, flag, queue_offset, position, sys_flag,
                         born_timestamp, born_host, now, host, reconsume_times, body_len))
             append(tail)
-            offset_id = msg_id(prefix, position)
-            result(new(PutResult, (ok, uniq or offset_id, topic, queue_id, queue_offset,
-                                   position, now, size, offset_id)))
+            if result is not None:
+                offset_id = msg_id(prefix, position)
+                result(new(PutResult, (ok, uniq or offset_id, topic, queue_id, queue_offset,
+                                       position, now, size, offset_id)))
             for h in key_hashes:
                 hashes.append(h)
                 offsets.append(position)
@@ -291,7 +306,7 @@ class StoreCore:
                 marks.append((mark, queue_offset, code))
             position += size
         batch.position = position
-        return (results, [(cq, cq.next_offset, b"".join(packed)) for cq, packed in queues.values()],
+        return ([(cq, cq.next_offset, b"".join(packed)) for cq, packed in queues.values()],
                 hashes, offsets, marks)
 
     def _acknowledge(self, results: list[PutResult], end: int | None) -> list[PutResult]:

@@ -50,6 +50,8 @@ _HOUR_MS = 3_600_000
 _SCAN = 65_536
 
 Append = Callable[[Sequence[Prepared]], tuple[list[PutResult], int]]
+AppendCopies = Callable[[Sequence[Prepared]], tuple[int, int]]
+"""``StoreCore._append_copies``: hand-over copies appended, (store timestamp, end)."""
 Acknowledge = Callable[[list[PutResult], int | None], list[PutResult]]
 
 
@@ -86,7 +88,7 @@ class _Message:
 class TimerOps:
     def __init__(self, lock: threading.Lock, commitlog: CommitLog, dispatcher: Dispatcher,
                  handover: Handover, preparer: Preparer, levels: DelayLevels,
-                 append: Append, acknowledge: Acknowledge,
+                 append: Append, append_copies: AppendCopies, acknowledge: Acknowledge,
                  copies_of: Callable[[str], list[CommitLogRecord]]) -> None:
         self._lock = lock
         self._commitlog = commitlog
@@ -95,6 +97,7 @@ class TimerOps:
         self._preparer = preparer
         self._levels = levels
         self._append = append
+        self._append_copies = append_copies
         self._acknowledge = acknowledge
         self._lateness: deque[int] = deque(maxlen=LATENESS_WINDOW)
         self.handed_over = 0
@@ -199,32 +202,34 @@ class TimerOps:
         from its stored bytes when plain), appended with its mark in one write (D9); a
         ``LOCK_CHUNK`` at a time under the writer lock, yielding between chunks."""
         out = TimerHandoverResult()
-        results: list[PutResult] = []
+        stored_at: list[int] = []
+        """The store timestamp of each appended chunk's copies."""
         items: list[Prepared] = []
         oks: list[bool] = []
         traceparents: list[str | None] = []
         end = None
         while True:
             want = min(max_count - len(items), LOCK_CHUNK)
-            taken, chunk_end = self._handover_chunk(now_ms, want, results, items, oks,
+            taken, chunk_end = self._handover_chunk(now_ms, want, stored_at, items, oks,
                                                     traceparents, out)
             end = chunk_end if chunk_end is not None else end
             if taken < want or len(items) >= max_count:
                 break
             time.sleep(0)  # let a thread waiting for the writer lock take it (LOCK_CHUNK)
-        results = self._acknowledge(results, end)
-        for r, item, ok, traceparent in zip(results, items, oks, traceparents, strict=True):
+        self._acknowledge([], end)
+        for stored, item, ok, traceparent in zip(stored_at, items, oks, traceparents,
+                                                 strict=True):
             if ok:
-                late = r.store_timestamp - item.deliver_ts
+                late = stored - item.deliver_ts
                 out.lateness_ms.append(late)
-                out.delivered_messages.append((r.topic, r.msg_id, traceparent, late))
+                out.delivered_messages.append((item.topic, item.uniq_key, traceparent, late))
         out.delivered = len(out.lateness_ms)
-        out.parked = len(results) - out.delivered
+        out.parked = len(items) - out.delivered
         self._lateness.extend(out.lateness_ms)
-        self.handed_over += len(results)
+        self.handed_over += len(items)
         return out
 
-    def _handover_chunk(self, now_ms: int, max_count: int, results: list[PutResult],
+    def _handover_chunk(self, now_ms: int, max_count: int, stored_at: list[int],
                         items: list[Prepared], oks: list[bool],
                         traceparents: list[str | None],
                         out: TimerHandoverResult) -> tuple[int, int | None]:
@@ -241,8 +246,8 @@ class TimerOps:
             entries = [(q, *located[q], deliver_ts) for q, deliver_ts in due]
             self._handover.prepare(TIMER_LEVEL, entries, items, oks, traceparents)
             if len(items) > before:
-                chunk, end = self._append(items[before:])
-                results += chunk
+                stored, end = self._append_copies(items[before:])
+                stored_at.extend([stored] * (len(items) - before))
             timers.confirm()
             out.next_due_at = None if timers.next_due == NO_TIMER else timers.next_due
         return len(items) - before, end
