@@ -60,3 +60,78 @@ def test_a_new_earlier_timer_wakes_a_waiting_hand_over(tmp_path: Path) -> None:
     assert not index.wake.is_set()
     index.add(2, BASE + 1_000)
     assert index.wake.is_set() and index.next_due == BASE + 1_000
+
+
+class _Files:
+    """Counts the directory listings and file opens of the timer index (real files)."""
+
+    def __init__(self) -> None:
+        self.listings = 0
+        self.opens = 0
+
+
+def _counting(monkeypatch, files: _Files) -> None:  # type: ignore[no-untyped-def]
+    import builtins
+    import os
+
+    from clepsydra_store.engine import timer_index
+
+    listdir, open_ = os.listdir, builtins.open
+
+    def counted_listdir(path):  # type: ignore[no-untyped-def]
+        files.listings += 1
+        return listdir(path)
+
+    def counted_open(*args, **kwargs):  # type: ignore[no-untyped-def]
+        files.opens += 1
+        return open_(*args, **kwargs)
+
+    monkeypatch.setattr(timer_index.os, "listdir", counted_listdir)
+    monkeypatch.setattr(timer_index, "open", counted_open, raising=False)
+
+
+def test_a_hand_over_with_nothing_new_lists_no_directory_and_opens_no_slot_file(
+        tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # issue 14: in the steady state a call came every ~2 ms and listed the slot directories
+    # and opened, read and closed the current slot file each time; the index now keeps the
+    # list of slots and reads a slot file again only when add() appended to it
+    index = TimerIndex(tmp_path)
+    live = {q: BASE + 10 * q for q in range(90)}  # one slot
+    for q, ts in live.items():
+        index.add(q, ts)
+    files = _Files()
+    _counting(monkeypatch, files)
+    assert index.due(BASE + 5, 10, _codes(live)) == [(0, BASE)]
+    index.confirm()
+    first = (files.listings, files.opens)
+    for now in range(BASE + 5, BASE + 9):
+        assert index.due(now, 10, _codes(live)) == []
+        index.confirm()
+    assert (files.listings, files.opens) == first  # nothing new: no system call of its own
+    live[90] = BASE + 15
+    index.add(90, BASE + 15)  # appended to the slot read: read again, once
+    live[91] = BASE + 3 * SLOT_MS + 1
+    index.add(91, BASE + 3 * SLOT_MS + 1)  # a new slot: known without a listing
+    assert index.due(BASE + 15, 10, _codes(live)) == [(1, BASE + 10), (90, BASE + 15)]
+    assert files.listings == first[0] and files.opens == first[1] + 1
+    assert list(index.slots()) == [BASE // SLOT_MS, BASE // SLOT_MS + 3]
+    reopened = TimerIndex(tmp_path)  # a restart lists the directories once
+    assert list(reopened.slots()) == [BASE // SLOT_MS, BASE // SLOT_MS + 3]
+
+
+def test_next_due_is_known_only_after_a_confirmed_due(tmp_path: Path) -> None:
+    # issue 14: a hand-over call skips its run while now < next_due, so next_due must be a
+    # lower bound of every pending timer: not after a restart (pairs no add() saw), not
+    # between due() and confirm() (taken pairs whose hand-over may still fail)
+    index = TimerIndex(tmp_path)
+    live = {0: BASE + 100, 1: BASE + 200}
+    for q, ts in live.items():
+        index.add(q, ts)
+    assert not index.next_due_known
+    assert index.due(BASE + 100, 10, _codes(live)) == [(0, BASE + 100)]
+    assert not index.next_due_known and index.next_due == BASE + 200
+    index.confirm()
+    assert index.next_due_known and index.next_due == BASE + 200
+    index.add(2, BASE + 150)  # earlier: lowers the bound, wakes a waiting call
+    assert index.next_due_known and index.next_due == BASE + 150 and index.wake.is_set()
+    assert not TimerIndex(tmp_path).next_due_known  # a restart

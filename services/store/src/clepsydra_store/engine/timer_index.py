@@ -51,7 +51,7 @@ _CACHED_SLOTS = 4
 """Slots whose sorted pairs stay in memory between hand-overs."""
 _MAX_Q = 1 << 62
 _CODES_STEP = 64
-"""Pairs whose codes are asked for at once past the ones a hand-over takes."""
+"""Most pairs whose codes are asked for at once past the ones a hand-over takes."""
 
 
 @dataclass(slots=True)
@@ -66,6 +66,9 @@ class _Slot:
     """``pairs[:start]`` are stale (handed over, cancelled): skipped."""
     taken: int = 0
     """Where the leading pairs stale or taken by the last :meth:`TimerIndex.due` end."""
+    whole: bool = False
+    """Every pair of the file is read: nothing was added to the slot since (the file is
+    written only by :meth:`TimerIndex.add`), so the next load opens no file."""
 
 
 CodesOf = Callable[[list[int]], list[int | None]]
@@ -96,6 +99,18 @@ class TimerIndex:
         """The last slots read, sorted (LRU)."""
         self.next_due: int = NO_TIMER
         """A lower bound of the earliest pending deliver time (NO_TIMER: none known)."""
+        self.next_due_known = False
+        """:attr:`next_due` is a lower bound of every pending timer's time (NO_TIMER: there is
+        none): a confirmed :meth:`due` computed it and only :meth:`add` changed it since. Not
+        so before the first (a restart: pairs on disk that no ``add`` saw) nor between a
+        :meth:`due` and its :meth:`confirm` (taken pairs whose hand-over may fail)."""
+        self._slots: list[int] | None = None
+        """The slot numbers with a file, sorted (listed from disk once, then kept by
+        :meth:`add` and :meth:`unlink`; None: not listed yet)."""
+        self._slot_set: set[int] = set()
+        self._unlinked: list[int] = []
+        """Slots :meth:`unlink` removed (the flush thread), dropped from :attr:`_slots` by the
+        next writer that looks."""
         self.wake = threading.Event()
         """Set when a timer due before :attr:`next_due` is added (a waiting hand-over)."""
 
@@ -103,18 +118,42 @@ class TimerIndex:
     def _path(self, slot: int) -> Path:
         return self.directory / f"{slot * SLOT_MS // HOUR_MS:08d}" / f"{slot:012d}"
 
-    def slots(self) -> Iterator[int]:
-        """Slot numbers with a file, in time order (lists one hour folder at a time)."""
+    def _list(self) -> list[int]:
+        """Slot numbers with a file on disk, in time order."""
         try:
             hours = sorted(int(h) for h in os.listdir(self.directory) if h.isdigit())
         except FileNotFoundError:
-            return
+            return []
+        out: list[int] = []
         for hour in hours:
             try:
                 names = os.listdir(self.directory / f"{hour:08d}")
             except FileNotFoundError:
                 continue
-            yield from sorted(int(n) for n in names if n.isdigit())
+            out.extend(sorted(int(n) for n in names if n.isdigit()))
+        return out
+
+    def _known(self) -> list[int]:
+        """:attr:`_slots` up to date (writer lock): issue 14, the hand-over listed the
+        directories on every call (a dozen system calls a call in the steady state)."""
+        if self._slots is None:
+            self._slots = self._list()
+            self._slot_set = set(self._slots)
+        while self._unlinked:
+            slot = self._unlinked.pop()
+            if slot in self._slot_set:
+                self._slot_set.discard(slot)
+                self._slots.remove(slot)
+        return self._slots
+
+    def slots(self, first: int = 0) -> Iterator[int]:
+        """Slot numbers with a file from ``first`` on, in time order (writer lock: the list
+        must not change while it is walked)."""
+        known = self._known()
+        i = bisect.bisect_left(known, first)
+        while i < len(known):
+            yield known[i]
+            i += 1
 
     # ---- write (writer lock) --------------------------------------------------------------
     def add(self, queue_offset: int, deliver_ts: int) -> None:
@@ -122,6 +161,10 @@ class TimerIndex:
         slot = max(deliver_ts // SLOT_MS, self._floor)
         fd = self._fds.get(slot)
         if fd is None:
+            known = self._known()
+            if slot not in self._slot_set:
+                bisect.insort(known, slot)
+                self._slot_set.add(slot)
             path = self._path(slot)
             if not path.parent.is_dir():
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -138,6 +181,9 @@ class TimerIndex:
             self._fds.move_to_end(slot)
         os.write(fd, PAIR.pack(queue_offset, deliver_ts))
         self._dirty.add(slot)
+        cached = self._cache.get(slot)
+        if cached is not None:
+            cached.whole = False
         if self.next_due == NO_TIMER or deliver_ts < self.next_due:
             self.next_due = deliver_ts
             self.wake.set()
@@ -155,12 +201,15 @@ class TimerIndex:
         self._cache[slot] = cached
         if len(self._cache) > _CACHED_SLOTS:
             self._cache.popitem(last=False)
+        if cached.whole:  # issue 14: no open, seek, read and close of an unchanged file
+            return cached
         try:
             with open(self._path(slot), "rb") as f:
                 f.seek(cached.read)
                 raw = f.read()
         except FileNotFoundError:
             raw = b""
+        cached.whole = len(raw) % PAIR.size == 0
         raw = raw[:len(raw) - len(raw) % PAIR.size]
         if raw:
             cached.read += len(raw)
@@ -192,9 +241,8 @@ class TimerIndex:
         self._proposed = []
         self._taken = []
         self.next_due = NO_TIMER
-        for slot in self.slots():
-            if slot < self._floor:
-                continue
+        self.next_due_known = False
+        for slot in self.slots(self._floor):
             cached = self._load(slot)
             later = self._take(cached, now_ms, max_count - len(out), out, codes_of)
             if cached.taken > cached.start:
@@ -223,11 +271,17 @@ class TimerIndex:
         leading = True
         """Every due pair looked at so far was stale."""
         later: int | None = None
+        step = 1
+        """Pairs past the due ones asked for at once: one, then doubling up to _CODES_STEP
+        (issue 14: the next pair is nearly always live, and each code may be a read)."""
         while pos < len(pairs) and later is None:
             # due pairs: as many as may be taken (and one), no further; past them, the next
             # live pair is looked for a few at a time
-            chunk = pairs[pos:min(last, pos + max(room + 1, _CODES_STEP)) if pos < last
-                          else pos + _CODES_STEP]
+            if pos < last:
+                chunk = pairs[pos:min(last, pos + max(room + 1, _CODES_STEP))]
+            else:
+                chunk = pairs[pos:pos + step]
+                step = min(2 * step, _CODES_STEP)
             codes = codes_of([q for _, q in chunk])
             for i, ((ts, q), code) in enumerate(zip(chunk, codes, strict=True)):
                 if code != ts:  # handed over, cancelled, rescheduled: stale for good
@@ -255,6 +309,7 @@ class TimerIndex:
             if taken > cached.start:
                 cached.start = taken
         self._taken = []
+        self.next_due_known = True
         for slot in self._proposed:
             self._floor = slot + 1
             self._unlinks.append(slot)
@@ -287,6 +342,7 @@ class TimerIndex:
         for slot in slots:
             path = self._path(slot)
             path.unlink(missing_ok=True)
+            self._unlinked.append(slot)
             try:
                 path.parent.rmdir()  # the hour's last slot
             except OSError:
@@ -301,6 +357,9 @@ class TimerIndex:
         self._unlinks = []
         self._cache.clear()
         self.next_due = NO_TIMER
+        self.next_due_known = False
+        self._slots = None
+        self._unlinked = []
 
     def close(self) -> None:
         for fd in self._fds.values():
