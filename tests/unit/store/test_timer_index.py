@@ -127,11 +127,11 @@ def test_next_due_is_known_only_after_a_confirmed_due(tmp_path: Path) -> None:
     live = {0: BASE + 100, 1: BASE + 200}
     for q, ts in live.items():
         index.add(q, ts)
-    assert not index.next_due_known
+    assert index.known_next_due is None
     assert index.due(BASE + 100, 10, _codes(live)) == [(0, BASE + 100)]
-    assert not index.next_due_known and index.next_due == BASE + 200
+    assert index.known_next_due is None and index.next_due == BASE + 200
     index.confirm()
-    assert index.next_due_known and index.next_due == BASE + 200
+    assert index.known_next_due == index.next_due == BASE + 200
     index.add(2, BASE + 150)  # earlier: lowers the bound, wakes a waiting call
-    assert index.next_due_known and index.next_due == BASE + 150 and index.wake.is_set()
-    assert not TimerIndex(tmp_path).next_due_known  # a restart
+    assert index.known_next_due == BASE + 150 and index.wake.is_set()
+    assert TimerIndex(tmp_path).known_next_due is None  # a restart

@@ -99,11 +99,12 @@ class TimerIndex:
         """The last slots read, sorted (LRU)."""
         self.next_due: int = NO_TIMER
         """A lower bound of the earliest pending deliver time (NO_TIMER: none known)."""
-        self.next_due_known = False
-        """:attr:`next_due` is a lower bound of every pending timer's time (NO_TIMER: there is
-        none): a confirmed :meth:`due` computed it and only :meth:`add` changed it since. Not
-        so before the first (a restart: pairs on disk that no ``add`` saw) nor between a
-        :meth:`due` and its :meth:`confirm` (taken pairs whose hand-over may fail)."""
+        self.known_next_due: int | None = None
+        """:attr:`next_due` when it is known to bound every pending timer's time from below
+        (NO_TIMER: there is none), else None: a confirmed :meth:`due` computed it and only
+        :meth:`add` changed it since. Not so before the first (a restart: pairs on disk that
+        no ``add`` saw) nor between a :meth:`due` and its :meth:`confirm` (taken pairs whose
+        hand-over may fail). One attribute, so a reader without the lock sees it whole."""
         self._slots: list[int] | None = None
         """The slot numbers with a file, sorted (listed from disk once, then kept by
         :meth:`add` and :meth:`unlink`; None: not listed yet)."""
@@ -186,6 +187,8 @@ class TimerIndex:
             cached.whole = False
         if self.next_due == NO_TIMER or deliver_ts < self.next_due:
             self.next_due = deliver_ts
+            if self.known_next_due is not None:
+                self.known_next_due = deliver_ts
             self.wake.set()
 
     def read(self, slot: int) -> list[tuple[int, int]]:
@@ -240,8 +243,8 @@ class TimerIndex:
         """Every slot so far is emptied (only a prefix of the slots is ever retired)."""
         self._proposed = []
         self._taken = []
+        self.known_next_due = None
         self.next_due = NO_TIMER
-        self.next_due_known = False
         for slot in self.slots(self._floor):
             cached = self._load(slot)
             later = self._take(cached, now_ms, max_count - len(out), out, codes_of)
@@ -309,7 +312,7 @@ class TimerIndex:
             if taken > cached.start:
                 cached.start = taken
         self._taken = []
-        self.next_due_known = True
+        self.known_next_due = self.next_due
         for slot in self._proposed:
             self._floor = slot + 1
             self._unlinks.append(slot)
@@ -357,7 +360,7 @@ class TimerIndex:
         self._unlinks = []
         self._cache.clear()
         self.next_due = NO_TIMER
-        self.next_due_known = False
+        self.known_next_due = None
         self._slots = None
         self._unlinked = []
 

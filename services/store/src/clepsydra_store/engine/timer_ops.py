@@ -122,7 +122,7 @@ class TimerOps:
             # that came right after the last one, a wait woken before the due millisecond):
             # each run takes the writer lock and reads codes. Read after the clear: add() of
             # an earlier timer lowers next_due, then sets the event.
-            next_due: int | None = timers.next_due if timers.next_due_known else None
+            next_due = timers.known_next_due
             if next_due == NO_TIMER:
                 next_due = None  # known: no timer pending; an add() wakes the wait
             elif next_due is None or next_due <= now():
