@@ -135,3 +135,22 @@ def test_next_due_is_known_only_after_a_confirmed_due(tmp_path: Path) -> None:
     index.add(2, BASE + 150)  # earlier: lowers the bound, wakes a waiting call
     assert index.known_next_due == BASE + 150 and index.wake.is_set()
     assert TimerIndex(tmp_path).known_next_due is None  # a restart
+
+
+def test_slots_across_hours_stay_right_with_a_few_hours_listed_in_memory(
+        tmp_path: Path) -> None:
+    # issue 14: the listings kept in memory are a few hours' (memory bounded however far ahead
+    # timers are); an hour walked again, or added to after its listing was dropped, is right
+    hour_slots = 3_600_000 // SLOT_MS
+    index = TimerIndex(tmp_path)
+    first = BASE // SLOT_MS
+    wanted = [first + h * hour_slots + k for h in range(5) for k in (0, 7)]
+    for q, slot in enumerate(wanted):
+        index.add(q, slot * SLOT_MS)
+    assert list(index.slots()) == wanted  # five hours walked, two kept listed
+    late = first + 1 * hour_slots + 3  # an hour whose listing was dropped
+    index.add(99, late * SLOT_MS)
+    assert list(index.slots()) == sorted([*wanted, late])
+    assert list(index.slots(first + 2 * hour_slots + 1)) == sorted(
+        s for s in [*wanted, late] if s > first + 2 * hour_slots)
+    assert list(TimerIndex(tmp_path).slots()) == sorted([*wanted, late])

@@ -50,6 +50,8 @@ NO_TIMER = -1
 _CACHED_SLOTS = 4
 """Slots whose sorted pairs stay in memory between hand-overs."""
 _MAX_Q = 1 << 62
+_LISTED_HOURS = 2
+"""Hour folders whose slot listing stays in memory (the hand-over walks the first one or two)."""
 _CODES_STEP = 64
 """Most pairs whose codes are asked for at once past the ones a hand-over takes."""
 
@@ -105,12 +107,15 @@ class TimerIndex:
         :meth:`add` changed it since. Not so before the first (a restart: pairs on disk that
         no ``add`` saw) nor between a :meth:`due` and its :meth:`confirm` (taken pairs whose
         hand-over may fail). One attribute, so a reader without the lock sees it whole."""
-        self._slots: list[int] | None = None
-        """The slot numbers with a file, sorted (listed from disk once, then kept by
-        :meth:`add` and :meth:`unlink`; None: not listed yet)."""
-        self._slot_set: set[int] = set()
+        self._hours: list[int] | None = None
+        """Hour folders, sorted (listed from disk once, then kept by :meth:`add`; those below
+        the floor's hour dropped; None: not listed yet)."""
+        self._listed: OrderedDict[int, list[int]] = OrderedDict()
+        """hour -> its slot numbers with a file, sorted, for the last hours walked (LRU, kept
+        by :meth:`add` and :meth:`unlink`): memory bounded by a few hours' slots, however far
+        ahead timers are."""
         self._unlinked: list[int] = []
-        """Slots :meth:`unlink` removed (the flush thread), dropped from :attr:`_slots` by the
+        """Slots :meth:`unlink` removed (the flush thread), dropped from :attr:`_listed` by the
         next writer that looks."""
         self.wake = threading.Event()
         """Set when a timer due before :attr:`next_due` is added (a waiting hand-over)."""
@@ -119,41 +124,53 @@ class TimerIndex:
     def _path(self, slot: int) -> Path:
         return self.directory / f"{slot * SLOT_MS // HOUR_MS:08d}" / f"{slot:012d}"
 
-    def _list(self) -> list[int]:
-        """Slot numbers with a file on disk, in time order."""
-        try:
-            hours = sorted(int(h) for h in os.listdir(self.directory) if h.isdigit())
-        except FileNotFoundError:
-            return []
-        out: list[int] = []
-        for hour in hours:
+    def _known_hours(self) -> list[int]:
+        """The hour folders from the floor's hour on, and the listings up to date (writer
+        lock). Issue 14: the hand-over listed the folders on every call (a dozen system
+        calls a call in the steady state); now a folder is listed when first walked."""
+        if self._hours is None:
+            try:
+                self._hours = sorted(int(h) for h in os.listdir(self.directory) if h.isdigit())
+            except FileNotFoundError:
+                self._hours = []
+        hours = self._hours
+        while self._unlinked:
+            slot = self._unlinked.pop()
+            listed = self._listed.get(slot * SLOT_MS // HOUR_MS)
+            if listed is not None:
+                i = bisect.bisect_left(listed, slot)
+                if i < len(listed) and listed[i] == slot:
+                    del listed[i]
+        below = bisect.bisect_left(hours, self._floor * SLOT_MS // HOUR_MS)
+        if below:  # nothing is added below the floor: those folders are empty or going
+            del hours[:below]
+        return hours
+
+    def _hour_slots(self, hour: int) -> list[int]:
+        listed = self._listed.pop(hour, None)
+        if listed is None:
             try:
                 names = os.listdir(self.directory / f"{hour:08d}")
             except FileNotFoundError:
-                continue
-            out.extend(sorted(int(n) for n in names if n.isdigit()))
-        return out
-
-    def _known(self) -> list[int]:
-        """:attr:`_slots` up to date (writer lock): issue 14, the hand-over listed the
-        directories on every call (a dozen system calls a call in the steady state)."""
-        if self._slots is None:
-            self._slots = self._list()
-            self._slot_set = set(self._slots)
-        while self._unlinked:
-            slot = self._unlinked.pop()
-            if slot in self._slot_set:
-                self._slot_set.discard(slot)
-                self._slots.remove(slot)
-        return self._slots
+                names = []
+            listed = sorted(int(n) for n in names if n.isdigit())
+        self._listed[hour] = listed
+        if len(self._listed) > _LISTED_HOURS:
+            self._listed.popitem(last=False)
+        return listed
 
     def slots(self, first: int = 0) -> Iterator[int]:
-        """Slot numbers with a file from ``first`` on, in time order (writer lock: the list
-        must not change while it is walked)."""
-        known = self._known()
-        i = bisect.bisect_left(known, first)
-        while i < len(known):
-            yield known[i]
+        """Slot numbers with a file from ``first`` on, in time order (writer lock: nothing
+        is added while they are walked)."""
+        hours = self._known_hours()
+        first_hour = first * SLOT_MS // HOUR_MS
+        i = bisect.bisect_left(hours, first_hour)
+        while i < len(hours):
+            listed = self._hour_slots(hours[i])
+            j = bisect.bisect_left(listed, first) if hours[i] == first_hour else 0
+            while j < len(listed):
+                yield listed[j]
+                j += 1
             i += 1
 
     # ---- write (writer lock) --------------------------------------------------------------
@@ -162,10 +179,7 @@ class TimerIndex:
         slot = max(deliver_ts // SLOT_MS, self._floor)
         fd = self._fds.get(slot)
         if fd is None:
-            known = self._known()
-            if slot not in self._slot_set:
-                bisect.insort(known, slot)
-                self._slot_set.add(slot)
+            self._note(slot)
             path = self._path(slot)
             if not path.parent.is_dir():
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -190,6 +204,19 @@ class TimerIndex:
             if self.known_next_due is not None:
                 self.known_next_due = deliver_ts
             self.wake.set()
+
+    def _note(self, slot: int) -> None:
+        """A slot file is (perhaps newly) open for appending: in the known hours' lists."""
+        hours = self._known_hours()
+        hour = slot * SLOT_MS // HOUR_MS
+        i = bisect.bisect_left(hours, hour)
+        if i == len(hours) or hours[i] != hour:
+            hours.insert(i, hour)
+        listed = self._listed.get(hour)
+        if listed is not None:
+            j = bisect.bisect_left(listed, slot)
+            if j == len(listed) or listed[j] != slot:
+                listed.insert(j, slot)
 
     def read(self, slot: int) -> list[tuple[int, int]]:
         """The pairs of a slot as (queue offset, deliver ts), first of each queue offset only,
@@ -361,7 +388,8 @@ class TimerIndex:
         self._cache.clear()
         self.next_due = NO_TIMER
         self.known_next_due = None
-        self._slots = None
+        self._hours = None
+        self._listed.clear()
         self._unlinked = []
 
     def close(self) -> None:
