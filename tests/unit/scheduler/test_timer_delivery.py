@@ -79,3 +79,39 @@ def test_the_run_period_ends_with_the_lease_held_for_the_successor() -> None:
                            clock).run("t1")
     assert report.outcome is RunOutcome.RUN_ENDED and lease.holder == "t1"
     assert TimerConfig(lease_ms=10_000).wait_ms == 1_000  # a call waits well inside the lease
+
+
+class CountingLease(FakeLease):
+    def __init__(self) -> None:
+        super().__init__()
+        self.renewals = 0
+
+    def renew(self, token: str, ttl_ms: int) -> bool:
+        self.renewals += 1
+        return super().renew(token, ttl_ms)
+
+
+def test_the_lease_is_renewed_once_a_third_of_it_has_passed_not_before_every_call() -> None:
+    # issue 14 (SPEC D1): while timers fall due a call returns within a millisecond, so a
+    # renewal before every call was a Redis round trip per call; now one per third of the
+    # lease, and a lost lease still ends the run at the next renewal
+    clock = FakeClock()
+    store = FakeTimers(clock, [1] * 9_000, fail=set())  # 9 s of calls, 1 ms each
+    lease = CountingLease()
+    report = TimerDelivery(TimerConfig(lease_ms=3_000, run_s=3_600), store, lease,
+                           clock).run("t1")
+    assert report.handovers == 9_000 and report.delivered == 9_000
+    assert lease.renewals == report.renewals == 8  # at 1 s, 2 s, ... 8 s; not 9,000
+    assert TimerConfig(lease_ms=3_000).renew_ms + TimerConfig(lease_ms=3_000).wait_ms < 3_000
+
+
+def test_a_lease_taken_over_is_noticed_at_the_next_renewal() -> None:
+    # SPEC D1: fencing kept; the run stops calling once its lease is someone else's
+    clock = FakeClock()
+    store = FakeTimers(clock, [1] * 5_000, fail=set())
+    lease = FakeLease()
+    clock.at(clock.now + 1_500, lambda: setattr(lease, "holder", "other"))
+    report = TimerDelivery(TimerConfig(lease_ms=3_000, run_s=3_600), store, lease,
+                           clock).run("t1")
+    assert report.outcome is RunOutcome.LEASE_LOST
+    assert 1_500 <= store.calls <= 2_000  # the renewal due at 2,000 ms found it lost

@@ -374,3 +374,32 @@ def test_reschedules_racing_the_hand_over_deliver_each_message_once(
     for m in copies:
         first_entry = m.properties[P.SCHEDULE_OFFSET] == f"0:{int(m.body)}"
         assert first_entry == (answers[m.msg_id] == "delivered"), m.msg_id
+
+
+def test_a_waiting_hand_over_runs_only_when_something_can_be_due(
+        open_store: OpenStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 14 (SPEC T1): while timers fall due a call came every ~2 ms and ran the hand-over
+    # (writer lock, the index, the codes) on arrival and again after each wait, with a 1 ms
+    # floor; now a call runs it only once the index's known next due time has come (an
+    # earlier timer added wakes the wait), and it waits until that millisecond, never early
+    store = _store(open_store)
+    runs: list[int] = []
+    handover = store.timers.handover
+
+    def counted(now_ms: int, max_count: int):  # type: ignore[no-untyped-def]
+        runs.append(now_ms)
+        return handover(now_ms, max_count)
+
+    monkeypatch.setattr(store.timers, "handover", counted)
+    assert store.timers.handover_wait(10, 20, _now).delivered == 0
+    assert len(runs) == 1  # the first: nothing known yet (a restart leaves pairs on disk)
+    assert store.timers.handover_wait(10, 20, _now).delivered == 0
+    assert len(runs) == 1  # known: no timer at all; the wait ran nothing
+    base = _now()
+    store.put_batch([PutRequest(TOPIC, b"a", deliver_at=base + 150),
+                     PutRequest(TOPIC, b"b", deliver_at=base + 300)])
+    for at in (base + 150, base + 300):
+        result = store.timers.handover_wait(10, 5_000, _now)
+        assert result.delivered == 1 and min(result.lateness_ms) >= 0  # never early
+        assert runs[-1] >= at
+    assert len(runs) == 3  # one run a timer, none on arrival or at a wake before its time

@@ -6,7 +6,8 @@ A run holds the timers' lease (``naming.TIMER_LEASE_KEY``) and calls the store's
 hand-over in a loop. The call waits in the store, up to ``wait_ms``, until the next timer falls
 due (or one due earlier is parked), so the run needs no clock of its own to be on time: the
 store hands each timer over as soon as it is due and never before. Between calls the lease is
-renewed; a failed call waits ``backoff_s`` (D6) and tries again (nothing is skipped: the store
+renewed once a third of it has passed (``TimerConfig.renew_ms``; issue 14: not before every
+call); a failed call waits ``backoff_s`` (D6) and tries again (nothing is skipped: the store
 keeps every pending timer). After ``run_s`` the run ends with the lease held, for its successor
 to adopt (the same chaining as the levels).
 """
@@ -50,6 +51,15 @@ class TimerConfig:
     backoff_s: float = 10.0
 
     @property
+    def renew_ms(self) -> int:
+        """The lease is renewed once a third of it has passed since it was last taken or
+        renewed (issue 14: not before every call, ~530 Redis round trips a second while timers
+        fall due). A call waits at most :attr:`wait_ms` (a quarter of the lease), so a run
+        renews with over a third of its lease left; the hand-over itself is exactly-once in
+        the store (D9), the lease only keeps one run calling (D1)."""
+        return self.lease_ms // 3
+
+    @property
     def wait_ms(self) -> int:
         """How long one hand-over call may wait in the store: well inside the lease."""
         return max(1, min(1_000, self.lease_ms // 4))
@@ -62,6 +72,7 @@ class TimerRunReport:
     delivered: int = 0
     parked: int = 0
     handovers: int = 0
+    renewals: int = 0
     store_failures: int = 0
     max_lateness_ms: int = 0
 
@@ -92,6 +103,7 @@ class TimerDelivery:
             logger.warning("timers: lease not taken: %s", exc.message)
             return report
         end = time.monotonic() + cfg.run_s
+        renewed = self._clock.now_ms()
         while True:
             if self._clock.stopping():
                 self.release()
@@ -100,14 +112,18 @@ class TimerDelivery:
             if time.monotonic() >= end:
                 report.outcome = RunOutcome.RUN_ENDED
                 break
-            try:
-                if not self._lease.renew(report.token, cfg.lease_ms):
-                    report.outcome = RunOutcome.LEASE_LOST
-                    break
-            except LevelStateUnavailable as exc:
-                logger.warning("timers: lease not renewed: %s", exc.message)
-                self._clock.wait(min(cfg.backoff_s, cfg.lease_ms / 3_000))
-                continue
+            since = self._clock.now_ms() - renewed
+            if since >= cfg.renew_ms or since < 0:  # (< 0: the wall clock stepped back)
+                try:
+                    if not self._lease.renew(report.token, cfg.lease_ms):
+                        report.outcome = RunOutcome.LEASE_LOST
+                        break
+                except LevelStateUnavailable as exc:
+                    logger.warning("timers: lease not renewed: %s", exc.message)
+                    self._clock.wait(min(cfg.backoff_s, cfg.lease_ms / 3_000))
+                    continue
+                renewed = self._clock.now_ms()
+                report.renewals += 1
             self._handover()
         if report.delivered or report.parked or report.store_failures:
             logger.info("run finished timers delivered=%d parked=%d handovers=%d "

@@ -50,8 +50,10 @@ NO_TIMER = -1
 _CACHED_SLOTS = 4
 """Slots whose sorted pairs stay in memory between hand-overs."""
 _MAX_Q = 1 << 62
+_LISTED_HOURS = 2
+"""Hour folders whose slot listing stays in memory (the hand-over walks the first one or two)."""
 _CODES_STEP = 64
-"""Pairs whose codes are asked for at once past the ones a hand-over takes."""
+"""Most pairs whose codes are asked for at once past the ones a hand-over takes."""
 
 
 @dataclass(slots=True)
@@ -66,6 +68,9 @@ class _Slot:
     """``pairs[:start]`` are stale (handed over, cancelled): skipped."""
     taken: int = 0
     """Where the leading pairs stale or taken by the last :meth:`TimerIndex.due` end."""
+    whole: bool = False
+    """Every pair of the file is read: nothing was added to the slot since (the file is
+    written only by :meth:`TimerIndex.add`), so the next load opens no file."""
 
 
 CodesOf = Callable[[list[int]], list[int | None]]
@@ -96,6 +101,22 @@ class TimerIndex:
         """The last slots read, sorted (LRU)."""
         self.next_due: int = NO_TIMER
         """A lower bound of the earliest pending deliver time (NO_TIMER: none known)."""
+        self.known_next_due: int | None = None
+        """:attr:`next_due` when it is known to bound every pending timer's time from below
+        (NO_TIMER: there is none), else None: a confirmed :meth:`due` computed it and only
+        :meth:`add` changed it since. Not so before the first (a restart: pairs on disk that
+        no ``add`` saw) nor between a :meth:`due` and its :meth:`confirm` (taken pairs whose
+        hand-over may fail). One attribute, so a reader without the lock sees it whole."""
+        self._hours: list[int] | None = None
+        """Hour folders, sorted (listed from disk once, then kept by :meth:`add`; those below
+        the floor's hour dropped; None: not listed yet)."""
+        self._listed: OrderedDict[int, list[int]] = OrderedDict()
+        """hour -> its slot numbers with a file, sorted, for the last hours walked (LRU, kept
+        by :meth:`add` and :meth:`unlink`): memory bounded by a few hours' slots, however far
+        ahead timers are."""
+        self._unlinked: list[int] = []
+        """Slots :meth:`unlink` removed (the flush thread), dropped from :attr:`_listed` by the
+        next writer that looks."""
         self.wake = threading.Event()
         """Set when a timer due before :attr:`next_due` is added (a waiting hand-over)."""
 
@@ -103,18 +124,54 @@ class TimerIndex:
     def _path(self, slot: int) -> Path:
         return self.directory / f"{slot * SLOT_MS // HOUR_MS:08d}" / f"{slot:012d}"
 
-    def slots(self) -> Iterator[int]:
-        """Slot numbers with a file, in time order (lists one hour folder at a time)."""
-        try:
-            hours = sorted(int(h) for h in os.listdir(self.directory) if h.isdigit())
-        except FileNotFoundError:
-            return
-        for hour in hours:
+    def _known_hours(self) -> list[int]:
+        """The hour folders from the floor's hour on, and the listings up to date (writer
+        lock). Issue 14: the hand-over listed the folders on every call (a dozen system
+        calls a call in the steady state); now a folder is listed when first walked."""
+        if self._hours is None:
+            try:
+                self._hours = sorted(int(h) for h in os.listdir(self.directory) if h.isdigit())
+            except FileNotFoundError:
+                self._hours = []
+        hours = self._hours
+        while self._unlinked:
+            slot = self._unlinked.pop()
+            listed = self._listed.get(slot * SLOT_MS // HOUR_MS)
+            if listed is not None:
+                i = bisect.bisect_left(listed, slot)
+                if i < len(listed) and listed[i] == slot:
+                    del listed[i]
+        below = bisect.bisect_left(hours, self._floor * SLOT_MS // HOUR_MS)
+        if below:  # nothing is added below the floor: those folders are empty or going
+            del hours[:below]
+        return hours
+
+    def _hour_slots(self, hour: int) -> list[int]:
+        listed = self._listed.pop(hour, None)
+        if listed is None:
             try:
                 names = os.listdir(self.directory / f"{hour:08d}")
             except FileNotFoundError:
-                continue
-            yield from sorted(int(n) for n in names if n.isdigit())
+                names = []
+            listed = sorted(int(n) for n in names if n.isdigit())
+        self._listed[hour] = listed
+        if len(self._listed) > _LISTED_HOURS:
+            self._listed.popitem(last=False)
+        return listed
+
+    def slots(self, first: int = 0) -> Iterator[int]:
+        """Slot numbers with a file from ``first`` on, in time order (writer lock: nothing
+        is added while they are walked)."""
+        hours = self._known_hours()
+        first_hour = first * SLOT_MS // HOUR_MS
+        i = bisect.bisect_left(hours, first_hour)
+        while i < len(hours):
+            listed = self._hour_slots(hours[i])
+            j = bisect.bisect_left(listed, first) if hours[i] == first_hour else 0
+            while j < len(listed):
+                yield listed[j]
+                j += 1
+            i += 1
 
     # ---- write (writer lock) --------------------------------------------------------------
     def add(self, queue_offset: int, deliver_ts: int) -> None:
@@ -122,6 +179,7 @@ class TimerIndex:
         slot = max(deliver_ts // SLOT_MS, self._floor)
         fd = self._fds.get(slot)
         if fd is None:
+            self._note(slot)
             path = self._path(slot)
             if not path.parent.is_dir():
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -138,9 +196,27 @@ class TimerIndex:
             self._fds.move_to_end(slot)
         os.write(fd, PAIR.pack(queue_offset, deliver_ts))
         self._dirty.add(slot)
+        cached = self._cache.get(slot)
+        if cached is not None:
+            cached.whole = False
         if self.next_due == NO_TIMER or deliver_ts < self.next_due:
             self.next_due = deliver_ts
+            if self.known_next_due is not None:
+                self.known_next_due = deliver_ts
             self.wake.set()
+
+    def _note(self, slot: int) -> None:
+        """A slot file is (perhaps newly) open for appending: in the known hours' lists."""
+        hours = self._known_hours()
+        hour = slot * SLOT_MS // HOUR_MS
+        i = bisect.bisect_left(hours, hour)
+        if i == len(hours) or hours[i] != hour:
+            hours.insert(i, hour)
+        listed = self._listed.get(hour)
+        if listed is not None:
+            j = bisect.bisect_left(listed, slot)
+            if j == len(listed) or listed[j] != slot:
+                listed.insert(j, slot)
 
     def read(self, slot: int) -> list[tuple[int, int]]:
         """The pairs of a slot as (queue offset, deliver ts), first of each queue offset only,
@@ -155,12 +231,15 @@ class TimerIndex:
         self._cache[slot] = cached
         if len(self._cache) > _CACHED_SLOTS:
             self._cache.popitem(last=False)
+        if cached.whole:  # issue 14: no open, seek, read and close of an unchanged file
+            return cached
         try:
             with open(self._path(slot), "rb") as f:
                 f.seek(cached.read)
                 raw = f.read()
         except FileNotFoundError:
             raw = b""
+        cached.whole = len(raw) % PAIR.size == 0
         raw = raw[:len(raw) - len(raw) % PAIR.size]
         if raw:
             cached.read += len(raw)
@@ -191,10 +270,9 @@ class TimerIndex:
         """Every slot so far is emptied (only a prefix of the slots is ever retired)."""
         self._proposed = []
         self._taken = []
+        self.known_next_due = None
         self.next_due = NO_TIMER
-        for slot in self.slots():
-            if slot < self._floor:
-                continue
+        for slot in self.slots(self._floor):
             cached = self._load(slot)
             later = self._take(cached, now_ms, max_count - len(out), out, codes_of)
             if cached.taken > cached.start:
@@ -223,11 +301,17 @@ class TimerIndex:
         leading = True
         """Every due pair looked at so far was stale."""
         later: int | None = None
+        step = 1
+        """Pairs past the due ones asked for at once: one, then doubling up to _CODES_STEP
+        (issue 14: the next pair is nearly always live, and each code may be a read)."""
         while pos < len(pairs) and later is None:
             # due pairs: as many as may be taken (and one), no further; past them, the next
             # live pair is looked for a few at a time
-            chunk = pairs[pos:min(last, pos + max(room + 1, _CODES_STEP)) if pos < last
-                          else pos + _CODES_STEP]
+            if pos < last:
+                chunk = pairs[pos:min(last, pos + max(room + 1, _CODES_STEP))]
+            else:
+                chunk = pairs[pos:pos + step]
+                step = min(2 * step, _CODES_STEP)
             codes = codes_of([q for _, q in chunk])
             for i, ((ts, q), code) in enumerate(zip(chunk, codes, strict=True)):
                 if code != ts:  # handed over, cancelled, rescheduled: stale for good
@@ -255,6 +339,7 @@ class TimerIndex:
             if taken > cached.start:
                 cached.start = taken
         self._taken = []
+        self.known_next_due = self.next_due
         for slot in self._proposed:
             self._floor = slot + 1
             self._unlinks.append(slot)
@@ -287,6 +372,7 @@ class TimerIndex:
         for slot in slots:
             path = self._path(slot)
             path.unlink(missing_ok=True)
+            self._unlinked.append(slot)
             try:
                 path.parent.rmdir()  # the hour's last slot
             except OSError:
@@ -301,6 +387,10 @@ class TimerIndex:
         self._unlinks = []
         self._cache.clear()
         self.next_due = NO_TIMER
+        self.known_next_due = None
+        self._hours = None
+        self._listed.clear()
+        self._unlinked = []
 
     def close(self) -> None:
         for fd in self._fds.values():

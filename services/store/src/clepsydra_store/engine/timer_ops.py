@@ -114,15 +114,29 @@ class TimerOps:
         time (or for a timer parked due before it) and try again: the scheduler's call
         returns when there is something to hand over, never early (T1)."""
         deadline = time.monotonic() + wait_ms / 1000
-        wake = self._disp.timers.wake
+        timers = self._disp.timers
+        wake = timers.wake
         while True:
             wake.clear()
-            result = self.handover(now(), max_count)
+            # issue 14: no hand-over run while the index knows nothing can be due yet (a call
+            # that came right after the last one, a wait woken before the due millisecond):
+            # each run takes the writer lock and reads codes. Read after the clear: add() of
+            # an earlier timer lowers next_due, then sets the event.
+            next_due = timers.known_next_due
+            if next_due == NO_TIMER:
+                next_due = None  # known: no timer pending; an add() wakes the wait
+            elif next_due is None or next_due <= now():
+                result = self.handover(now(), max_count)
+                if result.delivered or result.parked:
+                    return result
+                next_due = result.next_due_at
             remaining = deadline - time.monotonic()
-            if result.delivered or result.parked or remaining <= 0:
-                return result
-            if result.next_due_at is not None:
-                remaining = min(remaining, max(0.001, (result.next_due_at - now()) / 1000))
+            if remaining <= 0:
+                return TimerHandoverResult(next_due_at=next_due)
+            if next_due is not None:
+                # until the due millisecond begins, not a millisecond floor past it; a wake
+                # a hair early runs nothing (above), so never early (T1)
+                remaining = min(remaining, max(0.0, next_due / 1000 - time.time_ns() / 1e9))
             wake.wait(remaining)
 
     def target(self, deliver_at: int | None, delay_ms: int | None) -> int:
