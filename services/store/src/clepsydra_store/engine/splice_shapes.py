@@ -25,7 +25,7 @@ holes that overlap, a shape that does not check out) is parsed whole by the code
 from __future__ import annotations
 
 import struct
-from itertools import pairwise
+from collections.abc import Callable
 
 from clepsydra_core import properties as P
 from clepsydra_core.properties import NAME_LEN, VALUE_LEN, name_field
@@ -63,16 +63,18 @@ Fields = tuple[list[bytes], dict[str, str], str, str | None]
 holes of a block of a known shape; its ``UNIQ_KEY``; its ``TRACEPARENT`` or None)."""
 
 
-def _hole(block: bytes, name: bytes) -> _Hole | None:
+def _hole(block: bytes, name: bytes,
+          _value_len: Callable[[bytes, int], tuple[int]] = VALUE_LEN.unpack_from
+          ) -> _Hole | None:
     """The first ``name`` field of ``block``, if its value lies in the block."""
     p = block.find(name)
     if p < 0:
         return None
     start = p + len(name)
-    if start + VALUE_LEN.size > len(block):
+    try:
+        end = start + VALUE_LEN.size + _value_len(block, start)[0]
+    except struct.error:  # (its value_len past the block's end)
         return None
-    (length,) = VALUE_LEN.unpack_from(block, start)
-    end = start + VALUE_LEN.size + length
     return (p, start, end) if end <= len(block) else None
 
 
@@ -101,10 +103,9 @@ class SpliceShapes:
             return _whole(splice_template(block), level, queue_offset, deliver_ts)
         trace = _hole(block, _TRACE)
         deliver_at = _hole(block, _DELIVER_AT)
-        holes = _ordered(uniq, trace, deliver_at)
-        if holes is None:  # one inside another's value
+        key = _shape_key(block, uniq, trace, deliver_at)
+        if key is None:  # one inside another's value
             return _whole(splice_template(block), level, queue_offset, deliver_ts)
-        key = _key(block, holes)
         shape = self._shapes.get(key)
         if shape is None:
             template = splice_template(block)
@@ -115,7 +116,7 @@ class SpliceShapes:
                 self._seen.discard(key)
                 if len(self._shapes) >= _MAX_SHAPES:
                     self._shapes.clear()
-                self._shapes[key] = _learn(block, holes, template)
+                self._shapes[key] = _learn(block, uniq, trace, deliver_at, template)
             else:
                 if len(self._seen) >= _MAX_SHAPES:
                     self._seen.clear()
@@ -138,32 +139,31 @@ class SpliceShapes:
         return fields, values, uniq_value, trace_value
 
 
-def _ordered(uniq: _Hole, trace: _Hole | None, deliver_at: _Hole | None
-             ) -> list[tuple[int, _Hole]] | None:
-    """The holes of a block (with their marks) in the order they lie in it, or None when one
-    lies inside another's value."""
-    holes = [(_UNIQ_MARK, uniq)]
-    if trace is not None:
-        holes.append((_TRACE_MARK, trace))
-    if deliver_at is not None:
-        holes.append((_DELIVER_AT_MARK, deliver_at))
-    holes.sort(key=lambda hole: hole[1][0])
-    for (_, before), (_, after) in pairwise(holes):
-        if before[2] > after[0]:
-            return None
-    return holes
-
-
-def _key(block: bytes, holes: list[tuple[int, _Hole]]) -> tuple[object, ...]:
-    """The shape of ``block`` with its ``holes`` (:func:`_ordered`): which hole starts where,
-    and the bytes around their ``value_len | value``."""
-    key: list[object] = [(mark, hole[0]) for mark, hole in holes]
-    run = 0
-    for _, (_, start, end) in holes:
-        key.append(block[run:start])
-        run = end
-    key.append(block[run:])
-    return tuple(key)
+def _shape_key(block: bytes, uniq: _Hole, trace: _Hole | None, deliver_at: _Hole | None
+               ) -> tuple[object, ...] | None:
+    """The shape of ``block`` with its holes: where each hole starts (-1: none) and the bytes
+    around their ``value_len | value``; None when one lies inside another's value."""
+    if trace is None:
+        if deliver_at is None:
+            return uniq[0], -1, -1, block[:uniq[1]], block[uniq[2]:]
+        other, at = deliver_at, (uniq[0], -1, deliver_at[0])
+    elif deliver_at is None:
+        other, at = trace, (uniq[0], trace[0], -1)
+    else:  # all three
+        key: list[object] = [uniq[0], trace[0], deliver_at[0]]
+        run = 0
+        for p, start, end in sorted((uniq, trace, deliver_at)):  # by where they start
+            if p < run:
+                return None
+            key.append(block[run:start])
+            run = end
+        key.append(block[run:])
+        return tuple(key)
+    # two holes (a timer's UNIQ_KEY and DELIVER_AT, an SDK message's UNIQ_KEY and TRACEPARENT)
+    first, second = (uniq, other) if uniq[0] < other[0] else (other, uniq)
+    if first[2] > second[0]:
+        return None
+    return (*at, block[:first[1]], block[first[2]:second[1]], block[second[2]:])
 
 
 def _whole(template: SpliceTemplate | None, level: int, queue_offset: int, deliver_ts: int
@@ -209,12 +209,14 @@ def _cut(pieces: list[bytes | int], own: bytes, mark: int) -> bool:
     return True
 
 
-def _learn(block: bytes, holes: list[tuple[int, _Hole]],
+def _learn(block: bytes, uniq: _Hole, trace: _Hole | None, deliver_at: _Hole | None,
            template: SpliceTemplate) -> _Shape | None:
-    """The shape of ``block`` (its ``holes``, :func:`_ordered`), or None when it does not
+    """The shape of ``block`` (its holes, apart), or None when it does not
     check out: a hole's name field not at a field boundary, a kept hole's value not found
     whole exactly once in the template's static pieces, or other values of other lengths, put
     in their places, not giving what the codec gives for the block holding them."""
+    holes = sorted(((mark, hole) for mark, hole in enumerate((uniq, trace, deliver_at))
+                    if hole is not None), key=lambda marked: marked[1])
     if not all(_boundary(block, hole[0]) for _, hole in holes):
         return None
     t0, offset_first, t1, t2, values = template
