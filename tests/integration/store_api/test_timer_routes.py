@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from flask import Flask
+from flask import Flask, request
 from flask.testing import FlaskClient
 
 from clepsydra_core import naming
@@ -22,6 +22,8 @@ from clepsydra_core.wire.timers import (
 from tests.integration.store_api.helpers import TOPIC, assert_error
 
 pytestmark = pytest.mark.integration
+
+ADMIN = "clp_admin-token-for-the-lean-hand-over-test-0001"
 
 PRODUCE = f"/v1/topics/{TOPIC}/messages"
 BATCH = f"/v1/topics/{TOPIC}/messages/batch"
@@ -125,3 +127,60 @@ def test_timer_handover_waits_for_the_next_due_time(client: FlaskClient) -> None
     answer = client.post(HANDOVER, json={"max": 10, "waitMs": 2_000}).get_json()
     assert answer["delivered"] == 1 and answer["latenessMs"][0] >= 0
     assert_error(client.post(HANDOVER, json={"max": 0}), 400, "INVALID_REQUEST")
+
+
+def _answers(app: Flask, seen: list[str | None]) -> list[tuple[int, dict[str, object]]]:
+    """The hand-over's answers of one app: due timers handed over, a strict body refused, a body
+    over the size limit, metrics counted; each only after Flask's hooks ran or did not."""
+    client = app.test_client()
+    assert client.post("/v1/topics", json={"name": TOPIC, "queues": 2}).status_code == 201
+    client.post(PRODUCE, json={"body": "due", "deliverAt": 1})
+    seen.clear()
+    out = []
+    for body in ({"max": 10}, {"max": 10, "bogus": 1}, {"max": 10, "waitMs": "x" * 3000},
+                 {"max": 10}):
+        resp = client.post(HANDOVER, json=body)
+        answer = resp.get_json()
+        answer.pop("latenessMs", None)
+        answer.pop("nextDueAt", None)
+        out.append((resp.status_code, answer))
+    metrics = client.get("/metrics").get_data(as_text=True)
+    counted = [line.split("} ")[1] for line in metrics.splitlines() if line.startswith(
+        'clepsydra_store_requests_total{operation="timer_handover",status=')]
+    out.append((0, {"counted": counted}))
+    return out
+
+
+def test_the_lean_path_answers_the_timer_handover(make_app: object) -> None:
+    # issue 14 (leanhand): the scheduler's POST /v1/schedule/timers/handover is answered below
+    # Flask by the store's lean path (Flask's hooks do not run for it) with the answers Flask's
+    # view gives: the hand-over (T1, D9: once), 400 for an unknown field, 413 over the size
+    # limit, the request metrics; read-only store refused (R2); access control (401, 403 for
+    # a token without SCHEDULE_HANDOVER, issue 16)
+    assert callable(make_app)
+    results = {}
+    for fast in ("true", "false"):
+        app: Flask = make_app(CLEPSYDRA_STORE_FAST_PATH=fast,
+                              CLEPSYDRA_STORE_MAX_REQUEST_BYTES="2048")
+        seen: list[str | None] = []
+        app.before_request(lambda seen=seen: seen.append(request.endpoint))
+        results[fast] = _answers(app, seen)
+        assert ("timers.timer_handover" in seen) == (fast == "false"), seen
+    assert results["true"] == results["false"]
+    (ok, _), (bad, unknown), (big, over), (again, _), (_, metrics) = results["true"]
+    assert (ok, bad, unknown["error"], big, over["error"], again) == (
+        200, 400, "INVALID_REQUEST", 413, "REQUEST_TOO_LARGE", 200)
+    assert results["true"][0][1]["delivered"] == 1 and results["true"][3][1]["delivered"] == 0
+    assert sorted(metrics["counted"]) == ["1.0", "1.0", "2.0"]  # type: ignore[call-overload]
+    for fast in ("true", "false"):
+        client = make_app(CLEPSYDRA_STORE_FAST_PATH=fast,
+                          CLEPSYDRA_STORE_WRITABLE="false").test_client()
+        assert_error(client.post(HANDOVER, json={"max": 10}), 403, "NO_PERMISSION", "R2")
+        client = make_app(CLEPSYDRA_STORE_FAST_PATH=fast, CLEPSYDRA_AUTH="on",
+                          CLEPSYDRA_AUTH_ADMIN_TOKEN=ADMIN).test_client()
+        refused = client.post(HANDOVER, json={"max": 10})
+        assert_error(refused, 401, "UNAUTHORIZED")
+        assert refused.headers["WWW-Authenticate"].startswith("Bearer")
+        assert_error(client.post(HANDOVER, json={"max": 10},
+                                 headers={"Authorization": f"Bearer {ADMIN}"}),
+                     403, "FORBIDDEN")

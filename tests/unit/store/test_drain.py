@@ -201,26 +201,32 @@ _VALUES = st.text(st.characters(exclude_categories=("Cs",)), max_size=10) | st.j
 
 _TRACES = st.none() | _VALUES | st.from_regex(r"00-[0-9a-f]{32}-[0-9a-f]{16}-0[01]",
                                                 fullmatch=True)
+_DELIVER_ATS = st.none() | _VALUES | st.integers(BASE, BASE + 10 ** 9).map(str)
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.dictionaries(_NAMES, _VALUES, max_size=7),
        st.lists(_VALUES | st.text("0123456789ABCDEF", min_size=32, max_size=32), min_size=1,
                 max_size=6),
-       st.lists(_TRACES, min_size=1, max_size=4))
+       st.lists(_TRACES, min_size=1, max_size=4),
+       st.lists(_DELIVER_ATS, min_size=1, max_size=4))
 def test_fields_by_shape_are_the_codec_fields(props: dict[str, str], uniqs: list[str],
-                                              traces: list[str | None]) -> None:
+                                              traces: list[str | None],
+                                              deliver_ats: list[str | None]) -> None:
     # SPEC D4 (issue 14): a block of a learned shape gets its D4 fields straight from the
-    # shape's pieces with its own UNIQ_KEY and TRACEPARENT values put between them (no
-    # template built and joined per block): exactly the bytes of codec.splice_properties over
-    # codec.splice_template's template, with the same values; blocks the shapes cannot take
-    # are parsed whole or left to the rebuild, as before
+    # shape's pieces with its own UNIQ_KEY and TRACEPARENT values put between them and its
+    # own DELIVER_AT dropped (no template built and joined per block): exactly the bytes of
+    # codec.splice_properties over codec.splice_template's template, with the same values;
+    # blocks the shapes cannot take are parsed whole or left to the rebuild, as before
     shapes = SpliceShapes()
     for i, uniq in enumerate(uniqs * 3):  # a shape is learned at its 2nd block, used from the 3rd
         own = {P.UNIQ_KEY: uniq}
         trace = traces[i % len(traces)]
         if trace is not None:
             own[P.TRACEPARENT] = trace
+        deliver_at = deliver_ats[i % len(deliver_ats)]
+        if deliver_at is not None:
+            own[P.DELIVER_AT] = deliver_at
         block = encode_properties({**props, **own})
         level, queue_offset, deliver_ts = 1 + i % 3, 10 ** i, BASE + i
         expected = splice_template(block)
@@ -278,6 +284,47 @@ def test_blocks_that_differ_in_their_traceparent_share_a_shape(
     assert [m[2] for m in result.delivered_messages] == traces
     messages = store.read_queue(TOPIC, 0, 0, 1_000).messages
     assert [m.properties[P.TRACEPARENT] for m in messages] == traces
+
+
+def test_timers_that_differ_in_their_deliver_at_share_a_shape(
+        open_store: OpenStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 14 (leanhand): each parked timer keeps its own DELIVER_AT in its properties block,
+    # so two timers falling due rarely shared a shape and most were parsed whole; DELIVER_AT
+    # is a hole of the shape like UNIQ_KEY (D4 drops it): two parses and a check per shape,
+    # the copies the rebuild's byte for byte (D4), each handed over once (D9)
+    from clepsydra_store.engine import splice_shapes
+
+    parsed: list[bytes] = []
+    parse = splice_shapes.splice_template
+
+    def counting(block: bytes) -> Any:
+        parsed.append(block)
+        return parse(block)
+
+    monkeypatch.setattr(splice_shapes, "splice_template", counting)
+    store = open_store()
+    store.create_topic(TOPIC, 1)
+    due = time.time_ns() // 1_000_000 + 3_600_000
+    store.put_batch([PutRequest(TOPIC, b"%d" % i, tags="t", deliver_at=due + 7 * i)
+                     for i in range(200)])
+    scheduler = store._handover
+    cq = store._dispatcher.timer_log()
+    raw = cq.read_raw(cq.min_offset, cq.max_offset - cq.min_offset)
+    for q, (offset, size, _code) in enumerate(ENTRY.iter_unpack(raw)):
+        segment = store._commitlog.segment_for(offset)
+        assert segment is not None
+        buf = segment.read(offset - segment.start, size)
+        assert str(due + 7 * q).encode() in buf  # each block holds its own DELIVER_AT
+        spliced = scheduler._splice(TIMER_LEVEL, q, buf, 0, size, offset, due + 7 * q)
+        rebuilt = scheduler._rebuild(TIMER_LEVEL, q, offset, size, due + 7 * q)
+        assert spliced is not None and spliced[0] == rebuilt[0], q
+    assert len(parsed) == 3
+    result = store.timers.handover(due + 7 * 200, 1_000)
+    assert result.delivered == 200 and len(parsed) == 3
+    messages = store.read_queue(TOPIC, 0, 0, 1_000).messages
+    assert [m.body for m in messages] == [b"%d" % i for i in range(200)]
+    assert all(P.DELIVER_AT not in m.properties for m in messages)
+    assert store.timers.handover(due + 7 * 400, 1_000).delivered == 0
 
 
 def test_blocks_of_one_shape_are_parsed_once(open_store: OpenStore,

@@ -8,15 +8,18 @@ message is found (a msgId or a query string names no topic the guard could read)
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from flask import Blueprint, Response, request
+from gunicorn.http.errors import ParseException
 
 from clepsydra_core import naming, telemetry, validation
 from clepsydra_core import properties as P
 from clepsydra_core.auth import Action
-from clepsydra_core.errors import MessageNotFound, ValidationError
+from clepsydra_core.errors import ClepsydraError, MessageNotFound, ValidationError
 from clepsydra_core.msgid import check_id
 from clepsydra_core.records import CommitLogRecord
 from clepsydra_core.wire.timers import (
@@ -34,13 +37,23 @@ from clepsydra_store.api.observability import MESSAGE_ID, set_attribute
 from clepsydra_store.api.web import json_response, trace_topic
 from clepsydra_store.engine.dispatch import TIMER_LEVEL
 from clepsydra_store.engine.timer_ops import Outcome
+from clepsydra_store.settings import MAX_REQUEST_BYTES_VAR
 from clepsydra_web import jsonio
+from clepsydra_web.auth import REFUSALS, refusal
+from clepsydra_web.errors import error_body, too_large
+from clepsydra_web.jsonio import JSON_TYPE
 from clepsydra_web.tracing import idle
 
 bp = Blueprint("timers", __name__)
 
 TIMER_LABEL = "timer"
 """The ``level`` label of timer figures in the store's metrics."""
+HANDOVER_OPERATION = "timer_handover"
+"""The operation of the timers' hand-over in the request metrics and spans (its view's name,
+which Flask's hooks use)."""
+Answer = tuple[int, list[tuple[str, str]], bytes]
+"""(status, headers, JSON body) of :func:`serve`."""
+logger = logging.getLogger(__name__)
 
 
 def _now_ms() -> int:
@@ -143,11 +156,20 @@ def timer_backlog() -> Response:
 
 @bp.post("/v1/schedule/timers/handover")
 def timer_handover() -> Response:
-    """Hand the due timers over (the scheduler's): never early, never twice (T1, T2, D9)."""
-    c = ctx()
+    """Hand the due timers over (the scheduler's): never early, never twice (T1, T2, D9).
+    The store's lean path (api/fastpath.py) answers it below Flask through :func:`serve`;
+    this view answers with ``CLEPSYDRA_STORE_FAST_PATH=false``."""
+    return json_response(handover_answer(ctx(), lambda: request.get_data(cache=False)))
+
+
+def handover_answer(c: StoreContext, read: Callable[[], bytes]) -> dict[str, Any]:
+    """The timers' hand-over of the request body ``read()`` gives, inside the request's span:
+    the answer, the metrics counted (delivered, parked, lateness), the deliver spans, an idle
+    call's span not exported. ClepsydraError for a read-only store (R2, before the body is
+    read) and a bad body."""
     c.require_writable()
-    asked = TimerHandoverRequest.from_json(jsonio.loads_object(request.get_data(cache=False)),
-                                           what="handover", strict=True)
+    asked = TimerHandoverRequest.from_json(jsonio.loads_object(read()), what="handover",
+                                           strict=True)
     r = c.store.timers.handover_wait(asked.max_count, asked.wait_ms, _now_ms)
     if r.delivered:
         c.obs.delivered.labels(TIMER_LABEL).inc(r.delivered)
@@ -158,6 +180,47 @@ def timer_handover() -> Response:
     if not (r.delivered or r.parked):
         idle()
     deliver_spans(c.obs.tracer, TIMER_LEVEL, r.delivered_messages)
-    answer: dict[str, Any] = TimerHandoverAnswer(r.delivered, r.parked, r.next_due_at,
-                                                 r.lateness_ms).to_json()
-    return json_response(answer)
+    return TimerHandoverAnswer(r.delivered, r.parked, r.next_due_at, r.lateness_ms).to_json()
+
+
+def serve(c: StoreContext, environ: Mapping[str, Any], read: Callable[[], bytes | None]
+          ) -> Answer:
+    """Answer one ``POST /v1/schedule/timers/handover`` below Flask (issue 14), as the view
+    and Flask's hooks and error handlers do: the request's span and metrics (operation
+    ``timer_handover``), ``SCHEDULE_HANDOVER`` checked first when access control is on,
+    errors as ``ErrorAnswer`` with the same codes. ``read()`` gives the body, None when it is
+    over the size limit (413). It may block (a long poll): a worker thread calls it, never
+    the poller."""
+    scope = c.obs.begin(HANDOVER_OPERATION, environ)
+    status = 500
+    try:
+        if c.guard is not None:
+            try:
+                c.guard.check(environ.get("HTTP_AUTHORIZATION"), Action.SCHEDULE_HANDOVER, None)
+            except REFUSALS as exc:
+                status, headers, body = refusal(exc)
+                return status, headers, body
+        body = jsonio.dumps(handover_answer(c, lambda: _body(c, read)))
+        status = 200
+    except ClepsydraError as exc:
+        status = exc.http_status
+        if status >= 500:
+            logger.error("request failed code=%s: %s", exc.code, exc.message)
+        body = jsonio.dumps(exc.to_json())
+    except ParseException as exc:  # a broken chunked body (clepsydra_web.errors, issue 16)
+        status = 400
+        body = jsonio.dumps(ValidationError(f"malformed HTTP request body: {exc}",
+                                            code="INVALID_REQUEST").to_json())
+    except Exception:
+        logger.exception("unexpected error")
+        body = error_body(500, "internal error; see the service's log")
+    finally:
+        c.obs.end(scope, status)
+    return status, [("Content-Type", JSON_TYPE), ("Content-Length", str(len(body)))], body
+
+
+def _body(c: StoreContext, read: Callable[[], bytes | None]) -> bytes:
+    raw = read()
+    if raw is None:
+        raise too_large(c.settings.max_request_bytes, MAX_REQUEST_BYTES_VAR)
+    return raw

@@ -1,32 +1,36 @@
 """The hand-over's splice templates parsed once per shape of properties block (issue 14).
 
-Every parked message has its own ``UNIQ_KEY``, and a message sent through the SDK its own
-``TRACEPARENT`` (the producer's span), so no two stored properties blocks are equal and a
-cache of ``codec.splice_template`` by block never hits: the template was parsed again for
-every message handed over (a quarter of a drain's CPU). Blocks that differ only in the values
-of those two properties (the *holes*) have the same *shape*, and their templates differ only
-there (D4 edits neither, so each field lies whole in one static piece of the template). A
-shape is learned from its second block by the codec itself and checked; then each block of
-that shape gets its D4 fields from the shape's pieces with its own hole values put in place,
-which is exactly what ``codec.splice_properties`` over ``codec.splice_template`` gives for it
-(``tests/unit/store/test_drain.py`` holds them equal on random blocks).
+Every parked message has its own ``UNIQ_KEY``, a message sent through the SDK its own
+``TRACEPARENT`` (the producer's span) and a timer its own ``DELIVER_AT``, so no two stored
+properties blocks are equal and a cache of ``codec.splice_template`` by block never hits: the
+template was parsed again for every message handed over (a quarter of a drain's CPU). Blocks
+that differ only in the values of those properties (the *holes*) have the same *shape*, and
+their templates differ only there (D4 edits neither ``UNIQ_KEY`` nor ``TRACEPARENT``, so each
+of their fields lies whole in one static piece of the template; it drops ``DELIVER_AT``, whose
+field is then in none). A shape is learned from its second block by the codec itself and
+checked; then each block of that shape gets its D4 fields from the shape's pieces with its own
+kept hole values put in place, which is exactly what ``codec.splice_properties`` over
+``codec.splice_template`` gives for it (``tests/unit/store/test_drain.py`` holds them equal on
+random blocks).
 
 A block's shape is the positions of its holes' name fields (the first occurrence of each;
-``UNIQ_KEY`` required, ``TRACEPARENT`` optional) and its bytes around the holes' values (each
-``value_len | value``). A shape is learned only when those positions are real field boundaries
-of the block it is learned from; a block of the same shape has the same bytes before and
-between its holes, so the same fields end there, and the same bytes after them: the same block
-but for the holes' values. Anything else (no ``UNIQ_KEY``, an empty one, holes that overlap, a
-shape that does not check out) is parsed whole by the codec, as before.
+``UNIQ_KEY`` required, ``TRACEPARENT`` and ``DELIVER_AT`` optional) and its bytes around the
+holes' values (each ``value_len | value``). A shape is learned only when those positions are
+real field boundaries of the block it is learned from; a block of the same shape has the same
+bytes before and between its holes, so the same fields end there, and the same bytes after
+them: the same block but for the holes' values. Anything else (no ``UNIQ_KEY``, an empty one,
+holes that overlap, a shape that does not check out) is parsed whole by the codec, as before.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 from clepsydra_core import properties as P
 from clepsydra_core.properties import NAME_LEN, VALUE_LEN, name_field
 from clepsydra_store.engine.codec import (
+    HANDOVER_READ,
     SpliceTemplate,
     handover_fields,
     splice_properties,
@@ -36,10 +40,14 @@ from clepsydra_store.engine.codec import (
 
 _UNIQ = name_field(P.UNIQ_KEY)
 _TRACE = name_field(P.TRACEPARENT)
-_HOLE_NAMES = (P.UNIQ_KEY, P.TRACEPARENT)
+_DELIVER_AT = name_field(P.DELIVER_AT)
+_HOLE_NAMES = (P.UNIQ_KEY, P.TRACEPARENT, P.DELIVER_AT)
+"""The holes, by mark."""
+_UNIQ_MARK, _TRACE_MARK, _DELIVER_AT_MARK = 0, 1, 2
 _MAX_SHAPES = 1024
 _OFFSET, _DELIVER = -1, -2
-"""Places of the D4 fields in a shape's pieces (the holes are 0: UNIQ_KEY, 1: TRACEPARENT)."""
+"""Places of the D4 fields in a shape's pieces (the holes kept are 0: UNIQ_KEY,
+1: TRACEPARENT; DELIVER_AT, D4 drops)."""
 
 _Hole = tuple[int, int, int]
 """(where the property's name field starts, where its ``value_len`` starts, where its value
@@ -55,16 +63,18 @@ Fields = tuple[list[bytes], dict[str, str], str, str | None]
 holes of a block of a known shape; its ``UNIQ_KEY``; its ``TRACEPARENT`` or None)."""
 
 
-def _hole(block: bytes, name: bytes) -> _Hole | None:
+def _hole(block: bytes, name: bytes,
+          _value_len: Callable[[bytes, int], tuple[int]] = VALUE_LEN.unpack_from
+          ) -> _Hole | None:
     """The first ``name`` field of ``block``, if its value lies in the block."""
     p = block.find(name)
     if p < 0:
         return None
     start = p + len(name)
-    if start + VALUE_LEN.size > len(block):
+    try:
+        end = start + VALUE_LEN.size + _value_len(block, start)[0]
+    except struct.error:  # (its value_len past the block's end)
         return None
-    (length,) = VALUE_LEN.unpack_from(block, start)
-    end = start + VALUE_LEN.size + length
     return (p, start, end) if end <= len(block) else None
 
 
@@ -92,15 +102,9 @@ class SpliceShapes:
         if uniq[2] - uniq[1] == VALUE_LEN.size:  # empty: the codec decides
             return _whole(splice_template(block), level, queue_offset, deliver_ts)
         trace = _hole(block, _TRACE)
-        if trace is None:
-            key: tuple[object, ...] = (uniq[0], block[:uniq[1]], block[uniq[2]:])
-        elif uniq[2] <= trace[0]:
-            key = (uniq[0], trace[0], block[:uniq[1]], block[uniq[2]:trace[1]],
-                   block[trace[2]:])
-        elif trace[2] <= uniq[0]:
-            key = (uniq[0], trace[0], block[:trace[1]], block[trace[2]:uniq[1]],
-                   block[uniq[2]:])
-        else:  # one inside the other's value
+        deliver_at = _hole(block, _DELIVER_AT)
+        key = _shape_key(block, uniq, trace, deliver_at)
+        if key is None:  # one inside another's value
             return _whole(splice_template(block), level, queue_offset, deliver_ts)
         shape = self._shapes.get(key)
         if shape is None:
@@ -112,7 +116,7 @@ class SpliceShapes:
                 self._seen.discard(key)
                 if len(self._shapes) >= _MAX_SHAPES:
                     self._shapes.clear()
-                self._shapes[key] = _learn(block, uniq, trace, template)
+                self._shapes[key] = _learn(block, uniq, trace, deliver_at, template)
             else:
                 if len(self._seen) >= _MAX_SHAPES:
                     self._seen.clear()
@@ -122,6 +126,8 @@ class SpliceShapes:
             uniq_value = block[uniq[1] + VALUE_LEN.size:uniq[2]].decode()
             trace_value = None if trace is None else \
                 block[trace[1] + VALUE_LEN.size:trace[2]].decode()
+            if deliver_at is not None:  # dropped by D4, but the codec decodes every value
+                block[deliver_at[1] + VALUE_LEN.size:deliver_at[2]].decode()
         except UnicodeDecodeError:
             return None  # what the codec answers for an undecodable value
         pieces, at_offset, at_deliver, at_uniq, at_trace, values = shape
@@ -131,6 +137,33 @@ class SpliceShapes:
         if trace is not None:
             fields[at_trace] = block[trace[1]:trace[2]]
         return fields, values, uniq_value, trace_value
+
+
+def _shape_key(block: bytes, uniq: _Hole, trace: _Hole | None, deliver_at: _Hole | None
+               ) -> tuple[object, ...] | None:
+    """The shape of ``block`` with its holes: where each hole starts (-1: none) and the bytes
+    around their ``value_len | value``; None when one lies inside another's value."""
+    if trace is None:
+        if deliver_at is None:
+            return uniq[0], -1, -1, block[:uniq[1]], block[uniq[2]:]
+        other, at = deliver_at, (uniq[0], -1, deliver_at[0])
+    elif deliver_at is None:
+        other, at = trace, (uniq[0], trace[0], -1)
+    else:  # all three
+        key: list[object] = [uniq[0], trace[0], deliver_at[0]]
+        run = 0
+        for p, start, end in sorted((uniq, trace, deliver_at)):  # by where they start
+            if p < run:
+                return None
+            key.append(block[run:start])
+            run = end
+        key.append(block[run:])
+        return tuple(key)
+    # two holes (a timer's UNIQ_KEY and DELIVER_AT, an SDK message's UNIQ_KEY and TRACEPARENT)
+    first, second = (uniq, other) if uniq[0] < other[0] else (other, uniq)
+    if first[2] > second[0]:
+        return None
+    return (*at, block[:first[1]], block[first[2]:second[1]], block[second[2]:])
 
 
 def _whole(template: SpliceTemplate | None, level: int, queue_offset: int, deliver_ts: int
@@ -176,45 +209,50 @@ def _cut(pieces: list[bytes | int], own: bytes, mark: int) -> bool:
     return True
 
 
-def _learn(block: bytes, uniq: _Hole, trace: _Hole | None,
+def _learn(block: bytes, uniq: _Hole, trace: _Hole | None, deliver_at: _Hole | None,
            template: SpliceTemplate) -> _Shape | None:
-    """The shape of ``block`` (its holes ``uniq`` and ``trace``), or None when it does not
-    check out: a hole's name field not at a field boundary, a hole's value not found whole
-    exactly once in the template's static pieces, or other values of other lengths, put in
-    their places, not giving what the codec gives for the block holding them."""
-    holes = [uniq] if trace is None else [uniq, trace]
-    if not all(_boundary(block, hole[0]) for hole in holes):
+    """The shape of ``block`` (its holes, apart), or None when it does not
+    check out: a hole's name field not at a field boundary, a kept hole's value not found
+    whole exactly once in the template's static pieces, or other values of other lengths, put
+    in their places, not giving what the codec gives for the block holding them."""
+    holes = sorted(((mark, hole) for mark, hole in enumerate((uniq, trace, deliver_at))
+                    if hole is not None), key=lambda marked: marked[1])
+    if not all(_boundary(block, hole[0]) for _, hole in holes):
         return None
     t0, offset_first, t1, t2, values = template
     pieces: list[bytes | int] = [t0, _OFFSET if offset_first else _DELIVER, t1,
                                  _DELIVER if offset_first else _OFFSET, t2]
-    for mark, (_, start, end) in enumerate(holes):
-        if not _cut(pieces, block[start:end], mark):
-            return None
+    for mark, (_, start, end) in holes:
+        if mark != _DELIVER_AT_MARK and not _cut(pieces, block[start:end], mark):
+            return None  # (DELIVER_AT: D4 drops its field, it is in no piece)
     at = {piece: i for i, piece in enumerate(pieces) if isinstance(piece, int)}
     shape: _Shape = ([b"" if isinstance(piece, int) else piece for piece in pieces],
-                     at[_OFFSET], at[_DELIVER], at[0], at.get(1, -1),
+                     at[_OFFSET], at[_DELIVER], at[_UNIQ_MARK], at.get(_TRACE_MARK, -1),
                      {k: v for k, v in values.items() if k not in _HOLE_NAMES})
     # the check: other values, one byte longer, put in the holes of a copy of the block
     probe = bytearray(block)
     others: dict[str, str] = {}
-    for (_, start, end), name in sorted(zip(holes, _HOLE_NAMES[:len(holes)], strict=True),
-                                        reverse=True):
-        other = ("0" if name == P.UNIQ_KEY else "1") * (end - start - VALUE_LEN.size + 1)
-        others[name] = other
+    for mark, (_, start, end) in reversed(holes):
+        name = _HOLE_NAMES[mark]
+        other = str(mark) * (end - start - VALUE_LEN.size + 1)
+        if name in HANDOVER_READ:
+            others[name] = other
         probe[start:end] = value_field(other.encode())
     expected = splice_template(bytes(probe))
     if expected is None:
         return None
-    probe_uniq, probe_trace = _hole(bytes(probe), _UNIQ), _hole(bytes(probe), _TRACE)
-    if probe_uniq is None or (trace is None) != (probe_trace is None):
+    probed = bytes(probe)
+    probe_uniq, probe_trace = _hole(probed, _UNIQ), _hole(probed, _TRACE)
+    marks = {mark for mark, _ in holes}
+    if probe_uniq is None or (_TRACE_MARK in marks) != (probe_trace is not None) \
+            or (_DELIVER_AT_MARK in marks) != (_hole(probed, _DELIVER_AT) is not None):
         return None
     fields = shape[0].copy()
     probe_at = (1, 2, 3)  # any level, entry and deliver time: the edited fields are the codec's
     fields[shape[1]], fields[shape[2]] = handover_fields(*probe_at)
-    fields[shape[3]] = bytes(probe[probe_uniq[1]:probe_uniq[2]])
+    fields[shape[3]] = probed[probe_uniq[1]:probe_uniq[2]]
     if probe_trace is not None:
-        fields[shape[4]] = bytes(probe[probe_trace[1]:probe_trace[2]])
+        fields[shape[4]] = probed[probe_trace[1]:probe_trace[2]]
     if b"".join(fields) != b"".join(splice_properties(expected, *probe_at)) \
             or {**shape[5], **others} != expected[4]:
         return None
