@@ -4,9 +4,10 @@ The app opens the MessageStore itself unless one is given (tests, the benchmark)
 opened it closes it: ``app.extensions["clepsydra"].close()`` (``__main__`` does it when the
 gunicorn worker exits). Every request that carries messages is a span ``store.<operation>``
 (clepsydra_web.tracing; the ops routes, the level table and empty pulls make none); the two
-produce routes are answered by a lean WSGI path in front of Flask (``api/fastpath.py``)
-unless ``CLEPSYDRA_STORE_FAST_PATH=false``. With ``CLEPSYDRA_AUTH=on`` every route but the
-ops ones needs a bearer token whose role covers it (api/access.py, clepsydra_web.auth).
+produce routes and the timers' hand-over are answered by a lean WSGI path in front of Flask
+(``api/fastpath.py``) unless ``CLEPSYDRA_STORE_FAST_PATH=false``. With ``CLEPSYDRA_AUTH=on``
+every route but the ops ones needs a bearer token whose role covers it (api/access.py,
+clepsydra_web.auth).
 """
 
 from __future__ import annotations

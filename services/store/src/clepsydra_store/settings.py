@@ -59,7 +59,8 @@ class StoreSettings:
     keepalive_s: int = 75
     """How long an idle keep-alive connection stays open."""
     fast_path: bool = True
-    """Serve the two produce routes through the lean WSGI path (same behaviour as Flask's)."""
+    """Serve the two produce routes and the timers' hand-over through the lean WSGI path (same
+    behaviour as Flask's)."""
     inline_produce: bool = True
     """With the fast path and async flush: the worker's poller thread answers produce requests
     on kept-alive connections itself (inline.py, issue 14)."""
