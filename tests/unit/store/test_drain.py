@@ -52,6 +52,22 @@ def _timers(store: MessageStore, deliver_at: int) -> list[PutRequest]:
     return puts
 
 
+@pytest.fixture
+def parsed(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """Every properties block the splice shapes parse whole (``splice_template``), in order."""
+    from clepsydra_store.engine import splice_shapes
+
+    blocks: list[bytes] = []
+    parse = splice_shapes.splice_template
+
+    def counting(block: bytes) -> Any:
+        blocks.append(block)
+        return parse(block)
+
+    monkeypatch.setattr(splice_shapes, "splice_template", counting)
+    return blocks
+
+
 def test_a_timer_splice_builds_exactly_what_the_rebuild_builds(open_store: OpenStore) -> None:
     # SPEC D4, T2 (issue 14): a timer's hand-over copy spliced from its stored bytes equals,
     # field by field and byte for byte, the decode + re-encode rebuild it used to take
@@ -246,21 +262,11 @@ def test_fields_by_shape_are_the_codec_fields(props: dict[str, str], uniqs: list
 
 
 def test_blocks_that_differ_in_their_traceparent_share_a_shape(
-        open_store: OpenStore, monkeypatch: pytest.MonkeyPatch) -> None:
+        open_store: OpenStore, parsed: list[bytes]) -> None:
     # issue 14 (third pass): the SDK gives every message its own traceparent (its send span),
     # so blocks differed in two values and every one was parsed whole; the traceparent is a
     # hole of the shape like UNIQ_KEY: two parses and a check per shape, the copies the
     # rebuild's byte for byte (D4), each with its own traceparent for its deliver span (O1)
-    from clepsydra_store.engine import splice_shapes
-
-    parsed: list[bytes] = []
-    parse = splice_shapes.splice_template
-
-    def counting(block: bytes) -> Any:
-        parsed.append(block)
-        return parse(block)
-
-    monkeypatch.setattr(splice_shapes, "splice_template", counting)
     store = open_store(levels="1s 2s")
     store.create_topic(TOPIC, 1)
     traces = [f"00-{i:032x}-{i * 7:016x}-01" for i in range(200)]
@@ -287,21 +293,11 @@ def test_blocks_that_differ_in_their_traceparent_share_a_shape(
 
 
 def test_timers_that_differ_in_their_deliver_at_share_a_shape(
-        open_store: OpenStore, monkeypatch: pytest.MonkeyPatch) -> None:
+        open_store: OpenStore, parsed: list[bytes]) -> None:
     # issue 14 (leanhand): each parked timer keeps its own DELIVER_AT in its properties block,
     # so two timers falling due rarely shared a shape and most were parsed whole; DELIVER_AT
     # is a hole of the shape like UNIQ_KEY (D4 drops it): two parses and a check per shape,
     # the copies the rebuild's byte for byte (D4), each handed over once (D9)
-    from clepsydra_store.engine import splice_shapes
-
-    parsed: list[bytes] = []
-    parse = splice_shapes.splice_template
-
-    def counting(block: bytes) -> Any:
-        parsed.append(block)
-        return parse(block)
-
-    monkeypatch.setattr(splice_shapes, "splice_template", counting)
     store = open_store()
     store.create_topic(TOPIC, 1)
     due = time.time_ns() // 1_000_000 + 3_600_000
@@ -328,20 +324,10 @@ def test_timers_that_differ_in_their_deliver_at_share_a_shape(
 
 
 def test_blocks_of_one_shape_are_parsed_once(open_store: OpenStore,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+                                            parsed: list[bytes]) -> None:
     # issue 14: every parked message has its own UNIQ_KEY, so its properties block is new; the
     # codec parses two blocks per shape (plus one check), not one per message, and the copies
     # are the rebuild's, byte for byte (D4)
-    from clepsydra_store.engine import splice_shapes
-
-    parsed: list[bytes] = []
-    parse = splice_shapes.splice_template
-
-    def counting(block: bytes) -> Any:
-        parsed.append(block)
-        return parse(block)
-
-    monkeypatch.setattr(splice_shapes, "splice_template", counting)
     store = open_store(levels="1s 2s")
     store.create_topic(TOPIC, 1)
     results = store.put_batch([PutRequest(TOPIC, b"%d" % i, tags="t", delay_level=1)
