@@ -64,9 +64,7 @@ def register_error_handlers(app: Flask, *, size_setting: str) -> None:
 
     @app.errorhandler(ClepsydraError)
     def _clepsydra(exc: ClepsydraError) -> Response:
-        if exc.http_status >= 500:
-            logger.error("request failed code=%s: %s", exc.code, exc.message)
-        return error_response(exc.http_status, orjson.dumps(exc.to_json()))
+        return error_response(*error_answer(exc))
 
     @app.errorhandler(HTTPException)
     def _http(exc: HTTPException) -> Response:
@@ -82,12 +80,26 @@ def register_error_handlers(app: Flask, *, size_setting: str) -> None:
 
     @app.errorhandler(ParseException)
     def _malformed(exc: ParseException) -> Response:
-        # gunicorn meets a broken body only when the route reads it (a chunk size that is not
-        # hex, a missing terminator): the client's fault, answered like one (issue 16)
-        err = ValidationError(f"malformed HTTP request body: {exc}", code="INVALID_REQUEST")
-        return error_response(400, orjson.dumps(err.to_json()))
+        return error_response(*error_answer(exc))
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception) -> Response:
-        logger.exception("unexpected error")
-        return error_response(500, error_body(500, "internal error; see the service's log"))
+        return error_response(*error_answer(exc))
+
+
+def error_answer(exc: BaseException) -> tuple[int, bytes]:
+    """(status, v1 error body) of an exception a request raised, without Flask: what the
+    handlers above answer and what the store's lean paths (below Flask) answer too.
+    ``ClepsydraError`` with its code and status (logged when a 5xx); a broken request body
+    gunicorn met while the route read it (a chunk size that is not hex, a missing terminator)
+    a 400, the client's fault (issue 16); anything else a 500 ``SYSTEM_ERROR``, logged with
+    its traceback."""
+    if isinstance(exc, ClepsydraError):
+        if exc.http_status >= 500:
+            logger.error("request failed code=%s: %s", exc.code, exc.message)
+        return exc.http_status, orjson.dumps(exc.to_json())
+    if isinstance(exc, ParseException):
+        err = ValidationError(f"malformed HTTP request body: {exc}", code="INVALID_REQUEST")
+        return 400, orjson.dumps(err.to_json())
+    logger.error("unexpected error", exc_info=exc)
+    return 500, error_body(500, "internal error; see the service's log")

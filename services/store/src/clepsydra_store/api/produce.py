@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import logging
 import time
 from collections.abc import Mapping
 from operator import attrgetter
@@ -46,10 +45,8 @@ from clepsydra_store.engine.batch_encoder import settable_properties
 from clepsydra_store.engine.types import PutRequest, PutResult, PutStatus
 from clepsydra_store.settings import MAX_REQUEST_BYTES_VAR
 from clepsydra_web import jsonio
-from clepsydra_web.errors import too_large
+from clepsydra_web.errors import error_answer, too_large
 from clepsydra_web.tracing import parent_context
-
-logger = logging.getLogger(__name__)
 
 STORED_TOPIC = telemetry.STORED_TOPIC
 TIMER_FIELDS = ("deliverAt", "delayMs")
@@ -341,15 +338,9 @@ def serve(c: StoreContext, environ: Mapping[str, Any], topic: str, raw: bytes | 
                else produce_one(c, topic, payload, host))
         status = 201
         return status, jsonio.dumps(out)
-    except ClepsydraError as exc:
-        status = exc.http_status
-        if status >= 500:
-            logger.error("produce failed topic=%s: %s", topic, exc.message)
-        return status, jsonio.dumps(exc.to_json())
-    except Exception:
-        logger.exception("produce failed topic=%s", topic)
-        return status, jsonio.dumps({"error": "SYSTEM_ERROR",
-                                     "message": "internal error; see the store's log"})
+    except Exception as exc:  # as Flask's handlers answer
+        status, body = error_answer(exc)
+        return status, body
     finally:
         c.obs.end(scope, status)
 

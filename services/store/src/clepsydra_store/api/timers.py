@@ -8,18 +8,16 @@ message is found (a msgId or a query string names no topic the guard could read)
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from flask import Blueprint, Response, request
-from gunicorn.http.errors import ParseException
 
 from clepsydra_core import naming, telemetry, validation
 from clepsydra_core import properties as P
 from clepsydra_core.auth import Action
-from clepsydra_core.errors import ClepsydraError, MessageNotFound, ValidationError
+from clepsydra_core.errors import MessageNotFound, ValidationError
 from clepsydra_core.msgid import check_id
 from clepsydra_core.records import CommitLogRecord
 from clepsydra_core.wire.timers import (
@@ -40,7 +38,7 @@ from clepsydra_store.engine.timer_ops import Outcome
 from clepsydra_store.settings import MAX_REQUEST_BYTES_VAR
 from clepsydra_web import jsonio
 from clepsydra_web.auth import REFUSALS, refusal
-from clepsydra_web.errors import error_body, too_large
+from clepsydra_web.errors import error_answer, too_large
 from clepsydra_web.jsonio import JSON_TYPE
 from clepsydra_web.tracing import idle
 
@@ -53,7 +51,6 @@ HANDOVER_OPERATION = "timer_handover"
 which Flask's hooks use)."""
 Answer = tuple[int, list[tuple[str, str]], bytes]
 """(status, headers, JSON body) of :func:`serve`."""
-logger = logging.getLogger(__name__)
 
 
 def _now_ms() -> int:
@@ -202,18 +199,8 @@ def serve(c: StoreContext, environ: Mapping[str, Any], read: Callable[[], bytes 
                 return status, headers, body
         body = jsonio.dumps(handover_answer(c, lambda: _body(c, read)))
         status = 200
-    except ClepsydraError as exc:
-        status = exc.http_status
-        if status >= 500:
-            logger.error("request failed code=%s: %s", exc.code, exc.message)
-        body = jsonio.dumps(exc.to_json())
-    except ParseException as exc:  # a broken chunked body (clepsydra_web.errors, issue 16)
-        status = 400
-        body = jsonio.dumps(ValidationError(f"malformed HTTP request body: {exc}",
-                                            code="INVALID_REQUEST").to_json())
-    except Exception:
-        logger.exception("unexpected error")
-        body = error_body(500, "internal error; see the service's log")
+    except Exception as exc:  # as Flask's handlers answer (a broken chunked body: 400)
+        status, body = error_answer(exc)
     finally:
         c.obs.end(scope, status)
     return status, [("Content-Type", JSON_TYPE), ("Content-Length", str(len(body)))], body
