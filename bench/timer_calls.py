@@ -1,6 +1,7 @@
 """The timers' steady state (issue 14): what each scheduler hand-over call costs the store.
 
     .venv/bin/python -m bench.timer_calls [--rate 1700] [--span-s 10] [--rounds 1]
+                                          [--gap-ms 0,3]
 
 The whole local stack (``python -m tools.stack``). ``rate x span`` timers of 200 bytes are
 sent in batches beforehand, their delivery times uniform over ``span`` seconds starting 6 s
@@ -9,7 +10,8 @@ returns as soon as a timer is due), the store worker's CPU (``/proc``), the call
 timers handed over (the store's metrics) are measured over ``span - 2.5`` seconds: CPU per
 call and per timer, calls a second, the scheduler's CPU, and the store's lateness figures
 (``GET /v1/schedule/timers``). Compare two trees back to back by running this from each with
-``PYTHONPATH`` pointing at it, rounds alternating.
+``PYTHONPATH`` pointing at it, rounds alternating; ``--gap-ms 0,3`` alternates the store's
+``CLEPSYDRA_STORE_TIMER_HANDOVER_GAP_MS`` in each round instead.
 """
 
 from __future__ import annotations
@@ -47,9 +49,11 @@ def _metric(stack: RunningStack, prefix: str) -> float:
                if line.startswith(prefix))
 
 
-def one_round(rate: int, span_s: int) -> str:
+def one_round(rate: int, span_s: int, gap_ms: str | None = None) -> str:
     work = Path(tempfile.mkdtemp(prefix="clepsydra-bench-timer-calls"))
-    stack = launch_stack(work / "home", "--quiet", CLEPSYDRA_OTEL_EXPORTER="none")
+    gap = {} if gap_ms is None else {"CLEPSYDRA_STORE_TIMER_HANDOVER_GAP_MS": gap_ms}
+    stack = launch_stack(work / "home", "--quiet", output_path=None,
+                         CLEPSYDRA_OTEL_EXPORTER="none", **gap)
     try:
         store = next(iter(descendants(child_pid(stack, "clepsydra_store"))))
         scheduler = child_pid(stack, "clepsydra_scheduler")
@@ -76,7 +80,8 @@ def one_round(rate: int, span_s: int) -> str:
         backlog = TimerBacklog.from_json(
             session.get(stack.store_url + "/v1/schedule/timers", timeout=30).json())
         late = backlog.lateness
-        return (f"calls {calls / seconds:5.0f}/s ({timers / max(calls, 1):.2f} timers a call)  "
+        return (("" if gap_ms is None else f"gap {gap_ms:>2} ms  ") +
+                f"calls {calls / seconds:5.0f}/s ({timers / max(calls, 1):.2f} timers a call)  "
                 f"store CPU {100 * cpu / seconds:4.1f} % of a core, "
                 f"{1e6 * cpu / max(calls, 1):4.0f} us a call, "
                 f"{1e6 * cpu / max(timers, 1):4.0f} us a timer  "
@@ -93,11 +98,14 @@ def main() -> int:
     parser.add_argument("--rate", type=int, default=1700, help="timers falling due a second")
     parser.add_argument("--span-s", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--gap-ms", help="comma-separated hand-over gaps to alternate")
     args = parser.parse_args()
+    gaps = args.gap_ms.split(",") if args.gap_ms else [None]
     print(f"timer_calls: {args.rate} timers/s falling due for {args.span_s} s, nothing else "
           f"running; load average {os.getloadavg()[0]:.2f}")
     for _ in range(args.rounds):
-        print(one_round(args.rate, args.span_s), flush=True)
+        for gap in gaps:
+            print(one_round(args.rate, args.span_s, gap), flush=True)
     return 0
 
 

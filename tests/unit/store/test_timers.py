@@ -403,3 +403,41 @@ def test_a_waiting_hand_over_runs_only_when_something_can_be_due(
         assert result.delivered == 1 and min(result.lateness_ms) >= 0  # never early
         assert runs[-1] >= at
     assert len(runs) == 3  # one run a timer, none on arrival or at a wake before its time
+
+
+def test_a_waiting_hand_over_comes_no_sooner_than_the_gap_after_the_last(
+        open_store: OpenStore) -> None:
+    # issue 14 (SPEC T1): under a steady stream of due timers the scheduler called ~530 times a
+    # second, each call handing over ~2 timers at ~0.4 ms of the one writer's CPU; a run that
+    # returns timers now comes at least timer_handover_gap_ms after the last one that did (a
+    # first timer, or one after a quiet spell, at its own millisecond); never early
+    store = _store(open_store, timer_handover_gap_ms=60_000)
+    store.put_batch([PutRequest(TOPIC, b"a", deliver_at=_now() + 20)])
+    first = store.timers.handover_wait(10, 5_000, _now)
+    assert first.delivered == 1 and min(first.lateness_ms) >= 0
+    due = _now() + 20
+    store.put_batch([PutRequest(TOPIC, b"b", deliver_at=due)])
+    held = store.timers.handover_wait(10, 200, _now)  # b falls due in the wait: held back
+    assert held.delivered == 0 and held.next_due_at == due
+    assert store.timers.handover(_now(), 10).delivered == 1  # b was pending all along
+    assert _bodies(store) == [b"a", b"b"]
+
+    store.close()
+    eager = open_store(timer_handover_gap_ms=0)  # the same files, no gap
+    eager.put_batch([PutRequest(TOPIC, b"c", deliver_at=_now() + 20)])
+    assert eager.timers.handover_wait(10, 5_000, _now).delivered == 1
+    eager.put_batch([PutRequest(TOPIC, b"d", deliver_at=_now() + 20)])
+    assert eager.timers.handover_wait(10, 5_000, _now).delivered == 1
+
+
+def test_the_hand_over_gap_is_a_store_setting_bounded_by_the_precision_target(
+        tmp_path: Path) -> None:
+    from clepsydra_core.errors import ConfigError
+    from clepsydra_store.settings import StoreSettings
+
+    base = {"CLEPSYDRA_HOME": str(tmp_path)}
+    assert StoreSettings.from_env(base).engine.timer_handover_gap_ms == 3
+    gap = StoreSettings.from_env({**base, "CLEPSYDRA_STORE_TIMER_HANDOVER_GAP_MS": "0"})
+    assert gap.engine.timer_handover_gap_ms == 0
+    with pytest.raises(ConfigError, match="TIMER_HANDOVER_GAP_MS"):
+        StoreSettings.from_env({**base, "CLEPSYDRA_STORE_TIMER_HANDOVER_GAP_MS": "101"})

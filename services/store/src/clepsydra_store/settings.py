@@ -21,6 +21,7 @@ from clepsydra_core.settings import (
 from clepsydra_core.wire.timers import MAX_DELAY_MS
 from clepsydra_store.engine import key_index
 from clepsydra_store.engine.config import (
+    DEFAULT_TIMER_HANDOVER_GAP_MS,
     DEFAULT_TIMER_MAX_DELAY_MS,
     TIMER_MAX_DELAY_VAR,
     EngineConfig,
@@ -101,6 +102,9 @@ class StoreSettings:
             timer_max_delay_ms=env_duration_ms(env, TIMER_MAX_DELAY_VAR,
                                                DEFAULT_TIMER_MAX_DELAY_MS, minimum=1,
                                                maximum=MAX_DELAY_MS),
+            timer_handover_gap_ms=env_int(env, "CLEPSYDRA_STORE_TIMER_HANDOVER_GAP_MS",
+                                          DEFAULT_TIMER_HANDOVER_GAP_MS, minimum=0,
+                                          maximum=100),  # T1: within 100 ms
         )
         if engine.disk_warn_ratio > engine.disk_max_ratio:
             raise ConfigError(f"{DISK_WARN_RATIO_VAR}={engine.disk_warn_ratio:g} must not be "

@@ -116,7 +116,8 @@ class StoreCore:
         self.timers = TimerOps(self._lock, self._commitlog, self._dispatcher, self._handover,
                                self._preparer, self._levels, self._append_locked,
                                self._append_copies,
-                               self._acknowledge, self._copies_of)
+                               self._acknowledge, self._copies_of,
+                               config.timer_handover_gap_ms)
         """Timer messages (issue 15): hand-over, cancel, reschedule, backlog."""
         self._checkpoint_offset = -1
         self._force_checkpoint = False

@@ -89,7 +89,7 @@ class TimerOps:
     def __init__(self, lock: threading.Lock, commitlog: CommitLog, dispatcher: Dispatcher,
                  handover: Handover, preparer: Preparer, levels: DelayLevels,
                  append: Append, append_copies: AppendCopies, acknowledge: Acknowledge,
-                 copies_of: Callable[[str], list[CommitLogRecord]]) -> None:
+                 copies_of: Callable[[str], list[CommitLogRecord]], gap_ms: int = 0) -> None:
         self._lock = lock
         self._commitlog = commitlog
         self._disp = dispatcher
@@ -104,6 +104,10 @@ class TimerOps:
         """Timers handed over (delivered or parked) since the store started."""
         self._copies_of = copies_of
         self._located: dict[int, tuple[int, int]] = {}
+        self._gap_ms = gap_ms
+        """``EngineConfig.timer_handover_gap_ms``."""
+        self._last_handed_ms = -gap_ms
+        """When the last waiting hand-over that returned timers ran (epoch ms)."""
         """Timer-log queue offset -> (CommitLog offset, size) of the entries read by the
         hand-over running (writer lock)."""
 
@@ -112,7 +116,8 @@ class TimerOps:
                       now: Callable[[], int]) -> TimerHandoverResult:
         """:meth:`handover`; when nothing is due, wait up to ``wait_ms`` for the next due
         time (or for a timer parked due before it) and try again: the scheduler's call
-        returns when there is something to hand over, never early (T1)."""
+        returns when there is something to hand over, never early (T1). A run that returns
+        timers comes at least ``gap_ms`` after the last one that did (issue 14)."""
         deadline = time.monotonic() + wait_ms / 1000
         timers = self._disp.timers
         wake = timers.wake
@@ -125,9 +130,11 @@ class TimerOps:
             next_due = timers.known_next_due
             if next_due == NO_TIMER:
                 next_due = None  # known: no timer pending; an add() wakes the wait
-            elif next_due is None or next_due <= now():
-                result = self.handover(now(), max_count)
+            elif next_due is None or max(next_due, self._last_handed_ms + self._gap_ms) <= now():
+                at = now()
+                result = self.handover(at, max_count)
                 if result.delivered or result.parked:
+                    self._last_handed_ms = at
                     return result
                 next_due = result.next_due_at
             remaining = deadline - time.monotonic()
@@ -136,7 +143,9 @@ class TimerOps:
             if next_due is not None:
                 # until the due millisecond begins, not a millisecond floor past it; a wake
                 # a hair early runs nothing (above), so never early (T1)
-                remaining = min(remaining, max(0.0, next_due / 1000 - time.time_ns() / 1e9))
+                # (and not before the gap since the last hand-over has passed)
+                go = max(next_due, self._last_handed_ms + self._gap_ms)
+                remaining = min(remaining, max(0.0, go / 1000 - time.time_ns() / 1e9))
             wake.wait(remaining)
 
     def target(self, deliver_at: int | None, delay_ms: int | None) -> int:
