@@ -429,6 +429,17 @@ def test_a_waiting_hand_over_comes_no_sooner_than_the_gap_after_the_last(
     eager.put_batch([PutRequest(TOPIC, b"d", deliver_at=_now() + 20)])
     assert eager.timers.handover_wait(10, 5_000, _now).delivered == 1
 
+    # a full batch leaves more due: the next call takes it at once (a backlog drains at full
+    # speed whatever the gap)
+    eager.close()
+    drain = open_store(timer_handover_gap_ms=60_000)
+    due = _now() + 20
+    drain.put_batch([PutRequest(TOPIC, b"e", deliver_at=due),
+                     PutRequest(TOPIC, b"f", deliver_at=due)])
+    assert drain.timers.handover_wait(1, 5_000, _now).delivered == 1  # a full batch of one
+    assert drain.timers.handover_wait(1, 200, _now).delivered == 1  # so no gap before f
+    assert _bodies(drain) == [b"a", b"b", b"c", b"d", b"e", b"f"]
+
 
 def test_the_hand_over_gap_is_a_store_setting_bounded_by_the_precision_target(
         tmp_path: Path) -> None:

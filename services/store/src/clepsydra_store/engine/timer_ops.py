@@ -117,7 +117,8 @@ class TimerOps:
         """:meth:`handover`; when nothing is due, wait up to ``wait_ms`` for the next due
         time (or for a timer parked due before it) and try again: the scheduler's call
         returns when there is something to hand over, never early (T1). A run that returns
-        timers comes at least ``gap_ms`` after the last one that did (issue 14)."""
+        timers comes at least ``gap_ms`` after the last one that did, unless that one took a
+        full ``max_count`` (issue 14)."""
         deadline = time.monotonic() + wait_ms / 1000
         timers = self._disp.timers
         wake = timers.wake
@@ -134,7 +135,9 @@ class TimerOps:
                 at = now()
                 result = self.handover(at, max_count)
                 if result.delivered or result.parked:
-                    self._last_handed_ms = at
+                    # a full batch leaves more due now: a backlog drains without the gap
+                    full = result.delivered + result.parked >= max_count
+                    self._last_handed_ms = -self._gap_ms if full else at
                     return result
                 next_due = result.next_due_at
             remaining = deadline - time.monotonic()
