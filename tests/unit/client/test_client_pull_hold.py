@@ -22,6 +22,7 @@ from tools.processes import wait_until
 
 Q0, Q1 = MessageQueue("T", 0), MessageQueue("T", 1)
 HOLD_MS = 30
+LINGER_MS = 5
 
 
 class Store(FakeHttp):
@@ -75,7 +76,7 @@ class Service:
 
 
 def puller(store: Store, timers: ManualTimers, service: Service, **kw: Any) -> QueuePuller:
-    settings = PullSettings(**{"hold_ms": HOLD_MS, **kw})
+    settings = PullSettings(**{"hold_ms": HOLD_MS, "linger_ms": LINGER_MS, **kw})
     return QueuePuller(as_http(store), timers, service, Stats(),  # type: ignore[arg-type]
                        settings)
 
@@ -138,6 +139,19 @@ def test_a_held_pull_answered_with_a_message_dispatches_it(timers: ManualTimers)
     pq = p.start_queue(Q0, TagExpression.parse("*"), 0)
     timers.run()
     assert service.dispatched == ["m0"] and pq.tracker.next_offset == 1
+    # it took the queue's last message: the next pull lingers, so that the messages arriving
+    # meanwhile come in one pull, not in one held pull each
+    assert timers.due[0][0] == LINGER_MS / 1000
+
+
+def test_a_queue_with_more_messages_is_pulled_again_at_once(timers: ManualTimers) -> None:
+    def more(queue_id: int, params: dict[str, Any]) -> dict[str, Any]:
+        return {"messages": [{"msgId": "M0", "topic": "T", "body": "m0", "queueId": 0,
+                              "queueOffset": 0}], "nextOffset": 1, "maxOffset": 5}
+
+    p = puller(Store(more), timers, Service(), linger_ms=LINGER_MS)
+    p.start_queue(Q0, TagExpression.parse("*"), 0)
+    timers.run()
     assert timers.due[0][0] == 0.0
 
 

@@ -39,6 +39,9 @@ PULL_ERROR_DELAY_S = 1.0
 IDLE_MIN_S = 0.01
 DEFAULT_HOLD_MS = 5_000
 """The store's pull hold a pull asks for (at most ``MAX_PULL_WAIT_MS``)."""
+DEFAULT_LINGER_MS = 5
+"""A drained queue's pause before its next pull: with the hold, a queue that receives 500
+messages a second was pulled once a message (each pull woken by one append)."""
 DEFAULT_THREADS = 8
 """The pull loops' threads: up to 7 queues held at once (a topic has 4 queues by default)."""
 
@@ -55,6 +58,9 @@ class PullSettings:
     """A pull asks the store to hold it up to this long while the queue has nothing new
     (``waitMs``); 0: no hold, the back-off only."""
     threads: int = DEFAULT_THREADS
+    linger_ms: int = DEFAULT_LINGER_MS
+    """After a pull that took the queue's last messages, the next pull waits this long, so
+    that messages arriving meanwhile come in one pull rather than in one held pull each."""
     """The pull loops' threads (the TimerPool's): at most ``threads - 1`` pulls are held."""
 
 
@@ -224,7 +230,8 @@ class QueuePuller:
         pq.advance(next_offset)
         if messages or next_offset > offset or waited:  # waited: held the whole wait
             self._idle[pq.queue] = 0.0
-            self._again(pq, 0.0)
+            drained = messages and next_offset >= int(raw.get(PAGE["max_offset"], next_offset))
+            self._again(pq, self.settings.linger_ms / 1000 if drained else 0.0)
         else:
             idle = min(max(self._idle.get(pq.queue, 0.0) * 2, IDLE_MIN_S),
                        self.settings.idle_max_s)

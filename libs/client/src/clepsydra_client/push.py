@@ -42,6 +42,7 @@ from clepsydra_client.message import MessageQueue
 from clepsydra_client.offsets import LocalOffsetStore, OffsetStore, RemoteOffsetStore
 from clepsydra_client.pulling import (
     DEFAULT_HOLD_MS,
+    DEFAULT_LINGER_MS,
     DEFAULT_THREADS,
     PullSettings,
     QueuePuller,
@@ -93,6 +94,10 @@ class PushSettings:
     """A pull asks the store to hold it up to this long while its queue has nothing new,
     answering as soon as a message is appended (issue 14); at most ``pull_threads - 1`` pulls
     are held at once. 0: no hold (the back-off only)."""
+    pull_linger_ms: int = DEFAULT_LINGER_MS
+    """After a pull that took its queue's last messages, the next pull waits this long, so
+    that messages arriving meanwhile come in one pull (0: at once, one held pull woken per
+    append)."""
     heartbeat_interval_s: float = 5.0
     persist_interval_s: float = 5.0
     consume_timeout_s: float = 15 * 60.0
@@ -123,6 +128,8 @@ class PushSettings:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         if not 1 <= self.pull_batch_size <= 1000:
             raise ConfigError(f"pull_batch_size must be 1..1000, got {self.pull_batch_size}")
+        if self.pull_linger_ms < 0:
+            raise ConfigError(f"pull_linger_ms must be at least 0, got {self.pull_linger_ms}")
         if not 0 <= self.pull_hold_ms <= MAX_PULL_WAIT_MS:
             raise ConfigError(f"pull_hold_ms must be 0..{MAX_PULL_WAIT_MS}, "
                               f"got {self.pull_hold_ms}")
@@ -263,7 +270,8 @@ class PushConsumer:
             self.store, self._pull_timers, service, self.stats,
             PullSettings(batch_size=s.pull_batch_size, threshold=s.pull_threshold_per_queue,
                          max_span=0 if orderly else s.max_span, idle_max_s=s.pull_idle_max_s,
-                         orderly=orderly, hold_ms=s.pull_hold_ms, threads=s.pull_threads))
+                         orderly=orderly, hold_ms=s.pull_hold_ms, threads=s.pull_threads,
+                         linger_ms=s.pull_linger_ms))
         self.rebalance = RebalanceService(self, self.puller, self._timers)
         self._pull_timers.start()
         self._timers.start()
