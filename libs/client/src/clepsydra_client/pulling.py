@@ -58,10 +58,10 @@ class PullSettings:
     """A pull asks the store to hold it up to this long while the queue has nothing new
     (``waitMs``); 0: no hold, the back-off only."""
     threads: int = DEFAULT_THREADS
+    """The pull loops' threads (the TimerPool's): at most ``threads - 1`` pulls are held."""
     linger_ms: int = DEFAULT_LINGER_MS
     """After a pull that took the queue's last messages, the next pull waits this long, so
     that messages arriving meanwhile come in one pull rather than in one held pull each."""
-    """The pull loops' threads (the TimerPool's): at most ``threads - 1`` pulls are held."""
 
 
 class QueuePuller:
