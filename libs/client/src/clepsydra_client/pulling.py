@@ -1,7 +1,18 @@
 """QueuePuller: the pull loop of every owned queue, feeding its ProcessQueue and the consume
 service. Pulling is decoupled from consuming: a loop pulls again at once while messages come,
-backs off (10 ms doubling to ``idle_max_s``) on an empty queue, and holds back while the
-process queue is full (flow control)."""
+and holds back while the process queue is full (flow control).
+
+A pull asks for the store's pull hold (``waitMs``, issue 14): with nothing new in the queue the
+store answers when a message is appended to it, or after ``hold_ms`` with an empty page, and
+the loop pulls again at once. Each held pull keeps one of the loop's ``threads`` busy, so at
+most ``threads - 1`` pulls ask for it at once: one thread is always left for the other queues
+(and the loops' retries and flow control). A pull that gets no hold (none left, ``hold_ms`` 0)
+and one the store answers empty before the wait ended (a store holding all the pulls it may,
+one that stops, one without the hold) backs off as before: 10 ms, doubling to
+``idle_max_s``.
+
+Stopping (:meth:`QueuePuller.stop_all`) waits for no held pull: a pull answered after it is
+neither dispatched nor advanced (checked under the lock the stop takes)."""
 
 from __future__ import annotations
 
@@ -9,6 +20,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from clepsydra_client.consume_service import ConsumeService, Stats, wait_idle
 from clepsydra_client.message import PAGE, Message, MessageQueue
@@ -25,6 +37,13 @@ logger = logging.getLogger(__name__)
 FLOW_CONTROL_DELAY_S = 0.05
 PULL_ERROR_DELAY_S = 1.0
 IDLE_MIN_S = 0.01
+DEFAULT_HOLD_MS = 5_000
+"""The store's pull hold a pull asks for (at most ``MAX_PULL_WAIT_MS``)."""
+DEFAULT_LINGER_MS = 5
+"""A drained queue's pause before its next pull: with the hold, a queue that receives 500
+messages a second was pulled once a message (each pull woken by one append)."""
+DEFAULT_THREADS = 8
+"""The pull loops' threads: up to 7 queues held at once (a topic has 4 queues by default)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +54,14 @@ class PullSettings:
     """0 disables the span check (orderly)."""
     idle_max_s: float = 0.2
     orderly: bool = False
+    hold_ms: int = DEFAULT_HOLD_MS
+    """A pull asks the store to hold it up to this long while the queue has nothing new
+    (``waitMs``); 0: no hold, the back-off only."""
+    threads: int = DEFAULT_THREADS
+    """The pull loops' threads (the TimerPool's): at most ``threads - 1`` pulls are held."""
+    linger_ms: int = DEFAULT_LINGER_MS
+    """After a pull that took the queue's last messages, the next pull waits this long, so
+    that messages arriving meanwhile come in one pull rather than in one held pull each."""
 
 
 class QueuePuller:
@@ -50,6 +77,12 @@ class QueuePuller:
         self._pqs: dict[MessageQueue, ProcessQueue] = {}
         self._exprs: dict[MessageQueue, TagExpression] = {}
         self._idle: dict[MessageQueue, float] = {}
+        self._holds = threading.BoundedSemaphore(max(settings.threads - 1, 1))
+        """A held pull takes one (none left: the pull is not held)."""
+        self._answering = threading.Lock()
+        """Held while a pull's answer is dispatched and stopping (no dispatch after a stop)."""
+        self._holding: set[threading.Thread] = set()
+        """The threads waiting in a held pull now (under ``_answering``)."""
 
     def active(self) -> list[ProcessQueue]:
         with self._lock:
@@ -91,13 +124,22 @@ class QueuePuller:
             self._exprs.pop(queue, None)
             self._idle.pop(queue, None)
         if pq is not None:
-            pq.dropped = True
+            with self._answering:
+                pq.dropped = True
             pq.clear_unstarted()
         return pq
 
+    def stop(self) -> frozenset[threading.Thread]:
+        """No more pulls, and no answer dispatched from now on (a held pull still on the
+        wire included); the threads waiting in a held pull now, which need not be waited for
+        (``TimerPool.stop(skip=...)``)."""
+        with self._answering:
+            self.stopped = True
+            return frozenset(self._holding)
+
     def stop_all(self, wait_s: float) -> None:
         """Shutdown: no more pulls; wait (bounded) for running listeners."""
-        self.stopped = True
+        self.stop()
         deadline = time.monotonic() + wait_s
         for pq in self.active():
             wait_idle(pq, max(deadline - time.monotonic(), 0.0))
@@ -114,6 +156,8 @@ class QueuePuller:
         try:
             self._pull_once(pq)
         except Exception:
+            if self.stopped or pq.dropped:
+                return  # a held pull answered after the stop (its connection closed)
             logger.exception("pull loop error queue=%s; pulling again in %.1fs", pq.queue,
                              PULL_ERROR_DELAY_S)
             self._again(pq, PULL_ERROR_DELAY_S)
@@ -129,25 +173,52 @@ class QueuePuller:
         with self._lock:
             expression = self._exprs.get(pq.queue, TagExpression.parse("*"))
         offset = pq.tracker.next_offset
+        params: dict[str, object] = {"offset": offset, "max": s.batch_size,
+                                     "tags": expression.query()}
+        held = s.hold_ms > 0 and self._holds.acquire(blocking=False)
+        if held:
+            with self._answering:
+                if self.stopped:
+                    self._holds.release()
+                    return
+                self._holding.add(threading.current_thread())
+            params["waitMs"] = s.hold_ms
+        started = time.monotonic()
         try:
             raw = self.store.get(
                 self.store.path("/v1/topics/{}/queues/{}/messages", pq.queue.topic,
-                                pq.queue.queue_id),
-                {"offset": offset, "max": s.batch_size, "tags": expression.query()})
+                                pq.queue.queue_id), params,
+                timeout_s=self.store.timeout_s + (s.hold_ms / 1000 if held else 0.0))
         except OffsetOutOfRange:
             self._correct_offset(pq, offset)
             self._again(pq, 0.0)
             return
         except ClepsydraError as exc:
+            if self.stopped or pq.dropped:
+                return  # a held pull's connection closed by the stop
             self.stats.add("pull_errors")
             logger.warning("pull failed queue=%s queue_offset=%d error=%s", pq.queue, offset, exc)
             self._again(pq, PULL_ERROR_DELAY_S)
             return
-        if self.stopped or pq.dropped:
-            # Given up while the pull was on the wire: neither dispatch nor advance. Moving
-            # the tracker past messages nobody will consume would let the last commit of a
-            # dropped queue (or of a shutdown) skip them, and the next owner never sees them.
-            return
+        finally:
+            if held:
+                with self._answering:
+                    self._holding.discard(threading.current_thread())
+                self._holds.release()
+        # held the whole wait: nothing came, pull again at once (held again)
+        waited = held and time.monotonic() - started >= s.hold_ms / 1000
+        with self._answering:
+            if self.stopped or pq.dropped:
+                # Given up while the pull was on the wire: neither dispatch nor advance.
+                # Moving the tracker past messages nobody will consume would let the last
+                # commit of a dropped queue (or of a shutdown) skip them, and the next owner
+                # never sees them.
+                return
+            self._answered(pq, expression, offset, raw, waited)
+
+    def _answered(self, pq: ProcessQueue, expression: TagExpression, offset: int,
+                  raw: dict[str, Any], waited: bool) -> None:
+        """Dispatch what a pull answered and schedule the next pull."""
         pq.last_pull_s = time.monotonic()
         messages = [Message.from_json(m) for m in raw.get(PAGE["messages"]) or []]
         next_offset = int(raw.get(PAGE["next_offset"], offset + len(messages)))
@@ -157,11 +228,13 @@ class QueuePuller:
             self.stats.add("pulled", len(matched))
             self.service.dispatch(pq, matched)
         pq.advance(next_offset)
-        if messages or next_offset > offset:
+        if messages or next_offset > offset or waited:  # waited: held the whole wait
             self._idle[pq.queue] = 0.0
-            self._again(pq, 0.0)
+            drained = messages and next_offset >= int(raw.get(PAGE["max_offset"], next_offset))
+            self._again(pq, self.settings.linger_ms / 1000 if drained else 0.0)
         else:
-            idle = min(max(self._idle.get(pq.queue, 0.0) * 2, IDLE_MIN_S), s.idle_max_s)
+            idle = min(max(self._idle.get(pq.queue, 0.0) * 2, IDLE_MIN_S),
+                       self.settings.idle_max_s)
             self._idle[pq.queue] = idle
             self._again(pq, idle)
 

@@ -40,7 +40,13 @@ from clepsydra_client.listener import (
 )
 from clepsydra_client.message import MessageQueue
 from clepsydra_client.offsets import LocalOffsetStore, OffsetStore, RemoteOffsetStore
-from clepsydra_client.pulling import PullSettings, QueuePuller
+from clepsydra_client.pulling import (
+    DEFAULT_HOLD_MS,
+    DEFAULT_LINGER_MS,
+    DEFAULT_THREADS,
+    PullSettings,
+    QueuePuller,
+)
 from clepsydra_client.rebalance import AllocateStrategy, AverageStrategy
 from clepsydra_client.rebalance_service import RebalanceService
 from clepsydra_client.sendback import SendBack
@@ -50,6 +56,7 @@ from clepsydra_client.timers import TimerPool, WorkerPool
 from clepsydra_core import naming
 from clepsydra_core.errors import ClepsydraError, ConfigError
 from clepsydra_core.http import HttpClient
+from clepsydra_core.wire.messages import MAX_PULL_WAIT_MS
 
 logger = logging.getLogger(__name__)
 
@@ -72,14 +79,25 @@ class PushSettings:
     consume_threads: int = 20
     consume_batch_size: int = 1
     pull_batch_size: int = 32
-    pull_threads: int = 4
+    pull_threads: int = DEFAULT_THREADS
+    """The pull loops' threads; a pull held by the store keeps one busy (at most
+    ``pull_threads - 1`` are held at once)."""
     pull_threshold_per_queue: int = 1000
     """Flow control: no pull while this many messages of a queue are unfinished."""
     max_span: int = 2000
     """Flow control (concurrent): no pull while oldest unfinished and newest pulled are
     further apart than this."""
     pull_idle_max_s: float = 0.2
-    """An empty pull waits 10 ms, doubling up to this, before pulling the queue again."""
+    """An empty pull not held by the store waits 10 ms, doubling up to this, before pulling
+    the queue again."""
+    pull_hold_ms: int = DEFAULT_HOLD_MS
+    """A pull asks the store to hold it up to this long while its queue has nothing new,
+    answering as soon as a message is appended (issue 14); at most ``pull_threads - 1`` pulls
+    are held at once. 0: no hold (the back-off only)."""
+    pull_linger_ms: int = DEFAULT_LINGER_MS
+    """After a pull that took its queue's last messages, the next pull waits this long, so
+    that messages arriving meanwhile come in one pull (0: at once, one held pull woken per
+    append)."""
     heartbeat_interval_s: float = 5.0
     persist_interval_s: float = 5.0
     consume_timeout_s: float = 15 * 60.0
@@ -110,6 +128,11 @@ class PushSettings:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         if not 1 <= self.pull_batch_size <= 1000:
             raise ConfigError(f"pull_batch_size must be 1..1000, got {self.pull_batch_size}")
+        if self.pull_linger_ms < 0:
+            raise ConfigError(f"pull_linger_ms must be at least 0, got {self.pull_linger_ms}")
+        if not 0 <= self.pull_hold_ms <= MAX_PULL_WAIT_MS:
+            raise ConfigError(f"pull_hold_ms must be 0..{MAX_PULL_WAIT_MS}, "
+                              f"got {self.pull_hold_ms}")
         for name in ("heartbeat_interval_s", "persist_interval_s", "consume_timeout_s",
                      "lock_renew_interval_s"):
             if getattr(self, name) <= 0:
@@ -247,7 +270,8 @@ class PushConsumer:
             self.store, self._pull_timers, service, self.stats,
             PullSettings(batch_size=s.pull_batch_size, threshold=s.pull_threshold_per_queue,
                          max_span=0 if orderly else s.max_span, idle_max_s=s.pull_idle_max_s,
-                         orderly=orderly))
+                         orderly=orderly, hold_ms=s.pull_hold_ms, threads=s.pull_threads,
+                         linger_ms=s.pull_linger_ms))
         self.rebalance = RebalanceService(self, self.puller, self._timers)
         self._pull_timers.start()
         self._timers.start()
@@ -345,7 +369,8 @@ class PushConsumer:
             return
         self._started = False
         self._timers.stop()
-        self._pull_timers.stop()
+        # a pull held by the store is not waited for: its answer is dropped (pulling.py)
+        self._pull_timers.stop(skip=self.puller.stop() if self.puller is not None else ())
         if self._service is not None:
             self._service.stopped = True  # queued batches are not started any more
         if self.puller is not None:

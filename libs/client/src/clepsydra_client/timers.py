@@ -10,7 +10,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -60,7 +60,10 @@ class TimerPool:
             except Exception:
                 logger.exception("timer task %s failed; it is not rescheduled", fn)
 
-    def stop(self, timeout_s: float = 5.0) -> None:
+    def stop(self, timeout_s: float = 5.0,
+             skip: Collection[threading.Thread] = ()) -> None:
+        """Run nothing more; wait (bounded) for the running calls but those of ``skip`` (a
+        pull held by the store, which answers nothing after the stop: pulling.py)."""
         with self._cond:
             self._stopped = True
             self._heap.clear()
@@ -68,7 +71,7 @@ class TimerPool:
         current = threading.current_thread()
         deadline = time.monotonic() + timeout_s
         for thread in self._threads:
-            if thread is not current and thread.is_alive():
+            if thread is not current and thread not in skip and thread.is_alive():
                 thread.join(max(deadline - time.monotonic(), 0.0))
 
 

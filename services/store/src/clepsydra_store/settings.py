@@ -34,6 +34,10 @@ from clepsydra_store.engine.disk_usage import (
 
 MAX_REQUEST_BYTES_VAR = "CLEPSYDRA_STORE_MAX_REQUEST_BYTES"
 """The setting that bounds a request body (named in the 413 answer)."""
+PULL_HOLD_MAX_VAR = "CLEPSYDRA_STORE_PULL_HOLD_MAX"
+DEFAULT_PULL_HOLD_MAX = 4
+"""Half of the default 8 server threads: the timers' hand-over waits in one too, and the
+others answer every other request."""
 
 
 
@@ -68,6 +72,9 @@ class StoreSettings:
     lock_expiry_ms: int = 60_000
     """An orderly consumer's queue lock not renewed for this long is free for another
     consumer (issue 12.5; RocketMQ's 60 s)."""
+    pull_hold_max: int = DEFAULT_PULL_HOLD_MAX
+    """Most pulls held at once (``waitMs``, issue 14): each waits in one of the ``threads``
+    server threads; past it a pull answers at once. 0: no pull is held."""
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> StoreSettings:
@@ -109,12 +116,19 @@ class StoreSettings:
         if engine.disk_warn_ratio > engine.disk_max_ratio:
             raise ConfigError(f"{DISK_WARN_RATIO_VAR}={engine.disk_warn_ratio:g} must not be "
                               f"above {DISK_MAX_RATIO_VAR}={engine.disk_max_ratio:g}")
+        threads = env_int(env, "CLEPSYDRA_STORE_THREADS", 8, minimum=1)
+        pull_hold_max = env_int(env, PULL_HOLD_MAX_VAR, min(DEFAULT_PULL_HOLD_MAX, threads // 2),
+                                minimum=0)
+        if pull_hold_max >= threads:
+            raise ConfigError(f"{PULL_HOLD_MAX_VAR}={pull_hold_max} must be below "
+                              f"CLEPSYDRA_STORE_THREADS={threads}: held pulls wait in those "
+                              "threads, and other requests need one")
         return cls(
             common=common,
             engine=engine,
             port=port,
             bind=env_str(env, "CLEPSYDRA_STORE_BIND", "127.0.0.1"),
-            threads=env_int(env, "CLEPSYDRA_STORE_THREADS", 8, minimum=1),
+            threads=threads,
             consumer_expiry_ms=env_int(env, "CLEPSYDRA_STORE_CONSUMER_EXPIRY_MS", 30_000,
                                        minimum=1),
             max_request_bytes=env_int(env, MAX_REQUEST_BYTES_VAR,
@@ -125,4 +139,5 @@ class StoreSettings:
             inline_produce=env_bool(env, "CLEPSYDRA_STORE_INLINE_PRODUCE", True),
             lock_expiry_ms=round(1000 * env_float(env, "CLEPSYDRA_STORE_LOCK_EXPIRY_S", 60.0,
                                                   minimum=0.1)),
+            pull_hold_max=pull_hold_max,
         )

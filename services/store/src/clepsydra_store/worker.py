@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import gc
 import select
+import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -136,6 +137,19 @@ class StoreThreadWorker(JsonErrorsMixin, CompleteRequestsOnly, ThreadWorker):  #
             self.on_poller = InlineProduce.of(self.wsgi)
         self._keepalive_s = float(self.cfg.keepalive)
         freeze_startup_objects()
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        """SIGTERM, the graceful stop: held pulls answer now (issue 14), not at the end of
+        their wait (the worker waits for its threads' requests before it exits). In another
+        thread: this signal handler runs on the poller thread, which may be inside the
+        engine's ``Arrivals`` (waking pulls after an append) right now."""
+        super().handle_exit(sig, frame)
+        from clepsydra_store.api.context import EXTENSION
+
+        context: StoreContext | None = getattr(self.wsgi, "extensions", {}).get(EXTENSION)
+        if context is not None:
+            threading.Thread(target=context.store.arrivals.close, name="release-held-pulls",
+                             daemon=True).start()
 
     def handle_request(self, req: Any, conn: Any) -> Any:
         # a produce request's connection goes back to the poller, which answers the next ones

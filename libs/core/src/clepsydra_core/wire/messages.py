@@ -1,7 +1,7 @@
 """The store's read routes (SPEC C3; DESIGN "HTTP contract"): a stored message's JSON view
 (:func:`clepsydra_core.records.message_to_json` writes it) and the answers that carry it:
 
-- ``GET /v1/topics/{topic}/queues/{queueId}/messages?offset=&max=&tags=&body=`` ->
+- ``GET /v1/topics/{topic}/queues/{queueId}/messages?offset=&max=&tags=&body=&waitMs=`` ->
   :class:`PullAnswer`
 - ``GET /v1/messages/{msgId}`` and ``GET /v1/messages?topic=&key=`` -> :class:`MessageList`
 - ``GET /v1/commitlog/{offset}`` -> :class:`StoredMessage`
@@ -16,6 +16,9 @@ from clepsydra_core.wire.codec import WireValue, wire_meta
 DEFAULT_PULL = 32
 MAX_PULL = 1000
 """Most messages one pull, or one look-up by key, answers."""
+MAX_PULL_WAIT_MS = 30_000
+"""The longest a pull may ask the store to hold it (``waitMs``, issue 14): with nothing at its
+offset, the store answers when a message is appended to the queue or when the wait ends."""
 
 
 @dataclass(frozen=True, slots=True)

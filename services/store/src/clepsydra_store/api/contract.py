@@ -35,6 +35,7 @@ from clepsydra_core.wire.locks import LockAnswer, LockList, LockRequest, UnlockA
 from clepsydra_core.wire.messages import (
     DEFAULT_PULL,
     MAX_PULL,
+    MAX_PULL_WAIT_MS,
     MessageList,
     PullAnswer,
     StoredMessage,
@@ -173,7 +174,13 @@ ROUTES = [
                          "minimum; past maxOffset, or a queue the topic does not have: 404 "
                          "OFFSET_OUT_OF_RANGE)"),
                  _max(DEFAULT_PULL, MAX_PULL),
-                 Param("tags", {"type": "string"}, "`*` or `a||b`"), _BODY_FLAG),
+                 Param("tags", {"type": "string"}, "`*` or `a||b`"), _BODY_FLAG,
+                 Param("waitMs", {"type": "integer", "minimum": 0,
+                                  "maximum": MAX_PULL_WAIT_MS, "default": 0},
+                       "hold the pull while nothing at the offset matches: it answers when a "
+                       "message is appended to the queue or after this many ms (issue 14); "
+                       "0: at once. A store holding CLEPSYDRA_STORE_PULL_HOLD_MAX pulls "
+                       "already, or stopping, answers at once")),
           errors=(403,)),
     Route("GET", "/v1/messages/{msgId}", "get_message",
           "Every stored copy of a message, by its msgId or one copy's offsetMsgId.",

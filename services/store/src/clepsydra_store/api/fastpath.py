@@ -1,14 +1,17 @@
-"""A lean WSGI path for the two produce routes and the timers' hand-over, in front of Flask.
+"""A lean WSGI path for the two produce routes, the pull and the timers' hand-over, in front of
+Flask.
 
 ``POST /v1/topics/<topic>/messages`` and ``.../messages/batch`` are the hot routes, with the
 scheduler's ``POST /v1/schedule/timers/handover`` (~800 calls/s in the timers' steady state,
 issue 14; answered by ``timers.serve`` the same way: span, metrics, ``SCHEDULE_HANDOVER``,
-errors; a long poll, so only in the worker thread, never on the poller). Flask's
-request/response objects, routing and hooks cost more than the produce itself (README, "Where
-the time goes"), so this middleware answers them directly and hands every other request to
-Flask. It calls the same ``produce.serve`` as the Flask views: same checks, same span, same
-metrics, same JSON bodies and status codes. ``CLEPSYDRA_STORE_FAST_PATH=false`` turns it off
-(the Flask routes then answer); the test-suite runs the produce cases both ways.
+errors; a long poll, so only in the worker thread, never on the poller) and the consumers'
+``GET /v1/topics/<topic>/queues/<queueId>/messages`` (``queues.serve`` the same way, ``PULL``;
+a held pull waits in the worker thread too). Flask's request/response objects, routing and
+hooks cost more than the produce itself (README, "Where the time goes"), so this middleware
+answers them directly and hands every other request to Flask. It calls the same
+``produce.serve`` as the Flask views: same checks, same span, same metrics, same JSON bodies
+and status codes. ``CLEPSYDRA_STORE_FAST_PATH=false`` turns it off (the Flask routes then
+answer); the test-suite runs the produce and pull cases both ways.
 
 With access control on, the same ``Guard`` as Flask's hook checks the bearer token and ``SEND``
 on the topic before the body is read: a token seen before costs one dict lookup. The store's
@@ -22,7 +25,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from clepsydra_core.auth import Action
-from clepsydra_store.api import produce, timers
+from clepsydra_store.api import produce, queues, timers
 from clepsydra_store.api.context import StoreContext
 from clepsydra_web.auth import REFUSALS, Guard, refusal
 from clepsydra_web.jsonio import JSON_TYPE
@@ -35,6 +38,7 @@ _PREFIX = "/v1/topics/"
 _ONE = "/messages"
 _BATCH = "/messages/batch"
 _TIMER_HANDOVER = "/v1/schedule/timers/handover"
+_QUEUES = "/queues/"
 _REASONS = {200: "200 OK", 201: "201 Created", 400: "400 Bad Request", 401: "401 Unauthorized",
             403: "403 Forbidden", 429: "429 Too Many Requests",
             404: "404 Not Found", 409: "409 Conflict", 413: "413 Request Entity Too Large",
@@ -65,12 +69,17 @@ class ProduceFastPath:
                     topic, batch = "", False
                 if topic and "/" not in topic:
                     return self._produce(environ, start_response, topic, batch)
+        elif environ.get("REQUEST_METHOD") == "GET":
+            path = environ.get("PATH_INFO", "")
+            if path.startswith(_PREFIX) and path.endswith(_ONE):
+                topic, sep, queue_id = path[len(_PREFIX):-len(_ONE)].partition(_QUEUES)
+                if sep and topic and queue_id and "/" not in topic and "/" not in queue_id:
+                    return self._pull(environ, start_response, topic, queue_id)
         return self.app(environ, start_response)
 
     def _produce(self, environ: dict[str, Any], start_response: Callable[..., Any],
                  topic: str, batch: bool) -> Iterable[bytes]:
-        # PATH_INFO is "bytes as latin-1" (PEP 3333); Werkzeug decodes it as UTF-8 the same way
-        topic = topic.encode("latin-1").decode("utf-8", "replace")
+        topic = _utf8(topic)
         status, headers, body = (self.refuse(environ, topic)  # before the body is read
                                  or self.produce(environ, topic, batch, self._read(environ)))
         start_response(status, headers)
@@ -80,6 +89,14 @@ class ProduceFastPath:
                         start_response: Callable[..., Any]) -> Iterable[bytes]:
         """The scheduler's timer hand-over (a long poll: this worker thread waits in it)."""
         status, headers, body = timers.serve(self.context, environ, lambda: self._read(environ))
+        start_response(_REASONS.get(status, f"{status} Error"), headers)
+        return [body]
+
+    def _pull(self, environ: dict[str, Any], start_response: Callable[..., Any],
+              topic: str, queue_id: str) -> Iterable[bytes]:
+        """A consumer's pull (a held one waits in this worker thread)."""
+        status, headers, body = queues.serve(self.context, environ, _utf8(topic),
+                                             _utf8(queue_id))
         start_response(_REASONS.get(status, f"{status} Error"), headers)
         return [body]
 
@@ -123,3 +140,8 @@ class ProduceFastPath:
                 return data
         data = stream.read(self.limit + 1)
         return None if len(data) > self.limit else data
+
+
+def _utf8(segment: str) -> str:
+    """A PATH_INFO segment ("bytes as latin-1", PEP 3333) decoded as Werkzeug does: UTF-8."""
+    return segment.encode("latin-1").decode("utf-8", "replace")

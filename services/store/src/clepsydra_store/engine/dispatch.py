@@ -23,6 +23,7 @@ from clepsydra_core import naming
 from clepsydra_core import properties as P
 from clepsydra_core.levels import DelayLevels
 from clepsydra_core.records import CommitLogRecord, tags_code
+from clepsydra_store.engine.arrivals import Arrivals
 from clepsydra_store.engine.consume_queue import ENTRY, ConsumeQueue
 from clepsydra_store.engine.entry_states import CANCELLED, DELIVERED, EntryStates
 from clepsydra_store.engine.key_index import ENTRIES_PER_FILE, KeyIndex, key_hash
@@ -111,6 +112,8 @@ class Dispatcher:
         """level -> highest schedule queue offset handed to a real topic (D9)."""
         self.states = EntryStates()
         self.timers = TimerIndex(timer_dir or index_dir.parent / naming.TIMER_SLOTS_DIR)
+        self.arrivals = Arrivals()
+        """Pulls held until their queue has an append (issue 14): woken by :meth:`dispatch`."""
         self._replay: dict[ConsumeQueue, tuple[int, list[bytes]]] = {}
         self._replay_hashes: list[int] = []
         self._replay_offsets: list[int] = []
@@ -175,8 +178,11 @@ class Dispatcher:
         mark ``(mark, its queue offset, its entry's code)`` (:meth:`apply_mark`). ``replay``:
         the records may have been indexed before the crash (keys at or below the key index's
         last offset are skipped; entries and marks are idempotent)."""
+        arrivals = self.arrivals
         for cq, first, packed in entries:
             cq.write(first, packed)
+            if arrivals.waiting:  # a pull held on this queue wakes (issue 14)
+                arrivals.notify(cq.topic, cq.queue_id)
         index = self.key_index
         if key_hashes:
             if replay and key_offsets[0] <= index.last_offset:

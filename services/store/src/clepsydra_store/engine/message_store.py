@@ -448,6 +448,7 @@ class MessageStore(StoreCore):
         out["commitlog_segments"] = len(cl.segments)
         out["topics"] = len(self._topics.all()) + 1
         out["timer_handed_over_total"] = self.timers.handed_over  # issue 15
+        out["held_pulls"] = self.arrivals.held  # issue 14, the pull hold
         out.update(self._disk.stats())
         out.update(self._dispatcher.key_index.stats())
         for level in self._levels.levels():

@@ -119,6 +119,8 @@ class StoreCore:
                                self._acknowledge, self._copies_of,
                                config.timer_handover_gap_ms)
         """Timer messages (issue 15): hand-over, cancel, reschedule, backlog."""
+        self.arrivals = self._dispatcher.arrivals
+        """Pulls held until their queue has an append (issue 14, engine/arrivals.py)."""
         self._checkpoint_offset = -1
         self._force_checkpoint = False
         self._recover()
@@ -437,6 +439,7 @@ class StoreCore:
         if self._closed:
             return
         self._closed = True
+        self.arrivals.close()  # held pulls answer now
         self._stop.set()
         with self._flush_cond:
             self._flush_cond.notify_all()
