@@ -95,3 +95,18 @@ def test_document_holds_against_the_running_service(stack: Services, service: st
     summary = result.stdout[-12000:]
     assert result.returncode == 0, f"schemathesis found mismatches:\n{summary}\n{result.stderr}"
     assert "Server error" not in result.stdout
+
+
+def test_the_run_caps_a_generated_pull_hold_but_not_an_invalid_one() -> None:
+    # issue 14: a valid waitMs may hold a pull 30 s, the run's request timeout; the hook sends
+    # it as a short hold, and leaves a value past the maximum alone (its 400 is checked)
+    from types import SimpleNamespace
+
+    from clepsydra_core.wire.messages import MAX_PULL_WAIT_MS
+    from tests.fixtures.schemathesis_hooks import HOLD_CAP_MS, before_call
+
+    for asked, sent in ((MAX_PULL_WAIT_MS, HOLD_CAP_MS), (HOLD_CAP_MS, HOLD_CAP_MS),
+                        (0, 0), (MAX_PULL_WAIT_MS + 1, MAX_PULL_WAIT_MS + 1)):
+        case = SimpleNamespace(path_parameters={}, query={"offset": 3, "waitMs": asked})
+        before_call(None, case, {})
+        assert case.query == {"offset": 3, "waitMs": sent}
