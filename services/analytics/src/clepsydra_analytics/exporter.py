@@ -389,11 +389,11 @@ def run_exporter(settings: AnalyticsSettings, stop: threading.Event) -> None:
         exporter = Exporter(settings)
         exporter.prepare()
         if settings.exporter_port:
-            from clepsydra_analytics.exporter_health import HealthServer
+            from clepsydra_analytics.exporter_health import health_server
 
-            health = HealthServer(exporter, settings.bind, settings.exporter_port).start()
+            health = health_server(exporter, settings.bind, settings.exporter_port)
         exporter.run(stop)
     finally:
         if health is not None:
-            health.stop()
+            health.close()
         lock.release()
