@@ -1,6 +1,6 @@
 """The scheduler's health endpoints: a small stdlib HTTP server on a daemon thread
-(clepsydra_core.health_http; the scheduler stays Flask-free), for ``make run``'s readiness check, the images' HEALTHCHECK and
-the Kubernetes probes.
+(clepsydra_core.health_http; the scheduler stays Flask-free), for ``make run``'s readiness
+check, the images' HEALTHCHECK and the Kubernetes probes.
 
 Worker, on ``CLEPSYDRA_SCHEDULER_PORT`` (default 8083; 0: none):
 
