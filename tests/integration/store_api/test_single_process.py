@@ -14,6 +14,7 @@ import requests
 
 from tests.fixtures.stack import descendants
 from tests.integration.store_api.helpers import TOPIC
+from tools.parts import store_service
 from tools.processes import HttpService, free_port
 
 pytestmark = pytest.mark.integration
@@ -53,3 +54,20 @@ def test_sigint_closes_the_store_too(start_store: Callable[..., HttpService]) ->
     os.kill(store.proc.pid, signal.SIGINT)
     assert store.proc.wait(15) == 0
     assert "message store closed" in store.log()
+
+
+@pytest.mark.parametrize("single", ["true", "false"])
+def test_a_store_that_cannot_open_its_files_exits_3_either_way(tmp_path: Path,
+                                                               single: str) -> None:
+    """The same exit status with or without gunicorn's master: the worker failed to boot
+    (gunicorn's 3), so a supervisor sees the same failure."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    store = store_service(tmp_path / "home", env={"CLEPSYDRA_SINGLE_PROCESS": single,
+                                                  "CLEPSYDRA_STORE_DIR": str(blocker / "store")})
+    try:
+        with pytest.raises(RuntimeError, match="exited early"):
+            store.start(60)
+    finally:
+        store.stop()
+    assert store.exit_code() == 3, store.log()[-2000:]

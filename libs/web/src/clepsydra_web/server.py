@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from gunicorn import __version__, sock, util
 from gunicorn.app.base import BaseApplication
+from gunicorn.arbiter import Arbiter
 from gunicorn.errors import AppImportError
 from gunicorn.glogging import Logger as GunicornLogger
 from gunicorn.workers.gthread import ThreadWorker
@@ -140,10 +141,10 @@ class GunicornServer(BaseApplication):  # type: ignore[misc]
         except AppImportError as exc:
             log.debug("Exception while loading the application", exc_info=True)
             print(f"{exc}", file=sys.stderr)
-            status = 4
+            status = Arbiter.APP_LOAD_ERROR
         except Exception:
             log.exception("Exception in worker process")
-            status = 1 if worker.booted else 3
+            status = 1 if worker.booted else Arbiter.WORKER_BOOT_ERROR
         finally:
             log.info("Worker exiting (pid: %s)", worker.pid)
             try:
