@@ -4,8 +4,8 @@
 
 Starts ``python -m tools.stack`` of its own (its own CLEPSYDRA_HOME and free ports), waits
 ``--settle-s`` after `clepsydra: ready`, and prints, for every part (a part's processes summed:
-gunicorn's master and worker, ...; a part is named by its module, command and flags, e.g.
-``scheduler worker --beat``), three figures from
+gunicorn's master and worker with ``--gunicorn-masters``, ...; a part is named by its module,
+command and flags, e.g. ``scheduler worker --beat``), three figures from
 ``/proc/<pid>/smaps_rollup``:
 
 - RSS: what ``ps`` shows; pages shared between processes (libpython, a forked worker's pages
@@ -16,7 +16,9 @@ gunicorn's master and worker, ...; a part is named by its module, command and fl
 
 Totals are given for the core (Redis, store, retry, the scheduler's worker and beat: one
 process in ``make run``, two with ``--separate-beat``) and the whole stack (plus the analytics
-processes and the supervisor). ``--separate-beat`` is passed on to ``tools.stack``.
+processes and the supervisor). ``--separate-beat`` is passed on to ``tools.stack``;
+``--gunicorn-masters`` runs the store, retry and analytics API as deployed, each a gunicorn
+master and its worker (``CLEPSYDRA_SINGLE_PROCESS=false``).
 """
 
 from __future__ import annotations
@@ -97,10 +99,14 @@ def main() -> int:
     parser.add_argument("--settle-s", type=float, default=20.0)
     parser.add_argument("--separate-beat", action="store_true",
                         help="the scheduler's beat as a process of its own (tools.stack's flag)")
+    parser.add_argument("--gunicorn-masters", action="store_true",
+                        help="CLEPSYDRA_SINGLE_PROCESS=false: the one-worker services each a "
+                             "gunicorn master and its worker, as deployed")
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="clepsydra-memory-")) / "home"
     flags = ("--separate-beat",) if args.separate_beat else ()
-    stack = launch_stack(home, "--quiet", *flags, CLEPSYDRA_OTEL_EXPORTER="none")
+    masters = {"CLEPSYDRA_SINGLE_PROCESS": "false"} if args.gunicorn_masters else {}
+    stack = launch_stack(home, "--quiet", *flags, CLEPSYDRA_OTEL_EXPORTER="none", **masters)
     try:
         time.sleep(args.settle_s)
         print(f"the local stack at rest, {args.settle_s:g} s after ready (home {home}):")

@@ -13,6 +13,8 @@ kept as ``<name>.log.1``) and echoed to stdout as ``name | line``:
                       (not started when CLEPSYDRA_REDIS_URL names an existing Redis)
     store             python -m clepsydra_store               ready: GET /healthz answers 200
     retry             python -m clepsydra_retry               ready: GET /healthz answers 200
+                      (both, and the analytics API: one process each, gunicorn's worker run
+                      without its master, CLEPSYDRA_SINGLE_PROCESS=true unless set: issue 14)
     scheduler         python -m clepsydra_scheduler worker --beat
                                                               ready: GET /healthz answers 200
                       on CLEPSYDRA_SCHEDULER_PORT (0: its log says "scheduler worker ready");
@@ -65,7 +67,7 @@ from types import FrameType
 from typing import IO
 
 from clepsydra_core.errors import ConfigError
-from clepsydra_core.settings import CommonSettings, Env, env_int
+from clepsydra_core.settings import SINGLE_PROCESS, CommonSettings, Env, env_int
 from tools import parts
 from tools.parts import ANALYTICS_API
 from tools.processes import (
@@ -162,6 +164,8 @@ class StackSettings:
         written out so each service sees the same addresses and folder."""
         c = self.common
         env = dict(base)
+        # the one-worker services without gunicorn's master, unless told otherwise (issue 14)
+        env.setdefault(SINGLE_PROCESS, "true")
         env.update({
             "CLEPSYDRA_HOME": str(c.home),
             "CLEPSYDRA_STORE_PORT": str(self.store_port),

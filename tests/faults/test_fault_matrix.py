@@ -69,9 +69,11 @@ DRAIN_TIMEOUT_S = 180.0
 def stack(tmp_path: Path) -> Iterator[RunningStack]:
     factory = stack_factory(tmp_path)
     start = next(factory)
-    # a quota over the store's own files, so the disk-full fault needs no full disk
+    # a quota over the store's own files, so the disk-full fault needs no full disk; the
+    # services as deployed: the scheduler's beat apart, gunicorn's masters kept (issue 14)
     yield start("--max-restarts", "50", "--quiet", "--separate-beat",
-                CLEPSYDRA_STORE_DISK_CAPACITY_BYTES=str(DISK_QUOTA_BYTES))
+                CLEPSYDRA_STORE_DISK_CAPACITY_BYTES=str(DISK_QUOTA_BYTES),
+                CLEPSYDRA_SINGLE_PROCESS="false")
     next(factory, None)
 
 

@@ -5,6 +5,7 @@ is a thread, not a forked child; an exporter that cannot run takes the process d
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,7 +28,7 @@ def test_one_process_schedules_and_exports_and_writes_its_buffers_at_stop(
     home = tmp_path / "analytics"
     env = {"CLEPSYDRA_HOME": str(home), "CLEPSYDRA_STORE_URL": store.url,
            "CLEPSYDRA_REDIS_URL": redis_server.url,
-           "CLEPSYDRA_ANALYTICS_EXPORTER_PORT": str(free_port())}
+           "CLEPSYDRA_ANALYTICS_EXPORTER_PORT": str(free_port()), "PYTHONPROFILEIMPORTTIME": "1"}
     settings = settings_for(store.url, home)
     proc = Stack(home).process(ANALYTICS_WORKER, **env)
     try:
@@ -39,6 +40,16 @@ def test_one_process_schedules_and_exports_and_writes_its_buffers_at_stop(
         # the exporter buffers (flush every 60 s by default): nothing written yet, then the
         # stop makes it write, once
         assert sum(exported_ids(settings).values()) == 0
+        # issue 14: at rest (rows buffered, nothing written) the process holds neither Celery's
+        # command line (its worker started without it: what the import log shows before the
+        # worker redirects stderr) nor Flask (markupsafe's speed-ups) nor pyarrow (their
+        # shared objects are not mapped)
+        imported = re.findall(r"^import time:.*\|\s+([\w.]+)$", proc.log(), re.MULTILINE)
+        assert "clepsydra_core.celery_worker" in imported
+        assert not [m for m in imported if m.split(".")[0] in (
+            "prompt_toolkit", "pygments", "click_repl") or m.startswith("celery.bin")]
+        maps = Path(f"/proc/{proc.pid}/maps").read_text()
+        assert "/pyarrow/" not in maps and "/markupsafe/" not in maps
     finally:
         code = proc.stop()
     assert code == 0, proc.log()[-3000:]

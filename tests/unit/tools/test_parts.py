@@ -90,3 +90,22 @@ def test_the_separate_beat_stack_runs_beat_as_a_process_as_deployed(tmp_path: Pa
         "store", "retry", "scheduler-worker", "scheduler-beat", "analytics-worker",
         "analytics-api"]
     assert SCHEDULER_WITH_BEAT not in EVERYTHING_SEPARATE_BEAT
+
+
+def test_make_run_runs_the_one_worker_services_without_a_gunicorn_master(
+        tmp_path: Path) -> None:
+    """Issue 14 (the stack's memory at rest): make run gives every child
+    CLEPSYDRA_SINGLE_PROCESS=true, so the store, the retry service and the analytics API each
+    run gunicorn's worker in their own process; a value the user set wins (the fault matrix
+    keeps the masters, as deployed)."""
+    env = {"CLEPSYDRA_HOME": str(tmp_path), "CLEPSYDRA_REDIS_URL": "redis://127.0.0.1:1/0",
+           "PATH": "/usr/bin"}
+    children = Supervisor(StackSettings.from_env(env), env=env, console=Console(io.StringIO()),
+                          echo=False).planned()
+    assert {c.name: c.env["CLEPSYDRA_SINGLE_PROCESS"] for c in children
+            if c.name in ("store", "retry", "analytics-api")} == {
+        "store": "true", "retry": "true", "analytics-api": "true"}
+    kept = {**env, "CLEPSYDRA_SINGLE_PROCESS": "false"}
+    children = Supervisor(StackSettings.from_env(kept), env=kept,
+                          console=Console(io.StringIO()), echo=False).planned()
+    assert {c.env["CLEPSYDRA_SINGLE_PROCESS"] for c in children} == {"false"}

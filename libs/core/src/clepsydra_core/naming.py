@@ -172,7 +172,10 @@ EXPORTER_HEARTBEAT = "exporter.alive"
 """Touched (in the analytics state folder) by the running exporter after every cycle: a jobs run
 that sees it fresh leaves the exporting to that exporter, on this machine or another."""
 EXPORT_SNAPSHOT_DIR = "_snapshots"
-"""Small tables the exporter refreshes each cycle (schedule levels, consumer lag)."""
+"""Small tables the exporter refreshes when they change (schedule levels, consumer lag)."""
+EXPORT_SNAPSHOT_STAMP = ".{name}.written"
+"""Beside a snapshot (``name``: its table's name), what the exporter last wrote into it: a
+digest of its rows and the hour it was written (a dot-name: readers skip it)."""
 
 
 def export_schema_dir(version: int) -> str:

@@ -133,6 +133,9 @@ def client_token(env: Env | None = None) -> str | None:
     return env.get(TOKEN_VAR) or None
 
 
+SINGLE_PROCESS = "CLEPSYDRA_SINGLE_PROCESS"
+
+
 @dataclass(frozen=True, slots=True)
 class CommonSettings:
     """The settings shared by every part (README.md, Configuration)."""
@@ -154,6 +157,9 @@ class CommonSettings:
     """Who may call this service (issue 16)."""
     token: str | None = field(default=None, repr=False)
     """The token this part sends on its own calls (CLEPSYDRA_TOKEN)."""
+    single_process: bool = False
+    """CLEPSYDRA_SINGLE_PROCESS: the store, the retry service and the analytics API run their
+    one gunicorn worker in their own process, without a master (``make run``; issue 14)."""
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> CommonSettings:
@@ -174,6 +180,7 @@ class CommonSettings:
             auto_create_groups=env_bool(env, "CLEPSYDRA_AUTO_CREATE_GROUPS", True),
             auth=AuthSettings.from_env(env, home),
             token=client_token(env),
+            single_process=env_bool(env, SINGLE_PROCESS, False),
         )
 
     def configure_logging(self, service: str) -> None:

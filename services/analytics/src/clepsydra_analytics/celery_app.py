@@ -20,6 +20,7 @@ from clepsydra_analytics.settings import AnalyticsSettings
 from clepsydra_core import logging as clogging
 from clepsydra_core import naming
 from clepsydra_core.celery_beat import embed_beat
+from clepsydra_core.celery_worker import run_worker
 from clepsydra_core.telemetry import ANALYTICS_SERVICE
 
 logger = logging.getLogger(__name__)
@@ -90,7 +91,8 @@ def run_schedule(settings: AnalyticsSettings, *, export: bool = False) -> int:
 
 
 def _worker_main(app: Celery, settings: AnalyticsSettings) -> None:
-    app.worker_main(["--quiet", "worker", "--pool", "solo", "--concurrency", "1", "-Q", QUEUE,
-                     "--loglevel", settings.common.log_level, "--without-gossip",
-                     "--without-mingle",
-                     "--hostname", f"analytics@{naming.ANALYTICS_DIR}"])
+    """The worker, without Celery's command line (clepsydra_core.celery_worker: 9.6 MiB less,
+    issue 14)."""
+    run_worker(app, pool="solo", concurrency=1, queues=[QUEUE],
+               loglevel=settings.common.log_level, hostname=f"analytics@{naming.ANALYTICS_DIR}",
+               without_gossip=True, without_mingle=True)

@@ -10,25 +10,30 @@ A file holds the rows of one queue for queue offsets ``[start, end)`` whose stor
 fall in one UTC hour. It is written whole under a dot-name (``.tmp-...``, which Spark and
 pyarrow skip) and then renamed: a reader sees all of it or nothing. The names are the
 exporter's memory: the end of the highest range of a queue is where it resumes.
+
+A local folder (a path or ``file://``) is listed, probed and cleaned with the standard library;
+pyarrow is imported when a file is first written or read (issue 14: the exporter at rest holds
+no pyarrow). Any other URI opens its pyarrow filesystem at once.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
-
-import pyarrow as pa
-import pyarrow.fs as pafs
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, Any
 
 from clepsydra_analytics.schemas import SCHEMA_VERSION
 from clepsydra_core import naming
 from clepsydra_core.errors import ClepsydraError, ConfigError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.fs as pafs
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +52,20 @@ def hour_of(timestamp_ms: int) -> str:
     return time.strftime(HOUR_FORMAT, time.gmtime(timestamp_ms / 1000))
 
 
+def arrow_errors() -> tuple[type[Exception], ...]:
+    """pyarrow's exception class once pyarrow is imported (before that none can be raised)."""
+    pa = sys.modules.get("pyarrow")
+    return () if pa is None else (pa.ArrowException,)
+
+
+@dataclass(frozen=True, slots=True)
+class FileEntry:
+    """A file under the export folder."""
+
+    path: str
+    base_name: str
+
+
 @dataclass(frozen=True, slots=True)
 class ExportedRange:
     topic: str
@@ -62,14 +81,29 @@ class ExportFiles:
 
     def __init__(self, uri: str) -> None:
         self.uri = uri
-        try:
-            fs, base = pafs.FileSystem.from_uri(uri if "://" in uri else os.path.abspath(uri))
-        except (pa.ArrowInvalid, OSError, ValueError) as exc:
-            raise ConfigError(f"CLEPSYDRA_ANALYTICS_EXPORT_URI={uri!r} is not a usable "
-                              f"location: {exc}") from exc
-        self.fs: pafs.FileSystem = fs
+        self.local = "://" not in uri or uri.startswith("file://")
+        self._fs: pafs.FileSystem | None = None
+        if self.local:
+            base = uri.removeprefix("file://") if "://" in uri else os.path.abspath(uri)
+        else:
+            import pyarrow as pa
+            import pyarrow.fs as pafs
+
+            try:
+                self._fs, base = pafs.FileSystem.from_uri(uri)
+            except (pa.ArrowInvalid, OSError, ValueError) as exc:
+                raise ConfigError(f"CLEPSYDRA_ANALYTICS_EXPORT_URI={uri!r} is not a usable "
+                                  f"location: {exc}") from exc
         self.root = f"{base.rstrip('/')}/{naming.export_schema_dir(SCHEMA_VERSION)}"
-        self.local = isinstance(fs, pafs.LocalFileSystem)
+
+    @property
+    def fs(self) -> pafs.FileSystem:
+        """pyarrow's filesystem of the folder (a local one is opened on first use)."""
+        if self._fs is None:
+            import pyarrow.fs as pafs
+
+            self._fs = pafs.LocalFileSystem()
+        return self._fs
 
     # ---- paths ---------------------------------------------------------------------------
 
@@ -95,6 +129,12 @@ class ExportFiles:
         """ConfigError naming the folder when a file cannot be created in it."""
         probe = f"{self.root}/{naming.EXPORT_TEMP_PREFIX}probe-{uuid.uuid4().hex}"
         try:
+            if self.local:
+                os.makedirs(self.root, exist_ok=True)
+                with open(probe, "wb") as local_out:
+                    local_out.write(b"ok")
+                os.remove(probe)
+                return
             self.fs.create_dir(self.root, recursive=True)
             with self.fs.open_output_stream(probe) as out:
                 out.write(b"ok")
@@ -104,6 +144,8 @@ class ExportFiles:
                               f"(CLEPSYDRA_ANALYTICS_EXPORT_URI): {exc}") from exc
 
     def _write_whole(self, folder: str, name: str, table: pa.Table) -> str:
+        import pyarrow.parquet as pq
+
         self.fs.create_dir(folder, recursive=True)
         final = f"{folder}/{name}"
         temp = f"{folder}/{naming.EXPORT_TEMP_PREFIX}{uuid.uuid4().hex}-{name}"
@@ -137,17 +179,71 @@ class ExportFiles:
         removed = 0
         for info in self._walk():
             if info.base_name.startswith(naming.EXPORT_TEMP_PREFIX):
-                self.fs.delete_file(info.path)
+                if self.local:
+                    os.remove(info.path)
+                else:
+                    self.fs.delete_file(info.path)
                 removed += 1
         if removed:
             logger.info("removed half-written export files count=%d root=%s", removed, self.root)
         return removed
 
+    def write_small(self, path: str, data: bytes) -> None:
+        """A small file written whole (temp name, rename)."""
+        folder, name = path.rsplit("/", 1)
+        temp = f"{folder}/{naming.EXPORT_TEMP_PREFIX}{uuid.uuid4().hex}-{name}"
+        if self.local:
+            os.makedirs(folder, exist_ok=True)
+            with open(temp, "wb") as out:
+                out.write(data)
+            os.replace(temp, path)
+            return
+        self.fs.create_dir(folder, recursive=True)
+        with self.fs.open_output_stream(temp) as stream:
+            stream.write(data)
+        self.fs.move(temp, path)
+
+    def remove(self, path: str) -> None:
+        """Delete ``path`` if it exists."""
+        try:
+            if self.local:
+                os.remove(path)
+            elif self.exists(path):
+                self.fs.delete_file(path)
+        except FileNotFoundError:
+            pass
+
     # ---- reading -------------------------------------------------------------------------
 
-    def _walk(self) -> Iterable[pafs.FileInfo]:
+    def read_small(self, path: str) -> bytes | None:
+        """A small file's bytes; None when it does not exist."""
+        try:
+            if self.local:
+                with open(path, "rb") as local_in:
+                    return local_in.read()
+            with self.fs.open_input_stream(path) as stream:
+                data: bytes = stream.read()
+                return data
+        except FileNotFoundError:
+            return None
+
+    def _walk(self) -> list[FileEntry]:
+        if self.local:
+            return [FileEntry(f"{folder}/{name}", name)
+                    for folder, _dirs, names in os.walk(self.root) for name in names]
+        import pyarrow.fs as pafs
+
         selector = pafs.FileSelector(self.root, recursive=True, allow_not_found=True)
-        return [i for i in self.fs.get_file_info(selector) if i.type == pafs.FileType.File]
+        return [FileEntry(i.path, i.base_name) for i in self.fs.get_file_info(selector)
+                if i.type == pafs.FileType.File]
+
+    def exists(self, path: str) -> bool:
+        """Whether the file ``path`` (under the folder) exists."""
+        if self.local:
+            return os.path.isfile(path)
+        import pyarrow.fs as pafs
+
+        return bool(self.fs.get_file_info(path).type == pafs.FileType.File)
 
     def ranges(self) -> list[ExportedRange]:
         """Every complete export file, parsed from its path."""
@@ -180,6 +276,9 @@ class ExportFiles:
 
     def check_readable(self, ranges: Iterable[ExportedRange]) -> None:
         """CorruptExportFile naming the first file whose Parquet footer does not read."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
         for r in ranges:
             try:
                 with self.fs.open_input_file(r.path) as f:
@@ -189,6 +288,9 @@ class ExportFiles:
                                         f"({exc}); move it away or re-export that range") from exc
 
     def read_snapshot(self, name: str) -> pa.Table | None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
         path = self.snapshot_path(name)
         try:
             with self.fs.open_input_file(path) as f:
@@ -200,6 +302,8 @@ class ExportFiles:
             raise CorruptExportFile(f"snapshot {path} is not readable Parquet ({exc})") from exc
 
     def read_table(self, r: ExportedRange) -> pa.Table:
+        import pyarrow.parquet as pq
+
         with self.fs.open_input_file(r.path) as f:
             table: pa.Table = pq.read_table(f)
             return table

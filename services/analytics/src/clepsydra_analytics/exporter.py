@@ -9,6 +9,9 @@ committed offset is for people (lag) and for a queue whose files were all delete
 
 Topics are listed again every cycle, so a new topic that matches the patterns is picked up
 without a restart.
+
+pyarrow is imported when the first file is written (a snapshot that changed, or rows): an
+exporter at rest holds none of it (issue 14; export_files.py, snapshots.py).
 """
 
 from __future__ import annotations
@@ -22,16 +25,18 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
-
-import pyarrow as pa
+from typing import IO, TYPE_CHECKING, Any
 
 from clepsydra_analytics import schemas
-from clepsydra_analytics.export_files import ExportFiles, hour_of
+from clepsydra_analytics.export_files import ExportFiles, arrow_errors, hour_of
 from clepsydra_analytics.settings import AnalyticsSettings
+from clepsydra_analytics.snapshots import SnapshotWriter
 from clepsydra_analytics.store_reader import StoreReader
 from clepsydra_core import naming, telemetry
 from clepsydra_core.errors import ClepsydraError, ConfigError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +119,7 @@ class Exporter:
         self._last_snapshot_s: float | None = None
         self._flush_request_ns: int | None = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="export-pull")
+        self.snapshots = SnapshotWriter(self.files)
 
     # ---- start ---------------------------------------------------------------------------
 
@@ -300,17 +306,20 @@ class Exporter:
             logger.warning("snapshots not refreshed: %s", exc)
 
     def write_snapshots(self) -> None:
-        """Pending messages per delay level, and every group's lag per queue."""
+        """Pending messages per delay level, and every group's lag per queue: each written
+        when a report would read something new in it (snapshots.py)."""
         now_ms = int(time.time() * 1000)
         levels = self.reader.schedule_levels()
-        schedule_rows = [{
+        schedule_rows: list[dict[str, Any]] = [{
             "snapshot_ms": now_ms, "level": int(lv["level"]), "delay_ms": lv.get("delayMs"),
             "max_offset": lv.get("maxOffset"), "handed_over": lv.get("handedOver"),
             "pending": max(0, int(lv.get("maxOffset", 0)) - max(
                 int(lv.get("handedOver", -1)) + 1, int(lv.get("minOffset", 0)))),
         } for lv in levels]
-        self.files.write_snapshot(schemas.SCHEDULE_SNAPSHOT, pa.Table.from_pylist(
-            schedule_rows, schema=schemas.SCHEDULE_SNAPSHOT_SCHEMA))
+        pending = any(row["pending"] > 0 for row in schedule_rows)
+        self.snapshots.write(schemas.SCHEDULE_SNAPSHOT, schedule_rows, now_ms, empty=not pending,
+                             dated=pending, table=lambda: _table(
+                                 schedule_rows, schemas.schedule_snapshot_schema()))
         ends = {(t.name, q.queue_id): q.max_offset for t in self.reader.topics()
                 for q in t.queues}
         lag_rows = []
@@ -324,8 +333,9 @@ class Exporter:
                                      "topic": topic, "queue_id": queue_id,
                                      "committed_offset": committed, "max_offset": end,
                                      "lag": max(0, end - committed)})
-        self.files.write_snapshot(schemas.LAG_SNAPSHOT, pa.Table.from_pylist(
-            lag_rows, schema=schemas.LAG_SNAPSHOT_SCHEMA))
+        self.snapshots.write(schemas.LAG_SNAPSHOT, lag_rows, now_ms, empty=not lag_rows,
+                             dated=False, table=lambda: _table(
+                                 lag_rows, schemas.lag_snapshot_schema()))
 
     # ---- loops ---------------------------------------------------------------------------
 
@@ -350,7 +360,9 @@ class Exporter:
             try:
                 r = self.cycle()
                 self.last_error = None
-            except (ClepsydraError, OSError, pa.ArrowException) as exc:
+            except Exception as exc:
+                if not isinstance(exc, (ClepsydraError, OSError, *arrow_errors())):
+                    raise
                 # the store away, a full disk: the buffers stay, the next cycle writes them
                 logger.warning("export cycle failed, retrying: %s", exc)
                 self.last_error, self.cycle_failures = str(exc), self.cycle_failures + 1
@@ -364,6 +376,12 @@ class Exporter:
         for (topic, queue_id), buf in list(self.buffers.items()):
             if buf.next_offset > buf.start_offset:
                 self._flush(topic, queue_id, buf)
+
+
+def _table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
+    import pyarrow as pa
+
+    return pa.Table.from_pylist(rows, schema=schema)
 
 
 def exporter_alive(settings: AnalyticsSettings) -> bool:
@@ -389,11 +407,11 @@ def run_exporter(settings: AnalyticsSettings, stop: threading.Event) -> None:
         exporter = Exporter(settings)
         exporter.prepare()
         if settings.exporter_port:
-            from clepsydra_analytics.exporter_health import HealthServer
+            from clepsydra_analytics.exporter_health import health_server
 
-            health = HealthServer(exporter, settings.bind, settings.exporter_port).start()
+            health = health_server(exporter, settings.bind, settings.exporter_port)
         exporter.run(stop)
     finally:
         if health is not None:
-            health.stop()
+            health.close()
         lock.release()

@@ -3,24 +3,21 @@ CLEPSYDRA_ANALYTICS_EXPORTER_PORT, served by a thread beside the export loop.
 
 /healthz is 200 while the loop turns (a cycle ended, well or not, within the stale limit) and
 503 when it is stuck; a store that does not answer is reported in the body but keeps it 200,
-so a store outage does not get the exporter restarted."""
+so a store outage does not get the exporter restarted. The standard library's HTTP server
+answers them (clepsydra_core.health_http): no Flask in the exporter's process (issue 14)."""
 
 from __future__ import annotations
 
-import logging
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import orjson
-from flask import Flask, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from werkzeug.serving import BaseWSGIServer, make_server
 
 from clepsydra_analytics.exporter import Exporter
-from clepsydra_web.errors import JSON_TYPE, register_error_handlers
+from clepsydra_core.health_http import JSON, HealthServer, Response, Routes
 
 STALE_MIN_S = 60.0
 
@@ -58,38 +55,23 @@ class ExporterCollector(Collector):
         yield age
 
 
-def health_app(exporter: Exporter) -> Flask:
-    app = Flask("clepsydra_analytics_exporter")
+def health_routes(exporter: Exporter) -> Routes:
+    """``/healthz`` and ``/metrics`` of ``exporter``."""
     registry = CollectorRegistry()
     registry.register(ExporterCollector(exporter))
 
-    @app.get("/healthz")
     def healthz() -> Response:
         body, status = health(exporter)
-        return Response(orjson.dumps(body), status=status, mimetype=JSON_TYPE)
+        return status, JSON, orjson.dumps(body)
 
-    @app.get("/metrics")
     def metrics() -> Response:
-        return Response(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+        return 200, CONTENT_TYPE_LATEST, generate_latest(registry)
 
-    register_error_handlers(app, size_setting="CLEPSYDRA_ANALYTICS_MAX_REQUEST_BYTES")
-    return app
+    return {"/healthz": healthz, "/metrics": metrics}
 
 
-class HealthServer:
-    def __init__(self, exporter: Exporter, bind: str, port: int) -> None:
-        # no access line per probe or scrape: an idle exporter writes nothing (issue 20.7)
-        logging.getLogger("werkzeug").setLevel(logging.WARNING)
-        self.server: BaseWSGIServer = make_server(bind, port, health_app(exporter),
-                                                  threaded=True)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True,
-                                       name="exporter-health")
-
-    def start(self) -> HealthServer:
-        self.thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.thread.join(5)
-        self.server.server_close()
+def health_server(exporter: Exporter, bind: str, port: int) -> HealthServer:
+    """The exporter's endpoints on ``bind:port``, started (OSError when the port cannot be
+    bound). No access line per probe or scrape: an idle exporter writes nothing (issue 20.7)."""
+    return HealthServer(bind, port, health_routes(exporter), name="exporter-health",
+                        server_version="clepsydra-analytics-exporter").start()

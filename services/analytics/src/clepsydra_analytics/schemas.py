@@ -37,63 +37,63 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Sequence
+from functools import cache
 from typing import TYPE_CHECKING, Any
-
-import pyarrow as pa
 
 from clepsydra_core import naming
 from clepsydra_core import properties as P
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql.types import StructType
 
 SCHEMA_VERSION = 1
 VERSION_METADATA_KEY = b"clepsydra.export.schema_version"
 
-ATTEMPT = pa.struct([
-    pa.field("time_ms", pa.int64()),
-    pa.field("consumer", pa.string()),
-    pa.field("reason", pa.string()),
-    pa.field("reconsume_times", pa.int32()),
-])
+_ATTEMPT_FIELDS = (("time_ms", "int64"), ("consumer", "string"), ("reason", "string"),
+                   ("reconsume_times", "int32"))
+"""One entry of ``failure_history``."""
 
-EXPORT_SCHEMA = pa.schema([
-    pa.field("msg_id", pa.string(), nullable=False),
-    pa.field("topic", pa.string(), nullable=False),
-    pa.field("queue_id", pa.int32(), nullable=False),
-    pa.field("queue_offset", pa.int64(), nullable=False),
-    pa.field("commitlog_offset", pa.int64()),
-    pa.field("store_timestamp_ms", pa.int64(), nullable=False),
-    pa.field("born_timestamp_ms", pa.int64()),
-    pa.field("tags", pa.string()),
-    pa.field("keys", pa.string()),
-    pa.field("flag", pa.int32()),
-    pa.field("body_size_bytes", pa.int64()),
-    pa.field("body", pa.binary()),
-    pa.field("properties", pa.map_(pa.string(), pa.string())),
-    pa.field("reconsume_times", pa.int32()),
-    pa.field("max_reconsume_times", pa.int32()),
-    pa.field("retry_topic", pa.string()),
-    pa.field("origin_message_id", pa.string()),
-    pa.field("real_topic", pa.string()),
-    pa.field("delay_level", pa.int32()),
-    pa.field("deliver_ts_ms", pa.int64()),
-    pa.field("consumer_group", pa.string()),
-    pa.field("failure_reason", pa.string()),
-    pa.field("failure_history", pa.list_(ATTEMPT)),
-    pa.field("dlq_reason", pa.string()),
-    pa.field("trace_id", pa.string()),
-    pa.field("exported_at_ms", pa.int64()),
-], metadata={VERSION_METADATA_KEY: str(SCHEMA_VERSION).encode()})
+EXPORT_FIELDS: tuple[tuple[str, str, bool], ...] = (
+    ("msg_id", "string", False),
+    ("topic", "string", False),
+    ("queue_id", "int32", False),
+    ("queue_offset", "int64", False),
+    ("commitlog_offset", "int64", True),
+    ("store_timestamp_ms", "int64", False),
+    ("born_timestamp_ms", "int64", True),
+    ("tags", "string", True),
+    ("keys", "string", True),
+    ("flag", "int32", True),
+    ("body_size_bytes", "int64", True),
+    ("body", "binary", True),
+    ("properties", "map<string,string>", True),
+    ("reconsume_times", "int32", True),
+    ("max_reconsume_times", "int32", True),
+    ("retry_topic", "string", True),
+    ("origin_message_id", "string", True),
+    ("real_topic", "string", True),
+    ("delay_level", "int32", True),
+    ("deliver_ts_ms", "int64", True),
+    ("consumer_group", "string", True),
+    ("failure_reason", "string", True),
+    ("failure_history", "list<attempt>", True),
+    ("dlq_reason", "string", True),
+    ("trace_id", "string", True),
+    ("exported_at_ms", "int64", True),
+)
+"""(name, type, nullable) of every column, in order: the Arrow schema (``EXPORT_SCHEMA``) is
+built from it when first used, so a process that only gathers rows (the exporter at rest)
+never imports pyarrow (issue 14, the stack's memory at rest)."""
 
-COLUMNS = tuple(EXPORT_SCHEMA.names)
+COLUMNS = tuple(name for name, _type, _nullable in EXPORT_FIELDS)
 
 
 def spark_schema() -> StructType:
     """The Spark schema of the export (built from the Arrow one, so the two cannot drift)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    schema: StructType = from_arrow_schema(EXPORT_SCHEMA)
+    schema: StructType = from_arrow_schema(export_schema())
     return schema
 
 
@@ -215,7 +215,9 @@ def append_messages(cols: dict[str, list[Any]], messages: Sequence[dict[str, Any
 
 
 def to_table(cols: dict[str, list[Any]]) -> pa.Table:
-    return pa.Table.from_pydict(cols, schema=EXPORT_SCHEMA)
+    import pyarrow as pa
+
+    return pa.Table.from_pydict(cols, schema=export_schema())
 
 
 def table_of(messages: Sequence[dict[str, Any]], *, with_body: bool = False,
@@ -227,25 +229,79 @@ def table_of(messages: Sequence[dict[str, Any]], *, with_body: bool = False,
 
 
 SCHEDULE_SNAPSHOT = "schedule_levels"
-SCHEDULE_SNAPSHOT_SCHEMA = pa.schema([
-    pa.field("snapshot_ms", pa.int64(), nullable=False),
-    pa.field("level", pa.int32(), nullable=False),
-    pa.field("delay_ms", pa.int64()),
-    pa.field("max_offset", pa.int64()),
-    pa.field("handed_over", pa.int64()),
-    pa.field("pending", pa.int64(), nullable=False),
-])
+SCHEDULE_SNAPSHOT_FIELDS: tuple[tuple[str, str, bool], ...] = (
+    ("snapshot_ms", "int64", False),
+    ("level", "int32", False),
+    ("delay_ms", "int64", True),
+    ("max_offset", "int64", True),
+    ("handed_over", "int64", True),
+    ("pending", "int64", False),
+)
 """Per delay level, the messages still waiting in the schedule topic when the exporter last
 looked (``GET /v1/schedule/levels``): the schedule topic itself is never exported (S3)."""
 
 LAG_SNAPSHOT = "consumer_lag"
-LAG_SNAPSHOT_SCHEMA = pa.schema([
-    pa.field("snapshot_ms", pa.int64(), nullable=False),
-    pa.field("consumer_group", pa.string(), nullable=False),
-    pa.field("topic", pa.string(), nullable=False),
-    pa.field("queue_id", pa.int32(), nullable=False),
-    pa.field("committed_offset", pa.int64()),
-    pa.field("max_offset", pa.int64()),
-    pa.field("lag", pa.int64(), nullable=False),
-])
+LAG_SNAPSHOT_FIELDS: tuple[tuple[str, str, bool], ...] = (
+    ("snapshot_ms", "int64", False),
+    ("consumer_group", "string", False),
+    ("topic", "string", False),
+    ("queue_id", "int32", False),
+    ("committed_offset", "int64", True),
+    ("max_offset", "int64", True),
+    ("lag", "int64", False),
+)
 """Per group, topic and queue: committed offset, the queue's end, and the difference."""
+
+
+# ---- the Arrow schemas, built from the tables above when first used ----------------------
+
+Fields = tuple[tuple[str, str, bool], ...]
+
+
+def _arrow_type(kind: str) -> pa.DataType:
+    import pyarrow as pa
+
+    if kind == "map<string,string>":
+        return pa.map_(pa.string(), pa.string())
+    if kind == "list<attempt>":
+        return pa.list_(pa.struct([pa.field(name, _arrow_type(t)) for name, t in _ATTEMPT_FIELDS]))
+    builder = {"string": pa.string, "binary": pa.binary, "int32": pa.int32, "int64": pa.int64}
+    return builder[kind]()
+
+
+def arrow_schema(fields: Fields, metadata: dict[bytes, bytes] | None = None) -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema([pa.field(name, _arrow_type(kind), nullable=nullable)
+                      for name, kind, nullable in fields], metadata=metadata)
+
+
+@cache
+def export_schema() -> pa.Schema:
+    """The Arrow schema of the export files (``EXPORT_FIELDS``, the version in its metadata)."""
+    return arrow_schema(EXPORT_FIELDS, {VERSION_METADATA_KEY: str(SCHEMA_VERSION).encode()})
+
+
+@cache
+def schedule_snapshot_schema() -> pa.Schema:
+    return arrow_schema(SCHEDULE_SNAPSHOT_FIELDS)
+
+
+@cache
+def lag_snapshot_schema() -> pa.Schema:
+    return arrow_schema(LAG_SNAPSHOT_FIELDS)
+
+
+_ARROW_SCHEMAS = {"EXPORT_SCHEMA": export_schema,
+                  "SCHEDULE_SNAPSHOT_SCHEMA": schedule_snapshot_schema,
+                  "LAG_SNAPSHOT_SCHEMA": lag_snapshot_schema}
+
+
+def __getattr__(name: str) -> pa.Schema:
+    """``EXPORT_SCHEMA``, ``SCHEDULE_SNAPSHOT_SCHEMA``, ``LAG_SNAPSHOT_SCHEMA``: pyarrow is
+    imported on the first use of one."""
+    build = _ARROW_SCHEMAS.get(name)
+    if build is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return build()
+

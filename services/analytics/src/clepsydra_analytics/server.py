@@ -1,7 +1,8 @@
 """``python -m clepsydra_analytics serve``: the API under gunicorn (clepsydra_web's runner:
 JSON logs and JSON refusals), one worker with threads: a jobs run is a child process, so the
 threads only wait on it. The master imports neither Flask nor the app: the worker builds it
-after the fork (issue 14, the stack's memory at rest)."""
+after the fork (issue 14, the stack's memory at rest). With CLEPSYDRA_SINGLE_PROCESS
+(``make run``) the worker runs in this process, without a master."""
 
 from __future__ import annotations
 
@@ -29,5 +30,4 @@ def server(settings: AnalyticsSettings) -> GunicornServer:
 
 
 def serve(settings: AnalyticsSettings) -> int:
-    server(settings).run()
-    return 0
+    return server(settings).serve(in_process=settings.common.single_process)

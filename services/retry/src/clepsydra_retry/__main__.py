@@ -2,7 +2,9 @@
 
 The service is stateless (settings and DLQ state in Redis), so CLEPSYDRA_RETRY_WORKERS may be
 any number; each worker builds its own app after the fork (tracing initialised per process).
-The master imports neither Flask nor the app (issue 14, the stack's memory at rest).
+The master imports neither Flask nor the app (issue 14, the stack's memory at rest). With
+CLEPSYDRA_SINGLE_PROCESS (``make run``) and one worker, the worker runs in this process,
+without a master (clepsydra_web.server.GunicornServer.run_in_process).
 """
 
 from __future__ import annotations
@@ -46,8 +48,7 @@ def main() -> int:
         print(f"clepsydra retry: {exc.message}", file=sys.stderr)
         return 2
     settings.common.configure_logging(RETRY_SERVICE)
-    server(settings).run()
-    return 0
+    return server(settings).serve(in_process=settings.common.single_process)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-"""The scheduler's health endpoints: a small stdlib HTTP server on a daemon thread (the
-scheduler stays Flask-free), for ``make run``'s readiness check, the images' HEALTHCHECK and
-the Kubernetes probes.
+"""The scheduler's health endpoints: a small stdlib HTTP server on a daemon thread
+(clepsydra_core.health_http; the scheduler stays Flask-free), for ``make run``'s readiness
+check, the images' HEALTHCHECK and the Kubernetes probes.
 
 Worker, on ``CLEPSYDRA_SCHEDULER_PORT`` (default 8083; 0: none):
 
@@ -27,14 +27,13 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
 
+from clepsydra_core.health_http import JSON, HealthServer, Response
 from clepsydra_core.levels import DelayLevels
 from clepsydra_scheduler.ports import HandoverApi, LevelStateUnavailable, StoreCallFailed
 from clepsydra_scheduler.settings import SchedulerSettings
@@ -45,14 +44,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-JSON = "application/json"
 PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
 HEALTH_TIMEOUT_S = 2.0
 """A probe's store call gives up after this (Kubernetes probes time out after a few seconds)."""
-
-Response = tuple[int, str, bytes]
-"""(status, content type, body)."""
-
 
 class HealthSource(Protocol):
     """What the checks read from Redis (RedisLevelState, or its in-memory twin)."""
@@ -167,62 +161,6 @@ def live_response() -> Response:
     return 200, JSON, b'{"status":"ok"}'
 
 
-Routes = Mapping[str, Callable[[], Response]]
-
-
-class HealthServer:
-    """GET routes on ``bind:port``, served by daemon threads. ``start`` raises OSError when
-    the port cannot be bound (the caller stops start-up with a message naming the setting)."""
-
-    def __init__(self, bind: str, port: int, routes: Routes) -> None:
-        self._routes = dict(routes)
-        handler = _handler_class(self._routes)
-        self._server = ThreadingHTTPServer((bind, port), handler)
-        self._server.daemon_threads = True
-        self._thread: threading.Thread | None = None
-
-    @property
-    def port(self) -> int:
-        return int(self._server.server_address[1])
-
-    def start(self) -> HealthServer:
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={
-            "poll_interval": 0.5}, name="scheduler-health", daemon=True)
-        self._thread.start()
-        return self
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-
-def _handler_class(routes: Routes) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "clepsydra-scheduler"
-
-        def do_GET(self) -> None:
-            route = routes.get(self.path.split("?", 1)[0])
-            if route is None:
-                status, ctype, body = 404, JSON, b'{"error":"NOT_FOUND","message":"no such path"}'
-            else:
-                try:
-                    status, ctype, body = route()
-                except Exception:
-                    logger.exception("health route failed path=%s", self.path)
-                    status, ctype = 500, JSON
-                    body = b'{"error":"SYSTEM_ERROR","message":"health check failed"}'
-            self.send_response(status)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            logger.debug("health request " + format, *args)
-
-    return Handler
-
-
 def serve_health(settings: SchedulerSettings, role: str, port: int, *,
                  beat: EmbeddedBeat | None = None) -> HealthServer:
     """The worker's or beat's endpoint, started (OSError when the port cannot be bound);
@@ -258,6 +196,7 @@ def serve_health(settings: SchedulerSettings, role: str, port: int, *,
     else:
         routes["/healthz"] = lambda: report_response(
             check_beat(state, None if beat is None else beat.alive()))
-    server = HealthServer(settings.bind, port, routes).start()
+    server = HealthServer(settings.bind, port, routes, name="scheduler-health",
+                          server_version="clepsydra-scheduler").start()
     logger.info("scheduler %s health on bind=%s port=%d", role, settings.bind, server.port)
     return server

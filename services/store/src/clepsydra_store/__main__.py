@@ -5,6 +5,9 @@ threads, bound to ``bind:port``. The MessageStore is opened inside the worker, a
 (its flush and retention threads would not survive one), and closed when the worker exits:
 SIGTERM or SIGINT stop gracefully (in-flight requests finish, then checkpoints are written).
 A bad setting stops start-up with a message naming the variable (exit status 2).
+With CLEPSYDRA_SINGLE_PROCESS (``make run``) the worker runs in this process, without
+gunicorn's master (clepsydra_web.server.GunicornServer.run_in_process): the same app, hooks
+and stop; the MessageStore is opened and closed in the same places.
 """
 
 from __future__ import annotations
@@ -77,8 +80,7 @@ def main() -> int:
     logger.info("starting store bind=%s port=%d threads=%d flush=%s data_dir=%s",
                 settings.bind, settings.port, settings.threads, settings.engine.flush,
                 settings.engine.data_dir)
-    server(settings).run()
-    return 0
+    return server(settings).serve(in_process=settings.common.single_process)
 
 
 if __name__ == "__main__":
