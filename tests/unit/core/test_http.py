@@ -75,3 +75,36 @@ def test_proxies_come_from_the_environment_once_and_netrc_is_not_read(
     assert session.trust_env is False  # no per-call environment and ~/.netrc look-ups
     monkeypatch.setenv("NO_PROXY", "store.example")
     assert "http" not in HttpClient("http://store.example:8081")._session().proxies
+
+
+_LOADS_REQUESTS = """
+import sys
+from clepsydra_core.errors import Unavailable
+from clepsydra_core.http import HttpClient
+client = HttpClient(sys.argv[1], timeout_s=1.0)
+try:
+    client.get("/healthz")
+except Unavailable:
+    pass
+print("requests" in sys.modules, "urllib3" in sys.modules, client._pool is not None)
+"""
+
+
+@pytest.mark.parametrize(("env", "loaded", "lean"), [
+    ({}, False, True),
+    ({"HTTP_PROXY": "http://127.0.0.1:9"}, True, False),
+    # a proxy variable makes requests read the environment exactly (no_proxy): the service is
+    # not proxied, so the call still goes through the lean connections
+    ({"HTTP_PROXY": "http://127.0.0.1:9", "NO_PROXY": "127.0.0.1"}, True, True)])
+def test_requests_is_loaded_only_for_a_proxied_or_https_service(
+        env: dict[str, str], loaded: bool, lean: bool) -> None:
+    # issue 14 (memory at rest): requests and urllib3 were ~9 MiB of every process with an
+    # HttpClient; a plain http:// service without a proxy goes through the lean connections
+    import os
+    import subprocess
+    import sys
+
+    clean = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    out = subprocess.run([sys.executable, "-c", _LOADS_REQUESTS, f"http://127.0.0.1:{free_port()}"],
+                         env={**clean, **env}, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [str(loaded), str(loaded), str(lean)]

@@ -16,19 +16,22 @@ here, in one place; issue 16). The token is never logged nor put in an error.
 
 ``HttpClient("http://127.0.0.1:8081").get("/v1/topics/{}", "%RETRY%G")`` percent-encodes each
 path argument as one segment (``%25RETRY%25G``).
+
+``requests`` (with urllib3, ~9 MiB of a process) is imported only by a client that needs it:
+an ``https://`` service, or proxy variables in the environment of a client that takes them
+(issue 14: the services' processes at rest never load it).
 """
 
 from __future__ import annotations
 
 import http.client
+import os
 import re
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode, urlsplit
 
 import orjson
-import requests
-from requests.adapters import HTTPAdapter
 
 from clepsydra_core import telemetry
 from clepsydra_core.errors import (
@@ -51,6 +54,9 @@ from clepsydra_core.http_connections import ConnectionPool
 from clepsydra_core.properties import TRACEPARENT
 from clepsydra_core.settings import client_token
 
+if TYPE_CHECKING:
+    import requests
+
 Json = dict[str, Any]
 
 _BY_CODE: dict[str, type[ClepsydraError]] = {
@@ -66,6 +72,18 @@ _JSON_HEADERS = {"Content-Type": "application/json"}
 _UNSAFE = re.compile(r"[^!-~]")
 _URL_SAFE = "!#$%&'()*+,/:;=?@[]~"
 """What a URL may hold unquoted (as ``requests.utils.requote_uri`` leaves it)."""
+_PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy")
+"""Lower-cased names of the environment's proxy variables (any case counts, as for requests)."""
+
+
+def _proxied(base_url: str) -> bool:
+    """True when the environment names a proxy ``requests`` would use for ``base_url`` (only
+    then is requests imported to read it exactly, ``no_proxy`` included)."""
+    if not any(key.lower() in _PROXY_VARS for key in os.environ):
+        return False
+    import requests
+
+    return bool(requests.utils.get_environ_proxies(base_url))
 
 
 class RemoteError(ClepsydraError):
@@ -129,11 +147,14 @@ class HttpClient:
         self._prefix = ""
         parts = urlsplit(self.base_url)
         if (parts.scheme == "http" and parts.hostname and not parts.username
-                and not (env_proxies and requests.utils.get_environ_proxies(self.base_url))):
+                and not (env_proxies and _proxied(self.base_url))):
             self._pool = ConnectionPool(parts.hostname, parts.port or 80)
             self._prefix = parts.path
 
     def _session(self) -> requests.Session:
+        import requests  # an https:// or proxied service only (module docstring)
+        from requests.adapters import HTTPAdapter
+
         session: requests.Session | None = getattr(self._local, "session", None)
         if session is None:
             session = requests.Session()
@@ -173,12 +194,8 @@ class HttpClient:
             if self._pool is not None:
                 status, content = self._exchange(method, path, params, data, sent, read_s)
             else:
-                timeout = (read_s if self.connect_timeout_s is None
-                           else (self.connect_timeout_s, read_s))
-                resp = self._session().request(method, url, params=_clean(params), data=data,
-                                               headers=sent, timeout=timeout)
-                status, content = resp.status_code, resp.content
-        except (requests.RequestException, OSError, http.client.HTTPException) as exc:
+                status, content = self._session_call(method, url, params, data, sent, read_s)
+        except (OSError, http.client.HTTPException) as exc:  # requests' errors are OSErrors
             raise Unavailable(
                 f"the {self.service} at {self.base_url} did not answer ({type(exc).__name__}): "
                 "check that it runs and that the URL is right") from exc
@@ -191,6 +208,15 @@ class HttpClient:
         if not isinstance(payload, dict):
             raise RemoteError(f"{method} {url} answered {status} without a JSON object")
         return status, payload
+
+    def _session_call(self, method: str, url: str, params: dict[str, Any] | None,
+                      data: bytes | None, headers: dict[str, str],
+                      read_s: float) -> tuple[int, bytes]:
+        """One call through the thread's ``requests`` session (https, a proxy)."""
+        timeout = read_s if self.connect_timeout_s is None else (self.connect_timeout_s, read_s)
+        resp = self._session().request(method, url, params=_clean(params), data=data,
+                                       headers=headers, timeout=timeout)
+        return resp.status_code, resp.content
 
     def _exchange(self, method: str, path: str, params: dict[str, Any] | None,
                   data: bytes | None, headers: dict[str, str],
