@@ -452,3 +452,19 @@ def test_the_hand_over_gap_is_a_store_setting_bounded_by_the_precision_target(
     assert gap.engine.timer_handover_gap_ms == 0
     with pytest.raises(ConfigError, match="TIMER_HANDOVER_GAP_MS"):
         StoreSettings.from_env({**base, "CLEPSYDRA_STORE_TIMER_HANDOVER_GAP_MS": "101"})
+
+
+def test_stopping_the_store_answers_a_waiting_hand_over_at_once(open_store: OpenStore) -> None:
+    # issue 14 (graceful stop): the scheduler's hand-over waited out its long poll while the
+    # store stopped, then ran on a closed store; now it answers empty at once, as held pulls do
+    store = _store(open_store)
+    store.put_batch([PutRequest(TOPIC, b"later", deliver_at=_now() + 3_600_000)])
+    answers: list[int] = []
+    waiting = threading.Thread(
+        target=lambda: answers.append(store.timers.handover_wait(10, 60_000, _now).delivered))
+    waiting.start()
+    store.release_waits()
+    waiting.join(30)  # far less than the wait's 60 s: released, not timed out
+    assert not waiting.is_alive() and answers == [0]
+    assert store.timers.handover_wait(10, 60_000, _now).delivered == 0  # no wait any more
+    assert store.timers.backlog(_now()).pending == 1  # nothing was handed over or lost

@@ -139,8 +139,9 @@ class StoreThreadWorker(JsonErrorsMixin, CompleteRequestsOnly, ThreadWorker):  #
         freeze_startup_objects()
 
     def handle_exit(self, sig: int, frame: Any) -> None:
-        """SIGTERM, the graceful stop: held pulls answer now (issue 14), not at the end of
-        their wait (the worker waits for its threads' requests before it exits). In another
+        """SIGTERM, the graceful stop: held pulls and the timers' waiting hand-over answer now
+        (issue 14), not at the end of their wait (the worker waits for its threads' requests
+        before it exits). In another
         thread: this signal handler runs on the poller thread, which may be inside the
         engine's ``Arrivals`` (waking pulls after an append) right now."""
         super().handle_exit(sig, frame)
@@ -148,7 +149,7 @@ class StoreThreadWorker(JsonErrorsMixin, CompleteRequestsOnly, ThreadWorker):  #
 
         context: StoreContext | None = getattr(self.wsgi, "extensions", {}).get(EXTENSION)
         if context is not None:
-            threading.Thread(target=context.store.arrivals.close, name="release-held-pulls",
+            threading.Thread(target=context.store.release_waits, name="release-held-pulls",
                              daemon=True).start()
 
     def handle_request(self, req: Any, conn: Any) -> Any:

@@ -434,12 +434,18 @@ class StoreCore:
         self._disk.check()
 
     # ---- lifecycle -------------------------------------------------------------------------
+    def release_waits(self) -> None:
+        """The store stops: held pulls and the timers' waiting hand-over answer now, and no
+        request waits again (the graceful stop, issue 14)."""
+        self.arrivals.close()
+        self.timers.release()
+
     def close(self) -> None:
         """Flush everything, write checkpoints, stop threads. Idempotent."""
         if self._closed:
             return
         self._closed = True
-        self.arrivals.close()  # held pulls answer now
+        self.release_waits()
         self._stop.set()
         with self._flush_cond:
             self._flush_cond.notify_all()

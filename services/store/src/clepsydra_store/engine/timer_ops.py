@@ -108,6 +108,7 @@ class TimerOps:
         """``EngineConfig.timer_handover_gap_ms``."""
         self._last_handed_ms = -gap_ms
         """When the last waiting hand-over that returned timers ran (epoch ms)."""
+        self._released = False
         """Timer-log queue offset -> (CommitLog offset, size) of the entries read by the
         hand-over running (writer lock)."""
 
@@ -123,6 +124,8 @@ class TimerOps:
         timers = self._disp.timers
         wake = timers.wake
         while True:
+            if self._released:  # the store stops: answer now, nothing handed over
+                return TimerHandoverResult()
             wake.clear()
             # issue 14: no hand-over run while the index knows nothing can be due yet (a call
             # that came right after the last one, a wait woken before the due millisecond):
@@ -150,6 +153,12 @@ class TimerOps:
                 go = max(next_due, self._last_handed_ms + self._gap_ms)
                 remaining = min(remaining, max(0.0, go / 1000 - time.time_ns() / 1e9))
             wake.wait(remaining)
+
+    def release(self) -> None:
+        """The store stops: a waiting hand-over answers now (empty) and none waits again,
+        so the graceful stop does not wait out the scheduler's long poll (issue 14)."""
+        self._released = True
+        self._disp.timers.wake.set()
 
     def target(self, deliver_at: int | None, delay_ms: int | None) -> int:
         """A reschedule's asked time, checked against the cap (T1; 400 naming it)."""
