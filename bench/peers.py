@@ -47,7 +47,7 @@ from pathlib import Path
 import redis
 
 from bench.peers_apps import ZSET_KEY, celery_app, dramatiq_actor, now_ms
-from tests.fixtures.stack import RunningStack, descendants, launch_stack, stop_stack
+from tests.fixtures.stack import RunningStack, launch_stack, stop_stack, store_worker_pid
 from tools.processes import Process, RedisServer, wait_until
 
 SYSTEMS = ("clepsydra", "zset", "dramatiq", "celery")
@@ -184,18 +184,9 @@ def store_figures(stack: RunningStack) -> str:
                 if line.startswith('clepsydra_store_requests_total{operation="pull"'))
     produced = sum(float(line.rsplit(" ", 1)[1]) for line in raw.splitlines()
                    if line.startswith("clepsydra_store_produced_messages_total"))
-    cpu_s = 0.0
-    for pid in descendants(stack.proc.pid):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-        parent = Path(f"/proc/{ppid}/cmdline").read_bytes() if ppid else b""
-        if b"clepsydra_store" in cmdline and b"clepsydra_store" in parent:  # the worker
-            fields = stat[stat.rindex(")") + 2:].split()
-            cpu_s = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    stat = Path(f"/proc/{store_worker_pid(stack)}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2:].split()
+    cpu_s = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return (f"clepsydra store: {pulls:,.0f} pulls, {produced:,.0f} produced, worker CPU "
             f"{cpu_s:.1f} s ({1e6 * cpu_s / max(produced, 1):,.0f} us a produced message)")
 

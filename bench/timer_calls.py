@@ -28,7 +28,14 @@ import requests
 
 from clepsydra_client import AdminClient
 from clepsydra_core.wire.timers import TimerBacklog
-from tests.fixtures.stack import RunningStack, child_pid, descendants, launch_stack, stop_stack
+from tests.fixtures.stack import (
+    RunningStack,
+    child_pid,
+    descendants,
+    launch_stack,
+    stop_stack,
+    store_worker_pid,
+)
 
 TOPIC = "TimerCalls"
 _HZ = os.sysconf("SC_CLK_TCK")
@@ -55,7 +62,7 @@ def one_round(rate: int, span_s: int, gap_ms: str | None = None) -> str:
     stack = launch_stack(work / "home", "--quiet", output_path=None,
                          CLEPSYDRA_OTEL_EXPORTER="none", **gap)
     try:
-        store = next(iter(descendants(child_pid(stack, "clepsydra_store"))))
+        store = store_worker_pid(stack)
         scheduler = child_pid(stack, "clepsydra_scheduler")
         AdminClient(stack.store_url, stack.retry_url).create_topic(TOPIC, 4)
         session = requests.Session()
