@@ -13,7 +13,7 @@ IMAGES_TEST ?= auto
 comma := ,
 TOX_ALL_ENVS := $(TOX_ENVS)$(if $(filter auto,$(IMAGES_TEST)),$(comma)images)
 
-.PHONY: setup run test test-fast lint type bench bench-peers openapi clean redis-server docker-engine images images-up images-down
+.PHONY: setup run run-core test test-fast lint type bench bench-peers openapi clean redis-server docker-engine images images-up images-down
 
 setup: $(STAMP) redis-server docker-engine
 
@@ -76,6 +76,10 @@ images-down: setup
 ## (python -m tools.stack); Ctrl-C or SIGTERM stops every process it started.
 run: setup
 	@export PATH="$(CURDIR)/$(BIN):$$PATH"; exec $(BIN)/python -m tools.stack
+
+## run-core: as run, without the analytics worker and API (lighter; no Java needed at run time)
+run-core: setup
+	@export PATH="$(CURDIR)/$(BIN):$$PATH"; exec $(BIN)/python -m tools.stack --without-analytics
 
 ## test: set up, then run every tox env (lint, type, unit, integration, e2e, faults, k8s, spark, and images
 ## when a Docker engine can be had).

@@ -1,6 +1,7 @@
 """The local stack's memory at rest (issue 14: "the whole local stack's memory").
 
-    .venv/bin/python -m bench.stack_memory [--settle-s 20]
+    .venv/bin/python -m bench.stack_memory [--settle-s 20] [--separate-beat]
+                                           [--gunicorn-masters] [--without-analytics]
 
 Starts ``python -m tools.stack`` of its own (its own CLEPSYDRA_HOME and free ports), waits
 ``--settle-s`` after `clepsydra: ready`, and prints, for every part (a part's processes summed:
@@ -18,7 +19,8 @@ Totals are given for the core (Redis, store, retry, the scheduler's worker and b
 process in ``make run``, two with ``--separate-beat``) and the whole stack (plus the analytics
 processes and the supervisor). ``--separate-beat`` is passed on to ``tools.stack``;
 ``--gunicorn-masters`` runs the store, retry and analytics API as deployed, each a gunicorn
-master and its worker (``CLEPSYDRA_SINGLE_PROCESS=false``).
+master and its worker (``CLEPSYDRA_SINGLE_PROCESS=false``); ``--without-analytics`` is
+``make run-core``'s stack.
 """
 
 from __future__ import annotations
@@ -102,9 +104,12 @@ def main() -> int:
     parser.add_argument("--gunicorn-masters", action="store_true",
                         help="CLEPSYDRA_SINGLE_PROCESS=false: the one-worker services each a "
                              "gunicorn master and its worker, as deployed")
+    parser.add_argument("--without-analytics", action="store_true",
+                        help="make run-core's stack: no analytics parts (tools.stack's flag)")
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="clepsydra-memory-")) / "home"
-    flags = ("--separate-beat",) if args.separate_beat else ()
+    flags = (*(("--separate-beat",) if args.separate_beat else ()),
+             *(("--without-analytics",) if args.without_analytics else ()))
     masters = {"CLEPSYDRA_SINGLE_PROCESS": "false"} if args.gunicorn_masters else {}
     stack = launch_stack(home, "--quiet", *flags, CLEPSYDRA_OTEL_EXPORTER="none", **masters)
     try:

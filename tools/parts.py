@@ -176,13 +176,16 @@ class Stack:
             self.with_part(part, **env)
         return self
 
-    def with_everything(self, *, appendonly: bool = True, separate_beat: bool = False) -> Stack:
+    def with_everything(self, *, appendonly: bool = True, separate_beat: bool = False,
+                        analytics: bool = True) -> Stack:
         """What ``make run`` starts: every part (its own Redis unless ``redis_url``), the
-        scheduler's beat inside its worker unless ``separate_beat``."""
+        scheduler's beat inside its worker unless ``separate_beat``; without the analytics
+        parts unless ``analytics`` (``make run-core``)."""
         if self._redis_url is None:
             self.with_redis(appendonly=appendonly)
         for part in EVERYTHING_SEPARATE_BEAT if separate_beat else EVERYTHING:
-            self.with_part(part)
+            if analytics or part not in LOCAL_ANALYTICS:
+                self.with_part(part)
         if not separate_beat:  # the one scheduler process serves beat's health port too
             self.ports.setdefault("CLEPSYDRA_SCHEDULER_BEAT_PORT", free_port())
         return self

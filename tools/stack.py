@@ -2,7 +2,8 @@
 Celery worker with beat on a thread) and the analytics, as processes on this machine, with
 every file under CLEPSYDRA_HOME.
 
-    python -m tools.stack [--quiet] [--separate-beat] [--ready-timeout-s 90] [--grace-s 30]
+    python -m tools.stack [--quiet] [--separate-beat] [--without-analytics]
+                          [--ready-timeout-s 90] [--grace-s 30]
 
 The parts are those of the one stack builder, tools/parts.py (their commands, ports and
 readiness checks are defined there); this module supervises them. Each child runs in its own
@@ -30,6 +31,7 @@ kept as ``<name>.log.1``) and echoed to stdout as ``name | line``:
                       schedule's Celery worker (beat on a thread) with the exporter on
                       another thread (one process: issue 14)
     analytics-api     python -m clepsydra_analytics serve     ready: GET /healthz answers 200
+    (--without-analytics, ``make run-core``: neither analytics part; the core alone)
 
 Once all are ready it prints exactly one line ``clepsydra: ready`` and a table of addresses.
 SIGINT, SIGTERM or SIGHUP: SIGTERM to every child group (services first, Redis last), wait,
@@ -190,9 +192,11 @@ class Supervisor:
     def __init__(self, settings: StackSettings, *, env: Env, console: Console,
                  ready_timeout_s: float = 90.0, grace_s: float = 30.0,
                  echo: bool = True, max_restarts: int = 5,
-                 restart_window_s: float = 60.0, separate_beat: bool = False) -> None:
+                 restart_window_s: float = 60.0, separate_beat: bool = False,
+                 analytics: bool = True) -> None:
         self.settings = settings
         self.separate_beat = separate_beat
+        self.analytics = analytics
         self.env = settings.child_env(env)
         # the exporter answers /healthz on its own port: beside the analytics API's by default
         analytics_port = int(self.env.get("CLEPSYDRA_ANALYTICS_PORT") or 8085)
@@ -295,8 +299,8 @@ class Supervisor:
     def planned(self) -> list[Child]:
         """Every child to start, not started: Redis (unless CLEPSYDRA_REDIS_URL), then the
         parts of ``make run`` (tools/parts.py)."""
-        return list(self.parts.with_everything(appendonly=True,
-                                               separate_beat=self.separate_beat).children())
+        return list(self.parts.with_everything(appendonly=True, separate_beat=self.separate_beat,
+                                               analytics=self.analytics).children())
 
     def watch(self) -> None:
         """Until a stop signal, restarting children that die; StackGaveUp when one keeps
@@ -370,7 +374,7 @@ class Supervisor:
     def address_table(self) -> str:
         c = self.settings.common
         rows = [("store", c.store_url), ("retry", c.retry_url),
-                ("analytics", self.analytics_url),
+                ("analytics", self.analytics_url if self.analytics else "not started"),
                 ("redis", c.effective_redis_url + ("" if self.settings.own_redis
                                                    else " (CLEPSYDRA_REDIS_URL)")),
                 ("home", str(c.home)), ("logs", str(self.settings.log_dir))]
@@ -465,6 +469,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--separate-beat", action="store_true",
                         help="run the scheduler's beat as a process of its own, beside its "
                              "worker, as deployed (default: a thread of the worker)")
+    parser.add_argument("--without-analytics", action="store_true",
+                        help="start neither the analytics worker nor its API (make run-core: "
+                             "the core alone, lighter, no Java needed)")
     parser.add_argument("--ready-timeout-s", type=float, default=90.0,
                         help="how long each service may take to become ready (default 90)")
     parser.add_argument("--grace-s", type=float, default=30.0,
@@ -484,7 +491,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stack = Supervisor(settings, env=os.environ, console=console, echo=not args.quiet,
                   ready_timeout_s=args.ready_timeout_s, grace_s=args.grace_s,
                   max_restarts=args.max_restarts, restart_window_s=args.restart_window_s,
-                  separate_beat=args.separate_beat)
+                  separate_beat=args.separate_beat, analytics=not args.without_analytics)
     stack.install_signal_handlers()
     return stack.run()
 

@@ -109,3 +109,16 @@ def test_make_run_runs_the_one_worker_services_without_a_gunicorn_master(
     children = Supervisor(StackSettings.from_env(kept), env=kept,
                           console=Console(io.StringIO()), echo=False).planned()
     assert {c.env["CLEPSYDRA_SINGLE_PROCESS"] for c in children} == {"false"}
+
+
+def test_make_run_core_starts_no_analytics_part(tmp_path: Path) -> None:
+    # issue 14 (memory at rest): `make run-core` (--without-analytics) is the core alone
+    env = {"CLEPSYDRA_HOME": str(tmp_path), "CLEPSYDRA_REDIS_URL": "redis://127.0.0.1:1/0",
+           "PATH": "/usr/bin"}
+    for separate_beat, names in ((False, ["store", "retry", "scheduler"]),
+                                 (True, ["store", "retry", "scheduler-worker", "scheduler-beat"])):
+        supervisor = Supervisor(StackSettings.from_env(env), env=env,
+                                console=Console(io.StringIO()), echo=False,
+                                separate_beat=separate_beat, analytics=False)
+        assert [c.name for c in supervisor.planned()] == names
+        assert "analytics not started" in " ".join(supervisor.address_table().split())
