@@ -250,7 +250,12 @@ def test_fields_by_shape_are_the_codec_fields(props: dict[str, str], uniqs: list
         if expected is None or not expected[4].get(P.UNIQ_KEY):
             assert found is None
             continue
-        assert found is not None
+        if found is None:
+            # a value holding the bytes of the UNIQ_KEY field's name ahead of the field (a
+            # DELAY of "UNIQ_KEY": its length's last bytes and the text) hides the field from
+            # the shapes' look-up: the block goes to the rebuild, which parses it whole
+            assert block.find(P.name_field(P.UNIQ_KEY)) < block.rfind(P.name_field(P.UNIQ_KEY))
+            continue
         fields, values, got_uniq, got_trace = found
         assert got_uniq == uniq
         assert got_trace == expected[4].get(P.TRACEPARENT)
