@@ -79,7 +79,8 @@ def _close_connections() -> Iterator[None]:
         Conversation.opened.pop().close()
 
 
-def poller_answers(url: str, fields: str = "") -> float:
+def poller_answers(url: str, fields: str = "",
+                   metric: bytes = b"clepsydra_store_poller_answered_requests_total") -> float:
     talk = Conversation(url)
     try:
         talk.send(get("/metrics", fields).replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n"))
@@ -88,7 +89,7 @@ def poller_answers(url: str, fields: str = "") -> float:
             data += chunk
     finally:
         talk.close()
-    found = re.search(rb"^clepsydra_store_poller_answered_requests_total (\S+)$", data, re.M)
+    found = re.search(rb"^" + metric + rb" (\S+)$", data, re.M)
     assert found, data[-2000:]
     return float(found.group(1))
 
@@ -265,3 +266,31 @@ def test_a_large_batch_sent_in_small_pieces_is_answered_whole(
     assert status == 201 and single["queueOffset"] == 251
     talk.close()
     assert poller_answers(url) == 2
+
+
+SPUN = b"clepsydra_store_poller_spin_caught_requests_total"
+
+
+@pytest.mark.parametrize(("spin_us", "pause_s", "spins"), [(10_000, 0.0, True),
+                                                           (0, 0.0, False),
+                                                           (2_000, 0.02, False)])
+def test_the_poller_spins_for_a_producer_in_a_loop_only(
+        start_store: Callable[..., HttpService], spin_us: int, pause_s: float,
+        spins: bool) -> None:
+    # issue 14: after answering a produce the poller looks for the next request without
+    # sleeping (CLEPSYDRA_STORE_POLLER_SPIN_US), but only while requests come within the spin
+    # of the answer before: a producer at its own pace (here 20 ms apart, 2 ms spin) or a spin
+    # of 0 leaves the poller asleep between requests
+    import time
+
+    url = start_store(env={"CLEPSYDRA_STORE_POLLER_SPIN_US": str(spin_us)}).url
+    create_topic(url)
+    talk = Conversation(url)
+    for i in range(20):
+        talk.send(produce(b'{"body":"m%d"}' % i))
+        assert talk.answer()[0] == 201
+        time.sleep(pause_s)
+    talk.close()
+    assert poller_answers(url) == 19  # the first came on a new connection: gunicorn's
+    caught = poller_answers(url, metric=SPUN)
+    assert caught >= 10 if spins else caught == 0

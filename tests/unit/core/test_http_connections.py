@@ -16,7 +16,7 @@ import pytest
 
 from clepsydra_core.errors import TopicNotFound, Unavailable
 from clepsydra_core.http import HttpClient
-from clepsydra_core.http_connections import GATHER_BYTES, _send_gathered, _timeval
+from clepsydra_core.http_connections import GATHER_BYTES, Connection, _send_gathered, _timeval
 
 Handler = Callable[["Exchange"], bool]
 """Answers one request; False closes the connection after it."""
@@ -329,3 +329,62 @@ def test_https_and_proxies_keep_requests(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv("HTTP_PROXY", "http://proxy.example:3128")
     assert HttpClient("http://store.example:8081")._pool is None
     assert HttpClient("http://store.example:8081", env_proxies=False)._pool is not None
+
+
+def _spun(http: HttpClient) -> int:
+    pool = http._pool
+    assert pool is not None
+    conn: Connection = pool._local.conn  # this thread's connection
+    return conn.spun
+
+
+def test_a_caller_in_a_loop_spins_for_quick_answers_and_no_one_else_does(
+        serve: Callable[[Handler], Server]) -> None:
+    """Issue 14: a call reads without blocking, for up to spin_us, only while the last answer
+    came within it and the call came within it after that answer (a loop sending message
+    after message); a caller at its own pace, or a slow service, sleeps in recv as before."""
+    import time
+
+    quick = serve(lambda ex: ex.json(200, b"{}"))
+    loop = HttpClient(quick.url, spin_us=200_000)  # answers come far within 200 ms
+    for _ in range(20):
+        loop.get("/x")
+    assert _spun(loop) >= 10  # the first call cannot spin; later ones found answers spinning
+    off = HttpClient(quick.url, spin_us=0)
+    for _ in range(20):
+        off.get("/x")
+    assert _spun(off) == 0
+    paced = HttpClient(quick.url, spin_us=2_000)
+    for _ in range(5):
+        paced.get("/x")
+        time.sleep(0.02)  # 20 ms between calls, the spin is 2 ms
+    assert _spun(paced) == 0
+
+    def slowly(ex: Exchange) -> bool:
+        time.sleep(0.02)
+        return ex.json(200, b"{}")
+
+    slow = HttpClient(serve(slowly).url, spin_us=2_000)  # 20 ms answers, 2 ms spin
+    for _ in range(5):
+        slow.get("/x")
+    assert _spun(slow) == 0
+    for http in (loop, off, paced, slow):
+        http.close()
+
+
+def test_the_spin_is_a_client_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    from clepsydra_core.errors import ConfigError
+    from clepsydra_core.http_connections import DEFAULT_SPIN_US
+
+    def spin() -> int:
+        pool = HttpClient("http://127.0.0.1:1")._pool
+        assert pool is not None
+        return pool.spin_us
+
+    monkeypatch.delenv("CLEPSYDRA_CLIENT_SPIN_US", raising=False)
+    assert spin() == DEFAULT_SPIN_US
+    monkeypatch.setenv("CLEPSYDRA_CLIENT_SPIN_US", "0")
+    assert spin() == 0
+    monkeypatch.setenv("CLEPSYDRA_CLIENT_SPIN_US", "-1")
+    with pytest.raises(ConfigError, match="CLEPSYDRA_CLIENT_SPIN_US"):
+        spin()

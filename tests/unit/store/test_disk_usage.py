@@ -79,10 +79,12 @@ def test_disk_settings_are_ratios_and_warning_is_not_above_the_mark(tmp_path: Pa
     assert (settings.engine.disk_max_ratio, settings.engine.disk_warn_ratio,
             settings.engine.disk_capacity_bytes) == (0.90, 0.85, 0)
     assert settings.lock_expiry_ms == 60_000
+    assert settings.poller_spin_us == 150  # issue 14
     for env, named in ((dict(CLEPSYDRA_STORE_DISK_MAX_RATIO="1.5"), "DISK_MAX_RATIO"),
                        (dict(CLEPSYDRA_STORE_DISK_WARN_RATIO="0"), "DISK_WARN_RATIO"),
                        (dict(CLEPSYDRA_STORE_DISK_MAX_RATIO="0.8"), "DISK_WARN_RATIO"),
                        (dict(CLEPSYDRA_STORE_DISK_CAPACITY_BYTES="-1"), "CAPACITY_BYTES"),
-                       (dict(CLEPSYDRA_STORE_LOCK_EXPIRY_S="0"), "LOCK_EXPIRY_S")):
+                       (dict(CLEPSYDRA_STORE_LOCK_EXPIRY_S="0"), "LOCK_EXPIRY_S"),
+                       (dict(CLEPSYDRA_STORE_POLLER_SPIN_US="10001"), "POLLER_SPIN_US")):
         with pytest.raises(ConfigError, match=named):
             StoreSettings.from_env({**base, **env})

@@ -50,9 +50,9 @@ from clepsydra_core.errors import (
     Unavailable,
     ValidationError,
 )
-from clepsydra_core.http_connections import ConnectionPool
+from clepsydra_core.http_connections import DEFAULT_SPIN_US, ConnectionPool
 from clepsydra_core.properties import TRACEPARENT
-from clepsydra_core.settings import client_token
+from clepsydra_core.settings import client_token, env_int
 
 if TYPE_CHECKING:
     import requests
@@ -72,6 +72,7 @@ _JSON_HEADERS = {"Content-Type": "application/json"}
 _UNSAFE = re.compile(r"[^!-~]")
 _URL_SAFE = "!#$%&'()*+,/:;=?@[]~"
 """What a URL may hold unquoted (as ``requests.utils.requote_uri`` leaves it)."""
+SPIN_VAR = "CLEPSYDRA_CLIENT_SPIN_US"
 _PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy")
 """Lower-cased names of the environment's proxy variables (any case counts, as for requests)."""
 
@@ -126,12 +127,14 @@ class HttpClient:
     ``env_proxies``: take proxies from the environment (read once per session; a user's SDK);
     service-to-service clients pass False (cluster-internal addresses). ``pool_size``: keep-alive
     connections per ``requests`` session (a service answering many threads at once wants more).
-    ``token``: the bearer token to send (None: ``CLEPSYDRA_TOKEN``, else none)."""
+    ``token``: the bearer token to send (None: ``CLEPSYDRA_TOKEN``, else none). ``spin_us``:
+    how long a call reads without blocking while answers come that fast (None:
+    ``CLEPSYDRA_CLIENT_SPIN_US``, else ``http_connections.DEFAULT_SPIN_US``; 0: never)."""
 
     def __init__(self, base_url: str, *, timeout_s: float = 10.0,
                  connect_timeout_s: float | None = None, service: str = "service",
                  env_proxies: bool = True, pool_size: int = 10,
-                 token: str | None = None) -> None:
+                 token: str | None = None, spin_us: int | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
@@ -148,7 +151,10 @@ class HttpClient:
         parts = urlsplit(self.base_url)
         if (parts.scheme == "http" and parts.hostname and not parts.username
                 and not (env_proxies and _proxied(self.base_url))):
-            self._pool = ConnectionPool(parts.hostname, parts.port or 80)
+            if spin_us is None:
+                spin_us = env_int(os.environ, SPIN_VAR, DEFAULT_SPIN_US, minimum=0,
+                                  maximum=10_000)
+            self._pool = ConnectionPool(parts.hostname, parts.port or 80, spin_us)
             self._prefix = parts.path
 
     def _session(self) -> requests.Session:

@@ -49,6 +49,9 @@ def _ratio(env: Env, name: str, default: float) -> float:
     return value
 
 
+DEFAULT_POLLER_SPIN_US = 150
+"""``CLEPSYDRA_STORE_POLLER_SPIN_US``: measured against 0, 300 and 500 in the peer harness."""
+
 @dataclass(frozen=True, slots=True)
 class StoreSettings:
     common: CommonSettings
@@ -69,6 +72,10 @@ class StoreSettings:
     inline_produce: bool = True
     """With the fast path and async flush: the worker's poller thread answers produce requests
     on kept-alive connections itself (inline.py, issue 14)."""
+    poller_spin_us: int = DEFAULT_POLLER_SPIN_US
+    """With inline produce: after answering one, the poller looks for the next request
+    without sleeping for this long (issue 14: a sleep and wake-up between a producer's calls
+    cost as much as the answer)."""
     lock_expiry_ms: int = 60_000
     """An orderly consumer's queue lock not renewed for this long is free for another
     consumer (issue 12.5; RocketMQ's 60 s)."""
@@ -137,6 +144,8 @@ class StoreSettings:
             keepalive_s=env_int(env, "CLEPSYDRA_STORE_KEEPALIVE_S", 75, minimum=1),
             fast_path=env_bool(env, "CLEPSYDRA_STORE_FAST_PATH", True),
             inline_produce=env_bool(env, "CLEPSYDRA_STORE_INLINE_PRODUCE", True),
+            poller_spin_us=env_int(env, "CLEPSYDRA_STORE_POLLER_SPIN_US", DEFAULT_POLLER_SPIN_US,
+                                   minimum=0, maximum=10_000),
             lock_expiry_ms=round(1000 * env_float(env, "CLEPSYDRA_STORE_LOCK_EXPIRY_S", 60.0,
                                                   minimum=0.1)),
             pull_hold_max=pull_hold_max,

@@ -72,6 +72,10 @@ class InlineProduce:
     limit: int
     answered: Any
     """The ``clepsydra_store_poller_answered_requests`` counter."""
+    spin_s: float = 0.0
+    """``StoreSettings.poller_spin_us``, in seconds."""
+    spun: Any = None
+    """The ``clepsydra_store_poller_spin_caught_requests`` counter."""
 
     @classmethod
     def of(cls, app: Any) -> InlineProduce | None:
@@ -89,7 +93,8 @@ class InlineProduce:
         settings = context.settings
         if not settings.inline_produce or settings.engine.flush != "async":
             return None
-        return cls(fast_path, settings.max_request_bytes, context.obs.poller_answered)
+        return cls(fast_path, settings.max_request_bytes, context.obs.poller_answered,
+                   settings.poller_spin_us / 1e6, context.obs.poller_spun)
 
     def serve(self, buf: bytes, remote: tuple[str, int]) -> inline.Served:
         served = inline.serve(buf, self.fast_path.answer, self.limit, remote, cached_http_date())
@@ -137,6 +142,33 @@ class StoreThreadWorker(JsonErrorsMixin, CompleteRequestsOnly, ThreadWorker):  #
             self.on_poller = InlineProduce.of(self.wsgi)
         self._keepalive_s = float(self.cfg.keepalive)
         freeze_startup_objects()
+
+    _answered_at = 0.0
+    _spin = False
+
+    def wait_for_and_dispatch_events(self, timeout: float) -> None:
+        """Right after answering a produce, look for the next request without sleeping, for
+        up to ``poller_spin_us`` (issue 14): a producer sending one message at a time waited
+        for this thread's sleep and wake-up between its calls as long as for the answer. Only
+        while requests come that fast: once one came later than the spin after the answer
+        before it (producers sending at their own pace), the poller sleeps as before, and spins
+        again after a request that came within it. The lock of the interpreter is free during
+        each look (a system call)."""
+        on_poller = self.on_poller
+        if on_poller is not None and self._spin:
+            end = self._answered_at + on_poller.spin_s
+            select_ = self.poller.select
+            while time.perf_counter() < end:
+                try:
+                    events = select_(0)
+                except InterruptedError:
+                    break
+                if events:
+                    on_poller.spun.inc()
+                    for key, _ in events:
+                        key.data(key.fileobj)
+                    return
+        super().wait_for_and_dispatch_events(timeout)
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         """SIGTERM, the graceful stop: held pulls and the timers' waiting hand-over answer now
@@ -202,6 +234,7 @@ class StoreThreadWorker(JsonErrorsMixin, CompleteRequestsOnly, ThreadWorker):  #
         if pieces:
             buffered = b"".join([buffered, *pieces])
             conn.guard_pieces = None
+        arrived = time.perf_counter()
         try:
             served = self.on_poller.serve(buffered + chunk if buffered else chunk, conn.client)
         except Exception:  # the answer catches everything it knows; never stop the poller
@@ -209,6 +242,9 @@ class StoreThreadWorker(JsonErrorsMixin, CompleteRequestsOnly, ThreadWorker):  #
             self._drop(conn)
             return
         self.nr += served.count
+        if served.count:  # spin after this answer if this request came within the spin
+            self._spin = arrived - self._answered_at <= self.on_poller.spin_s
+            self._answered_at = time.perf_counter()
         sent = 0
         if served.out:
             try:
