@@ -104,13 +104,14 @@ class TimerOps:
         """Timers handed over (delivered or parked) since the store started."""
         self._copies_of = copies_of
         self._located: dict[int, tuple[int, int]] = {}
+        """Timer-log queue offset -> (CommitLog offset, size) of the entries read by the
+        hand-over running (writer lock)."""
         self._gap_ms = gap_ms
         """``EngineConfig.timer_handover_gap_ms``."""
         self._last_handed_ms = -gap_ms
         """When the last waiting hand-over that returned timers ran (epoch ms)."""
         self._released = False
-        """Timer-log queue offset -> (CommitLog offset, size) of the entries read by the
-        hand-over running (writer lock)."""
+        """The store stops (:meth:`release`): no hand-over waits any more."""
 
     # ---- the long poll -------------------------------------------------------------------
     def handover_wait(self, max_count: int, wait_ms: int,
