@@ -27,13 +27,12 @@ from clepsydra_core import telemetry, validation
 from clepsydra_core.auth import Action
 from clepsydra_core.errors import OffsetOutOfRange
 from clepsydra_core.wire.messages import DEFAULT_PULL, MAX_PULL, MAX_PULL_WAIT_MS
+from clepsydra_store.api import lean
 from clepsydra_store.api.context import StoreContext, ctx
 from clepsydra_store.api.observability import set_attribute
 from clepsydra_store.api.web import messages_json, trace_topic, with_body_arg
 from clepsydra_store.engine.types import QueueRead
 from clepsydra_web import jsonio
-from clepsydra_web.auth import REFUSALS, refusal
-from clepsydra_web.errors import error_answer
 from clepsydra_web.jsonio import JSON_TYPE
 from clepsydra_web.tracing import idle
 
@@ -43,8 +42,6 @@ DEFAULT_MAX = DEFAULT_PULL
 MAX_MESSAGES = MAX_PULL
 PULL_OPERATION = "pull"
 """The operation of a pull in the request metrics and spans (its view's name)."""
-Answer = tuple[int, list[tuple[str, str]], bytes]
-"""(status, headers, JSON body) of :func:`serve`."""
 
 
 def parse_tags(expression: str | None) -> frozenset[str] | None:
@@ -127,28 +124,14 @@ def _held(c: StoreContext, topic: str, qid: int, read: QueueRead, max_count: int
         arrivals.release(held)
 
 
-def serve(c: StoreContext, environ: Mapping[str, Any], topic: str, queue_id: str) -> Answer:
+def serve(c: StoreContext, environ: Mapping[str, Any], topic: str, queue_id: str) -> lean.Answer:
     """Answer one pull below Flask (issue 14), as the view and Flask's hooks and error
     handlers do: the request's span and metrics (operation ``pull``), ``PULL`` on the topic
     checked first when access control is on, errors as ``ErrorAnswer`` with the same codes.
     ``topic`` and ``queue_id`` are the path's segments, decoded. It may block (a held pull):
     a worker thread calls it, never the poller."""
-    scope = c.obs.begin(PULL_OPERATION, environ)
-    status = 500
-    try:
-        if c.guard is not None:
-            try:
-                c.guard.check(environ.get("HTTP_AUTHORIZATION"), Action.PULL, topic)
-            except REFUSALS as exc:
-                status, headers, body = refusal(exc)
-                return status, headers, body
-        body = jsonio.dumps(pull_page(c, topic, queue_id, query_args(environ)))
-        status = 200
-    except Exception as exc:  # as Flask's handlers answer
-        status, body = error_answer(exc)
-    finally:
-        c.obs.end(scope, status)
-    return status, [("Content-Type", JSON_TYPE), ("Content-Length", str(len(body)))], body
+    return lean.answer(c, environ, PULL_OPERATION, Action.PULL, topic,
+                       lambda: pull_page(c, topic, queue_id, query_args(environ)))
 
 
 def query_args(environ: Mapping[str, Any]) -> dict[str, str]:

@@ -29,6 +29,7 @@ from clepsydra_core.wire.timers import (
     TimerHandoverAnswer,
     TimerHandoverRequest,
 )
+from clepsydra_store.api import lean
 from clepsydra_store.api.context import StoreContext, ctx
 from clepsydra_store.api.handover import deliver_spans
 from clepsydra_store.api.observability import MESSAGE_ID, set_attribute
@@ -37,9 +38,7 @@ from clepsydra_store.engine.dispatch import TIMER_LEVEL
 from clepsydra_store.engine.timer_ops import Outcome
 from clepsydra_store.settings import MAX_REQUEST_BYTES_VAR
 from clepsydra_web import jsonio
-from clepsydra_web.auth import REFUSALS, refusal
-from clepsydra_web.errors import error_answer, too_large
-from clepsydra_web.jsonio import JSON_TYPE
+from clepsydra_web.errors import too_large
 from clepsydra_web.tracing import idle
 
 bp = Blueprint("timers", __name__)
@@ -49,8 +48,6 @@ TIMER_LABEL = "timer"
 HANDOVER_OPERATION = "timer_handover"
 """The operation of the timers' hand-over in the request metrics and spans (its view's name,
 which Flask's hooks use)."""
-Answer = tuple[int, list[tuple[str, str]], bytes]
-"""(status, headers, JSON body) of :func:`serve`."""
 
 
 def _now_ms() -> int:
@@ -181,29 +178,15 @@ def handover_answer(c: StoreContext, read: Callable[[], bytes]) -> dict[str, Any
 
 
 def serve(c: StoreContext, environ: Mapping[str, Any], read: Callable[[], bytes | None]
-          ) -> Answer:
+          ) -> lean.Answer:
     """Answer one ``POST /v1/schedule/timers/handover`` below Flask (issue 14), as the view
     and Flask's hooks and error handlers do: the request's span and metrics (operation
     ``timer_handover``), ``SCHEDULE_HANDOVER`` checked first when access control is on,
     errors as ``ErrorAnswer`` with the same codes. ``read()`` gives the body, None when it is
     over the size limit (413). It may block (a long poll): a worker thread calls it, never
     the poller."""
-    scope = c.obs.begin(HANDOVER_OPERATION, environ)
-    status = 500
-    try:
-        if c.guard is not None:
-            try:
-                c.guard.check(environ.get("HTTP_AUTHORIZATION"), Action.SCHEDULE_HANDOVER, None)
-            except REFUSALS as exc:
-                status, headers, body = refusal(exc)
-                return status, headers, body
-        body = jsonio.dumps(handover_answer(c, lambda: _body(c, read)))
-        status = 200
-    except Exception as exc:  # as Flask's handlers answer (a broken chunked body: 400)
-        status, body = error_answer(exc)
-    finally:
-        c.obs.end(scope, status)
-    return status, [("Content-Type", JSON_TYPE), ("Content-Length", str(len(body)))], body
+    return lean.answer(c, environ, HANDOVER_OPERATION, Action.SCHEDULE_HANDOVER, None,
+                       lambda: handover_answer(c, lambda: _body(c, read)))
 
 
 def _body(c: StoreContext, read: Callable[[], bytes | None]) -> bytes:
