@@ -207,6 +207,22 @@ def test_overrides_are_the_sentinels_of_the_entries_asked(tmp_path: Path) -> Non
     other.close()
 
 
+def _spliced_and_rebuilt(store: MessageStore, count: int,
+                         now: int) -> list[tuple[Any, Any]]:
+    """Level 1's first ``count`` entries, each (its splice, its rebuild) at ``now``: what the
+    hand-over copies, by the shapes' path and by the whole parse (D4)."""
+    scheduler = store._handover
+    out = []
+    raw = scheduler.queue(1).read_raw(0, count)
+    for q, (offset, size, _code) in enumerate(ENTRY.iter_unpack(raw)):
+        segment = store._commitlog.segment_for(offset)
+        assert segment is not None
+        buf = segment.read(offset - segment.start, size)
+        out.append((scheduler._splice(1, q, buf, 0, size, offset, now),
+                    scheduler._rebuild(1, q, offset, size, now)))
+    return out
+
+
 _TRAP = "\x00\x08UNIQ_KEY\x00\x00\x00\x02ab"
 """A value holding the bytes of a UNIQ_KEY field: the first match is not a field."""
 _NAMES = st.sampled_from([P.DELAY, P.DELIVER_AT, P.DELAY_MS, P.SCHEDULE_OFFSET, P.DELIVER_TS,
@@ -279,14 +295,7 @@ def test_blocks_that_differ_in_their_traceparent_share_a_shape(
                                           properties={P.TRACEPARENT: traces[i]})
                                for i in range(200)])
     now = results[-1].store_timestamp + 1_000
-    scheduler = store._handover
-    cq = scheduler.queue(1)
-    for q, (offset, size, _code) in enumerate(ENTRY.iter_unpack(cq.read_raw(0, 200))):
-        segment = store._commitlog.segment_for(offset)
-        assert segment is not None
-        buf = segment.read(offset - segment.start, size)
-        spliced = scheduler._splice(1, q, buf, 0, size, offset, now)
-        rebuilt = scheduler._rebuild(1, q, offset, size, now)
+    for q, (spliced, rebuilt) in enumerate(_spliced_and_rebuilt(store, 200, now)):
         assert spliced is not None and spliced == (rebuilt[0], rebuilt[2])
         assert spliced[1] == traces[q]
     assert len(parsed) == 3
@@ -338,15 +347,8 @@ def test_blocks_of_one_shape_are_parsed_once(open_store: OpenStore,
     results = store.put_batch([PutRequest(TOPIC, b"%d" % i, tags="t", delay_level=1)
                                for i in range(200)])
     now = results[-1].store_timestamp + 1_000
-    scheduler = store._handover
-    cq = scheduler.queue(1)
-    for q, (offset, size, _code) in enumerate(ENTRY.iter_unpack(cq.read_raw(0, 200))):
-        segment = store._commitlog.segment_for(offset)
-        assert segment is not None
-        buf = segment.read(offset - segment.start, size)
-        spliced = scheduler._splice(1, q, buf, 0, size, offset, now)
-        assert spliced is not None and spliced[0] == scheduler._rebuild(1, q, offset, size,
-                                                                         now)[0]
+    for spliced, rebuilt in _spliced_and_rebuilt(store, 200, now):
+        assert spliced is not None and spliced[0] == rebuilt[0]
     assert len(parsed) == 3
     assert store.handover(1, 0, 1_000, now_ms=now).delivered == 200
     assert len(parsed) == 3
