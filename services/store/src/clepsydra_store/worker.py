@@ -72,9 +72,9 @@ class InlineProduce:
     limit: int
     answered: Any
     """The ``clepsydra_store_poller_answered_requests`` counter."""
-    spin_s: float = 0.0
+    spin_s: float
     """``StoreSettings.poller_spin_us``, in seconds."""
-    spun: Any = None
+    spun: Any
     """The ``clepsydra_store_poller_spin_caught_requests`` counter."""
 
     @classmethod
