@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from clepsydra_client.listener import ConsumeFromWhere, OrderlyResult
+from clepsydra_client.message import MessageQueue
 from clepsydra_client.producer import OutgoingMessage, Producer
 from clepsydra_client.push import PushConsumer
 from clepsydra_core.http import HttpClient
@@ -122,6 +123,64 @@ def test_orderly_consumers_joining_and_leaving_never_overlap_or_reorder(
                                      "was still consuming the one before"
         clients |= {client for _, client, _, _ in rows}
     assert len(clients) >= 3  # the queues really moved between consumers
+
+
+def test_a_queue_given_up_while_consumed_is_committed_when_its_consumer_stops(
+        stack: ClientStack, admin: AdminClient, producer: Producer, names: Names,
+        consumers: Consumers) -> None:
+    # issue 12.5: a consumer stopping while a queue it gave up at a rebalance is still being
+    # consumed waits (shutdown_wait_s) for that listener, commits the queue and unlocks it: the
+    # next owner starts after the message at once, instead of consuming it again after the
+    # lock's expiry
+    topic, group = names("t"), names("g")
+    admin.create_topic(topic, 2)
+    intervals = Intervals()
+    running: set[int] = set()
+    slow = {q: threading.Event() for q in range(2)}
+
+    def listener(client: str) -> Any:
+        def consume(messages: list[Message], context: Any) -> OrderlyResult:
+            for m in messages:
+                start = time.monotonic()
+                seq = int(m.text.split(":")[1])
+                if seq == 0:
+                    with intervals.lock:
+                        running.add(m.queue_id)
+                    slow[m.queue_id].wait(30)
+                with intervals.lock:
+                    intervals.rows.append((m.queue_id, seq, client, start, time.monotonic()))
+            return OrderlyResult.SUCCESS
+        return consume
+
+    first = consumers(group, topic, listener("first"), orderly=True, lock_renew_interval_s=0.5)
+    producer.send_batch(topic, [OutgoingMessage(f"{q}:0", queue_id=q) for q in range(2)])
+    wait_until(lambda: running == {0, 1}, 20, what="both queues' first message in the listener")
+    second = consumers(group, topic, listener("second"), orderly=True,
+                       lock_renew_interval_s=0.5)
+    assert first.rebalance is not None
+    wait_until(lambda: len(first.rebalance.owned()) == 1, 20,
+               what="the first consumer gives a queue up to the second")
+    moved = ({MessageQueue(topic, 0), MessageQueue(topic, 1)} - set(first.rebalance.owned())).pop()
+    stopping = threading.Thread(target=first.shutdown)
+    stopping.start()
+    slow[1 - moved.queue_id].set()  # the queue it still owns is done first
+    time.sleep(0.5)  # the stop waits for the given-up queue's listener too
+    assert stopping.is_alive()
+    slow[moved.queue_id].set()
+    stopping.join(30)
+    assert not stopping.is_alive()
+    assert admin.offsets(group, topic)[moved] == 1  # committed behind its message
+    producer.send_batch(topic, [OutgoingMessage(f"{q}:1", queue_id=q) for q in range(2)])
+    # well inside the store's 60 s lock expiry: the stop gave the lock back
+    wait_until(lambda: all(len(intervals.per_queue().get(q, [])) >= 2 for q in range(2)), 20,
+               what="the second consumer takes both queues and consumes on")
+    time.sleep(1.0)  # time for a second copy to show
+    for queue_id, rows in intervals.per_queue().items():
+        assert [seq for seq, _, _, _ in rows] == [0, 1], f"queue {queue_id}"
+        assert [client for _, client, _, _ in rows] == ["first", "second"]
+    with closing(HttpClient(stack.store.url)) as http:
+        locks = http.get(f"/v1/groups/{group}/locks")["locks"]
+    assert {x["clientId"] for x in locks} == {second.client_id}
 
 
 def test_a_consumer_whose_lock_is_lost_stops_and_resumes_when_it_is_free(

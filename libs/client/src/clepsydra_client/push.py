@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -373,10 +374,11 @@ class PushConsumer:
         self._pull_timers.stop(skip=self.puller.stop() if self.puller is not None else ())
         if self._service is not None:
             self._service.stopped = True  # queued batches are not started any more
+        deadline = time.monotonic() + self.settings.shutdown_wait_s
         if self.puller is not None:
             self.puller.stop_all(self.settings.shutdown_wait_s)
-        if self.rebalance is not None:
-            self.rebalance.finish_drops()
+        if self.rebalance is not None:  # queues given up whose listeners still run
+            self.rebalance.finish_drops(max(deadline - time.monotonic(), 0.0))
         committed = False
         try:
             self.persist_offsets()

@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from clepsydra_client.consume_service import wait_idle
 from clepsydra_client.listener import ConsumeFromWhere
 from clepsydra_client.message import MessageQueue
 from clepsydra_client.process_queue import ProcessQueue
@@ -308,16 +309,22 @@ class RebalanceService:
                 if self._finalizing.get(queue) is pq:
                     del self._finalizing[queue]
 
-    def finish_drops(self) -> None:
-        """Shutdown: commit every queue still being given up, without waiting longer (an
-        orderly queue whose listener still runs keeps its lock until it expires)."""
+    def finish_drops(self, wait_s: float) -> None:
+        """Shutdown: commit every queue still being given up once its running listener has
+        returned, waiting ``wait_s`` at most in all. The finalizing timers have stopped, so
+        without this wait a listener returning after the stop would leave its queue committed
+        behind it: the next owner would consume that message again. An orderly queue whose
+        listener still runs after the wait keeps its lock until it expires (12.5)."""
+        deadline = time.monotonic() + wait_s
         with self._lock:
             pending = list(self._finalizing.items())
         for queue, pq in pending:
+            left = max(deadline - time.monotonic(), 0.0)
             if pq.locking:
-                if pq.orderly_lock.acquire(blocking=False):
+                if pq.orderly_lock.acquire(timeout=left):
                     self._commit_dropped(queue, pq, commit=pq.lock_held())
                 continue
+            wait_idle(pq, left)
             self._commit_dropped(queue, pq)
 
     # ---- queue locks (orderly, clustering; issue 12.5) -------------------------------------
