@@ -77,7 +77,7 @@ images-down: setup
 run: setup
 	@export PATH="$(CURDIR)/$(BIN):$$PATH"; exec $(BIN)/python -m tools.stack
 
-## run-core: as run, without the analytics worker and API (lighter; no Java needed at run time)
+## run-core: as run, without the analytics (lighter; no Java needed at run time)
 run-core: setup
 	@export PATH="$(CURDIR)/$(BIN):$$PATH"; exec $(BIN)/python -m tools.stack --without-analytics
 

@@ -92,21 +92,22 @@ ANALYTICS_API = Part("analytics-api", ("clepsydra_analytics", "serve"),
                      "CLEPSYDRA_ANALYTICS_PORT", "CLEPSYDRA_ANALYTICS_URL")
 ANALYTICS_SCHEDULE = Part("analytics-schedule", ("clepsydra_analytics", "schedule"), None,
                           ready_log=r"\bready\b")
-ANALYTICS_WORKER = Part("analytics-worker", ("clepsydra_analytics", "schedule", "--export"),
-                        "CLEPSYDRA_ANALYTICS_EXPORTER_PORT")
-"""The schedule's worker with the exporter on a thread of it (one process; ready when the
-exporter answers /healthz): what ``make run`` starts. Kubernetes keeps the exporter apart."""
+ANALYTICS_LOCAL = Part("analytics", ("clepsydra_analytics", "serve", "--schedule", "--export"),
+                       "CLEPSYDRA_ANALYTICS_PORT", "CLEPSYDRA_ANALYTICS_URL")
+"""The API with the schedule's worker and the exporter on threads of it (one process, ready
+when the API answers /healthz; the exporter answers its own port): what ``make run`` starts.
+Kubernetes keeps the three apart."""
 SCHEDULER = (SCHEDULER_WORKER, SCHEDULER_BEAT)
 ANALYTICS = (ANALYTICS_EXPORT, ANALYTICS_API, ANALYTICS_SCHEDULE)
-LOCAL_ANALYTICS = (ANALYTICS_WORKER, ANALYTICS_API)
+LOCAL_ANALYTICS = (ANALYTICS_LOCAL,)
 EVERYTHING = (STORE, RETRY, SCHEDULER_WITH_BEAT, *LOCAL_ANALYTICS)
 """What ``make run`` starts (Redis aside), in start order: the scheduler one process, the
-analytics exporter and schedule one process (issue 14, the stack's memory at rest)."""
+analytics one process (issue 14, the stack's memory at rest)."""
 EVERYTHING_SEPARATE_BEAT = (STORE, RETRY, *SCHEDULER, *LOCAL_ANALYTICS)
 """The same with the scheduler's worker and beat two processes, as deployed
 (``python -m tools.stack --separate-beat``: the fault matrix kills each)."""
 PARTS = (STORE, RETRY, SCHEDULER_WORKER, SCHEDULER_BEAT, SCHEDULER_WITH_BEAT, *ANALYTICS,
-         ANALYTICS_WORKER)
+         ANALYTICS_LOCAL)
 """Every kind of part but Redis."""
 BY_NAME = {part.name: part for part in PARTS}
 PORT_VARS = tuple(dict.fromkeys((*(p.port_var for p in PARTS if p.port_var),

@@ -14,7 +14,7 @@ kept as ``<name>.log.1``) and echoed to stdout as ``name | line``:
                       (not started when CLEPSYDRA_REDIS_URL names an existing Redis)
     store             python -m clepsydra_store               ready: GET /healthz answers 200
     retry             python -m clepsydra_retry               ready: GET /healthz answers 200
-                      (both, and the analytics API: one process each, gunicorn's worker run
+                      (both, and the analytics: one process each, gunicorn's worker run
                       without its master, CLEPSYDRA_SINGLE_PROCESS=true unless set: issue 14)
     scheduler         python -m clepsydra_scheduler worker --beat
                                                               ready: GET /healthz answers 200
@@ -25,13 +25,13 @@ kept as ``<name>.log.1``) and echoed to stdout as ``name | line``:
     scheduler-worker  python -m clepsydra_scheduler worker    ready: as the scheduler's
     scheduler-beat    python -m clepsydra_scheduler beat      ready: GET /healthz answers 200
                       on CLEPSYDRA_SCHEDULER_BEAT_PORT (0: running)
-    analytics-worker  python -m clepsydra_analytics schedule --export
+    analytics         python -m clepsydra_analytics serve --schedule --export
                                                               ready: GET /healthz answers 200
-                      on CLEPSYDRA_ANALYTICS_EXPORTER_PORT (default the API's port + 1): the
-                      schedule's Celery worker (beat on a thread) with the exporter on
-                      another thread (one process: issue 14)
-    analytics-api     python -m clepsydra_analytics serve     ready: GET /healthz answers 200
-    (--without-analytics, ``make run-core``: neither analytics part; the core alone)
+                      on CLEPSYDRA_ANALYTICS_PORT: the API (gunicorn's worker in its own
+                      process, as above), with the schedule's Celery worker (beat on a thread
+                      of it) and the exporter (/healthz on CLEPSYDRA_ANALYTICS_EXPORTER_PORT,
+                      default the API's port + 1) on threads of it (one process: issue 14)
+    (--without-analytics, ``make run-core``: no analytics; the core alone)
 
 Once all are ready it prints exactly one line ``clepsydra: ready`` and a table of addresses.
 SIGINT, SIGTERM or SIGHUP: SIGTERM to every child group (services first, Redis last), wait,
@@ -470,7 +470,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="run the scheduler's beat as a process of its own, beside its "
                              "worker, as deployed (default: a thread of the worker)")
     parser.add_argument("--without-analytics", action="store_true",
-                        help="start neither the analytics worker nor its API (make run-core: "
+                        help="do not start the analytics (make run-core: "
                              "the core alone, lighter, no Java needed)")
     parser.add_argument("--ready-timeout-s", type=float, default=90.0,
                         help="how long each service may take to become ready (default 90)")

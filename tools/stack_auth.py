@@ -19,7 +19,7 @@ CHILD_ROLES = {
     "analytics-export": Role.ANALYTICS,
     "analytics-api": Role.ANALYTICS,
     "analytics-schedule": Role.ANALYTICS,
-    "analytics-worker": Role.ANALYTICS,
+    "analytics": Role.ANALYTICS,
 }
 """The stack's children that call other services, and the role each one's calls need."""
 

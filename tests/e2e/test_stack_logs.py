@@ -1,8 +1,8 @@
 """One log format, quiet when idle (issue 20.7): every process the stack starts (store, retry
-and analytics API under gunicorn; the scheduler's worker with its beat embedded and the
-analytics schedule with the exporter under Celery) writes the same JSON lines - or the same
-fields as text with CLEPSYDRA_LOG_FORMAT=text - no warning on a clean start, and nothing at the
-default level while idle."""
+and analytics API under gunicorn, the latter with the analytics schedule's Celery worker and
+the exporter on threads; the scheduler's worker with its beat embedded) writes the same JSON
+lines - or the same fields as text with CLEPSYDRA_LOG_FORMAT=text - no warning on a clean
+start, and nothing at the default level while idle."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from tools.processes import wait_until
 pytestmark = pytest.mark.e2e
 
 FIELDS = ["time", "level", "service", "logger", "message"]
-OURS = ("store", "retry", "scheduler", "analytics-worker", "analytics-api")
+OURS = ("store", "retry", "scheduler", "analytics")
 """Every child of the stack but redis-server (not a process of ours)."""
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 TRACEPARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01"

@@ -60,7 +60,7 @@ def test_make_run_starts_the_builders_parts(tmp_path: Path) -> None:
                             console=Console(io.StringIO()), echo=False)
     children = supervisor.planned()
     assert [c.name for c in children] == [p.name for p in EVERYTHING] == [
-        "store", "retry", "scheduler", "analytics-worker", "analytics-api"]
+        "store", "retry", "scheduler", "analytics"]
     assert [c.argv for c in children] == [p.argv() for p in EVERYTHING]
     store = children[0]
     assert isinstance(store, HttpService) and store.port == 18081
@@ -74,10 +74,13 @@ def test_make_run_starts_the_builders_parts(tmp_path: Path) -> None:
     assert scheduler.argv[1:] == ["-m", "clepsydra_scheduler", "worker", "--beat"]
     assert (scheduler.env["CLEPSYDRA_SCHEDULER_PORT"],
             scheduler.env["CLEPSYDRA_SCHEDULER_BEAT_PORT"]) == ("8083", "8084")
-    # ... and the analytics exporter runs in the schedule's worker, ready on its health port
-    analytics = {c.name: c for c in children}["analytics-worker"]
-    assert analytics.argv[1:] == ["-m", "clepsydra_analytics", "schedule", "--export"]
-    assert isinstance(analytics, HttpService) and analytics.port == 8086
+    # ... and the analytics is one process: the API, with the schedule's worker and the
+    # exporter on threads of it (ready when the API answers; the exporter on its own port)
+    analytics = {c.name: c for c in children}["analytics"]
+    assert analytics.argv[1:] == ["-m", "clepsydra_analytics", "serve", "--schedule",
+                                  "--export"]
+    assert isinstance(analytics, HttpService) and analytics.port == 8085
+    assert analytics.env["CLEPSYDRA_ANALYTICS_EXPORTER_PORT"] == "8086"
 
 
 def test_the_separate_beat_stack_runs_beat_as_a_process_as_deployed(tmp_path: Path) -> None:
@@ -87,8 +90,7 @@ def test_the_separate_beat_stack_runs_beat_as_a_process_as_deployed(tmp_path: Pa
                             echo=False, separate_beat=True)
     children = supervisor.planned()
     assert [c.name for c in children] == [p.name for p in EVERYTHING_SEPARATE_BEAT] == [
-        "store", "retry", "scheduler-worker", "scheduler-beat", "analytics-worker",
-        "analytics-api"]
+        "store", "retry", "scheduler-worker", "scheduler-beat", "analytics"]
     assert SCHEDULER_WITH_BEAT not in EVERYTHING_SEPARATE_BEAT
 
 
@@ -103,8 +105,8 @@ def test_make_run_runs_the_one_worker_services_without_a_gunicorn_master(
     children = Supervisor(StackSettings.from_env(env), env=env, console=Console(io.StringIO()),
                           echo=False).planned()
     assert {c.name: c.env["CLEPSYDRA_SINGLE_PROCESS"] for c in children
-            if c.name in ("store", "retry", "analytics-api")} == {
-        "store": "true", "retry": "true", "analytics-api": "true"}
+            if c.name in ("store", "retry", "analytics")} == {
+        "store": "true", "retry": "true", "analytics": "true"}
     kept = {**env, "CLEPSYDRA_SINGLE_PROCESS": "false"}
     children = Supervisor(StackSettings.from_env(kept), env=kept,
                           console=Console(io.StringIO()), echo=False).planned()

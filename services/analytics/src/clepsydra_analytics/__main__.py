@@ -1,13 +1,14 @@
 """``python -m clepsydra_analytics export | serve | jobs run | schedule``.
 
 - ``export``: the exporter, until SIGTERM/SIGINT (it writes what it has buffered, then exits).
-- ``serve``: the HTTP API under gunicorn on CLEPSYDRA_ANALYTICS_PORT.
+- ``serve``: the HTTP API under gunicorn on CLEPSYDRA_ANALYTICS_PORT. ``serve --schedule
+  --export``: the schedule's worker and the exporter too, on threads of the API's process (one
+  process: what the local stack runs, server.py).
 - ``jobs run [--job NAME]... [--since 2h] [--format text|json] [--no-export]``: export what is
   not exported yet, run the jobs once in this process, write the report, exit (the Kubernetes
   CronJob and the local schedule run this).
 - ``schedule``: the local schedule, one Celery worker with its beat embedded; each run is a
-  ``jobs run`` subprocess, so the JVM's memory is returned after it. ``schedule --export``:
-  the exporter too, on a thread of that worker (one process: what the local stack runs).
+  ``jobs run`` subprocess, so the JVM's memory is returned after it.
 
 Exit status 2 for bad settings or bad input (the message names the problem), 1 for a failure.
 """
@@ -34,10 +35,12 @@ def _parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("export", help="run the exporter until stopped")
-    sub.add_parser("serve", help="run the HTTP API")
-    schedule = sub.add_parser("schedule", help="run the local schedule (Celery worker with beat)")
-    schedule.add_argument("--export", action="store_true",
-                          help="run the exporter in the same process (the local stack)")
+    serve = sub.add_parser("serve", help="run the HTTP API")
+    serve.add_argument("--schedule", action="store_true",
+                       help="run the schedule's worker in the same process (the local stack)")
+    serve.add_argument("--export", action="store_true",
+                       help="run the exporter in the same process (the local stack)")
+    sub.add_parser("schedule", help="run the local schedule (Celery worker with beat)")
     jobs = sub.add_parser("jobs", help="run the jobs once")
     jobs_sub = jobs.add_subparsers(dest="jobs_command", required=True)
     run = jobs_sub.add_parser("run", help="export first, run the jobs, write the report")
@@ -83,11 +86,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "serve":
             from clepsydra_analytics.server import serve
 
-            return serve(settings)
+            return serve(settings, schedule=args.schedule, export=args.export)
         if args.command == "schedule":
             from clepsydra_analytics.celery_app import run_schedule
 
-            return run_schedule(settings, export=args.export)
+            return run_schedule(settings)
         from clepsydra_analytics.cli_jobs import jobs_run
 
         return jobs_run(settings, jobs=args.job, since=args.since, output=args.format,

@@ -3,24 +3,25 @@ CLEPSYDRA_ANALYTICS_SCHEDULE_S (hourly by default); the task runs
 ``python -m clepsydra_analytics jobs run`` as a child process, so the JVM's memory is returned
 after each run. ``python -m clepsydra_analytics schedule`` runs it as one Celery worker process with
 beat on a thread of it (one beat for the stack; clepsydra_core.celery_beat: Celery's own ``-B``
-would fork a second process); ``schedule --export`` runs the exporter in it too (the local
-stack). On Kubernetes a CronJob runs ``jobs run`` instead."""
+would fork a second process). ``serve --schedule`` runs the same worker on a thread of the
+API's process instead (the local stack, server.py). On Kubernetes a CronJob runs ``jobs run``
+instead."""
 
 from __future__ import annotations
 
 import logging
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from celery import Celery, signals
 
-from clepsydra_analytics.export_thread import ExporterThread
 from clepsydra_analytics.settings import AnalyticsSettings
 from clepsydra_core import logging as clogging
 from clepsydra_core import naming
 from clepsydra_core.celery_beat import embed_beat
-from clepsydra_core.celery_worker import run_worker
+from clepsydra_core.celery_worker import WorkerThread, run_worker
 from clepsydra_core.telemetry import ANALYTICS_SERVICE
 
 logger = logging.getLogger(__name__)
@@ -68,31 +69,30 @@ def create_celery(settings: AnalyticsSettings) -> Celery:
     return app
 
 
-def run_schedule(settings: AnalyticsSettings, *, export: bool = False) -> int:
-    """One worker with beat on a thread of it, concurrency 1 (runs never overlap); with
-    ``export``, the exporter on another thread (export_thread.py). Exit status 1 when the
-    exporter failed."""
+def run_schedule(settings: AnalyticsSettings) -> int:
+    """One worker with beat on a thread of it, concurrency 1 (runs never overlap)."""
+    return run_worker(_scheduled_app(settings), **_worker_options(settings))
+
+
+def schedule_thread(settings: AnalyticsSettings, on_stopped: Callable[[], None]) -> WorkerThread:
+    """The same worker (beat on a thread of it) on a thread of another process: ``serve
+    --schedule`` (what the local stack runs, server.py). Not started yet."""
+    return WorkerThread(_scheduled_app(settings), on_stopped=on_stopped,
+                        **_worker_options(settings))
+
+
+def _scheduled_app(settings: AnalyticsSettings) -> Celery:
     state = settings.state_dir
     state.mkdir(parents=True, exist_ok=True)
     app = create_celery(settings)
     embed_beat(app, state / "beat-schedule")
     clogging.quiet_celery_root_warning()
-    exporter: ExporterThread | None = None
-    if export:
-        exporter = ExporterThread(settings).start()
-        signals.worker_shutting_down.connect(exporter.on_worker_shutting_down, weak=False,
-                                             dispatch_uid="clepsydra-analytics-exporter")
-    try:
-        _worker_main(app, settings)
-    finally:
-        if exporter is not None:
-            exporter.stop()
-    return 1 if exporter is not None and exporter.failed else 0
+    return app
 
 
-def _worker_main(app: Celery, settings: AnalyticsSettings) -> None:
+def _worker_options(settings: AnalyticsSettings) -> dict[str, Any]:
     """The worker, without Celery's command line (clepsydra_core.celery_worker: 9.6 MiB less,
     issue 14)."""
-    run_worker(app, pool="solo", concurrency=1, queues=[QUEUE],
-               loglevel=settings.common.log_level, hostname=f"analytics@{naming.ANALYTICS_DIR}",
-               without_gossip=True, without_mingle=True)
+    return {"pool": "solo", "concurrency": 1, "queues": [QUEUE],
+            "loglevel": settings.common.log_level, "hostname": f"analytics@{naming.ANALYTICS_DIR}",
+            "without_gossip": True, "without_mingle": True}

@@ -1,12 +1,12 @@
-"""The exporter on a thread of the schedule's worker: ``python -m clepsydra_analytics schedule
---export``, what the local stack (``make run``) runs, one process where the exporter and the
-schedule were two (issue 14, the stack's memory at rest; Kubernetes keeps the exporter a
-Deployment of its own).
+"""The exporter on a thread of the analytics API's process: ``python -m clepsydra_analytics serve
+--export``, what the local stack (``make run``) runs, one process where the exporter, the
+schedule and the API were three (issue 14, the stack's memory at rest; Kubernetes keeps the
+exporter a Deployment of its own).
 
 The exporter runs as ``export`` does (its lock, its health port, the same loop) until the
-worker shuts down: the worker's warm shutdown stops it, and it writes what it has buffered
-before the process exits. An exporter that fails (its lock held by another exporter, an
-export folder it cannot use, a crash) stops the whole process, so the stack restarts both.
+process stops: ``stop()`` ends its loop and it writes what it has buffered before the process
+exits. An exporter that fails (its lock held by another exporter, an export folder it cannot
+use, a crash) stops the whole process, so the stack restarts it whole.
 """
 
 from __future__ import annotations
@@ -15,18 +15,17 @@ import logging
 import os
 import signal
 import threading
-from typing import Any
 
 from clepsydra_analytics.settings import AnalyticsSettings
 
 logger = logging.getLogger(__name__)
 
 JOIN_TIMEOUT_S = 60.0
-"""How long the worker's exit waits for the exporter to write its buffers."""
+"""How long the process's exit waits for the exporter to write its buffers."""
 
 
 class ExporterThread:
-    """``start()`` the exporter beside the worker; ``stop()`` it (and wait) at its shutdown."""
+    """``start()`` the exporter beside the API; ``stop()`` it (and wait) at the process's exit."""
 
     def __init__(self, settings: AnalyticsSettings) -> None:
         self.settings = settings
@@ -44,18 +43,20 @@ class ExporterThread:
         try:
             run_exporter(self.settings, self.stopping)
         except Exception:
-            logger.exception("the exporter stopped; stopping the schedule's worker with it")
+            logger.exception("the exporter stopped; stopping the process with it")
             self.failed = True
-        if not self.stopping.is_set():  # not asked to stop: take the worker down with it
+        if not self.stopping.is_set():  # not asked to stop: take the process down with it
             self.failed = True
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    def on_worker_shutting_down(self, **_: Any) -> None:
-        """Celery's ``worker_shutting_down``: tell the exporter now, it writes its buffers."""
-        self.stopping.set()
+            stop_this_process()
 
     def stop(self) -> None:
         self.stopping.set()
         self._thread.join(JOIN_TIMEOUT_S)
         if self._thread.is_alive():
             logger.error("the exporter did not stop in %.0fs", JOIN_TIMEOUT_S)
+
+
+def stop_this_process() -> None:
+    """A part on a thread stopped unasked: the whole process stops (gunicorn's graceful
+    SIGTERM), and the stack starts it again."""
+    os.kill(os.getpid(), signal.SIGTERM)
