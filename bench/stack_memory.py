@@ -84,14 +84,15 @@ def rss_by_part(stack: RunningStack) -> dict[str, int]:
 
 
 def print_table(parts: dict[str, dict[str, int]]) -> None:
-    print(f"{'part':<29} {'procs':>5} {'RSS MiB':>8} {'PSS MiB':>8} {'USS MiB':>8}")
+    width = max(29, *(len(name) for name in parts))
+    print(f"{'part':<{width}} {'procs':>5} {'RSS MiB':>8} {'PSS MiB':>8} {'USS MiB':>8}")
     for name in sorted(parts, key=lambda n: (n not in CORE, n)):
         v = parts[name]
-        print(f"{name:<29} {v['processes']:>5} {v['rss'] / 1024:>8.1f} {v['pss'] / 1024:>8.1f} "
-              f"{v['uss'] / 1024:>8.1f}")
+        print(f"{name:<{width}} {v['processes']:>5} {v['rss'] / 1024:>8.1f} "
+              f"{v['pss'] / 1024:>8.1f} {v['uss'] / 1024:>8.1f}")
     for label, names in (("core", [n for n in parts if n in CORE]), ("whole stack", list(parts))):
         total = {k: sum(parts[n][k] for n in names) for k in ("processes", "rss", "pss", "uss")}
-        print(f"{'= ' + label:<29} {total['processes']:>5} {total['rss'] / 1024:>8.1f} "
+        print(f"{'= ' + label:<{width}} {total['processes']:>5} {total['rss'] / 1024:>8.1f} "
               f"{total['pss'] / 1024:>8.1f} {total['uss'] / 1024:>8.1f}")
 
 
