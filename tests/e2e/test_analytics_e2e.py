@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -46,8 +47,10 @@ def test_report_numbers_equal_the_workload(
                         CLEPSYDRA_ANALYTICS_SCHEDULE_S="20",
                         CLEPSYDRA_ANALYTICS_SPARK_MEMORY="1g",
                         CLEPSYDRA_ANALYTICS_SHUFFLE_PARTITIONS="2")
+    # the address table's row ("  analytics http://..."), not the analytics' echoed log lines
+    # ("analytics | ...")
     analytics_url = next(line.split()[-1] for line in stack.output().splitlines()
-                         if line.strip().startswith("analytics "))
+                         if re.fullmatch(r"  analytics +http://\S+", line))
     assert requests.post(f"{stack.store_url}/v1/topics", json={"name": "orders", "queues": 2},
                          timeout=10).status_code == 201
     assert requests.put(f"{stack.retry_url}/v1/groups/billing",
