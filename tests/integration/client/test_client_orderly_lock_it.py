@@ -36,6 +36,10 @@ SLOW_S = 1.3
 test heartbeat of 0.3 s), so without the lock the next owner would start beside it."""
 
 
+def _slow(_message: Message, seq: int) -> None:
+    time.sleep(SLOW_S if seq % SLOW_EVERY == SLOW_EVERY - 1 else 0.005)
+
+
 class Intervals:
     """What each listener call did: (queue id, sequence, client, start, end)."""
 
@@ -43,12 +47,15 @@ class Intervals:
         self.lock = threading.Lock()
         self.rows: list[tuple[int, int, str, float, float]] = []
 
-    def listener(self, client: list[str]) -> Any:
+    def listener(self, client: list[str],
+                 hold: Callable[[Message, int], None] | None = None) -> Any:
+        """Records each message; ``hold(message, seq)`` is the listener's work (default: 5 ms,
+        every SLOW_EVERY-th sequence SLOW_S)."""
         def consume(messages: list[Message], context: Any) -> OrderlyResult:
             for m in messages:
                 start = time.monotonic()
                 seq = int(m.text.split(":")[1])
-                time.sleep(SLOW_S if seq % SLOW_EVERY == SLOW_EVERY - 1 else 0.005)
+                (hold or _slow)(m, seq)
                 with self.lock:
                     self.rows.append((m.queue_id, seq, client[0], start, time.monotonic()))
             return OrderlyResult.SUCCESS
@@ -138,24 +145,17 @@ def test_a_queue_given_up_while_consumed_is_committed_when_its_consumer_stops(
     running: set[int] = set()
     slow = {q: threading.Event() for q in range(2)}
 
-    def listener(client: str) -> Any:
-        def consume(messages: list[Message], context: Any) -> OrderlyResult:
-            for m in messages:
-                start = time.monotonic()
-                seq = int(m.text.split(":")[1])
-                if seq == 0:
-                    with intervals.lock:
-                        running.add(m.queue_id)
-                    slow[m.queue_id].wait(30)
-                with intervals.lock:
-                    intervals.rows.append((m.queue_id, seq, client, start, time.monotonic()))
-            return OrderlyResult.SUCCESS
-        return consume
+    def hold(m: Message, seq: int) -> None:  # each queue's first message, until released
+        if seq == 0:
+            with intervals.lock:
+                running.add(m.queue_id)
+            slow[m.queue_id].wait(30)
 
-    first = consumers(group, topic, listener("first"), orderly=True, lock_renew_interval_s=0.5)
+    first = consumers(group, topic, intervals.listener(["first"], hold), orderly=True,
+                      lock_renew_interval_s=0.5)
     producer.send_batch(topic, [OutgoingMessage(f"{q}:0", queue_id=q) for q in range(2)])
     wait_until(lambda: running == {0, 1}, 20, what="both queues' first message in the listener")
-    second = consumers(group, topic, listener("second"), orderly=True,
+    second = consumers(group, topic, intervals.listener(["second"], hold), orderly=True,
                        lock_renew_interval_s=0.5)
     assert first.rebalance is not None
     wait_until(lambda: len(first.rebalance.owned()) == 1, 20,

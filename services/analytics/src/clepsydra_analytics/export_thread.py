@@ -12,9 +12,8 @@ use, a crash) stops the whole process, so the stack restarts it whole.
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import threading
+from collections.abc import Callable
 
 from clepsydra_analytics.settings import AnalyticsSettings
 
@@ -25,10 +24,13 @@ JOIN_TIMEOUT_S = 60.0
 
 
 class ExporterThread:
-    """``start()`` the exporter beside the API; ``stop()`` it (and wait) at the process's exit."""
+    """``start()`` the exporter beside the API; ``stop()`` it (and wait) at the process's exit.
+    ``on_stopped`` is called (on its thread) when it stops without being asked to, as
+    :class:`clepsydra_core.celery_worker.WorkerThread` does."""
 
-    def __init__(self, settings: AnalyticsSettings) -> None:
+    def __init__(self, settings: AnalyticsSettings, on_stopped: Callable[[], None]) -> None:
         self.settings = settings
+        self._on_stopped = on_stopped
         self.stopping = threading.Event()
         self.failed = False
         self._thread = threading.Thread(target=self._run, name="exporter", daemon=True)
@@ -47,16 +49,10 @@ class ExporterThread:
             self.failed = True
         if not self.stopping.is_set():  # not asked to stop: take the process down with it
             self.failed = True
-            stop_this_process()
+            self._on_stopped()
 
     def stop(self) -> None:
         self.stopping.set()
         self._thread.join(JOIN_TIMEOUT_S)
         if self._thread.is_alive():
             logger.error("the exporter did not stop in %.0fs", JOIN_TIMEOUT_S)
-
-
-def stop_this_process() -> None:
-    """A part on a thread stopped unasked: the whole process stops (gunicorn's graceful
-    SIGTERM), and the stack starts it again."""
-    os.kill(os.getpid(), signal.SIGTERM)

@@ -16,9 +16,11 @@ Kubernetes keeps the three apart: the API and the exporter Deployments, the jobs
 from __future__ import annotations
 
 import logging
+import os
+import signal
 from typing import TYPE_CHECKING, Any
 
-from clepsydra_analytics.export_thread import ExporterThread, stop_this_process
+from clepsydra_analytics.export_thread import ExporterThread
 from clepsydra_analytics.settings import AnalyticsSettings
 from clepsydra_core.errors import ConfigError
 from clepsydra_web.server import GunicornServer
@@ -58,17 +60,23 @@ class Companions:
 
     def start(self, _worker: Any = None) -> None:
         if self.export:
-            self.exporter = ExporterThread(self.settings).start()
+            self.exporter = ExporterThread(self.settings, _stop_this_process).start()
         if self.schedule:
             from clepsydra_analytics.celery_app import schedule_thread
 
-            self.worker = schedule_thread(self.settings, stop_this_process).start()
+            self.worker = schedule_thread(self.settings, _stop_this_process).start()
 
     def stop(self, _server: Any = None, _worker: Any = None) -> None:
         if self.worker is not None:
             self.worker.stop(SCHEDULE_STOP_S)
         if self.exporter is not None:
             self.exporter.stop()
+
+
+def _stop_this_process() -> None:
+    """A companion stopped unasked: the whole process stops (gunicorn's graceful SIGTERM), and
+    the stack starts it again."""
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def server(settings: AnalyticsSettings, companions: Companions | None = None) -> GunicornServer:
