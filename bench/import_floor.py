@@ -5,10 +5,10 @@ local stack's memory: <= 200 MB RSS at rest").
 
 For each Python process ``make run`` starts, a fresh interpreter imports the modules that
 process loads at start (its app, its server or Celery worker, nothing started, no data) and
-prints its RSS from ``/proc/self/statm``; then the sum, with Redis's RSS at rest as
-``bench.stack_memory`` measures it. The sum is a floor for the stack's RSS at rest: a process
-holds at least what it imported. A bare interpreter and the big libraries alone are printed
-too, for scale.
+prints its RSS from ``/proc/self/statm``; then the sum, with the RSS of a redis-server at rest
+(started here, as the stack starts it, and stopped). The sum is a floor for the stack's RSS
+at rest: a process holds at least what it imported. A bare interpreter and the big libraries
+alone are printed too, for scale.
 """
 
 from __future__ import annotations
@@ -16,6 +16,11 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tools.processes import RedisServer
 
 FLOORS = {
     "store": "clepsydra_store.app, clepsydra_store.worker",
@@ -30,8 +35,6 @@ FLOORS = {
 each imports before it serves."""
 SCALE = {"a bare interpreter": "", "flask": "flask", "redis-py": "redis",
          "celery": "celery, celery.worker", "gunicorn": "gunicorn.workers.gthread"}
-REDIS_AT_REST_MIB = 12.5
-"""redis-server's RSS at rest in ``bench.stack_memory`` (2026-11-26): not a Python process."""
 
 MEASURE = ("{imports}\n"
            "import os\n"
@@ -46,6 +49,20 @@ def rss_after_import(modules: str) -> float:
     return int(out.split()[-1]) / 2**20
 
 
+def redis_at_rest() -> float:
+    """MiB resident in a redis-server with nothing stored, a second after it answered PING."""
+    with tempfile.TemporaryDirectory(prefix="clepsydra-floor-") as tmp:
+        redis = RedisServer(Path(tmp), appendonly=True).start()
+        try:
+            time.sleep(1.0)
+            status = Path(f"/proc/{redis.pid}/status").read_text()
+        finally:
+            redis.stop()
+    kib = next(int(line.split()[1]) for line in status.splitlines()
+               if line.startswith("VmRSS:"))
+    return kib / 1024
+
+
 def main() -> int:
     argparse.ArgumentParser(description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
@@ -53,12 +70,13 @@ def main() -> int:
     for name, modules in SCALE.items():
         print(f"  {name:<20} {rss_after_import(modules):6.1f}")
     print("each process of make run, its imports only:")
-    total = REDIS_AT_REST_MIB
+    redis = redis_at_rest()
+    total = redis
     for name, modules in FLOORS.items():
         mib = rss_after_import(modules)
         total += mib
         print(f"  {name:<20} {mib:6.1f}")
-    print(f"  {'redis-server':<20} {REDIS_AT_REST_MIB:6.1f}  (at rest, bench.stack_memory)")
+    print(f"  {'redis-server':<20} {redis:6.1f}  (at rest, nothing stored)")
     print(f"= floor of the stack  {total:6.1f} MiB ({total * 2**20 / 1e6:.0f} MB)")
     return 0
 
