@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -377,3 +378,71 @@ def test_cancel_and_reschedule_need_the_producer_right_on_the_message_topic(
     assert stack.as_("any-producer", "DELETE", f"/v1/messages/{theirs}").status_code == 200
     assert stack.as_("scheduler", "GET", "/v1/schedule/timers").status_code == 200
     assert stack.as_("producer", "GET", "/v1/schedule/timers").status_code == 403
+
+
+def test_tokens_made_through_the_store_work_at_once_everywhere_and_revoked_stop(
+        stack: AuthStack) -> None:
+    """DEC-tokens-at-once. Tokens created through the store one after another, at every phase
+    of the services' once-a-second reading of the file (seeded random pauses of 0 to 1.2 s),
+    each used at once, with no wait, on every route family of every service: never a 401.
+    Then each one revoked through the store: refused by the store at once, by the others
+    within the file's reading interval, and never accepted again."""
+    import random
+
+    from clepsydra_core.auth_tokens import RELOAD_CHECK_S
+
+    admin = stack.tokens["admin"]
+    rng = random.Random(35)
+    store, retry, analytics = stack.store.url, stack.retry.url, stack.analytics.url
+    roles = ("producer", "consumer", "admin")
+    # (method, url, json body, the answer this role gets: allowed or refused, never 401)
+    uses = {
+        "producer": [("POST", f"{store}/v1/topics/{TOPIC}/messages", {"body": "now"}, 201),
+                     ("POST", f"{store}/v1/topics/{TOPIC}/messages/batch",
+                      {"messages": [{"body": "now"}]}, 201),
+                     ("POST", f"{store}/v1/topics/{enc(naming.SCHEDULE_TOPIC)}/messages",
+                      {"body": "no"}, 403),
+                     ("POST", f"{store}/v1/topics/{enc(naming.dlq_topic(GROUP))}/messages",
+                      {"body": "no"}, 403),
+                     ("POST", f"{store}/v1/internal/copy", {}, 403),
+                     ("POST", f"{retry}/v1/groups/{GROUP}/dlq/purge", {"all": True}, 403),
+                     ("GET", f"{analytics}/v1/export/status", None, 403)],
+        "consumer": [("GET", f"{store}/v1/topics/{TOPIC}/queues/0/messages", None, 200),
+                     ("GET", f"{store}/v1/schedule/levels", None, 403),
+                     ("POST", f"{retry}/v1/groups/{GROUP}/dlq/purge", {"all": True}, 403),
+                     ("GET", f"{analytics}/v1/reports", None, 403)],
+        "admin": [("GET", f"{store}/v1/topics", None, 200),
+                  ("POST", f"{store}/v1/internal/copy", {}, 403),
+                  ("GET", f"{retry}/v1/groups/{GROUP}", None, 200),
+                  ("GET", f"{analytics}/v1/reports", None, 200)],
+    }
+    made: list[tuple[str, str]] = []
+    for i in range(24):
+        time.sleep(rng.uniform(0.0, 1.2))
+        role = roles[i % len(roles)]
+        resp = stack.call("POST", f"{store}/v1/auth/tokens", admin,
+                          json={"name": f"at-once-{i}", "role": role, "topics": "orders-*",
+                                "groups": [GROUP]})
+        assert resp.status_code == 201, resp.text
+        token = resp.json()["token"]
+        made.append((f"at-once-{i}", token))
+        answers = [(url, stack.call(method, url, token, json=body).status_code, want)
+                   for method, url, body, want in uses[role]]
+        assert all(got == want for _, got, want in answers), (i, role, answers)
+
+    probes = [f"{store}/v1/topics", f"{retry}/v1/groups/{GROUP}", f"{analytics}/v1/reports"]
+    for name, token in made:
+        resp = stack.call("DELETE", f"{store}/v1/auth/tokens/{name}", admin)
+        assert resp.status_code == 200, resp.text
+        _unauthorized(stack.call("GET", probes[0], token))  # the store: at once
+
+    def refused_everywhere() -> bool:
+        return all(stack.call("GET", url, t).status_code == 401 for url in probes[1:]
+                   for _, t in made)
+
+    # the others: within the interval (with a margin for a busy machine)
+    wait_until(refused_everywhere, RELOAD_CHECK_S + 5, 0.1, what="the revoked tokens refused")
+    for _ in range(3):  # and never accepted again
+        for url in probes:
+            for _, token in made:
+                _unauthorized(stack.call("GET", url, token))

@@ -68,3 +68,22 @@ def test_remembered_decisions_end_with_the_token(tmp_path: Path) -> None:
     revoke_token(path, "p")
     with pytest.raises(Unauthorized):
         guard.check(header, Action.SEND, "t")
+
+
+def test_a_decision_taken_from_old_tokens_is_not_remembered_for_new_ones(
+        tmp_path: Path) -> None:
+    """A check that looked the token up before a revocation remembers its decision with the
+    old tokens only: the next check, on the new tokens, refuses it (DEC-tokens-at-once)."""
+    path = tmp_path / "tokens.json"
+    table = TokenTable(path, check_every_s=3600.0)
+    _, token = table.create("p", Role.PRODUCER, topics=("*",))
+    guard = Guard(table)
+    header = f"Bearer {token}"
+    generation, old = guard._allowed
+    assert guard.check(header, Action.SEND, "t").name == "p"
+    stale = guard.principal(header)  # a check in flight, its lookup done before the revoke
+    assert table.revoke("p")
+    old[(header, Action.SEND, "u")] = stale  # ... which then writes what it decided
+    with pytest.raises(Unauthorized):
+        guard.check(header, Action.SEND, "u")
+    assert guard._allowed[0] > generation

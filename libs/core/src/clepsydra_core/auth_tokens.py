@@ -6,9 +6,9 @@ The file is JSON and holds digests only (``clepsydra_core.auth.token_digest``)::
     {"version": 1, "tokens": [{"name": "orders-app", "role": "producer",
       "topics": ["orders-*"], "groups": [], "sha256": "<hex>", "createdMs": 1764000000000}]}
 
-:class:`TokenTable` answers "who is this token?" for a service. It looks at the file's
-modification time at most once a second and reads it again when it changed, so a token added or
-revoked (by ``clepsydra auth``, or a Kubernetes Secret's update) is picked up without a restart.
+:class:`TokenTable` answers "who is this token?" for a service and picks up a token added or
+revoked (by ``clepsydra auth``, the store's ``/v1/auth/tokens``, or a Kubernetes Secret's update)
+without a restart: a new token at once, a revoked one within a second (DEC-tokens-at-once).
 A file that cannot be read or parsed keeps the last good table (and logs why): a half-written
 edit must not lock everyone out. Known tokens are cached by their value, so a request costs one
 dict lookup, not a hash.
@@ -22,7 +22,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,8 @@ logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 RELOAD_CHECK_S = 1.0
-"""How often (at most) a service looks whether the tokens file changed."""
+"""How often (at most) a service reads the tokens file again: the longest a revoked token is still
+accepted by a service that did not revoke it itself."""
 _CACHE_MAX = 10_000
 """Known tokens cached by value; beyond it the cache starts again (bounded memory)."""
 
@@ -205,9 +206,35 @@ def _save(path: Path, entries: list[TokenEntry]) -> None:
             "Kubernetes Secret, change the Secret instead") from None
 
 
+@dataclass(frozen=True, slots=True)
+class _Loaded:
+    """One reading of the tokens file, replaced whole by the next: a lookup reads one of these
+    and never mixes two (a token revoked by the next reading cannot slip into its cache)."""
+
+    generation: int
+    by_digest: dict[str, Principal]
+    cache: dict[str, Principal]
+    """Known tokens by value (filled by lookups of this reading only)."""
+    stamp: object
+    raw: bytes | None
+    """The file's bytes this reading parsed (None: no file)."""
+
+
 class TokenTable:
-    """Token -> principal for one service: the tokens file (reloaded when it changes) and the
-    bootstrap admin token. Safe to share between threads."""
+    """Token -> principal for one service: the tokens file (read again when it changes) and the
+    bootstrap admin token. Safe to share between threads.
+
+    When the file's changes are seen (DEC-tokens-at-once):
+
+    - a token unknown to the table makes it look at the file's stamp (modification time, size,
+      inode: one ``stat``) before refusing, so a token just added anywhere is accepted at once;
+    - at most every ``check_every_s`` the file is read and compared byte for byte with the last
+      reading, so a change its stamp hides (same size and inode within the clock's resolution)
+      and a revocation are seen within that time;
+    - :meth:`create` and :meth:`revoke` write the file and take the change before they return,
+      so the service that made a change (the store's ``/v1/auth/tokens``) never answers from
+      the old tokens.
+    """
 
     def __init__(self, path: Path | None, admin_token: str | None = None, *,
                  check_every_s: float = RELOAD_CHECK_S) -> None:
@@ -215,33 +242,62 @@ class TokenTable:
         self._check_every_s = check_every_s
         self._admin = ({token_digest(admin_token): Principal(BOOTSTRAP_ADMIN, Role.ADMIN)}
                        if admin_token else {})
-        self._by_digest: dict[str, Principal] = dict(self._admin)
-        self._cache: dict[str, Principal] = {}
-        self._stamp: object = _UNREAD
+        self._state = _Loaded(0, dict(self._admin), {}, _UNREAD, None)
         self._next_check = 0.0
         self._lock = threading.Lock()
-        self.generation = 0
-        """Counts the reloads: a caller caching decisions drops them when it changes."""
-        self._reload()
+        self._reload(read=True)
+
+    @property
+    def generation(self) -> int:
+        """Counts the readings that changed the tokens: a caller caching decisions keeps them
+        per generation."""
+        return self._state.generation
 
     def refresh(self) -> None:
-        """Read the file again if it changed (looked at no more than every ``check_every_s``)."""
+        """Read the file again and take what changed (no more than every ``check_every_s``)."""
         now = time.monotonic()
         if now >= self._next_check:
             self._next_check = now + self._check_every_s
-            self._reload()
+            self._reload(read=True)
 
     def lookup(self, token: str) -> Principal | None:
         """The principal of ``token``, or None when it is not a valid token."""
         self.refresh()
-        found = self._cache.get(token)
+        state = self._state
+        found = self._find(state, token)
+        if found is None and self._reload(read=False) is not state:
+            found = self._find(self._state, token)
+        return found
+
+    def create(self, name: str, role: Role, *, topics: tuple[str, ...] = (),
+               groups: tuple[str, ...] = (), rate_per_s: float = 0.0) -> tuple[TokenEntry, str]:
+        """:func:`create_token` on this table's file; the token is known here on return."""
+        created = create_token(self._file(), name, role, topics=topics, groups=groups,
+                               rate_per_s=rate_per_s)
+        self._reload(read=True)
+        return created
+
+    def revoke(self, name: str) -> bool:
+        """:func:`revoke_token` on this table's file; refused here on return."""
+        found = revoke_token(self._file(), name)
+        self._reload(read=True)
+        return found
+
+    def _file(self) -> Path:
+        if self.path is None:
+            raise ConfigError("no tokens file to change")
+        return self.path
+
+    @staticmethod
+    def _find(state: _Loaded, token: str) -> Principal | None:
+        found = state.cache.get(token)
         if found is not None:
             return found
-        found = self._by_digest.get(token_digest(token))
+        found = state.by_digest.get(token_digest(token))
         if found is not None:
-            if len(self._cache) >= _CACHE_MAX:
-                self._cache = {}
-            self._cache[token] = found
+            if len(state.cache) >= _CACHE_MAX:
+                state.cache.clear()
+            state.cache[token] = found
         return found
 
     def _file_stamp(self) -> tuple[int, int, int] | None:
@@ -253,24 +309,38 @@ class TokenTable:
             return None
         return (st.st_mtime_ns, st.st_size, st.st_ino)
 
-    def _reload(self) -> None:
+    def _reload(self, *, read: bool) -> _Loaded:
+        """Take the file's current tokens when they changed; ``read``: compare its bytes even
+        when its stamp is the same. The reading in force afterwards."""
         with self._lock:
+            state = self._state
             try:
                 stamp = self._file_stamp()
             except OSError as exc:
                 logger.warning("tokens file %s not readable, keeping the last tokens: %s",
                                self.path, exc)
-                return
-            if stamp == self._stamp:
-                return
+                return state
+            if stamp == state.stamp and not read:
+                return state
             try:
-                entries = read_entries(self.path) if self.path is not None else []
-            except (OSError, ValidationError) as exc:
+                raw = None if stamp is None or self.path is None else self.path.read_bytes()
+            except FileNotFoundError:
+                raw = None
+            except OSError as exc:
+                logger.warning("tokens file %s not readable, keeping the last tokens: %s",
+                               self.path, exc)
+                return state
+            if raw == state.raw and state.stamp is not _UNREAD:
+                self._state = replace(state, stamp=stamp)  # the same tokens, a new stamp
+                return self._state
+            try:
+                entries = parse_file(raw) if raw is not None else []
+            except ValidationError as exc:
                 logger.warning("tokens file %s not loaded, keeping the last tokens: %s",
                                self.path, exc)
-                return
+                return state
             table = {e.digest: e.principal() for e in entries}
             table.update(self._admin)
-            self._by_digest, self._cache, self._stamp = table, {}, stamp
-            self.generation += 1
+            self._state = _Loaded(state.generation + 1, table, {}, stamp, raw)
             logger.info("tokens loaded path=%s tokens=%d", self.path, len(entries))
+            return self._state

@@ -69,8 +69,10 @@ class Guard:
     def __init__(self, tokens: TokenTable, limiter: RateLimiter | None = None) -> None:
         self.tokens = tokens
         self.limiter = limiter or RateLimiter(0.0)
-        self._allowed: dict[tuple[str, Action, str | None], Principal] = {}
-        self._generation = tokens.generation
+        self._allowed: tuple[int, dict[tuple[str, Action, str | None], Principal]] = (
+            tokens.generation, {})
+        """The decisions of one generation of the tokens, replaced whole when they change: a
+        check that read the old tokens writes into the old dict, never into the new one."""
 
     @classmethod
     def from_settings(cls, settings: AuthSettings) -> Guard:
@@ -92,10 +94,12 @@ class Guard:
         """The request's principal when it may do ``action`` on ``resource``; Unauthorized,
         Forbidden (the message naming what is missing) or RateLimited otherwise."""
         self.tokens.refresh()
-        if self._generation != self.tokens.generation:
-            self._allowed, self._generation = {}, self.tokens.generation
+        generation, allowed = self._allowed
+        if generation != self.tokens.generation:
+            allowed = {}
+            self._allowed = (self.tokens.generation, allowed)
         key = (header or "", action, resource)
-        found = self._allowed.get(key)
+        found = allowed.get(key)
         if found is not None:
             self.limiter.take(found)
             return found
@@ -103,9 +107,9 @@ class Guard:
         why = denial(principal, action, resource)
         if why is not None:
             raise Forbidden(why)
-        if len(self._allowed) >= _DECISIONS_MAX:
-            self._allowed = {}
-        self._allowed[key] = principal
+        if len(allowed) >= _DECISIONS_MAX:
+            allowed.clear()
+        allowed[key] = principal
         self.limiter.take(principal)
         return principal
 

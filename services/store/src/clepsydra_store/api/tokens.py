@@ -1,24 +1,19 @@
-"""Tokens through a running store (issue 16; ``clepsydra auth ... --store``): list, create,
+"""Tokens through a running store (``clepsydra auth ...`` without ``--file``): list, create,
 revoke, admin only (api/access.py). They rewrite the store's tokens file
-(CLEPSYDRA_AUTH_TOKENS_FILE) atomically; every service reading that file picks the change up
-within a second. Where the file is a mounted Kubernetes Secret it cannot be written: the
-routes answer 409 ``TOKENS_FILE_READ_ONLY`` and the Secret is where tokens change. With auth off
-there are no tokens to manage: 404 ``AUTH_OFF``.
+(CLEPSYDRA_AUTH_TOKENS_FILE) atomically through the store's own token table, so the store
+answers from the new tokens as soon as the route has answered; the other services reading that
+file accept a new token at once and refuse a revoked one within a second (DEC-tokens-at-once,
+clepsydra_core.auth_tokens.TokenTable). Where the file is a mounted Kubernetes Secret it cannot
+be written: the routes answer 409 ``TOKENS_FILE_READ_ONLY`` and the Secret is where tokens
+change. With auth off there are no tokens to manage: 404 ``AUTH_OFF``.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from flask import Blueprint, Response
 
 from clepsydra_core.auth import parse_role
-from clepsydra_core.auth_tokens import (
-    TokensFileReadOnly,
-    create_token,
-    read_entries,
-    revoke_token,
-)
+from clepsydra_core.auth_tokens import TokensFileReadOnly, TokenTable, read_entries
 from clepsydra_core.errors import ClepsydraError, NotFound, ValidationError
 from clepsydra_core.wire.auth import TokenCreate, TokenCreated, TokenInfo, TokenList, TokenRevoked
 from clepsydra_store.api.context import ctx
@@ -39,12 +34,13 @@ class ReadOnlyTokens(ClepsydraError):
     http_status = 409
 
 
-def _path() -> Path:
-    auth = ctx().settings.common.auth
-    if not auth.enabled or auth.tokens_file is None:
+def _table() -> TokenTable:
+    """The token table the store checks requests with, over its tokens file."""
+    guard = ctx().guard
+    if guard is None or guard.tokens.path is None:
         raise AuthOff("access control is off (CLEPSYDRA_AUTH=off): there are no tokens to "
                       "manage; `clepsydra auth create --file PATH` writes a tokens file")
-    return auth.tokens_file
+    return guard.tokens
 
 
 def _patterns(request: TokenCreate, which: str) -> tuple[str, ...]:
@@ -57,18 +53,20 @@ def _patterns(request: TokenCreate, which: str) -> tuple[str, ...]:
 
 @bp.get("/v1/auth/tokens")
 def list_tokens() -> Response:
-    return json_response(TokenList([TokenInfo.of(e) for e in read_entries(_path())]).to_json())
+    path = _table().path
+    assert path is not None  # _table() refuses a table without a file
+    return json_response(TokenList([TokenInfo.of(e) for e in read_entries(path)]).to_json())
 
 
 @bp.post("/v1/auth/tokens")
 def create() -> Response:
-    path = _path()
+    tokens = _table()
     request = TokenCreate.from_json(request_object(), what="token", strict=True)
     try:
-        entry, token = create_token(path, request.name, parse_role(request.role),
-                                    topics=_patterns(request, "topics"),
-                                    groups=_patterns(request, "groups"),
-                                    rate_per_s=request.rate_per_s or 0.0)
+        entry, token = tokens.create(request.name, parse_role(request.role),
+                                     topics=_patterns(request, "topics"),
+                                     groups=_patterns(request, "groups"),
+                                     rate_per_s=request.rate_per_s or 0.0)
     except TokensFileReadOnly as exc:
         raise ReadOnlyTokens(exc.message) from None
     return json_response(TokenCreated.of(entry, token).to_json(), 201)
@@ -77,7 +75,7 @@ def create() -> Response:
 @bp.delete("/v1/auth/tokens/<name>")
 def revoke(name: str) -> Response:
     try:
-        found = revoke_token(_path(), name)
+        found = _table().revoke(name)
     except TokensFileReadOnly as exc:
         raise ReadOnlyTokens(exc.message) from None
     if not found:
