@@ -19,7 +19,11 @@ Roles (README, "Access control"):
 - ``retry``: the store's internal copy routes, writes into ``%RETRY%*``/``%DLQ%*``, group
   settings and the reads its DLQ toolkit needs;
 - ``analytics``: the exporter's reads (topics, pulls, every group's offsets, the schedule
-  levels) and its own export group's commits.
+  levels) and its own export group's commits;
+- ``viewer``: every read a person looks at - topics, pulls, message look-ups, groups, DLQs
+  and their audit, the schedule and timers, reports - and nothing that changes anything: no
+  send, no commit, no settings, no resend or purge, no report run, no token (the console's
+  read-only users, DEC-console-viewer-role).
 
 Patterns are shell-style (``orders-*``, ``*``; :func:`fnmatch.fnmatchcase`) and scope only
 ``producer`` and ``consumer``; the other roles are not scoped. System topics
@@ -52,6 +56,7 @@ class Role(enum.StrEnum):
     SCHEDULER = "scheduler"
     RETRY = "retry"
     ANALYTICS = "analytics"
+    VIEWER = "viewer"
 
 
 SCOPED_ROLES = frozenset({Role.PRODUCER, Role.CONSUMER})
@@ -76,7 +81,8 @@ class Action(enum.Enum):
     SCHEDULE_READ = "read the schedule levels"
     SCHEDULE_HANDOVER = "hand scheduled messages over"
     INTERNAL_COPY = "use the internal copy routes"
-    REPORTS = "read or run reports"
+    REPORTS = "read reports"
+    REPORT_RUN = "run reports"
     AUTH_ADMIN = "manage tokens"
 
 
@@ -91,7 +97,12 @@ _ROLE_ACTIONS: dict[Role, frozenset[Action]] = {
                            Action.GROUP_READ, Action.GROUP_ADMIN, Action.INTERNAL_COPY}),
     Role.ANALYTICS: frozenset({Action.TOPIC_READ, Action.PULL, Action.GROUP_READ,
                                Action.GROUP_CONSUME, Action.SCHEDULE_READ}),
+    Role.VIEWER: frozenset({Action.TOPIC_READ, Action.PULL, Action.MESSAGE_READ,
+                            Action.GROUP_READ, Action.DLQ_READ, Action.SCHEDULE_READ,
+                            Action.REPORTS}),
 }
+READ_ACTIONS = _ROLE_ACTIONS[Role.VIEWER]
+"""The actions that change nothing: what a viewer may do (every one of them, on anything)."""
 _TOPIC_ACTIONS = frozenset({Action.SEND, Action.PULL})
 _GROUP_ACTIONS = frozenset({Action.GROUP_READ, Action.GROUP_CONSUME})
 

@@ -21,6 +21,7 @@ from clepsydra_core.wire.health import OK, StoreHealth
 from clepsydra_store.api import (
     groups,
     handover,
+    history,
     internal,
     locks,
     messages,
@@ -44,7 +45,7 @@ from clepsydra_web.ops import ops_blueprint
 logger = logging.getLogger(__name__)
 
 BLUEPRINTS = (topics.bp, messages.bp, timers.bp, queues.bp, groups.bp, locks.bp, handover.bp,
-              internal.bp, tokens.bp)
+              internal.bp, tokens.bp, history.bp)
 
 
 def create_app(settings: StoreSettings, store: MessageStore | None = None) -> Flask:

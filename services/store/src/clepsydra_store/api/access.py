@@ -21,6 +21,7 @@ STORE_ACCESS: PermissionTable = {
     "messages.get_message": Need(Action.MESSAGE_READ),
     "messages.find_messages": Need(Action.MESSAGE_READ),
     "messages.get_commitlog": Need(Action.MESSAGE_READ),
+    "history.get_history": Need(Action.MESSAGE_READ),
     "queues.pull": Need(Action.PULL, "topic"),
     # timers (issue 15): SEND, checked again in the view on the message's own topic
     "timers.cancel_message": Need(Action.SEND),

@@ -31,6 +31,7 @@ from clepsydra_core.wire.groups import (
     OffsetCommitted,
 )
 from clepsydra_core.wire.health import StoreHealth
+from clepsydra_core.wire.history import MessageHistory
 from clepsydra_core.wire.locks import LockAnswer, LockList, LockRequest, UnlockAnswer
 from clepsydra_core.wire.messages import (
     DEFAULT_PULL,
@@ -191,6 +192,20 @@ ROUTES = [
                       "the delivered one, its %RETRY% copies, its dead letter, its resends - "
                       "found by the msgId they all keep (UNIQ_KEY). Given an offsetMsgId, the "
                       "copy stored there and every copy of its message (issues 12.11, 20.4)."),
+    Route("GET", "/v1/messages/{msgId}/history", "message_history",
+          "A message's lifecycle timeline: every copy read as a hop, in order, with each "
+          "group's state (DEC-message-history).",
+          [Answer(200, "The hops, oldest first, and each group's state", MessageHistory)],
+          description="The copies of `GET /v1/messages/{msgId}` (at most 1000; `complete` is "
+                      "false when there are more) read as produced, parked (level or "
+                      "deliverAt, and whether it is pending, delivered, cancelled or "
+                      "rescheduled), handed over (lateness), stored, sent back (reason, "
+                      "attempt, next time), retry, dead letter, resent (when, by whom, to "
+                      "where), rescheduled and cancelled; each with its time and its copy's "
+                      "topic/queue/offset. A copy a group reads says whether the group "
+                      "consumed it (its committed offset is past the copy's queue offset); "
+                      "`groups` gives each group's state now: consumed, not_yet, retrying or "
+                      "dead."),
     Route("GET", "/v1/messages", "find_messages",
           "Messages of a topic whose KEYS contain the key or whose UNIQ_KEY is the key.",
           [Answer(200, "Messages", MessageList)], errors=(404,),

@@ -419,6 +419,10 @@ class MessageStore(StoreCore):
         """{topic: {queue_id: offset}}."""
         return self._groups.get(group, topic)
 
+    def topic_offsets(self, topic: str) -> dict[str, dict[int, int]]:
+        """Every group's committed offsets on ``topic``: {group: {queue_id: offset}}."""
+        return self._groups.topic_offsets(topic)
+
     # ---- consumer-group settings (R3, R5) ----------------------------------------------------
     def group_settings(self, group: str) -> GroupSettings | None:
         return self._group_settings.get(group)

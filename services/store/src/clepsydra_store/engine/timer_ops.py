@@ -30,6 +30,9 @@ from clepsydra_core import properties as P
 from clepsydra_core.errors import AlreadyDelivered, MessageNotFound
 from clepsydra_core.levels import DelayLevels
 from clepsydra_core.records import CommitLogRecord
+from clepsydra_core.wire.history import CANCELLED as PARKED_CANCELLED
+from clepsydra_core.wire.history import DELIVERED as PARKED_DELIVERED
+from clepsydra_core.wire.history import PENDING as PARKED_PENDING
 from clepsydra_core.wire.timers import CANCELLED as CANCELLED_STATUS
 from clepsydra_core.wire.timers import RESCHEDULED, HourCount, Lateness, TimerBacklog
 from clepsydra_store.engine.codec import Prepared
@@ -298,6 +301,25 @@ class TimerOps:
             return None
         code = entry.tags_code if override is None else override
         return code, entry.commitlog_offset
+
+    def parked_states(self, records: Sequence[CommitLogRecord]) -> dict[int, str]:
+        """Where each parked copy among ``records`` stands, by CommitLog offset: ``pending``,
+        ``delivered`` (handed over) or ``cancelled`` (a message's history, DEC-message-history);
+        copies that are not parked, or whose entry is gone, are left out."""
+        out: dict[int, str] = {}
+        with self._lock:
+            for record in records:
+                if record.topic not in (naming.SCHEDULE_TOPIC, naming.TIMER_TOPIC):
+                    continue
+                message = _Message(record.msg_id)
+                self._classify([record], message)
+                if message.cancelled:
+                    out[record.commitlog_offset] = PARKED_CANCELLED
+                elif message.delivered:
+                    out[record.commitlog_offset] = PARKED_DELIVERED
+                elif message.pending:
+                    out[record.commitlog_offset] = PARKED_PENDING
+        return out
 
     def _classify(self, records: list[CommitLogRecord], message: _Message) -> None:
         """Sort a message's stored copies into its entries' states (caller holds the lock)."""
