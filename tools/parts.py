@@ -3,7 +3,7 @@ command, the variable of its port, the address the others reach it at, when it i
 its data and log go -- and :class:`Stack`, which starts the parts one asks for. ``make run``
 (tools/stack.py) supervises a Stack of every part; the integration tests, the e2e and fault
 suites (through ``make run``) and the benches build theirs with ``with_store()``,
-``with_retry()``, ``with_scheduler()``, ``with_analytics()``.
+``with_retry()``, ``with_scheduler()``, ``with_analytics()``, ``with_console()``.
 
     with Stack(tmp / "stack").with_store(CLEPSYDRA_DELAY_LEVELS="1s").with_retry().start() as s:
         s.store.url, s.retry.url, s.redis_url
@@ -97,17 +97,20 @@ ANALYTICS_LOCAL = Part("analytics", ("clepsydra_analytics", "serve", "--schedule
 """The API with the schedule's worker and the exporter on threads of it (one process, ready
 when the API answers /healthz; the exporter answers its own port): what ``make run`` starts.
 Kubernetes keeps the three apart."""
+CONSOLE = Part("console", ("clepsydra_console",), "CLEPSYDRA_CONSOLE_PORT",
+               "CLEPSYDRA_CONSOLE_URL")
+"""The web console (services/console): reads the store, retry and analytics APIs."""
 SCHEDULER = (SCHEDULER_WORKER, SCHEDULER_BEAT)
 ANALYTICS = (ANALYTICS_EXPORT, ANALYTICS_API, ANALYTICS_SCHEDULE)
 LOCAL_ANALYTICS = (ANALYTICS_LOCAL,)
-EVERYTHING = (STORE, RETRY, SCHEDULER_WITH_BEAT, *LOCAL_ANALYTICS)
+EVERYTHING = (STORE, RETRY, SCHEDULER_WITH_BEAT, *LOCAL_ANALYTICS, CONSOLE)
 """What ``make run`` starts (Redis aside), in start order: the scheduler one process, the
-analytics one process (issue 14, the stack's memory at rest)."""
-EVERYTHING_SEPARATE_BEAT = (STORE, RETRY, *SCHEDULER, *LOCAL_ANALYTICS)
+analytics one process (issue 14, the stack's memory at rest), the console."""
+EVERYTHING_SEPARATE_BEAT = (STORE, RETRY, *SCHEDULER, *LOCAL_ANALYTICS, CONSOLE)
 """The same with the scheduler's worker and beat two processes, as deployed
 (``python -m tools.stack --separate-beat``: the fault matrix kills each)."""
 PARTS = (STORE, RETRY, SCHEDULER_WORKER, SCHEDULER_BEAT, SCHEDULER_WITH_BEAT, *ANALYTICS,
-         ANALYTICS_LOCAL)
+         ANALYTICS_LOCAL, CONSOLE)
 """Every kind of part but Redis."""
 BY_NAME = {part.name: part for part in PARTS}
 PORT_VARS = tuple(dict.fromkeys((*(p.port_var for p in PARTS if p.port_var),
@@ -176,6 +179,9 @@ class Stack:
         for part in parts or ANALYTICS:
             self.with_part(part, **env)
         return self
+
+    def with_console(self, **env: str) -> Stack:
+        return self.with_part(CONSOLE, **env)
 
     def with_everything(self, *, appendonly: bool = True, separate_beat: bool = False,
                         analytics: bool = True) -> Stack:
@@ -292,6 +298,10 @@ class Stack:
     @property
     def analytics(self) -> HttpService:
         return self.http(ANALYTICS_API.name)
+
+    @property
+    def console(self) -> HttpService:
+        return self.http(CONSOLE.name)
 
     def stop(self) -> None:
         """SIGTERM every process, newest first (Redis last); SIGKILL what lingers."""

@@ -32,6 +32,8 @@ kept as ``<name>.log.1``) and echoed to stdout as ``name | line``:
                       of it) and the exporter (/healthz on CLEPSYDRA_ANALYTICS_EXPORTER_PORT,
                       default the API's port + 1) on threads of it (one process: issue 14)
     (--without-analytics, ``make run-core``: no analytics; the core alone)
+    console           python -m clepsydra_console             ready: GET /healthz answers 200
+                      on CLEPSYDRA_CONSOLE_PORT (default 8087): the web console
 
 Once all are ready it prints exactly one line ``clepsydra: ready`` and a table of addresses.
 SIGINT, SIGTERM or SIGHUP: SIGTERM to every child group (services first, Redis last), wait,
@@ -71,7 +73,7 @@ from typing import IO
 from clepsydra_core.errors import ConfigError
 from clepsydra_core.settings import SINGLE_PROCESS, CommonSettings, Env, env_int
 from tools import parts
-from tools.parts import ANALYTICS_API
+from tools.parts import ANALYTICS_API, CONSOLE
 from tools.processes import (
     Child,
     Console,
@@ -137,6 +139,7 @@ class StackSettings:
     retry_port: int
     scheduler_port: int | None = 8083
     scheduler_beat_port: int | None = 8084
+    console_port: int = 8087
 
     @classmethod
     def from_env(cls, env: Env) -> StackSettings:
@@ -147,6 +150,7 @@ class StackSettings:
             scheduler_port=env_int(env, "CLEPSYDRA_SCHEDULER_PORT", 8083, minimum=0) or None,
             scheduler_beat_port=env_int(env, "CLEPSYDRA_SCHEDULER_BEAT_PORT", 8084,
                                         minimum=0) or None,
+            console_port=env_int(env, "CLEPSYDRA_CONSOLE_PORT", 8087, minimum=1),
         )
 
     @property
@@ -178,6 +182,7 @@ class StackSettings:
             "CLEPSYDRA_REDIS_PORT": str(c.redis_port),
             "CLEPSYDRA_SCHEDULER_PORT": str(self.scheduler_port or 0),
             "CLEPSYDRA_SCHEDULER_BEAT_PORT": str(self.scheduler_beat_port or 0),
+            "CLEPSYDRA_CONSOLE_PORT": str(self.console_port),
             "PYTHONUNBUFFERED": "1",
             "PATH": os.pathsep.join(p for p in (str(Path(sys.executable).parent),
                                                 base.get("PATH", "")) if p),
@@ -213,6 +218,7 @@ class Supervisor:
             "CLEPSYDRA_ANALYTICS_PORT": analytics_port,
             "CLEPSYDRA_ANALYTICS_EXPORTER_PORT":
                 int(self.env["CLEPSYDRA_ANALYTICS_EXPORTER_PORT"]),
+            "CLEPSYDRA_CONSOLE_PORT": settings.console_port,
             "CLEPSYDRA_REDIS_PORT": c.redis_port})
         self.console = console
         self.ready_timeout_s = ready_timeout_s
@@ -356,9 +362,10 @@ class Supervisor:
         auth = self.settings.common.auth
         tokens: dict[str, dict[str, str]] = {}
         if auth.enabled:  # hashlib and the token file's code only then (issue 14: memory)
-            from tools.stack_auth import service_tokens
+            from tools.stack_auth import console_secret, service_tokens
 
             tokens = service_tokens(auth)
+            tokens[CONSOLE.name] = console_secret(self.env)
         for child in children:
             child.env.update(tokens.get(child.name, {}))
         return list(children)
@@ -368,6 +375,11 @@ class Supervisor:
         """Where the analytics API answers (CLEPSYDRA_ANALYTICS_URL / _PORT, as it reads them)."""
         return self.env.get("CLEPSYDRA_ANALYTICS_URL") or self.parts.url(ANALYTICS_API)
 
+    @property
+    def console_url(self) -> str:
+        """Where the web console answers (CLEPSYDRA_CONSOLE_URL / _PORT)."""
+        return self.env.get("CLEPSYDRA_CONSOLE_URL") or self.parts.url(CONSOLE)
+
     def _ready_what(self, child: Child) -> str:
         return parts.BY_NAME[child.name].describe_ready(child.env)
 
@@ -375,6 +387,7 @@ class Supervisor:
         c = self.settings.common
         rows = [("store", c.store_url), ("retry", c.retry_url),
                 ("analytics", self.analytics_url if self.analytics else "not started"),
+                ("console", self.console_url),
                 ("redis", c.effective_redis_url + ("" if self.settings.own_redis
                                                    else " (CLEPSYDRA_REDIS_URL)")),
                 ("home", str(c.home)), ("logs", str(self.settings.log_dir))]
@@ -401,7 +414,8 @@ class Supervisor:
 
     def _check_ports(self) -> None:
         s = self.settings
-        ports = [("CLEPSYDRA_STORE_PORT", s.store_port), ("CLEPSYDRA_RETRY_PORT", s.retry_port)]
+        ports = [("CLEPSYDRA_STORE_PORT", s.store_port), ("CLEPSYDRA_RETRY_PORT", s.retry_port),
+                 ("CLEPSYDRA_CONSOLE_PORT", s.console_port)]
         for name, port in (("CLEPSYDRA_SCHEDULER_PORT", s.scheduler_port),
                            ("CLEPSYDRA_SCHEDULER_BEAT_PORT", s.scheduler_beat_port)):
             if port is not None:

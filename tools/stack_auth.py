@@ -1,5 +1,7 @@
 """Access control for the local stack (`make run` with ``CLEPSYDRA_AUTH=on``; issue 16): the
-scheduler, the retry service and the analytics processes each need a token of their own role.
+scheduler, the retry service and the analytics processes each need a token of their own role;
+the console a secret to sign its sign-in cookie (a fresh one each start unless
+``CLEPSYDRA_CONSOLE_SECRET_KEY`` is set: sign in again after a restart).
 At every start the stack makes fresh ones in the tokens file (``local-scheduler``,
 ``local-retry``, ``local-analytics``, replacing those of the previous run: the file keeps
 only digests, so old ones cannot be read back) and gives each child its ``CLEPSYDRA_TOKEN``.
@@ -7,6 +9,10 @@ Your own tokens in the file are left alone."""
 
 from __future__ import annotations
 
+import secrets
+from collections.abc import Mapping
+
+from clepsydra_console.settings import SECRET_VAR
 from clepsydra_core.auth import Role
 from clepsydra_core.auth_tokens import create_token, revoke_token
 from clepsydra_core.settings import TOKEN_VAR, AuthSettings
@@ -34,3 +40,10 @@ def service_tokens(auth: AuthSettings) -> dict[str, dict[str, str]]:
         revoke_token(auth.tokens_file, name)
         by_role[role] = create_token(auth.tokens_file, name, role)[1]
     return {child: {TOKEN_VAR: by_role[role]} for child, role in CHILD_ROLES.items()}
+
+
+
+def console_secret(env: Mapping[str, str]) -> dict[str, str]:
+    """The console's environment addition: its cookie-signing secret (the caller's, else a
+    fresh random one)."""
+    return {SECRET_VAR: env.get(SECRET_VAR) or secrets.token_urlsafe(32)}

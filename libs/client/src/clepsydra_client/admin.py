@@ -40,6 +40,7 @@ from clepsydra_core.wire.groups import (
     OffsetCommit,
 )
 from clepsydra_core.wire.health import StoreHealth
+from clepsydra_core.wire.history import MessageHistory
 from clepsydra_core.wire.messages import MessageList, StoredMessage
 from clepsydra_core.wire.retry import RetryHealth
 from clepsydra_core.wire.schedule import LevelInfo, LevelTable, ScheduleEntries
@@ -175,6 +176,12 @@ class AdminClient:
         copies = self.message_copies(msg_id)
         named = [m for m in copies if m.offset_msg_id.upper() == msg_id.upper()]
         return (named or copies)[-1]
+
+    def message_history(self, msg_id: str) -> MessageHistory:
+        """A message's lifecycle timeline (``GET /v1/messages/{msgId}/history``): its copies read
+        as hops, oldest first, and each group's state; MessageNotFound when there is none."""
+        return read_answer(MessageHistory, self.store.get(
+            self.store.path("/v1/messages/{}/history", msg_id)), "message history")
 
     def messages_by_key(self, topic: str, key: str) -> list[Message]:
         found = read_answer(MessageList, self.store.get("/v1/messages",

@@ -6,6 +6,7 @@
                    [--delay-level N | --at TIME | --in DURATION]
     clepsydra consume TOPIC [--tags 'a || b'] [--from-beginning] [--count N]
     clepsydra message show MSGID | --key KEY --topic TOPIC
+    clepsydra message history MSGID   (every hop of its life, each group's state; --json)
     clepsydra message cancel|reschedule MSGID | --topic TOPIC --key KEY  (reschedule: --at|--in)
     clepsydra groups list | show|settings|consumers|progress GROUP
     clepsydra dlq list|show|resend|purge|audit GROUP ...
@@ -34,6 +35,7 @@ from clepsydra_client import k8s_commands
 from clepsydra_client.analytics_commands import AnalyticsUnavailable, add_analytics_commands
 from clepsydra_client.auth_commands import add_auth_commands
 from clepsydra_client.commands import UsageError
+from clepsydra_client.history_commands import add_history_command
 from clepsydra_client.rebalance import STRATEGIES
 from clepsydra_client.settings import ClientSettings
 from clepsydra_client.timer_commands import add_time_options, add_timer_commands
@@ -109,6 +111,7 @@ def build_parser() -> Parser:
     s.add_argument("--full", action="store_true", help="print the whole body")
     s.set_defaults(fn=c.message_show)
     add_timer_commands(sub, msg)
+    add_history_command(msg)
 
     groups = sub.add_parser("groups", help="consumer groups").add_subparsers(
         dest="action", metavar="ACTION", parser_class=Parser, required=True)

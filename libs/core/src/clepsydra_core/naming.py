@@ -13,6 +13,7 @@ SCHEDULER_SERVICE = "clepsydra-scheduler"
 RETRY_SERVICE = "clepsydra-retry"
 CLIENT_SERVICE = "clepsydra-client"
 ANALYTICS_SERVICE = "clepsydra-analytics"
+CONSOLE_SERVICE = "clepsydra-console"
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 """System topic with one queue per delay level (SPEC S1, L3)."""

@@ -63,6 +63,7 @@ from clepsydra_core.lean_tracer import traceparent
 from clepsydra_core.lean_tracer import unrecorded as unrecorded
 from clepsydra_core.naming import ANALYTICS_SERVICE as ANALYTICS_SERVICE
 from clepsydra_core.naming import CLIENT_SERVICE as CLIENT_SERVICE
+from clepsydra_core.naming import CONSOLE_SERVICE as CONSOLE_SERVICE
 from clepsydra_core.naming import RETRY_SERVICE as RETRY_SERVICE
 from clepsydra_core.naming import SCHEDULER_SERVICE as SCHEDULER_SERVICE
 from clepsydra_core.naming import STORE_SERVICE as STORE_SERVICE
