@@ -61,7 +61,7 @@ def _pull_one(store: HttpClient, topic: str, offset: int) -> dict[str, Any]:
         found[:] = [m.to_json() for m in page.messages]
         return bool(found)
 
-    wait_until(arrived, 30, f"a message at {topic} offset {offset}")
+    wait_until(arrived, 30, what=f"a message at {topic} offset {offset}")
     return found[0]
 
 
@@ -91,7 +91,8 @@ def test_a_message_that_died_and_came_back(stack: Stack, browser: Browser) -> No
     _fail(retry, store, delivered, "payment service down")
     retry_copy = _pull_one(store, naming.retry_topic(GROUP), 0)  # R7: back after its level
     _fail(retry, store, retry_copy, "payment service still down")  # R6: dead-lettered
-    wait_until(lambda: _history(store, msg_id).groups[0].state == "dead", 30, "the dead letter")
+    wait_until(lambda: _history(store, msg_id).groups[0].state == "dead", 30,
+               what="the dead letter")
 
     # the DLQ page lists it before the resend (R16)
     browser.visit(f"/dlq/{GROUP}")
@@ -118,17 +119,20 @@ def test_a_message_that_died_and_came_back(stack: Stack, browser: Browser) -> No
         "topic": resent["topic"], "queueId": 0, "offset": resent["queueOffset"] + 1})
 
     # found from the search box by msgId, then by key
-    browser.visit("/")
-    browser.shot("home")
     for query in (msg_id, KEY):
+        browser.visit("/")
         box = browser.find("#q")
         box.clear()
         box.send_keys(query)
         browser.find("#search").click()
         browser.check_console()
         assert browser.find("#msg-id").text == msg_id, query
+    browser.visit("/")
+    browser.shot("home")
+    browser.visit(f"/messages/{msg_id}")
     hops = browser.find_all("#timeline li.hop")
     kinds = [h.get_attribute("data-kind") for h in hops]
+    assert kinds, browser.text()
     assert kinds == ["produced", "parked", "handed_over", "sent_back", "retry", "dead_letter",
                      "resent"], kinds
     times = [int(h.get_attribute("data-time")) for h in hops]
@@ -160,7 +164,7 @@ def test_a_pending_timer_on_timers_then_cancelled(stack: Stack, browser: Browser
     browser.shot("timer-message")
     browser.find("#cancel").click()
     browser.check_console()
-    assert browser.find("#outcomes tr").get_attribute("data-ok") == "yes"
+    assert browser.find("#outcomes tbody tr").get_attribute("data-ok") == "yes"
     browser.visit(f"/messages/{sent['msgId']}")
     kinds = [h.get_attribute("data-kind") for h in browser.find_all("#timeline li.hop")]
     assert kinds == ["produced", "parked", "cancelled"]

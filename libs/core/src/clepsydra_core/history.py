@@ -158,9 +158,9 @@ class _Reader:
         self.parked_for[real] = seen + 1
         extra = _resend_fields(resend) if resend is not None else {}
         self.parked_hops.append(len(self.hops))
-        self._hop(kind, copy, real_topic=real, level=level, deliver_at=due, state=state,
-                  group=group, reason=_last_reason(copy.properties) if kind == H.SENT_BACK
-                  else None, **extra)
+        reason = _last_reason(copy.properties) if kind == H.SENT_BACK else None
+        self._hop(kind, copy, **{"real_topic": real, "level": level, "deliver_at": due,
+                                 "state": state, "group": group, "reason": reason, **extra})
         if group is not None:
             self.groups[group] = H.RETRYING
 
@@ -180,8 +180,8 @@ class _Reader:
                 H.HANDED_OVER if was_parked else H.STORED)
             extra = {}
         self.parked_for.pop(copy.topic, None)
-        self._hop(kind, copy, group=retry_group, lateness_ms=lateness, groups=readers,
-                  **extra)
+        self._hop(kind, copy, **{"group": retry_group, "lateness_ms": lateness,
+                                 "groups": readers, **extra})
         for reader in readers:
             still = reader.state == H.NOT_YET and retry_group is not None
             self.groups[reader.group] = H.RETRYING if still else reader.state
