@@ -114,8 +114,12 @@ def browser_for(driver: Any, base: str, request: pytest.FixtureRequest) -> Brows
     return Browser(driver, base, out)
 
 
-def stack_with_console(home: Path, **console_env: str) -> Stack:
-    """Redis, store, retry, the scheduler's worker and beat, and the console (not started)."""
-    env = {"CLEPSYDRA_DELAY_LEVELS": LEVELS}
-    return (Stack(home, env=env).with_redis().with_store().with_retry()
-            .with_scheduler().with_console(**console_env))
+def stack_with_console(home: Path, *, env: dict[str, str] | None = None,
+                       retry_env: dict[str, str] | None = None,
+                       scheduler_env: dict[str, str] | None = None,
+                       **console_env: str) -> Stack:
+    """Redis, store, retry, the scheduler's worker and beat, and the console (not started);
+    ``env`` for every part, the others for one part each."""
+    shared = {"CLEPSYDRA_DELAY_LEVELS": LEVELS, **(env or {})}
+    return (Stack(home, env=shared).with_redis().with_store().with_retry(**(retry_env or {}))
+            .with_scheduler(scheduler_env).with_console(**console_env))

@@ -58,5 +58,6 @@ def require_admin() -> User:
 def page(template: str, **values: Any) -> str:
     """A page, with what every page shows (the user, the CSRF token, the trace link rule)."""
     c = console()
-    return render_template(template, user=user(), csrf=csrf_token(), auth_on=c.sign_in.enabled,
+    return render_template(template, user=g.get("user"), csrf=csrf_token(),
+                           auth_on=c.sign_in.enabled,
                            trace_link=c.settings.trace_link, **values)
