@@ -6,16 +6,16 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TOX_STAMP := .tox/.installed
-TOX_ENVS ?= lint,type,unit,integration,e2e,faults,k8s,spark
+TOX_ENVS ?= lint,type,unit,integration,e2e,faults,k8s,spark,browser
 # auto: `make test` also runs the images env when a Docker engine answers or can be started
 # here (docker/engine.sh --check), and says why not otherwise; 0: never
 IMAGES_TEST ?= auto
 comma := ,
 TOX_ALL_ENVS := $(TOX_ENVS)$(if $(filter auto,$(IMAGES_TEST)),$(comma)images)
 
-.PHONY: setup run run-core test test-fast lint type bench bench-peers openapi clean redis-server docker-engine images images-up images-down
+.PHONY: setup run run-core test test-fast lint type bench bench-peers openapi clean redis-server docker-engine browser images images-up images-down
 
-setup: $(STAMP) redis-server docker-engine
+setup: $(STAMP) redis-server docker-engine browser
 
 # The virtualenv with every package of the repo (editable) and the test tools; redone when a
 # requirements file or any package's pyproject.toml changes. Debian's python3.11 may lack the
@@ -60,6 +60,20 @@ docker-engine:
 	  echo "no dockerd/docker-compose and no apt as root: make images and the image tests need them"; \
 	fi
 
+# The browser of the console's tests (tests/browser, tox env browser): Debian's chromium and
+# chromium-driver where apt is there and we are root (no browser download works here); elsewhere
+# say what is missing (the browser env then fails, naming them).
+browser:
+	@if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then :; \
+	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	  echo "installing chromium, chromium-driver (apt)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    chromium chromium-driver >/dev/null || \
+	    echo "could not install chromium: the browser tests need chromium and chromium-driver"; \
+	else \
+	  echo "no chromium/chromedriver and no apt as root: the browser tests need them"; \
+	fi
+
 ## images: build every image (starting a local engine if none answers; docker/README.md)
 images: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m tools.images build
@@ -81,8 +95,8 @@ run: setup
 run-core: setup
 	@export PATH="$(CURDIR)/$(BIN):$$PATH"; exec $(BIN)/python -m tools.stack --without-analytics
 
-## test: set up, then run every tox env (lint, type, unit, integration, e2e, faults, k8s, spark, and images
-## when a Docker engine can be had).
+## test: set up, then run every tox env (lint, type, unit, integration, e2e, faults, k8s, spark,
+## browser, and images when a Docker engine can be had).
 test: setup $(TOX_STAMP)
 	@envs="$(TOX_ENVS)"; \
 	if [ "$(IMAGES_TEST)" = auto ]; then \
@@ -100,13 +114,13 @@ $(TOX_STAMP): $(STAMP) tox.ini
 
 ## test-fast: the pytest suites only, no tox.
 test-fast: setup
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q tests/unit tests/integration tests/e2e tests/faults tests/spark
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q tests/unit tests/integration tests/e2e tests/faults tests/spark tests/browser
 
 lint: setup
 	$(BIN)/ruff check .
 
 type: setup
-	$(BIN)/mypy libs/core/src libs/web/src services/store/src services/scheduler/src services/retry/src libs/client/src services/analytics/src tools
+	$(BIN)/mypy libs/core/src libs/web/src services/store/src services/scheduler/src services/retry/src libs/client/src services/analytics/src services/console/src tools
 
 bench: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m bench.store_produce

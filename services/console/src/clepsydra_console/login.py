@@ -18,7 +18,8 @@ import hmac
 import secrets
 from dataclasses import dataclass
 
-from flask import Response, redirect, request, session, url_for
+from flask import redirect, request, session, url_for
+from werkzeug.wrappers import Response
 
 from clepsydra_core.auth import Role
 from clepsydra_core.auth_tokens import TokenTable

@@ -272,7 +272,7 @@ def _time_ms(raw: str | None) -> int | None:
 def dlq() -> Any:
     group = (request.args.get("group") or "").strip()
     if group:
-        args = {k: v for k, v in request.args.items() if k != "group" and v}
+        args: dict[str, Any] = {k: v for k, v in request.args.items() if k != "group" and v}
         return redirect(url_for("pages.dlq_group", group=group, **args))
     c = console()
     listing = look(admin().groups)
