@@ -80,6 +80,13 @@ HEALTHCHECK --interval=5s --timeout=5s --start-period=30s --retries=3 \
     CMD ["python", "/opt/clepsydra/healthcheck.py", "CLEPSYDRA_RETRY_PORT", "8082"]
 CMD ["python", "-m", "clepsydra_retry"]
 
+FROM runtime AS console
+ENV CLEPSYDRA_CONSOLE_BIND=0.0.0.0
+EXPOSE 8087
+HEALTHCHECK --interval=5s --timeout=5s --start-period=30s --retries=3 \
+    CMD ["python", "/opt/clepsydra/healthcheck.py", "CLEPSYDRA_CONSOLE_PORT", "8087"]
+CMD ["python", "-m", "clepsydra_console"]
+
 # ---- analytics (built only when services/analytics exists: tools/images.py) ---------------
 # Last in the file: the classic builder builds every stage before the target it is asked for.
 FROM builder AS builder-analytics

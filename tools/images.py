@@ -73,6 +73,7 @@ IMAGES = (
     Image("scheduler-worker", "service.Dockerfile", "scheduler-worker"),
     Image("scheduler-beat", "service.Dockerfile", "scheduler-beat"),
     Image("retry", "service.Dockerfile", "retry"),
+    Image("console", "service.Dockerfile", "console"),
     Image("analytics-exporter", "service.Dockerfile", "analytics-exporter", analytics=True),
     Image("analytics-spark", "spark.Dockerfile", None, analytics=True),
     Image("redis", "redis.Dockerfile", None),
@@ -273,7 +274,7 @@ def compose(*args: str) -> list[str]:
     return ["docker-compose", "-p", project, *files, *args]
 
 
-STACK = ("redis", "store", "retry", "scheduler-worker", "scheduler-beat")
+STACK = ("redis", "store", "retry", "console", "scheduler-worker", "scheduler-beat")
 """The services `up` starts (the profiles `jobs` and `telemetry` stay off)."""
 
 

@@ -13,7 +13,6 @@ import secrets
 from collections.abc import Mapping
 
 from clepsydra_console.settings import SECRET_VAR
-
 from clepsydra_core.auth import Role
 from clepsydra_core.auth_tokens import create_token, revoke_token
 from clepsydra_core.settings import TOKEN_VAR, AuthSettings

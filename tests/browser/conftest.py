@@ -66,6 +66,20 @@ class Browser:
         self.shots.append(path)
         return path
 
+    def click(self, css: str, then: str) -> None:
+        """Click ``css`` (a submit button, a link) and wait until the next page shows ``then``
+        (a click returns before the page it loads is there); then check the console."""
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.support import expected_conditions
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        old = self.find("html")
+        self.find(css).click()
+        WebDriverWait(self.driver, 30).until(expected_conditions.staleness_of(old))
+        WebDriverWait(self.driver, 30).until(
+            expected_conditions.presence_of_element_located((By.CSS_SELECTOR, then)))
+        self.check_console()
+
     def find(self, css: str) -> Any:
         from selenium.webdriver.common.by import By
 

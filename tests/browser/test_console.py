@@ -100,12 +100,10 @@ def test_a_message_that_died_and_came_back(stack: Stack, browser: Browser) -> No
     assert "max_reconsume_times" in row.text
     browser.shot("dlq-before-resend")
     browser.find(f'tr[data-msg-id="{msg_id}"] input.pick').click()
-    browser.find("#action-resend-retry").click()
-    browser.check_console()
+    browser.click("#action-resend-retry", then="#confirm-count")
     assert "1 dead letter" in browser.find("#confirm-count").text  # says how many
     browser.shot("dlq-confirm")
-    browser.find("#confirm").click()
-    browser.check_console()
+    browser.click("#confirm", then="#outcomes")
     outcome = browser.find(f'#outcomes tr[data-msg-id="{msg_id}"]')
     assert outcome.get_attribute("data-ok") == "yes" and "resent" in outcome.text
     assert "1 done, 0 failed, of 1" in browser.find("#summary").text
@@ -124,8 +122,7 @@ def test_a_message_that_died_and_came_back(stack: Stack, browser: Browser) -> No
         box = browser.find("#q")
         box.clear()
         box.send_keys(query)
-        browser.find("#search").click()
-        browser.check_console()
+        browser.click("#search", then="#msg-id")
         assert browser.find("#msg-id").text == msg_id, query
     browser.visit("/")
     browser.shot("home")
@@ -162,8 +159,7 @@ def test_a_pending_timer_on_timers_then_cancelled(stack: Stack, browser: Browser
     browser.visit(f"/messages/{sent['msgId']}")
     assert browser.find_all("#timeline li.hop")[-1].get_attribute("data-kind") == "parked"
     browser.shot("timer-message")
-    browser.find("#cancel").click()
-    browser.check_console()
+    browser.click("#cancel", then="#outcomes")
     assert browser.find("#outcomes tbody tr").get_attribute("data-ok") == "yes"
     browser.visit(f"/messages/{sent['msgId']}")
     kinds = [h.get_attribute("data-kind") for h in browser.find_all("#timeline li.hop")]

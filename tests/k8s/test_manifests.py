@@ -25,6 +25,7 @@ WORKLOADS = {
     ("Deployment", "clepsydra-scheduler-beat"),
     ("Deployment", "clepsydra-scheduler-worker"),
     ("Deployment", "clepsydra-retry"),
+    ("Deployment", "clepsydra-console"),
     ("Deployment", "clepsydra-analytics-exporter"),
     ("CronJob", "clepsydra-analytics-report"),
 }

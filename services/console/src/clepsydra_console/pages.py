@@ -16,7 +16,7 @@ from clepsydra_client.history_commands import KIND_LABELS, STATE_LABELS, hop_det
 from clepsydra_client.render import format_due, format_duration_ms, format_ts
 from clepsydra_console import rates, search
 from clepsydra_console.backend import Lookup, look
-from clepsydra_console.context import admin, console, page
+from clepsydra_console.context import admin, analytics, console, page
 from clepsydra_console.dlq_actions import ACTIONS
 from clepsydra_console.login import csrf_ok
 from clepsydra_console.settings import PAGE_MAX
@@ -31,6 +31,7 @@ from clepsydra_console.views import (
 from clepsydra_core import naming
 from clepsydra_core import properties as P
 from clepsydra_core.wire import history as H
+from clepsydra_core.wire.analytics import ReportList
 from clepsydra_core.wire.codec import read_answer
 from clepsydra_core.wire.dlq import DlqFilter
 from clepsydra_core.wire.locks import LockList
@@ -105,7 +106,8 @@ def _glance() -> dict[str, Any]:
     if levels.ok and timers.ok:
         assert levels.value is not None and timers.value is not None
         pending = sum(lv.backlog for lv in levels.value) + timers.value.pending
-    return {"produce_rate": store.rate(rates.PRODUCED),
+    reports = look(lambda: read_answer(ReportList, analytics().get("/v1/reports")).reports[:5])
+    return {"produce_rate": store.rate(rates.PRODUCED), "reports": reports,
             "deliver_rate": store.rate(rates.DELIVERED),
             "dlq_rate": retry.rate(rates.SEND_BACKS, outcome="DLQ"),
             "dlq_depth": retry.value(rates.DLQ_DEPTH),
