@@ -17,7 +17,7 @@ command and flags, e.g. ``scheduler worker --beat``), three figures from
 
 Totals are given for the core (Redis, store, retry, the scheduler's worker and beat: one
 process in ``make run``, two with ``--separate-beat``) and the whole stack (plus the analytics
-processes and the supervisor). ``--separate-beat`` is passed on to ``tools.stack``;
+processes, the console and the supervisor). ``--separate-beat`` is passed on to ``tools.stack``;
 ``--gunicorn-masters`` runs the store, retry and analytics API as deployed, each a gunicorn
 master and its worker (``CLEPSYDRA_SINGLE_PROCESS=false``); ``--without-analytics`` is
 ``make run-core``'s stack.
@@ -46,7 +46,7 @@ def part_of(argv: list[bytes]) -> str:
     if "tools.stack" in text:
         return "supervisor"
     for module in ("clepsydra_store", "clepsydra_retry", "clepsydra_scheduler",
-                   "clepsydra_analytics"):
+                   "clepsydra_analytics", "clepsydra_console"):
         if module in text:
             words = text.split()
             i = words.index(module) if module in words else -1

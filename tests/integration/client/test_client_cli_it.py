@@ -100,6 +100,18 @@ def test_message_show_by_id_key_and_its_retries(
     assert [a["reconsumeTimes"] for a in life_json["attempts"]] == [0, 1]
     missing = cli("message", "show", "7F0000010000000000000000FFFFFFFF")
     assert missing.code == 1 and "what to do" in missing.err and "Traceback" not in missing.err
+    # DEC-message-history: the timeline as a table and as the store's JSON
+    hist = cli("message", "history", sent.msg_id)
+    assert hist.code == 0, hist.err
+    for label in ("stored", "sent back", "retry copy", "dead letter"):
+        assert label in hist.out, label
+    assert hist.out.rstrip().endswith(f"{group}  dead")
+    hops = cli("--json", "message", "history", sent.msg_id).json()["hops"]
+    assert [h["kind"] for h in hops] == ["produced", "stored", "sent_back", "retry",
+                                         "dead_letter"]
+    assert hops[-1]["reason"] == "max_reconsume_times" and hops[2]["attempt"] == 1
+    gone = cli("message", "history", "7F0000010000000000000000FFFFFFFF")
+    assert gone.code == 1 and "Traceback" not in gone.err
 
 
 def test_groups_commands(
