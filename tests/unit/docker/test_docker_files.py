@@ -44,14 +44,15 @@ def test_every_service_target_runs_as_uid_10001_with_its_command() -> None:
     text = (DOCKER / "service.Dockerfile").read_text()
     targets = re.findall(r"^FROM \S+ AS (\S+)$", text, flags=re.M)
     assert targets == ["builder", "runtime-base", "runtime", "store", "scheduler-worker",
-                       "scheduler-beat", "retry", "builder-analytics", "analytics-exporter"]
+                       "scheduler-beat", "retry", "console", "builder-analytics",
+                       "analytics-exporter"]
     runtime = text[text.index("AS runtime-base"):text.index("AS store")]
     assert "USER 10001:10001" in runtime and "COPY --from=builder /opt/venv" in runtime
     assert "/wheels" not in runtime  # the wheelhouse stays in the builder
     commands = re.findall(r'^CMD \["python", "-m", (.+)\]$', text, flags=re.M)
     assert commands == ['"clepsydra_store"', '"clepsydra_scheduler", "worker"',
                         '"clepsydra_scheduler", "beat"', '"clepsydra_retry"',
-                        '"clepsydra_analytics", "export"']
+                        '"clepsydra_console"', '"clepsydra_analytics", "export"']
 
 
 def test_every_service_target_has_a_healthcheck() -> None:

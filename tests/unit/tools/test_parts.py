@@ -60,7 +60,7 @@ def test_make_run_starts_the_builders_parts(tmp_path: Path) -> None:
                             console=Console(io.StringIO()), echo=False)
     children = supervisor.planned()
     assert [c.name for c in children] == [p.name for p in EVERYTHING] == [
-        "store", "retry", "scheduler", "analytics"]
+        "store", "retry", "scheduler", "analytics", "console"]
     assert [c.argv for c in children] == [p.argv() for p in EVERYTHING]
     store = children[0]
     assert isinstance(store, HttpService) and store.port == 18081
@@ -81,6 +81,11 @@ def test_make_run_starts_the_builders_parts(tmp_path: Path) -> None:
                                   "--export"]
     assert isinstance(analytics, HttpService) and analytics.port == 8085
     assert analytics.env["CLEPSYDRA_ANALYTICS_EXPORTER_PORT"] == "8086"
+    # the web console on its own port, told where the store and the retry service are
+    console = {c.name: c for c in children}["console"]
+    assert console.argv[1:] == ["-m", "clepsydra_console"]
+    assert isinstance(console, HttpService) and console.port == 8087
+    assert console.env["CLEPSYDRA_STORE_URL"] == "http://127.0.0.1:18081"
 
 
 def test_the_separate_beat_stack_runs_beat_as_a_process_as_deployed(tmp_path: Path) -> None:
@@ -90,7 +95,7 @@ def test_the_separate_beat_stack_runs_beat_as_a_process_as_deployed(tmp_path: Pa
                             echo=False, separate_beat=True)
     children = supervisor.planned()
     assert [c.name for c in children] == [p.name for p in EVERYTHING_SEPARATE_BEAT] == [
-        "store", "retry", "scheduler-worker", "scheduler-beat", "analytics"]
+        "store", "retry", "scheduler-worker", "scheduler-beat", "analytics", "console"]
     assert SCHEDULER_WITH_BEAT not in EVERYTHING_SEPARATE_BEAT
 
 
@@ -105,8 +110,8 @@ def test_make_run_runs_the_one_worker_services_without_a_gunicorn_master(
     children = Supervisor(StackSettings.from_env(env), env=env, console=Console(io.StringIO()),
                           echo=False).planned()
     assert {c.name: c.env["CLEPSYDRA_SINGLE_PROCESS"] for c in children
-            if c.name in ("store", "retry", "analytics")} == {
-        "store": "true", "retry": "true", "analytics": "true"}
+            if c.name in ("store", "retry", "analytics", "console")} == {
+        "store": "true", "retry": "true", "analytics": "true", "console": "true"}
     kept = {**env, "CLEPSYDRA_SINGLE_PROCESS": "false"}
     children = Supervisor(StackSettings.from_env(kept), env=kept,
                           console=Console(io.StringIO()), echo=False).planned()
@@ -114,11 +119,13 @@ def test_make_run_runs_the_one_worker_services_without_a_gunicorn_master(
 
 
 def test_make_run_core_starts_no_analytics_part(tmp_path: Path) -> None:
-    # issue 14 (memory at rest): `make run-core` (--without-analytics) is the core alone
+    # issue 14 (memory at rest): `make run-core` (--without-analytics) is the core alone,
+    # with the console (it needs no Java either)
     env = {"CLEPSYDRA_HOME": str(tmp_path), "CLEPSYDRA_REDIS_URL": "redis://127.0.0.1:1/0",
            "PATH": "/usr/bin"}
-    for separate_beat, names in ((False, ["store", "retry", "scheduler"]),
-                                 (True, ["store", "retry", "scheduler-worker", "scheduler-beat"])):
+    for separate_beat, names in ((False, ["store", "retry", "scheduler", "console"]),
+                                 (True, ["store", "retry", "scheduler-worker", "scheduler-beat",
+                                         "console"])):
         supervisor = Supervisor(StackSettings.from_env(env), env=env,
                                 console=Console(io.StringIO()), echo=False,
                                 separate_beat=separate_beat, analytics=False)
