@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 from clepsydra_client.admin import AdminClient
 from clepsydra_console.views import Query
+from clepsydra_core import naming
+from clepsydra_core import properties as P
 from clepsydra_core.errors import ClepsydraError, NotFound
 from clepsydra_core.telemetry import trace_id_of
 from clepsydra_core.wire.codec import read_answer
@@ -80,10 +82,28 @@ def by_key(admin: AdminClient, key: str, topic: str | None, most_topics: int,
             continue
         except ClepsydraError as exc:
             _failed(found, f"key {key} in {name}", exc)
+    _parked_by_key(admin, key, topic, found)
     found.looked_at = f"key {key!r} in " + (f"topic {topic}" if topic
                                           else f"{len(names)} topic(s)")
-    if topic is None and not found.matches and names:
-        found.looked_at += " (the newest matches of each topic)"
+    found.looked_at += " and among the pending level messages (not the pending deliverAt ones)"
+
+
+def _parked_by_key(admin: AdminClient, key: str, topic: str | None, found: Found) -> None:
+    """Pending level messages (parked in the schedule topic, S1) with the key, for ``topic``
+    when one is given; the store's look-up by key does not read the timer log, so a pending
+    ``deliverAt`` message is found by key only once delivered (by msgId always)."""
+    try:
+        parked = admin.messages_by_key(naming.SCHEDULE_TOPIC, key)
+    except NotFound:
+        return
+    except ClepsydraError as exc:
+        _failed(found, f"key {key} among the pending level messages", exc)
+        return
+    for m in parked:
+        real = m.properties.get(P.REAL_TOPIC, "")
+        if (topic is None or real == topic) and all(x.msg_id != m.msg_id
+                                                    for x in found.matches):
+            found.matches.append(Match(m.msg_id, real, " ".join(m.keys), m.store_timestamp))
 
 
 def by_trace(admin: AdminClient, trace: str, topic: str | None, most_topics: int,
