@@ -29,7 +29,6 @@ from clepsydra_console.views import (
     hour_label,
 )
 from clepsydra_core import naming
-from clepsydra_core import properties as P
 from clepsydra_core.wire import history as H
 from clepsydra_core.wire.analytics import ReportList
 from clepsydra_core.wire.codec import read_answer
@@ -159,7 +158,7 @@ def message(msg_id: str) -> Any:
     return page("message.html", msg_id=msg_id, hist=hist, newest=newest, preview=preview,
                 actions=_actions(hist.value) if hist.value is not None else None,
                 kind_labels=KIND_LABELS, state_labels=STATE_LABELS, hop_detail=hop_detail,
-                now_ms=_now_ms(), R=P)
+                now_ms=_now_ms())
 
 
 # ---- what is due when -------------------------------------------------------------------------
