@@ -1,7 +1,7 @@
 """Clepsydra beside its Python peers on one workload anyone can rerun (issue 14):
 
-    .venv/bin/python -m bench.peers [--messages 20000] [--only clepsydra,zset,dramatiq,celery]
-                                    [--no-kill] [--seed N]
+    .venv/bin/python -m bench.peers [--messages 10000] [--only clepsydra,zset,dramatiq,celery]
+                                    [--no-kill] [--seed N] [--profile DIR]
 
 (`make bench-peers` installs Dramatiq, pinned in requirements/bench.txt, first.) Each system
 gets the same work: N messages, each with a delay drawn uniformly from 2-12 s (one seed for all),
@@ -26,6 +26,13 @@ The systems, each on its own fresh Redis (AOF, fsync every second) or stack:
 The wait after the last send ends when every message arrived, or 60 s after the last intended
 time (Celery's Redis transport gives a killed worker's unacknowledged tasks back only after its
 visibility timeout, one hour; Dramatiq's after its heartbeat timeout, one minute).
+
+While the producer sends (the clean run), the cores' time is read by process (``/proc``:
+the producer, the consumer, every process of the stack or the peer's Redis, and the rest of the
+machine: what else ran) and, for Clepsydra, the store's requests by operation in that window
+and its CPU per message sent (issue 32: where the time goes). ``--profile DIR`` also records
+every Python process of the run with py-spy during the send (``bench.stack_cpu.Profiles``) and
+prints each one's busiest functions.
 """
 
 from __future__ import annotations
@@ -41,12 +48,13 @@ import urllib.request
 import warnings
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
 
 from bench.peers_apps import ZSET_KEY, celery_app, dramatiq_actor, now_ms
+from bench.stack_cpu import CpuWindow, Profiles, stack_processes
 from tests.fixtures.stack import RunningStack, launch_stack, stop_stack, store_worker_pid
 from tools.processes import Process, RedisServer, wait_until
 
@@ -56,6 +64,9 @@ GROUP = "peers-consumer"
 LEVEL_DELAYS_MS = (1_000, 5_000, 10_000, 30_000)
 """The local stack's first levels (``1s 5s 10s 30s``), for an SDK without exact times."""
 GRACE_MS = 60_000
+STACK_SETTINGS: dict[str, str] = {}
+"""``--set VAR=VALUE``: given to the stack's processes (and set in this process, so the
+producer and the consumer read it too)."""
 
 
 @dataclass
@@ -66,6 +77,10 @@ class Outcome:
     early: int
     lost: int
     duplicated: int
+    cpu: CpuWindow | None = None
+    """The cores' time by process while the producer sent (the clean run)."""
+    store_calls: Counter[str] | None = None
+    """Clepsydra: the store's requests by operation while the producer sent."""
 
 
 def percentile(values: list[int], q: float) -> int:
@@ -108,10 +123,23 @@ class Consumer:
 
 
 def run_once(send: Callable[[int, int], None], consumer: Consumer, out: Path,
-             delays_ms: list[int], kill: bool) -> Outcome:
+             delays_ms: list[int], kill: bool, watch: Watch) -> Outcome:
     """Send every message (one call each), kill the consumer half-way if asked, wait for
-    the arrivals, and count."""
+    the arrivals, and count; the send window's CPU by process (clean runs)."""
     intended: dict[int, int] = {}
+    window = None if kill else CpuWindow(watch.stack, {
+        "producer (bench)": os.getpid(), "consumer": consumer.proc.pid, **watch.pids})
+    calls0 = watch.calls() if watch.calls and not kill else None
+    profiles = None
+    if watch.profile_dir is not None and not kill:
+        python = {"producer (bench)": os.getpid(), "consumer": consumer.proc.pid}
+        if watch.stack is not None:
+            python |= {name: pid for pid, name in stack_processes(watch.stack).items()
+                       if name not in ("redis", "supervisor")}
+        expected_s = len(delays_ms) / 3_000 + 2  # the profile covers most of the send
+        profiles = Profiles(python, expected_s, watch.profile_dir / watch.name).start()
+    if window is not None:
+        window.start()
     started = time.perf_counter()
     for i, delay in enumerate(delays_ms):
         due = now_ms() + delay
@@ -120,6 +148,11 @@ def run_once(send: Callable[[int, int], None], consumer: Consumer, out: Path,
         if kill and i == len(delays_ms) // 2:
             consumer.kill_and_restart()
     seconds = time.perf_counter() - started
+    if window is not None:
+        window.stop()
+    calls = watch.calls() - calls0 if watch.calls and calls0 is not None else None
+    if profiles is not None:
+        print_profiles(watch.name, profiles)
     last_due = max(intended.values())
 
     def all_arrived() -> bool:
@@ -142,18 +175,41 @@ def run_once(send: Callable[[int, int], None], consumer: Consumer, out: Path,
     return Outcome(len(delays_ms), len(delays_ms) / seconds, lateness,
                    sum(1 for v in lateness if v < 0),
                    sum(1 for i in intended if i not in seen),
-                   sum(1 for count in seen.values() if count > 1))
+                   sum(1 for count in seen.values() if count > 1), window, calls)
 
 
-# ---- one function per system: start it, return (send, consumer argv, stop) --------------------
+def print_profiles(name: str, profiles: Profiles) -> None:
+    for process, profile in profiles.wait().items():
+        if not profile.samples:
+            continue
+        print(f"  py-spy {name} / {process}: {profile.samples:,} samples, "
+              f"{100 * profile.busy / profile.samples:.0f} % busy; busiest (self):", flush=True)
+        for function, pct in profile.top(8):
+            print(f"      {pct:5.1f} %  {function}")
 
-Setup = tuple[Callable[[int, int], None], list[str], Callable[[], None], str]
+
+@dataclass
+class Watch:
+    """What a run measures besides the arrivals."""
+
+    name: str
+    stack: RunningStack | None = None
+    pids: dict[str, int] = field(default_factory=dict)
+    """The peer's own server processes (its Redis) by name."""
+    calls: Callable[[], Counter[str]] | None = None
+    profile_dir: Path | None = None
+
+
+# ---- one function per system: start it, return (send, consumer argv, stop, note, watch) ------
+
+Setup = tuple[Callable[[int, int], None], list[str], Callable[[], None], str, Watch]
 
 
 def clepsydra(work: Path, out: Path) -> Setup:
     from clepsydra_client import AdminClient, Producer
 
-    stack = launch_stack(work / "home", "--quiet", CLEPSYDRA_OTEL_EXPORTER="none")
+    stack = launch_stack(work / "home", "--quiet", CLEPSYDRA_OTEL_EXPORTER="none",
+                         **STACK_SETTINGS)
     AdminClient(stack.store_url, stack.retry_url).create_topic(TOPIC, 4)
     producer = Producer(stack.store_url)
     exact = "delay" in inspect.signature(producer.send).parameters
@@ -173,7 +229,19 @@ def clepsydra(work: Path, out: Path) -> Setup:
         print(store_figures(stack), flush=True)
         stop_stack(stack)
 
-    return send, ["clepsydra", stack.store_url, str(out), TOPIC, GROUP], stop, note
+    return (send, ["clepsydra", stack.store_url, str(out), TOPIC, GROUP], stop, note,
+            Watch("clepsydra", stack, calls=lambda: store_requests(stack.store_url)))
+
+
+def store_requests(store_url: str) -> Counter[str]:
+    """The store's requests so far by operation (``clepsydra_store_requests_total``)."""
+    raw = urllib.request.urlopen(store_url + "/metrics", timeout=10).read().decode()
+    calls: Counter[str] = Counter()
+    for line in raw.splitlines():
+        if line.startswith("clepsydra_store_requests_total{"):
+            operation = line.split('operation="', 1)[1].split('"', 1)[0]
+            calls[operation] += int(float(line.rsplit(" ", 1)[1]))
+    return calls
 
 
 def store_figures(stack: RunningStack) -> str:
@@ -198,7 +266,8 @@ def zset(work: Path, out: Path) -> Setup:
     def send(i: int, due: int) -> None:
         r.zadd(ZSET_KEY, {f"{i}:{due}": due})
 
-    return send, ["zset", server.url, str(out)], server.stop, "ZADD / Lua pop"
+    return (send, ["zset", server.url, str(out)], server.stop, "ZADD / Lua pop",
+            Watch("zset", pids={"redis": server.pid}))
 
 
 def dramatiq(work: Path, out: Path) -> Setup:
@@ -208,7 +277,8 @@ def dramatiq(work: Path, out: Path) -> Setup:
     def send(i: int, due: int) -> None:
         actor.send_with_options(args=(i, due), delay=max(0, due - now_ms()))
 
-    return send, ["dramatiq", server.url, str(out)], server.stop, "send_with_options(delay=)"
+    return (send, ["dramatiq", server.url, str(out)], server.stop, "send_with_options(delay=)",
+            Watch("dramatiq", pids={"redis": server.pid}))
 
 
 def celery(work: Path, out: Path) -> Setup:
@@ -227,44 +297,73 @@ def celery(work: Path, out: Path) -> Setup:
         producer.release()
         server.stop()
 
-    return send, ["celery", server.url, str(out)], stop, "apply_async(countdown=)"
+    return (send, ["celery", server.url, str(out)], stop, "apply_async(countdown=)",
+            Watch("celery", pids={"redis": server.pid}))
 
 
 SETUPS: dict[str, Callable[[Path, Path], Setup]] = {
     "clepsydra": clepsydra, "zset": zset, "dramatiq": dramatiq, "celery": celery}
 
 
-def run_system(name: str, delays_ms: list[int], kill: bool, root: Path) -> tuple[Outcome, str]:
+def run_system(name: str, delays_ms: list[int], kill: bool, root: Path,
+               profile_dir: Path | None = None) -> tuple[Outcome, str]:
     work = root / f"{name}-{'kill' if kill else 'clean'}"
     work.mkdir(parents=True)
     out = work / "arrivals.csv"
-    send, argv, stop, note = SETUPS[name](work, out)
+    send, argv, stop, note, watch = SETUPS[name](work, out)
+    watch.profile_dir = profile_dir
+    consumer = None
     try:
         consumer = Consumer(argv, work)
         time.sleep(3.0)  # the consumer connects and subscribes
-        return run_once(send, consumer, out, delays_ms, kill), note
+        return run_once(send, consumer, out, delays_ms, kill, watch), note
     finally:
+        if consumer is not None:
+            consumer.stop()  # stopped already after a run; here also after a failure
         stop()
+
+
+def print_cpu(name: str, clean: Outcome) -> None:
+    """The send window's CPU by process, and (Clepsydra) the store's calls in it."""
+    if clean.cpu is None:
+        return
+    print(f"  {name}: the cores' time while the producer sent {clean.sent:,} messages",
+          flush=True)
+    print(clean.cpu.table(("msg", clean.sent)), flush=True)
+    if clean.store_calls:
+        calls = ", ".join(f"{op} {n:,}" for op, n in clean.store_calls.most_common() if n)
+        print(f"  store requests in that window: {calls}", flush=True)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--messages", type=int, default=10_000)
     parser.add_argument("--only", default=",".join(SYSTEMS))
     parser.add_argument("--no-kill", action="store_true", help="skip the kill runs")
     parser.add_argument("--seed", type=int, default=14)
+    parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
+                        help="py-spy every Python process of the clean runs while sending; "
+                             "raw profiles under DIR")
+    parser.add_argument("--set", action="append", default=[], metavar="VAR=VALUE",
+                        help="a setting for every process of the run (the stack, the producer "
+                             "and the consumer), e.g. CLEPSYDRA_CLIENT_SPIN_US=0; repeatable")
     args = parser.parse_args()
+    for item in args.set:
+        var, _, value = item.partition("=")
+        STACK_SETTINGS[var] = os.environ[var] = value
     rng = random.Random(args.seed)
     delays_ms = [rng.randint(2_000, 12_000) for _ in range(args.messages)]
     root = Path(tempfile.mkdtemp(prefix="clepsydra-peers-"))
     print(f"peers: {args.messages:,} messages, delays uniform in 2-12 s (seed {args.seed}), "
-          f"one producer, one consumer; work under {root}", flush=True)
+          f"one producer, one consumer; work under {root}"
+          + (f"; settings {' '.join(args.set)}" if args.set else ""), flush=True)
     header = (f"{'system':<10} {'how':<34} {'enqueue/s':>9} {'p50 ms':>7} {'p99 ms':>7} "
               f"{'max ms':>7} {'early':>5} | {'kill: lost':>10} {'dup':>6}")
     rows: list[str] = []
     for name in args.only.split(","):
-        clean, note = run_system(name, delays_ms, False, root)
+        clean, note = run_system(name, delays_ms, False, root, args.profile)
+        print_cpu(name, clean)
         killed = None if args.no_kill else run_system(name, delays_ms, True, root)[0]
         row = (f"{name:<10} {note:<34} {clean.enqueue_per_s:>9,.0f} "
                f"{percentile(clean.lateness, 0.5):>7,} {percentile(clean.lateness, 0.99):>7,} "
