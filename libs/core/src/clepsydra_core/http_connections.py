@@ -18,16 +18,18 @@ idempotent call (GET, PUT, DELETE) arrived, is sent again once on a new connecti
 race of a service closing an idle connection as the call starts. A POST whose answer was lost is
 never sent again here (the caller decides: a produce may have been stored).
 
-A short spin for a quick answer (issue 14): a call whose last answer on this connection came
-back within ``spin_us`` (default ``DEFAULT_SPIN_US``; ``CLEPSYDRA_CLIENT_SPIN_US``, 0 turns it
-off) first reads without blocking for up to that long, and blocks only after. Going to sleep in
-``recv`` and being woken by the answer cost a producer as much time as the store's whole answer
-on this machine (a scheduler's wake-up in a virtual machine): one SDK ``send`` at a time went
-from ~9k to ~12k a second against the local store. The spin is taken only while answers keep
-coming that fast (a remote service, a held pull or a long poll: no spin) and the caller calls
-again as soon as it has one (a loop sending one message after another; one sending at its own
-pace, say every millisecond, sleeps as before), so a caller pays at most ``spin_us`` of CPU a
-call, and only where it pays off.
+A short spin for a quick answer, off by default (DEC-client-spin-off): with ``spin_us`` > 0
+(``CLEPSYDRA_CLIENT_SPIN_US``), a call whose last answer on this connection came back within
+``spin_us`` first reads without blocking for up to that long, and blocks only after. Going to
+sleep in ``recv`` and being woken by the answer can cost a producer as much time as the store's
+whole answer (a scheduler's wake-up in a virtual machine): with a core to spare for each side,
+one SDK ``send`` at a time went from ~9k to ~12k a second against the local store. On the
+2-core machines the whole stack runs on, the spinning caller takes the core the store and the
+other services need: the producer of the peers workload sent ×1.7 faster without it (the
+decision's figures). The spin is taken only while answers keep coming that fast (a remote
+service, a held pull or a long poll: no spin) and the caller calls again as soon as it has one
+(a loop sending one message after another; one sending at its own pace sleeps as before), so a
+caller pays at most ``spin_us`` of CPU a call.
 
 Timeouts are the kernel's (``SO_RCVTIMEO``, ``SO_SNDTIMEO``) on a blocking socket, not
 Python's: a socket with a Python timeout polls before every ``send`` and ``recv``, five system
@@ -51,8 +53,9 @@ IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 MAX_HEAD_BYTES = 64 * 1024
 """An answer whose head is longer is refused (``http.client.LineTooLong``)."""
 _RECV_BYTES = 256 * 1024
-DEFAULT_SPIN_US = 200
-"""How long a call reads without blocking before it sleeps, while answers come that fast."""
+DEFAULT_SPIN_US = 0
+"""How long a call reads without blocking before it sleeps, while answers come that fast: 0,
+never (DEC-client-spin-off; 200 µs pays on a machine with a core to spare for the caller)."""
 GATHER_BYTES = 64 * 1024
 """A body this large is written with its head by one ``sendmsg`` of both, not copied behind
 the head first (a batch of 500 messages: 600 KiB copied once more per request)."""
