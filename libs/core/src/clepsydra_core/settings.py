@@ -57,7 +57,8 @@ def env_duration_ms(env: Env, name: str, default_ms: int, *, minimum: int = 0,
     return value
 
 
-def env_float(env: Env, name: str, default: float, *, minimum: float | None = None) -> float:
+def env_float(env: Env, name: str, default: float, *, minimum: float | None = None,
+              maximum: float | None = None) -> float:
     raw = env.get(name, "")
     if raw == "":
         return default
@@ -67,6 +68,8 @@ def env_float(env: Env, name: str, default: float, *, minimum: float | None = No
         raise ConfigError(f"{name}={raw!r} is not a number") from exc
     if minimum is not None and value < minimum:
         raise ConfigError(f"{name}={value} must be at least {minimum}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{name}={value} must be at most {maximum}")
     return value
 
 

@@ -10,6 +10,14 @@ committed offset is for people (lag) and for a queue whose files were all delete
 Topics are listed again every cycle, so a new topic that matches the patterns is picked up
 without a restart.
 
+The exporter reads everything that is written, so it must not take the producers' share of the
+store (DEC-exporter-yields): a cycle that reached the end of every queue is followed by a pause
+of the poll interval (a queue written to steadily is read once a second, in pages of what came
+meanwhile, not once per message), and while the store's topics keep growing and the export is
+behind, each pull is followed by a pause that keeps the pulls to ``busy_share`` of the
+exporter's time: under a burst the export lags and catches up at full speed once the writes
+stop. Its threads run niced, so the cores go to the services first.
+
 pyarrow is imported when the first file is written (a snapshot that changed, or rows): an
 exporter at rest holds none of it (issue 14; export_files.py, snapshots.py).
 """
@@ -19,6 +27,7 @@ from __future__ import annotations
 import fcntl
 import gc
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +41,7 @@ from clepsydra_analytics.export_files import ExportFiles, arrow_errors, hour_of
 from clepsydra_analytics.settings import AnalyticsSettings
 from clepsydra_analytics.snapshots import SnapshotWriter
 from clepsydra_analytics.store_reader import StoreReader
+from clepsydra_client.topics import TopicInfo
 from clepsydra_core import naming, telemetry
 from clepsydra_core.errors import ClepsydraError, ConfigError
 
@@ -63,6 +73,30 @@ class CycleResult:
     rows_written: int = 0
     files_written: int = 0
     caught_up: bool = True
+    """Every queue pulled to its end and every buffer written."""
+    behind: bool = False
+    """A queue was left with messages not pulled yet (the next cycle comes at once)."""
+
+
+class WriteWatch:
+    """Whether the store is being written to now: the sum of every topic's end grew between
+    two listings (producers, or the scheduler's hand-overs). A listing is taken at the start
+    of every cycle and, during a long one, again once ``every_s`` has passed."""
+
+    def __init__(self, every_s: float, clock_s: Callable[[], float]) -> None:
+        self.every_s = every_s
+        self.clock_s = clock_s
+        self.growing = False
+        self._ends: int | None = None
+        self._seen_s: float | None = None
+
+    def saw(self, topics: list[TopicInfo]) -> None:
+        ends = sum(q.max_offset for t in topics for q in t.queues)
+        self.growing = self._ends is not None and ends > self._ends
+        self._ends, self._seen_s = ends, self.clock_s()
+
+    def stale(self) -> bool:
+        return self._seen_s is None or self.clock_s() - self._seen_s >= self.every_s
 
 
 GC_THRESHOLDS = (100_000, 50, 100)
@@ -112,6 +146,13 @@ class Exporter:
         self.buffers: dict[tuple[str, int], QueueBuffer] = {}
         self.positions: dict[tuple[str, int], int] = {}
         self.rows_written_total = 0
+        self.rows_pulled_total = 0
+        self.lag_messages: int | None = None
+        """Messages of the exported queues not pulled yet, as of the end of the last cycle
+        (each queue's end as its last pull answered, or as listed): how far the export is
+        behind the producers."""
+        self.ends: dict[tuple[str, int], int] = {}
+        """Each queue's end as its last pull answered (``maxOffset``)."""
         self.last_cycle_s: float | None = None
         """When the last cycle ended (``clock_s``), whether it succeeded or not."""
         self.last_error: str | None = None
@@ -120,6 +161,13 @@ class Exporter:
         self._flush_request_ns: int | None = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="export-pull")
         self.snapshots = SnapshotWriter(self.files)
+        self.writes = WriteWatch(settings.poll_interval_s, clock_s)
+        self.pace = True
+        """Pause after pulls while the store is written to and the export is behind
+        (:meth:`catch_up` turns it off: it is asked to finish)."""
+        self.paused_s = 0.0
+        """Seconds spent in those pauses (the exporter's /metrics)."""
+        self._wait: Callable[[float], object] = time.sleep
 
     # ---- start ---------------------------------------------------------------------------
 
@@ -159,7 +207,10 @@ class Exporter:
         force_flush = self._flush_requested() or force_flush
         result = CycleResult()
         s = self.settings
-        for info in self.reader.topics():
+        lag = 0
+        topics = self.reader.topics()
+        self.writes.saw(topics)
+        for info in topics:
             if not s.topics.matches(info.name):
                 continue
             for q in info.queues:
@@ -171,6 +222,8 @@ class Exporter:
                 result.rows_pulled += self._pull_queue(buf, info.name, q.queue_id, q.max_offset)
                 if buf.next_offset < q.max_offset:
                     result.caught_up = False
+                    result.behind = True
+                lag += max(self.ends.get(key, 0), q.max_offset) - buf.next_offset
                 now = self.clock_s()
                 due = (buf.rows >= s.file_rows or force_flush
                        or (buf.first_pull_s is not None
@@ -182,6 +235,8 @@ class Exporter:
                 elif buf.rows and not due:
                     result.caught_up = False
         self._maybe_snapshot(force_flush)
+        self.lag_messages = lag
+        self.rows_pulled_total += result.rows_pulled
         return result
 
     def _fetch(self, buf_rows: int, topic: str, queue_id: int,
@@ -194,24 +249,53 @@ class Exporter:
     def _pull_queue(self, buf: QueueBuffer, topic: str, queue_id: int, max_offset: int) -> int:
         """Pull into ``buf`` until the queue's end (as listed) or a file's worth. The next pull
         is already on its way while this one's rows are converted (the store's time and ours
-        overlap on two cores)."""
+        overlap on two cores), except while the exporter yields to writers (module docstring):
+        then each pull is followed by its pause."""
         if buf.next_offset >= max_offset or buf.rows >= self.settings.file_rows:
             return 0
         pulled = 0
+        started = time.monotonic()
         pending: Future[dict[str, Any]] | None = self._fetch(buf.rows, topic, queue_id,
                                                              buf.next_offset)
         while pending is not None:
             raw = pending.result()
+            took = time.monotonic() - started
             pending = None
             messages = raw.get("messages") or []
             next_offset = max(int(raw.get("nextOffset", buf.next_offset + len(messages))),
                               buf.next_offset)
+            self.ends[(topic, queue_id)] = int(raw.get("maxOffset", next_offset))
             rows_after = buf.rows + len(messages)
-            if messages and next_offset < max_offset and rows_after < self.settings.file_rows:
+            more = bool(messages and next_offset < max_offset
+                        and rows_after < self.settings.file_rows)
+            yielding = more and self._yielding()
+            if more and not yielding:
+                started = time.monotonic()
                 pending = self._fetch(rows_after, topic, queue_id, next_offset)
             self._apply(buf, topic, queue_id, messages, next_offset)
             pulled += len(messages)
+            if yielding:
+                self._pause(took)
+                started = time.monotonic()
+                pending = self._fetch(buf.rows, topic, queue_id, next_offset)
         return pulled
+
+    def _yielding(self) -> bool:
+        """Whether to pause after a pull that left more to read: the store is being written
+        to (listed again once the last listing is a poll interval old)."""
+        if not self.pace or self.settings.busy_share >= 1.0:
+            return False
+        if self.writes.stale():
+            self.writes.saw(self.reader.topics())
+        return self.writes.growing
+
+    def _pause(self, pull_s: float) -> None:
+        """Wait so that a pull of ``pull_s`` is ``busy_share`` of the time (at most a poll
+        interval: a stalled store does not stall the loop for longer)."""
+        share = self.settings.busy_share
+        wait_s = min(pull_s * (1.0 - share) / share, self.settings.poll_interval_s)
+        self.paused_s += wait_s
+        self._wait(wait_s)
 
     def _apply(self, buf: QueueBuffer, topic: str, queue_id: int,
                messages: list[dict[str, Any]], next_offset: int) -> None:
@@ -340,9 +424,11 @@ class Exporter:
     # ---- loops ---------------------------------------------------------------------------
 
     def catch_up(self, timeout_s: float) -> CycleResult:
-        """Cycles until every queue is exported up to its end, everything flushed."""
+        """Cycles until every queue is exported up to its end, everything flushed (without the
+        pauses for writers: it was asked to finish)."""
         total = CycleResult()
         deadline = time.monotonic() + timeout_s
+        self.pace = False
         while True:
             r = self.cycle(force_flush=True)
             total.rows_pulled += r.rows_pulled
@@ -350,12 +436,15 @@ class Exporter:
             total.files_written += r.files_written
             if r.caught_up or time.monotonic() > deadline:
                 total.caught_up = r.caught_up
+                self.pace = True
                 return total
 
     def run(self, stop: threading.Event) -> None:
-        """Until ``stop`` is set: cycle, sleeping ``poll_interval_s`` when idle. A failing
+        """Until ``stop`` is set: cycle, sleeping ``poll_interval_s`` after a cycle that reached
+        the end of every queue (a cycle that left one behind is followed at once). A failing
         cycle (the store away, a write error) is logged and retried after the poll interval;
         rewriting a range after a partial failure replaces the file of the same name."""
+        self._wait = stop.wait
         while not stop.is_set():
             try:
                 r = self.cycle()
@@ -371,7 +460,7 @@ class Exporter:
                 continue
             self.last_cycle_s = self.clock_s()
             self._beat()
-            if r.rows_pulled == 0:
+            if not r.behind:
                 stop.wait(self.settings.poll_interval_s)
         for (topic, queue_id), buf in list(self.buffers.items()):
             if buf.next_offset > buf.start_offset:
@@ -382,6 +471,20 @@ def _table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
     import pyarrow as pa
 
     return pa.Table.from_pylist(rows, schema=schema)
+
+
+def lower_priority(nice: int) -> None:
+    """Run the calling thread, and the threads it starts later (the pull pool), at niceness
+    ``nice`` (Linux: per thread), so that on a shared machine the services and
+    their producers get the cores first (DEC-exporter-yields). Where it cannot be set, the
+    exporter runs as it is."""
+    if nice <= 0:
+        return
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, max(os.getpriority(os.PRIO_PROCESS, tid), nice))
+    except (OSError, AttributeError) as exc:
+        logger.info("exporter niceness not set: %s", exc)
 
 
 def exporter_alive(settings: AnalyticsSettings) -> bool:
@@ -409,7 +512,9 @@ def run_exporter(settings: AnalyticsSettings, stop: threading.Event) -> None:
         if settings.exporter_port:
             from clepsydra_analytics.exporter_health import health_server
 
+            # started before the niceness is lowered: probes are answered at once
             health = health_server(exporter, settings.bind, settings.exporter_port)
+        lower_priority(settings.nice)
         exporter.run(stop)
     finally:
         if health is not None:

@@ -45,6 +45,15 @@ class ExporterCollector(Collector):
         e = self.exporter
         yield CounterMetricFamily("clepsydra_analytics_exporter_rows",
                                   "Rows written to export files", value=e.rows_written_total)
+        yield CounterMetricFamily("clepsydra_analytics_exporter_pulled_rows",
+                                  "Rows pulled from the store (written or still buffered)",
+                                  value=e.rows_pulled_total)
+        lag = GaugeMetricFamily("clepsydra_analytics_exporter_lag_messages",
+                                "Messages of the exported queues not pulled yet, as of the "
+                                "last cycle")
+        if e.lag_messages is not None:
+            lag.add_metric([], e.lag_messages)
+        yield lag
         yield CounterMetricFamily("clepsydra_analytics_exporter_cycle_failures",
                                   "Export cycles that failed (store away, write error)",
                                   value=e.cycle_failures)

@@ -79,6 +79,12 @@ class AnalyticsSettings:
     file_rows: int
     """... or as soon as this many rows are buffered."""
     pull_max: int
+    busy_share: float
+    """While the store's topics grow (producers at work) and the export is behind, the exporter
+    spends at most this share of its time in pulls (DEC-exporter-yields): it lags under a burst
+    and catches up after, never taking the producers' share of the store. 1: no pacing."""
+    nice: int
+    """The exporter's threads run at this niceness (0: as the process)."""
     export_body: bool
     spark_master: str
     spark_driver_memory: str
@@ -120,6 +126,9 @@ class AnalyticsSettings:
             file_rows=env_int(env, "CLEPSYDRA_ANALYTICS_EXPORT_FILE_ROWS", 200_000, minimum=1),
             pull_max=env_int(env, "CLEPSYDRA_ANALYTICS_EXPORT_PULL_MAX", 1000, minimum=1,
                              maximum=1000),
+            busy_share=env_float(env, "CLEPSYDRA_ANALYTICS_EXPORT_BUSY_SHARE", 0.2,
+                                 minimum=0.01, maximum=1.0),
+            nice=env_int(env, "CLEPSYDRA_ANALYTICS_EXPORT_NICE", 10, minimum=0, maximum=19),
             export_body=env_bool(env, "CLEPSYDRA_ANALYTICS_EXPORT_BODY", False),
             spark_master=env_str(env, "CLEPSYDRA_SPARK_MASTER", "local[*]"),
             spark_driver_memory=env_str(env, "CLEPSYDRA_ANALYTICS_SPARK_MEMORY", "2g"),
