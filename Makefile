@@ -122,8 +122,20 @@ lint: setup
 type: setup
 	$(BIN)/mypy libs/core/src libs/web/src services/store/src services/scheduler/src services/retry/src libs/client/src services/analytics/src services/console/src tools
 
+## bench: every figure of docs/performance.md, one bench after the other (about an hour on 2 cores:
+## the due bursts wait two minutes each, the 10M pending take the longest); each prints what else
+## ran beside it. One at a time: BENCH_ONLY="stack_produce peers" make bench
+BENCH_ONLY ?= store_produce stack_produce peers due_burst pending_cost stack_memory
 bench: setup
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m bench.store_produce
+	$(BIN)/python -m pip install -q -r requirements/bench.txt
+	@export PATH="$(CURDIR)/$(BIN):$$PATH"; set -e; for b in $(BENCH_ONLY); do \
+	  case $$b in \
+	    peers) args="--only clepsydra,dramatiq,zset";; \
+	    stack_memory) args="--settle-s 15";; \
+	    *) args="";; \
+	  esac; \
+	  echo "== python -m bench.$$b $$args"; $(BIN)/python -m bench.$$b $$args; \
+	done
 
 ## bench-peers: Clepsydra beside a Redis sorted set, Dramatiq and Celery on one workload
 bench-peers: setup

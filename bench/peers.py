@@ -54,7 +54,7 @@ from pathlib import Path
 import redis
 
 from bench.peers_apps import ZSET_KEY, celery_app, dramatiq_actor, now_ms
-from bench.stack_cpu import CpuWindow, Profiles, stack_processes
+from bench.stack_cpu import CpuWindow, Profile, Profiles, stack_processes
 from tests.fixtures.stack import RunningStack, launch_stack, stop_stack, store_worker_pid
 from tools.processes import Process, RedisServer, wait_until
 
@@ -64,6 +64,8 @@ GROUP = "peers-consumer"
 LEVEL_DELAYS_MS = (1_000, 5_000, 10_000, 30_000)
 """The local stack's first levels (``1s 5s 10s 30s``), for an SDK without exact times."""
 GRACE_MS = 60_000
+THREAD_PARTS = ("store", "scheduler worker --beat")
+"""Parts whose threads' CPU is printed one by one (named when --profile ran py-spy)."""
 STACK_SETTINGS: dict[str, str] = {}
 """``--set VAR=VALUE``: given to the stack's processes (and set in this process, so the
 producer and the consumer read it too)."""
@@ -128,7 +130,8 @@ def run_once(send: Callable[[int, int], None], consumer: Consumer, out: Path,
     the arrivals, and count; the send window's CPU by process (clean runs)."""
     intended: dict[int, int] = {}
     window = None if kill else CpuWindow(watch.stack, {
-        "producer (bench)": os.getpid(), "consumer": consumer.proc.pid, **watch.pids})
+        "producer (bench)": os.getpid(), "consumer": consumer.proc.pid, **watch.pids},
+        thread_parts=THREAD_PARTS)
     calls0 = watch.calls() if watch.calls and not kill else None
     profiles = None
     if watch.profile_dir is not None and not kill:
@@ -152,7 +155,9 @@ def run_once(send: Callable[[int, int], None], consumer: Consumer, out: Path,
         window.stop()
     calls = watch.calls() - calls0 if watch.calls and calls0 is not None else None
     if profiles is not None:
-        print_profiles(watch.name, profiles)
+        for process, profile in print_profiles(watch.name, profiles).items():
+            if window is not None:
+                window.thread_names[process] = profile.thread_names
     last_due = max(intended.values())
 
     def all_arrived() -> bool:
@@ -178,14 +183,21 @@ def run_once(send: Callable[[int, int], None], consumer: Consumer, out: Path,
                    sum(1 for count in seen.values() if count > 1), window, calls)
 
 
-def print_profiles(name: str, profiles: Profiles) -> None:
-    for process, profile in profiles.wait().items():
+def print_profiles(name: str, profiles: Profiles) -> dict[str, Profile]:
+    """Each process's busiest functions (self and, of the project's, inclusive)."""
+    found = profiles.wait()
+    for process, profile in found.items():
         if not profile.samples:
             continue
         print(f"  py-spy {name} / {process}: {profile.samples:,} samples, "
-              f"{100 * profile.busy / profile.samples:.0f} % busy; busiest (self):", flush=True)
-        for function, pct in profile.top(8):
+              f"{100 * profile.busy / profile.samples:.0f} % not waiting; busiest (self):",
+              flush=True)
+        for function, pct in profile.top(10):
             print(f"      {pct:5.1f} %  {function}")
+        print("    the project's functions, inclusive:")
+        for function, pct in profile.top(14, inclusive=True, only=("clepsydra_",)):
+            print(f"      {pct:5.1f} %  {function}")
+    return found
 
 
 @dataclass

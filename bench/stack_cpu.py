@@ -42,6 +42,22 @@ def process_cpu(pid: int) -> tuple[float, float] | None:
     return int(fields[11]) * TICK_S, int(fields[12]) * TICK_S
 
 
+def thread_cpu(pid: int) -> dict[int, tuple[float, float]]:
+    """tid -> (user, system) CPU seconds so far of every thread of a process."""
+    found: dict[int, tuple[float, float]] = {}
+    try:
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return found
+    for tid in tids:
+        try:
+            fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        found[tid] = (int(fields[11]) * TICK_S, int(fields[12]) * TICK_S)
+    return found
+
+
 def machine_cpu_s() -> float:
     """Busy CPU seconds of the whole machine so far (every core; idle and iowait left out)."""
     first = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
@@ -81,7 +97,14 @@ class CpuWindow:
     used: dict[str, tuple[float, float]] = field(default_factory=dict)
     """name -> (user, system) seconds in the window."""
     load: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    thread_parts: tuple[str, ...] = ()
+    """Parts whose threads are also measured one by one (``threads``)."""
+    threads: dict[str, dict[int, tuple[float, float]]] = field(default_factory=dict)
+    """part -> tid -> (user, system) seconds in the window."""
     _before: dict[int, tuple[str, float, float]] = field(default_factory=dict)
+    thread_names: dict[str, dict[int, str]] = field(default_factory=dict)
+    """part -> tid -> the thread's name (from a py-spy profile of the part, when one ran)."""
+    _threads_before: dict[int, dict[int, tuple[float, float]]] = field(default_factory=dict)
     _t0: float = 0.0
     _machine0: float = 0.0
 
@@ -98,6 +121,8 @@ class CpuWindow:
             cpu = process_cpu(pid)
             if cpu is not None:
                 self._before[pid] = (name, *cpu)
+        self._threads_before = {pid: thread_cpu(pid) for pid, name in self._named().items()
+                                if name in self.thread_parts}
         self._machine0 = machine_cpu_s()
         self._t0 = time.monotonic()
         return self
@@ -113,6 +138,13 @@ class CpuWindow:
             _, user0, sys0 = self._before.get(pid, (name, 0.0, 0.0))
             used[name][0] += cpu[0] - user0
             used[name][1] += cpu[1] - sys0
+        self.threads = {}
+        for pid, name in self._named().items():
+            if pid in self._threads_before:
+                before = self._threads_before[pid]
+                self.threads[name] = {
+                    tid: (u - before.get(tid, (0.0, 0.0))[0], s - before.get(tid, (0.0, 0.0))[1])
+                    for tid, (u, s) in thread_cpu(pid).items()}
         ours = sum(u + s for u, s in used.values())
         used[REST] = [max(machine - ours, 0.0), 0.0]
         self.used = {name: (u, s) for name, (u, s) in used.items()}
@@ -152,6 +184,12 @@ class CpuWindow:
             if per and per[1]:
                 line += f" {1e6 * (u + s) / per[1]:>12,.1f}"
             lines.append(line)
+        for part, by_tid in self.threads.items():
+            busy = sorted(by_tid.items(), key=lambda kv: -sum(kv[1]))
+            names = self.thread_names.get(part, {})
+            lines.append(f"    {part}'s threads: " + ", ".join(
+                f"{names.get(tid, tid)} {100 * (u + s) / self.elapsed_s:.1f}%"
+                for tid, (u, s) in busy if u + s >= 0.005))
         lines.append(f"  window {self.elapsed_s:.1f} s, load average "
                      f"{self.load[0]:.2f} {self.load[1]:.2f} {self.load[2]:.2f}, "
                      f"{os.cpu_count()} cores")
@@ -204,11 +242,13 @@ class Profiles:
 
 IDLE_LEAVES = ("wait (threading.py", "select (selectors.py", "poll (selectors.py",
                "_worker (concurrent", "get (queue.py", "acquire", "sleep", "epoll",
-               "recv_into (", "accept (socket.py", "_recv (", "readline (socket.py",
-               "read (socket.py", "_read_from_socket")
+               "accept (socket.py", "readline (socket.py", "read (socket.py",
+               "_read_from_socket", "Connection._recv (clepsydra_core", "wait (clepsydra")
 """Leaves of a thread waiting (py-spy records a thread as active while it is in a system call
 that releases the interpreter's lock, e.g. a blocking ``recv``); their samples are counted
-apart as waiting."""
+apart as waiting. A spin (``select`` with no timeout, a non-blocking ``recv`` in a loop) has
+the same leaves: the per-thread CPU of :class:`CpuWindow` is the measure of time spent, the
+profile says where the rest of it went."""
 
 
 @dataclass
@@ -220,6 +260,8 @@ class Profile:
     self_by_function: Counter[str] = field(default_factory=Counter)
     inclusive_by_function: Counter[str] = field(default_factory=Counter)
     by_thread: Counter[str] = field(default_factory=Counter)
+    thread_names: dict[int, str] = field(default_factory=dict)
+    """tid -> the thread's name, as py-spy saw them."""
 
     @classmethod
     def read(cls, path: Path) -> Profile:
@@ -233,11 +275,15 @@ class Profile:
             count = int(count_text)
             frames = stack.split(";")
             thread = frames[0] if frames[0].startswith(("thread", "process")) else "?"
+            if thread.startswith("thread (") and "): " in thread:
+                tid_text, _, name = thread[len("thread ("):].partition("): ")
+                if tid_text.isdigit():
+                    profile.thread_names[int(tid_text)] = name
             frames = [f for f in frames if not f.startswith(("thread", "process"))]
             if not frames:
                 continue
             profile.samples += count
-            if any(mark in frames[-1] for mark in IDLE_LEAVES):
+            if any(mark in _short(frames[-1]) for mark in IDLE_LEAVES):
                 profile.waiting += count
                 continue
             profile.by_thread[thread] += count
