@@ -115,3 +115,25 @@ def test_a_lease_taken_over_is_noticed_at_the_next_renewal() -> None:
                            clock).run("t1")
     assert report.outcome is RunOutcome.LEASE_LOST
     assert 1_500 <= store.calls <= 2_000  # the renewal due at 2,000 ms found it lost
+
+
+def test_while_timers_fall_due_a_call_comes_the_interval_after_one_that_returned_some() -> None:
+    # DEC-timer-call-interval: each call takes what fell due in the interval, not a few timers
+    clock = FakeClock()
+    store = FakeTimers(clock, [2, 3, 0, 4], fail=set())
+    report = TimerDelivery(TimerConfig(run_s=3_600, interval_ms=20), store, FakeLease(),
+                           clock).run("t1")
+    assert report.delivered == 9 and report.outcome is RunOutcome.STOPPED
+    # after the calls that returned 2 and 3 timers: a pause of the interval from its answer;
+    # after the empty one (the store's own wait for the next due timer): none
+    paced = [w for w in clock.waits if 0 < w < 0.5]
+    assert paced == [0.001, 0.02, 0.001, 0.02, 0.001]
+
+
+def test_a_full_batch_is_followed_at_once_so_a_backlog_drains_without_pauses() -> None:
+    clock = FakeClock()
+    store = FakeTimers(clock, [100, 100, 100, 7], fail=set())
+    report = TimerDelivery(TimerConfig(run_s=3_600, batch=100, interval_ms=20), store,
+                           FakeLease(), clock).run("t1")
+    assert report.delivered == 307
+    assert 0.02 not in clock.waits  # no pause after the full batches (the last one: stopped)

@@ -70,7 +70,8 @@ class SchedulerRuntime:
         store = HttpHandoverApi(s.common.store_url, timeout_s=s.store_timeout_s)
         try:
             delivery = TimerDelivery(TimerConfig(run_s=s.run_s, lease_ms=s.lease_ms,
-                                                 batch=s.batch, backoff_s=s.backoff_s),
+                                                 batch=s.batch, backoff_s=s.backoff_s,
+                                                 interval_ms=s.timer_interval_ms),
                                      store, RedisTimerLease(self.level_state),
                                      SystemClock(self.stop))
             report = delivery.run(token)

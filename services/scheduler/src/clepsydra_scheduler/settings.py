@@ -9,6 +9,7 @@ The shared ``CLEPSYDRA_*`` names (README.md, Configuration) plus the scheduler's
 | ``CLEPSYDRA_SCHEDULER_RUN_S`` | how long one task run delivers before re-enqueueing itself | 60 |
 | ``CLEPSYDRA_SCHEDULER_BATCH`` | most entries read / handed over per store call (≤ 10000) | 10000 |
 | ``CLEPSYDRA_SCHEDULER_POLL_MS`` | longest sleep when a level's queue is empty | 1000 |
+| ``CLEPSYDRA_SCHEDULER_TIMER_INTERVAL_MS`` | while timers fall due, the next hand-over call comes this long after one that returned some (DEC-timer-call-interval; 0-100) | 20 |
 | ``CLEPSYDRA_SCHEDULER_BACKOFF_S`` | SPEC D6 back-off after a failed store call | 10 |
 | ``CLEPSYDRA_SCHEDULER_CONCURRENCY`` | worker threads | levels + 4 |
 | ``CLEPSYDRA_SCHEDULER_METRICS_PORT`` | Prometheus endpoint of a worker (unset: none) | unset |
@@ -41,6 +42,7 @@ class SchedulerSettings:
     run_s: float = 60.0
     batch: int = MAX_HANDOVER
     poll_ms: int = 1_000
+    timer_interval_ms: int = 20
     backoff_s: float = 10.0
     concurrency: int = 22
     metrics_port: int | None = None
@@ -65,6 +67,8 @@ class SchedulerSettings:
             batch=env_int(env, _PREFIX + "BATCH", MAX_HANDOVER, minimum=1,
                           maximum=MAX_HANDOVER),
             poll_ms=env_int(env, _PREFIX + "POLL_MS", 1_000, minimum=1),
+            timer_interval_ms=env_int(env, _PREFIX + "TIMER_INTERVAL_MS", 20, minimum=0,
+                                      maximum=100),
             backoff_s=env_float(env, _PREFIX + "BACKOFF_S", 10.0, minimum=0.0),
             concurrency=env_int(env, _PREFIX + "CONCURRENCY",
                                 common.delay_levels.max_level + 4, minimum=1),

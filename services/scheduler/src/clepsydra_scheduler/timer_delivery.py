@@ -10,6 +10,12 @@ renewed once a third of it has passed (``TimerConfig.renew_ms``; issue 14: not b
 call); a failed call waits ``backoff_s`` (D6) and tries again (nothing is skipped: the store
 keeps every pending timer). After ``run_s`` the run ends with the lease held, for its successor
 to adopt (the same chaining as the levels).
+
+While timers keep falling due, a call that returned some (fewer than a full batch) is followed
+by the next one ``interval_ms`` after it (DEC-timer-call-interval): that call takes everything
+that fell due meanwhile, so the store answers one call every ``interval_ms`` instead of one per
+millisecond's worth of timers. A call that returned a full batch (a backlog) is followed at
+once, and one that returned nothing was the store's wait for the next due timer: no pause.
 """
 
 from __future__ import annotations
@@ -49,6 +55,9 @@ class TimerConfig:
     lease_ms: int = 10_000
     batch: int = MAX_TIMER_HANDOVER
     backoff_s: float = 10.0
+    interval_ms: int = 0
+    """The next call after one that returned timers (not a full batch) comes this long after
+    it (``CLEPSYDRA_SCHEDULER_TIMER_INTERVAL_MS``; module docstring)."""
 
     @property
     def renew_ms(self) -> int:
@@ -85,6 +94,7 @@ class TimerDelivery:
         self._lease = lease
         self._clock = clock
         self._report = TimerRunReport("")
+        self._next_call_ms = 0
 
     def release(self) -> None:
         if self._report.token:
@@ -134,6 +144,9 @@ class TimerDelivery:
 
     def _handover(self) -> None:
         report, cfg = self._report, self._cfg
+        early_ms = self._next_call_ms - self._clock.now_ms()
+        if early_ms > 0 and self._clock.wait(early_ms / 1000):
+            return  # stopping
         try:
             answer = self._store.timer_handover(cfg.batch, cfg.wait_ms)
         except StoreCallFailed as exc:
@@ -145,5 +158,8 @@ class TimerDelivery:
         report.handovers += 1
         report.delivered += answer.delivered
         report.parked += answer.parked
+        taken = answer.delivered + answer.parked
+        self._next_call_ms = (self._clock.now_ms() + cfg.interval_ms
+                              if 0 < taken < cfg.batch else 0)
         if answer.lateness_ms:
             report.max_lateness_ms = max(report.max_lateness_ms, max(answer.lateness_ms))
