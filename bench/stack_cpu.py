@@ -210,7 +210,7 @@ class Profiles:
     pids: Mapping[str, int]
     seconds: float
     out_dir: Path
-    rate: int = 100
+    rate: int = 200
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     def start(self) -> Profiles:
