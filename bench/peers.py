@@ -54,7 +54,7 @@ from pathlib import Path
 import redis
 
 from bench.peers_apps import ZSET_KEY, celery_app, dramatiq_actor, now_ms
-from bench.stack_cpu import CpuWindow, Profile, Profiles, stack_processes
+from bench.stack_cpu import CpuWindow, Profile, Profiles, stack_processes, store_requests
 from tests.fixtures.stack import RunningStack, launch_stack, stop_stack, store_worker_pid
 from tools.processes import Process, RedisServer, wait_until
 
@@ -243,17 +243,6 @@ def clepsydra(work: Path, out: Path) -> Setup:
 
     return (send, ["clepsydra", stack.store_url, str(out), TOPIC, GROUP], stop, note,
             Watch("clepsydra", stack, calls=lambda: store_requests(stack.store_url)))
-
-
-def store_requests(store_url: str) -> Counter[str]:
-    """The store's requests so far by operation (``clepsydra_store_requests_total``)."""
-    raw = urllib.request.urlopen(store_url + "/metrics", timeout=10).read().decode()
-    calls: Counter[str] = Counter()
-    for line in raw.splitlines():
-        if line.startswith("clepsydra_store_requests_total{"):
-            operation = line.split('operation="', 1)[1].split('"', 1)[0]
-            calls[operation] += int(float(line.rsplit(" ", 1)[1]))
-    return calls
 
 
 def store_figures(stack: RunningStack) -> str:

@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -78,12 +79,15 @@ def stack_processes(stack: RunningStack) -> dict[int, str]:
     return named
 
 
-def part_pid(stack: RunningStack, part: str) -> int:
-    """The pid of the stack's process of ``part`` (e.g. ``store``, ``redis``)."""
-    for pid, name in stack_processes(stack).items():
-        if name == part or name.startswith(part + " "):
-            return pid
-    raise LookupError(f"no process of part {part!r} in the stack")
+def store_requests(store_url: str) -> Counter[str]:
+    """The store's requests so far by operation (``clepsydra_store_requests_total``)."""
+    raw = urllib.request.urlopen(store_url + "/metrics", timeout=10).read().decode()
+    calls: Counter[str] = Counter()
+    for line in raw.splitlines():
+        if line.startswith("clepsydra_store_requests_total{"):
+            operation = line.split('operation="', 1)[1].split('"', 1)[0]
+            calls[operation] += int(float(line.rsplit(" ", 1)[1]))
+    return calls
 
 
 @dataclass

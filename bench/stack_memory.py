@@ -15,6 +15,11 @@ command and flags, e.g. ``scheduler worker --beat``), three figures from
   the stack really holds;
 - USS: the process's private pages, what stopping it would give back.
 
+The cores' time by part over the last 10 s of the settle time is printed too (what the stack
+costs at rest: the scheduler's idle polling, beat, the exporter's cycles; ``bench.stack_cpu``),
+with the store's requests by operation in that window. ``--set VAR=VALUE`` is given to the
+stack's processes.
+
 Totals are given for the core (Redis, store, retry, the scheduler's worker and beat: one
 process in ``make run``, two with ``--separate-beat``) and the whole stack (plus the analytics
 processes, the console and the supervisor). ``--separate-beat`` is passed on to ``tools.stack``;
@@ -107,16 +112,31 @@ def main() -> int:
                              "gunicorn master and its worker, as deployed")
     parser.add_argument("--without-analytics", action="store_true",
                         help="make run-core's stack: no analytics parts (tools.stack's flag)")
+    parser.add_argument("--set", action="append", default=[], metavar="VAR=VALUE",
+                        help="a setting for the stack's processes; repeatable")
     args = parser.parse_args()
+    settings = dict(item.partition("=")[::2] for item in args.set)
     home = Path(tempfile.mkdtemp(prefix="clepsydra-memory-")) / "home"
     flags = (*(("--separate-beat",) if args.separate_beat else ()),
              *(("--without-analytics",) if args.without_analytics else ()))
     masters = {"CLEPSYDRA_SINGLE_PROCESS": "false"} if args.gunicorn_masters else {}
-    stack = launch_stack(home, "--quiet", *flags, CLEPSYDRA_OTEL_EXPORTER="none", **masters)
+    stack = launch_stack(home, "--quiet", *flags, CLEPSYDRA_OTEL_EXPORTER="none", **masters,
+                         **settings)
     try:
-        time.sleep(args.settle_s)
+        from bench.stack_cpu import CpuWindow, store_requests
+
+        window_s = min(10.0, args.settle_s)
+        time.sleep(args.settle_s - window_s)
+        calls0 = store_requests(stack.store_url)
+        with CpuWindow(stack, thread_parts=("scheduler worker --beat",)) as window:
+            time.sleep(window_s)
+        calls = store_requests(stack.store_url) - calls0
         print(f"the local stack at rest, {args.settle_s:g} s after ready (home {home}):")
         print_table(memory_by_part(stack))
+        print(f"\nthe cores' time at rest, the last {window_s:g} s:")
+        print(window.table())
+        print("  store requests in that window: " + ", ".join(
+            f"{op} {n:,}" for op, n in calls.most_common() if n))
     finally:
         stop_stack(stack)
     return 0

@@ -25,7 +25,7 @@ sleep in ``recv`` and being woken by the answer can cost a producer as much time
 whole answer (a scheduler's wake-up in a virtual machine): with a core to spare for each side,
 one SDK ``send`` at a time went from ~9k to ~12k a second against the local store. On the
 2-core machines the whole stack runs on, the spinning caller takes the core the store and the
-other services need: the producer of the peers workload sent ×1.7 faster without it (the
+other services need: the producer of the peers workload sent 1.7 times faster without it (the
 decision's figures). The spin is taken only while answers keep coming that fast (a remote
 service, a held pull or a long poll: no spin) and the caller calls again as soon as it has one
 (a loop sending one message after another; one sending at its own pace sleeps as before), so a

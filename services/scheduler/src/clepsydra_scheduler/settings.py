@@ -9,7 +9,7 @@ The shared ``CLEPSYDRA_*`` names (README.md, Configuration) plus the scheduler's
 | ``CLEPSYDRA_SCHEDULER_RUN_S`` | how long one task run delivers before re-enqueueing itself | 60 |
 | ``CLEPSYDRA_SCHEDULER_BATCH`` | most entries read / handed over per store call (≤ 10000) | 10000 |
 | ``CLEPSYDRA_SCHEDULER_POLL_MS`` | longest sleep when a level's queue is empty | 1000 |
-| ``CLEPSYDRA_SCHEDULER_TIMER_INTERVAL_MS`` | while timers fall due, the next hand-over call comes this long after one that returned some (DEC-timer-call-interval; 0-100) | 20 |
+| ``CLEPSYDRA_SCHEDULER_TIMER_INTERVAL_MS`` | next timer call after one with timers (0-100) | 20 |
 | ``CLEPSYDRA_SCHEDULER_BACKOFF_S`` | SPEC D6 back-off after a failed store call | 10 |
 | ``CLEPSYDRA_SCHEDULER_CONCURRENCY`` | worker threads | levels + 4 |
 | ``CLEPSYDRA_SCHEDULER_METRICS_PORT`` | Prometheus endpoint of a worker (unset: none) | unset |
