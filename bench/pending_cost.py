@@ -7,8 +7,9 @@ pending message at 1M and 10M pending, and the store's restart time with them pe
 For each kind, one store (``python -m clepsydra_store`` as ``make run`` runs it: one process,
 ``CLEPSYDRA_SINGLE_PROCESS``; async flush) under a fresh CLEPSYDRA_HOME on a free port:
 
-  timers  ``deliverAt`` spread over the next two hours (7,200 distinct seconds), so the timer
-          index holds many slots, as real timers do;
+  timers  ``deliverAt`` spread over the next two hours (7,200 distinct seconds, the timer
+          index's one-second slots), the 100 messages of a batch due in the same second, the
+          batches going round the 7,200 seconds;
   levels  ``delayLevel`` 18 (2 h in the default table).
 
 Messages are sent in batches of 100 from two raw keep-alive clients (bodies of ``--body``
@@ -62,15 +63,16 @@ def du_bytes(path: Path) -> int:
 
 
 def payloads(kind: str, body: str, base_ms: int) -> list[bytes]:
-    """Batch bodies to cycle through: for timers 72 batches covering 7,200 seconds."""
+    """Batch bodies to cycle through: for timers one a second of the 7,200 (its 100 messages
+    due in that second); ``spread``: 72 batches, each of 100 distinct seconds."""
     if kind == "levels":
         return [json.dumps({"messages": [{"body": body, "delayLevel": LEVEL}] * BATCH}).encode()]
-    out = []
-    for b in range(SPREAD_S // BATCH):
-        out.append(json.dumps({"messages": [
+    if kind == "spread":
+        return [json.dumps({"messages": [
             {"body": body, "deliverAt": base_ms + 1000 * (b * BATCH + i)}
-            for i in range(BATCH)]}).encode())
-    return out
+            for i in range(BATCH)]}).encode() for b in range(SPREAD_S // BATCH)]
+    return [json.dumps({"messages": [{"body": body, "deliverAt": base_ms + 1000 * second}]
+                        * BATCH}).encode() for second in range(SPREAD_S)]
 
 
 def produce(url: str, bodies: list[bytes], n: int, deadline: float, threads: int = 2) -> int:
@@ -81,8 +83,11 @@ def produce(url: str, bodies: list[bytes], n: int, deadline: float, threads: int
     errors: list[BaseException] = []
 
     def loop(index: int) -> None:
-        conns = [RawConnection(url, f"/v1/topics/{TOPIC}/messages/batch", body)
-                 for body in bodies[index::threads] or bodies]
+        mine = bodies[index::threads] or bodies
+        conn = RawConnection(url, f"/v1/topics/{TOPIC}/messages/batch", mine[0])
+        head = conn.request[:len(conn.request) - len(mine[0])].split(b"Content-Length:")[0]
+        requests_ = [head + f"Content-Length: {len(body)}\r\n\r\n".encode() + body
+                     for body in mine]
         k = 0
         try:
             while time.monotonic() < deadline:
@@ -90,13 +95,13 @@ def produce(url: str, bodies: list[bytes], n: int, deadline: float, threads: int
                     if sent[0] >= n:
                         return
                     sent[0] += BATCH
-                conns[k % len(conns)].send()
+                conn.request = requests_[k % len(requests_)]  # one connection, batch after batch
+                conn.send()
                 k += 1
         except BaseException as exc:  # reported below
             errors.append(exc)
         finally:
-            for c in conns:
-                c.close()
+            conn.close()
 
     workers = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
     for w in workers:
@@ -120,6 +125,14 @@ def start_store(home: Path, port: int | None = None) -> tuple[HttpService, float
 def run_kind(kind: str, counts: list[int], args: argparse.Namespace, root: Path) -> None:
     home = root / kind
     service, _ = start_store(home)
+    try:
+        measure_kind(service, home, kind, counts, args)
+    finally:
+        service.stop(120)
+
+
+def measure_kind(service: HttpService, home: Path, kind: str, counts: list[int],
+                 args: argparse.Namespace) -> None:
     requests.post(f"{service.url}/v1/topics", json={"name": TOPIC, "queues": 4},
                   timeout=30).raise_for_status()
     time.sleep(2.0)
@@ -135,6 +148,8 @@ def run_kind(kind: str, counts: list[int], args: argparse.Namespace, root: Path)
     for count in counts:
         pending += produce(service.url, bodies, count - pending, deadline)
         took = time.perf_counter() - t0
+        if not pending:
+            raise SystemExit("nothing was produced")
         short = "" if pending >= count else f" (production stopped at {pending:,}: " \
                                             f"--max-produce-s {args.max_produce_s:g})"
         time.sleep(3.0)  # the flush and the index writes settle
@@ -148,31 +163,39 @@ def run_kind(kind: str, counts: list[int], args: argparse.Namespace, root: Path)
               f"bytes a message)", flush=True)
         if pending < count:
             break
+    if args.no_restart:
+        return
     port = int(service.url.rsplit(":", 1)[1])
     t_stop = time.perf_counter()
     service.stop(120)
     stop_s = time.perf_counter() - t_stop
-    service, ready_s = start_store(home, port)
-    t1 = time.perf_counter()
-    requests.post(f"{service.url}/v1/topics/{TOPIC}/messages", json={"body": "after"},
-                  timeout=600).raise_for_status()
-    first_produce_s = ready_s + time.perf_counter() - t1
-    time.sleep(2.0)
-    rss, anon = status_kib(service.pid, "VmRSS"), status_kib(service.pid, "RssAnon")
+    again, ready_s = start_store(home, port)
+    try:
+        t1 = time.perf_counter()
+        requests.post(f"{again.url}/v1/topics/{TOPIC}/messages", json={"body": "after"},
+                      timeout=600).raise_for_status()
+        first_produce_s = ready_s + time.perf_counter() - t1
+        time.sleep(2.0)
+        rss, anon = status_kib(again.pid, "VmRSS"), status_kib(again.pid, "RssAnon")
+    finally:
+        again.stop(120)
     print(f"  restart with {pending:,} pending: stop {stop_s:.1f} s; start to /healthz "
           f"{ready_s:.1f} s, to the first produce answered {first_produce_s:.1f} s; RSS after "
           f"{rss / 1024:.1f} MiB (anonymous {anon / 1024:.1f}; "
           f"{(rss - rss0) * 1024 / pending:,.2f} bytes a message over rest)", flush=True)
-    service.stop(120)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--counts", default="1000000,10000000")
-    parser.add_argument("--kinds", default="timers,levels")
+    parser.add_argument("--kinds", default="timers,levels",
+                        help="timers, levels, and spread: timers whose batches each hold 100 "
+                             "distinct seconds (the timer index then writes 100 slot files a "
+                             "batch)")
     parser.add_argument("--body", type=int, default=16)
     parser.add_argument("--max-produce-s", type=float, default=900.0)
+    parser.add_argument("--no-restart", action="store_true", help="skip the restart")
     args = parser.parse_args()
     counts = sorted(int(c) for c in args.counts.split(","))
     root = Path(tempfile.mkdtemp(prefix="clepsydra-pending-"))
