@@ -44,7 +44,9 @@ from pathlib import Path
 
 import requests
 
+from bench.peers_apps import serve_consumer
 from bench.stack_cpu import CpuWindow
+from bench.threads import run_threads
 from tests.fixtures.stack import launch_stack, stop_stack
 from tools.processes import Process, wait_until
 
@@ -70,7 +72,7 @@ def now_ms() -> int:
 def consume_main(store_url: str, out: str) -> int:
     """``python -m bench.due_burst --consume STORE_URL OUT``: one line a message,
     ``id,deliver_ts,store_ts,received_ms``, until killed."""
-    from clepsydra_client import ConsumeFromWhere, ConsumeResult, PushConsumer
+    from clepsydra_client import ConsumeResult
 
     fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
@@ -81,16 +83,9 @@ def consume_main(store_url: str, out: str) -> int:
             f"{received}\n" for m in messages).encode())
         return ConsumeResult.SUCCESS
 
-    consumer = PushConsumer(GROUP, store_url, consume_from_where=ConsumeFromWhere.FIRST,
-                            pull_batch_size=1000, consume_batch_size=100, consume_threads=4)
-    consumer.subscribe(TOPIC, "*")
-    consumer.register_concurrent(listener)
-    consumer.start()
-    try:
-        while True:
-            time.sleep(3600)
-    finally:
-        consumer.shutdown()
+    serve_consumer(store_url, TOPIC, GROUP, listener, pull_batch_size=1000,
+                   consume_batch_size=100, consume_threads=4)
+    return 0
 
 
 # ---- producing --------------------------------------------------------------------------------
@@ -112,9 +107,8 @@ class Sender:
         """Messages ``first_id .. first_id + n - 1``, each with ``fields(id)``."""
         starts = iter(range(first_id, first_id + n, BATCH))
         lock = threading.Lock()
-        errors: list[BaseException] = []
 
-        def loop() -> None:
+        def loop(_index: int) -> None:
             while True:
                 with lock:
                     start = next(starts, None)
@@ -123,21 +117,10 @@ class Sender:
                 end = min(start + BATCH, first_id + n)
                 body = json.dumps({"messages": [{"body": str(i), **fields(i)}
                                                 for i in range(start, end)]}).encode()
-                try:
-                    resp = self._session().post(self.url, data=body, timeout=60, headers={
-                        "content-type": "application/json"})
-                    resp.raise_for_status()
-                except BaseException as exc:  # reported below
-                    errors.append(exc)
-                    return
+                self._session().post(self.url, data=body, timeout=60, headers={
+                    "content-type": "application/json"}).raise_for_status()
 
-        workers = [threading.Thread(target=loop) for _ in range(self.threads)]
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
-        if errors:
-            raise errors[0]
+        run_threads(loop, self.threads)
 
 
 # ---- one case ---------------------------------------------------------------------------------

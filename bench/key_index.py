@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
+from bench.threads import run_threads
 from tools.parts import store_service
 from tools.processes import HttpService, free_port
 
@@ -64,12 +65,11 @@ def produce(url: str, first: int, count: int, threads: int,
     the msgId of every 1000th message in ``msg_ids``."""
     starts = list(range(first, first + count, BATCH))
     lock = threading.Lock()
-    errors: list[BaseException] = []
 
-    def loop(mine: list[int]) -> None:
+    def loop(index: int) -> None:
         conn = connect(url)
         try:
-            for start in mine:
+            for start in starts[index::threads]:
                 n = min(BATCH, first + count - start)
                 body = ('{"messages":[' + ",".join(
                     f'{{"body":"{BODY}","keys":"order-{i}"}}'
@@ -81,20 +81,11 @@ def produce(url: str, first: int, count: int, threads: int,
                 with lock:
                     for k in range(0, n, 1000):
                         msg_ids[start + k] = results[k]["msgId"]
-        except BaseException as exc:  # reported below
-            errors.append(exc)
         finally:
             conn.close()
 
-    workers = [threading.Thread(target=loop, args=(starts[t::threads],))
-               for t in range(threads)]
     t0 = time.perf_counter()
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    if errors:
-        raise errors[0]
+    run_threads(loop, threads)
     return count / (time.perf_counter() - t0)
 
 

@@ -104,7 +104,7 @@ def run_zset(broker: str, out: str) -> None:
 
 
 def run_clepsydra(store_url: str, out: str, topic: str, group: str) -> None:
-    from clepsydra_client import ConsumeFromWhere, ConsumeResult, PushConsumer
+    from clepsydra_client import ConsumeResult
 
     arrivals = Arrivals(out)
 
@@ -114,7 +114,17 @@ def run_clepsydra(store_url: str, out: str, topic: str, group: str) -> None:
             arrivals.record(int(ident), int(intended))
         return ConsumeResult.SUCCESS
 
-    consumer = PushConsumer(group, store_url, consume_from_where=ConsumeFromWhere.FIRST)
+    serve_consumer(store_url, topic, group, listener)
+
+
+def serve_consumer(store_url: str, topic: str, group: str, listener: Any,
+                   **settings: Any) -> None:
+    """A ``PushConsumer`` of ``topic`` from its first message with ``listener`` (and the
+    ``PushSettings`` given), until the process is stopped."""
+    from clepsydra_client import ConsumeFromWhere, PushConsumer
+
+    consumer = PushConsumer(group, store_url, consume_from_where=ConsumeFromWhere.FIRST,
+                            **settings)
     consumer.subscribe(topic, "*")
     consumer.register_concurrent(listener)
     consumer.start()

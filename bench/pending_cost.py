@@ -39,6 +39,7 @@ from pathlib import Path
 import requests
 
 from bench.store_produce import RawConnection
+from bench.threads import run_threads
 from tools.parts import store_service
 from tools.processes import HttpService
 
@@ -80,7 +81,6 @@ def produce(url: str, bodies: list[bytes], n: int, deadline: float, threads: int
     passes first; the number sent."""
     lock = threading.Lock()
     sent = [0]
-    errors: list[BaseException] = []
 
     def loop(index: int) -> None:
         mine = bodies[index::threads] or bodies
@@ -98,18 +98,10 @@ def produce(url: str, bodies: list[bytes], n: int, deadline: float, threads: int
                 conn.request = requests_[k % len(requests_)]  # one connection, batch after batch
                 conn.send()
                 k += 1
-        except BaseException as exc:  # reported below
-            errors.append(exc)
         finally:
             conn.close()
 
-    workers = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    if errors:
-        raise errors[0]
+    run_threads(loop, threads)
     return min(sent[0], n)
 
 

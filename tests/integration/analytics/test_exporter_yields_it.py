@@ -36,6 +36,16 @@ class Producer(threading.Thread):
             n += 1
 
 
+def exporter_of(store_url: str, home: Path, topic: str, messages: int, *, queues: int = 1,
+                **env: str) -> tuple[Exporter, list[str]]:
+    """A prepared exporter of a new topic already holding ``messages`` (their msgIds)."""
+    create_topic(store_url, topic, queues=queues)
+    ids = produce(store_url, topic, messages)
+    exporter = Exporter(settings_for(store_url, home, **env))
+    exporter.prepare()
+    return exporter, ids
+
+
 class RecordingStop(threading.Event):
     """The exporter loop's stop event, recording every wait it is asked for."""
 
@@ -51,14 +61,12 @@ class RecordingStop(threading.Event):
 def test_while_the_store_grows_the_export_lags_with_pauses_then_catches_up_exactly_once(
         start_store: Callable[..., HttpService], tmp_path: Path) -> None:
     store = start_store()
-    create_topic(store.url, "burst", queues=2)
-    before = produce(store.url, "burst", 3_000)  # the export starts behind
-    settings = settings_for(store.url, tmp_path, CLEPSYDRA_ANALYTICS_EXPORT_PULL_MAX="50",
-                            CLEPSYDRA_ANALYTICS_EXPORT_POLL_S="0.2",
-                            CLEPSYDRA_ANALYTICS_EXPORT_FLUSH_S="0",
-                            CLEPSYDRA_ANALYTICS_EXPORT_BUSY_SHARE="0.2")
-    exporter = Exporter(settings)
-    exporter.prepare()
+    exporter, before = exporter_of(store.url, tmp_path, "burst", 3_000,  # it starts behind
+                                   queues=2, CLEPSYDRA_ANALYTICS_EXPORT_PULL_MAX="50",
+                                   CLEPSYDRA_ANALYTICS_EXPORT_POLL_S="0.2",
+                                   CLEPSYDRA_ANALYTICS_EXPORT_FLUSH_S="0",
+                                   CLEPSYDRA_ANALYTICS_EXPORT_BUSY_SHARE="0.2")
+    settings = exporter.settings
     writer = Producer(store.url, "burst")
     writer.start()
     stop = RecordingStop()
@@ -84,12 +92,10 @@ def test_while_the_store_grows_the_export_lags_with_pauses_then_catches_up_exact
 def test_a_cycle_that_reached_every_end_is_followed_by_the_poll_interval(
         start_store: Callable[..., HttpService], tmp_path: Path) -> None:
     store = start_store()
-    create_topic(store.url, "steady", queues=1)
-    ids = produce(store.url, "steady", 10)
-    settings = settings_for(store.url, tmp_path, CLEPSYDRA_ANALYTICS_EXPORT_POLL_S="0.5",
-                            CLEPSYDRA_ANALYTICS_EXPORT_FLUSH_S="0")
-    exporter = Exporter(settings)
-    exporter.prepare()
+    exporter, ids = exporter_of(store.url, tmp_path, "steady", 10,
+                                CLEPSYDRA_ANALYTICS_EXPORT_POLL_S="0.5",
+                                CLEPSYDRA_ANALYTICS_EXPORT_FLUSH_S="0")
+    settings = exporter.settings
     stop = RecordingStop()
     cycles: list[int] = []  # how many waits the loop had made when each cycle began
     cycle = exporter.cycle
@@ -114,12 +120,9 @@ def test_a_cycle_that_reached_every_end_is_followed_by_the_poll_interval(
 def test_a_catch_up_asked_for_never_pauses(start_store: Callable[..., HttpService],
                                           tmp_path: Path) -> None:
     store = start_store()
-    create_topic(store.url, "asked", queues=1)
-    before = produce(store.url, "asked", 1_000)
-    settings = settings_for(store.url, tmp_path, CLEPSYDRA_ANALYTICS_EXPORT_PULL_MAX="20",
-                            CLEPSYDRA_ANALYTICS_EXPORT_POLL_S="0.05")
-    exporter = Exporter(settings)
-    exporter.prepare()
+    exporter, before = exporter_of(store.url, tmp_path, "asked", 1_000,
+                                   CLEPSYDRA_ANALYTICS_EXPORT_PULL_MAX="20",
+                                   CLEPSYDRA_ANALYTICS_EXPORT_POLL_S="0.05")
     writer = Producer(store.url, "asked")
     writer.start()
     try:
