@@ -441,7 +441,8 @@ class Exporter:
 
     def run(self, stop: threading.Event) -> None:
         """Until ``stop`` is set: cycle, sleeping ``poll_interval_s`` after a cycle that reached
-        the end of every queue (a cycle that left one behind is followed at once). A failing
+        the end of every queue (a cycle that pulled rows and left a queue behind is followed at
+        once). A failing
         cycle (the store away, a write error) is logged and retried after the poll interval;
         rewriting a range after a partial failure replaces the file of the same name."""
         self._wait = stop.wait
@@ -460,7 +461,7 @@ class Exporter:
                 continue
             self.last_cycle_s = self.clock_s()
             self._beat()
-            if not r.behind:
+            if not (r.behind and r.rows_pulled):  # (a queue the store answers empty: wait too)
                 stop.wait(self.settings.poll_interval_s)
         for (topic, queue_id), buf in list(self.buffers.items()):
             if buf.next_offset > buf.start_offset:
