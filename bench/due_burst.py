@@ -1,4 +1,4 @@
-"""A due burst on the whole local stack, measured as RocketMQ measures its timers (issue 32):
+"""A due burst on the whole local stack, measured as RocketMQ measures its timers:
 K messages due in each one-second slot, S slots, the first slot due ``--ahead-s`` (two minutes)
 after the run starts; lateness = the time a consumer receives a message - its deliver time.
 
@@ -25,7 +25,8 @@ p99.9 / max and the share received within 1 s of the deliver time, the same for 
 deliver time)). Published anchors printed beside (RocketMQ's own figures, other hardware):
 of 500,000 timers due in one second "maybe only 20,000" are on time (apache/rocketmq#6566);
 RocketMQ 4.x delay levels write and deliver 30k+ messages a second (apache/rocketmq#3449).
-Issue 32's target: 100,000 due in one second all delivered within 2 s, none early.
+The target (docs/performance.md): 100,000 due in one second all delivered within 2 s, none
+early.
 """
 
 from __future__ import annotations

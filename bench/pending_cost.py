@@ -1,4 +1,4 @@
-"""What a pending delayed message costs the store (issue 32): disk bytes and resident memory per
+"""What a pending delayed message costs the store: disk bytes and resident memory per
 pending message at 1M and 10M pending, and the store's restart time with them pending.
 
     .venv/bin/python -m bench.pending_cost [--counts 1000000,10000000] [--kinds timers,levels]

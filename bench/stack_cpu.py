@@ -1,4 +1,4 @@
-"""Where the cores' time goes while a bench runs against the whole local stack (issue 32):
+"""Where the cores' time goes while a bench runs against the whole local stack:
 CPU seconds by process over a window, read from ``/proc/<pid>/stat`` (user + system of every
 thread), and py-spy profiles of the stack's Python processes summed by function.
 

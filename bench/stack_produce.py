@@ -1,5 +1,5 @@
 """Produce on the whole local stack, beside redis-py ``ZADD`` against the stack's own Redis in
-the same run (issue 32: only ratios measured in one run compare).
+the same run (only ratios measured in one run compare: docs/performance.md).
 
     .venv/bin/python -m bench.stack_produce [--seconds 5] [--rounds 2] [--body 256]
                      [--only zadd,raw1,sdk1,procs1,procs4,batch] [--without-analytics]

@@ -1,4 +1,4 @@
-"""What each kind of call costs the store (issue 32: the store's CPU per operation, so that the
+"""What each kind of call costs the store (the store's CPU per operation, so that the
 store-side work is planned from figures): µs of the store process's CPU per call, by operation,
 one kind at a time from one keep-alive client.
 
