@@ -30,9 +30,9 @@ visibility timeout, one hour; Dramatiq's after its heartbeat timeout, one minute
 While the producer sends (the clean run), the cores' time is read by process (``/proc``:
 the producer, the consumer, every process of the stack or the peer's Redis, and the rest of the
 machine: what else ran) and, for Clepsydra, the store's requests by operation in that window
-and its CPU per message sent (docs/performance.md: where the time goes). ``--profile DIR`` also records
-every Python process of the run with py-spy during the send (``bench.stack_cpu.Profiles``) and
-prints each one's busiest functions.
+and its CPU per message sent (docs/performance.md: where the time goes). ``--profile DIR``
+also records every Python process of the run with py-spy during the send
+(``bench.stack_cpu.Profiles``) and prints each one's busiest functions.
 """
 
 from __future__ import annotations
