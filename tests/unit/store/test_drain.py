@@ -443,9 +443,9 @@ def test_a_large_level_hand_over_is_done_a_lock_chunk_at_a_time(
     handover = store.handover
 
     def counting(level: int, from_offset: int, max_count: int,
-                 now_ms: int | None = None) -> Any:
+                 now_ms: int | None = None, fence: int | None = None) -> Any:
         asked.append(max_count)
-        return handover(level, from_offset, max_count, now_ms=due)
+        return handover(level, from_offset, max_count, now_ms=due, fence=fence)
 
     monkeypatch.setattr(store, "handover", counting)
     first = api.handover_chunks(store, 1, 0, 25)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from clepsydra_core import naming
 from clepsydra_core import properties as P
+from clepsydra_core.errors import Fenced
 from clepsydra_core.records import tags_code
 from clepsydra_core.wire.copy import CopyItem
 from clepsydra_store.engine.types import PutRequest
@@ -224,3 +227,27 @@ def test_a_handover_asked_to_start_ahead_skips_nothing(open_store: OpenStore) ->
     bodies = [m.body for m in store.read_queue("T", 0, 0, 1_000).messages]
     assert bodies == [b"%d" % i for i in range(100)]  # each exactly once, in order
     assert store.schedule_entries(3, 0, 1).handed_over == 99
+
+
+def test_a_hand_over_with_an_older_fencing_token_is_refused_and_writes_nothing(
+        open_store: OpenStore) -> None:
+    # SPEC D9, DEC-scheduler-lease: once a newer holder of a level's lease has handed over,
+    # the holder it superseded is refused, before anything is read or written
+    store = open_store(levels=LEVELS)
+    store.create_topic("T", 1)
+    results = store.put_batch([PutRequest("T", b"%d" % i, delay_level=1) for i in range(8)])
+    store.put(PutRequest("T", b"two", delay_level=2))
+    now = results[-1].store_timestamp + 5_000
+    assert store.handover(1, 0, 2, now_ms=now, fence=3).delivered == 2  # the first holder
+    assert store.handover(1, 2, 2, now_ms=now, fence=5).delivered == 2  # its successor
+    with pytest.raises(Fenced, match="level 1 .* token 3 is older than 5"):
+        store.handover(1, 4, 2, now_ms=now, fence=3)  # the superseded holder, too late
+    assert store.get_topic("T").queues[0].max_offset == 4  # nothing written by it
+    assert store.fences.newest(1) == 5
+    assert store.handover(1, 4, 2, now_ms=now, fence=5).delivered == 2  # the holder goes on
+    assert store.handover(1, 6, 1, now_ms=now).delivered == 1  # no token: not checked
+    assert store.fences.newest(1) == 5
+    assert store.handover(2, 0, 5, now_ms=now, fence=1).delivered == 1  # a fence per level
+    assert store.handover(1, 7, 5, now_ms=now, fence=6).delivered == 1
+    assert sorted(m.body for m in store.read_queue("T", 0, 0, 20).messages) == sorted(
+        [b"%d" % i for i in range(8)] + [b"two"])  # each exactly once

@@ -16,7 +16,7 @@ import pytest
 
 from clepsydra_core import naming
 from clepsydra_core import properties as P
-from clepsydra_core.errors import AlreadyDelivered, MessageNotFound, ValidationError
+from clepsydra_core.errors import AlreadyDelivered, Fenced, MessageNotFound, ValidationError
 from clepsydra_store.engine.message_store import MessageStore
 from clepsydra_store.engine.types import PutRequest
 from tests.unit.store.conftest import OpenStore, engine_config
@@ -386,9 +386,9 @@ def test_a_waiting_hand_over_runs_only_when_something_can_be_due(
     runs: list[int] = []
     handover = store.timers.handover
 
-    def counted(now_ms: int, max_count: int):  # type: ignore[no-untyped-def]
+    def counted(now_ms: int, max_count: int, fence: int | None = None):  # type: ignore[no-untyped-def]
         runs.append(now_ms)
-        return handover(now_ms, max_count)
+        return handover(now_ms, max_count, fence)
 
     monkeypatch.setattr(store.timers, "handover", counted)
     assert store.timers.handover_wait(10, 20, _now).delivered == 0
@@ -468,3 +468,28 @@ def test_stopping_the_store_answers_a_waiting_hand_over_at_once(open_store: Open
     assert not waiting.is_alive() and answers == [0]
     assert store.timers.handover_wait(10, 60_000, _now).delivered == 0  # no wait any more
     assert store.timers.backlog(_now()).pending == 1  # nothing was handed over or lost
+
+
+def test_a_timer_hand_over_with_an_older_fencing_token_is_refused_at_once(
+        open_store: OpenStore) -> None:
+    # SPEC T2, D9, DEC-scheduler-lease: the timers' hand-over is fenced as a level's is; a
+    # superseded holder's long poll is refused before it waits
+    store = _store(open_store)
+    base = _now()
+    store.put_batch([PutRequest(TOPIC, b"a", deliver_at=base - 10),
+                     PutRequest(TOPIC, b"b", deliver_at=base + 60_000)])
+    assert store.timers.handover(base, 10, fence=7).delivered == 1
+    asked: list[int] = []
+
+    def now() -> int:
+        asked.append(_now())
+        return asked[-1]
+
+    with pytest.raises(Fenced, match="the timers .* token 6 is older than 7"):
+        store.timers.handover_wait(10, 2_000, now, fence=6)
+    assert asked == []  # refused before it looked at the clock or waited
+    with pytest.raises(Fenced):
+        store.timers.handover(base + 60_000, 10, fence=6)
+    assert _bodies(store) == [b"a"]
+    assert store.timers.handover(base + 60_000, 10, fence=8).delivered == 1
+    assert store.fences.newest(1) is None  # the levels' fences are their own

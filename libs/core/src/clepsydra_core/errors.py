@@ -76,6 +76,15 @@ class AlreadyDelivered(ClepsydraError):
     http_status = 409
 
 
+class Fenced(ClepsydraError):
+    """A scheduler's hand-over carries a fencing token older than one the store has already
+    seen for that level (or the timers): a newer holder of the lease took over, and this
+    caller's lease is gone (DEC-scheduler-lease). Nothing was handed over."""
+
+    code = "FENCED"
+    http_status = 409
+
+
 class OffsetOutOfRange(ClepsydraError):
     """A queue offset or queue id outside what the queue holds: a 404, the position does not
     exist (a request can be well formed and still name one; issue 12.10). A negative offset or

@@ -110,6 +110,12 @@ def delay_lease_key(level: int) -> str:
     return f"{REDIS_PREFIX}:schedule:lease:{level}"
 
 
+def delay_fence_key(level: int) -> str:
+    """Counter of a level's fencing tokens: each lease taken gets the next one, and the store
+    refuses a hand-over carrying one older than it has seen (DEC-scheduler-lease)."""
+    return f"{REDIS_PREFIX}:schedule:fence:{level}"
+
+
 def delay_stats_key(level: int) -> str:
     """Hash of a level's delivery statistics (delivered count, lateness buckets, lag)."""
     return f"{REDIS_PREFIX}:schedule:stats:{level}"
@@ -117,6 +123,12 @@ def delay_stats_key(level: int) -> str:
 
 TIMER_LEASE_KEY = f"{REDIS_PREFIX}:schedule:lease:timers"
 """Lease that makes one worker the active deliverer of the timers (issue 15)."""
+TIMER_FENCE_KEY = f"{REDIS_PREFIX}:schedule:fence:timers"
+"""Counter of the timers' fencing tokens (as ``delay_fence_key`` for a level)."""
+WORKER_INCARNATION_KEY = f"{REDIS_PREFIX}:schedule:incarnation"
+"""Counter each scheduler worker process takes its incarnation number from once: of two
+processes of one worker identity, the later one takes the leases of the earlier over at once
+(DEC-scheduler-lease)."""
 TIMER_QUEUE_NAME = "schedule.timers"
 """The Celery queue the timers' delivery task is routed to."""
 

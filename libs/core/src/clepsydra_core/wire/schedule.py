@@ -17,6 +17,10 @@ MAX_ENTRIES = 10_000
 """Most deliver timestamps one entries call returns."""
 MAX_HANDOVER = 10_000
 """Most entries one hand-over call takes."""
+FENCE_DOC = ("The caller's fencing token (its lease's, DEC-scheduler-lease): refused with 409 "
+             "FENCED when older than one a hand-over already carried; absent: not checked")
+FENCE_SEEN_DOC = ("The newest fencing token a hand-over carried since the store started "
+                  "(null: none yet)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +35,9 @@ class LevelInfo(WireValue):
     """One past the last entry (the next queue offset to be written)."""
     handed_over: int
     """Highest queue offset already handed to a real topic, -1 if none (SPEC D9)."""
+    fence: int | None = field(default=None, metadata=wire_meta(doc=FENCE_SEEN_DOC))
+    """The newest fencing token a hand-over of this level carried since the store started
+    (null: none yet); a hand-over with an older one is refused, 409 FENCED."""
 
     @property
     def first_pending(self) -> int:
@@ -46,6 +53,8 @@ class LevelInfo(WireValue):
 @dataclass(frozen=True, slots=True)
 class LevelTable(WireValue):
     levels: list[LevelInfo]
+    timer_fence: int | None = field(default=None, metadata=wire_meta(doc=FENCE_SEEN_DOC))
+    """As ``LevelInfo.fence``, for the timers' hand-over."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +81,8 @@ class HandoverRequest(WireValue):
     from_offset: int = field(metadata=wire_meta(minimum=0))
     max_count: int = field(default=DEFAULT_ENTRIES,
                            metadata=wire_meta(json="max", minimum=1, maximum=MAX_HANDOVER))
+    fence: int | None = field(default=None, metadata=wire_meta(minimum=0, doc=FENCE_DOC))
+    """The lease's fencing token (DEC-scheduler-lease); None: not checked (an older caller)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -88,6 +88,8 @@ FLUSH_TIMEOUT = Answer(503, "FLUSH_TIMEOUT: appended, fsync not done in time; no
 DISK_FULL = {507: "DISK_FULL: the store's disk is used past CLEPSYDRA_STORE_DISK_MAX_RATIO "
                   "(default 0.90; the message names the ratio); nothing of the request was "
                   "stored. Writes are accepted again once retention frees space (P4)"}
+FENCED_TEXT = ("FENCED: the request's fencing token is older than one a hand-over already "
+               "carried: a newer holder of the scheduler's lease took over; nothing handed over")
 MAX_LEVEL = DelayLevels.default().max_level
 
 PATH_PARAMS = {
@@ -306,7 +308,8 @@ ROUTES = [
                  _max(DEFAULT_ENTRIES, MAX_ENTRIES))),
     Route("POST", "/v1/schedule/levels/{level}/handover", "handover",
           "Hand due entries over to their real topics (D4-D9): never early, never twice.",
-          [Answer(200, "Outcome", HandoverAnswer)], request=HandoverRequest, errors=(403,),
+          [Answer(200, "Outcome", HandoverAnswer)], request=HandoverRequest,
+          errors=(403, 409), error_text={409: FENCED_TEXT},
           description="Continues at handedOver + 1 (the entry after the level's durable mark) "
                       "whatever fromOffset names: a fromOffset at or below the mark writes "
                       "nothing twice (D9, counted in skipped), one ahead of the mark starts at "
@@ -321,7 +324,7 @@ ROUTES = [
           "Hand the due timer messages over to their real topics (the scheduler's): never "
           "early, never twice (T1, T2, D9).",
           [Answer(200, "Outcome", TimerHandoverAnswer)], request=TimerHandoverRequest,
-          errors=(403,),
+          errors=(403, 409), error_text={409: FENCED_TEXT},
           description="Earliest first, at most max. When none is due, the call waits up to "
                       "waitMs for the next one (or for a timer parked due earlier), so a "
                       "scheduler needs no polling to be on time."),

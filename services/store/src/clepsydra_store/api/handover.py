@@ -21,6 +21,7 @@ from clepsydra_core.wire.schedule import (
 from clepsydra_store.api.context import StoreContext, ctx
 from clepsydra_store.api.observability import DESTINATION, MESSAGE_ID, set_attribute
 from clepsydra_store.api.web import json_response
+from clepsydra_store.engine.dispatch import TIMER_LEVEL
 from clepsydra_store.engine.handover import LOCK_CHUNK
 from clepsydra_store.engine.message_store import MessageStore
 from clepsydra_store.engine.types import HandoverResult
@@ -69,17 +70,18 @@ def deliver_spans(tracer: trace.Tracer, level: int,
 
 
 def handover_chunks(store: MessageStore, level: int, from_offset: int,
-                    max_count: int) -> HandoverResult:
+                    max_count: int, fence: int | None = None) -> HandoverResult:
     """``MessageStore.handover`` of up to ``max_count`` entries a ``LOCK_CHUNK`` at a time,
     yielding between chunks (producers and other levels wait for one chunk at most), as one
     answer: the range from where the first chunk started to where the last one stopped
-    (issue 14: a scheduler draining a backlog asks for more per call)."""
-    r = store.handover(level, from_offset, min(max_count, LOCK_CHUNK))
+    (issue 14: a scheduler draining a backlog asks for more per call). Each chunk checks
+    ``fence`` (DEC-scheduler-lease)."""
+    r = store.handover(level, from_offset, min(max_count, LOCK_CHUNK), fence=fence)
     left = max_count - (r.next_offset - r.from_offset)
     full = r.next_offset - r.from_offset >= LOCK_CHUNK
     while full and left > 0 and not r.not_due:
         time.sleep(0)  # let a thread waiting for the writer lock take it
-        more = store.handover(level, r.next_offset, min(left, LOCK_CHUNK))
+        more = store.handover(level, r.next_offset, min(left, LOCK_CHUNK), fence=fence)
         advanced = more.next_offset - more.from_offset
         left -= advanced
         full = advanced >= LOCK_CHUNK
@@ -104,8 +106,9 @@ def levels() -> Response:
         min_offset = queue.min_offset if queue else 0
         entries = c.store.schedule_entries(level, min_offset, 1)
         out.append(LevelInfo(level, table.delay_ms(level), queue_id, entries.min_offset,
-                             entries.max_offset, entries.handed_over))
-    return json_response(LevelTable(out).to_json())
+                             entries.max_offset, entries.handed_over,
+                             c.store.fences.newest(level)))
+    return json_response(LevelTable(out, c.store.fences.newest(TIMER_LEVEL)).to_json())
 
 
 @bp.get("/v1/schedule/levels/<level>/entries")
@@ -127,7 +130,7 @@ def handover(level: str) -> Response:
     lvl = _level(c, level)
     asked = HandoverRequest.from_json(jsonio.loads_object(request.get_data(cache=False)),
                                       what="handover", strict=True)
-    r = handover_chunks(c.store, lvl, asked.from_offset, asked.max_count)
+    r = handover_chunks(c.store, lvl, asked.from_offset, asked.max_count, asked.fence)
     label = str(lvl)
     if r.delivered:
         c.obs.delivered.labels(label).inc(r.delivered)

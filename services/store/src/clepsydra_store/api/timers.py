@@ -164,7 +164,7 @@ def handover_answer(c: StoreContext, read: Callable[[], bytes]) -> dict[str, Any
     c.require_writable()
     asked = TimerHandoverRequest.from_json(jsonio.loads_object(read()), what="handover",
                                            strict=True)
-    r = c.store.timers.handover_wait(asked.max_count, asked.wait_ms, _now_ms)
+    r = c.store.timers.handover_wait(asked.max_count, asked.wait_ms, _now_ms, asked.fence)
     if r.delivered:
         c.obs.delivered.labels(TIMER_LABEL).inc(r.delivered)
     if r.parked:

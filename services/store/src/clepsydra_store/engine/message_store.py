@@ -375,13 +375,16 @@ class MessageStore(StoreCore):
                                self._dispatcher.mark(level))
 
     def handover(self, level: int, from_offset: int, max_count: int,
-                 now_ms: int | None = None) -> HandoverResult:
+                 now_ms: int | None = None, fence: int | None = None) -> HandoverResult:
         """Deliver due entries [from_offset, from_offset+max_count) of a level into their real
         topics (D3 correction, D4 rebuild, D5 stop at first not due, D7 park, D9 skip entries
-        at or below the level's handed-over mark). Durable and idempotent."""
+        at or below the level's handed-over mark). Durable and idempotent. A ``fence`` older
+        than one a hand-over of the level carried is refused (Fenced; DEC-scheduler-lease)."""
         now = _now_ms() if now_ms is None else now_ms
         end = None
         with self._lock:
+            self._handover.check_level(level)
+            self.fences.admit(level, fence)
             plan = self._handover.plan(level, from_offset, max_count, now)
             stored_at = 0
             if plan.items:

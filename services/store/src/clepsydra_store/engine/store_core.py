@@ -35,6 +35,7 @@ from clepsydra_store.engine.disk_usage import (
     volume_probe,
 )
 from clepsydra_store.engine.dispatch import Dispatcher, Mark
+from clepsydra_store.engine.fences import Fences
 from clepsydra_store.engine.group_offsets import GroupOffsets
 from clepsydra_store.engine.group_settings import GroupSettingsRegistry
 from clepsydra_store.engine.handover import Handover
@@ -113,11 +114,13 @@ class StoreCore:
         self._handover = Handover(self._commitlog, self._dispatcher, self._topics,
                                     self._levels, config.segment_size_bytes)
         self._carry = CarryForward(self._commitlog, self._dispatcher, self._levels)
+        self.fences = Fences()
+        """The newest fencing token of each hand-over (DEC-scheduler-lease, engine/fences.py)."""
         self.timers = TimerOps(self._lock, self._commitlog, self._dispatcher, self._handover,
                                self._preparer, self._levels, self._append_locked,
                                self._append_copies,
                                self._acknowledge, self._copies_of,
-                               config.timer_handover_gap_ms)
+                               config.timer_handover_gap_ms, fences=self.fences)
         """Timer messages (issue 15): hand-over, cancel, reschedule, backlog."""
         self.arrivals = self._dispatcher.arrivals
         """Pulls held until their queue has an append (issue 14, engine/arrivals.py)."""

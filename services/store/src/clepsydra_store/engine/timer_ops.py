@@ -40,6 +40,7 @@ from clepsydra_store.engine.commitlog import CommitLog
 from clepsydra_store.engine.consume_queue import ENTRY, ENTRY_SIZE
 from clepsydra_store.engine.dispatch import TIMER_LEVEL, Dispatcher, cancel_kind
 from clepsydra_store.engine.entry_states import CANCELLED, DELIVERED
+from clepsydra_store.engine.fences import Fences
 from clepsydra_store.engine.handover import LOCK_CHUNK, Handover
 from clepsydra_store.engine.prepare import Preparer
 from clepsydra_store.engine.timer_index import NO_TIMER
@@ -92,8 +93,11 @@ class TimerOps:
     def __init__(self, lock: threading.Lock, commitlog: CommitLog, dispatcher: Dispatcher,
                  handover: Handover, preparer: Preparer, levels: DelayLevels,
                  append: Append, append_copies: AppendCopies, acknowledge: Acknowledge,
-                 copies_of: Callable[[str], list[CommitLogRecord]], gap_ms: int = 0) -> None:
+                 copies_of: Callable[[str], list[CommitLogRecord]], gap_ms: int = 0,
+                 fences: Fences | None = None) -> None:
         self._lock = lock
+        self._fences = fences or Fences()
+        """The hand-over's fencing (DEC-scheduler-lease), checked under the writer lock."""
         self._commitlog = commitlog
         self._disp = dispatcher
         self._handover = handover
@@ -117,13 +121,15 @@ class TimerOps:
         """The store stops (:meth:`release`): no hand-over waits any more."""
 
     # ---- the long poll -------------------------------------------------------------------
-    def handover_wait(self, max_count: int, wait_ms: int,
-                      now: Callable[[], int]) -> TimerHandoverResult:
+    def handover_wait(self, max_count: int, wait_ms: int, now: Callable[[], int],
+                      fence: int | None = None) -> TimerHandoverResult:
         """:meth:`handover`; when nothing is due, wait up to ``wait_ms`` for the next due
         time (or for a timer parked due before it) and try again: the scheduler's call
         returns when there is something to hand over, never early (T1). A run that returns
         timers comes at least ``gap_ms`` after the last one that did, unless that one took a
-        full ``max_count`` (issue 14)."""
+        full ``max_count`` (issue 14). A stale ``fence`` is refused at once, before any wait
+        (and again by each hand-over, under the writer lock)."""
+        self._fences.admit(TIMER_LEVEL, fence)
         deadline = time.monotonic() + wait_ms / 1000
         timers = self._disp.timers
         wake = timers.wake
@@ -140,7 +146,7 @@ class TimerOps:
                 next_due = None  # known: no timer pending; an add() wakes the wait
             elif next_due is None or max(next_due, self._last_handed_ms + self._gap_ms) <= now():
                 at = now()
-                result = self.handover(at, max_count)
+                result = self.handover(at, max_count, fence)
                 if result.delivered or result.parked:
                     # a full batch leaves more due now: a backlog drains without the gap
                     full = result.delivered + result.parked >= max_count
@@ -235,7 +241,8 @@ class TimerOps:
                 out.append(None)
         return out
 
-    def handover(self, now_ms: int, max_count: int) -> TimerHandoverResult:
+    def handover(self, now_ms: int, max_count: int,
+                 fence: int | None = None) -> TimerHandoverResult:
         """Hand the due timers over (earliest first, up to ``max_count``): each rebuilt for
         its real topic (D4) or parked (D7) by the levels' path (``Handover.prepare``: spliced
         from its stored bytes when plain), appended with its mark in one write (D9); a
@@ -250,7 +257,7 @@ class TimerOps:
         while True:
             want = min(max_count - len(items), LOCK_CHUNK)
             taken, chunk_end = self._handover_chunk(now_ms, want, stored_at, items, oks,
-                                                    traceparents, out)
+                                                    traceparents, out, fence)
             end = chunk_end if chunk_end is not None else end
             if taken < want or len(items) >= max_count:
                 break
@@ -270,13 +277,14 @@ class TimerOps:
 
     def _handover_chunk(self, now_ms: int, max_count: int, stored_at: list[int],
                         items: list[Prepared], oks: list[bool],
-                        traceparents: list[str | None],
-                        out: TimerHandoverResult) -> tuple[int, int | None]:
+                        traceparents: list[str | None], out: TimerHandoverResult,
+                        fence: int | None = None) -> tuple[int, int | None]:
         """One hold of the writer lock: up to ``max_count`` due timers prepared and appended
         (added to the lists); (how many, the CommitLog end after them or None)."""
         before = len(items)
         end = None
         with self._lock:
+            self._fences.admit(TIMER_LEVEL, fence)
             timers = self._disp.timers
             self._located = {}
             due = timers.due(now_ms, max_count, self._codes)
