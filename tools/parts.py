@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from clepsydra_scheduler.settings import WORKER_ID_VAR
 from tools.processes import (
     Child,
     HttpService,
@@ -235,6 +236,11 @@ class Stack:
         part = BY_NAME[part] if isinstance(part, str) else part
         full = {**self.shared_env(), **env}
         name = name or part.name
+        if part.command[:2] == SCHEDULER_WORKER.command and WORKER_ID_VAR not in full and \
+                WORKER_ID_VAR not in self.base_env:
+            # a worker's identity in the leases: its slot in the stack, the same when the
+            # stack restarts it, so it takes its own levels back at once (DEC-scheduler-lease)
+            full[WORKER_ID_VAR] = name
         url = part.health_url(full)
         if url is not None and part.port_var:
             return HttpService(name, part.argv(), port=int(full[part.port_var]), env=full,

@@ -9,6 +9,7 @@ import pytest
 
 from clepsydra_scheduler.delivery import DeliveryConfig, LevelDelivery
 from clepsydra_scheduler.level_state import MemoryLevelState
+from clepsydra_scheduler.ports import WorkerIdentity
 from tests.fixtures.scheduler import FakeClock, FakeStore
 
 DELAYS_MS = [1_000, 2_000, 3_000]
@@ -30,14 +31,24 @@ def offsets(clock: FakeClock) -> MemoryLevelState:
 
 
 @pytest.fixture
-def delivery(clock: FakeClock, store: FakeStore,
-             offsets: MemoryLevelState) -> Callable[..., LevelDelivery]:
-    """delivery(level=1, **config) -> a LevelDelivery over the fakes (run_s 10 by default)."""
+def worker(offsets: MemoryLevelState) -> WorkerIdentity:
+    """This test's worker process: name ``pod-a/worker``, its first incarnation."""
+    return WorkerIdentity("pod-a/worker", offsets.incarnation())
 
-    def make(level: int = 1, **config: Any) -> LevelDelivery:
+
+@pytest.fixture
+def delivery(clock: FakeClock, store: FakeStore, offsets: MemoryLevelState,
+             worker: WorkerIdentity) -> Callable[..., LevelDelivery]:
+    """delivery(level=1, worker=None, **config) -> a LevelDelivery over the fakes (run_s 10 by
+    default), run by ``worker`` (default: the ``worker`` fixture's)."""
+
+    def make(level: int = 1, worker: WorkerIdentity | None = None,
+             **config: Any) -> LevelDelivery:
         values: dict[str, Any] = {"run_s": 10.0, "lease_ms": 3_000, "batch": 100,
                                   "poll_ms": 200, "backoff_s": 2.0, **config}
         cfg = DeliveryConfig(level=level, delay_ms=DELAYS_MS[level - 1], **values)
-        return LevelDelivery(cfg, store, offsets, clock)
+        return LevelDelivery(cfg, store, offsets, clock, worker=worker or default)
+
+    default = worker
 
     return make

@@ -16,7 +16,7 @@ from clepsydra_scheduler.delivery import (
     due_count,
 )
 from clepsydra_scheduler.level_state import MemoryLevelState
-from clepsydra_scheduler.ports import LevelSample, LevelStateUnavailable
+from clepsydra_scheduler.ports import LevelSample, LevelStateUnavailable, WorkerIdentity
 from tests.fixtures.scheduler import FakeClock, FakeStore
 
 Make = Callable[..., LevelDelivery]
@@ -220,7 +220,7 @@ def test_unbuildable_message_is_parked_and_progress_moves_on(
 def test_a_held_lease_makes_the_run_return_at_once(
         store: FakeStore, offsets: MemoryLevelState, delivery: Make) -> None:
     # SPEC D1: one deliverer per level
-    assert offsets.acquire(1, "other", 10_000)
+    assert offsets.acquire(1, WorkerIdentity("pod-b/worker", offsets.incarnation()), 10_000)
     report = delivery(1).run()
     assert report.outcome is RunOutcome.NOT_ACQUIRED
     assert store.calls == []
@@ -329,7 +329,8 @@ def test_each_handover_carries_the_delivery_span_context(
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     store.park(1, "m0", deliver_ts=clock.now - 1)
     cfg = DeliveryConfig(level=1, delay_ms=1_000, run_s=0.1)
-    LevelDelivery(cfg, store, offsets, clock, tracer=provider.get_tracer("test")).run()
+    LevelDelivery(cfg, store, offsets, clock, worker=WorkerIdentity("w", 1),
+                  tracer=provider.get_tracer("test")).run()
     spans = [s for s in exporter.get_finished_spans() if s.name == "scheduler.deliver"]
     assert len(spans) == 1
     attrs = spans[0].attributes or {}
@@ -365,7 +366,7 @@ def test_progress_unsaved_by_a_redis_blip_is_saved_after_the_next_renewal(
     cfg = DeliveryConfig(level=1, delay_ms=1_000, run_s=1.0, lease_ms=3_000, poll_ms=200)
     seen: list[int] = []
     clock.at(clock.now + 600, lambda: seen.append(offsets.load(1)))
-    LevelDelivery(cfg, store, offsets, clock).run()
+    LevelDelivery(cfg, store, offsets, clock, worker=WorkerIdentity("w", 1)).run()
     assert seen == [3]  # saved after the blip, before m3 fell due
     assert store.bodies() == ["m0", "m1", "m2", "m3"]
     handovers = [c for c in store.calls if c[0] == "handover"]
@@ -380,7 +381,7 @@ def test_backlog_gauge_follows_entries_stored_behind_a_waiting_head(
     store.park(1, "head")
     clock.at(clock.now + 1_000, lambda: [store.park(1, f"m{i}") for i in range(10)])
     cfg = DeliveryConfig(level=1, delay_ms=60_000, run_s=8.0, lease_ms=3_000)
-    LevelDelivery(cfg, store, offsets, clock).run()
+    LevelDelivery(cfg, store, offsets, clock, worker=WorkerIdentity("w", 1)).run()
     assert offsets.read_stats(1).backlog == 11
     assert store.delivered == []
 

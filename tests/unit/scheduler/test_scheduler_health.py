@@ -10,12 +10,13 @@ from clepsydra_core.errors import ConfigError
 from clepsydra_core.levels import DelayLevels
 from clepsydra_scheduler.health import check_beat, check_worker, report_response
 from clepsydra_scheduler.level_state import MemoryLevelState
-from clepsydra_scheduler.ports import LevelSample
+from clepsydra_scheduler.ports import LevelSample, WorkerIdentity
 from clepsydra_scheduler.settings import SchedulerSettings
 from tests.fixtures.scheduler import FakeClock, FakeStore
 
 LEVELS = DelayLevels.parse("1s 2s 3s")
 URL = "http://store.example:8081"
+A = WorkerIdentity("pod-a/worker", 1)
 
 
 def _parts() -> tuple[FakeClock, MemoryLevelState, FakeStore]:
@@ -26,7 +27,7 @@ def _parts() -> tuple[FakeClock, MemoryLevelState, FakeStore]:
 def test_worker_is_healthy_when_every_level_is_leased() -> None:
     clock, offsets, store = _parts()
     for level in (1, 2, 3):
-        assert offsets.acquire(level, f"run-{level}", 3_000)
+        assert offsets.acquire(level, WorkerIdentity(f"pod-{level}/worker", 1), 3_000)
     offsets.record(2, LevelSample(now_ms=clock.now - 400, delivered=0, parked=0, skipped=0,
                                   lateness_ms=(), backlog=0, lag_ms=0, min_offset=0,
                                   max_offset=0, handed_over=-1))
@@ -42,8 +43,8 @@ def test_worker_is_healthy_when_every_level_is_leased() -> None:
 
 def test_a_level_whose_lease_ran_out_makes_the_worker_unhealthy() -> None:
     clock, offsets, store = _parts()
-    assert offsets.acquire(1, "a", 10_000) and offsets.acquire(2, "b", 10_000)
-    assert offsets.acquire(3, "c", 1_000)
+    assert offsets.acquire(1, A, 10_000) and offsets.acquire(2, A, 10_000)
+    assert offsets.acquire(3, A, 1_000)
     clock.wait(1.5)  # level 3's run stopped renewing: its lease expired
     report = check_worker(LEVELS, offsets, store, URL, clock.now_ms())
     assert not report.ok
@@ -55,7 +56,7 @@ def test_a_level_whose_lease_ran_out_makes_the_worker_unhealthy() -> None:
 def test_store_or_redis_away_is_reported_by_name() -> None:
     clock, offsets, store = _parts()
     for level in (1, 2, 3):
-        offsets.acquire(level, "t", 5_000)
+        offsets.acquire(level, A, 5_000)
     store.down = True
     report = check_worker(LEVELS, offsets, store, URL, clock.now_ms())
     assert report.problems[0].startswith("store: ") and report.store_error is not None
@@ -104,3 +105,15 @@ def test_bad_health_ports_stop_startup_naming_the_variable() -> None:
     with pytest.raises(ConfigError, match="both 9000"):
         SchedulerSettings.from_env({"CLEPSYDRA_SCHEDULER_PORT": "9000",
                                     "CLEPSYDRA_SCHEDULER_BEAT_PORT": "9000"})
+
+
+def test_a_worker_not_yet_consuming_its_queues_is_not_healthy() -> None:
+    # the worker answers again only once it takes tasks: a restarted worker's /healthz is 503
+    # while its Celery consumer starts, even though its previous process's leases still live
+    clock, offsets, store = _parts()
+    for level in (1, 2, 3):
+        offsets.acquire(level, A, 5_000)
+    report = check_worker(LEVELS, offsets, store, URL, clock.now_ms(), consuming=False)
+    assert report.problems == ("worker: not consuming its queues yet",)
+    assert report_response(report)[0] == 503
+    assert check_worker(LEVELS, offsets, store, URL, clock.now_ms(), consuming=True).ok

@@ -17,7 +17,9 @@ def test_defaults_need_no_configuration() -> None:
     assert settings.levels.max_level == 18
     assert (settings.keepalive_s, settings.lease_ms, settings.run_s) == (5.0, 10_000, 60.0)
     # issue 14: a whole hand-over request (the store takes it 2,000 at a time)
-    assert (settings.batch, settings.poll_ms, settings.backoff_s) == (10_000, 1_000, 10.0)
+    # DEC-scheduler-store-retry: store errors retried after 0.1 s, doubling to 0.5 s at most
+    assert (settings.batch, settings.poll_ms, settings.backoff_s) == (10_000, 1_000, 0.5)
+    assert settings.worker_name.endswith("/worker") and settings.worker_id == "worker"
     assert settings.concurrency == 22
     assert settings.metrics_port is None
     assert settings.common.effective_redis_url == "redis://127.0.0.1:6380/0"
@@ -30,12 +32,13 @@ def test_scheduler_variables_are_read(tmp_path: Path) -> None:
         "CLEPSYDRA_SCHEDULER_KEEPALIVE_S": "1.5", "CLEPSYDRA_SCHEDULER_LEASE_S": "4",
         "CLEPSYDRA_SCHEDULER_RUN_S": "20", "CLEPSYDRA_SCHEDULER_BATCH": "50",
         "CLEPSYDRA_SCHEDULER_POLL_MS": "100", "CLEPSYDRA_SCHEDULER_BACKOFF_S": "0.5",
-        "CLEPSYDRA_SCHEDULER_METRICS_PORT": "9101",
+        "CLEPSYDRA_SCHEDULER_METRICS_PORT": "9101", "CLEPSYDRA_SCHEDULER_POD_NAME": "vm-1",
     })
     assert settings.levels.max_level == 3 and settings.concurrency == 7
     assert (settings.keepalive_s, settings.lease_ms, settings.run_s) == (1.5, 4_000, 20.0)
     assert (settings.batch, settings.poll_ms, settings.backoff_s) == (50, 100, 0.5)
     assert settings.metrics_port == 9101
+    assert settings.worker_name == "vm-1/worker"
     assert settings.beat_schedule_path == tmp_path / "scheduler" / "celerybeat-schedule"
 
 
@@ -44,6 +47,8 @@ def test_scheduler_variables_are_read(tmp_path: Path) -> None:
     ("CLEPSYDRA_SCHEDULER_BATCH", "10001"),  # past the store's largest hand-over (issue 14)
     ("CLEPSYDRA_SCHEDULER_CONCURRENCY", "3"), ("CLEPSYDRA_DELAY_LEVELS", "1s 2x"),
     ("CLEPSYDRA_SCHEDULER_CONCURRENCY", "4"),  # 3 levels + the timers' run (issue 15)
+    ("CLEPSYDRA_SCHEDULER_WORKER_ID", "a b"), ("CLEPSYDRA_SCHEDULER_POD_NAME", "x" * 128),
+    ("CLEPSYDRA_SCHEDULER_BACKOFF_S", "0"),  # a failing store would be called in a spin
 ])
 def test_a_bad_value_stops_start_up_naming_the_variable(name: str, value: str) -> None:
     with pytest.raises(ConfigError, match=name):
@@ -75,3 +80,13 @@ def test_create_celery_uses_the_redis_broker_and_registers_the_task() -> None:
     assert "clepsydra_scheduler.deliver_timers" in app.tasks
     assert set(app.conf.beat_schedule) == {"deliver-level-1", "deliver-level-2",
                                            "deliver-timers"}
+
+
+def test_the_worker_name_is_its_pod_and_worker_id_the_same_across_restarts() -> None:
+    # DEC-scheduler-lease: a restarted process of the same pod (or make run slot) has the same
+    # name, so it takes its own leases back at once; Kubernetes sets the pod's name
+    env = {"CLEPSYDRA_SCHEDULER_POD_NAME": "clepsydra-scheduler-worker-7d9f-x2x",
+           "CLEPSYDRA_SCHEDULER_WORKER_ID": "w1"}
+    assert SchedulerSettings.from_env(env).worker_name == \
+        SchedulerSettings.from_env(dict(env)).worker_name == \
+        "clepsydra-scheduler-worker-7d9f-x2x/w1"

@@ -6,7 +6,7 @@ from clepsydra_core.levels import DelayLevels
 from clepsydra_core.wire.schedule import LevelInfo
 from clepsydra_scheduler.level_state import MemoryLevelState
 from clepsydra_scheduler.metrics import LevelRow, gather, prometheus_text, status_table
-from clepsydra_scheduler.ports import LevelSample
+from clepsydra_scheduler.ports import LevelSample, WorkerIdentity
 from clepsydra_scheduler.stats import LevelStats, lateness_counts
 from tests.fixtures.scheduler import FakeClock, FakeStore
 
@@ -34,8 +34,9 @@ def test_gather_reads_store_and_redis_and_computes_live_lag() -> None:
         store.park(1, f"m{i}", deliver_ts=clock.now - 700 + i)
     store.handover(1, 0, 1)
     offsets = MemoryLevelState(clock.now_ms)
-    offsets.acquire(1, "tok", 10_000)
-    offsets.commit(1, "tok", 1, LevelSample(delivered=1, lateness_ms=[700], now_ms=clock.now))
+    token = offsets.acquire(1, WorkerIdentity("pod-a/worker", 1), 10_000)
+    assert token is not None
+    offsets.commit(1, token, 1, LevelSample(delivered=1, lateness_ms=[700], now_ms=clock.now))
     rows = gather(DelayLevels.parse("1s 2s"), offsets, store, clock.now)
     row = rows[0]
     assert (row.min_offset, row.max_offset, row.handed_over, row.progress) == (0, 3, 0, 1)

@@ -1,47 +1,50 @@
-"""The timers' delivery core with fakes (issue 15, SPEC T2, D6): the lease decides who runs,
-a failed store call backs off and is tried again (nothing skipped), the run ends holding the
-lease for its successor, a stop releases it."""
+"""The timers' delivery core with fakes (issue 15, SPEC T2, D6): the lease decides who runs
+(taken, handed on and fenced as a level's: DEC-scheduler-lease), a failed store call backs off
+briefly and is tried again (nothing skipped; DEC-scheduler-store-retry), the run ends holding
+the lease for its successor, a stop releases it."""
 
 from __future__ import annotations
 
+from clepsydra_core.errors import Fenced
 from clepsydra_core.wire.timers import TimerHandoverAnswer
 from clepsydra_scheduler.delivery import RunOutcome
-from clepsydra_scheduler.ports import StoreCallFailed
+from clepsydra_scheduler.level_state import MemoryLevelState, MemoryTimerLease
+from clepsydra_scheduler.ports import StoreCallFailed, WorkerIdentity, fence_of
 from clepsydra_scheduler.timer_delivery import TimerConfig, TimerDelivery
 from tests.fixtures.scheduler import FakeClock
 
+NAME = "pod-a/worker"
 
-class FakeLease:
-    def __init__(self, holder: str | None = None) -> None:
-        self.holder = holder
 
-    def acquire(self, token: str, ttl_ms: int) -> bool:
-        if self.holder in (None, token):
-            self.holder = token
-            return True
-        return False
-
-    def renew(self, token: str, ttl_ms: int) -> bool:
-        return self.holder == token
-
-    def release(self, token: str) -> bool:
-        if self.holder == token:
-            self.holder = None
-            return True
-        return False
+def _lease(clock: FakeClock) -> tuple[MemoryTimerLease, WorkerIdentity]:
+    """The timers' lease in the in-memory twin of Redis, and this test's worker."""
+    state = MemoryLevelState(clock.now_ms)
+    return MemoryTimerLease(state), WorkerIdentity(NAME, state.incarnation())
 
 
 class FakeTimers:
-    """Hands over ``due`` timers per call; fails the calls listed in ``fail``."""
+    """Hands over ``due`` timers per call; fails the calls listed in ``fail``; refuses a call
+    whose fence is older than the newest it has seen, as the store does (409 FENCED)."""
 
     def __init__(self, clock: FakeClock, due: list[int], fail: set[int]) -> None:
         self.clock, self.due, self.fail = clock, due, fail
         self.calls = 0
+        self.fence: int | None = None
+        self.fenced: list[int] = []
 
-    def timer_handover(self, max_count: int, wait_ms: int) -> TimerHandoverAnswer:
+    def timer_fence(self) -> int | None:
+        return self.fence
+
+    def timer_handover(self, max_count: int, wait_ms: int,
+                       fence: int | None = None) -> TimerHandoverAnswer:
         self.calls += 1
         if self.calls in self.fail:
             raise StoreCallFailed("store down", status=503)
+        if fence is not None and self.fence is not None and fence < self.fence:
+            self.fenced.append(fence)
+            raise StoreCallFailed("409 FENCED", status=409, error_code=Fenced.code)
+        if fence is not None:
+            self.fence = fence
         n = self.due.pop(0) if self.due else 0
         if not n:
             self.clock.wait(wait_ms / 1000)  # the store's wait
@@ -53,37 +56,75 @@ class FakeTimers:
 
 
 def test_a_run_delivers_backs_off_on_failure_and_stops_releasing_its_lease() -> None:
-    # SPEC D6 for timers: a failed call waits backoff_s, then the same work is asked again
+    # SPEC D6 for timers: a failed call waits a short back-off, then the same work is asked
+    # again
     clock = FakeClock()
     store = FakeTimers(clock, [3, 0, 2], fail={2})
-    lease = FakeLease()
+    lease, me = _lease(clock)
     report = TimerDelivery(TimerConfig(backoff_s=10.0, run_s=3_600), store, lease,
-                           clock).run("t1")
+                           clock, worker=me).run()
     assert (report.delivered, report.store_failures, report.outcome) == (
         5, 1, RunOutcome.STOPPED)
-    assert 10.0 in clock.waits
-    assert lease.holder is None  # released at the stop
+    assert 0.1 in clock.waits and 10.0 not in clock.waits
+    assert lease.holder() is None  # released at the stop
 
 
-def test_another_runs_lease_means_nothing_is_done() -> None:
+def test_failed_calls_back_off_from_a_tenth_of_a_second_doubling_to_the_cap() -> None:
+    # SPEC D6, DEC-scheduler-store-retry: a store that answers again is noticed within the cap,
+    # and a call that succeeds starts the back-off over
+    clock = FakeClock()
+    store = FakeTimers(clock, [1, 1, 1], fail={2, 3, 4, 5, 6, 8})
+    lease, me = _lease(clock)
+    report = TimerDelivery(TimerConfig(backoff_s=0.5, run_s=3_600), store, lease,
+                           clock, worker=me).run()
+    assert report.delivered == 3 and report.store_failures == 6
+    assert [w for w in clock.waits if w >= 0.1] == [0.1, 0.2, 0.4, 0.5, 0.5, 0.1]
+
+
+def test_another_workers_lease_means_nothing_is_done() -> None:
+    # SPEC D1: another worker (another name) holds the timers' lease
     clock = FakeClock()
     store = FakeTimers(clock, [1], fail=set())
-    report = TimerDelivery(TimerConfig(), store, FakeLease("other"), clock).run("mine")
+    lease, me = _lease(clock)
+    assert lease.acquire(WorkerIdentity("pod-b/worker", me.incarnation + 1), 10_000)
+    report = TimerDelivery(TimerConfig(), store, lease, clock, worker=me).run()
     assert report.outcome is RunOutcome.NOT_ACQUIRED and store.calls == 0
+
+
+def test_a_restarted_worker_takes_its_previous_process_lease_at_once() -> None:
+    # DEC-scheduler-lease: the same worker name, a later incarnation: no wait for the expiry
+    clock = FakeClock()
+    lease, before = _lease(clock)
+    old = lease.acquire(before, 10_000)
+    assert old is not None
+    after = WorkerIdentity(NAME, before.incarnation + 1)
+    report = TimerDelivery(TimerConfig(run_s=0.0), FakeTimers(clock, [], set()), lease, clock,
+                           worker=after).run()
+    assert report.outcome is RunOutcome.RUN_ENDED and lease.holder() == report.token
+    new_fence, old_fence = fence_of(report.token), fence_of(old)
+    assert new_fence is not None and old_fence is not None and new_fence > old_fence
+    assert not lease.renew(old, 10_000)  # the previous process's token holds nothing now
+    # and the earlier process cannot take it back from the later one
+    assert lease.acquire(before, 10_000) is None
 
 
 def test_the_run_period_ends_with_the_lease_held_for_the_successor() -> None:
     clock = FakeClock()
-    lease = FakeLease()
+    lease, me = _lease(clock)
     report = TimerDelivery(TimerConfig(run_s=0.0), FakeTimers(clock, [], set()), lease,
-                           clock).run("t1")
-    assert report.outcome is RunOutcome.RUN_ENDED and lease.holder == "t1"
+                           clock, worker=me).run()
+    assert report.outcome is RunOutcome.RUN_ENDED and lease.holder() == report.token
     assert TimerConfig(lease_ms=10_000).wait_ms == 1_000  # a call waits well inside the lease
+    # the successor, handed the token, adopts the lease (another worker may run it)
+    other = WorkerIdentity("pod-b/worker", me.incarnation + 1)
+    second = TimerDelivery(TimerConfig(run_s=0.0), FakeTimers(clock, [], set()), lease,
+                           clock, worker=other).run(report.token)
+    assert second.outcome is RunOutcome.RUN_ENDED and lease.holder() == second.token
 
 
-class CountingLease(FakeLease):
-    def __init__(self) -> None:
-        super().__init__()
+class CountingLease(MemoryTimerLease):
+    def __init__(self, state: MemoryLevelState) -> None:
+        super().__init__(state)
         self.renewals = 0
 
     def renew(self, token: str, ttl_ms: int) -> bool:
@@ -96,33 +137,57 @@ def test_the_lease_is_renewed_once_a_third_of_it_has_passed_not_before_every_cal
     # renewal before every call was a Redis round trip per call; now one per third of the
     # lease, and a lost lease still ends the run at the next renewal
     clock = FakeClock()
+    state = MemoryLevelState(clock.now_ms)
     store = FakeTimers(clock, [1] * 9_000, fail=set())  # 9 s of calls, 1 ms each
-    lease = CountingLease()
-    report = TimerDelivery(TimerConfig(lease_ms=3_000, run_s=3_600), store, lease,
-                           clock).run("t1")
+    lease = CountingLease(state)
+    report = TimerDelivery(TimerConfig(lease_ms=3_000, run_s=3_600), store, lease, clock,
+                           worker=WorkerIdentity(NAME, state.incarnation())).run()
     assert report.handovers == 9_000 and report.delivered == 9_000
     assert lease.renewals == report.renewals == 8  # at 1 s, 2 s, ... 8 s; not 9,000
     assert TimerConfig(lease_ms=3_000).renew_ms + TimerConfig(lease_ms=3_000).wait_ms < 3_000
 
 
-def test_a_lease_taken_over_is_noticed_at_the_next_renewal() -> None:
-    # SPEC D1: fencing kept; the run stops calling once its lease is someone else's
+def test_a_lease_taken_over_is_noticed_at_the_next_renewal_and_fenced_before() -> None:
+    # SPEC D1, DEC-scheduler-lease: a later process of the same worker took the lease over at
+    # 1.5 s and called the store with its newer fence: the store refuses this run's next
+    # call at once (not at its next renewal), and the run stops
     clock = FakeClock()
     store = FakeTimers(clock, [1] * 5_000, fail=set())
-    lease = FakeLease()
-    clock.at(clock.now + 1_500, lambda: setattr(lease, "holder", "other"))
-    report = TimerDelivery(TimerConfig(lease_ms=3_000, run_s=3_600), store, lease,
-                           clock).run("t1")
+    lease, me = _lease(clock)
+    newer = WorkerIdentity(NAME, me.incarnation + 1)
+
+    def take_over() -> None:
+        token = lease.acquire(newer, 3_000)
+        assert token is not None
+        store.fence = fence_of(token)  # the new holder's first call
+
+    clock.at(clock.now + 1_500, take_over)
+    report = TimerDelivery(TimerConfig(lease_ms=3_000, run_s=3_600), store, lease, clock,
+                           worker=me).run()
     assert report.outcome is RunOutcome.LEASE_LOST
-    assert 1_500 <= store.calls <= 2_000  # the renewal due at 2,000 ms found it lost
+    assert 1_500 <= store.calls <= 1_502  # the first call after the take-over was refused
+    assert store.fenced == [fence_of(report.token)]
+
+
+def test_a_fence_counter_lost_with_redis_is_raised_above_the_stores() -> None:
+    # DEC-scheduler-lease: Redis restarted empty counts fences from 1 again; the store has
+    # seen 40: the run, still the lease's holder, takes a fence above it and goes on
+    clock = FakeClock()
+    store = FakeTimers(clock, [2, 3], fail=set())
+    store.fence = 40
+    lease, me = _lease(clock)
+    report = TimerDelivery(TimerConfig(run_s=3_600), store, lease, clock, worker=me).run()
+    assert store.fenced == [1]
+    assert report.delivered == 5 and fence_of(report.token) == 41 == store.fence
 
 
 def test_while_timers_fall_due_a_call_comes_the_interval_after_one_that_returned_some() -> None:
     # DEC-timer-call-interval: each call takes what fell due in the interval, not a few timers
     clock = FakeClock()
     store = FakeTimers(clock, [2, 3, 0, 4], fail=set())
-    report = TimerDelivery(TimerConfig(run_s=3_600, interval_ms=20), store, FakeLease(),
-                           clock).run("t1")
+    lease, me = _lease(clock)
+    report = TimerDelivery(TimerConfig(run_s=3_600, interval_ms=20), store, lease,
+                           clock, worker=me).run()
     assert report.delivered == 9 and report.outcome is RunOutcome.STOPPED
     # after the calls that returned 2 and 3 timers: a pause of the interval from its answer;
     # after the empty one (the store's own wait for the next due timer): none
@@ -133,7 +198,8 @@ def test_while_timers_fall_due_a_call_comes_the_interval_after_one_that_returned
 def test_a_full_batch_is_followed_at_once_so_a_backlog_drains_without_pauses() -> None:
     clock = FakeClock()
     store = FakeTimers(clock, [100, 100, 100, 7], fail=set())
+    lease, me = _lease(clock)
     report = TimerDelivery(TimerConfig(run_s=3_600, batch=100, interval_ms=20), store,
-                           FakeLease(), clock).run("t1")
+                           lease, clock, worker=me).run()
     assert report.delivered == 307
     assert 0.02 not in clock.waits  # no pause after the full batches (the last one: stopped)

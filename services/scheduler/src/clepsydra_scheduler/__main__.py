@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 from typing import TYPE_CHECKING
 
 from clepsydra_core import logging as clepsydra_logging
@@ -33,7 +34,8 @@ if TYPE_CHECKING:
 
 
 def _serve_health(settings: SchedulerSettings, role: str,
-                  beat: EmbeddedBeat | None = None) -> bool:
+                  beat: EmbeddedBeat | None = None,
+                  ready: threading.Event | None = None) -> bool:
     """Start the role's health endpoint (health.py); False (after saying why) when its port
     cannot be bound."""
     from clepsydra_scheduler.health import serve_health
@@ -42,7 +44,7 @@ def _serve_health(settings: SchedulerSettings, role: str,
     if port is None:
         return True
     try:
-        serve_health(settings, role, port, beat=beat)
+        serve_health(settings, role, port, beat=beat, ready=ready)
     except OSError as exc:
         name = "CLEPSYDRA_SCHEDULER_PORT" if role == "worker" else "CLEPSYDRA_SCHEDULER_BEAT_PORT"
         print(f"clepsydra scheduler: cannot serve {role} health on "
@@ -57,9 +59,10 @@ def _worker(settings: SchedulerSettings, extra: list[str], *, beat: bool = False
     from clepsydra_core.celery_worker import run_worker
     from clepsydra_scheduler.celery_app import create_celery, level_queues
 
-    if not _serve_health(settings, "worker"):
+    ready = threading.Event()  # set by the worker once it consumes its queues
+    if not _serve_health(settings, "worker", ready=ready):
         return 2
-    app = create_celery(settings)
+    app = create_celery(settings, ready)
     if beat:
         settings.state_dir.mkdir(parents=True, exist_ok=True)
         if not _serve_health(settings, "beat", embed_beat(app, settings.beat_schedule_path)):

@@ -11,6 +11,7 @@ Precision comes from the level task sleeping until the next deliver time (delive
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from celery import Celery, signals
@@ -51,8 +52,11 @@ def level_queues(settings: SchedulerSettings) -> list[str]:
         TIMER_QUEUE_NAME]
 
 
-def create_celery(settings: SchedulerSettings) -> Celery:
-    runtime = SchedulerRuntime(settings)
+def create_celery(settings: SchedulerSettings,
+                  ready: threading.Event | None = None) -> Celery:
+    """The app; ``ready`` is set while its worker consumes its queues (the worker's /healthz
+    answers 200 only then)."""
+    runtime = SchedulerRuntime(settings, ready)
     app = Celery("clepsydra_scheduler", broker=settings.common.effective_redis_url,
                  set_as_current=False)
     app.conf.update(
@@ -104,11 +108,14 @@ def _connect_signals(app: Celery, runtime: SchedulerRuntime) -> None:
         telemetry.init_tracing(SERVICE_NAME, settings.common.otel_exporter)
 
     def worker_ready(**_: Any) -> None:
-        logger.info("scheduler worker ready levels=%d queues=%s", settings.levels.max_level,
-                    ",".join(level_queues(settings)))
+        logger.info("scheduler worker ready levels=%d queues=%s name=%s",
+                    settings.levels.max_level, ",".join(level_queues(settings)),
+                    settings.worker_name)
+        runtime.ready.set()
         tasks.kick(app, runtime)
 
     def worker_shutting_down(**_: Any) -> None:
+        runtime.ready.clear()
         runtime.stop.set()
 
     # Signals are process-wide: weak=False keeps the closures alive, dispatch_uid makes a

@@ -4,13 +4,17 @@ No Celery, no Redis, no HTTP here: a run receives the store client, the offset s
 clock as arguments (``ports.py``), so unit tests drive it with in-memory twins and a virtual
 clock. One run of :class:`LevelDelivery`:
 
-1. takes the level's lease (one active deliverer per level, SPEC D1); not free -> returns;
+1. takes the level's lease (one active deliverer per level, SPEC D1) -- free, handed on by the
+   run before, or held by an older incarnation of this worker (DEC-scheduler-lease); else
+   returns. The lease's token carries a fencing token that every hand-over sends the store;
 2. reads the level's progress (missing = 0, D2) and puts it inside the queue (D8);
 3. loops until its run period ends: reads the 20-byte entries from the progress on, decides
    how many are due (D3, with the correction for a shortened table), asks the store to hand
    over exactly those (D4, D7, D9 are the store's), saves the new progress only while it still
    holds the lease (fencing), and when the head is not due sleeps until its deliver time (D5);
-   a failed store call keeps progress at the failed entry and retries after a back-off (D6);
+   a failed store call keeps progress at the failed entry and retries it after a short back-off
+   that doubles up to a cap (D6, DEC-scheduler-store-retry); a hand-over the store refuses as
+   fenced re-fences the lease while this run still holds it, else ends the run;
 4. ends with RUN_ENDED (the caller re-enqueues the next run and hands it the lease token),
    LEASE_LOST, or STOPPED (worker shutting down; lease released).
 """
@@ -20,7 +24,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -37,6 +40,8 @@ from clepsydra_scheduler.ports import (
     LevelState,
     LevelStateUnavailable,
     StoreCallFailed,
+    WorkerIdentity,
+    fence_of,
 )
 
 logger = logging.getLogger(__name__)
@@ -74,8 +79,10 @@ class DeliveryConfig:
     poll_ms: int = 1_000
     """Longest sleep when the queue is empty (also capped at half the level's delay, so an
     entry appended just after a read is seen before it falls due)."""
-    backoff_s: float = 10.0
-    """SPEC D6: wait after a failed store call before retrying the same entry."""
+    backoff_s: float = 0.5
+    """SPEC D6: the longest wait after failed store calls before retrying the same entry
+    (the first waits ``retry_first_s``, each next one twice as long; DEC-scheduler-store-retry)."""
+    retry_first_s: float = 0.1
     redis_retry_s: float = 0.5
 
     @property
@@ -120,6 +127,25 @@ def due_count(deliver_ts: Sequence[int], now_ms: int, delay_ms: int, limit: int)
     return count
 
 
+@dataclass(slots=True)
+class RetryDelay:
+    """SPEC D6 back-off (DEC-scheduler-store-retry): after a failed store call the same work is
+    tried again ``first_s`` later, each further failure doubling the wait up to ``cap_s``; a
+    call that succeeds starts it over. A store that answers again is noticed within ``cap_s``."""
+
+    cap_s: float
+    first_s: float = 0.1
+    _next_s: float = 0.0
+
+    def next_s(self) -> float:
+        wait = min(self._next_s or self.first_s, self.cap_s)
+        self._next_s = min(wait * 2, self.cap_s) or self.first_s
+        return wait
+
+    def reset(self) -> None:
+        self._next_s = 0.0
+
+
 class SystemClock:
     """Wall time; ``wait`` returns early (True) when ``stop`` is set."""
 
@@ -140,13 +166,18 @@ class LevelDelivery:
     """One run of one level's delivery loop (see the module docstring)."""
 
     def __init__(self, config: DeliveryConfig, store: HandoverApi, state: LevelState,
-                 clock: Clock, tracer: trace.Tracer | None = None) -> None:
+                 clock: Clock, *, worker: WorkerIdentity,
+                 tracer: trace.Tracer | None = None) -> None:
         self._cfg = config
         self._tracer = tracer or _tracer
         self._store = store
         self._state = state
         self._clock = clock
+        self._worker = worker
         self._token = ""
+        self._fence: int | None = None
+        """The fencing token of the lease held, sent with every hand-over."""
+        self._retry = RetryDelay(config.backoff_s, min(config.retry_first_s, config.backoff_s))
         self._report = RunReport(config.level, "")
         self._progress = 0
         self._window: list[int] = []
@@ -168,14 +199,15 @@ class LevelDelivery:
 
     # ---- the run -------------------------------------------------------------------------
     def run(self, token: str | None = None) -> RunReport:
-        """Take (or adopt, with the previous run's token) the lease and deliver until the run
-        period ends. Never raises for store or Redis failures."""
+        """Take the lease (``token``: the one the previous run of the chain hands on) and
+        deliver until the run period ends. Never raises for store or Redis failures."""
         level = self._cfg.level
-        self._token = token or uuid.uuid4().hex
-        self._report = RunReport(level, self._token)
+        self._report = RunReport(level, "")
         try:
-            if not self._state.acquire(level, self._token, self._cfg.lease_ms):
+            taken = self._state.acquire(level, self._worker, self._cfg.lease_ms, token)
+            if taken is None:
                 return self._report
+            self._hold(taken)
             self._progress = self._state.load(level)
         except LevelStateUnavailable as exc:
             logger.warning("offset store unavailable at run start level=%d: %s", level, exc)
@@ -240,11 +272,25 @@ class LevelDelivery:
         remaining_s = (deadline_ms - self._clock.now_ms()) / 1_000
         self._clock.wait(max(min(wait_s, self._cfg.renew_interval_s, remaining_s), 0.0))
 
+    def _hold(self, token: str) -> None:
+        self._token = self._report.token = token
+        self._fence = fence_of(token)
+
     def _renew(self, now: int) -> None:
-        if not self._state.renew(self._cfg.level, self._token, self._cfg.lease_ms):
-            logger.warning("lease lost level=%d queue_offset=%d", self._cfg.level,
-                           self._progress)
-            raise LeaseLost
+        level = self._cfg.level
+        if not self._state.renew(level, self._token, self._cfg.lease_ms):
+            # expired (a long pause) or gone (Redis restarted empty): free again, this run
+            # takes it back with a new fence rather than leave the level to a keep-alive
+            taken = self._state.acquire(level, self._worker, self._cfg.lease_ms)
+            if taken is None:
+                logger.warning("lease lost level=%d queue_offset=%d", level, self._progress)
+                raise LeaseLost
+            logger.warning("lease found free level=%d queue_offset=%d: taken again fence=%s",
+                           level, self._progress, fence_of(taken))
+            self._hold(taken)
+            self._window = []
+            self._range_checked = False
+            self._backlog_due = False
         self._last_renew_ms = now
         if self._unsaved:
             self._save(self._progress)
@@ -256,24 +302,47 @@ class LevelDelivery:
         if now < self._retry_at_ms:
             return (self._retry_at_ms - now) / 1_000
         try:
-            if not self._range_checked:
-                self._check_range()
-            if not self._window and self._backlog_due:
-                self._backlog_due = False
-                return self._hand_over(self._cfg.batch, self._clock.now_ms(), blind=True)
-            if not self._window:
-                self._read_entries()
-                if not self._window:
-                    self._gauges(now)
-                    return self._cfg.idle_wait_s
-            now = self._clock.now_ms()
-            count = due_count(self._window, now, self._cfg.delay_ms, self._cfg.batch)
-            if count == 0:
-                self._gauges(now)
-                return max((self._window[0] - now) / 1_000, _MIN_WAIT_S)
-            return self._hand_over(count, now)
+            wait_s = self._store_step(now)
         except StoreCallFailed as exc:
+            if exc.fenced:
+                return self._fenced(exc)
             return self._store_failed(exc)
+        self._retry.reset()
+        return wait_s
+
+    def _store_step(self, now: int) -> float:
+        """:meth:`_step`'s store calls (StoreCallFailed when one fails)."""
+        if not self._range_checked:
+            self._check_range()
+        if not self._window and self._backlog_due:
+            self._backlog_due = False
+            return self._hand_over(self._cfg.batch, self._clock.now_ms(), blind=True)
+        if not self._window:
+            self._read_entries()
+            if not self._window:
+                self._gauges(now)
+                return self._cfg.idle_wait_s
+        now = self._clock.now_ms()
+        count = due_count(self._window, now, self._cfg.delay_ms, self._cfg.batch)
+        if count == 0:
+            self._gauges(now)
+            return max((self._window[0] - now) / 1_000, _MIN_WAIT_S)
+        return self._hand_over(count, now)
+
+    def _fenced(self, exc: StoreCallFailed) -> float:
+        """The store refused the hand-over's fencing token as older than one it has seen
+        (DEC-scheduler-lease): re-fence above the store's newest while this run still holds the
+        lease (its Redis lost the level's fence counter, or another Redis's scheduler delivers
+        the level too), else the lease is someone else's: LeaseLost."""
+        logger.warning("store refused the hand-over's fence level=%d fence=%s: %s",
+                       self._cfg.level, self._fence, exc.message)
+        self._window = []
+        self._range_checked = False
+        try:
+            self._check_range()
+        except StoreCallFailed as again:
+            return self._store_failed(again)
+        return 0.0
 
     def _store_failed(self, exc: StoreCallFailed) -> float:
         """SPEC D6: keep progress at the failed entry, retry it after the back-off."""
@@ -291,12 +360,12 @@ class LevelDelivery:
             logger.warning("store says offset out of range level=%d queue_offset=%d: %s",
                            self._cfg.level, self._progress, exc.message)
             return self._cfg.idle_wait_s
+        wait_s = self._retry.next_s()
         logger.warning("store call failed level=%d queue_offset=%d; retrying the same entry "
-                       "in %.1fs: %s", self._cfg.level, self._progress, self._cfg.backoff_s,
-                       exc.message)
-        self._retry_at_ms = now + int(self._cfg.backoff_s * 1_000)
+                       "in %.1fs: %s", self._cfg.level, self._progress, wait_s, exc.message)
+        self._retry_at_ms = now + int(wait_s * 1_000)
         self._state.record(self._cfg.level, self._sample(now, lag_ms=lag_ms))
-        return self._cfg.backoff_s
+        return wait_s
 
     def _check_range(self) -> None:
         """Put progress inside the queue (D8) from the store's level table."""
@@ -304,8 +373,24 @@ class LevelDelivery:
         if info is None:
             raise StoreCallFailed(f"the store has no delay level {self._cfg.level}",
                                   error_code="LEVEL_NOT_FOUND")
+        if info.fence is not None and self._fence is not None and info.fence > self._fence:
+            self._refence(info.fence)
         self._learn_range(info.min_offset, info.max_offset, info.handed_over)
         self._range_checked = True
+
+    def _refence(self, store_fence: int) -> None:
+        """The store has seen a newer fence than this lease's: take one above it, if the lease
+        is still this run's (DEC-scheduler-lease); LeaseLost otherwise."""
+        level = self._cfg.level
+        token = self._state.refence(level, self._token, store_fence, self._cfg.lease_ms)
+        if token is None:
+            logger.warning("lease lost level=%d: the store has seen fence %d, this run's is %s",
+                           level, store_fence, self._fence)
+            raise LeaseLost
+        logger.warning("fence raised level=%d from=%s to=%s (the store had seen %d: this "
+                       "worker's Redis lost its fence counter, or another scheduler delivers "
+                       "the level)", level, self._fence, fence_of(token), store_fence)
+        self._hold(token)
 
     def _read_entries(self) -> None:
         entries = self._store.entries(self._cfg.level, self._progress, self._cfg.batch)
@@ -381,7 +466,7 @@ class LevelDelivery:
         }) as span:
             headers: dict[str, str] = {}
             telemetry.inject(headers)
-            result = self._store.handover(level, from_offset, count, headers)
+            result = self._store.handover(level, from_offset, count, headers, self._fence)
             span.set_attributes({
                 telemetry.NEXT_OFFSET: result.next_offset,
                 telemetry.DELIVERED: result.delivered,

@@ -44,8 +44,14 @@ class HttpHandoverApi:
                                   f"{exc.message}", status=exc.http_status,
                                   error_code=exc.code) from exc
 
+    def table(self) -> LevelTable:
+        return _answer(LevelTable, self._call("GET", "/v1/schedule/levels"))
+
     def levels(self) -> list[LevelInfo]:
-        return _answer(LevelTable, self._call("GET", "/v1/schedule/levels")).levels
+        return self.table().levels
+
+    def timer_fence(self) -> int | None:
+        return self.table().timer_fence
 
     def entries(self, level: int, queue_offset: int, max_count: int) -> ScheduleEntries:
         return _answer(ScheduleEntries, self._call(
@@ -53,15 +59,16 @@ class HttpHandoverApi:
             params={"offset": queue_offset, "max": max_count}))
 
     def handover(self, level: int, from_offset: int, max_count: int,
-                 headers: dict[str, str] | None = None) -> HandoverAnswer:
-        asked = HandoverRequest(from_offset=from_offset, max_count=max_count)
+                 headers: dict[str, str] | None = None,
+                 fence: int | None = None) -> HandoverAnswer:
+        asked = HandoverRequest(from_offset=from_offset, max_count=max_count, fence=fence)
         return _answer(HandoverAnswer, self._call("POST", f"/v1/schedule/levels/{level}/handover",
                                             json=asked.to_json(), headers=headers))
 
-
-    def timer_handover(self, max_count: int, wait_ms: int) -> TimerHandoverAnswer:
+    def timer_handover(self, max_count: int, wait_ms: int,
+                       fence: int | None = None) -> TimerHandoverAnswer:
         """The store's timer hand-over (issue 15); it may wait up to ``wait_ms`` in the store."""
-        asked = TimerHandoverRequest(max_count=max_count, wait_ms=wait_ms)
+        asked = TimerHandoverRequest(max_count=max_count, wait_ms=wait_ms, fence=fence)
         return _answer(TimerHandoverAnswer, self._call("POST", "/v1/schedule/timers/handover",
                                                        json=asked.to_json()))
 

@@ -4,10 +4,11 @@ check, the images' HEALTHCHECK and the Kubernetes probes.
 
 Worker, on ``CLEPSYDRA_SCHEDULER_PORT`` (default 8083; 0: none):
 
-- ``GET /healthz``: 200 when Redis answers PING, the store answers (its schedule levels), and
-  every delay level's task is alive: a run holds the level's lease and the lease is fresh (its
-  time to live in Redis has not run out; runs renew it every ``lease_s / 3``). Else 503. The
-  JSON body says what was checked and what failed::
+- ``GET /healthz``: 200 when this worker consumes its queues (its Celery consumer started), Redis
+  answers PING, the store answers (its schedule levels), and every delay level's task is
+  alive: a run holds the level's lease and the lease is fresh (its time to live in Redis has
+  not run out; runs renew it every ``lease_s / 3``). Else 503. The JSON body says what was
+  checked and what failed::
 
       {"status": "ok" | "unhealthy", "role": "worker", "problems": ["level 3: no run holds
        its lease"], "redis": {"ok": true}, "store": {"ok": true, "url": "..."},
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -107,9 +109,9 @@ class HealthReport:
 
 
 def check_worker(levels: DelayLevels, state: HealthSource, store: HandoverApi,
-                 store_url: str, now_ms: int) -> HealthReport:
-    """Redis, the store, and every level's lease."""
-    problems: list[str] = []
+                 store_url: str, now_ms: int, consuming: bool = True) -> HealthReport:
+    """This worker consuming its queues, Redis, the store, and every level's lease."""
+    problems: list[str] = [] if consuming else ["worker: not consuming its queues yet"]
     redis_error: str | None = None
     level_health: list[LevelHealth] = []
     try:
@@ -162,9 +164,11 @@ def live_response() -> Response:
 
 
 def serve_health(settings: SchedulerSettings, role: str, port: int, *,
-                 beat: EmbeddedBeat | None = None) -> HealthServer:
+                 beat: EmbeddedBeat | None = None,
+                 ready: threading.Event | None = None) -> HealthServer:
     """The worker's or beat's endpoint, started (OSError when the port cannot be bound);
-    ``beat``: beat embedded in this worker, whose thread beat's /healthz checks."""
+    ``beat``: beat embedded in this worker, whose thread beat's /healthz checks; ``ready``:
+    set while the worker consumes its queues (None: not checked)."""
     from clepsydra_scheduler.delivery import SystemClock
     from clepsydra_scheduler.handover_client import HttpHandoverApi
     from clepsydra_scheduler.level_state import RedisLevelState
@@ -179,7 +183,8 @@ def serve_health(settings: SchedulerSettings, role: str, port: int, *,
                                 connect_timeout_s=HEALTH_TIMEOUT_S)
         try:
             return report_response(check_worker(settings.levels, state, store, store_url,
-                                                clock.now_ms()))
+                                                clock.now_ms(),
+                                                ready is None or ready.is_set()))
         finally:
             store.close()
 

@@ -1,24 +1,31 @@
 """A level's lease, progress offset and statistics: in Redis (:class:`RedisLevelState`) and
 in memory for unit tests (:class:`MemoryLevelState`), same semantics.
 
-- Lease (``naming.delay_lease_key``): a random token set with ``SET NX PX``; renewed and
-  released only by the token that holds it (Lua compare-and-act), so one run per level
-  delivers (SPEC D1) and a run that lost its lease cannot extend someone else's.
+- Lease (``naming.delay_lease_key``): a :class:`~clepsydra_scheduler.ports.LeaseToken` naming
+  its holder (worker name, incarnation), its fencing token and its run, set with a time to live;
+  renewed and released only by the token that holds it (Lua compare-and-act), so one run per
+  level delivers (SPEC D1) and a run that lost its lease cannot extend someone else's. It is
+  taken when free, when its holder hands it on (a chained run), or at once from an older
+  incarnation of the same worker name -- a restarted process does not wait for the expiry of
+  its own leases (DEC-scheduler-lease). Each take gets the next fencing token of the level
+  (``naming.delay_fence_key``), which the store checks on every hand-over.
 - Progress (``naming.delay_offset_key``): the next schedule-queue offset to deliver, missing =
   0 (SPEC D2); written only while the writer's token holds the lease (fencing), in the same
   Lua call that checks the token.
 - Statistics (``naming.delay_stats_key``, see ``stats.py``): recorded in that same call.
 
-The timers' lease (issue 15, ``naming.TIMER_LEASE_KEY``) is the same lease on its own key
-(:class:`RedisTimerLease`); timers have no progress offset (the store's timer index has it).
+The timers' lease (issue 15, ``naming.TIMER_LEASE_KEY``, ``TIMER_FENCE_KEY``) is the same lease
+on its own keys (:class:`RedisTimerLease`, :class:`MemoryTimerLease`); timers have no progress
+offset (the store's timer index has it).
 
-In a Redis Cluster the three keys of a level would need one hash slot; the local stack and the
+In a Redis Cluster the keys of a level would need one hash slot; the local stack and the
 manifests use a single Redis.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -26,25 +33,54 @@ from typing import Any
 import redis
 
 from clepsydra_core.naming import (
+    TIMER_FENCE_KEY,
     TIMER_LEASE_KEY,
+    WORKER_INCARNATION_KEY,
+    delay_fence_key,
     delay_lease_key,
     delay_offset_key,
     delay_stats_key,
 )
 from clepsydra_scheduler import stats
-from clepsydra_scheduler.ports import LevelSample, LevelStateUnavailable
+from clepsydra_scheduler.ports import (
+    LeaseToken,
+    LevelSample,
+    LevelStateUnavailable,
+    WorkerIdentity,
+)
 
 logger = logging.getLogger(__name__)
 
+# The lease scripts write ports.LeaseToken's layout: "2 <incarnation> <fence> <run> <name>".
+# KEYS: lease, fence counter. ARGV: name, incarnation, run, ttl ms, previous token ("": none).
 _ACQUIRE = """
 local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
+if holder and holder ~= ARGV[5] then
+  local incarnation, name = string.match(holder, '^2 (%d+) %d+ %S+ (.+)$')
+  if name ~= ARGV[1] or tonumber(incarnation) >= tonumber(ARGV[2]) then
+    return false
+  end
 end
-if holder then return 0 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return 1
+local fence = redis.call('INCR', KEYS[2])
+local token = '2 ' .. ARGV[2] .. ' ' .. string.format('%d', fence) .. ' ' .. ARGV[3] .. ' '
+  .. ARGV[1]
+redis.call('SET', KEYS[1], token, 'PX', ARGV[4])
+return token
+"""
+
+# KEYS: lease, fence counter. ARGV: token, floor, ttl ms.
+_REFENCE = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return false end
+local incarnation, run, name = string.match(ARGV[1], '^2 (%d+) %d+ (%S+) (.+)$')
+if not name then return false end
+if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[2]) then
+  redis.call('SET', KEYS[2], ARGV[2])
+end
+local fence = redis.call('INCR', KEYS[2])
+local token = '2 ' .. incarnation .. ' ' .. string.format('%d', fence) .. ' ' .. run .. ' '
+  .. name
+redis.call('SET', KEYS[1], token, 'PX', ARGV[3])
+return token
 """
 
 _RENEW = """
@@ -114,6 +150,7 @@ class RedisLevelState:
     def __init__(self, client: redis.Redis) -> None:
         self._redis = client
         self._acquire = client.register_script(_ACQUIRE)
+        self._refence = client.register_script(_REFENCE)
         self._renew = client.register_script(_RENEW)
         self._release = client.register_script(_RELEASE)
         self._save = client.register_script(_SAVE)
@@ -134,17 +171,46 @@ class RedisLevelState:
         except redis.RedisError as exc:
             raise LevelStateUnavailable(f"redis {what} failed: {exc}") from exc
 
-    def acquire(self, level: int, token: str, ttl_ms: int) -> bool:
-        return bool(self._call("acquire", lambda: self._acquire(
-            keys=[delay_lease_key(level)], args=[token, ttl_ms])))
+    def incarnation(self) -> int:
+        return int(self._call("incarnation", lambda: self._redis.incr(WORKER_INCARNATION_KEY)))
+
+    def take(self, lease_key: str, fence_key: str, worker: WorkerIdentity, ttl_ms: int,
+             previous: str | None) -> str | None:
+        """``acquire`` on any lease's keys (a level's, the timers')."""
+        args: list[str | int] = [worker.name, worker.incarnation, new_run(), ttl_ms,
+                                 previous or ""]
+        token = self._call("acquire", lambda: self._acquire(keys=[lease_key, fence_key],
+                                                             args=args))
+        return None if token is None else str(token)
+
+    def refence_key(self, lease_key: str, fence_key: str, token: str, floor: int,
+                    ttl_ms: int) -> str | None:
+        token = self._call("refence", lambda: self._refence(keys=[lease_key, fence_key],
+                                                            args=[token, floor, ttl_ms]))
+        return None if token is None else str(token)
+
+    def renew_key(self, lease_key: str, token: str, ttl_ms: int) -> bool:
+        return bool(self._call("renew", lambda: self._renew(keys=[lease_key],
+                                                            args=[token, ttl_ms])))
+
+    def release_key(self, lease_key: str, token: str) -> bool:
+        return bool(self._call("release", lambda: self._release(keys=[lease_key],
+                                                                args=[token])))
+
+    def acquire(self, level: int, worker: WorkerIdentity, ttl_ms: int,
+                previous: str | None = None) -> str | None:
+        return self.take(delay_lease_key(level), delay_fence_key(level), worker, ttl_ms,
+                         previous)
+
+    def refence(self, level: int, token: str, floor: int, ttl_ms: int) -> str | None:
+        return self.refence_key(delay_lease_key(level), delay_fence_key(level), token, floor,
+                                ttl_ms)
 
     def renew(self, level: int, token: str, ttl_ms: int) -> bool:
-        return bool(self._call("renew", lambda: self._renew(
-            keys=[delay_lease_key(level)], args=[token, ttl_ms])))
+        return self.renew_key(delay_lease_key(level), token, ttl_ms)
 
     def release(self, level: int, token: str) -> bool:
-        return bool(self._call("release", lambda: self._release(
-            keys=[delay_lease_key(level)], args=[token])))
+        return self.release_key(delay_lease_key(level), token)
 
     def holder(self, level: int) -> str | None:
         value = self._call("get", lambda: self._redis.get(delay_lease_key(level)))
@@ -189,36 +255,42 @@ class RedisLevelState:
 
 
 class RedisTimerLease:
-    """The timers' lease, with the levels' scripts (SET NX PX, compare-and-act)."""
+    """The timers' lease, with the levels' scripts on the timers' keys."""
 
     def __init__(self, state: RedisLevelState) -> None:
         self._state = state
-        client = state.client
-        self._acquire = client.register_script(_ACQUIRE)
-        self._renew = client.register_script(_RENEW)
-        self._release = client.register_script(_RELEASE)
 
-    def acquire(self, token: str, ttl_ms: int) -> bool:
-        return bool(self._state._call("acquire", lambda: self._acquire(
-            keys=[TIMER_LEASE_KEY], args=[token, ttl_ms])))
+    def acquire(self, worker: WorkerIdentity, ttl_ms: int,
+                previous: str | None = None) -> str | None:
+        return self._state.take(TIMER_LEASE_KEY, TIMER_FENCE_KEY, worker, ttl_ms, previous)
+
+    def refence(self, token: str, floor: int, ttl_ms: int) -> str | None:
+        return self._state.refence_key(TIMER_LEASE_KEY, TIMER_FENCE_KEY, token, floor, ttl_ms)
 
     def renew(self, token: str, ttl_ms: int) -> bool:
-        return bool(self._state._call("renew", lambda: self._renew(
-            keys=[TIMER_LEASE_KEY], args=[token, ttl_ms])))
+        return self._state.renew_key(TIMER_LEASE_KEY, token, ttl_ms)
 
     def release(self, token: str) -> bool:
-        return bool(self._state._call("release", lambda: self._release(
-            keys=[TIMER_LEASE_KEY], args=[token])))
+        return self._state.release_key(TIMER_LEASE_KEY, token)
+
+
+TIMERS = "timers"
+"""The timers' lease among a MemoryLevelState's leases (levels are ints)."""
 
 
 class MemoryLevelState:
-    """In-memory twin of RedisLevelState for unit tests; the lease expires by ``now_ms``."""
+    """In-memory twin of RedisLevelState for unit tests; the lease expires by ``now_ms``.
+    Several workers (their own :class:`WorkerIdentity` each) may share one, as they share a
+    Redis."""
 
     def __init__(self, now_ms: Callable[[], int]) -> None:
         self._now_ms = now_ms
         self._lock = threading.Lock()
-        self.leases: dict[int, tuple[str, int]] = {}
-        """level -> (token, expiry ms)."""
+        self.leases: dict[int | str, tuple[str, int]] = {}
+        """level (or TIMERS) -> (token, expiry ms)."""
+        self.fences: dict[int | str, int] = {}
+        """level (or TIMERS) -> the last fencing token given."""
+        self.incarnations = 0
         self.offsets: dict[int, int] = {}
         self.stats: dict[int, dict[str, int]] = {}
         self.down = False
@@ -228,37 +300,76 @@ class MemoryLevelState:
         if self.down:
             raise LevelStateUnavailable("memory offset store is down")
 
-    def _holder(self, level: int) -> str | None:
-        lease = self.leases.get(level)
+    def _holder(self, key: int | str) -> str | None:
+        lease = self.leases.get(key)
         if lease is None or lease[1] <= self._now_ms():
-            self.leases.pop(level, None)
+            self.leases.pop(key, None)
             return None
         return lease[0]
 
-    def acquire(self, level: int, token: str, ttl_ms: int) -> bool:
+    def incarnation(self) -> int:
         with self._lock:
             self._check()
-            holder = self._holder(level)
-            if holder not in (None, token):
+            self.incarnations += 1
+            return self.incarnations
+
+    def _grant(self, key: int | str, token: LeaseToken, ttl_ms: int) -> str:
+        self.fences[key] = token.fence
+        raw = token.encode()
+        self.leases[key] = (raw, self._now_ms() + ttl_ms)
+        return raw
+
+    def take(self, key: int | str, worker: WorkerIdentity, ttl_ms: int,
+             previous: str | None) -> str | None:
+        with self._lock:
+            self._check()
+            holder = self._holder(key)
+            if holder is not None and holder != previous:
+                held = LeaseToken.decode(holder)
+                if held is None or held.name != worker.name or \
+                        held.incarnation >= worker.incarnation:
+                    return None
+            return self._grant(key, LeaseToken(worker.incarnation, self.fences.get(key, 0) + 1,
+                                               new_run(), worker.name), ttl_ms)
+
+    def refence_key(self, key: int | str, token: str, floor: int, ttl_ms: int) -> str | None:
+        with self._lock:
+            self._check()
+            held = LeaseToken.decode(token)
+            if self._holder(key) != token or held is None:
+                return None
+            fence = max(self.fences.get(key, 0), floor) + 1
+            return self._grant(key, LeaseToken(held.incarnation, fence, held.run, held.name),
+                               ttl_ms)
+
+    def renew_key(self, key: int | str, token: str, ttl_ms: int) -> bool:
+        with self._lock:
+            self._check()
+            if self._holder(key) != token:
                 return False
-            self.leases[level] = (token, self._now_ms() + ttl_ms)
+            self.leases[key] = (token, self._now_ms() + ttl_ms)
             return True
+
+    def release_key(self, key: int | str, token: str) -> bool:
+        with self._lock:
+            self._check()
+            if self._holder(key) != token:
+                return False
+            del self.leases[key]
+            return True
+
+    def acquire(self, level: int, worker: WorkerIdentity, ttl_ms: int,
+                previous: str | None = None) -> str | None:
+        return self.take(level, worker, ttl_ms, previous)
+
+    def refence(self, level: int, token: str, floor: int, ttl_ms: int) -> str | None:
+        return self.refence_key(level, token, floor, ttl_ms)
 
     def renew(self, level: int, token: str, ttl_ms: int) -> bool:
-        with self._lock:
-            self._check()
-            if self._holder(level) != token:
-                return False
-            self.leases[level] = (token, self._now_ms() + ttl_ms)
-            return True
+        return self.renew_key(level, token, ttl_ms)
 
     def release(self, level: int, token: str) -> bool:
-        with self._lock:
-            self._check()
-            if self._holder(level) != token:
-                return False
-            del self.leases[level]
-            return True
+        return self.release_key(level, token)
 
     def holder(self, level: int) -> str | None:
         with self._lock:
@@ -316,3 +427,32 @@ class MemoryLevelState:
         with self._lock:
             raw = {k: str(v) for k, v in self.stats.get(level, {}).items()}
         return stats.LevelStats.from_hash(level, raw)
+
+
+class MemoryTimerLease:
+    """The timers' lease in a MemoryLevelState (the twin of RedisTimerLease)."""
+
+    def __init__(self, state: MemoryLevelState) -> None:
+        self._state = state
+
+    def acquire(self, worker: WorkerIdentity, ttl_ms: int,
+                previous: str | None = None) -> str | None:
+        return self._state.take(TIMERS, worker, ttl_ms, previous)
+
+    def refence(self, token: str, floor: int, ttl_ms: int) -> str | None:
+        return self._state.refence_key(TIMERS, token, floor, ttl_ms)
+
+    def renew(self, token: str, ttl_ms: int) -> bool:
+        return self._state.renew_key(TIMERS, token, ttl_ms)
+
+    def release(self, token: str) -> bool:
+        return self._state.release_key(TIMERS, token)
+
+    def holder(self) -> str | None:
+        with self._state._lock:
+            return self._state._holder(TIMERS)
+
+
+def new_run() -> str:
+    """A run's id in its lease token: tells the runs of one process apart."""
+    return secrets.token_hex(6)

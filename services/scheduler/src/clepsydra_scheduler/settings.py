@@ -5,12 +5,14 @@ The shared ``CLEPSYDRA_*`` names (README.md, Configuration) plus the scheduler's
 | variable | meaning | default |
 |---|---|---|
 | ``CLEPSYDRA_SCHEDULER_KEEPALIVE_S`` | beat's keep-alive interval per level (and its expiry) | 5 |
-| ``CLEPSYDRA_SCHEDULER_LEASE_S`` | a level lease's time to live (renewed each iteration) | 10 |
+| ``CLEPSYDRA_SCHEDULER_LEASE_S`` | a lease's time to live (renewed each iteration) | 10 |
 | ``CLEPSYDRA_SCHEDULER_RUN_S`` | how long one task run delivers before re-enqueueing itself | 60 |
 | ``CLEPSYDRA_SCHEDULER_BATCH`` | most entries read / handed over per store call (≤ 10000) | 10000 |
 | ``CLEPSYDRA_SCHEDULER_POLL_MS`` | longest sleep when a level's queue is empty | 1000 |
 | ``CLEPSYDRA_SCHEDULER_TIMER_INTERVAL_MS`` | next timer call after one with timers (0-100) | 20 |
-| ``CLEPSYDRA_SCHEDULER_BACKOFF_S`` | SPEC D6 back-off after a failed store call | 10 |
+| ``CLEPSYDRA_SCHEDULER_BACKOFF_S`` | longest SPEC D6 back-off (0.1 s first, doubling) | 0.5 |
+| ``CLEPSYDRA_SCHEDULER_POD_NAME`` | a worker's pod (``metadata.name``) or machine | host name |
+| ``CLEPSYDRA_SCHEDULER_WORKER_ID`` | which worker of that pod or machine | worker |
 | ``CLEPSYDRA_SCHEDULER_CONCURRENCY`` | worker threads | levels + 4 |
 | ``CLEPSYDRA_SCHEDULER_METRICS_PORT`` | Prometheus endpoint of a worker (unset: none) | unset |
 | ``CLEPSYDRA_SCHEDULER_METRICS_BIND`` | address that endpoint listens on | 127.0.0.1 |
@@ -23,6 +25,8 @@ The shared ``CLEPSYDRA_*`` names (README.md, Configuration) plus the scheduler's
 from __future__ import annotations
 
 import os
+import re
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +36,10 @@ from clepsydra_core.settings import CommonSettings, Env, env_float, env_int, env
 from clepsydra_core.wire.schedule import MAX_HANDOVER
 
 _PREFIX = "CLEPSYDRA_SCHEDULER_"
+WORKER_ID_VAR = _PREFIX + "WORKER_ID"
+"""Which worker of its pod or machine (the local stack gives each its part's name)."""
+_NAME_PART = re.compile(r"[A-Za-z0-9._:@-]{1,127}")
+"""A pod, host or worker id in a worker's name: what a pod or host name may hold."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +51,8 @@ class SchedulerSettings:
     batch: int = MAX_HANDOVER
     poll_ms: int = 1_000
     timer_interval_ms: int = 20
-    backoff_s: float = 10.0
+    backoff_s: float = 0.5
+    """The longest D6 back-off (DEC-scheduler-store-retry): 0.1 s first, then doubling."""
     concurrency: int = 22
     metrics_port: int | None = None
     metrics_bind: str = "127.0.0.1"
@@ -53,6 +62,8 @@ class SchedulerSettings:
     beat_port: int | None = 8084
     """Beat's health endpoint (None: not served)."""
     bind: str = "127.0.0.1"
+    pod_name: str = "localhost"
+    worker_id: str = "worker"
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> SchedulerSettings:
@@ -69,7 +80,7 @@ class SchedulerSettings:
             poll_ms=env_int(env, _PREFIX + "POLL_MS", 1_000, minimum=1),
             timer_interval_ms=env_int(env, _PREFIX + "TIMER_INTERVAL_MS", 20, minimum=0,
                                       maximum=100),
-            backoff_s=env_float(env, _PREFIX + "BACKOFF_S", 10.0, minimum=0.0),
+            backoff_s=env_float(env, _PREFIX + "BACKOFF_S", 0.5, minimum=0.01),
             concurrency=env_int(env, _PREFIX + "CONCURRENCY",
                                 common.delay_levels.max_level + 4, minimum=1),
             metrics_port=metrics_port or None,
@@ -78,6 +89,8 @@ class SchedulerSettings:
             port=env_int(env, _PREFIX + "PORT", 8083, minimum=0, maximum=65535) or None,
             beat_port=env_int(env, _PREFIX + "BEAT_PORT", 8084, minimum=0, maximum=65535) or None,
             bind=env_str(env, _PREFIX + "BIND", "127.0.0.1"),
+            pod_name=_name_part(env, _PREFIX + "POD_NAME", _host_name()),
+            worker_id=_name_part(env, WORKER_ID_VAR, "worker"),
         )
         if settings.concurrency <= common.delay_levels.max_level + 1:
             raise ConfigError(
@@ -98,6 +111,12 @@ class SchedulerSettings:
         return int(self.lease_s * 1_000)
 
     @property
+    def worker_name(self) -> str:
+        """The worker's stable identity among the scheduler's workers: its pod (or machine)
+        and its worker id, the same across a restart of its process (DEC-scheduler-lease)."""
+        return f"{self.pod_name}/{self.worker_id}"
+
+    @property
     def state_dir(self) -> Path:
         """Beat's schedule file and pid files (under CLEPSYDRA_HOME)."""
         return self.common.home / "scheduler"
@@ -109,3 +128,16 @@ class SchedulerSettings:
     @property
     def beat_pid_path(self) -> Path:
         return self.state_dir / "beat.pid"
+
+
+def _name_part(env: Env, name: str, default: str) -> str:
+    value = env_str(env, name, default)
+    if not _NAME_PART.fullmatch(value):
+        raise ConfigError(f"{name}={value!r} must be 1-127 letters, digits or ._:@- (a pod or "
+                          "host name, or a worker id)")
+    return value
+
+
+def _host_name() -> str:
+    """This machine's name, as a name part (other characters become ``-``)."""
+    return re.sub(r"[^A-Za-z0-9._:@-]", "-", socket.gethostname())[:127] or "localhost"

@@ -7,9 +7,12 @@ hand-over in a loop. The call waits in the store, up to ``wait_ms``, until the n
 due (or one due earlier is parked), so the run needs no clock of its own to be on time: the
 store hands each timer over as soon as it is due and never before. Between calls the lease is
 renewed once a third of it has passed (``TimerConfig.renew_ms``; issue 14: not before every
-call); a failed call waits ``backoff_s`` (D6) and tries again (nothing is skipped: the store
-keeps every pending timer). After ``run_s`` the run ends with the lease held, for its successor
-to adopt (the same chaining as the levels).
+call); a failed call waits a short back-off, doubling up to ``backoff_s`` (D6,
+DEC-scheduler-store-retry), and tries again (nothing is skipped: the store keeps every pending
+timer). The lease is taken, handed on and fenced as a level's (DEC-scheduler-lease): every call
+carries the lease's fencing token, and a call the store refuses as fenced re-fences the lease
+while the run still holds it, else ends the run. After ``run_s`` the run ends with the lease
+held, for its successor to adopt (the same chaining as the levels).
 
 While timers keep falling due, a call that returned some (fewer than a full batch) is followed
 by the next one ``interval_ms`` after it (DEC-timer-call-interval): that call takes everything
@@ -22,13 +25,18 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Protocol
 
 from clepsydra_core.wire.timers import MAX_TIMER_HANDOVER, TimerHandoverAnswer
-from clepsydra_scheduler.delivery import RunOutcome
-from clepsydra_scheduler.ports import Clock, LevelStateUnavailable, StoreCallFailed
+from clepsydra_scheduler.delivery import RetryDelay, RunOutcome
+from clepsydra_scheduler.ports import (
+    Clock,
+    LevelStateUnavailable,
+    StoreCallFailed,
+    WorkerIdentity,
+    fence_of,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -36,13 +44,22 @@ logger = logging.getLogger(__name__)
 class TimerApi(Protocol):
     """The store's timer hand-over route; raises StoreCallFailed when it fails."""
 
-    def timer_handover(self, max_count: int, wait_ms: int) -> TimerHandoverAnswer: ...
+    def timer_handover(self, max_count: int, wait_ms: int,
+                       fence: int | None = None) -> TimerHandoverAnswer: ...
+
+    def timer_fence(self) -> int | None:
+        """The newest fencing token the store has seen on the timers' hand-over."""
+        ...
 
 
 class TimerLease(Protocol):
-    """The timers' lease (Redis in production): one run delivers timers at a time."""
+    """The timers' lease (Redis in production): one run delivers timers at a time. Taken,
+    handed on and fenced as a level's (``LevelState.acquire``, ``refence``)."""
 
-    def acquire(self, token: str, ttl_ms: int) -> bool: ...
+    def acquire(self, worker: WorkerIdentity, ttl_ms: int,
+                previous: str | None = None) -> str | None: ...
+
+    def refence(self, token: str, floor: int, ttl_ms: int) -> str | None: ...
 
     def renew(self, token: str, ttl_ms: int) -> bool: ...
 
@@ -54,7 +71,9 @@ class TimerConfig:
     run_s: float = 60.0
     lease_ms: int = 10_000
     batch: int = MAX_TIMER_HANDOVER
-    backoff_s: float = 10.0
+    backoff_s: float = 0.5
+    """The longest D6 back-off (DEC-scheduler-store-retry; the first is ``retry_first_s``)."""
+    retry_first_s: float = 0.1
     interval_ms: int = 0
     """The next call after one that returned timers (not a full batch) comes this long after
     it (``CLEPSYDRA_SCHEDULER_TIMER_INTERVAL_MS``; module docstring)."""
@@ -88,13 +107,15 @@ class TimerRunReport:
 
 class TimerDelivery:
     def __init__(self, config: TimerConfig, store: TimerApi, lease: TimerLease,
-                 clock: Clock) -> None:
+                 clock: Clock, *, worker: WorkerIdentity) -> None:
         self._cfg = config
         self._store = store
         self._lease = lease
         self._clock = clock
+        self._worker = worker
         self._report = TimerRunReport("")
         self._next_call_ms = 0
+        self._retry = RetryDelay(config.backoff_s, min(config.retry_first_s, config.backoff_s))
 
     def release(self) -> None:
         if self._report.token:
@@ -104,14 +125,18 @@ class TimerDelivery:
                 pass
 
     def run(self, token: str | None = None) -> TimerRunReport:
-        report = self._report = TimerRunReport(token or uuid.uuid4().hex)
+        """Take the lease (``token``: the one the previous run of the chain hands on) and
+        deliver until the run period ends."""
+        report = self._report = TimerRunReport("")
         cfg = self._cfg
         try:
-            if not self._lease.acquire(report.token, cfg.lease_ms):
-                return report
+            taken = self._lease.acquire(self._worker, cfg.lease_ms, token)
         except LevelStateUnavailable as exc:
             logger.warning("timers: lease not taken: %s", exc.message)
             return report
+        if taken is None:
+            return report
+        report.token = taken
         end = time.monotonic() + cfg.run_s
         renewed = self._clock.now_ms()
         while True:
@@ -125,7 +150,8 @@ class TimerDelivery:
             since = self._clock.now_ms() - renewed
             if since >= cfg.renew_ms or since < 0:  # (< 0: the wall clock stepped back)
                 try:
-                    if not self._lease.renew(report.token, cfg.lease_ms):
+                    if not self._lease.renew(report.token, cfg.lease_ms) and \
+                            not self._take_again():
                         report.outcome = RunOutcome.LEASE_LOST
                         break
                 except LevelStateUnavailable as exc:
@@ -134,7 +160,9 @@ class TimerDelivery:
                     continue
                 renewed = self._clock.now_ms()
                 report.renewals += 1
-            self._handover()
+            if not self._handover():
+                report.outcome = RunOutcome.LEASE_LOST
+                break
         if report.delivered or report.parked or report.store_failures:
             logger.info("run finished timers delivered=%d parked=%d handovers=%d "
                         "store_failures=%d max_lateness_ms=%d outcome=%s", report.delivered,
@@ -142,19 +170,35 @@ class TimerDelivery:
                         report.max_lateness_ms, report.outcome.value)
         return report
 
-    def _handover(self) -> None:
+    def _take_again(self) -> bool:
+        """The lease was not renewed: take it again if it is free (it expired, or Redis
+        restarted empty), with a new fence; False when another run holds it."""
+        taken = self._lease.acquire(self._worker, self._cfg.lease_ms)
+        if taken is None:
+            return False
+        logger.warning("timers: lease found free: taken again fence=%s", fence_of(taken))
+        self._report.token = taken
+        return True
+
+    def _handover(self) -> bool:
+        """One hand-over call; False when the lease turned out to be someone else's."""
         report, cfg = self._report, self._cfg
         early_ms = self._next_call_ms - self._clock.now_ms()
         if early_ms > 0 and self._clock.wait(early_ms / 1000):
-            return  # stopping
+            return True  # stopping: the loop sees it next
         try:
-            answer = self._store.timer_handover(cfg.batch, cfg.wait_ms)
+            answer = self._store.timer_handover(cfg.batch, cfg.wait_ms,
+                                                fence_of(report.token))
         except StoreCallFailed as exc:
+            if exc.fenced:
+                return self._refence(exc)
             report.store_failures += 1
-            logger.warning("timers: hand-over failed, retrying in %ss (D6): %s",
-                           cfg.backoff_s, exc.message)
-            self._clock.wait(cfg.backoff_s)
-            return
+            wait_s = self._retry.next_s()
+            logger.warning("timers: hand-over failed, retrying in %.1fs (D6): %s",
+                           wait_s, exc.message)
+            self._clock.wait(wait_s)
+            return True
+        self._retry.reset()
         report.handovers += 1
         report.delivered += answer.delivered
         report.parked += answer.parked
@@ -163,3 +207,29 @@ class TimerDelivery:
                               if 0 < taken < cfg.batch else 0)
         if answer.lateness_ms:
             report.max_lateness_ms = max(report.max_lateness_ms, max(answer.lateness_ms))
+        return True
+
+    def _refence(self, exc: StoreCallFailed) -> bool:
+        """The store refused the call's fence (DEC-scheduler-lease): take one above the
+        store's newest while the lease is still this run's; False when it is not."""
+        logger.warning("timers: the store refused the hand-over's fence %s: %s",
+                       fence_of(self._report.token), exc.message)
+        try:
+            floor = self._store.timer_fence()
+        except StoreCallFailed as again:
+            self._report.store_failures += 1
+            self._clock.wait(self._retry.next_s())
+            logger.warning("timers: the store's fence not read: %s", again.message)
+            return True
+        try:
+            token = self._lease.refence(self._report.token, floor or 0, self._cfg.lease_ms)
+        except LevelStateUnavailable as down:
+            logger.warning("timers: fence not raised: %s", down.message)
+            self._clock.wait(self._cfg.lease_ms / 3_000)
+            return True
+        if token is None:
+            return False
+        logger.warning("timers: fence raised from=%s to=%s (the store had seen %s)",
+                       fence_of(self._report.token), fence_of(token), floor)
+        self._report.token = token
+        return True
