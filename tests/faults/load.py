@@ -1,6 +1,7 @@
 """The fault matrix's steady load and its books: a producer thread sending numbered immediate
-and delayed messages (what was acknowledged is recorded with the time the send began), consumer
-processes in two groups, and the data read back from the store to check the invariants.
+and delayed messages (levels and timers; what was acknowledged is recorded with the time the
+send began), consumer processes in two groups, and the data read back from the store to check
+the invariants -- and the lateness each fault cost the delayed messages (SPEC D10).
 """
 
 from __future__ import annotations
@@ -22,14 +23,21 @@ from urllib.parse import quote
 import requests
 
 from clepsydra_client import Producer
+from clepsydra_core import properties as P
 from clepsydra_core.errors import ClepsydraError
 from tests.faults.consumer import FAIL_ALWAYS
 from tools.processes import REPO
 
 CONSUMER_FAULT = "consumer"
 """The fault matrix's name of a consumer crash."""
-# (delay level, its delay in ms with the default table): immediate, 1 s, 5 s
-DELAYS = ((0, 0), (1, 1000), (2, 5000))
+# (delay level, its delay in ms with the default table): immediate, 1 s, 5 s; a timer message
+# (level 0, ``delay`` 2 s: the timers' hand-over, SPEC T1)
+DELAYS = ((0, 0), (1, 1000), (2, 5000), (0, 2000))
+LATENESS_LEAD_MS = 1_000
+"""A fault is charged the lateness of the delayed messages falling due from this long before
+it was injected until its part answered again (:func:`max_lateness`)."""
+LATENESS_SLACK_MS = 2_000
+"""What a crash may cost a delayed message beyond the time its part took to answer again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +87,10 @@ class Producing(threading.Thread):
             began = int(time.time() * 1000)
             body = json.dumps({"seq": seq, "phase": phase})
             try:
-                producer.send(self.topic, body, delay_level=level)
+                if level or not delay_ms:
+                    producer.send(self.topic, body, delay_level=level)
+                else:
+                    producer.send(self.topic, body, delay=delay_ms)
             except (ClepsydraError, OSError, requests.RequestException):
                 self.failed[phase] += 1
             else:
@@ -156,6 +167,32 @@ def pull_all(store_url: str, topic: str) -> Iterator[dict[str, Any]]:
             offset = answer["nextOffset"]
 
 
+def deliveries(store_url: str, topics: list[str]) -> list[tuple[int, int]]:
+    """(deliver time, store time) of every delayed message's delivered copy in ``topics``
+    (the copies carry ``DELIVER_TS``; their store time is when they arrived, SPEC D10)."""
+    out = []
+    for topic in topics:
+        for m in pull_all(store_url, topic):
+            due = (m.get("properties") or {}).get(P.DELIVER_TS)
+            if due is not None:
+                out.append((int(due), int(m["storeTimestamp"])))
+    return out
+
+
+def max_lateness(injected: list[Disruption], delivered: list[tuple[int, int]]
+                 ) -> list[int | None]:
+    """Per injected fault, the largest lateness (store time - deliver time) of the delayed
+    messages that fell due around it: from ``LATENESS_LEAD_MS`` before its injection until its
+    part answered again (those due later met a part already back); None when none fell due
+    then."""
+    out: list[int | None] = []
+    for d in injected:
+        late = [stored - due for due, stored in delivered
+                if d.began_ms - LATENESS_LEAD_MS <= due <= d.over_ms]
+        out.append(max(late) if late else None)
+    return out
+
+
 def seqs_in(store_url: str, topic: str) -> Counter[int]:
     """How many copies of each ``seq`` the topic holds."""
     return Counter(json.loads(_body(m))["seq"] for m in pull_all(store_url, topic))
@@ -227,12 +264,14 @@ class Books:
         return again
 
     def table(self, phases: list[str], injected: list[Disruption],
-              recovery_ms: dict[str, list[int]],
-              failed_sends: Counter[str]) -> list[dict[str, Any]]:
+              recovery_ms: dict[str, list[int]], failed_sends: Counter[str],
+              lateness_ms: dict[str, list[int | None]]) -> list[dict[str, Any]]:
         """One row per phase: runs, acknowledged and lost (of the messages sent during it),
-        store copies > 1, refused sends, recovery times, and consumer duplicates (the listener
-        called again for an attempt it had seen) charged to the fault under way between the
-        two calls ("none" when no fault was: a duplicate nothing explains)."""
+        store copies > 1, refused sends, recovery times (each run's: until its part answered
+        again), the max lateness of a delayed message each run cost (:func:`max_lateness`),
+        and consumer duplicates (the listener called again for an attempt it had seen) charged
+        to the fault under way between the two calls ("none" when no fault was: a duplicate
+        nothing explains)."""
         missing = {seq for seqs in self.end_state_missing().values() for seq in seqs}
         again = self.duplicates_by_cause(injected)
         rows = []
@@ -248,6 +287,7 @@ class Books:
                 "consumer_duplicates": again.get(phase, 0),
                 "refused_sends": failed_sends.get(phase, 0),
                 "recovery_ms": recovery_ms.get(phase, []),
+                "max_lateness_ms": lateness_ms.get(phase, []),
             })
         return rows
 

@@ -17,6 +17,8 @@ MAX_ENTRIES = 10_000
 """Most deliver timestamps one entries call returns."""
 MAX_HANDOVER = 10_000
 """Most entries one hand-over call takes."""
+MAX_FENCE = (1 << 53) - 1
+"""Largest fencing token: exact in a double (the lease scripts' Lua numbers, JSON readers)."""
 FENCE_DOC = ("The caller's fencing token (its lease's, DEC-scheduler-lease): refused with 409 "
              "FENCED when older than one a hand-over already carried; absent: not checked")
 FENCE_SEEN_DOC = ("The newest fencing token a hand-over carried since the store started "
@@ -81,7 +83,8 @@ class HandoverRequest(WireValue):
     from_offset: int = field(metadata=wire_meta(minimum=0))
     max_count: int = field(default=DEFAULT_ENTRIES,
                            metadata=wire_meta(json="max", minimum=1, maximum=MAX_HANDOVER))
-    fence: int | None = field(default=None, metadata=wire_meta(minimum=0, doc=FENCE_DOC))
+    fence: int | None = field(default=None, metadata=wire_meta(minimum=0, maximum=MAX_FENCE,
+                                                              doc=FENCE_DOC))
     """The lease's fencing token (DEC-scheduler-lease); None: not checked (an older caller)."""
 
 

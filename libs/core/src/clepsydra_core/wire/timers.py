@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 from clepsydra_core.errors import AlreadyDelivered, ValidationError
 from clepsydra_core.wire.codec import WireValue, wire_meta
-from clepsydra_core.wire.schedule import FENCE_DOC
+from clepsydra_core.wire.schedule import FENCE_DOC, MAX_FENCE
 
 CANCELLED = "cancelled"
 """``status`` of a cancel's answer."""
@@ -167,7 +167,8 @@ class TimerHandoverRequest(WireValue):
     max_count: int = field(default=1000, metadata=wire_meta(
         json="max", minimum=1, maximum=MAX_TIMER_HANDOVER))
     wait_ms: int = field(default=0, metadata=wire_meta(minimum=0, maximum=MAX_WAIT_MS))
-    fence: int | None = field(default=None, metadata=wire_meta(minimum=0, doc=FENCE_DOC))
+    fence: int | None = field(default=None, metadata=wire_meta(minimum=0, maximum=MAX_FENCE,
+                                                              doc=FENCE_DOC))
     """The timers' lease's fencing token (DEC-scheduler-lease); None: not checked."""
 
 
