@@ -24,7 +24,8 @@ consumers' own records -- never from logs:
   max lateness of the delayed messages falling due around it (the store time of the delivered
   copy minus its deliver time, SPEC D10; ``load.max_lateness``) is at most the time the killed
   part took to answer again plus ``LATENESS_SLACK_MS`` (2 s; DEC-scheduler-lease,
-  DEC-scheduler-store-retry).
+  DEC-scheduler-store-retry). Before the next fault the test waits (``Matrix.drained``) until
+  no delayed message is due and not handed over, so a fault is not charged its predecessor's.
 
 The table (fault x runs x acknowledged x lost x duplicates x recovery x max lateness) is
 printed; run with ``-s`` to see it (README "Fault tolerance" holds one run's figures).
@@ -73,6 +74,8 @@ RECOVERY_TIMEOUT_S = 90.0
 DISK_QUOTA_BYTES = 1 << 30
 PROBE_TOPIC = "fault-probe"
 DRAIN_TIMEOUT_S = 180.0
+DRAIN_DUE_TIMEOUT_S = 30.0
+"""Longest wait after a fault for what fell due around it to arrive (``Matrix.drained``)."""
 
 
 @pytest.fixture
@@ -260,6 +263,27 @@ class Matrix:
         finally:
             ballast.unlink()
 
+    def drained(self) -> bool:
+        """No delayed message is due and not yet handed over (a level's oldest pending entry
+        and the earliest pending timer both lie ahead): what fell due around the last fault
+        has arrived, so the next fault is charged only its own lateness."""
+        now = time.time() * 1000
+        store = self.stack.store_url
+        try:
+            table = requests.get(f"{store}/v1/schedule/levels", timeout=5).json()
+            for level in table["levels"]:
+                first = max(level["handedOver"] + 1, level["minOffset"])
+                if first >= level["maxOffset"]:
+                    continue
+                head = requests.get(f"{store}/v1/schedule/levels/{level['level']}/entries",
+                                    params={"offset": first, "max": 1}, timeout=5).json()
+                if head["deliverTs"] and head["deliverTs"][0] <= now:
+                    return False
+            timers = requests.get(f"{store}/v1/schedule/timers", timeout=5).json()
+        except (requests.RequestException, ValueError, KeyError):
+            return False
+        return timers["nextDueAt"] is None or timers["nextDueAt"] > now
+
     def _writes_again(self) -> bool:
         return self._probe_status() == 201
 
@@ -349,6 +373,10 @@ def test_no_acknowledged_message_is_lost_when_any_process_dies(
             disruption.over_ms = int(time.time() * 1000)
             recovery_ms[fault.name].append(int((time.monotonic() - began) * 1000))
             time.sleep(1.0)
+            try:
+                wait_until(matrix.drained, DRAIN_DUE_TIMEOUT_S, interval_s=0.2)
+            except TimeoutError:
+                pass  # the lateness check below says which fault it was
         producing.phase = "after"
         time.sleep(3.0)
     finally:

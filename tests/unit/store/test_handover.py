@@ -240,7 +240,7 @@ def test_a_hand_over_with_an_older_fencing_token_is_refused_and_writes_nothing(
     now = results[-1].store_timestamp + 5_000
     assert store.handover(1, 0, 2, now_ms=now, fence=3).delivered == 2  # the first holder
     assert store.handover(1, 2, 2, now_ms=now, fence=5).delivered == 2  # its successor
-    with pytest.raises(Fenced, match="level 1 .* token 3 is older than 5"):
+    with pytest.raises(Fenced, match=r"level 1 .* token 3 is older than 5"):
         store.handover(1, 4, 2, now_ms=now, fence=3)  # the superseded holder, too late
     assert store.get_topic("T").queues[0].max_offset == 4  # nothing written by it
     assert store.fences.newest(1) == 5

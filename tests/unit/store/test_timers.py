@@ -485,7 +485,7 @@ def test_a_timer_hand_over_with_an_older_fencing_token_is_refused_at_once(
         asked.append(_now())
         return asked[-1]
 
-    with pytest.raises(Fenced, match="the timers .* token 6 is older than 7"):
+    with pytest.raises(Fenced, match=r"the timers .* token 6 is older than 7"):
         store.timers.handover_wait(10, 2_000, now, fence=6)
     assert asked == []  # refused before it looked at the clock or waited
     with pytest.raises(Fenced):

@@ -53,6 +53,7 @@ logger = logging.getLogger(__name__)
 
 # The lease scripts write ports.LeaseToken's layout: "2 <incarnation> <fence> <run> <name>".
 # KEYS: lease, fence counter. ARGV: name, incarnation, run, ttl ms, previous token ("": none).
+# Returns {new token, the holder it replaced ("": none)}, or nil when another holds the lease.
 _ACQUIRE = """
 local holder = redis.call('GET', KEYS[1])
 if holder and holder ~= ARGV[5] then
@@ -65,7 +66,7 @@ local fence = redis.call('INCR', KEYS[2])
 local token = '2 ' .. ARGV[2] .. ' ' .. string.format('%d', fence) .. ' ' .. ARGV[3] .. ' '
   .. ARGV[1]
 redis.call('SET', KEYS[1], token, 'PX', ARGV[4])
-return token
+return {token, holder or ''}
 """
 
 # KEYS: lease, fence counter. ARGV: token, floor, ttl ms.
@@ -179,9 +180,13 @@ class RedisLevelState:
         """``acquire`` on any lease's keys (a level's, the timers')."""
         args: list[str | int] = [worker.name, worker.incarnation, new_run(), ttl_ms,
                                  previous or ""]
-        token = self._call("acquire", lambda: self._acquire(keys=[lease_key, fence_key],
+        taken = self._call("acquire", lambda: self._acquire(keys=[lease_key, fence_key],
                                                              args=args))
-        return None if token is None else str(token)
+        if taken is None:
+            return None
+        token, replaced = str(taken[0]), str(taken[1])
+        _log_take_over(lease_key, replaced, previous, token)
+        return token
 
     def refence_key(self, lease_key: str, fence_key: str, token: str, floor: int,
                     ttl_ms: int) -> str | None:
@@ -329,8 +334,11 @@ class MemoryLevelState:
                 if held is None or held.name != worker.name or \
                         held.incarnation >= worker.incarnation:
                     return None
-            return self._grant(key, LeaseToken(worker.incarnation, self.fences.get(key, 0) + 1,
-                                               new_run(), worker.name), ttl_ms)
+            token = self._grant(key, LeaseToken(worker.incarnation,
+                                                self.fences.get(key, 0) + 1, new_run(),
+                                                worker.name), ttl_ms)
+        _log_take_over(str(key), holder or "", previous, token)
+        return token
 
     def refence_key(self, key: int | str, token: str, floor: int, ttl_ms: int) -> str | None:
         with self._lock:
@@ -451,6 +459,18 @@ class MemoryTimerLease:
     def holder(self) -> str | None:
         with self._state._lock:
             return self._state._holder(TIMERS)
+
+
+def _log_take_over(lease: str, replaced: str, previous: str | None, token: str) -> None:
+    """One INFO line when a lease was taken from an earlier process of this worker (not free,
+    not handed on): the restart's take-over (DEC-scheduler-lease)."""
+    if not replaced or replaced == previous:
+        return
+    before, after = LeaseToken.decode(replaced), LeaseToken.decode(token)
+    if before is not None and after is not None:
+        logger.info("lease taken over from an earlier process of this worker lease=%s "
+                    "name=%s incarnation=%d->%d fence=%d", lease, after.name,
+                    before.incarnation, after.incarnation, after.fence)
 
 
 def new_run() -> str:
