@@ -71,6 +71,11 @@ def test_a_superseded_holder_is_refused_by_the_store_and_its_redis_writes_fail(
         assert stack.api.levels()[1]["fence"] == fence_of(new)
         assert api.handover(1, 10, 5, fence=fence_of(new)).delivered == 5
         assert_each_once(stack.api.pull_all(TOPIC), bodies)
+
+        # Redis restarted empty: the next process still gets a later incarnation than every
+        # one before (the counter never goes below Redis's clock)
+        stack.redis().flushall()
+        assert state.incarnation() > successor.incarnation
     finally:
         api.close()
 

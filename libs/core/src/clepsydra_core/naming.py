@@ -126,9 +126,9 @@ TIMER_LEASE_KEY = f"{REDIS_PREFIX}:schedule:lease:timers"
 TIMER_FENCE_KEY = f"{REDIS_PREFIX}:schedule:fence:timers"
 """Counter of the timers' fencing tokens (as ``delay_fence_key`` for a level)."""
 WORKER_INCARNATION_KEY = f"{REDIS_PREFIX}:schedule:incarnation"
-"""Counter each scheduler worker process takes its incarnation number from once: of two
-processes of one worker identity, the later one takes the leases of the earlier over at once
-(DEC-scheduler-lease)."""
+"""Counter each scheduler worker process takes its incarnation number from once (never below
+Redis's clock in microseconds): of two processes of one worker identity, the later one takes
+the leases of the earlier over at once (DEC-scheduler-lease)."""
 TIMER_QUEUE_NAME = "schedule.timers"
 """The Celery queue the timers' delivery task is routed to."""
 

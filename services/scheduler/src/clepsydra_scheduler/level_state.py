@@ -69,6 +69,18 @@ redis.call('SET', KEYS[1], token, 'PX', ARGV[4])
 return {token, holder or ''}
 """
 
+# KEYS: the incarnation counter. The next number, and never below Redis's clock in
+# microseconds: a counter lost with Redis's data (restarted empty) must not give a restarted
+# process a number its dead predecessor (who took its own before the loss) already had.
+_INCARNATION = """
+local now = redis.call('TIME')
+local clock = tonumber(now[1]) * 1000000 + tonumber(now[2])
+local n = tonumber(redis.call('GET', KEYS[1]) or '0') + 1
+if n < clock then n = clock end
+redis.call('SET', KEYS[1], string.format('%d', n))
+return string.format('%d', n)
+"""
+
 # KEYS: lease, fence counter. ARGV: token, floor, ttl ms.
 _REFENCE = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return false end
@@ -152,6 +164,7 @@ class RedisLevelState:
         self._redis = client
         self._acquire = client.register_script(_ACQUIRE)
         self._refence = client.register_script(_REFENCE)
+        self._incarnation = client.register_script(_INCARNATION)
         self._renew = client.register_script(_RENEW)
         self._release = client.register_script(_RELEASE)
         self._save = client.register_script(_SAVE)
@@ -173,7 +186,8 @@ class RedisLevelState:
             raise LevelStateUnavailable(f"redis {what} failed: {exc}") from exc
 
     def incarnation(self) -> int:
-        return int(self._call("incarnation", lambda: self._redis.incr(WORKER_INCARNATION_KEY)))
+        return int(self._call("incarnation", lambda: self._incarnation(
+            keys=[WORKER_INCARNATION_KEY])))
 
     def take(self, lease_key: str, fence_key: str, worker: WorkerIdentity, ttl_ms: int,
              previous: str | None) -> str | None:

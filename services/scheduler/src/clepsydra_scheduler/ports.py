@@ -47,8 +47,9 @@ class StoreCallFailed(ClepsydraError):
 class WorkerIdentity:
     """Who takes a lease (DEC-scheduler-lease): ``name`` is the worker's stable identity (its
     pod or host and its worker id, the same across a restart of the same pod or ``make run``
-    slot); ``incarnation`` numbers its processes (a counter in Redis, taken once per process),
-    so a later process of the same name takes the earlier one's leases over at once."""
+    slot); ``incarnation`` numbers its processes (a counter in Redis, never below Redis's clock
+    in microseconds, taken once per process), so a later process of the same name takes the
+    earlier one's leases over at once, also after Redis lost its data."""
 
     name: str
     incarnation: int
