@@ -44,8 +44,11 @@ def register(app: Celery, runtime: SchedulerRuntime) -> Any:
 
 
 def kick(app: Celery, runtime: SchedulerRuntime) -> None:
-    """Start every level now (a worker at start-up), without waiting for beat's first tick."""
+    """Start every level now (a worker at start-up), without waiting for beat's first tick: a
+    restarted worker takes its own leases back with these (DEC-scheduler-lease). The worker
+    starts them one after another (tens of ms each on a busy machine), so the timers (T1: within
+    100 ms) go first, then the levels in the table's order."""
+    app.send_task(TIMER_TASK_NAME, queue=TIMER_QUEUE_NAME, expires=runtime.settings.keepalive_s)
     for level in runtime.settings.levels.levels():
         app.send_task(TASK_NAME, args=(level,), queue=schedule_queue_name(level),
                       expires=runtime.settings.keepalive_s)
-    app.send_task(TIMER_TASK_NAME, queue=TIMER_QUEUE_NAME, expires=runtime.settings.keepalive_s)
