@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from clepsydra_scheduler.settings import WORKER_ID_VAR
 from tools.processes import (
     Child,
     HttpService,
@@ -236,17 +235,24 @@ class Stack:
         part = BY_NAME[part] if isinstance(part, str) else part
         full = {**self.shared_env(), **env}
         name = name or part.name
-        if part.command[:2] == SCHEDULER_WORKER.command and WORKER_ID_VAR not in full and \
-                WORKER_ID_VAR not in self.base_env:
-            # a worker's identity in the leases: its slot in the stack, the same when the
-            # stack restarts it, so it takes its own levels back at once (DEC-scheduler-lease)
-            full[WORKER_ID_VAR] = name
+        if part.command[:2] == SCHEDULER_WORKER.command:
+            self._name_worker(full, name)
         url = part.health_url(full)
         if url is not None and part.port_var:
             return HttpService(name, part.argv(), port=int(full[part.port_var]), env=full,
                                log_dir=self.log_dir, health_url=url, base_env=self.base_env)
         return Process(name, part.argv(), env=full, log_dir=self.log_dir,
                        ready=part.ready(full), base_env=self.base_env)
+
+    def _name_worker(self, env: dict[str, str], name: str) -> None:
+        """A scheduler worker's identity in the leases: its slot in the stack, the same when the
+        stack restarts it, so it takes its own levels back at once (DEC-scheduler-lease); unless
+        the caller or the environment names it."""
+        # imported here: tools/parts stays importable without the packages (the k8s env)
+        from clepsydra_scheduler.settings import WORKER_ID_VAR
+
+        if WORKER_ID_VAR not in env and WORKER_ID_VAR not in self.base_env:
+            env[WORKER_ID_VAR] = name
 
     def children(self) -> list[Process]:
         """Every process asked for, not started, Redis first (``make run`` launches them)."""

@@ -131,3 +131,21 @@ def test_make_run_core_starts_no_analytics_part(tmp_path: Path) -> None:
                                 separate_beat=separate_beat, analytics=False)
         assert [c.name for c in supervisor.planned()] == names
         assert "analytics not started" in " ".join(supervisor.address_table().split())
+
+
+def test_each_scheduler_worker_is_named_by_its_slot_in_the_stack(tmp_path: Path) -> None:
+    # DEC-scheduler-lease: a worker's name in its leases is its slot, the same each time the
+    # stack (re)starts it, so a restarted worker takes its own levels back at once; two
+    # workers of one stack are two names; a name given by the caller or the environment wins
+    stack = Stack(tmp_path, redis_url="redis://127.0.0.1:1/0", base_env={})
+    first = stack.process(SCHEDULER_WORKER, name="worker-a")
+    again = stack.process(SCHEDULER_WORKER, name="worker-a")
+    other = stack.process(SCHEDULER_WORKER, name="worker-b")
+    with_beat = stack.process(SCHEDULER_WITH_BEAT)
+    var = "CLEPSYDRA_SCHEDULER_WORKER_ID"
+    assert first.env[var] == again.env[var] == "worker-a" != other.env[var] == "worker-b"
+    assert with_beat.env[var] == "scheduler"
+    assert stack.process(SCHEDULER_WORKER, name="w", **{var: "given"}).env[var] == "given"
+    named = Stack(tmp_path, redis_url="redis://127.0.0.1:1/0", base_env={var: "mine"})
+    assert named.process(SCHEDULER_WORKER, name="w").env[var] == "mine"  # the environment's
+    assert var not in stack.process(STORE).env
