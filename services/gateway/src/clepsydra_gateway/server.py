@@ -82,13 +82,13 @@ class Gateway:
             raise OSError(f"cannot listen on {address}: {exc}") from exc
         if self.port == 0:
             raise OSError(f"cannot listen on {address}")
-        if self.settings.health_port:
+        self.grpc.start()
+        self.consumption.start_sweeper()
+        if self.settings.health_port:  # last: /healthz answering means the gateway serves
             self.health = HealthServer(self.settings.bind, self.settings.health_port, {
                 "/healthz": self.healthz, "/livez": lambda: health_response([]),
                 "/metrics": self.metrics.prometheus}, name="gateway-health",
                 server_version="clepsydra-gateway").start()
-        self.grpc.start()
-        self.consumption.start_sweeper()
         logger.info("gateway ready port=%d health_port=%d store=%s retry=%s auth=%s",
                     self.port, self.settings.health_port, self.settings.common.store_url,
                     self.settings.common.retry_url,

@@ -178,9 +178,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         for command in request_iterator:
             if not command.HasField("settings"):
                 continue
-            yield self._call("Telemetry", context, s.TelemetryCommand,
-                             lambda who, token, _md, c=command: s.TelemetryCommand(
-                                 status=_ok(), settings=self._settings(c.settings, who, token)))
+            theirs = command.settings
+
+            def answer(who: Principal | None, token: str | None, _md: dict[str, str],
+                       theirs: Any = theirs) -> Any:
+                return s.TelemetryCommand(status=_ok(),
+                                          settings=self._settings(theirs, who, token))
+
+            yield self._call("Telemetry", context, s.TelemetryCommand, answer)
 
     def _settings(self, theirs: Any, who: Principal | None, token: str | None) -> Any:
         ours = d.Settings(client_type=theirs.client_type, access_point=theirs.access_point,
@@ -379,7 +384,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         return self._checked_invisible(request.invisible_duration)
 
     def _checked_invisible(self, duration: Any) -> int:
-        ms = duration.seconds * 1000 + duration.nanos // 1_000_000
+        ms = int(duration.seconds) * 1000 + int(duration.nanos) // 1_000_000
         low = self.settings.min_invisible_s * 1000
         if not low <= ms <= MAX_INVISIBLE_S * 1000:
             raise GatewayError(Status.ILLEGAL_INVISIBLE_TIME,
@@ -417,7 +422,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             sp.keys.extend(keys)
         if group:
             sp.message_group = group
-        deliver_at = props.get(P.DELIVER_AT)
+        deliver_at = props.get(P.DELIVER_TS) or props.get(P.DELIVER_AT)
         if deliver_at and deliver_at.isdigit():
             sp.delivery_timestamp.CopyFrom(_ts(int(deliver_at)))
         if props.get(P.TRACEPARENT):

@@ -235,8 +235,9 @@ class GatewayState:
 
     def due(self, now_ms: int, limit: int = 200) -> list[str]:
         """Deliveries whose time has run out (members of the deadlines set)."""
-        return [m.decode() if isinstance(m, bytes) else m for m in self.redis.zrangebyscore(
-            naming.GATEWAY_DEADLINES_KEY, 0, now_ms, start=0, num=limit)]
+        found: list[Any] = self.redis.zrangebyscore(naming.GATEWAY_DEADLINES_KEY, 0, now_ms,
+                                                     start=0, num=limit)
+        return [m.decode() if isinstance(m, bytes) else str(m) for m in found]
 
     def pending(self) -> int:
         return int(self.redis.zcard(naming.GATEWAY_DEADLINES_KEY))
