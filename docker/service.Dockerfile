@@ -45,6 +45,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     CLEPSYDRA_STORE_BIND=0.0.0.0 \
     CLEPSYDRA_RETRY_BIND=0.0.0.0 \
     CLEPSYDRA_SCHEDULER_BIND=0.0.0.0 \
+    CLEPSYDRA_GATEWAY_BIND=0.0.0.0 \
     CLEPSYDRA_ANALYTICS_BIND=0.0.0.0
 WORKDIR /data
 USER 10001:10001
@@ -86,6 +87,13 @@ EXPOSE 8087
 HEALTHCHECK --interval=5s --timeout=5s --start-period=30s --retries=3 \
     CMD ["python", "/opt/clepsydra/healthcheck.py", "CLEPSYDRA_CONSOLE_PORT", "8087"]
 CMD ["python", "-m", "clepsydra_console"]
+
+FROM runtime AS gateway
+# RocketMQ 5 gRPC on 8088; its /healthz, /livez and /metrics on 8089
+EXPOSE 8088 8089
+HEALTHCHECK --interval=5s --timeout=5s --start-period=30s --retries=3 \
+    CMD ["python", "/opt/clepsydra/healthcheck.py", "CLEPSYDRA_GATEWAY_HEALTH_PORT", "8089"]
+CMD ["python", "-m", "clepsydra_gateway"]
 
 # ---- analytics (built only when services/analytics exists: tools/images.py) ---------------
 # Last in the file: the classic builder builds every stage before the target it is asked for.
