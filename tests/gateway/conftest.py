@@ -144,6 +144,11 @@ class Gw:
             out += page["messages"]
         return out
 
+    def committed(self, group: str, topic: str) -> int:
+        """The group's committed offsets on ``topic``, summed over its queues."""
+        doc = self.store.get(self.store.path("/v1/groups/{}/offsets", group), {"topic": topic})
+        return sum(doc["offsets"].get(topic, {}).values())
+
     @staticmethod
     def http_text(url: str) -> str:
         return requests.get(url, timeout=10).text

@@ -22,6 +22,8 @@ TOPIC_TTL_S = 2.0
 appears with its first send-back)."""
 GROUP_TTL_S = 5.0
 REFUSED_PAUSE_S = 0.1
+MIN_CALL_S = 0.2
+"""The least time a store call is given."""
 
 
 def _auth(token: str | None) -> dict[str, str] | None:
@@ -74,23 +76,30 @@ class Backend:
             self._topics[topic] = (now + (TOPIC_TTL_S if info else TOPIC_TTL_S / 2), info)
         return info
 
-    def produce(self, topic: str, message: Json, token: str | None) -> Json:
+    def produce(self, topic: str, message: Json, token: str | None,
+                within_s: float | None = None) -> Json:
         """One message; a store that refuses connections (restarting) is tried again for up to
-        ``refused_retry_s``: nothing reached it, so nothing can be stored twice."""
-        return self._refused_retry(lambda: self.store.post(
-            self.store.path("/v1/topics/{}/messages", topic), message, headers=_auth(token)))
+        ``refused_retry_s``: nothing reached it, so nothing can be stored twice. ``within_s``:
+        the caller's time left (the client's deadline), which no wait here outlasts."""
+        return self._refused_retry(lambda timeout_s: self.store.post(
+            self.store.path("/v1/topics/{}/messages", topic), message, headers=_auth(token),
+            timeout_s=timeout_s), within_s)
 
-    def produce_batch(self, topic: str, messages: list[Json], token: str | None) -> list[Json]:
-        answer = self._refused_retry(lambda: self.store.post(
+    def produce_batch(self, topic: str, messages: list[Json], token: str | None,
+                      within_s: float | None = None) -> list[Json]:
+        answer = self._refused_retry(lambda timeout_s: self.store.post(
             self.store.path("/v1/topics/{}/messages/batch", topic), {"messages": messages},
-            headers=_auth(token)))
+            headers=_auth(token), timeout_s=timeout_s), within_s)
         return list(answer.get("results", []))
 
-    def _refused_retry(self, call: Any) -> Json:
-        give_up = time.monotonic() + self.refused_retry_s
+    def _refused_retry(self, call: Any, within_s: float | None) -> Json:
+        now = time.monotonic()
+        deadline = now + (self.store.timeout_s if within_s is None
+                          else max(min(within_s, self.store.timeout_s), MIN_CALL_S))
+        give_up = min(now + self.refused_retry_s, deadline - MIN_CALL_S)
         while True:
             try:
-                result: Json = call()
+                result: Json = call(max(deadline - time.monotonic(), MIN_CALL_S))
                 return result
             except Unavailable as exc:
                 if (not isinstance(exc.__cause__, ConnectionRefusedError)

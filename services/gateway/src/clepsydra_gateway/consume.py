@@ -51,6 +51,8 @@ CLAIM_MS = 30_000
 """A gateway settling a delivery (a send-back under way) holds it this long; one that died
 meanwhile leaves it to another after that."""
 SWEEP_S = 0.2
+COMMIT_EVERY_S = 0.5
+"""How often the groups' progress is committed to the store."""
 CLIENT_TTL_S = 30
 """A client not heard from for this long is gone: its PushConsumer's messages are no longer
 renewed."""
@@ -97,6 +99,8 @@ class Consumption:
         self._turn = itertools.count()
         self._stop = threading.Event()
         self._sweeper: threading.Thread | None = None
+        self._dirty: dict[tuple[str, str, int], tuple[int, str | None]] = {}
+        self._dirty_lock = threading.Lock()
 
     # ---- the group's mode --------------------------------------------------------------
 
@@ -243,15 +247,13 @@ class Consumption:
         if handle.group != group:
             raise GatewayError(Status.INVALID_RECEIPT_HANDLE,
                                f"the receipt handle is of group {handle.group}, not {group}")
-        delivery = self.state.get(handle.group, handle.topic, handle.queue_id,
-                                  handle.queue_offset)
-        done, commit = self.state.settle(handle.group, handle.topic, handle.queue_id,
-                                         handle.queue_offset, handle.nonce)
-        if done != 1 or delivery is None:
+        done, commit, msg_id = self.state.settle(handle.group, handle.topic, handle.queue_id,
+                                                 handle.queue_offset, handle.nonce)
+        if done != 1:
             raise _expired(handle)
         self.commit(group, handle.topic, handle.queue_id, commit, token)
         self.wake()
-        return delivery.m
+        return msg_id
 
     def change_invisible(self, group: str, handle_text: str, invisible_ms: int) -> str:
         """Move a delivery's deadline to now + ``invisible_ms`` (no longer renewed): its new
@@ -290,7 +292,7 @@ class Consumption:
             if client_call:  # give the delivery back to its handle: the client tries again
                 self.state.replace(g, t, q, off, claim.n, delivery)
             raise
-        done, commit = self.state.settle(g, t, q, off, claim.n)
+        done, commit, _ = self.state.settle(g, t, q, off, claim.n)
         if done == 1:
             self.commit(g, t, q, commit, token)
         self._count(str(answer.get("outcome", "RETRY")).lower())
@@ -301,16 +303,38 @@ class Consumption:
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int,
                token: str | None) -> None:
-        """SPEC C4: the group's progress in the store, when it moved."""
-        if offset < 0 or self.state.committed(group, topic, queue_id) == offset:
+        """SPEC C4: the group's progress, to the store by the next flush (every
+        ``COMMIT_EVERY_S``, as the SDK commits every few seconds: a commit per ack would cost
+        an HTTP call each). The offset a queue may commit never goes down; what is not flushed
+        yet is in Redis (the deliveries under way), so a crash loses no progress a later
+        settle of the queue would not commit again."""
+        if offset < 0:
             return
-        try:
-            self.backend.commit(group, topic, queue_id, offset, token)
-        except ClepsydraError as exc:  # the next settle commits again
-            logger.warning("gateway commit failed group=%s topic=%s queue_id=%d "
-                           "queue_offset=%d: %s", group, topic, queue_id, offset, exc.message)
-            return
-        self.state.set_committed(group, topic, queue_id, offset)
+        key = (group, topic, queue_id)
+        with self._dirty_lock:
+            known = self._dirty.get(key)
+            if known is None or known[0] < offset:
+                self._dirty[key] = (offset, token)
+
+    def flush_commits(self) -> int:
+        """Commit what moved since the last flush; how many queues were committed."""
+        with self._dirty_lock:
+            dirty, self._dirty = self._dirty, {}
+        done = 0
+        for (group, topic, queue_id), (offset, token) in dirty.items():
+            if self.state.committed(group, topic, queue_id) == offset:
+                continue
+            try:
+                self.backend.commit(group, topic, queue_id, offset, token)
+            except ClepsydraError as exc:  # kept for the next flush
+                logger.warning("gateway commit failed group=%s topic=%s queue_id=%d "
+                               "queue_offset=%d: %s", group, topic, queue_id, offset,
+                               exc.message)
+                self.commit(group, topic, queue_id, offset, token)
+                continue
+            self.state.set_committed(group, topic, queue_id, offset)
+            done += 1
+        return done
 
     # ---- the sweeper -------------------------------------------------------------------
 
@@ -323,11 +347,19 @@ class Consumption:
         self._stop.set()
         if self._sweeper is not None:
             self._sweeper.join(5)
+        try:
+            self.flush_commits()
+        except Exception:  # stopping: what is not committed is committed by a later settle
+            logger.exception("gateway could not commit on stop")
 
     def _sweep_loop(self) -> None:
+        next_flush = 0.0
         while not self._stop.wait(SWEEP_S):
             try:
                 self.sweep()
+                if time.monotonic() >= next_flush:
+                    next_flush = time.monotonic() + COMMIT_EVERY_S
+                    self.flush_commits()
             except Exception:  # a loop that must go on: Redis or a service away for now
                 logger.exception("gateway sweep failed; trying again")
 

@@ -56,6 +56,9 @@ ACCEPTED_TYPES = (d.MessageType.NORMAL, d.MessageType.FIFO, d.MessageType.DELAY)
 SEND_ATTEMPTS = 3
 """A producer's attempts per send (the client's own default), told in its Settings."""
 RECEIVE_BATCH = 32
+DEADLINE_MARGIN_S = 0.3
+"""A send answers this long before the client's deadline: an error the client tries again
+rather than a deadline it gives up on."""
 MAX_BATCH = 1000
 FILTER_TAG = d.FilterType.TAG
 FILTER_SQL = d.FilterType.SQL
@@ -229,10 +232,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             self.access.check(who, Action.SEND, topic)
             trace.get_current_span().set_attribute(telemetry.DESTINATION, topic)
             bodies = [self._store_message(m, topic, token) for m in request.messages]
+            left = context.time_remaining()
+            within_s = None if left is None else left - DEADLINE_MARGIN_S
             if len(bodies) == 1:
-                answers = [self.backend.produce(topic, bodies[0], token)]
+                answers = [self.backend.produce(topic, bodies[0], token, within_s)]
             else:
-                answers = self.backend.produce_batch(topic, bodies, token)
+                answers = self.backend.produce_batch(topic, bodies, token, within_s)
             self.metrics.messages.labels("sent").inc(len(answers))
             self.consumption.wake()
             return s.SendMessageResponse(status=_ok(), entries=[

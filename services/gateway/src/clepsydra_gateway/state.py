@@ -86,11 +86,12 @@ return 1
 
 _SETTLE = _COMMIT + """
 local e = redis.call('HGET', KEYS[2], ARGV[1])
-if not e then return {0, 0} end
-if cjson.decode(e).n ~= ARGV[2] then return {-1, 0} end
+if not e then return {0, 0, ''} end
+local d = cjson.decode(e)
+if d.n ~= ARGV[2] then return {-1, 0, ''} end
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[3])
-return {1, commit_of(KEYS[1], KEYS[2])}
+return {1, commit_of(KEYS[1], KEYS[2]), d.m}
 """
 
 _REPLACE = """
@@ -209,15 +210,15 @@ class GatewayState:
         return None if raw is None else Delivery.decode(raw)
 
     def settle(self, group: str, topic: str, queue_id: int, offset: int,
-               nonce: str) -> tuple[int, int]:
+               nonce: str) -> tuple[int, int, str]:
         """End a delivery (acked, sent back, dead-lettered): (1, the offset the group may
-        commit), or (0, 0) when it is not under way, (-1, 0) when ``nonce`` is not its
-        current handle's."""
+        commit, its msgId), or (0, 0, "") when it is not under way, (-1, 0, "") when ``nonce``
+        is not its current handle's."""
         cursor, inflight, _ = self.keys(group, topic, queue_id)
-        done, commit = self._settle(
+        done, commit, msg_id = self._settle(
             keys=[cursor, inflight, naming.GATEWAY_DEADLINES_KEY],
             args=[offset, nonce, delivery_member(group, topic, queue_id, offset)])
-        return int(done), int(commit)
+        return int(done), int(commit), str(msg_id)
 
     def replace(self, group: str, topic: str, queue_id: int, offset: int, nonce: str,
                 new: Delivery, *, only_if_due_at: int | None = None) -> int:
