@@ -21,6 +21,9 @@ kept as ``<name>.log.1``) and echoed to stdout as ``name | line``:
                       on CLEPSYDRA_SCHEDULER_PORT (0: its log says "scheduler worker ready");
                       beat runs on a thread of the worker, which also answers beat's
                       /healthz on CLEPSYDRA_SCHEDULER_BEAT_PORT (one process: issue 14)
+    gateway           python -m clepsydra_gateway             ready: GET /healthz answers 200
+                      on CLEPSYDRA_GATEWAY_HEALTH_PORT (8089); RocketMQ 5 gRPC on
+                      CLEPSYDRA_GATEWAY_PORT (8088)
     (--separate-beat: instead, as deployed on Kubernetes and in the images)
     scheduler-worker  python -m clepsydra_scheduler worker    ready: as the scheduler's
     scheduler-beat    python -m clepsydra_scheduler beat      ready: GET /healthz answers 200
