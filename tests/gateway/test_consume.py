@@ -10,6 +10,8 @@ import time
 from collections import Counter
 
 import pytest
+from rocketmq.grpc_protocol import definition_pb2 as d
+from rocketmq.grpc_protocol import service_pb2 as s
 
 from clepsydra_client.producer import Producer as SdkProducer
 from clepsydra_client.push import PushConsumer as SdkPushConsumer
@@ -137,3 +139,25 @@ def test_the_sdk_and_the_official_client_share_a_groups_progress(gw: Gw) -> None
     finally:
         consumer.shutdown()
     assert seen == [from_official]  # the group's progress is one: not the SDK's message again
+
+
+def test_settings_carry_the_groups_retry_policy(gw: Gw) -> None:
+    # Telemetry: a consumer's Settings answered with max attempts = retryMaxTimes + 1 (R5),
+    # the back-off = the retry ladder of the level table (R7: all 1 s here), the FIFO flag,
+    # metrics off; a producer's with the largest body (P1)
+    group, fifo = gw.group(retry_max_times=3), gw.group("fifo", retry_max_times=5)
+    stub = gw.stub()
+    for name, attempts, is_fifo in ((group, 4, False), (fifo, 6, True)):
+        theirs = d.Settings(client_type=d.ClientType.PUSH_CONSUMER,
+                            subscription=d.Subscription(group=d.Resource(name=name)),
+                            metric=d.Metric(on=True))
+        [answer] = list(stub.Telemetry(iter([s.TelemetryCommand(settings=theirs)]), timeout=10))
+        assert answer.status.code == d.Code.OK
+        ours = answer.settings
+        assert ours.backoff_policy.max_attempts == attempts
+        assert [x.seconds for x in ours.backoff_policy.customized_backoff.next] == [1] * (
+            attempts - 1)
+        assert ours.subscription.fifo is is_fifo and not ours.metric.on
+    producer = d.Settings(client_type=d.ClientType.PRODUCER, publishing=d.Publishing())
+    [answer] = list(stub.Telemetry(iter([s.TelemetryCommand(settings=producer)]), timeout=10))
+    assert answer.settings.publishing.max_body_size == 4 * 1024 * 1024

@@ -26,6 +26,25 @@ MIN_CALL_S = 0.2
 """The least time a store call is given."""
 
 
+class _Cache:
+    """Answers kept for a while (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._items: dict[str, tuple[float, Any]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> tuple[bool, Any]:
+        with self._lock:
+            hit = self._items.get(key)
+        if hit is not None and hit[0] > time.monotonic():
+            return True, hit[1]
+        return False, None
+
+    def put(self, key: str, value: Any, ttl_s: float) -> None:
+        with self._lock:
+            self._items[key] = (time.monotonic() + ttl_s, value)
+
+
 def _auth(token: str | None) -> dict[str, str] | None:
     return {"Authorization": f"Bearer {token}"} if token else None
 
@@ -47,19 +66,17 @@ class Backend:
         self.retry = HttpClient(retry_url, timeout_s=timeout_s, service="retry service",
                                 env_proxies=False, pool_size=pool_size)
         self.refused_retry_s = refused_retry_s
-        self._topics: dict[str, tuple[float, TopicInfo | None]] = {}
-        self._groups: dict[str, tuple[float, GroupSettings]] = {}
-        self._lock = threading.Lock()
+        self._topics = _Cache()
+        self._groups = _Cache()
 
     # ---- the store ---------------------------------------------------------------------
 
     def topic(self, topic: str, token: str | None) -> TopicInfo | None:
         """The topic's queues (None: the store has no such topic), cached briefly."""
-        now = time.monotonic()
-        with self._lock:
-            hit = self._topics.get(topic)
-        if hit is not None and hit[0] > now:
-            return hit[1]
+        known, cached = self._topics.get(topic)
+        if known:
+            info: TopicInfo | None = cached
+            return info
         try:
             doc = self.store.get(self.store.path("/v1/topics/{}", topic), headers=_auth(token))
         except TopicNotFound:
@@ -72,8 +89,7 @@ class Backend:
                              {int(q.get("queueId", i)): int(q.get("minOffset", 0))
                               for i, q in enumerate(queues)} if isinstance(queues, list)
                              else {})
-        with self._lock:
-            self._topics[topic] = (now + (TOPIC_TTL_S if info else TOPIC_TTL_S / 2), info)
+        self._topics.put(topic, info, TOPIC_TTL_S if info else TOPIC_TTL_S / 2)
         return info
 
     def produce(self, topic: str, message: Json, token: str | None,
@@ -151,18 +167,16 @@ class Backend:
     def group_settings(self, group: str, token: str | None) -> GroupSettings:
         """The group's retry settings (R3, R5), cached briefly; an unknown group has the
         defaults (it is created with them at its first send-back)."""
-        now = time.monotonic()
-        with self._lock:
-            hit = self._groups.get(group)
-        if hit is not None and hit[0] > now:
-            return hit[1]
+        known, cached = self._groups.get(group)
+        if known:
+            found: GroupSettings = cached
+            return found
         try:
             doc = self.retry.get(self.retry.path("/v1/groups/{}", group), headers=_auth(token))
             settings = GroupSettings.from_json(doc)
         except (GroupNotFound, NotFound):
             settings = GroupSettings()
-        with self._lock:
-            self._groups[group] = (now + GROUP_TTL_S, settings)
+        self._groups.put(group, settings, GROUP_TTL_S)
         return settings
 
     def close(self) -> None:

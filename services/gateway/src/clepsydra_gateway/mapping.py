@@ -21,6 +21,7 @@ import math
 import zlib
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Any
 
 import orjson
 
@@ -102,6 +103,20 @@ def _unb64(text: str) -> object:
     return orjson.loads(base64.urlsafe_b64decode(padded.encode("ascii")))
 
 
+def _fields(text: str, prefix: str, count: int, bad: GatewayError) -> list[Any]:
+    """The ``count`` fields of a handle written by ``prefix + _b64([...])``; ``bad`` when it is
+    not one."""
+    if not text.startswith(prefix) or len(text) > 2048:
+        raise bad
+    try:
+        doc = _unb64(text[len(prefix):])
+    except (ValueError, binascii.Error, UnicodeEncodeError):
+        raise bad from None
+    if not isinstance(doc, list) or len(doc) != count:
+        raise bad
+    return doc
+
+
 @dataclass(frozen=True, slots=True)
 class ReceiptHandle:
     """Which delivery of which stored message: the group, where the copy is stored (a user
@@ -123,14 +138,8 @@ class ReceiptHandle:
         """The handle; GatewayError INVALID_RECEIPT_HANDLE when it is not one of ours."""
         bad = GatewayError(Status.INVALID_RECEIPT_HANDLE,
                            "invalid receipt handle: not one this gateway gave out")
-        if not text.startswith(RECEIPT_PREFIX) or len(text) > 2048:
-            raise bad
-        try:
-            doc = _unb64(text[len(RECEIPT_PREFIX):])
-        except (ValueError, binascii.Error, UnicodeEncodeError):
-            raise bad from None
-        if (not isinstance(doc, list) or len(doc) != 5
-                or not all(isinstance(v, str) and v for v in (doc[0], doc[1], doc[4]))
+        doc = _fields(text, RECEIPT_PREFIX, 5, bad)
+        if (not all(isinstance(v, str) and v for v in (doc[0], doc[1], doc[4]))
                 or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
                            for v in (doc[2], doc[3]))):
             raise bad
@@ -165,14 +174,8 @@ class RecallHandle:
     def decode(cls, text: str) -> RecallHandle:
         bad = GatewayError(Status.BAD_REQUEST, "invalid recall handle: not one this gateway "
                                                "gave out")
-        if not text.startswith(RECALL_PREFIX) or len(text) > 2048:
-            raise bad
-        try:
-            doc = _unb64(text[len(RECALL_PREFIX):])
-        except (ValueError, binascii.Error, UnicodeEncodeError):
-            raise bad from None
-        if (not isinstance(doc, list) or len(doc) != 2
-                or not all(isinstance(v, str) and v for v in doc)):
+        doc = _fields(text, RECALL_PREFIX, 2, bad)
+        if not all(isinstance(v, str) and v for v in doc):
             raise bad
         return cls(doc[0], doc[1])
 
