@@ -18,12 +18,14 @@ FROM ${PYTHON_IMAGE} AS builder
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 # third-party wheels first: this layer changes only with requirements/images.txt. The
 # kubernetes client (the scheduler's autoscaler, `clepsydra k8s`) ships an asyncio copy of
-# itself, kubernetes/aio (~70 MB with its bytecode), that nothing here imports: left out, the
-# service images stay under 300 MB (issue 21)
+# itself, kubernetes/aio (~70 MB with its bytecode), that nothing here imports, and grpcio-tools
+# (the protocol compiler, 8 MB) comes with the official RocketMQ client whose generated modules
+# the gateway takes: both left out, the service images stay under 300 MB (issue 21)
 COPY build/wheelhouse/deps/ /wheels/deps/
 RUN python3 -m venv /opt/venv \
     && /opt/venv/bin/pip install --no-cache-dir --no-index --no-deps /wheels/deps/*.whl \
-    && rm -rf /opt/venv/lib/python3*/site-packages/kubernetes/aio
+    && rm -rf /opt/venv/lib/python3*/site-packages/kubernetes/aio \
+       /opt/venv/lib/python3*/site-packages/grpc_tools
 COPY build/wheelhouse/project/ /wheels/project/
 # --no-deps above and here: the lock is the whole closure; `pip check` proves it
 RUN /opt/venv/bin/pip install --no-cache-dir --no-index --no-deps /wheels/project/*.whl \
