@@ -5,6 +5,7 @@ restarting store carry the sends; no acknowledged send is lost, SPEC P2)."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections import Counter
@@ -65,9 +66,9 @@ def test_store_killed_under_a_sending_producer_loses_no_acknowledged_send(gw: Gw
     stored = Counter(m["msgId"] for m in gw.pull_all(topic))
     assert [i for i in acked if stored[i] == 0] == []
     metrics = gw.http_text(gw.stack.gateway.url + "/metrics")
-    failed_answers = sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
-                         if line.startswith('clepsydra_gateway_rpcs_total{rpc="SendMessage"')
-                         and 'code="OK"' not in line)
+    failed_answers = sum(float(count) for code, count in re.findall(
+        r'^clepsydra_gateway_rpcs_total\{code="(\w+)",rpc="SendMessage"\} (\S+)$', metrics,
+        flags=re.M) if code != "OK")
     # the client tried again after each error answer: fewer sends failed than answers did
     assert len(refused) <= failed_answers
     print(f"store kill: acked={len(acked)} refused={len(refused)} "

@@ -92,6 +92,12 @@ class Backend:
         self._topics.put(topic, info, TOPIC_TTL_S if info else TOPIC_TTL_S / 2)
         return info
 
+    def max_offsets(self, topic: str, token: str | None) -> dict[int, int]:
+        """Each queue's end (one past its last entry), read now: a receive pulls only the
+        queues that hold something past its cursor."""
+        doc = self.store.get(self.store.path("/v1/topics/{}", topic), headers=_auth(token))
+        return {int(q["queueId"]): int(q["maxOffset"]) for q in doc.get("queues") or []}
+
     def produce(self, topic: str, message: Json, token: str | None,
                 within_s: float | None = None) -> Json:
         """One message; a store that refuses connections (restarting) is tried again for up to

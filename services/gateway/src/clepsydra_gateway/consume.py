@@ -20,10 +20,13 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
+
+from opentelemetry import context as otel_context
 
 from clepsydra_core import naming
 from clepsydra_core import properties as P
@@ -123,6 +126,12 @@ class Consumption:
         give_up = time.monotonic() + ask.wait_s
         floors: dict[str, dict[int, int]] = {}
         fifo = self.is_fifo(ask.group)
+        with _untraced():  # polls make no span (README "Tracing"); the RPC's span says it all
+            return self._receive_loop(ask, info, give_up, floors, fifo, alive)
+
+    def _receive_loop(self, ask: ReceiveAsk, info: TopicInfo, give_up: float,
+                      floors: dict[str, dict[int, int]], fifo: bool,
+                      alive: Callable[[], bool]) -> list[Handed]:
         while True:
             sources = [info]
             retry = self.backend.topic(naming.retry_topic(ask.group), ask.token)
@@ -150,6 +159,7 @@ class Consumption:
         queues = [(t, q) for t in sources for q in range(t.queues)]
         if not queues:
             return []
+        ends = {t.name: self.backend.max_offsets(t.name, ask.token) for t in sources}
         start = next(self._turn) % len(queues)
         out: list[Handed] = []
         first_pass = not floors
@@ -161,6 +171,8 @@ class Consumption:
             if cursor is None or (first_pass and not view.inflight):
                 cursor = self.state.advance(ask.group, topic.name, queue_id,
                                             self._floor(ask, topic, queue_id, floors))
+            if cursor >= ends[topic.name].get(queue_id, 0) and not (fifo and view.inflight):
+                continue  # nothing past the cursor (nor a FIFO delivery to hand out again)
             try:
                 if fifo:
                     if any(d.s != VISIBLE for d in view.inflight.values()):
@@ -408,6 +420,16 @@ class Consumption:
                                   "without an ack", delivery.c, None, client_call=False,
                                   due_at=now)
         self.wake()
+
+
+@contextmanager
+def _untraced() -> Iterator[None]:
+    """Calls made in here carry no trace context (a held receive's polls of the store)."""
+    token = otel_context.attach(otel_context.Context())
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
 
 
 def _one_per_group(messages: list[dict[str, Any]],
