@@ -23,9 +23,9 @@ stack's processes.
 Totals are given for the core (Redis, store, retry, the scheduler's worker and beat: one
 process in ``make run``, two with ``--separate-beat``) and the whole stack (plus the gateway,
 the analytics processes, the console and the supervisor). ``--separate-beat`` is passed on
-to ``tools.stack``; ``--gunicorn-masters`` runs the store, retry and analytics API as deployed, each a gunicorn
-master and its worker (``CLEPSYDRA_SINGLE_PROCESS=false``); ``--without-analytics`` is
-``make run-core``'s stack.
+to ``tools.stack``; ``--gunicorn-masters`` runs the store, retry and analytics API as
+deployed, each a gunicorn master and its worker (``CLEPSYDRA_SINGLE_PROCESS=false``);
+``--without-analytics`` is ``make run-core``'s stack.
 """
 
 from __future__ import annotations
