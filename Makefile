@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TOX_STAMP := .tox/.installed
-TOX_ENVS ?= lint,type,unit,integration,e2e,faults,k8s,spark,browser
+TOX_ENVS ?= lint,type,unit,integration,e2e,faults,gateway,k8s,spark,browser
 # auto: `make test` also runs the images env when a Docker engine answers or can be started
 # here (docker/engine.sh --check), and says why not otherwise; 0: never
 IMAGES_TEST ?= auto
@@ -95,8 +95,8 @@ run: setup
 run-core: setup
 	@export PATH="$(CURDIR)/$(BIN):$$PATH"; exec $(BIN)/python -m tools.stack --without-analytics
 
-## test: set up, then run every tox env (lint, type, unit, integration, e2e, faults, k8s, spark,
-## browser, and images when a Docker engine can be had).
+## test: set up, then run every tox env (lint, type, unit, integration, e2e, faults, gateway, k8s,
+## spark, browser, and images when a Docker engine can be had).
 test: setup $(TOX_STAMP)
 	@envs="$(TOX_ENVS)"; \
 	if [ "$(IMAGES_TEST)" = auto ]; then \
@@ -114,13 +114,13 @@ $(TOX_STAMP): $(STAMP) tox.ini
 
 ## test-fast: the pytest suites only, no tox.
 test-fast: setup
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q tests/unit tests/integration tests/e2e tests/faults tests/spark tests/browser
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q tests/unit tests/integration tests/e2e tests/faults tests/gateway tests/spark tests/browser
 
 lint: setup
 	$(BIN)/ruff check .
 
 type: setup
-	$(BIN)/mypy libs/core/src libs/web/src services/store/src services/scheduler/src services/retry/src libs/client/src services/analytics/src services/console/src tools
+	$(BIN)/mypy libs/core/src libs/web/src services/store/src services/scheduler/src services/retry/src libs/client/src services/analytics/src services/console/src services/gateway/src tools
 
 ## bench: every figure of docs/performance.md, one bench after the other (about an hour on 2 cores:
 ## the due bursts wait two minutes each, the 10M pending take the longest); each prints what else

@@ -21,11 +21,11 @@ with the store's requests by operation in that window. ``--set VAR=VALUE`` is gi
 stack's processes.
 
 Totals are given for the core (Redis, store, retry, the scheduler's worker and beat: one
-process in ``make run``, two with ``--separate-beat``) and the whole stack (plus the analytics
-processes, the console and the supervisor). ``--separate-beat`` is passed on to ``tools.stack``;
-``--gunicorn-masters`` runs the store, retry and analytics API as deployed, each a gunicorn
-master and its worker (``CLEPSYDRA_SINGLE_PROCESS=false``); ``--without-analytics`` is
-``make run-core``'s stack.
+process in ``make run``, two with ``--separate-beat``) and the whole stack (plus the gateway,
+the analytics processes, the console and the supervisor). ``--separate-beat`` is passed on
+to ``tools.stack``; ``--gunicorn-masters`` runs the store, retry and analytics API as
+deployed, each a gunicorn master and its worker (``CLEPSYDRA_SINGLE_PROCESS=false``);
+``--without-analytics`` is ``make run-core``'s stack.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def part_of(argv: list[bytes]) -> str:
     if "tools.stack" in text:
         return "supervisor"
     for module in ("clepsydra_store", "clepsydra_retry", "clepsydra_scheduler",
-                   "clepsydra_analytics", "clepsydra_console"):
+                   "clepsydra_gateway", "clepsydra_analytics", "clepsydra_console"):
         if module in text:
             words = text.split()
             i = words.index(module) if module in words else -1

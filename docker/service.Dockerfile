@@ -18,12 +18,14 @@ FROM ${PYTHON_IMAGE} AS builder
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 # third-party wheels first: this layer changes only with requirements/images.txt. The
 # kubernetes client (the scheduler's autoscaler, `clepsydra k8s`) ships an asyncio copy of
-# itself, kubernetes/aio (~70 MB with its bytecode), that nothing here imports: left out, the
-# service images stay under 300 MB (issue 21)
+# itself, kubernetes/aio (~70 MB with its bytecode), that nothing here imports, and grpcio-tools
+# (the protocol compiler, 8 MB) comes with the official RocketMQ client whose generated modules
+# the gateway takes: both left out, the service images stay under 300 MB (issue 21)
 COPY build/wheelhouse/deps/ /wheels/deps/
 RUN python3 -m venv /opt/venv \
     && /opt/venv/bin/pip install --no-cache-dir --no-index --no-deps /wheels/deps/*.whl \
-    && rm -rf /opt/venv/lib/python3*/site-packages/kubernetes/aio
+    && rm -rf /opt/venv/lib/python3*/site-packages/kubernetes/aio \
+       /opt/venv/lib/python3*/site-packages/grpc_tools
 COPY build/wheelhouse/project/ /wheels/project/
 # --no-deps above and here: the lock is the whole closure; `pip check` proves it
 RUN /opt/venv/bin/pip install --no-cache-dir --no-index --no-deps /wheels/project/*.whl \
@@ -45,6 +47,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     CLEPSYDRA_STORE_BIND=0.0.0.0 \
     CLEPSYDRA_RETRY_BIND=0.0.0.0 \
     CLEPSYDRA_SCHEDULER_BIND=0.0.0.0 \
+    CLEPSYDRA_GATEWAY_BIND=0.0.0.0 \
     CLEPSYDRA_ANALYTICS_BIND=0.0.0.0
 WORKDIR /data
 USER 10001:10001
@@ -86,6 +89,13 @@ EXPOSE 8087
 HEALTHCHECK --interval=5s --timeout=5s --start-period=30s --retries=3 \
     CMD ["python", "/opt/clepsydra/healthcheck.py", "CLEPSYDRA_CONSOLE_PORT", "8087"]
 CMD ["python", "-m", "clepsydra_console"]
+
+FROM runtime AS gateway
+# RocketMQ 5 gRPC on 8088; its /healthz, /livez and /metrics on 8089
+EXPOSE 8088 8089
+HEALTHCHECK --interval=5s --timeout=5s --start-period=30s --retries=3 \
+    CMD ["python", "/opt/clepsydra/healthcheck.py", "CLEPSYDRA_GATEWAY_HEALTH_PORT", "8089"]
+CMD ["python", "-m", "clepsydra_gateway"]
 
 # ---- analytics (built only when services/analytics exists: tools/images.py) ---------------
 # Last in the file: the classic builder builds every stage before the target it is asked for.

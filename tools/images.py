@@ -74,6 +74,7 @@ IMAGES = (
     Image("scheduler-beat", "service.Dockerfile", "scheduler-beat"),
     Image("retry", "service.Dockerfile", "retry"),
     Image("console", "service.Dockerfile", "console"),
+    Image("gateway", "service.Dockerfile", "gateway"),
     Image("analytics-exporter", "service.Dockerfile", "analytics-exporter", analytics=True),
     Image("analytics-spark", "spark.Dockerfile", None, analytics=True),
     Image("redis", "redis.Dockerfile", None),
@@ -274,7 +275,7 @@ def compose(*args: str) -> list[str]:
     return ["docker-compose", "-p", project, *files, *args]
 
 
-STACK = ("redis", "store", "retry", "console", "scheduler-worker", "scheduler-beat")
+STACK = ("redis", "store", "retry", "console", "scheduler-worker", "scheduler-beat", "gateway")
 """The services `up` starts (the profiles `jobs` and `telemetry` stay off)."""
 
 

@@ -100,20 +100,26 @@ Kubernetes keeps the three apart."""
 CONSOLE = Part("console", ("clepsydra_console",), "CLEPSYDRA_CONSOLE_PORT",
                "CLEPSYDRA_CONSOLE_URL")
 """The web console (services/console): reads the store, retry and analytics APIs."""
+GATEWAY = Part("gateway", ("clepsydra_gateway",), "CLEPSYDRA_GATEWAY_HEALTH_PORT")
+"""The RocketMQ 5 gRPC gateway: gRPC on CLEPSYDRA_GATEWAY_PORT, ready when its health port
+answers /healthz (Redis and the store answer)."""
+EXTRA_PORTS = {GATEWAY.name: ("CLEPSYDRA_GATEWAY_PORT",)}
+"""Ports a part listens on besides its health port (each given a free port like it)."""
 SCHEDULER = (SCHEDULER_WORKER, SCHEDULER_BEAT)
 ANALYTICS = (ANALYTICS_EXPORT, ANALYTICS_API, ANALYTICS_SCHEDULE)
 LOCAL_ANALYTICS = (ANALYTICS_LOCAL,)
-EVERYTHING = (STORE, RETRY, SCHEDULER_WITH_BEAT, *LOCAL_ANALYTICS, CONSOLE)
+EVERYTHING = (STORE, RETRY, SCHEDULER_WITH_BEAT, GATEWAY, *LOCAL_ANALYTICS, CONSOLE)
 """What ``make run`` starts (Redis aside), in start order: the scheduler one process, the
-analytics one process (issue 14, the stack's memory at rest), the console."""
-EVERYTHING_SEPARATE_BEAT = (STORE, RETRY, *SCHEDULER, *LOCAL_ANALYTICS, CONSOLE)
+gateway, the analytics one process (issue 14, the stack's memory at rest), the console."""
+EVERYTHING_SEPARATE_BEAT = (STORE, RETRY, *SCHEDULER, GATEWAY, *LOCAL_ANALYTICS, CONSOLE)
 """The same with the scheduler's worker and beat two processes, as deployed
 (``python -m tools.stack --separate-beat``: the fault matrix kills each)."""
-PARTS = (STORE, RETRY, SCHEDULER_WORKER, SCHEDULER_BEAT, SCHEDULER_WITH_BEAT, *ANALYTICS,
-         ANALYTICS_LOCAL, CONSOLE)
+PARTS = (STORE, RETRY, SCHEDULER_WORKER, SCHEDULER_BEAT, SCHEDULER_WITH_BEAT, GATEWAY,
+         *ANALYTICS, ANALYTICS_LOCAL, CONSOLE)
 """Every kind of part but Redis."""
 BY_NAME = {part.name: part for part in PARTS}
 PORT_VARS = tuple(dict.fromkeys((*(p.port_var for p in PARTS if p.port_var),
+                                 *(v for extra in EXTRA_PORTS.values() for v in extra),
                                  "CLEPSYDRA_REDIS_PORT")))
 """Every port a whole stack listens on."""
 
@@ -153,8 +159,9 @@ class Stack:
         return self
 
     def with_part(self, part: Part, *, name: str | None = None, **env: str) -> Stack:
-        if part.port_var and part.port_var not in self.ports:
-            self.ports[part.port_var] = free_port()
+        for var in (part.port_var, *EXTRA_PORTS.get(part.name, ())):
+            if var and var not in self.ports:
+                self.ports[var] = free_port()
         self._plan.append((part, name, env))
         return self
 
@@ -173,6 +180,10 @@ class Stack:
                 self.ports.setdefault(part.port_var, 0)
             self.with_part(part, **{**(env or {}), **more})
         return self
+
+    def with_gateway(self, **env: str) -> Stack:
+        """The RocketMQ 5 gateway (gRPC on ``ports["CLEPSYDRA_GATEWAY_PORT"]``)."""
+        return self.with_part(GATEWAY, **env)
 
     def with_analytics(self, *parts: Part, **env: str) -> Stack:
         """The analytics parts asked for (default: all three)."""
@@ -306,6 +317,16 @@ class Stack:
     @property
     def retry(self) -> HttpService:
         return self.http(RETRY.name)
+
+    @property
+    def gateway(self) -> HttpService:
+        """The gateway's process (its ``url`` is the health port's)."""
+        return self.http(GATEWAY.name)
+
+    @property
+    def gateway_endpoint(self) -> str:
+        """Where RocketMQ clients reach the gateway: ``127.0.0.1:<gRPC port>``."""
+        return f"127.0.0.1:{self.ports['CLEPSYDRA_GATEWAY_PORT']}"
 
     @property
     def analytics(self) -> HttpService:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-SUITES = ("integration", "e2e", "spark", "k8s", "images", "faults", "browser")
+SUITES = ("integration", "e2e", "spark", "k8s", "images", "faults", "browser", "gateway")
 _DESELECTED = pytest.StashKey[list[pytest.Item]]()
 
 

@@ -21,6 +21,9 @@ kept as ``<name>.log.1``) and echoed to stdout as ``name | line``:
                       on CLEPSYDRA_SCHEDULER_PORT (0: its log says "scheduler worker ready");
                       beat runs on a thread of the worker, which also answers beat's
                       /healthz on CLEPSYDRA_SCHEDULER_BEAT_PORT (one process: issue 14)
+    gateway           python -m clepsydra_gateway             ready: GET /healthz answers 200
+                      on CLEPSYDRA_GATEWAY_HEALTH_PORT (8089); RocketMQ 5 gRPC on
+                      CLEPSYDRA_GATEWAY_PORT (8088)
     (--separate-beat: instead, as deployed on Kubernetes and in the images)
     scheduler-worker  python -m clepsydra_scheduler worker    ready: as the scheduler's
     scheduler-beat    python -m clepsydra_scheduler beat      ready: GET /healthz answers 200
@@ -140,6 +143,9 @@ class StackSettings:
     scheduler_port: int | None = 8083
     scheduler_beat_port: int | None = 8084
     console_port: int = 8087
+    gateway_port: int = 8088
+    """The RocketMQ 5 gateway's gRPC port (``CLEPSYDRA_GATEWAY_PORT``)."""
+    gateway_health_port: int = 8089
 
     @classmethod
     def from_env(cls, env: Env) -> StackSettings:
@@ -151,6 +157,8 @@ class StackSettings:
             scheduler_beat_port=env_int(env, "CLEPSYDRA_SCHEDULER_BEAT_PORT", 8084,
                                         minimum=0) or None,
             console_port=env_int(env, "CLEPSYDRA_CONSOLE_PORT", 8087, minimum=1),
+            gateway_port=env_int(env, "CLEPSYDRA_GATEWAY_PORT", 8088, minimum=1),
+            gateway_health_port=env_int(env, "CLEPSYDRA_GATEWAY_HEALTH_PORT", 8089, minimum=1),
         )
 
     @property
@@ -183,6 +191,8 @@ class StackSettings:
             "CLEPSYDRA_SCHEDULER_PORT": str(self.scheduler_port or 0),
             "CLEPSYDRA_SCHEDULER_BEAT_PORT": str(self.scheduler_beat_port or 0),
             "CLEPSYDRA_CONSOLE_PORT": str(self.console_port),
+            "CLEPSYDRA_GATEWAY_PORT": str(self.gateway_port),
+            "CLEPSYDRA_GATEWAY_HEALTH_PORT": str(self.gateway_health_port),
             "PYTHONUNBUFFERED": "1",
             "PATH": os.pathsep.join(p for p in (str(Path(sys.executable).parent),
                                                 base.get("PATH", "")) if p),
@@ -215,6 +225,8 @@ class Supervisor:
             "CLEPSYDRA_RETRY_PORT": settings.retry_port,
             "CLEPSYDRA_SCHEDULER_PORT": settings.scheduler_port or 0,
             "CLEPSYDRA_SCHEDULER_BEAT_PORT": settings.scheduler_beat_port or 0,
+            "CLEPSYDRA_GATEWAY_PORT": settings.gateway_port,
+            "CLEPSYDRA_GATEWAY_HEALTH_PORT": settings.gateway_health_port,
             "CLEPSYDRA_ANALYTICS_PORT": analytics_port,
             "CLEPSYDRA_ANALYTICS_EXPORTER_PORT":
                 int(self.env["CLEPSYDRA_ANALYTICS_EXPORTER_PORT"]),
@@ -386,6 +398,7 @@ class Supervisor:
     def address_table(self) -> str:
         c = self.settings.common
         rows = [("store", c.store_url), ("retry", c.retry_url),
+                ("gateway", f"127.0.0.1:{self.settings.gateway_port} (RocketMQ 5 gRPC)"),
                 ("analytics", self.analytics_url if self.analytics else "not started"),
                 ("console", self.console_url),
                 ("redis", c.effective_redis_url + ("" if self.settings.own_redis
@@ -415,7 +428,9 @@ class Supervisor:
     def _check_ports(self) -> None:
         s = self.settings
         ports = [("CLEPSYDRA_STORE_PORT", s.store_port), ("CLEPSYDRA_RETRY_PORT", s.retry_port),
-                 ("CLEPSYDRA_CONSOLE_PORT", s.console_port)]
+                 ("CLEPSYDRA_CONSOLE_PORT", s.console_port),
+                 ("CLEPSYDRA_GATEWAY_PORT", s.gateway_port),
+                 ("CLEPSYDRA_GATEWAY_HEALTH_PORT", s.gateway_health_port)]
         for name, port in (("CLEPSYDRA_SCHEDULER_PORT", s.scheduler_port),
                            ("CLEPSYDRA_SCHEDULER_BEAT_PORT", s.scheduler_beat_port)):
             if port is not None:

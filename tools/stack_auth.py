@@ -3,9 +3,9 @@ scheduler, the retry service and the analytics processes each need a token of th
 the console a secret to sign its sign-in cookie (a fresh one each start unless
 ``CLEPSYDRA_CONSOLE_SECRET_KEY`` is set: sign in again after a restart).
 At every start the stack makes fresh ones in the tokens file (``local-scheduler``,
-``local-retry``, ``local-analytics``, replacing those of the previous run: the file keeps
-only digests, so old ones cannot be read back) and gives each child its ``CLEPSYDRA_TOKEN``.
-Your own tokens in the file are left alone."""
+``local-retry``, ``local-analytics``, ``local-gateway``, replacing those of the previous run:
+the file keeps only digests, so old ones cannot be read back) and gives each child its
+``CLEPSYDRA_TOKEN``. Your own tokens in the file are left alone."""
 
 from __future__ import annotations
 
@@ -28,6 +28,9 @@ CHILD_ROLES = {
     "analytics": Role.ANALYTICS,
 }
 """The stack's children that call other services, and the role each one's calls need."""
+SCOPED = {"gateway": (Role.CONSUMER, ("*",), ("*",))}
+"""Children whose token is a scoped role: the gateway's own calls (the send-backs and commits
+of deliveries whose time ran out, for any group; its clients' calls carry their own tokens)."""
 
 
 def service_tokens(auth: AuthSettings) -> dict[str, dict[str, str]]:
@@ -39,8 +42,13 @@ def service_tokens(auth: AuthSettings) -> dict[str, dict[str, str]]:
         name = f"local-{role.value}"
         revoke_token(auth.tokens_file, name)
         by_role[role] = create_token(auth.tokens_file, name, role)[1]
-    return {child: {TOKEN_VAR: by_role[role]} for child, role in CHILD_ROLES.items()}
-
+    tokens = {child: {TOKEN_VAR: by_role[role]} for child, role in CHILD_ROLES.items()}
+    for child, (role, topics, groups) in SCOPED.items():
+        name = f"local-{child}"
+        revoke_token(auth.tokens_file, name)
+        tokens[child] = {TOKEN_VAR: create_token(auth.tokens_file, name, role, topics=topics,
+                                                 groups=groups)[1]}
+    return tokens
 
 
 def console_secret(env: Mapping[str, str]) -> dict[str, str]:

@@ -36,10 +36,11 @@ from tools.processes import REPO, free_port, wait_until
 pytestmark = pytest.mark.images
 
 PROJECT = "clepsydra-imagetest"
-PYTHON_IMAGES = ("store", "scheduler-worker", "scheduler-beat", "retry", "console")
+PYTHON_IMAGES = ("store", "scheduler-worker", "scheduler-beat", "retry", "console", "gateway")
 ANALYTICS = (REPO / "services" / "analytics" / "pyproject.toml").is_file()
 ANALYTICS_IMAGES = ("analytics-exporter", "analytics-spark") if ANALYTICS else ()
 STACK_SERVICES = ("redis", "store", "retry", "console", "scheduler-worker", "scheduler-beat",
+                  "gateway",
                   *(("analytics-exporter",) if ANALYTICS else ()))
 TOPIC = "orders"
 MAX_IMAGE_BYTES = 300_000_000
@@ -103,7 +104,8 @@ def built() -> dict[str, str]:
 def stack(built: dict[str, str]) -> Iterator[dict[str, str]]:
     """The stack up on free ports; its URLs. Down with its volumes at the end."""
     ports = {name: free_port() for name in ("STORE", "RETRY", "SCHEDULER", "SCHEDULER_BEAT",
-                                            "REDIS", "ANALYTICS", "CONSOLE")}
+                                            "REDIS", "ANALYTICS", "CONSOLE", "GATEWAY",
+                                            "GATEWAY_HEALTH")}
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLEPSYDRA_")}
     env.update({
         "CLEPSYDRA_COMPOSE_PROJECT": PROJECT,
@@ -114,6 +116,8 @@ def stack(built: dict[str, str]) -> Iterator[dict[str, str]]:
         "CLEPSYDRA_SCHEDULER_BEAT_PORT": str(ports["SCHEDULER_BEAT"]),
         "CLEPSYDRA_REDIS_PORT": str(ports["REDIS"]),
         "CLEPSYDRA_CONSOLE_PORT": str(ports["CONSOLE"]),
+        "CLEPSYDRA_GATEWAY_PORT": str(ports["GATEWAY"]),
+        "CLEPSYDRA_GATEWAY_HEALTH_PORT": str(ports["GATEWAY_HEALTH"]),
         # the exporter's /healthz (and its HEALTHCHECK) follow the API's port
         "CLEPSYDRA_ANALYTICS_PORT": str(ports["ANALYTICS"]),
     })

@@ -26,6 +26,7 @@ WORKLOADS = {
     ("Deployment", "clepsydra-scheduler-worker"),
     ("Deployment", "clepsydra-retry"),
     ("Deployment", "clepsydra-console"),
+    ("Deployment", "clepsydra-gateway"),
     ("Deployment", "clepsydra-analytics-exporter"),
     ("CronJob", "clepsydra-analytics-report"),
 }
@@ -352,6 +353,7 @@ def test_network_policies_deny_by_default_and_open_each_service(rendered: Render
 TOKEN_USERS = {
     ("StatefulSet", "clepsydra-store"): None,
     ("Deployment", "clepsydra-retry"): "retry-token",
+    ("Deployment", "clepsydra-gateway"): "gateway-token",
     ("Deployment", "clepsydra-scheduler-worker"): "scheduler-token",
     ("Deployment", "clepsydra-scheduler-beat"): "scheduler-token",
     ("Deployment", "clepsydra-analytics-exporter"): "analytics-token",
@@ -377,7 +379,7 @@ def test_prod_turns_access_control_on_with_tokens_from_a_secret(rendered: Render
         if key is not None:
             ref = env["CLEPSYDRA_TOKEN"]["valueFrom"]["secretKeyRef"]
             assert (ref["name"], ref["key"]) == ("clepsydra-auth", key), name
-        if name in ("clepsydra-store", "clepsydra-retry"):
+        if name in ("clepsydra-store", "clepsydra-retry", "clepsydra-gateway"):
             mounts = {m["mountPath"]: m for m in main["volumeMounts"]}
             assert mounts[folder].get("readOnly") and "subPath" not in mounts[folder], name
             volumes = {v["name"]: v for v in spec["volumes"]}

@@ -44,7 +44,7 @@ def test_every_service_target_runs_as_uid_10001_with_its_command() -> None:
     text = (DOCKER / "service.Dockerfile").read_text()
     targets = re.findall(r"^FROM \S+ AS (\S+)$", text, flags=re.M)
     assert targets == ["builder", "runtime-base", "runtime", "store", "scheduler-worker",
-                       "scheduler-beat", "retry", "console", "builder-analytics",
+                       "scheduler-beat", "retry", "console", "gateway", "builder-analytics",
                        "analytics-exporter"]
     runtime = text[text.index("AS runtime-base"):text.index("AS store")]
     assert "USER 10001:10001" in runtime and "COPY --from=builder /opt/venv" in runtime
@@ -52,7 +52,8 @@ def test_every_service_target_runs_as_uid_10001_with_its_command() -> None:
     commands = re.findall(r'^CMD \["python", "-m", (.+)\]$', text, flags=re.M)
     assert commands == ['"clepsydra_store"', '"clepsydra_scheduler", "worker"',
                         '"clepsydra_scheduler", "beat"', '"clepsydra_retry"',
-                        '"clepsydra_console"', '"clepsydra_analytics", "export"']
+                        '"clepsydra_console"', '"clepsydra_gateway"',
+                        '"clepsydra_analytics", "export"']
 
 
 def test_every_service_target_has_a_healthcheck() -> None:

@@ -34,5 +34,5 @@ def test_sync_rewrites_only_changed_wheels_and_drops_stale_ones(tmp_path: Path) 
 def test_image_names_are_the_agreed_ones() -> None:
     # the Kubernetes manifests reference these (clepsydra/<name>:<version> and :dev)
     assert {i.name for i in IMAGES} == {"store", "scheduler-worker", "scheduler-beat", "retry",
-                                        "console", "analytics-exporter", "analytics-spark",
-                                        "redis"}
+                                        "console", "gateway", "analytics-exporter",
+                                        "analytics-spark", "redis"}

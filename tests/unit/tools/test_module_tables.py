@@ -17,6 +17,7 @@ PACKAGES = {
     "services/scheduler/README.md": "services/scheduler/src/clepsydra_scheduler",
     "services/retry/README.md": "services/retry/src/clepsydra_retry",
     "services/analytics/README.md": "services/analytics/src/clepsydra_analytics",
+    "services/gateway/README.md": "services/gateway/src/clepsydra_gateway",
     "libs/client/README.md": "libs/client/src/clepsydra_client",
 }
 

@@ -60,7 +60,7 @@ def test_make_run_starts_the_builders_parts(tmp_path: Path) -> None:
                             console=Console(io.StringIO()), echo=False)
     children = supervisor.planned()
     assert [c.name for c in children] == [p.name for p in EVERYTHING] == [
-        "store", "retry", "scheduler", "analytics", "console"]
+        "store", "retry", "scheduler", "gateway", "analytics", "console"]
     assert [c.argv for c in children] == [p.argv() for p in EVERYTHING]
     store = children[0]
     assert isinstance(store, HttpService) and store.port == 18081
@@ -86,6 +86,11 @@ def test_make_run_starts_the_builders_parts(tmp_path: Path) -> None:
     assert console.argv[1:] == ["-m", "clepsydra_console"]
     assert isinstance(console, HttpService) and console.port == 8087
     assert console.env["CLEPSYDRA_STORE_URL"] == "http://127.0.0.1:18081"
+    # the RocketMQ 5 gateway: gRPC on 8088, ready when its health port (8089) answers
+    gateway = {c.name: c for c in children}["gateway"]
+    assert gateway.argv[1:] == ["-m", "clepsydra_gateway"]
+    assert isinstance(gateway, HttpService) and gateway.port == 8089
+    assert gateway.env["CLEPSYDRA_GATEWAY_PORT"] == "8088"
 
 
 def test_the_separate_beat_stack_runs_beat_as_a_process_as_deployed(tmp_path: Path) -> None:
@@ -95,7 +100,8 @@ def test_the_separate_beat_stack_runs_beat_as_a_process_as_deployed(tmp_path: Pa
                             echo=False, separate_beat=True)
     children = supervisor.planned()
     assert [c.name for c in children] == [p.name for p in EVERYTHING_SEPARATE_BEAT] == [
-        "store", "retry", "scheduler-worker", "scheduler-beat", "analytics", "console"]
+        "store", "retry", "scheduler-worker", "scheduler-beat", "gateway", "analytics",
+        "console"]
     assert SCHEDULER_WITH_BEAT not in EVERYTHING_SEPARATE_BEAT
 
 
@@ -123,9 +129,9 @@ def test_make_run_core_starts_no_analytics_part(tmp_path: Path) -> None:
     # with the console (it needs no Java either)
     env = {"CLEPSYDRA_HOME": str(tmp_path), "CLEPSYDRA_REDIS_URL": "redis://127.0.0.1:1/0",
            "PATH": "/usr/bin"}
-    for separate_beat, names in ((False, ["store", "retry", "scheduler", "console"]),
+    for separate_beat, names in ((False, ["store", "retry", "scheduler", "gateway", "console"]),
                                  (True, ["store", "retry", "scheduler-worker", "scheduler-beat",
-                                         "console"])):
+                                         "gateway", "console"])):
         supervisor = Supervisor(StackSettings.from_env(env), env=env,
                                 console=Console(io.StringIO()), echo=False,
                                 separate_beat=separate_beat, analytics=False)

@@ -8,7 +8,7 @@ from pathlib import Path
 from clepsydra_core.auth import Role
 from clepsydra_core.auth_tokens import TokenTable, create_token, read_entries
 from clepsydra_core.settings import AuthSettings
-from tools.stack_auth import CHILD_ROLES, service_tokens
+from tools.stack_auth import CHILD_ROLES, SCOPED, service_tokens
 
 
 def test_off_gives_no_tokens(tmp_path: Path) -> None:
@@ -27,5 +27,10 @@ def test_each_child_gets_a_token_of_its_role_fresh_each_start(tmp_path: Path) ->
         found = table.lookup(second[child]["CLEPSYDRA_TOKEN"])
         assert found is not None and found.role is role, child
         assert table.lookup(first[child]["CLEPSYDRA_TOKEN"]) is None  # the last run's: gone
+    for child, (role, topics, groups) in SCOPED.items():
+        found = table.lookup(second[child]["CLEPSYDRA_TOKEN"])
+        assert found is not None and (found.role, found.topics, found.groups) == (
+            role, topics, groups), child
+        assert table.lookup(first[child]["CLEPSYDRA_TOKEN"]) is None
     assert sorted(e.name for e in read_entries(path)) == [
-        "local-analytics", "local-retry", "local-scheduler", "mine"]
+        "local-analytics", "local-gateway", "local-retry", "local-scheduler", "mine"]

@@ -14,6 +14,7 @@ RETRY_SERVICE = "clepsydra-retry"
 CLIENT_SERVICE = "clepsydra-client"
 ANALYTICS_SERVICE = "clepsydra-analytics"
 CONSOLE_SERVICE = "clepsydra-console"
+GATEWAY_SERVICE = "clepsydra-gateway"
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 """System topic with one queue per delay level (SPEC S1, L3)."""
@@ -139,6 +140,23 @@ def group_settings_key(group: str) -> str:
 
 
 GROUPS_SET_KEY = f"{REDIS_PREFIX}:groups"
+
+
+def gateway_queue_key(group: str, topic: str, queue_id: int) -> str:
+    """Prefix of the gateway's state of one consumer group in one queue (its ``:cursor``,
+    ``:inflight`` and ``:committed`` keys; DEC-gateway-pop-over-pull). Topic and group names
+    never hold ``/`` (SPEC P1)."""
+    return f"{REDIS_PREFIX}:gateway:{group}/{topic}/{queue_id}"
+
+
+GATEWAY_DEADLINES_KEY = f"{REDIS_PREFIX}:gateway:deadlines"
+"""Sorted set of every message the gateway handed out, scored by when it becomes visible again
+(the invisible time's end)."""
+
+
+def gateway_client_key(client_id: str) -> str:
+    """Set while a RocketMQ client talks to the gateway (it expires when the client goes)."""
+    return f"{REDIS_PREFIX}:gateway:client:{client_id}"
 
 
 def dlq_state_key(group: str) -> str:

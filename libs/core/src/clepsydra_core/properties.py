@@ -48,6 +48,10 @@ RESEND_HISTORY = "RESEND_HISTORY"
 """JSON list of the DLQ resends of a message ({time, client, group, from}), oldest first
 (R16; issue 20.5): set by the store's copy when the retry service resends a dead letter."""
 
+SHARDING_KEY = "__SHARDINGKEY"
+"""A RocketMQ 5 ``message_group`` (FIFO): RocketMQ's own property name for it, so the gateway
+and RocketMQ tools read it alike (DEC-gateway-fifo)."""
+
 RESERVED = frozenset(
     {
         DELAY, REAL_TOPIC, REAL_QID, RETRY_TOPIC, ORIGIN_MESSAGE_ID, UNIQ_KEY, KEYS, TAGS,
