@@ -27,6 +27,7 @@ from prometheus_client.registry import Collector
 
 from clepsydra_core import naming, telemetry
 from clepsydra_core.levels import DelayLevels
+from clepsydra_core.schedule_rules import first_pending
 from clepsydra_web.tracing import ServerScope, ServerTracing
 
 RequestScope = ServerScope
@@ -224,7 +225,7 @@ class EngineCollector(Collector):
                 if queue is None:
                     continue
                 head = self._store.schedule_entries(level, queue.min_offset, 1)
-                first = max(head.handed_over + 1, queue.min_offset)
+                first = first_pending(head.handed_over, queue.min_offset)
                 backlog.add_metric([str(level)], max(0, queue.max_offset - first))
                 waiting_ms = 0
                 if first < queue.max_offset:

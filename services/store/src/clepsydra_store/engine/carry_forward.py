@@ -35,6 +35,7 @@ from clepsydra_core import naming
 from clepsydra_core.errors import CorruptRecordError, MessageNotFound
 from clepsydra_core.levels import DelayLevels
 from clepsydra_core.records import HEADER_SIZE, decode_record
+from clepsydra_core.schedule_rules import first_pending
 from clepsydra_store.engine.codec import relocated_header
 from clepsydra_store.engine.commitlog import CommitLog
 from clepsydra_store.engine.consume_queue import ENTRY, ConsumeQueue
@@ -81,7 +82,8 @@ class CarryForward:
             cq = self.dispatcher.existing_queue(naming.SCHEDULE_TOPIC,
                                                 self.levels.queue_id(level))
             if cq is not None:
-                queues.append((cq, max(self.dispatcher.mark(level) + 1, cq.min_offset)))
+                queues.append((cq, first_pending(self.dispatcher.mark(level),
+                                                 cq.min_offset)))
         timer_log = self.dispatcher.existing_queue(naming.TIMER_TOPIC, naming.TIMER_LOG_QUEUE)
         if timer_log is not None:
             queues.append((timer_log, timer_log.min_offset))

@@ -22,6 +22,7 @@ from clepsydra_core.records import (
     CommitLogRecord,
     tags_code,
 )
+from clepsydra_core.schedule_rules import corrected_deliver_ts, first_pending, resume_offset
 from clepsydra_store.engine.codec import (
     TOPIC_FIELDS,
     Prepared,
@@ -125,7 +126,7 @@ class Handover:
         hostile call, or a scheduler whose saved progress outran a recovered store - starts
         at ``mark + 1`` too). Never below the queue's minimum (D8: entries dropped by
         retention), never above its maximum."""
-        start = min(max(self.dispatcher.mark(level) + 1, cq.min_offset), cq.max_offset)
+        start = resume_offset(self.dispatcher.mark(level), cq.min_offset, cq.max_offset)
         if from_offset > start:
             logger.warning("hand-over asked to start past entries not handed over level=%d "
                            "from_offset=%d handed_over=%d: starting at %d", level, from_offset,
@@ -149,7 +150,7 @@ class Handover:
                 plan.next_offset = queue_offset + 1
                 plan.cancelled.append(queue_offset)
                 continue
-            deliver_ts = now_ms if code > now_ms + delay_ms else code  # D3 correction
+            deliver_ts = corrected_deliver_ts(code, now_ms, delay_ms)  # D3
             if deliver_ts > now_ms:  # D5
                 plan.not_due = True
                 plan.next_deliver_ts = deliver_ts
@@ -383,7 +384,7 @@ class Handover:
             cq = self.dispatcher.existing_queue(naming.SCHEDULE_TOPIC, self.levels.queue_id(level))
             if cq is None:
                 continue
-            first = max(self.dispatcher.mark(level) + 1, cq.min_offset)
+            first = first_pending(self.dispatcher.mark(level), cq.min_offset)
             if first >= cq.max_offset:
                 continue
             entry = cq.entry(first)
