@@ -30,13 +30,13 @@ from clepsydra_core.msgid import decode_msg_id, encode_msg_id
 from clepsydra_core.records import CommitLogRecord, QueueEntry, decode_record, offset_msg_id
 from clepsydra_core.wire.copy import CopyItem
 from clepsydra_store.api.produce import parse_messages
-from clepsydra_store.engine.codec import (
+from clepsydra_store.engine.message_store import MessageStore
+from clepsydra_store.engine.types import PutRequest, PutResult
+from clepsydra_store.engine.write.codec import (
     handover_properties,
     splice_properties,
     splice_template,
 )
-from clepsydra_store.engine.message_store import MessageStore
-from clepsydra_store.engine.types import PutRequest, PutResult
 from tests.unit.store.conftest import OpenStore, engine_config
 
 BORN_HOST = socket.inet_aton("10.0.0.5") + struct.pack(">I", 40_000)
@@ -265,10 +265,11 @@ LAYOUT_WRITERS = ("VALUE_LEN.pack", "NAME_LEN.pack", "I32.pack", "U8.pack", "REC
 
 def test_record_bytes_are_written_by_the_codec_alone() -> None:
     """Issue 13.3: one encoder. The properties layout and the record tail are written in
-    engine/codec.py only (``property_field``, ``encode_tail``), the header by
+    engine/write/codec.py only (``property_field``, ``encode_tail``), the header by
     ``records.pack_header`` in the writer (``StoreCore._place``) and the codec
     (``relocated_header``): no other module of the store writes a second copy of them."""
-    allowed = {"engine/codec.py": set(LAYOUT_WRITERS), "engine/store_core.py": {"pack_header("}}
+    allowed = {"engine/write/codec.py": set(LAYOUT_WRITERS),
+               "engine/store_core.py": {"pack_header("}}
     found = []
     for path in sorted(STORE_SRC.rglob("*.py")):
         name = path.relative_to(STORE_SRC).as_posix()

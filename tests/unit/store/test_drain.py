@@ -16,15 +16,15 @@ from hypothesis import strategies as st
 from clepsydra_core import naming
 from clepsydra_core import properties as P
 from clepsydra_core.properties import encode_properties
-from clepsydra_store.engine.codec import splice_properties, splice_template
-from clepsydra_store.engine.consume_queue import ENTRY
-from clepsydra_store.engine.dispatch import TIMER_LEVEL
-from clepsydra_store.engine.entry_states import CANCELLED, DELIVERED, EntryStates
-from clepsydra_store.engine.handover import Handover
+from clepsydra_store.engine.index.consume_queue import ENTRY
+from clepsydra_store.engine.index.dispatcher import TIMER_LEVEL
+from clepsydra_store.engine.index.entry_states import CANCELLED, DELIVERED, EntryStates
+from clepsydra_store.engine.index.timer_index import SLOT_MS, TimerIndex
 from clepsydra_store.engine.message_store import MessageStore
-from clepsydra_store.engine.splice_shapes import SpliceShapes
-from clepsydra_store.engine.timer_index import SLOT_MS, TimerIndex
+from clepsydra_store.engine.schedule.handover import Handover
+from clepsydra_store.engine.schedule.splice_shapes import SpliceShapes
 from clepsydra_store.engine.types import PutRequest
+from clepsydra_store.engine.write.codec import splice_properties, splice_template
 from tests.unit.store.conftest import OpenStore
 
 TOPIC = "orders"
@@ -55,7 +55,7 @@ def _timers(store: MessageStore, deliver_at: int) -> list[PutRequest]:
 @pytest.fixture
 def parsed(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     """Every properties block the splice shapes parse whole (``splice_template``), in order."""
-    from clepsydra_store.engine import splice_shapes
+    from clepsydra_store.engine.schedule import splice_shapes
 
     blocks: list[bytes] = []
     parse = splice_shapes.splice_template
@@ -188,7 +188,7 @@ def test_pairs_a_confirmed_hand_over_took_are_never_asked_for_again(tmp_path: Pa
 
 def test_overrides_are_the_sentinels_of_the_entries_asked(tmp_path: Path) -> None:
     # issue 15's read order kept (sentinels before entries), without copying them all
-    from clepsydra_store.engine.consume_queue import ConsumeQueue
+    from clepsydra_store.engine.index.consume_queue import ConsumeQueue
 
     cq = ConsumeQueue(tmp_path / "cq", naming.TIMER_TOPIC, 0, 64)
     other = ConsumeQueue(tmp_path / "other", naming.TIMER_TOPIC, 1, 64)
@@ -363,7 +363,7 @@ def test_runs_of_records_are_read_into_one_buffer(open_store: OpenStore,
     # faults a message); runs are now read into the hand-over's one buffer. A shorter run
     # after a longer one leaves older bytes past its end, never read as its records: every
     # copy is still spliced (no rebuild) and is the message handed over (D4), once (D9)
-    from clepsydra_store.engine.segment import Segment
+    from clepsydra_store.engine.log.segment import Segment
 
     store = open_store(levels="1s 2s")
     store.create_topic(TOPIC, 1)
@@ -402,7 +402,7 @@ def test_a_flush_writes_sentinels_a_run_at_a_time(tmp_path: Path,
     # issue 14 (issue 18 item 2's order kept: only at a flush): the sentinels of a drain are
     # consecutive entries; each run is read and written once, across the queue's files, and
     # only the codes change
-    from clepsydra_store.engine.consume_queue import ConsumeQueue
+    from clepsydra_store.engine.index.consume_queue import ConsumeQueue
 
     cq = ConsumeQueue(tmp_path / "cq", naming.TIMER_TOPIC, 0, 64)
     n = 200
@@ -464,9 +464,9 @@ def test_a_large_level_hand_over_is_done_a_lock_chunk_at_a_time(
 def test_a_large_timer_hand_over_is_done_a_lock_chunk_at_a_time(
         open_store: OpenStore, monkeypatch: pytest.MonkeyPatch) -> None:
     # issue 14, T2: the same for timers: appended a LOCK_CHUNK at a time, answered as one
-    from clepsydra_store.engine import timer_ops
+    from clepsydra_store.engine.schedule import timers
 
-    monkeypatch.setattr(timer_ops, "LOCK_CHUNK", 7)
+    monkeypatch.setattr(timers, "LOCK_CHUNK", 7)
     store = open_store()
     store.create_topic(TOPIC, 1)
     store.put_batch([PutRequest(TOPIC, b"%d" % i, delay_ms=0) for i in range(30)])

@@ -153,7 +153,7 @@ def test_progress_above_max_starts_after_the_mark_not_at_max(open_store: OpenSto
 def test_splice_builds_exactly_what_the_rebuild_builds(open_store: OpenStore) -> None:
     # SPEC D4: the hand-over's fast path (stored bytes spliced) and the decode + re-encode
     # path give the same record, field by field and byte for byte, whatever the properties
-    from clepsydra_store.engine.consume_queue import ENTRY
+    from clepsydra_store.engine.index.consume_queue import ENTRY
 
     store = open_store(levels=LEVELS)
     store.create_topic("T", 2)

@@ -21,9 +21,9 @@ from clepsydra_core.wire.schedule import (
 from clepsydra_store.api.context import StoreContext, ctx
 from clepsydra_store.api.observability import DESTINATION, MESSAGE_ID, set_attribute
 from clepsydra_store.api.web import json_response
-from clepsydra_store.engine.dispatch import TIMER_LEVEL
-from clepsydra_store.engine.handover import LOCK_CHUNK
+from clepsydra_store.engine.index.dispatcher import TIMER_LEVEL
 from clepsydra_store.engine.message_store import MessageStore
+from clepsydra_store.engine.schedule.handover import LOCK_CHUNK
 from clepsydra_store.engine.types import HandoverResult
 from clepsydra_web import jsonio
 from clepsydra_web.tracing import idle

@@ -41,8 +41,8 @@ from clepsydra_store.api.observability import (
     DESTINATION,
     MESSAGE_ID,
 )
-from clepsydra_store.engine.batch_encoder import settable_properties
 from clepsydra_store.engine.types import PutRequest, PutResult, PutStatus
+from clepsydra_store.engine.write.encoder import settable_properties
 from clepsydra_store.settings import MAX_REQUEST_BYTES_VAR
 from clepsydra_web import jsonio
 from clepsydra_web.errors import error_answer, too_large

@@ -1,4 +1,5 @@
-"""EngineConfig: what the storage engine needs, with no environment reading."""
+"""EngineConfig: what the storage engine needs, with no environment reading. A base module:
+every layer of the engine may import it, and it imports none of them."""
 
 from __future__ import annotations
 
@@ -6,12 +7,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from clepsydra_core.levels import DelayLevels
-from clepsydra_store.engine import key_index
 
 TIMER_MAX_DELAY_VAR = "CLEPSYDRA_TIMER_MAX_DELAY"
 """The setting that caps a timer's delay (named in the 400 past it, SPEC T1)."""
 DEFAULT_TIMER_MAX_DELAY_MS = 365 * 86_400_000
 DEFAULT_TIMER_HANDOVER_GAP_MS = 3
+DEFAULT_KEY_INDEX_ENTRIES_PER_FILE = 2_000_000
+"""Entries of one key index file by default (40 MB of entries, 2 MB of slots)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,7 +26,7 @@ class EngineConfig:
     delay_levels: DelayLevels = field(default_factory=DelayLevels.default)
     segment_size_bytes: int = 1 << 30
     cq_entries_per_file: int = 300_000
-    key_index_entries_per_file: int = key_index.ENTRIES_PER_FILE
+    key_index_entries_per_file: int = DEFAULT_KEY_INDEX_ENTRIES_PER_FILE
     """Entries of one key index file (issue 14); its slots are a quarter of that."""
     flush: str = "async"  # "async" | "sync"
     flush_interval_ms: int = 500

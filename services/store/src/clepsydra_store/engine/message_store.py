@@ -29,10 +29,8 @@ from clepsydra_core.records import CommitLogRecord, tags_code
 from clepsydra_core.validation import check_consumable, validate_group_name, validate_topic_name
 from clepsydra_core.wire.copy import CopyItem, RangeCopy, SkippedCopy
 from clepsydra_core.wire.schedule import ScheduleEntries
-from clepsydra_store.engine.batch_encoder import BatchEncoder
-from clepsydra_store.engine.codec import Prepared
 from clepsydra_store.engine.config import EngineConfig
-from clepsydra_store.engine.consume_queue import ENTRY
+from clepsydra_store.engine.index.consume_queue import ENTRY
 from clepsydra_store.engine.store_core import StoreCore
 from clepsydra_store.engine.types import (
     HandoverResult,
@@ -43,6 +41,8 @@ from clepsydra_store.engine.types import (
     RangeCopyResult,
     TopicInfo,
 )
+from clepsydra_store.engine.write.codec import Prepared
+from clepsydra_store.engine.write.encoder import BatchEncoder
 
 logger = logging.getLogger(__name__)
 

@@ -21,29 +21,29 @@ from clepsydra_core.records import (
     offset_msg_id,
     pack_header,
 )
-from clepsydra_store.engine.carry_forward import CarryForward
-from clepsydra_store.engine.checkpoint import Checkpoint
-from clepsydra_store.engine.codec import Prepared
-from clepsydra_store.engine.commitlog import AppendBatch, CommitLog
 from clepsydra_store.engine.config import EngineConfig
-from clepsydra_store.engine.consume_queue import ENTRY, ConsumeQueue
-from clepsydra_store.engine.disk_usage import (
+from clepsydra_store.engine.index.consume_queue import ENTRY, ConsumeQueue
+from clepsydra_store.engine.index.dispatcher import Dispatcher, Mark
+from clepsydra_store.engine.log.checkpoint import Checkpoint
+from clepsydra_store.engine.log.commitlog import AppendBatch, CommitLog
+from clepsydra_store.engine.log.disk_usage import (
     DiskGuard,
     DiskLevel,
     DiskProbe,
     quota_probe,
     volume_probe,
 )
-from clepsydra_store.engine.dispatch import Dispatcher, Mark
-from clepsydra_store.engine.fences import Fences
-from clepsydra_store.engine.group_offsets import GroupOffsets
-from clepsydra_store.engine.group_settings import GroupSettingsRegistry
-from clepsydra_store.engine.handover import Handover
-from clepsydra_store.engine.prepare import Preparer
-from clepsydra_store.engine.segment import Segment
-from clepsydra_store.engine.timer_ops import TimerOps
-from clepsydra_store.engine.topics import TopicRegistry
+from clepsydra_store.engine.log.segment import Segment
+from clepsydra_store.engine.meta.group_offsets import GroupOffsets
+from clepsydra_store.engine.meta.group_settings import GroupSettingsRegistry
+from clepsydra_store.engine.meta.topics import TopicRegistry
+from clepsydra_store.engine.schedule.carry_forward import CarryForward
+from clepsydra_store.engine.schedule.fences import Fences
+from clepsydra_store.engine.schedule.handover import Handover
+from clepsydra_store.engine.schedule.timers import TimerOps
 from clepsydra_store.engine.types import PutResult, PutStatus
+from clepsydra_store.engine.write.codec import Prepared
+from clepsydra_store.engine.write.preparer import Preparer
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ class StoreCore:
                                     self._levels, config.segment_size_bytes)
         self._carry = CarryForward(self._commitlog, self._dispatcher, self._levels)
         self.fences = Fences()
-        """The newest fencing token of each hand-over (DEC-scheduler-lease, engine/fences.py)."""
+        """The newest fencing token of each hand-over (DEC-scheduler-lease, engine/schedule/fences.py)."""
         self.timers = TimerOps(self._lock, self._commitlog, self._dispatcher, self._handover,
                                self._preparer, self._levels, self._append_locked,
                                self._append_copies,
@@ -123,7 +123,7 @@ class StoreCore:
                                config.timer_handover_gap_ms, fences=self.fences)
         """Timer messages (issue 15): hand-over, cancel, reschedule, backlog."""
         self.arrivals = self._dispatcher.arrivals
-        """Pulls held until their queue has an append (issue 14, engine/arrivals.py)."""
+        """Pulls held until their queue has an append (issue 14, engine/index/arrivals.py)."""
         self._checkpoint_offset = -1
         self._force_checkpoint = False
         self._recover()
@@ -399,7 +399,7 @@ class StoreCore:
     # ---- retention (SPEC P4) -----------------------------------------------------------------
     def delete_expired_segments(self, now_ms: int | None = None) -> int:
         """P4: delete whole segments older than retention (never the active one); undelivered
-        scheduled messages in them are carried forward first (engine/carry_forward.py).
+        scheduled messages in them are carried forward first (engine/schedule/carry_forward.py).
         Returns how many segments were deleted."""
         now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
         cutoff = now - int(self.config.retention_hours * _HOUR_MS)

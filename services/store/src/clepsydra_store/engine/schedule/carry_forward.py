@@ -36,11 +36,11 @@ from clepsydra_core.errors import CorruptRecordError, MessageNotFound
 from clepsydra_core.levels import DelayLevels
 from clepsydra_core.records import HEADER_SIZE, decode_record
 from clepsydra_core.schedule_rules import first_pending
-from clepsydra_store.engine.codec import relocated_header
-from clepsydra_store.engine.commitlog import CommitLog
-from clepsydra_store.engine.consume_queue import ENTRY, ConsumeQueue
-from clepsydra_store.engine.dispatch import Dispatcher, record_keys
-from clepsydra_store.engine.key_index import key_hash
+from clepsydra_store.engine.index.consume_queue import ENTRY, ConsumeQueue
+from clepsydra_store.engine.index.dispatcher import Dispatcher, record_keys
+from clepsydra_store.engine.index.key_index import key_hash
+from clepsydra_store.engine.log.commitlog import CommitLog
+from clepsydra_store.engine.write.codec import relocated_header
 
 logger = logging.getLogger(__name__)
 

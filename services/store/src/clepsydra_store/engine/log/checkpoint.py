@@ -9,7 +9,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from clepsydra_store.engine.segment import write_file_atomic
+from clepsydra_store.engine.log.segment import write_file_atomic
 
 logger = logging.getLogger(__name__)
 

@@ -23,12 +23,13 @@ from clepsydra_core import naming
 from clepsydra_core import properties as P
 from clepsydra_core.levels import DelayLevels
 from clepsydra_core.records import CommitLogRecord, tags_code
-from clepsydra_store.engine.arrivals import Arrivals
-from clepsydra_store.engine.consume_queue import ENTRY, ConsumeQueue
-from clepsydra_store.engine.entry_states import CANCELLED, DELIVERED, EntryStates
-from clepsydra_store.engine.key_index import ENTRIES_PER_FILE, KeyIndex, key_hash
-from clepsydra_store.engine.segment import Segment
-from clepsydra_store.engine.timer_index import TimerIndex
+from clepsydra_store.engine.config import DEFAULT_KEY_INDEX_ENTRIES_PER_FILE
+from clepsydra_store.engine.index.arrivals import Arrivals
+from clepsydra_store.engine.index.consume_queue import ENTRY, ConsumeQueue
+from clepsydra_store.engine.index.entry_states import CANCELLED, DELIVERED, EntryStates
+from clepsydra_store.engine.index.key_index import KeyIndex, key_hash
+from clepsydra_store.engine.index.timer_index import TimerIndex
+from clepsydra_store.engine.log.segment import Segment
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ class Dispatcher:
 
     def __init__(self, consumequeue_dir: Path, index_dir: Path, entries_per_file: int,
                  delay_levels: DelayLevels, *,
-                 key_index_entries: int = ENTRIES_PER_FILE,
+                 key_index_entries: int = DEFAULT_KEY_INDEX_ENTRIES_PER_FILE,
                  timer_dir: Path | None = None) -> None:
         self.consumequeue_dir = consumequeue_dir
         self.entries_per_file = entries_per_file

@@ -35,16 +35,16 @@ from clepsydra_core.wire.history import DELIVERED as PARKED_DELIVERED
 from clepsydra_core.wire.history import PENDING as PARKED_PENDING
 from clepsydra_core.wire.timers import CANCELLED as CANCELLED_STATUS
 from clepsydra_core.wire.timers import RESCHEDULED, HourCount, Lateness, TimerBacklog
-from clepsydra_store.engine.codec import Prepared
-from clepsydra_store.engine.commitlog import CommitLog
-from clepsydra_store.engine.consume_queue import ENTRY, ENTRY_SIZE
-from clepsydra_store.engine.dispatch import TIMER_LEVEL, Dispatcher, cancel_kind
-from clepsydra_store.engine.entry_states import CANCELLED, DELIVERED
-from clepsydra_store.engine.fences import Fences
-from clepsydra_store.engine.handover import LOCK_CHUNK, Handover
-from clepsydra_store.engine.prepare import Preparer
-from clepsydra_store.engine.timer_index import NO_TIMER
+from clepsydra_store.engine.index.consume_queue import ENTRY, ENTRY_SIZE
+from clepsydra_store.engine.index.dispatcher import TIMER_LEVEL, Dispatcher, cancel_kind
+from clepsydra_store.engine.index.entry_states import CANCELLED, DELIVERED
+from clepsydra_store.engine.index.timer_index import NO_TIMER
+from clepsydra_store.engine.log.commitlog import CommitLog
+from clepsydra_store.engine.schedule.fences import Fences
+from clepsydra_store.engine.schedule.handover import LOCK_CHUNK, Handover
 from clepsydra_store.engine.types import PutResult
+from clepsydra_store.engine.write.codec import Prepared
+from clepsydra_store.engine.write.preparer import Preparer
 
 LATENESS_WINDOW = 10_000
 """Hand-overs the timer backlog's lateness figures are computed over (the most recent)."""

@@ -27,7 +27,7 @@ from clepsydra_core.records import (
     encode_end_marker,
     peek_size_magic,
 )
-from clepsydra_store.engine.segment import Segment, fsync_dir, list_segment_starts
+from clepsydra_store.engine.log.segment import Segment, fsync_dir, list_segment_starts
 
 logger = logging.getLogger(__name__)
 

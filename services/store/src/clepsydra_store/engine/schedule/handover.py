@@ -23,7 +23,15 @@ from clepsydra_core.records import (
     tags_code,
 )
 from clepsydra_core.schedule_rules import corrected_deliver_ts, first_pending, resume_offset
-from clepsydra_store.engine.codec import (
+from clepsydra_store.engine.index.consume_queue import ENTRY, ConsumeQueue
+from clepsydra_store.engine.index.dispatcher import Dispatcher
+from clepsydra_store.engine.index.entry_states import CANCELLED
+from clepsydra_store.engine.index.key_index import key_hash
+from clepsydra_store.engine.log.commitlog import CommitLog
+from clepsydra_store.engine.log.segment import Segment
+from clepsydra_store.engine.meta.topics import TopicRegistry
+from clepsydra_store.engine.schedule.splice_shapes import SpliceShapes
+from clepsydra_store.engine.write.codec import (
     TOPIC_FIELDS,
     Prepared,
     encode_tail,
@@ -32,14 +40,6 @@ from clepsydra_store.engine.codec import (
     too_large,
     topic_field_of,
 )
-from clepsydra_store.engine.commitlog import CommitLog
-from clepsydra_store.engine.consume_queue import ENTRY, ConsumeQueue
-from clepsydra_store.engine.dispatch import Dispatcher
-from clepsydra_store.engine.entry_states import CANCELLED
-from clepsydra_store.engine.key_index import key_hash
-from clepsydra_store.engine.segment import Segment
-from clepsydra_store.engine.splice_shapes import SpliceShapes
-from clepsydra_store.engine.topics import TopicRegistry
 
 logger = logging.getLogger(__name__)
 

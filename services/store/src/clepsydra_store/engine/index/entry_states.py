@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import struct
 
-from clepsydra_store.engine.consume_queue import ENTRY, ENTRY_SIZE, ConsumeQueue
+from clepsydra_store.engine.index.consume_queue import ENTRY, ENTRY_SIZE, ConsumeQueue
 
 DELIVERED = -1
 """tagsCode of a timer-log entry already handed to its real topic."""

@@ -4,7 +4,7 @@ Time-bucketed slot files: one file per second of deliver time, ``<hour>/<second>
 ``data_dir/timerslots/``, each an append-only list of 16-byte ``(timer-log queue offset,
 deliver ts)`` pairs in arrival order. The timer log itself is the ConsumeQueue of
 ``TIMER_TOPIC_XXXX`` queue 0 (tagsCode = deliver time, or a sentinel of
-:mod:`~clepsydra_store.engine.entry_states` once handed over or cancelled); a slot pair is
+:mod:`~clepsydra_store.engine.index.entry_states` once handed over or cancelled); a slot pair is
 live only while that entry's code still equals the pair's time, so duplicates (a re-dispatch
 after a crash) and stale pairs (cancelled, rescheduled, handed over) cost a read, never a
 second delivery.
@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from clepsydra_store.engine.segment import fsync_dir
+from clepsydra_store.engine.log.segment import fsync_dir
 
 SLOT_MS = 1000
 """Deliver times one slot file covers."""

@@ -32,11 +32,11 @@ from clepsydra_core.validation import (
     validate_topic_name,
 )
 from clepsydra_core.wire.copy import CopyItem
-from clepsydra_store.engine.codec import Prepared
 from clepsydra_store.engine.config import TIMER_MAX_DELAY_VAR, EngineConfig
-from clepsydra_store.engine.dispatch import PARKED_TIMER
-from clepsydra_store.engine.topics import TopicRegistry
+from clepsydra_store.engine.index.dispatcher import PARKED_TIMER
+from clepsydra_store.engine.meta.topics import TopicRegistry
 from clepsydra_store.engine.types import PutRequest
+from clepsydra_store.engine.write.codec import Prepared
 
 DLQ_REASON_MAX_RECONSUME = "max_reconsume_times"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from clepsydra_core import naming
 from clepsydra_core.errors import StoreError
-from clepsydra_store.engine.segment import write_file_atomic
+from clepsydra_store.engine.log.segment import write_file_atomic
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 from clepsydra_core import properties as P
 from clepsydra_core.properties import NAME_LEN, VALUE_LEN, name_field
-from clepsydra_store.engine.codec import (
+from clepsydra_store.engine.write.codec import (
     HANDOVER_READ,
     SpliceTemplate,
     handover_fields,

@@ -28,17 +28,17 @@ from clepsydra_core.records import (
 )
 from clepsydra_core.retry_rules import DEFAULT_MAX_RECONSUME_TIMES
 from clepsydra_core.validation import MAX_PROPERTIES_BYTES, validate_topic_name
-from clepsydra_store.engine.codec import (
+from clepsydra_store.engine.index.dispatcher import PARKED_TIMER, Mark
+from clepsydra_store.engine.index.key_index import key_hash, key_hash_of
+from clepsydra_store.engine.types import PutRequest
+from clepsydra_store.engine.write.codec import (
     Prepared,
     encode_tail,
     property_field,
     too_large,
     topic_field,
 )
-from clepsydra_store.engine.dispatch import PARKED_TIMER, Mark
-from clepsydra_store.engine.key_index import key_hash, key_hash_of
-from clepsydra_store.engine.prepare import DLQ_REASON_MAX_RECONSUME, Preparer, retry_counts
-from clepsydra_store.engine.types import PutRequest
+from clepsydra_store.engine.write.preparer import DLQ_REASON_MAX_RECONSUME, Preparer, retry_counts
 
 _NAMES: dict[str, bytes] = {}
 """Names a producer may set (P1) seen so far -> their encoded ``u16 length | name``."""

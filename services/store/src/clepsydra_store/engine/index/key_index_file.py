@@ -35,7 +35,7 @@ from pathlib import Path
 
 from clepsydra_core import naming
 from clepsydra_core.errors import StoreError
-from clepsydra_store.engine.segment import pwrite_all
+from clepsydra_store.engine.log.segment import pwrite_all
 
 logger = logging.getLogger(__name__)
 

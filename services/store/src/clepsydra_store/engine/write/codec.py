@@ -35,8 +35,8 @@ from clepsydra_core.records import (
     pack_header,
     tags_code,
 )
-from clepsydra_store.engine.dispatch import Mark, record_keys
-from clepsydra_store.engine.key_index import key_hash
+from clepsydra_store.engine.index.dispatcher import Mark, record_keys
+from clepsydra_store.engine.index.key_index import key_hash
 
 
 # ---- the encoder ------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import logging
 from pathlib import Path
 
 from clepsydra_core.records import QueueEntry
-from clepsydra_store.engine.segment import Segment, fsync_dir, list_segment_starts
+from clepsydra_store.engine.log.segment import Segment, fsync_dir, list_segment_starts
 
 logger = logging.getLogger(__name__)
 

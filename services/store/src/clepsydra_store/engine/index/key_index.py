@@ -27,17 +27,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from clepsydra_core import naming
-from clepsydra_store.engine.key_index_file import (
+from clepsydra_store.engine.config import DEFAULT_KEY_INDEX_ENTRIES_PER_FILE
+from clepsydra_store.engine.index.key_index_file import (
     STATE_CLEAN,
     CorruptIndexFile,
     IndexFile,
 )
-from clepsydra_store.engine.segment import fsync_dir, list_segment_starts
+from clepsydra_store.engine.log.segment import fsync_dir, list_segment_starts
 
 logger = logging.getLogger(__name__)
 
-ENTRIES_PER_FILE = 2_000_000
-"""Entries of one index file by default (40 MB of entries, 2 MB of slots)."""
 ENTRIES_PER_SLOT = 4
 """Slots of a file = its entries / this (RocketMQ: 20 M entries over 5 M slots)."""
 
@@ -57,7 +56,8 @@ def _now_ms() -> int:
 
 
 class KeyIndex:
-    def __init__(self, directory: Path, *, entries_per_file: int = ENTRIES_PER_FILE) -> None:
+    def __init__(self, directory: Path, *,
+                 entries_per_file: int = DEFAULT_KEY_INDEX_ENTRIES_PER_FILE) -> None:
         """Open the index files under ``directory`` (data_dir/index), repairing what a crash
         left (see the module's docstring)."""
         self.directory = directory
