@@ -14,7 +14,8 @@ import logging
 from pathlib import Path
 
 from clepsydra_core.records import QueueEntry
-from clepsydra_store.engine.log.segment import Segment, fsync_dir, list_segment_starts
+from clepsydra_store.engine.log.segment import Segment
+from clepsydra_store.engine.log.segment_queue import SegmentQueue
 
 logger = logging.getLogger(__name__)
 
@@ -29,28 +30,16 @@ class ConsumeQueue:
         self.topic = topic
         self.queue_id = queue_id
         self.file_bytes = entries_per_file * ENTRY_SIZE
-        directory.mkdir(parents=True, exist_ok=True)
-        self._view: tuple[list[int], list[Segment]] = ([], [])
-        self._set_files([
-            Segment(directory, start, self.file_bytes, create=False)
-            for start in list_segment_starts(directory) if start % self.file_bytes == 0
-        ])
+        self.files = SegmentQueue(directory, self.file_bytes, aligned=True)
+        """The entry files, oldest first (copy-on-write: readers take one snapshot)."""
         self._dirty: set[Segment] = set()
         self.min_offset = self._files[0].start // ENTRY_SIZE if self._files else 0
         self.max_offset = self._load_max()
         self.next_offset = self.max_offset
 
-    def _set_files(self, files: list[Segment]) -> None:
-        """Copy-on-write: readers take ``self._view`` once and see a consistent pair."""
-        self._view = ([f.start for f in files], files)
-
     @property
     def _files(self) -> list[Segment]:
-        return self._view[1]
-
-    @property
-    def _starts(self) -> list[int]:
-        return self._view[0]
+        return self.files.segments
 
     def _load_max(self) -> int:
         """Entries from the last file; a torn (partial) entry and trailing empty entries are
@@ -76,25 +65,13 @@ class ConsumeQueue:
         return 0
 
     def _remove_last(self) -> None:
-        last = self._files[-1]
-        self._set_files(self._files[:-1])
-        last.unlink()
-        last.close()
+        self.files.drop_from(len(self.files) - 1)
 
     def _file_for(self, byte_offset: int, *, create: bool) -> Segment | None:
-        starts, files = self._view
-        i = bisect.bisect_right(starts, byte_offset) - 1
-        if i >= 0 and byte_offset < files[i].end:
-            return files[i]
-        if not create:
-            return None
-        start = byte_offset - byte_offset % self.file_bytes
-        segment = Segment(self.directory, start, self.file_bytes, create=True)
-        fsync_dir(self.directory)
-        files = list(self._files)
-        files.insert(bisect.bisect_left(self._starts, start), segment)
-        self._set_files(files)
-        return segment
+        segment = self.files.find(byte_offset)
+        if segment is not None or not create:
+            return segment
+        return self.files.create(byte_offset - byte_offset % self.file_bytes)
 
     # ---- write (caller holds the writer lock) -------------------------------------------
     def write(self, queue_offset: int, packed: bytes) -> None:
@@ -178,9 +155,10 @@ class ConsumeQueue:
         ``any_order``: the entries' CommitLog offsets do not grow with the queue offset (the
         timer log, whose carried entries point ahead), so every entry of a file is looked at,
         not only its last."""
-        removed: list[Segment] = []
-        while len(self._files) > 1:
-            first = self._files[0]
+        files = self._files
+        count = 0
+        while count < len(files) - 1:
+            first = files[count]
             if any_order:
                 raw = first.read(0, first.capacity)
                 top = max((o for o, _, _ in ENTRY.iter_unpack(raw[:len(raw) - len(raw) % 20])),
@@ -191,19 +169,18 @@ class ConsumeQueue:
                 last_entry = self.entry(first.end // ENTRY_SIZE - 1)
                 if last_entry is None or last_entry.commitlog_offset >= commitlog_min:
                     break
-            self._set_files(self._files[1:])
-            first.unlink()
-            removed.append(first)
+            count += 1
+        removed = self.files.remove_head(count)
+        for segment in removed:
             logger.info("consume queue file deleted topic=%s queue_id=%d path=%s",
-                        self.topic, self.queue_id, first.path)
-        if removed:
-            fsync_dir(self.directory)
+                        self.topic, self.queue_id, segment.path)
         low = max(self.min_offset, self._files[0].start // ENTRY_SIZE if self._files else 0)
         while low < self.max_offset:
             raw = self.read_raw(low, 4096)
             if not raw:  # a missing file: go to the next one
-                i = bisect.bisect_right(self._starts, low * ENTRY_SIZE)
-                low = (self._starts[i] // ENTRY_SIZE if i < len(self._starts)
+                i = bisect.bisect_right(self.files.starts, low * ENTRY_SIZE)
+                starts = self.files.starts
+                low = (starts[i] // ENTRY_SIZE if i < len(starts)
                        else self.max_offset)
                 continue
             for pos in range(0, len(raw), ENTRY_SIZE):
@@ -224,5 +201,4 @@ class ConsumeQueue:
                 segment.fsync()
 
     def close(self) -> None:
-        for segment in self._files:
-            segment.close()
+        self.files.close()

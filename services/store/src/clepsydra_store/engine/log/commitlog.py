@@ -27,7 +27,8 @@ from clepsydra_core.records import (
     encode_end_marker,
     peek_size_magic,
 )
-from clepsydra_store.engine.log.segment import Segment, fsync_dir, list_segment_starts
+from clepsydra_store.engine.log.segment import Segment
+from clepsydra_store.engine.log.segment_queue import SegmentQueue
 
 logger = logging.getLogger(__name__)
 
@@ -41,52 +42,38 @@ class CommitLog:
     def __init__(self, directory: Path, segment_size_bytes: int) -> None:
         self.directory = directory
         self.segment_size_bytes = segment_size_bytes
-        directory.mkdir(parents=True, exist_ok=True)
-        starts = list_segment_starts(directory)
-        segments = [Segment(directory, s, segment_size_bytes, create=False) for s in starts]
-        self._view: tuple[list[int], list[Segment]] = ([], [])
-        self._set_segments(segments)
-        if not segments:
+        self.files = SegmentQueue(directory, segment_size_bytes)
+        """The segments, oldest first (copy-on-write: readers take one snapshot)."""
+        if not len(self.files):
             self._roll(0)
         self.flushed_offset = self.max_offset
         self._flush_lock = threading.Lock()
 
-    # ---- segment list (copy-on-write, readers take one snapshot) ------------------------
-    def _set_segments(self, segments: list[Segment]) -> None:
-        self._view = ([s.start for s in segments], list(segments))
-
     @property
     def segments(self) -> list[Segment]:
-        return self._view[1]
+        return self.files.segments
 
     @property
     def active(self) -> Segment:
-        return self._view[1][-1]
+        return self.files.segments[-1]
 
     @property
     def min_offset(self) -> int:
-        return self._view[1][0].start
+        return self.files.segments[0].start
 
     @property
     def max_offset(self) -> int:
         """One past the last byte written (the next record's commitlog offset, or the start of
         a segment)."""
-        return self._view[1][-1].write_offset
+        return self.files.segments[-1].write_offset
 
     def _roll(self, start: int) -> Segment:
-        segment = Segment(self.directory, start, self.segment_size_bytes, create=True)
-        fsync_dir(self.directory)
-        self._set_segments([*self.segments, segment])
+        segment = self.files.create(start)
         logger.info("commitlog segment created start_offset=%d path=%s", start, segment.path)
         return segment
 
     def segment_for(self, commitlog_offset: int) -> Segment | None:
-        starts, segments = self._view
-        i = bisect.bisect_right(starts, commitlog_offset) - 1
-        if i < 0:
-            return None
-        segment = segments[i]
-        return segment if commitlog_offset < segment.end else None
+        return self.files.find(commitlog_offset)
 
     # ---- append ------------------------------------------------------------------------
     def begin(self) -> AppendBatch:
@@ -173,15 +160,9 @@ class CommitLog:
         return end
 
     def _drop_from(self, index: int) -> None:
-        segments = self.segments
-        for segment in segments[index:]:
+        for segment in self.files.drop_from(index):
             logger.warning("commitlog segment dropped after torn tail start_offset=%d",
                            segment.start)
-            segment.unlink()
-            segment.close()
-        if index < len(segments):
-            self._set_segments(segments[:index])
-            fsync_dir(self.directory)
 
     def _walk(self, segment: Segment, dispatch_from: int,
               visit: RecordVisitor) -> tuple[int, bool]:
@@ -222,22 +203,12 @@ class CommitLog:
 
     # ---- retention ---------------------------------------------------------------------
     def remove_head(self, count: int) -> list[Segment]:
-        """Drop the ``count`` oldest segments from the list and unlink their files; the caller
-        closes them later (readers may hold them)."""
-        segments = self.segments
-        count = min(count, len(segments) - 1)
-        if count <= 0:
-            return []
-        removed = segments[:count]
-        self._set_segments(segments[count:])
-        for segment in removed:
-            segment.unlink()
-        fsync_dir(self.directory)
-        return removed
+        """Drop the ``count`` oldest segments from the list and unlink their files (never the
+        active one); the caller closes them later (readers may hold them)."""
+        return self.files.remove_head(min(count, len(self.files) - 1))
 
     def close(self) -> None:
-        for segment in self.segments:
-            segment.close()
+        self.files.close()
 
 
 class AppendBatch:
@@ -289,12 +260,7 @@ class AppendBatch:
         """Undo a failed batch: cut the log back to where it started."""
         self.parts.clear()
         log = self._log
-        segments = log.segments
-        keep = [s for s in segments if s.start <= self.start]
-        for segment in segments[len(keep):]:
-            segment.unlink()
-            segment.close()
-        log._set_segments(keep)
+        log.files.drop_from(bisect.bisect_right(log.files.starts, self.start))
         active = log.active
         if active.written > self.start - active.start:
             active.truncate(self.start - active.start)
