@@ -100,6 +100,59 @@ def validate_properties(props: object, *, allow_reserved: bool = False) -> dict[
     return props
 
 
+SETTABLE_NAME_FIELDS: dict[str, bytes] = {}
+"""Names a producer may set (P1) seen so far -> their ``properties.name_field`` (writers look
+here first: ``SETTABLE_NAME_FIELDS.get(name) or settable_name_field(name)``)."""
+_SETTABLE_MAX = 4096
+_SETTABLE_MAX_LEN = 256
+"""Names of at most this many bytes are kept, and the cache starts again when full (producers
+choose the names)."""
+
+
+def settable_name_field(name: object) -> bytes | None:
+    """P1, the fast form of :func:`validate_properties`' checks of a name: the
+    ``properties.name_field`` of a property a producer may set (cached), None for any other
+    name (:func:`validate_properties` then names why)."""
+    field = SETTABLE_NAME_FIELDS.get(name) if type(name) is str else None
+    if field is not None:
+        return field
+    if not isinstance(name, str) or not name or (name in P.RESERVED
+                                                 and name not in P.CLIENT_SETTABLE):
+        return None
+    try:
+        raw = name.encode()
+    except UnicodeEncodeError:
+        return None
+    if len(raw) > 0xFFFF:
+        return None
+    field = P.name_field(name)
+    if len(raw) <= _SETTABLE_MAX_LEN:
+        if len(SETTABLE_NAME_FIELDS) >= _SETTABLE_MAX:
+            SETTABLE_NAME_FIELDS.clear()
+        SETTABLE_NAME_FIELDS[name] = field
+    return field
+
+
+def properties_settable(props: dict[str, object]) -> bool:
+    """True when :func:`validate_properties` passes ``props`` (P1: names a producer may set,
+    text values, the size), in fewer steps; False for anything else (it then names the
+    problem)."""
+    total = 0
+    known = SETTABLE_NAME_FIELDS.get
+    for name, value in props.items():
+        prefix = known(name) or settable_name_field(name)
+        if prefix is None or type(value) is not str:
+            return False
+        if value.isascii():
+            total += len(prefix) + 4 + len(value)
+            continue
+        try:
+            total += len(prefix) + 4 + len(value.encode())
+        except UnicodeEncodeError:
+            return False
+    return total <= MAX_PROPERTIES_BYTES
+
+
 def validate_text(value: object, what: str) -> str | None:
     """Optional text fields (tags, keys): a string of valid Unicode, or None."""
     if value is None:

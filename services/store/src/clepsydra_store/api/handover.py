@@ -4,8 +4,6 @@ deliver timestamps of a level's entries, and hand-over of due entries done insid
 
 from __future__ import annotations
 
-import time
-
 from flask import Blueprint, Response, request
 from opentelemetry import trace
 
@@ -18,13 +16,11 @@ from clepsydra_core.wire.schedule import (
     LevelInfo,
     LevelTable,
 )
+from clepsydra_store.api.answers import entries_answer, handover_answer
 from clepsydra_store.api.context import StoreContext, ctx
 from clepsydra_store.api.observability import DESTINATION, MESSAGE_ID, set_attribute
 from clepsydra_store.api.web import json_response
-from clepsydra_store.engine.index.dispatcher import TIMER_LEVEL
-from clepsydra_store.engine.message_store import MessageStore
-from clepsydra_store.engine.schedule.handover import LOCK_CHUNK
-from clepsydra_store.engine.types import HandoverResult
+from clepsydra_store.engine.index.marks import TIMER_LEVEL
 from clepsydra_web import jsonio
 from clepsydra_web.tracing import idle
 
@@ -69,30 +65,6 @@ def deliver_spans(tracer: trace.Tracer, level: int,
             telemetry.LATENESS_MS: lateness_ms}).end()
 
 
-def handover_chunks(store: MessageStore, level: int, from_offset: int,
-                    max_count: int, fence: int | None = None) -> HandoverResult:
-    """``MessageStore.handover`` of up to ``max_count`` entries a ``LOCK_CHUNK`` at a time,
-    yielding between chunks (producers and other levels wait for one chunk at most), as one
-    answer: the range from where the first chunk started to where the last one stopped
-    (issue 14: a scheduler draining a backlog asks for more per call). Each chunk checks
-    ``fence`` (DEC-scheduler-lease)."""
-    r = store.handover(level, from_offset, min(max_count, LOCK_CHUNK), fence=fence)
-    left = max_count - (r.next_offset - r.from_offset)
-    full = r.next_offset - r.from_offset >= LOCK_CHUNK
-    while full and left > 0 and not r.not_due:
-        time.sleep(0)  # let a thread waiting for the writer lock take it
-        more = store.handover(level, r.next_offset, min(left, LOCK_CHUNK), fence=fence)
-        advanced = more.next_offset - more.from_offset
-        left -= advanced
-        full = advanced >= LOCK_CHUNK
-        r = HandoverResult(
-            level, r.from_offset, more.next_offset, r.delivered + more.delivered,
-            r.parked + more.parked, r.skipped + more.skipped, more.not_due,
-            more.next_deliver_ts, r.lateness_ms + more.lateness_ms, more.handed_over,
-            delivered_messages=r.delivered_messages + more.delivered_messages)
-    return r
-
-
 @bp.get("/v1/schedule/levels")
 def levels() -> Response:
     """The level table with each schedule queue's bounds and handed-over mark."""
@@ -119,7 +91,8 @@ def entries(level: str) -> Response:
     queue_offset = jsonio.query_int(request.args, "offset", 0, code="OFFSET_OUT_OF_RANGE")
     max_count = jsonio.query_int(request.args, "max", DEFAULT_ENTRIES, minimum=1,
                                  maximum=MAX_ENTRIES)
-    return json_response(c.store.schedule_entries(lvl, queue_offset, max_count).to_json())
+    return json_response(entries_answer(c.store.schedule_entries(lvl, queue_offset,
+                                                                 max_count)).to_json())
 
 
 @bp.post("/v1/schedule/levels/<level>/handover")
@@ -130,7 +103,7 @@ def handover(level: str) -> Response:
     lvl = _level(c, level)
     asked = HandoverRequest.from_json(jsonio.loads_object(request.get_data(cache=False)),
                                       what="handover", strict=True)
-    r = handover_chunks(c.store, lvl, asked.from_offset, asked.max_count, asked.fence)
+    r = c.store.handover(lvl, asked.from_offset, asked.max_count, fence=asked.fence)
     label = str(lvl)
     if r.delivered:
         c.obs.delivered.labels(label).inc(r.delivered)
@@ -141,4 +114,4 @@ def handover(level: str) -> Response:
     if not (r.delivered or r.parked or r.skipped):
         idle()  # nothing was due: neither this span nor the scheduler's is exported
     deliver_spans(c.obs.tracer, lvl, r.delivered_messages)
-    return json_response(r.to_json())
+    return json_response(handover_answer(r).to_json())

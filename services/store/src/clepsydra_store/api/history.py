@@ -12,6 +12,7 @@ from clepsydra_core.msgid import check_id
 from clepsydra_core.records import CommitLogRecord
 from clepsydra_core.wire.history import MessageHistory
 from clepsydra_core.wire.messages import StoredMessage
+from clepsydra_store.api.answers import PARKED_STATES
 from clepsydra_store.api.context import StoreContext, ctx
 from clepsydra_store.api.observability import MESSAGE_ID, set_attribute
 from clepsydra_store.api.web import json_response, messages_json
@@ -46,6 +47,7 @@ def message_history(c: StoreContext, msg_id: str) -> MessageHistory:
     copies = [StoredMessage.from_json(m) for m in messages_json(records, with_body=False)]
     return history.build(history.Inputs(
         msg_id=msg_id, copies=copies, offsets=_offsets(c, records),
-        parked=c.store.timers.parked_states(records),
+        parked={offset: PARKED_STATES[state]
+                for offset, state in c.store.parked_states(records).items()},
         delay_ms=c.settings.common.delay_levels.delay_ms,
         complete=len(records) < MAX_COPIES))

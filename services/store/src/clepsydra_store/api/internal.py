@@ -13,6 +13,7 @@ from clepsydra_core import properties as P
 from clepsydra_core import telemetry, validation
 from clepsydra_core.errors import ClepsydraError
 from clepsydra_core.wire.copy import CopyBatch, CopyItem, RangeCopy
+from clepsydra_store.api.answers import copy_request, range_copy_answer, range_copy_request
 from clepsydra_store.api.context import ctx
 from clepsydra_store.api.observability import BATCH_COUNT, set_attribute
 from clepsydra_store.api.produce import FlushTimeout, result_json
@@ -53,7 +54,7 @@ def copy() -> Response:
             raise
     spans = _copy_spans(c.obs.tracer, requests)
     try:
-        results = c.store.copy(requests)
+        results = c.store.copy([copy_request(item) for item in requests])
     except BaseException:
         for span in spans:
             span.set_status(trace.Status(trace.StatusCode.ERROR))
@@ -114,9 +115,9 @@ def copy_range() -> Response:
     if req.target_topic is not None:
         validation.validate_topic_name(req.target_topic)
     trace_topic(req.topic)
-    r = c.store.copy_range(req)
+    r = c.store.copy_range(range_copy_request(req))
     set_attribute(BATCH_COUNT, len(r.results))
     if any(x.status is not PutStatus.OK for x in r.results):
         raise FlushTimeout(f"{len(r.results)} copied message(s) not flushed to disk in time",
                            [result_json(x) for x in r.results])
-    return json_response(r.to_json(), 201)
+    return json_response(range_copy_answer(r).to_json(), 201)

@@ -30,6 +30,7 @@ from clepsydra_core import naming, telemetry, validation
 from clepsydra_core import properties as P
 from clepsydra_core.errors import ClepsydraError, ValidationError
 from clepsydra_core.msgid import pack_host
+from clepsydra_core.validation import properties_settable
 from clepsydra_core.wire.produce import (
     MAX_BATCH,
     ProduceBatch,
@@ -42,7 +43,6 @@ from clepsydra_store.api.observability import (
     MESSAGE_ID,
 )
 from clepsydra_store.engine.types import PutRequest, PutResult, PutStatus
-from clepsydra_store.engine.write.encoder import settable_properties
 from clepsydra_store.settings import MAX_REQUEST_BYTES_VAR
 from clepsydra_web import jsonio
 from clepsydra_web.errors import error_answer, too_large
@@ -157,7 +157,7 @@ def parse_plain(msg: object, topic: str, max_body_bytes: int, host: bytes, now_m
     props = trace_props
     raw_props = get("properties")
     if raw_props is not None:
-        if type(raw_props) is not dict or not settable_properties(raw_props):
+        if type(raw_props) is not dict or not properties_settable(raw_props):
             return None
         props = dict(raw_props)
         if P.TRACEPARENT not in props:

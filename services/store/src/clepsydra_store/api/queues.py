@@ -15,7 +15,6 @@ route below Flask through :func:`serve`, in a server thread (never the poller).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qsl
@@ -31,7 +30,6 @@ from clepsydra_store.api import lean
 from clepsydra_store.api.context import StoreContext, ctx
 from clepsydra_store.api.observability import set_attribute
 from clepsydra_store.api.web import messages_json, trace_topic, with_body_arg
-from clepsydra_store.engine.types import QueueRead
 from clepsydra_web import jsonio
 from clepsydra_web.jsonio import JSON_TYPE
 from clepsydra_web.tracing import idle
@@ -81,10 +79,8 @@ def pull_page(c: StoreContext, topic: str, queue_id: str,
     if queue_offset > queue.max_offset:
         raise OffsetOutOfRange(f"offset {queue_offset} is past the end of {topic!r} queue {qid} "
                                f"(maxOffset {queue.max_offset})")
-    tags = parse_tags(args.get("tags"))
-    read = store.read_queue(topic, qid, queue_offset, max_count, tags)
-    if wait_ms and _nothing_yet(read):
-        read = _held(c, topic, qid, read, max_count, tags, wait_ms)
+    read = store.pull(topic, qid, queue_offset, max_count, parse_tags(args.get("tags")),
+                      wait_ms, c.settings.pull_hold_max)
     if read.messages:
         set_attribute(telemetry.MESSAGING_SYSTEM, telemetry.SYSTEM)
         set_attribute(telemetry.OPERATION_TYPE, telemetry.RECEIVE)
@@ -94,34 +90,6 @@ def pull_page(c: StoreContext, topic: str, queue_id: str,
     return {"messages": messages_json(read.messages, with_body_arg(args)),
             "nextOffset": read.next_offset, "minOffset": read.min_offset,
             "maxOffset": read.max_offset}
-
-
-def _nothing_yet(read: QueueRead) -> bool:
-    """No message answered and none left to scan: only an append can change the page."""
-    return not read.messages and read.next_offset >= read.max_offset
-
-
-def _held(c: StoreContext, topic: str, qid: int, read: QueueRead, max_count: int,
-          tags: frozenset[str] | None, wait_ms: int) -> QueueRead:
-    """Wait for an append to the queue (or the end of ``wait_ms``, or the store's stop) and
-    read again from where ``read`` ended; ``read`` itself when no more pulls may be held.
-    An append of messages the tags do not match moves the read on and the wait goes on."""
-    arrivals = c.store.arrivals
-    held = arrivals.hold(topic, qid, c.settings.pull_hold_max)
-    if held is None:
-        return read
-    try:
-        deadline = time.monotonic() + wait_ms / 1000
-        while True:
-            held.event.clear()  # before the read: an append after it wakes the wait below
-            read = c.store.read_queue(topic, qid, read.next_offset, max_count, tags)
-            if not _nothing_yet(read) or arrivals.closed:
-                return read
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not held.wait(remaining):
-                return read
-    finally:
-        arrivals.release(held)
 
 
 def serve(c: StoreContext, environ: Mapping[str, Any], topic: str, queue_id: str) -> lean.Answer:

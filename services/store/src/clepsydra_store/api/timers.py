@@ -26,16 +26,16 @@ from clepsydra_core.wire.timers import (
     MessageCancelled,
     MessageRescheduled,
     RescheduleRequest,
-    TimerHandoverAnswer,
     TimerHandoverRequest,
 )
 from clepsydra_store.api import lean
+from clepsydra_store.api.answers import FATES, timer_backlog_answer, timer_handover_answer
 from clepsydra_store.api.context import StoreContext, ctx
 from clepsydra_store.api.handover import deliver_spans
 from clepsydra_store.api.observability import MESSAGE_ID, set_attribute
 from clepsydra_store.api.web import json_response, trace_topic
-from clepsydra_store.engine.index.dispatcher import TIMER_LEVEL
-from clepsydra_store.engine.schedule.timers import Outcome
+from clepsydra_store.engine.index.marks import TIMER_LEVEL
+from clepsydra_store.engine.types import Outcome
 from clepsydra_store.settings import MAX_REQUEST_BYTES_VAR
 from clepsydra_web import jsonio
 from clepsydra_web.errors import too_large
@@ -74,20 +74,20 @@ def _target(c: StoreContext) -> int:
     """The reschedule body's delivery time, checked against the cap (T1)."""
     asked = RescheduleRequest.from_json(jsonio.loads_object(request.get_data(cache=False)),
                                         what="reschedule", strict=True)
-    return c.store.timers.target(asked.deliver_at, asked.delay_ms)
+    return c.store.timer_target(asked.deliver_at, asked.delay_ms)
 
 
 def _act(c: StoreContext, copies: dict[str, list[CommitLogRecord]],
          deliver_at: int | None) -> Outcome:
     c.require_writable()
     _check_send(c, _topics(copies))
-    return c.store.timers.act(copies, deliver_at)
+    return c.store.cancel_or_reschedule(copies, deliver_at)
 
 
 def _message_copies(c: StoreContext, msg_id: str) -> dict[str, list[CommitLogRecord]]:
     check_id(msg_id)
     set_attribute(MESSAGE_ID, msg_id)
-    return {msg_id: c.store.get_by_msg_id(msg_id)}
+    return c.store.copies_of(msg_id)
 
 
 @bp.delete("/v1/messages/<msg_id>")
@@ -95,7 +95,7 @@ def cancel_message(msg_id: str) -> Response:
     """200 cancelled; 409 ALREADY_DELIVERED; 404 MESSAGE_NOT_FOUND."""
     c = ctx()
     outcome = _act(c, _message_copies(c, msg_id), None)
-    return json_response(MessageCancelled(outcome.status, msg_id).to_json())
+    return json_response(MessageCancelled(FATES[outcome.status], msg_id).to_json())
 
 
 @bp.patch("/v1/messages/<msg_id>")
@@ -105,7 +105,7 @@ def reschedule_message(msg_id: str) -> Response:
     target = _target(c)
     outcome = _act(c, _message_copies(c, msg_id), target)
     assert outcome.deliver_at is not None
-    return json_response(MessageRescheduled(outcome.status, msg_id,
+    return json_response(MessageRescheduled(FATES[outcome.status], msg_id,
                                             outcome.deliver_at).to_json())
 
 
@@ -116,8 +116,7 @@ def _key_copies(c: StoreContext) -> dict[str, list[CommitLogRecord]]:
         raise ValidationError("query parameter key is required", code="INVALID_REQUEST")
     jsonio.check_fields(dict(request.args), frozenset({"topic", "key"}), "query")
     trace_topic(topic)
-    c.store.get_topic(topic)
-    copies = c.store.timers.copies_by_key(topic, key, c.store.topic_since(topic))
+    copies = c.store.copies_by_key(topic, key)
     if not copies:
         raise MessageNotFound(f"no message of topic {topic} with key {key!r}")
     return copies
@@ -128,7 +127,7 @@ def cancel_by_key() -> Response:
     """Every pending delayed message of ``topic`` with ``key``: 200 cancelled ``msgIds``."""
     c = ctx()
     outcome = _act(c, _key_copies(c), None)
-    return json_response(KeyCancelled(outcome.status, outcome.msg_ids).to_json())
+    return json_response(KeyCancelled(FATES[outcome.status], outcome.msg_ids).to_json())
 
 
 @bp.patch("/v1/messages")
@@ -138,14 +137,14 @@ def reschedule_by_key() -> Response:
     target = _target(c)
     outcome = _act(c, _key_copies(c), target)
     assert outcome.deliver_at is not None
-    return json_response(KeyRescheduled(outcome.status, outcome.msg_ids,
+    return json_response(KeyRescheduled(FATES[outcome.status], outcome.msg_ids,
                                         outcome.deliver_at).to_json())
 
 
 @bp.get("/v1/schedule/timers")
 def timer_backlog() -> Response:
     """Pending timers by hour ahead, handed over, next due time, lateness."""
-    return json_response(ctx().store.timers.backlog(_now_ms()).to_json())
+    return json_response(timer_backlog_answer(ctx().store.timer_backlog(_now_ms())).to_json())
 
 
 @bp.post("/v1/schedule/timers/handover")
@@ -164,7 +163,7 @@ def handover_answer(c: StoreContext, read: Callable[[], bytes]) -> dict[str, Any
     c.require_writable()
     asked = TimerHandoverRequest.from_json(jsonio.loads_object(read()), what="handover",
                                            strict=True)
-    r = c.store.timers.handover_wait(asked.max_count, asked.wait_ms, _now_ms, asked.fence)
+    r = c.store.handover_timers(asked.max_count, asked.wait_ms, _now_ms, asked.fence)
     if r.delivered:
         c.obs.delivered.labels(TIMER_LABEL).inc(r.delivered)
     if r.parked:
@@ -174,7 +173,7 @@ def handover_answer(c: StoreContext, read: Callable[[], bytes]) -> dict[str, Any
     if not (r.delivered or r.parked):
         idle()
     deliver_spans(c.obs.tracer, TIMER_LEVEL, r.delivered_messages)
-    return TimerHandoverAnswer(r.delivered, r.parked, r.next_due_at, r.lateness_ms).to_json()
+    return timer_handover_answer(r).to_json()
 
 
 def serve(c: StoreContext, environ: Mapping[str, Any], read: Callable[[], bytes | None]

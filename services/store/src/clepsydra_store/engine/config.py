@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from clepsydra_core import naming
 from clepsydra_core.levels import DelayLevels
 
 TIMER_MAX_DELAY_VAR = "CLEPSYDRA_TIMER_MAX_DELAY"
@@ -51,3 +52,38 @@ class EngineConfig:
     retry_topic_queues: int = 1
     """Queues of a %RETRY% topic created by a plain send (R9 fallback); the retry service
     creates it with the group's retryQueueNums first when it can (R3)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoreDirs:
+    """Where the store's files are, under ``root`` (``EngineConfig.data_dir``)."""
+
+    root: Path
+    consumequeue_root: Path | None = None
+    """The ConsumeQueue folder when it is not ``root/consumequeue`` (its own volume)."""
+
+    @classmethod
+    def of(cls, config: EngineConfig) -> StoreDirs:
+        return cls(config.data_dir, config.consumequeue_dir)
+
+    @property
+    def commitlog(self) -> Path:
+        return self.root / naming.COMMITLOG_DIR
+
+    @property
+    def consumequeue(self) -> Path:
+        if self.consumequeue_root is not None:
+            return self.consumequeue_root
+        return self.root / naming.CONSUMEQUEUE_DIR
+
+    @property
+    def index(self) -> Path:
+        return self.root / naming.INDEX_DIR
+
+    @property
+    def config(self) -> Path:
+        return self.root / naming.CONFIG_DIR
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.root / naming.CHECKPOINT_FILE

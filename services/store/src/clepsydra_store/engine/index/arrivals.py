@@ -11,11 +11,16 @@ number is bounded (:meth:`hold` refuses past ``limit``), and :meth:`close` wakes
 pull and refuses new ones (graceful stop).
 
 With no pull held, the dispatcher's cost is one test of an empty dict per queue written.
+:func:`held_read` is the wait of one held pull.
 """
 
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
+
+from clepsydra_store.engine.types import QueueRead
 
 QueueKey = tuple[str, int]
 """(topic, queue_id)."""
@@ -91,3 +96,31 @@ class Arrivals:
         for held_pulls in waiting.values():
             for held in held_pulls:
                 held.event.set()
+
+
+def nothing_yet(read: QueueRead) -> bool:
+    """No message answered and none left to scan: only an append can change the page."""
+    return not read.messages and read.next_offset >= read.max_offset
+
+
+def held_read(arrivals: Arrivals, read_from: Callable[[int], QueueRead], read: QueueRead,
+              topic: str, queue_id: int, limit: int, wait_ms: int) -> QueueRead:
+    """The pull hold: wait for an append to the queue (or the end of ``wait_ms``, or the
+    store's stop) and read again from where ``read`` ended (``read_from(queue_offset)``);
+    ``read`` itself when ``limit`` pulls are held already. An append of messages the pull's
+    tags do not match moves the read on and the wait goes on."""
+    held = arrivals.hold(topic, queue_id, limit)
+    if held is None:
+        return read
+    try:
+        deadline = time.monotonic() + wait_ms / 1000
+        while True:
+            held.event.clear()  # before the read: an append after it wakes the wait below
+            read = read_from(read.next_offset)
+            if not nothing_yet(read) or arrivals.closed:
+                return read
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not held.wait(remaining):
+                return read
+    finally:
+        arrivals.release(held)

@@ -5,10 +5,9 @@ recovery re-derives it by re-dispatching from the checkpoint). Timers (issue 15)
 parked timer's pair goes into the timer index, a timer's hand-over copy (``SCHEDULE_OFFSET``
 ``0:<q>``) and a cancel tombstone (``CANCEL_OF``) set their entry's state.
 
-A placed record's :class:`Mark` (``Prepared.mark``) says which of these it is, so live dispatch
-does not parse properties: ``(level >= 1, q)`` hands over level entry q, ``(0, q)`` timer-log
-entry q, ``(PARKED_TIMER, 0)`` is a parked timer, ``(cancel_kind(level), q)`` cancels entry q
-of a level (0: the timer log).
+A placed record's mark (``Prepared.mark``, ``marks.py``) says which of these it is, so live
+dispatch does not parse properties; recovery reads the same mark and entry code back from the
+stored record (:func:`replayed_entry`).
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ import threading
 from bisect import bisect_right
 from collections.abc import Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 from clepsydra_core import naming
 from clepsydra_core import properties as P
@@ -27,73 +27,59 @@ from clepsydra_store.engine.config import DEFAULT_KEY_INDEX_ENTRIES_PER_FILE
 from clepsydra_store.engine.index.arrivals import Arrivals
 from clepsydra_store.engine.index.consume_queue import ENTRY, ConsumeQueue
 from clepsydra_store.engine.index.entry_states import CANCELLED, DELIVERED, EntryStates
-from clepsydra_store.engine.index.key_index import KeyIndex, key_hash
+from clepsydra_store.engine.index.key_index import KeyIndex, key_hash, record_keys
+from clepsydra_store.engine.index.marks import (
+    PARKED,
+    PARKED_TIMER,
+    TIMER_LEVEL,
+    Mark,
+    cancel_kind,
+    entry_code,
+    parse_schedule_offset,
+)
 from clepsydra_store.engine.index.timer_index import TimerIndex
+from clepsydra_store.engine.log.flush import IndexPoint
 from clepsydra_store.engine.log.segment import Segment
 
 logger = logging.getLogger(__name__)
 
-Mark = tuple[int, int]
-TIMER_LEVEL = 0
-"""The "level" of the timer log in a ``SCHEDULE_OFFSET`` or ``CANCEL_OF`` value."""
-PARKED_TIMER = -(1 << 30)
-"""Mark kind of a parked timer record: its pair goes into the timer index."""
-
-
-def cancel_kind(level: int) -> int:
-    """Mark kind of a tombstone cancelling an entry of ``level`` (0: the timer log)."""
-    return -1 - level
-
-
-def timer_code(props: dict[str, str], store_timestamp: int) -> int:
-    """A parked timer's deliver time: ``DELIVER_AT`` (a time in the past: its store time) or
-    store time + ``DELAY_MS`` (SPEC T1)."""
-    at = props.get(P.DELIVER_AT)
-    try:
-        if at is not None:
-            return max(int(at), store_timestamp)
-        return store_timestamp + int(props.get(P.DELAY_MS) or 0)
-    except ValueError:
-        return store_timestamp  # unreadable: due now, the hand-over parks it (D7)
-
-
-def parse_schedule_offset(value: str | None) -> tuple[int, int] | None:
-    """``"<level>:<queueOffset>"`` -> (level, queue_offset); None when absent or malformed."""
-    if not value:
-        return None
-    level, sep, queue_offset = value.partition(":")
-    try:
-        return (int(level), int(queue_offset)) if sep else None
-    except ValueError:
-        return None
-
-
-def record_keys(props: dict[str, str]) -> list[str]:
-    """The index keys of a message: its KEYS (space-separated) and its UNIQ_KEY."""
-    keys = props.get(P.KEYS, "").split()
-    uniq = props.get(P.UNIQ_KEY)
-    if uniq:
-        keys.append(uniq)
-    return keys
-
-
-def placement(record: CommitLogRecord, levels: DelayLevels) -> tuple[int, Mark | None]:
+def replayed_entry(record: CommitLogRecord, levels: DelayLevels) -> tuple[int, Mark | None]:
     """(ConsumeQueue code, Mark) of a stored record: what its ``Prepared`` carried when it was
-    placed live, read back from its topic, queue and properties (recovery, SPEC P3)."""
+    placed live, read back from its topic, queue and properties (recovery, SPEC P3), through
+    the writer's :func:`~clepsydra_store.engine.index.marks.entry_code`."""
     props = record.properties
     topic = record.topic
+    stored_at = record.store_timestamp
     if topic == naming.SCHEDULE_TOPIC:  # S2: the deliver time
         level = levels.level_of_queue(record.queue_id)
-        return record.store_timestamp + levels.delay_ms(level), None
+        return entry_code(0, levels.delay_ms(level), stored_at), None
     if topic == naming.TIMER_TOPIC:
         if record.queue_id == naming.TIMER_LOG_QUEUE:
-            return timer_code(props, record.store_timestamp), (PARKED_TIMER, 0)
+            return entry_code(*_timer_asked(props), stored_at), PARKED
         target = parse_schedule_offset(props.get(P.CANCEL_OF))
         if target is not None and target[0] >= 0:
             return 0, (cancel_kind(target[0]), target[1])
         return 0, None
     mark = parse_schedule_offset(props.get(P.SCHEDULE_OFFSET))
     return tags_code(props.get(P.TAGS)), mark if mark is not None and mark[0] >= 0 else None
+
+
+def _timer_asked(props: dict[str, str]) -> tuple[int, int]:
+    """(code, delay_ms) a parked timer's ``Prepared`` carried (``routing.park_timer``), read
+    back from its ``DELIVER_AT`` or ``DELAY_MS``; unreadable: due at its store time (the
+    hand-over then parks it, D7)."""
+    try:
+        at = props.get(P.DELIVER_AT)
+        if at is not None:
+            return int(at), -1
+        return 0, int(props.get(P.DELAY_MS) or 0) or -1
+    except ValueError:
+        return 0, -1
+
+
+class _Pending(NamedTuple):
+    states: dict[ConsumeQueue, dict[int, int]]
+    unlinks: list[int]
 
 
 class Dispatcher:
@@ -212,7 +198,7 @@ class Dispatcher:
             self.raise_mark(level, target)
 
     def redispatch(self, record: CommitLogRecord, size: int) -> None:
-        """Dispatch one recovered record again, as it was placed live (:func:`placement`
+        """Dispatch one recovered record again, as it was placed live (:func:`replayed_entry`
         gives the code and mark its ``Prepared`` carried); gathered, then placed by
         :meth:`dispatch` at :meth:`finish_replay` (idempotent: its entry goes at byte
         20·queueOffset; keys already indexed are skipped; marks only rise)."""
@@ -220,7 +206,7 @@ class Dispatcher:
         if topic not in self.replay_known or record.commitlog_offset < self.replay_since.get(
                 topic, 0):
             return  # topic deleted since (and perhaps created anew)
-        code, mark = placement(record, self.delay_levels)
+        code, mark = replayed_entry(record, self.delay_levels)
         cq = self.queue(topic, record.queue_id)
         packed = ENTRY.pack(record.commitlog_offset, size, code)
         pending = self._replay.get(cq)
@@ -245,6 +231,25 @@ class Dispatcher:
         self.dispatch(entries, hashes, offsets, marks, replay=True)
 
     # ---- durability / retention ------------------------------------------------------------
+    def snapshot(self) -> IndexPoint:
+        """What this flush makes durable (writer lock held, ``log/flush.py``): the marks and
+        queue ranges for the checkpoint, the entry states to write, the emptied timer slots to
+        unlink after it."""
+        return IndexPoint(dict(self.handed_over), self.ranges(),
+                          _Pending(self.states.take(), self.timers.take_unlinks()))
+
+    def make_durable(self, point: IndexPoint) -> None:
+        """After the CommitLog fsync: the sentinels of records at or below the checkpointed
+        offset written (entry_states.py), then every index file fsync'd."""
+        assert isinstance(point.pending, _Pending)
+        self.states.apply(point.pending.states)
+        self.flush()
+
+    def checkpointed(self, point: IndexPoint) -> None:
+        """After the checkpoint: the timer slots it covers the emptying of go."""
+        assert isinstance(point.pending, _Pending)
+        self.timers.unlink(point.pending.unlinks)
+
     def flush(self) -> None:
         """fsync every ConsumeQueue file written since the last flush, and the key index."""
         for cq in list(self.queues.values()):

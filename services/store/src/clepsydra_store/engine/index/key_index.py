@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from clepsydra_core import naming
+from clepsydra_core import properties as P
 from clepsydra_store.engine.config import DEFAULT_KEY_INDEX_ENTRIES_PER_FILE
 from clepsydra_store.engine.index.key_index_file import (
     STATE_CLEAN,
@@ -49,6 +50,15 @@ def key_hash(key: str) -> int:
 def key_hash_of(raw: bytes) -> int:
     """:func:`key_hash` of a key already encoded as UTF-8."""
     return (zlib.crc32(raw) << 32) | zlib.adler32(raw)
+
+
+def record_keys(props: dict[str, str]) -> list[str]:
+    """The index keys of a message: its KEYS (space-separated) and its UNIQ_KEY."""
+    keys = props.get(P.KEYS, "").split()
+    uniq = props.get(P.UNIQ_KEY)
+    if uniq:
+        keys.append(uniq)
+    return keys
 
 
 def _now_ms() -> int:

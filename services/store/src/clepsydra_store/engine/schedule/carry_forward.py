@@ -24,11 +24,17 @@ a crash between the two leaves the old entry, and recovery's re-dispatch of the 
 it. A record that cannot be read back (corrupt) is not carried: its entry is parked as
 unreadable by the hand-over (D7), never silently lost.
 The caller holds the writer lock (and the flush lock).
+
+:class:`Retention` is what runs it: whole segments past ``CLEPSYDRA_STORE_RETENTION_HOURS``
+(never the active one) deleted once what they hold of pending schedule entries is carried,
+then the ConsumeQueue and key index files wholly below the new CommitLog minimum.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+from collections import Counter
 from dataclasses import dataclass
 
 from clepsydra_core import naming
@@ -37,9 +43,10 @@ from clepsydra_core.levels import DelayLevels
 from clepsydra_core.records import HEADER_SIZE, decode_record
 from clepsydra_core.schedule_rules import first_pending
 from clepsydra_store.engine.index.consume_queue import ENTRY, ConsumeQueue
-from clepsydra_store.engine.index.dispatcher import Dispatcher, record_keys
-from clepsydra_store.engine.index.key_index import key_hash
+from clepsydra_store.engine.index.dispatcher import Dispatcher
+from clepsydra_store.engine.index.key_index import key_hash, record_keys
 from clepsydra_store.engine.log.commitlog import CommitLog
+from clepsydra_store.engine.log.segment import Segment
 from clepsydra_store.engine.write.codec import relocated_header
 
 logger = logging.getLogger(__name__)
@@ -178,3 +185,59 @@ class CarryForward:
         # pair (timer-log offset, deliver time) in the timer index is unchanged
         self.dispatcher.dispatch([(cq, first, b"".join(packed)) for cq, first, packed in runs],
                                  hashes, offsets, ())
+
+
+_HOUR_MS = 3_600_000
+
+
+class Retention:
+    """SPEC P4: the deletion of expired segments, pending schedule records carried first."""
+
+    def __init__(self, commitlog: CommitLog, dispatcher: Dispatcher, carry: CarryForward,
+                 writer_lock: threading.Lock, retention_hours: float,
+                 counters: Counter[str]) -> None:
+        self._commitlog = commitlog
+        self._dispatcher = dispatcher
+        self._carry = carry
+        self._lock = writer_lock
+        self._retention_ms = int(retention_hours * _HOUR_MS)
+        self._counters = counters
+        self._graveyard: list[Segment] = []
+        """Files deleted by the last run: closed by the next one (readers may hold them)."""
+
+    def delete_expired(self, now_ms: int) -> int:
+        """Delete whole segments older than retention (never the active one); undelivered
+        scheduled messages in them are carried forward first. Returns how many segments were
+        deleted. The caller holds the flush lock (and flushes after a deletion)."""
+        cutoff = now_ms - self._retention_ms
+        cl = self._commitlog
+        counters = self._counters
+        with self._lock:
+            old, self._graveyard = self._graveyard, []
+            for segment in old:
+                segment.close()
+            count = 0
+            for segment in cl.segments[:-1]:
+                if segment.mtime_ms() >= cutoff:
+                    break
+                count += 1
+            removed = []
+            if count:
+                carried = self._carry.carry(cl.segments[count].start)
+                counters["schedule_carried_total"] += carried.carried
+                counters["schedule_carried_bytes_total"] += carried.carried_bytes
+                counters["schedule_carry_unreadable_total"] += carried.unreadable
+                removed = cl.remove_head(count)
+            if removed:
+                self._graveyard += removed
+                self._graveyard += self._dispatcher.drop_below(cl.min_offset)
+                counters["segments_deleted_total"] += len(removed)
+                logger.info("expired segments deleted count=%d first=%d new_min_offset=%d",
+                            len(removed), removed[0].start, cl.min_offset)
+        return len(removed)
+
+    def close(self) -> None:
+        """Close the files deleted last (the writer lock held)."""
+        for segment in self._graveyard:
+            segment.close()
+        self._graveyard = []

@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 
 from clepsydra_core.errors import Fenced
-from clepsydra_store.engine.index.dispatcher import TIMER_LEVEL
+from clepsydra_store.engine.types import TIMER_LEVEL
 
 
 class Fences:

@@ -1,6 +1,6 @@
-"""Timer messages' operations (issue 15, SPEC T1-T2), under the store's writer lock: the
-hand-over of due timers, cancel and reschedule of any pending delayed message (level or timer),
-and the timer backlog.
+"""Timer messages' operations (SPEC T1-T2), under the store's writer lock: the scheduler's
+waiting hand-over of due timers (the hand-over itself is ``handover.py``'s loop), cancel and
+reschedule of any pending delayed message (level or timer), and the timer backlog.
 
 Everything that changes a message's fate is a CommitLog record appended under the writer lock,
 so it is as durable as a produce and a recovery re-derives it (``dispatch.py``):
@@ -19,7 +19,6 @@ cancel that came second; a cancelled entry is never handed over).
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -30,53 +29,30 @@ from clepsydra_core import properties as P
 from clepsydra_core.errors import AlreadyDelivered, MessageNotFound
 from clepsydra_core.levels import DelayLevels
 from clepsydra_core.records import CommitLogRecord
-from clepsydra_core.wire.history import CANCELLED as PARKED_CANCELLED
-from clepsydra_core.wire.history import DELIVERED as PARKED_DELIVERED
-from clepsydra_core.wire.history import PENDING as PARKED_PENDING
-from clepsydra_core.wire.timers import CANCELLED as CANCELLED_STATUS
-from clepsydra_core.wire.timers import RESCHEDULED, HourCount, Lateness, TimerBacklog
 from clepsydra_store.engine.index.consume_queue import ENTRY, ENTRY_SIZE
-from clepsydra_store.engine.index.dispatcher import TIMER_LEVEL, Dispatcher, cancel_kind
+from clepsydra_store.engine.index.dispatcher import Dispatcher
 from clepsydra_store.engine.index.entry_states import CANCELLED, DELIVERED
+from clepsydra_store.engine.index.lookup import Copies, Lookup
+from clepsydra_store.engine.index.marks import TIMER_LEVEL, cancel_kind, schedule_offset
 from clepsydra_store.engine.index.timer_index import NO_TIMER
-from clepsydra_store.engine.log.commitlog import CommitLog
-from clepsydra_store.engine.schedule.fences import Fences
-from clepsydra_store.engine.schedule.handover import LOCK_CHUNK, Handover
-from clepsydra_store.engine.types import PutResult
+from clepsydra_store.engine.schedule.handover import Handover
+from clepsydra_store.engine.types import (
+    Fate,
+    HourCount,
+    Lateness,
+    Outcome,
+    ParkedState,
+    TimerBacklog,
+    TimerHandoverResult,
+)
 from clepsydra_store.engine.write.codec import Prepared
 from clepsydra_store.engine.write.preparer import Preparer
+from clepsydra_store.engine.write.writer import Writer
 
 LATENESS_WINDOW = 10_000
 """Hand-overs the timer backlog's lateness figures are computed over (the most recent)."""
-MAX_MESSAGES_BY_KEY = 1000
-"""Most messages one cancel or reschedule by key acts on."""
 _HOUR_MS = 3_600_000
 _SCAN = 65_536
-
-Append = Callable[[Sequence[Prepared]], tuple[list[PutResult], int]]
-AppendCopies = Callable[[Sequence[Prepared]], tuple[int, int]]
-"""``StoreCore._append_copies``: hand-over copies appended, (store timestamp, end)."""
-Acknowledge = Callable[[list[PutResult], int | None], list[PutResult]]
-
-
-@dataclass(slots=True)
-class TimerHandoverResult:
-    delivered: int = 0
-    parked: int = 0
-    lateness_ms: list[int] = field(default_factory=list)
-    next_due_at: int | None = None
-    delivered_messages: list[tuple[str, str, str | None, int]] = field(default_factory=list)
-    """(real topic, msgId, producer's traceparent, lateness) per delivered message (O1)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """What a cancel or reschedule did: ``status`` (cancelled / rescheduled), the messages it
-    acted on, and the new delivery time of a reschedule."""
-
-    status: str
-    msg_ids: list[str]
-    deliver_at: int | None = None
 
 
 @dataclass(slots=True)
@@ -89,30 +65,19 @@ class _Message:
     cancelled: bool = False
 
 
-class TimerOps:
-    def __init__(self, lock: threading.Lock, commitlog: CommitLog, dispatcher: Dispatcher,
-                 handover: Handover, preparer: Preparer, levels: DelayLevels,
-                 append: Append, append_copies: AppendCopies, acknowledge: Acknowledge,
-                 copies_of: Callable[[str], list[CommitLogRecord]], gap_ms: int = 0,
-                 fences: Fences | None = None) -> None:
-        self._lock = lock
-        self._fences = fences or Fences()
-        """The hand-over's fencing (DEC-scheduler-lease), checked under the writer lock."""
-        self._commitlog = commitlog
+class Timers:
+    def __init__(self, writer: Writer, dispatcher: Dispatcher, handover: Handover,
+                 preparer: Preparer, levels: DelayLevels, lookup: Lookup,
+                 gap_ms: int = 0) -> None:
+        self._writer = writer
         self._disp = dispatcher
         self._handover = handover
         self._preparer = preparer
         self._levels = levels
-        self._append = append
-        self._append_copies = append_copies
-        self._acknowledge = acknowledge
+        self._lookup = lookup
         self._lateness: deque[int] = deque(maxlen=LATENESS_WINDOW)
         self.handed_over = 0
         """Timers handed over (delivered or parked) since the store started."""
-        self._copies_of = copies_of
-        self._located: dict[int, tuple[int, int]] = {}
-        """Timer-log queue offset -> (CommitLog offset, size) of the entries read by the
-        hand-over running (writer lock)."""
         self._gap_ms = gap_ms
         """``EngineConfig.timer_handover_gap_ms``."""
         self._last_handed_ms = -gap_ms
@@ -129,7 +94,7 @@ class TimerOps:
         timers comes at least ``gap_ms`` after the last one that did, unless that one took a
         full ``max_count`` (issue 14). A stale ``fence`` is refused at once, before any wait
         (and again by each hand-over, under the writer lock)."""
-        self._fences.admit(TIMER_LEVEL, fence)
+        self._handover.admit(TIMER_LEVEL, fence)
         deadline = time.monotonic() + wait_ms / 1000
         timers = self._disp.timers
         wake = timers.wake
@@ -172,132 +137,28 @@ class TimerOps:
 
     def target(self, deliver_at: int | None, delay_ms: int | None) -> int:
         """A reschedule's asked time, checked against the cap (T1; 400 naming it)."""
-        return self._preparer.timer_target(deliver_at, delay_ms)
+        return self._preparer.timer_target(deliver_at, delay_ms, time.time_ns() // 1_000_000)
 
     # ---- by msgId, by key -------------------------------------------------------------------
     def cancel(self, msg_id: str) -> Outcome:
-        return self.act({msg_id: self._copies_of(msg_id)}, None)
+        return self.act({msg_id: self._lookup.by_msg_id(msg_id)}, None)
 
     def reschedule(self, msg_id: str, deliver_at: int) -> Outcome:
-        return self.act({msg_id: self._copies_of(msg_id)}, deliver_at)
+        return self.act({msg_id: self._lookup.by_msg_id(msg_id)}, deliver_at)
 
-    def copies_by_key(self, topic: str, key: str,
-                      since: int = 0) -> dict[str, list[CommitLogRecord]]:
-        """msgId -> stored copies of the messages of ``topic`` (parked for it, or in it)
-        whose KEYS hold ``key`` or whose UNIQ_KEY is ``key``; the newest
-        MAX_MESSAGES_BY_KEY messages."""
-        out: dict[str, list[CommitLogRecord]] = {}
-        for commitlog_offset in reversed(self._disp.key_index.lookup(key)):
-            if commitlog_offset < since:
-                break
-            try:
-                record = self._commitlog.read_record(commitlog_offset)
-            except MessageNotFound:
-                continue
-            props = record.properties
-            if key not in record.keys and props.get(P.UNIQ_KEY) != key:
-                continue
-            if record.topic != topic and props.get(P.REAL_TOPIC) != topic:
-                continue
-            msg_id = props.get(P.UNIQ_KEY) or record.offset_msg_id
-            if msg_id not in out and len(out) >= MAX_MESSAGES_BY_KEY:
-                continue
-            out.setdefault(msg_id, []).append(record)
-        return out
+    def copies_by_key(self, topic: str, key: str, since: int = 0) -> Copies:
+        """msgId -> stored copies of the messages of ``topic`` with ``key`` (T2 by key)."""
+        return self._lookup.copies_by_key(topic, key, since)
 
     # ---- hand-over (D3-D10 for timers) ----------------------------------------------------
-    def _codes(self, queue_offsets: list[int]) -> list[int | None]:
-        """The timer-log entries' tagsCodes now (sentinels included); None past the log. The
-        place of each entry read (CommitLog offset, size) is kept in :attr:`_located` for the
-        hand-over that asked, so its due entries are not read a second time."""
-        if not queue_offsets:
-            return []
-        cq = self._disp.timer_log()
-        states = self._disp.states.overrides(cq, queue_offsets)  # before the entries
-        low, high = min(queue_offsets), max(queue_offsets)
-        located = self._located
-        out: list[int | None] = []
-        if high - low < 4 * len(queue_offsets) + 256:
-            entries = list(ENTRY.iter_unpack(cq.read_raw(low, high - low + 1)))
-            count = len(entries)
-            override = states.get
-            append = out.append
-            for q in queue_offsets:
-                i = q - low
-                if i < count:
-                    offset, size, code = entries[i]
-                    if size > 0:
-                        located[q] = (offset, size)
-                        append(override(q, code))
-                        continue
-                append(None)
-            return out
-        for q in queue_offsets:
-            entry = cq.entry(q)
-            if entry is not None and entry.size > 0:
-                located[q] = (entry.commitlog_offset, entry.size)
-                out.append(states.get(q, entry.tags_code))
-            else:
-                out.append(None)
-        return out
-
     def handover(self, now_ms: int, max_count: int,
                  fence: int | None = None) -> TimerHandoverResult:
-        """Hand the due timers over (earliest first, up to ``max_count``): each rebuilt for
-        its real topic (D4) or parked (D7) by the levels' path (``Handover.prepare``: spliced
-        from its stored bytes when plain), appended with its mark in one write (D9); a
-        ``LOCK_CHUNK`` at a time under the writer lock, yielding between chunks."""
-        out = TimerHandoverResult()
-        stored_at: list[int] = []
-        """The store timestamp of each appended chunk's copies."""
-        items: list[Prepared] = []
-        oks: list[bool] = []
-        traceparents: list[str | None] = []
-        end = None
-        while True:
-            want = min(max_count - len(items), LOCK_CHUNK)
-            taken, chunk_end = self._handover_chunk(now_ms, want, stored_at, items, oks,
-                                                    traceparents, out, fence)
-            end = chunk_end if chunk_end is not None else end
-            if taken < want or len(items) >= max_count:
-                break
-            time.sleep(0)  # let a thread waiting for the writer lock take it (LOCK_CHUNK)
-        self._acknowledge([], end)
-        for stored, item, ok, traceparent in zip(stored_at, items, oks, traceparents,
-                                                 strict=True):
-            if ok:
-                late = stored - item.deliver_ts
-                out.lateness_ms.append(late)
-                out.delivered_messages.append((item.topic, item.uniq_key, traceparent, late))
-        out.delivered = len(out.lateness_ms)
-        out.parked = len(items) - out.delivered
-        self._lateness.extend(out.lateness_ms)
-        self.handed_over += len(items)
-        return out
-
-    def _handover_chunk(self, now_ms: int, max_count: int, stored_at: list[int],
-                        items: list[Prepared], oks: list[bool],
-                        traceparents: list[str | None], out: TimerHandoverResult,
-                        fence: int | None = None) -> tuple[int, int | None]:
-        """One hold of the writer lock: up to ``max_count`` due timers prepared and appended
-        (added to the lists); (how many, the CommitLog end after them or None)."""
-        before = len(items)
-        end = None
-        with self._lock:
-            self._fences.admit(TIMER_LEVEL, fence)
-            timers = self._disp.timers
-            self._located = {}
-            due = timers.due(now_ms, max_count, self._codes)
-            located = self._located
-            self._located = {}
-            entries = [(q, *located[q], deliver_ts) for q, deliver_ts in due]
-            self._handover.prepare(TIMER_LEVEL, entries, items, oks, traceparents)
-            if len(items) > before:
-                stored, end = self._append_copies(items[before:])
-                stored_at.extend([stored] * (len(items) - before))
-            timers.confirm()
-            out.next_due_at = None if timers.next_due == NO_TIMER else timers.next_due
-        return len(items) - before, end
+        """Hand the due timers over, earliest first, up to ``max_count`` (``handover.py``'s
+        loop: each copy spliced or rebuilt, D4, or parked, D7; appended with its mark, D9)."""
+        result = self._handover.timers(now_ms, max_count, fence)
+        self._lateness.extend(result.lateness_ms)
+        self.handed_over += result.delivered + result.parked
+        return result
 
     # ---- cancel / reschedule ----------------------------------------------------------------
     def _state(self, level: int, queue_offset: int) -> tuple[int, int] | None:
@@ -310,23 +171,23 @@ class TimerOps:
         code = entry.tags_code if override is None else override
         return code, entry.commitlog_offset
 
-    def parked_states(self, records: Sequence[CommitLogRecord]) -> dict[int, str]:
-        """Where each parked copy among ``records`` stands, by CommitLog offset: ``pending``,
-        ``delivered`` (handed over) or ``cancelled`` (a message's history, DEC-message-history);
+    def parked_states(self, records: Sequence[CommitLogRecord]) -> dict[int, ParkedState]:
+        """Where each parked copy among ``records`` stands, by CommitLog offset: pending,
+        delivered (handed over) or cancelled (a message's history, DEC-message-history);
         copies that are not parked, or whose entry is gone, are left out."""
-        out: dict[int, str] = {}
-        with self._lock:
+        out: dict[int, ParkedState] = {}
+        with self._writer.lock:
             for record in records:
                 if record.topic not in (naming.SCHEDULE_TOPIC, naming.TIMER_TOPIC):
                     continue
                 message = _Message(record.msg_id)
                 self._classify([record], message)
                 if message.cancelled:
-                    out[record.commitlog_offset] = PARKED_CANCELLED
+                    out[record.commitlog_offset] = ParkedState.CANCELLED
                 elif message.delivered:
-                    out[record.commitlog_offset] = PARKED_DELIVERED
+                    out[record.commitlog_offset] = ParkedState.DELIVERED
                 elif message.pending:
-                    out[record.commitlog_offset] = PARKED_PENDING
+                    out[record.commitlog_offset] = ParkedState.PENDING
         return out
 
     def _classify(self, records: list[CommitLogRecord], message: _Message) -> None:
@@ -357,18 +218,18 @@ class TimerOps:
     def _tombstone(self, level: int, queue_offset: int, msg_id: str) -> Prepared:
         return Prepared.build(
             naming.TIMER_TOPIC, naming.TIMER_CANCEL_QUEUE, b"",
-            {P.CANCEL_OF: f"{level}:{queue_offset}", P.ORIGIN_MESSAGE_ID: msg_id},
+            {P.CANCEL_OF: schedule_offset(level, queue_offset), P.ORIGIN_MESSAGE_ID: msg_id},
             flag=0, sys_flag=0, born_timestamp=0, born_host=b"\0" * 8, reconsume_times=0,
-            max_size=self._handover.segment_size_bytes,
-        )._replace(mark=(cancel_kind(level), queue_offset))
+            mark=(cancel_kind(level), queue_offset),
+            max_size=self._preparer.config.segment_size_bytes)
 
-    def act(self, copies: dict[str, list[CommitLogRecord]], deliver_at: int | None) -> Outcome:
+    def act(self, copies: Copies, deliver_at: int | None) -> Outcome:
         """Cancel (``deliver_at`` None) or reschedule the messages whose stored copies are
         ``copies`` (msgId -> records). MessageNotFound when there are none; AlreadyDelivered
         when every one was handed over already; a cancel of messages all cancelled before
         answers cancelled again (idempotent), a reschedule of them MessageNotFound."""
-        end = None
-        with self._lock:
+        writer = self._writer
+        with writer.lock:
             messages = [_Message(msg_id) for msg_id in copies]
             for message in messages:
                 self._classify(copies[message.msg_id], message)
@@ -384,12 +245,12 @@ class TimerOps:
                         items.append(self._preparer.reschedule(record, deliver_at))
             if not acted:
                 return self._nothing_pending(messages, deliver_at)
-            results, end = self._append(items)
-        results = self._acknowledge(results, end)
+            results, end = writer.append(items)
+        results = writer.acknowledge(results, end)
         if deliver_at is None:
-            return Outcome(CANCELLED_STATUS, acted)
+            return Outcome(Fate.CANCELLED, acted)
         effective = max(deliver_at, results[-1].store_timestamp)
-        return Outcome(RESCHEDULED, acted, effective)
+        return Outcome(Fate.RESCHEDULED, acted, effective)
 
     @staticmethod
     def _nothing_pending(messages: list[_Message], deliver_at: int | None) -> Outcome:
@@ -402,7 +263,7 @@ class TimerOps:
         if deliver_at is not None or not any(m.cancelled for m in messages):
             raise MessageNotFound("no pending delayed message (it was cancelled); nothing "
                                   "was rescheduled")
-        return Outcome(CANCELLED_STATUS, [m.msg_id for m in messages if m.cancelled])
+        return Outcome(Fate.CANCELLED, [m.msg_id for m in messages if m.cancelled])
 
     # ---- the backlog (GET /v1/schedule/timers) ----------------------------------------------
     def backlog(self, now_ms: int) -> TimerBacklog:

@@ -1,19 +1,21 @@
-"""The record codec of the store (issue 13.3): the one encoder of record tails and property
-blocks, and a record ready to place (:class:`Prepared`), on the layouts
+"""The record codec of the store: the one encoder of record tails and property blocks, and
+the one maker of a record ready to place (:class:`Prepared`, :func:`prepare`), on the layouts
 ``clepsydra_core.records`` (header, tail, tagsCode, offsetMsgId) and
 ``clepsydra_core.properties`` (``name_len | name | value_len | value``) export.
 
 Every record the store writes is encoded here: :func:`property_field` writes one property,
-:func:`encode_tail` frames a record's tail around its properties block, for the produce encoder
-(``engine.batch_encoder``), the dict form :meth:`Prepared.build` (copies, tombstones, the D7
-park, timers, the refusal path), the hand-over's splice and the carry-forward's
-:func:`relocated_header`. The header is packed by ``records.pack_header`` alone.
+:func:`encode_tail` frames a record's tail around its properties block and :func:`prepare`
+makes the record of a tail (the size check of P1 included), for the produce encoder
+(``write/encoder.py``), the dict form :meth:`Prepared.build` (copies, tombstones, the D7 park,
+timers), the hand-over's splice (``schedule/drain.py``) and the carry-forward's
+:func:`relocated_header`. The header is packed by ``records.pack_header`` alone, in the writer.
 
-The hand-over's D4 edit of a parked message's properties is defined here once, in two forms
-that must give the same bytes: :func:`handover_properties` on a dict (``Handover._rebuild``,
-the path that also explains a D7 park) and :func:`splice_template` / :func:`splice_properties`
-on the stored block (``Handover._splice``, the hot path). tests/unit/store/test_codec.py holds
-them equal on random blocks, and the records of every writer equal to a reference encoding.
+The hand-over's D4 edit of a parked message's properties is defined here once, on the stored
+block: :func:`splice_template` reads a block once, :func:`splice_properties` gives the edited
+block for an entry (``schedule/splice_shapes.py`` keeps the templates of blocks of one shape),
+and :func:`handed_over_fields` puts a properties dict through the same edit (the rebuild of a
+record the splice cannot take as it is). tests/unit/store/test_codec.py holds the edit to
+SPEC D4's reference on random blocks, and the records of every writer to a reference encoding.
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ from clepsydra_core.records import (
     pack_header,
     tags_code,
 )
-from clepsydra_store.engine.index.dispatcher import Mark, record_keys
-from clepsydra_store.engine.index.key_index import key_hash
+from clepsydra_store.engine.index.key_index import key_hash, record_keys
+from clepsydra_store.engine.index.marks import Mark, schedule_offset
 
 
 # ---- the encoder ------------------------------------------------------------------------------
@@ -114,24 +116,24 @@ def relocated_header(raw: bytes, commitlog_offset: int) -> bytes:
                        born_ts, born_host, store_ts, store_host, reconsume, body_len)
 
 
-def too_large(size: int, max_size: int) -> ValidationError:
+def record_too_large(size: int, segment_size_bytes: int) -> ValidationError:
+    """P1: a record that cannot fit a CommitLog segment (its end marker's room kept)."""
     return ValidationError(f"message of {size} bytes does not fit a CommitLog segment of "
-                           f"{max_size} bytes", rule="P1", code="BODY_TOO_LARGE")
+                           f"{segment_size_bytes} bytes", rule="P1", code="BODY_TOO_LARGE")
 
 
 class Prepared(NamedTuple):
     """A record with everything but its offsets and store timestamp, in the field order the
-    writer unpacks (``StoreCore._place``). The produce hot path builds these directly
-    (``engine.batch_encoder.BatchEncoder``), the hand-over splices them (``Handover._splice``);
-    other callers use :meth:`build`."""
+    writer unpacks (``write/writer.py``). Made by :func:`prepare` alone."""
 
     size: int
     topic: str
     queue_id: int
     tags_code: int
     delay_ms: int
-    """> 0 for the schedule topic: tagsCode = store timestamp + delay_ms (S2); < 0 for a timer
-    given a deliver time: tagsCode = max(tags_code, store timestamp) (issue 15)."""
+    """How the entry's code is completed at the store time (``marks.entry_code``): 0, the
+    code as it is; > 0, a schedule entry's deliver time, store time + delay_ms (S2); < 0, a
+    timer's deliver time, ``tags_code`` but never before the store time (T1)."""
     crc: int
     flag: int
     sys_flag: int
@@ -143,7 +145,7 @@ class Prepared(NamedTuple):
     key_hashes: tuple[int, ...]
     """key_index.key_hash of each KEYS key and of UNIQ_KEY."""
     mark: Mark | None
-    """What dispatch does for this record beyond its entry (``dispatch.Mark``): the level's
+    """What dispatch does for this record beyond its entry (``index/marks.py``): the level's
     schedule queue offset it hands over (D9), a parked timer, a cancel."""
     deliver_ts: int
     uniq_key: str
@@ -152,20 +154,35 @@ class Prepared(NamedTuple):
     @classmethod
     def build(cls, topic: str, queue_id: int, body: bytes, props: dict[str, str], *,
               flag: int, sys_flag: int, born_timestamp: int, born_host: bytes,
-              reconsume_times: int, delay_ms: int = 0, mark: Mark | None = None,
-              deliver_ts: int = 0, max_size: int) -> Prepared:
-        """The record of a properties dict, by :func:`encode_tail` (the produce encoder's
-        records are byte-equal to these)."""
-        tail = encode_tail(body, TOPIC_FIELDS.get(topic) or topic_field_of(topic),
-                           properties_fields(props))
-        size = HEADER_SIZE + len(tail)
-        if size + MIN_END_MARKER > max_size:
-            raise too_large(size, max_size)
-        return tuple.__new__(cls, (  # cls(...) without its Python-level __new__
-            size, topic, queue_id, 0 if delay_ms else tags_code(props.get(P.TAGS)), delay_ms,
-            crc32(body), flag, sys_flag, born_timestamp, born_host, reconsume_times, len(body),
-            tail, tuple(map(key_hash, record_keys(props))), mark, deliver_ts,
-            props.get(P.UNIQ_KEY, "")))
+              reconsume_times: int, code: int | None = None, delay_ms: int = 0,
+              mark: Mark | None = None, deliver_ts: int = 0, max_size: int) -> Prepared:
+        """The record of a properties dict (the produce encoder's records are byte-equal to
+        these); ``code`` None: the hash of its tags (S2)."""
+        return prepare(body, topic, queue_id, TOPIC_FIELDS.get(topic) or topic_field_of(topic),
+                       properties_fields(props),
+                       tags_code(props.get(P.TAGS)) if code is None else code, delay_ms,
+                       crc32(body), flag, sys_flag, born_timestamp, born_host, reconsume_times,
+                       tuple(map(key_hash, record_keys(props))), mark, deliver_ts,
+                       props.get(P.UNIQ_KEY, ""), max_size)
+
+
+def prepare(body: bytes | memoryview, topic: str, queue_id: int, topic_raw: bytes,
+            fields: list[bytes], code: int, delay_ms: int, crc: int, flag: int, sys_flag: int,
+            born_timestamp: int, born_host: bytes, reconsume_times: int,
+            key_hashes: tuple[int, ...], mark: Mark | None, deliver_ts: int, uniq_key: str,
+            max_size: int, _new: Callable[..., Prepared] = tuple.__new__) -> Prepared:
+    """The :class:`Prepared` record of ``body`` stored in ``topic`` (``topic_raw``: its
+    :func:`topic_field`) with the properties block ``fields`` (:func:`encode_tail`); P1
+    (``record_too_large``) when it would not fit a segment of ``max_size`` bytes with its
+    end marker. Positional: the produce encoder and the hand-over's splice make one per
+    message."""
+    tail = encode_tail(body, topic_raw, fields)
+    size = HEADER_SIZE + len(tail)
+    if size + MIN_END_MARKER > max_size:
+        raise record_too_large(size, max_size)
+    return _new(Prepared, (size, topic, queue_id, code, delay_ms, crc, flag, sys_flag,
+                           born_timestamp, born_host, reconsume_times, len(body), tail,
+                           key_hashes, mark, deliver_ts, uniq_key))
 
 
 # ---- the D4 edit (hand-over) ------------------------------------------------------------------
@@ -173,23 +190,6 @@ HANDOVER_DROPPED = (P.DELAY, P.DELIVER_AT, P.DELAY_MS)
 """Properties a parked message loses when it is handed to its real topic (D4, issue 15)."""
 HANDOVER_READ = (P.REAL_TOPIC, P.REAL_QID, P.TAGS, P.KEYS, P.UNIQ_KEY, P.TRACEPARENT)
 """Properties whose values the hand-over reads."""
-
-
-def schedule_offset(level: int, queue_offset: int) -> str:
-    """``SCHEDULE_OFFSET`` of the copy handed over from entry ``queue_offset`` of ``level``
-    (0: the timer log), SPEC D9."""
-    return f"{level}:{queue_offset}"
-
-
-def handover_properties(props: dict[str, str], level: int, queue_offset: int,
-                        deliver_ts: int) -> dict[str, str]:
-    """D4 on a properties dict, in place: :data:`HANDOVER_DROPPED` out, ``SCHEDULE_OFFSET``
-    then ``DELIVER_TS`` set (in its place when present, else appended)."""
-    for name in HANDOVER_DROPPED:
-        props.pop(name, None)
-    props[P.SCHEDULE_OFFSET] = schedule_offset(level, queue_offset)
-    props[P.DELIVER_TS] = str(deliver_ts)
-    return props
 
 
 SpliceTemplate = tuple[bytes, bool, bytes, bytes, dict[str, str]]
@@ -208,9 +208,11 @@ _DELIVER_TS_FIELD = name_field(P.DELIVER_TS)
 
 
 def splice_template(block: bytes) -> SpliceTemplate | None:
-    """The :data:`SpliceTemplate` of a stored properties block, giving the bytes
-    :func:`handover_properties` and :func:`properties_fields` give for its dict; None when the
-    block has a repeated name or does not decode (the dict path then decides)."""
+    """The :data:`SpliceTemplate` of a stored properties block: D4 on it is
+    :data:`HANDOVER_DROPPED` out, ``SCHEDULE_OFFSET`` then ``DELIVER_TS`` set (each in its
+    place when present, else appended), as on the block's dict; None when the block has a
+    repeated name or does not decode (the rebuild then reads the record as a dict,
+    :func:`handed_over_fields`)."""
     pieces: list[bytes | None] = []
     """Static bytes, and None where a value goes."""
     order: list[bool] = []
@@ -291,3 +293,23 @@ def splice_properties(template: SpliceTemplate, level: int, queue_offset: int,
     if offset_first:
         return [t0, offset, t1, deliver, t2]
     return [t0, deliver, t1, offset, t2]
+
+
+def handed_over_fields(props: dict[str, str], level: int, queue_offset: int, deliver_ts: int,
+                       schedule_error: str | None = None) -> list[bytes]:
+    """D4 on a properties dict (a record the splice cannot take as it is: it lacks its
+    ``UNIQ_KEY``, or its block does not decode): the block of the dict through the same edit,
+    :func:`splice_properties`; with ``schedule_error``, a D7 park's reason set after it
+    (``SCHEDULE_ERROR`` in its place when present, else last)."""
+    if schedule_error is not None and P.SCHEDULE_ERROR in props:
+        props = {**props, P.SCHEDULE_ERROR: schedule_error}  # D4 leaves it where it is
+        schedule_error = None
+    template = splice_template(b"".join(properties_fields(props)))
+    assert template is not None  # a dict's block: every name once, every value text
+    fields = splice_properties(template, level, queue_offset, deliver_ts)
+    if schedule_error is not None:
+        fields.append(property_field(_SCHEDULE_ERROR_FIELD, schedule_error.encode()))
+    return fields
+
+
+_SCHEDULE_ERROR_FIELD = name_field(P.SCHEDULE_ERROR)
