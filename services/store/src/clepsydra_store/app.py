@@ -36,7 +36,7 @@ from clepsydra_store.api.fastpath import ProduceFastPath
 from clepsydra_store.api.observability import Observability
 from clepsydra_store.consumers import ConsumerRegistry
 from clepsydra_store.engine.message_store import MessageStore
-from clepsydra_store.engine.meta.queue_locks import QueueLocks
+from clepsydra_store.queue_locks import QueueLocks
 from clepsydra_store.settings import MAX_REQUEST_BYTES_VAR, StoreSettings
 from clepsydra_web import auth
 from clepsydra_web.errors import register_error_handlers

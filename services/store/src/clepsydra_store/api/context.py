@@ -16,7 +16,7 @@ from clepsydra_core.errors import NoPermission
 from clepsydra_store.api.observability import Observability
 from clepsydra_store.consumers import ConsumerRegistry
 from clepsydra_store.engine.message_store import MessageStore
-from clepsydra_store.engine.meta.queue_locks import QueueLocks
+from clepsydra_store.queue_locks import QueueLocks
 from clepsydra_store.settings import StoreSettings
 from clepsydra_web.auth import Guard
 

@@ -20,7 +20,7 @@ from clepsydra_store.api.answers import entries_answer, handover_answer
 from clepsydra_store.api.context import StoreContext, ctx
 from clepsydra_store.api.observability import DESTINATION, MESSAGE_ID, set_attribute
 from clepsydra_store.api.web import json_response
-from clepsydra_store.engine.index.marks import TIMER_LEVEL
+from clepsydra_store.engine.types import TIMER_LEVEL
 from clepsydra_web import jsonio
 from clepsydra_web.tracing import idle
 

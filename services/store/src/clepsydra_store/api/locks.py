@@ -7,7 +7,7 @@
   ``{unlocked: [{topic, queueId}]}``;
 - ``GET /v1/groups/{group}/locks``: ``{locks: [{topic, queueId, clientId, expiresAtMs}]}``.
 
-The table itself is :class:`clepsydra_store.engine.meta.queue_locks.QueueLocks`.
+The table itself is :class:`clepsydra_store.queue_locks.QueueLocks`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from clepsydra_core.wire.locks import (
 )
 from clepsydra_store.api.context import ctx
 from clepsydra_store.api.web import json_response, request_object
-from clepsydra_store.engine.meta.queue_locks import QueueKey
+from clepsydra_store.queue_locks import QueueKey
 
 bp = Blueprint("locks", __name__)
 

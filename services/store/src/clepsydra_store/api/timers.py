@@ -34,8 +34,7 @@ from clepsydra_store.api.context import StoreContext, ctx
 from clepsydra_store.api.handover import deliver_spans
 from clepsydra_store.api.observability import MESSAGE_ID, set_attribute
 from clepsydra_store.api.web import json_response, trace_topic
-from clepsydra_store.engine.index.marks import TIMER_LEVEL
-from clepsydra_store.engine.types import Outcome
+from clepsydra_store.engine.types import TIMER_LEVEL, Outcome
 from clepsydra_store.settings import MAX_REQUEST_BYTES_VAR
 from clepsydra_web import jsonio
 from clepsydra_web.errors import too_large

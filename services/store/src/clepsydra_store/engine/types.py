@@ -10,6 +10,10 @@ from typing import NamedTuple
 
 from clepsydra_core.records import CommitLogRecord
 
+TIMER_LEVEL = 0
+"""The "level" of the timer log: in a ``SCHEDULE_OFFSET`` or ``CANCEL_OF`` value, a mark, the
+level of a timer's hand-over."""
+
 
 class PutStatus(StrEnum):
     OK = "OK"

@@ -12,13 +12,17 @@ timer log). The ``SCHEDULE_OFFSET`` and ``CANCEL_OF`` properties carry the level
 
 from __future__ import annotations
 
+from clepsydra_store.engine.types import TIMER_LEVEL
+
 Mark = tuple[int, int]
-TIMER_LEVEL = 0
-"""The "level" of the timer log in a ``SCHEDULE_OFFSET`` or ``CANCEL_OF`` value."""
 PARKED_TIMER = -(1 << 30)
 """Mark kind of a parked timer record: its pair goes into the timer index."""
 PARKED: Mark = (PARKED_TIMER, 0)
 """The mark of every parked timer record."""
+
+
+__all__ = ["PARKED", "PARKED_TIMER", "TIMER_LEVEL", "Mark", "cancel_kind", "entry_code",
+           "parse_schedule_offset", "schedule_offset"]
 
 
 def cancel_kind(level: int) -> int:

@@ -1,2 +1,2 @@
-"""The store's metadata: topics, consumer groups' offsets and settings, orderly consumers'
-queue locks (small files written atomically, or memory). Built on the log's file helpers."""
+"""The store's metadata: topics, consumer groups' offsets and settings (small files written
+atomically). Built on the log's file helpers."""
