@@ -20,6 +20,8 @@ TOPIC_PATTERN = (f"^(?:[{_NAME_CHARS}-]+|(?:"
 """P1 as a regular expression (ECMA-262 and Python alike; the OpenAPI documents carry it): a
 plain name, or a system prefix followed by name characters and ``%``. With
 :data:`TOPIC_MAX_LEN`, it accepts what :func:`validate_topic_name` accepts."""
+PLAIN_NAME = f"[{_NAME_CHARS}-]{{1,{TOPIC_MAX_LEN}}}"
+"""A plain topic name (no system prefix, so no ``%``) as a regular expression fragment."""
 GROUP_MAX_LEN = TOPIC_MAX_LEN - len(naming.RETRY_PREFIX)
 """A group names its retry topic ``%RETRY%<group>``, which must stay within P1's length."""
 GROUP_PATTERN = f"^[{_NAME_CHARS}-]+$"

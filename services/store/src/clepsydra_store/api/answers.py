@@ -1,9 +1,15 @@
 """The wire values of the engine's values, both ways: a wire request (``clepsydra_core.wire``)
-as the engine's request type, an engine result as the wire answer. The engine knows no wire
-type; the routes convert here, once each."""
+as the engine's request type, an engine result as the wire answer (topics, messages, copies,
+the hand-overs, the timer backlog). The engine knows no wire type; the routes convert here,
+once each."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+from clepsydra_core.errors import ValidationError
+from clepsydra_core.records import CommitLogRecord, message_to_json
 from clepsydra_core.wire import history
 from clepsydra_core.wire.copy import CopyItem, RangeCopy, RangeCopyAnswer
 from clepsydra_core.wire.copy import SkippedCopy as WireSkippedCopy
@@ -62,5 +68,27 @@ PARKED_STATES = {engine.ParkedState.PENDING: history.PENDING,
                  engine.ParkedState.DELIVERED: history.DELIVERED,
                  engine.ParkedState.CANCELLED: history.CANCELLED}
 """A parked copy's state in a message's history."""
+
+
+def topic_json(info: engine.TopicInfo) -> dict[str, Any]:
+    return {"name": info.name, "system": info.system,
+            "queues": [{"queueId": q.queue_id, "minOffset": q.min_offset,
+                        "maxOffset": q.max_offset} for q in info.queues]}
+
+
+def messages_json(records: list[CommitLogRecord], with_body: bool = True) -> list[dict[str, Any]]:
+    return [message_to_json(r, with_body=with_body) for r in records]
+
+
+def with_body_arg(args: Mapping[str, str]) -> bool:
+    """``?body=false``: headers only, the body left out of the answer; ``true`` (or absent):
+    with it. Anything else is a 400 (the documents say boolean)."""
+    raw = args.get("body", "true")
+    if raw not in ("true", "false"):
+        raise ValidationError(f"query parameter body={raw!r} must be true or false",
+                              code="INVALID_REQUEST")
+    return raw == "true"
+
+
 FATES = {engine.Fate.CANCELLED: CANCELLED, engine.Fate.RESCHEDULED: RESCHEDULED}
 """The ``status`` of a cancel's or a reschedule's answer."""

@@ -1,16 +1,13 @@
 """What every route needs: the engine, the settings, the consumer registry, the orderly
 consumers' queue locks, spans and metrics.
 
-One ``StoreContext`` per app, kept in ``app.extensions["clepsydra"]``; the produce fast path
-holds the same object, so both paths behave alike.
+One ``StoreContext`` per app, kept in ``app.extensions["clepsydra"]``; every way in answers
+through ``envelope.py`` with it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
-
-from flask import current_app
 
 from clepsydra_core.errors import NoPermission
 from clepsydra_store.api.observability import Observability
@@ -44,8 +41,3 @@ class StoreContext:
         """Close the engine if this app opened it (flushes and writes checkpoints)."""
         if self.owns_store:
             self.store.close()
-
-
-def ctx() -> StoreContext:
-    """The context of the app serving the current request."""
-    return cast(StoreContext, current_app.extensions[EXTENSION])

@@ -4,7 +4,6 @@ deliver timestamps of a level's entries, and hand-over of due entries done insid
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, request
 from opentelemetry import trace
 
 from clepsydra_core import naming, telemetry
@@ -17,14 +16,12 @@ from clepsydra_core.wire.schedule import (
     LevelTable,
 )
 from clepsydra_store.api.answers import entries_answer, handover_answer
-from clepsydra_store.api.context import StoreContext, ctx
+from clepsydra_store.api.context import StoreContext
+from clepsydra_store.api.envelope import Call, Reply
 from clepsydra_store.api.observability import DESTINATION, MESSAGE_ID, set_attribute
-from clepsydra_store.api.web import json_response
-from clepsydra_store.engine.types import TIMER_LEVEL
+from clepsydra_store.engine.types import TIMER_LEVEL, Delivered
 from clepsydra_web import jsonio
 from clepsydra_web.tracing import idle
-
-bp = Blueprint("schedule", __name__)
 
 
 def _level(c: StoreContext, raw: str) -> int:
@@ -36,8 +33,7 @@ def _level(c: StoreContext, raw: str) -> int:
     return level
 
 
-def deliver_spans(tracer: trace.Tracer, level: int,
-                   delivered: list[tuple[str, str, str | None, int]]) -> None:
+def deliver_spans(tracer: trace.Tracer, level: int, delivered: list[Delivered]) -> None:
     """One ``store.deliver`` span per delivered message (O1, D10): in the producer's trace
     (parent = the message's ``traceparent``) with a link to the current ``store.handover``
     span when that one is sampled, or a child of that span when the message carries no trace
@@ -65,10 +61,8 @@ def deliver_spans(tracer: trace.Tracer, level: int,
             telemetry.LATENESS_MS: lateness_ms}).end()
 
 
-@bp.get("/v1/schedule/levels")
-def levels() -> Response:
+def levels(c: StoreContext, call: Call) -> Reply:
     """The level table with each schedule queue's bounds and handed-over mark."""
-    c = ctx()
     table = c.settings.common.delay_levels
     queues = {q.queue_id: q for q in c.store.get_topic(naming.SCHEDULE_TOPIC).queues}
     out: list[LevelInfo] = []
@@ -80,29 +74,24 @@ def levels() -> Response:
         out.append(LevelInfo(level, table.delay_ms(level), queue_id, entries.min_offset,
                              entries.max_offset, entries.handed_over,
                              c.store.fences.newest(level)))
-    return json_response(LevelTable(out, c.store.fences.newest(TIMER_LEVEL)).to_json())
+    return 200, LevelTable(out, c.store.fences.newest(TIMER_LEVEL)).to_json()
 
 
-@bp.get("/v1/schedule/levels/<level>/entries")
-def entries(level: str) -> Response:
+def entries(c: StoreContext, call: Call) -> Reply:
     """Deliver timestamps of entries ``offset, offset+1, ...`` of a level (D3)."""
-    c = ctx()
-    lvl = _level(c, level)
-    queue_offset = jsonio.query_int(request.args, "offset", 0, code="OFFSET_OUT_OF_RANGE")
-    max_count = jsonio.query_int(request.args, "max", DEFAULT_ENTRIES, minimum=1,
+    lvl = _level(c, call.args["level"])
+    queue_offset = jsonio.query_int(call.query, "offset", 0, code="OFFSET_OUT_OF_RANGE")
+    max_count = jsonio.query_int(call.query, "max", DEFAULT_ENTRIES, minimum=1,
                                  maximum=MAX_ENTRIES)
-    return json_response(entries_answer(c.store.schedule_entries(lvl, queue_offset,
-                                                                 max_count)).to_json())
+    return 200, entries_answer(c.store.schedule_entries(lvl, queue_offset, max_count)).to_json()
 
 
-@bp.post("/v1/schedule/levels/<level>/handover")
-def handover(level: str) -> Response:
-    """Hand due entries over to their real topics (D4-D9); never early, never twice."""
-    c = ctx()
+def handover(c: StoreContext, call: Call) -> Reply:
+    """Hand due entries over to their real topics (D4-D9); never early, never twice: the
+    engine's one loop, a lock chunk at a time (DEC-handover-lock-chunk)."""
     c.require_writable()
-    lvl = _level(c, level)
-    asked = HandoverRequest.from_json(jsonio.loads_object(request.get_data(cache=False)),
-                                      what="handover", strict=True)
+    lvl = _level(c, call.args["level"])
+    asked = HandoverRequest.from_json(call.json(), what="handover", strict=True)
     r = c.store.handover(lvl, asked.from_offset, asked.max_count, fence=asked.fence)
     label = str(lvl)
     if r.delivered:
@@ -114,4 +103,4 @@ def handover(level: str) -> Response:
     if not (r.delivered or r.parked or r.skipped):
         idle()  # nothing was due: neither this span nor the scheduler's is exported
     deliver_spans(c.obs.tracer, lvl, r.delivered_messages)
-    return json_response(handover_answer(r).to_json())
+    return 200, handover_answer(r).to_json()

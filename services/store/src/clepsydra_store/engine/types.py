@@ -48,15 +48,6 @@ class PutRequest:
     delay_ms: int | None = None
     """A timer message's delay from its store time, ms (SPEC T1)."""
 
-    def timer_deliver_at(self, store_timestamp: int) -> int | None:
-        """The effective delivery time of a timer message stored at ``store_timestamp`` (a
-        time in the past delivers now); None for any other message."""
-        if self.deliver_at is not None:
-            return max(self.deliver_at, store_timestamp)
-        if self.delay_ms is not None:
-            return store_timestamp + self.delay_ms
-        return None
-
 
 class PutResult(NamedTuple):
     """Where one message went (a named tuple: the writer builds one per message under its
@@ -75,6 +66,9 @@ class PutResult(NamedTuple):
     size: int
     offset_msg_id: str
     """Where this copy is stored (store host + CommitLog offset)."""
+    deliver_at: int | None = None
+    """A delayed message's deliver time as stored (S2; T1: a time in the past is its store
+    time); None for any other."""
 
 
 @dataclass(frozen=True, slots=True)

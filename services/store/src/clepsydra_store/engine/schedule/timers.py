@@ -249,7 +249,8 @@ class Timers:
         results = writer.acknowledge(results, end)
         if deliver_at is None:
             return Outcome(Fate.CANCELLED, acted)
-        effective = max(deliver_at, results[-1].store_timestamp)
+        effective = results[-1].deliver_at  # the new timer's, as stored (T1)
+        assert effective is not None
         return Outcome(Fate.RESCHEDULED, acted, effective)
 
     @staticmethod

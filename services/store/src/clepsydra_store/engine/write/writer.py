@@ -119,8 +119,9 @@ class Writer:
                 pending = queues[topic, queue_id] = (queue(topic, queue_id), [])
             entries = pending[1]
             queue_offset = pending[0].next_offset + len(entries)
+            deliver_at = None
             if delay_ms:  # a deliver time (S2, T1)
-                code = entry_code(code, delay_ms, now)
+                code = deliver_at = entry_code(code, delay_ms, now)
             entries.append(entry_pack(position, size, code))
             append(pack(size, crc, queue_id, flag, queue_offset, position, sys_flag,
                         born_timestamp, born_host, now, host, reconsume_times, body_len))
@@ -128,7 +129,7 @@ class Writer:
             if result is not None:
                 offset_id = msg_id(prefix, position)
                 result(new(PutResult, (ok, uniq or offset_id, topic, queue_id, queue_offset,
-                                       position, now, size, offset_id)))
+                                       position, now, size, offset_id, deliver_at)))
             for h in key_hashes:
                 hashes.append(h)
                 offsets.append(position)
