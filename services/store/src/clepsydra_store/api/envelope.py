@@ -27,7 +27,7 @@ from clepsydra_store.api.observability import DESTINATION, set_attribute
 from clepsydra_store.settings import MAX_REQUEST_BYTES_VAR
 from clepsydra_web import jsonio
 from clepsydra_web.auth import REFUSALS, Need, refusal
-from clepsydra_web.errors import error_answer, too_large
+from clepsydra_web.errors import error_answer, request_too_large
 from clepsydra_web.jsonio import JSON_TYPE
 from clepsydra_web.openapi import Route
 
@@ -87,7 +87,7 @@ class Call:
         if self._body is None:
             raw = self.read()
             if raw is None:
-                raise too_large(self.limit, MAX_REQUEST_BYTES_VAR)
+                raise request_too_large(self.limit, MAX_REQUEST_BYTES_VAR)
             self._body = raw
         return self._body
 

@@ -1,8 +1,8 @@
-"""Look-ups through the key index (issue 20.4): every stored copy of a message by its msgId (or
-one copy's offsetMsgId), a topic's messages by key, and a topic's messages with a key grouped by
-msgId (the cancel and reschedule of T2 by key). The key index only narrows the search: each
-record is read and kept when its ``KEYS`` or ``UNIQ_KEY`` really is the key (a full-hash
-collision) and, by key, when its topic is the one asked. Any thread; no lock.
+"""Look-ups through the key index: every stored copy of a message by its msgId (or one copy's
+offsetMsgId; docs/semantics.md), a topic's messages by key, and a topic's messages with a key
+grouped by msgId (the cancel and reschedule of T2 by key). The key index only narrows the
+search: each record is read and kept when its ``KEYS`` or ``UNIQ_KEY`` really is the key (a
+full-hash collision) and, by key, when its topic is the one asked. Any thread; no lock.
 """
 
 from __future__ import annotations

@@ -169,7 +169,7 @@ class BatchEncoder:
                            self._new_id)
         if given:
             hashes += uniq
-        else:  # the store gave it one (issue 20.4)
+        else:  # the store gave it one
             raw = uniq_key.encode()
             if given is None:  # right after the producer's properties, where a dict has it
                 fields.insert(1 if props else 0, property_field(_UNIQ_KEY, raw))

@@ -2,17 +2,19 @@
 the schedule topic at its level's queue), T1 (a timer parked in the timer log, its delay
 capped), R10 (a plain send to ``%RETRY%<g>`` at its max reconsume times goes to ``%DLQ%<g>``),
 L2 (a level above the table's highest is clamped, a negative one refused, through
-``DelayLevels.clamp``) and the unique id of issue 20.4 (every message has one: the producer's,
-else one the store makes; a stored record without one keeps its offsetMsgId).
+``DelayLevels.clamp``) and the message's unique id (its msgId, docs/semantics.md: every
+message has one, the producer's or one the store makes; a stored record's copy keeps its
+record's, or its offsetMsgId when it has none). DEC-one-routing-decision.
 
 :func:`route` takes a produce request and what the store knows of its topic (a
-:class:`Target`) and answers a :class:`Placement`: topic, queue, kind, the properties the
-rules add, the entry code and its completion at store time (``marks.entry_code``), the mark,
-the reconsume times and the topics to create. It writes nothing and reads nothing but its
-arguments (the round-robin counter of the topic is the one thing it moves); it raises the
-error naming the rule a request breaks. The produce encoder (``encoder.py``) encodes the
+:class:`Target`) and answers a :data:`Placement`: topic, queue, kind, the properties the rules
+add, the entry code and its completion at store time (``marks.entry_code``), the mark, the
+reconsume times, the topics to create and the unique id. It writes nothing and reads nothing
+but its arguments (the round-robin counter of the topic is the one thing it moves); it raises
+the error naming the rule a request breaks. The produce encoder (``encoder.py``) encodes the
 placement; copies and reschedules take the same parks (:func:`park_at_level`,
-:func:`park_timer`) on their properties dict (:func:`apply`).
+:func:`park_timer`) on their properties dict (:func:`apply`) and keep their record's unique id
+(:func:`keep_uniq_key`).
 """
 
 from __future__ import annotations
@@ -83,7 +85,7 @@ the encoder makes one per message, and a named tuple costs several times more to
 - ``mark``: what its dispatch does beyond its entry (``marks.py``);
 - ``reconsume_times``;
 - ``creates``: topics (and their queue counts) the append creates when they do not exist;
-- ``uniq_key``: the message's unique id (issue 20.4): the one its producer gave, else a new
+- ``uniq_key``: the message's unique id (its msgId): the one its producer gave, else a new
   one ("" from the parks, whose callers keep their record's)."""
 
 _NONE: tuple[tuple[str, int], ...] = ()
@@ -108,7 +110,7 @@ def route(request: PutRequest, target: Target, levels: DelayLevels, now_ms: int,
     if retry is not None:
         reconsume, max_times = retry_counts(request.properties, reconsume, retry.max_times)
         # R10 reroutes plain sends only: a delayed copy (an R9 fallback's retry) is a retry,
-        # whose count reaches the max before its last attempt (issue 12.2)
+        # whose count reaches the max before its last attempt
         if reconsume >= max_times and not level and not timer:
             return dead_letter(retry.group, reconsume,
                                request.properties.get(_UNIQ_KEY) or new_id())
@@ -117,7 +119,7 @@ def route(request: PutRequest, target: Target, levels: DelayLevels, now_ms: int,
     asked = request.queue_id
     queue_id = next(target.counter) % target.queues if asked is None else \
         pick_queue(target.topic, target.queues, asked)
-    uniq = request.properties.get(_UNIQ_KEY) or new_id()  # issue 20.4: every message has one
+    uniq = request.properties.get(_UNIQ_KEY) or new_id()  # every message has its msgId
     if (timer or level) and not is_transaction_prepared_or_rollback(request.sys_flag):
         if timer:
             timer_target(deliver_at, delay, now_ms, max_delay_ms)
