@@ -19,6 +19,7 @@ old code in the file, the sentinel already gone) and hand an entry over twice.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 
 from clepsydra_store.engine.index.consume_queue import ENTRY, ENTRY_SIZE, ConsumeQueue
 
@@ -83,6 +84,23 @@ class EntryStates:
         if applying is not None:
             return applying.get(queue_offset)
         return None
+
+    def pending(self, cq: ConsumeQueue, first: int,
+                chunk: int = 65_536) -> Iterator[tuple[int, int, int, int]]:
+        """The entries of ``cq`` from ``first`` on that are pending - present, neither handed
+        over nor cancelled (their unwritten sentinels taken first) - as (queue offset,
+        CommitLog offset, size, code), read ``chunk`` entries at a time."""
+        states = self.of_queue(cq)
+        queue_offset = first
+        while queue_offset < cq.max_offset:
+            raw = cq.read_raw(queue_offset, chunk)
+            if not raw:
+                break
+            for i, (commitlog_offset, size, code) in enumerate(ENTRY.iter_unpack(raw)):
+                code = states.get(queue_offset + i, code)
+                if size > 0 and code >= 0:  # not a sentinel
+                    yield queue_offset + i, commitlog_offset, size, code
+            queue_offset += len(raw) // ENTRY_SIZE
 
     def take(self) -> _Changes:
         """The sentinels to write at this flush (caller holds the writer lock)."""

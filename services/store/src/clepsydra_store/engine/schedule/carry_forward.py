@@ -95,17 +95,10 @@ class CarryForward:
         if timer_log is not None:
             queues.append((timer_log, timer_log.min_offset))
         for cq, first in queues:
-            states = self.dispatcher.states.of_queue(cq)
-            queue_offset = first
-            while queue_offset < cq.max_offset:
-                raw = cq.read_raw(queue_offset, _SCAN_ENTRIES)
-                if not raw:
-                    break
-                for i, (commitlog_offset, size, code) in enumerate(ENTRY.iter_unpack(raw)):
-                    code = states.get(queue_offset + i, code)
-                    if size > 0 and commitlog_offset < cut and code >= 0:  # not a sentinel
-                        out.append(_Pending(cq, queue_offset + i, commitlog_offset, size, code))
-                queue_offset += len(raw) // ENTRY.size
+            for queue_offset, commitlog_offset, size, code in self.dispatcher.states.pending(
+                    cq, first, _SCAN_ENTRIES):
+                if commitlog_offset < cut:
+                    out.append(_Pending(cq, queue_offset, commitlog_offset, size, code))
         out.sort(key=lambda p: p.commitlog_offset)
         return out
 

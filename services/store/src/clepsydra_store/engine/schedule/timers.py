@@ -29,7 +29,6 @@ from clepsydra_core import properties as P
 from clepsydra_core.errors import AlreadyDelivered, MessageNotFound
 from clepsydra_core.levels import DelayLevels
 from clepsydra_core.records import CommitLogRecord
-from clepsydra_store.engine.index.consume_queue import ENTRY, ENTRY_SIZE
 from clepsydra_store.engine.index.dispatcher import Dispatcher
 from clepsydra_store.engine.index.entry_states import CANCELLED, DELIVERED
 from clepsydra_store.engine.index.lookup import Copies, Lookup
@@ -275,22 +274,12 @@ class Timers:
         pending = 0
         next_due: int | None = None
         if cq is not None:
-            states = self._disp.states.of_queue(cq)
-            queue_offset = cq.min_offset
-            while queue_offset < cq.max_offset:
-                raw = cq.read_raw(queue_offset, _SCAN)
-                if not raw:
-                    break
-                for i, (_, size, code) in enumerate(ENTRY.iter_unpack(raw)):
-                    code = states.get(queue_offset + i, code)
-                    if size <= 0 or code < 0:
-                        continue
-                    pending += 1
-                    hour = max(code - now_ms, 0) // _HOUR_MS
-                    hours[hour] = hours.get(hour, 0) + 1
-                    if next_due is None or code < next_due:
-                        next_due = code
-                queue_offset += len(raw) // ENTRY_SIZE
+            for _, _, _, code in self._disp.states.pending(cq, cq.min_offset, _SCAN):
+                pending += 1
+                hour = max(code - now_ms, 0) // _HOUR_MS
+                hours[hour] = hours.get(hour, 0) + 1
+                if next_due is None or code < next_due:
+                    next_due = code
         return TimerBacklog(pending, [HourCount(h, n) for h, n in sorted(hours.items())],
                             self.handed_over, next_due, self.lateness())
 
