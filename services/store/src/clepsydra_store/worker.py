@@ -14,8 +14,8 @@ takes only a request that arrived whole (clepsydra_web/slow_clients.py).
 Produce requests, single and batch, skip the thread pool altogether once their connection is
 kept alive (issue 14): when such a connection becomes readable, the poller thread reads what
 arrived without blocking (a batch's body whole, however many reads it takes), answers the
-produce requests in it itself (``inline.py``, the same answer as
-the WSGI fast path) and writes the answers in one ``send``; the connection stays registered
+produce requests in it itself (``inline.py``; the same envelope as every other way in,
+``api/envelope.py``) and writes the answers in one ``send``; the connection stays registered
 with the poller. Whatever else arrives (another route, a request gunicorn must judge) goes to a
 thread as before once it arrived whole, after the answers before it were written. Off with
 ``CLEPSYDRA_STORE_INLINE_PRODUCE=false``, with the fast path off, and with sync flush (an

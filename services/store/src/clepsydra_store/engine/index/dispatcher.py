@@ -159,7 +159,7 @@ class Dispatcher:
     def dispatch(self, entries: Iterable[tuple[ConsumeQueue, int, bytes]], key_hashes: list[int],
                  key_offsets: list[int], marks: Iterable[tuple[Mark, int, int]], *,
                  replay: bool = False) -> None:
-        """Place dispatched records, live (``StoreCore._append_locked``) and at recovery
+        """Place dispatched records, live (``Writer.append``) and at recovery
         (:meth:`finish_replay`) alike: ConsumeQueue entries (``(queue, first queue offset,
         packed entries)``), key hashes with their records' CommitLog offsets, then each record's
         mark ``(mark, its queue offset, its entry's code)`` (:meth:`apply_mark`). ``replay``:
