@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from flask import Flask, Response, request
 from werkzeug.exceptions import RequestEntityTooLarge
@@ -34,6 +34,7 @@ from clepsydra_store.queue_locks import QueueLocks
 from clepsydra_store.settings import MAX_REQUEST_BYTES_VAR, StoreSettings
 from clepsydra_web import auth
 from clepsydra_web.errors import register_error_handlers
+from clepsydra_web.jsonio import JSON_TYPE
 from clepsydra_web.ops import ops_blueprint
 
 logger = logging.getLogger(__name__)
@@ -80,10 +81,13 @@ def _view(context: StoreContext, route: StoreRoute) -> Callable[..., Response]:
     names = {_snake(name): name for name in _PARAM.findall(route.path)}
 
     def view(**args: str) -> Response:
-        call = Call(request.environ, {names[k]: v for k, v in args.items()}, request.args,
-                    _body, context.settings.max_request_bytes)
+        call = Call(request.environ, {names[k]: v for k, v in args.items()}, _args, _body,
+                    context.settings.max_request_bytes)
         status, headers, body = envelope.answer(context, route, call)
-        return Response(body, status=status_line(status), headers=headers)
+        response = Response(body, status=status_line(status), mimetype=JSON_TYPE)
+        for name, value in headers[2:]:  # (after Content-Type, Content-Length: a refusal's)
+            response.headers[name] = value
+        return response
 
     view.__name__ = route.endpoint.rpartition(".")[2]
     return view
@@ -92,6 +96,10 @@ def _view(context: StoreContext, route: StoreRoute) -> Callable[..., Response]:
 def _snake(name: str) -> str:
     """A path parameter's name as a Flask view argument: ``queueId`` -> ``queue_id``."""
     return re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), name)
+
+
+def _args() -> Mapping[str, str]:
+    return request.args
 
 
 def _body() -> bytes | None:

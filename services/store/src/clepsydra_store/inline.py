@@ -64,18 +64,22 @@ class RequestLines:
     (``segment``, a regular expression: what needs no percent-decoding)."""
 
     def __init__(self, routes: Sequence[tuple[str, str, str]], segment: str) -> None:
-        self.routes = [(endpoint, method, _PARAM.findall(path))
-                       for endpoint, method, path in routes]
+        self._lines: dict[str | None, tuple[str, str, tuple[str, ...], tuple[str, ...]]] = {}
+        """The name of each route's last group -> (endpoint, method, its parameters' names,
+        the groups of its path and its parameters)."""
         alternatives = []
-        for i, (_, method, path) in enumerate(routes):
-            pattern, at = "", 0
+        for i, (endpoint, method, path) in enumerate(routes):
+            pattern, at, names = "", 0, []
             for param in _PARAM.finditer(path):
                 pattern += re.escape(path[at:param.start()])
                 pattern += f"(?P<p{i}_{param.group(1)}>{segment})"
+                names.append(param.group(1))
                 at = param.end()
             pattern += re.escape(path[at:])
             alternatives.append(f"{re.escape(method)} (?P<u{i}>{pattern}) "
                                 f"HTTP/1\\.1\r\n(?P<r{i}>)")
+            self._lines[f"r{i}"] = (endpoint, method, tuple(names),
+                                    (f"u{i}", *(f"p{i}_{name}" for name in names)))
         self.pattern = re.compile("|".join(alternatives).encode())
 
     def match(self, buf: bytes, pos: int
@@ -85,10 +89,10 @@ class RequestLines:
         line = self.pattern.match(buf, pos)
         if line is None:
             return None
-        i = int((line.lastgroup or "r0")[1:])
-        endpoint, method, params = self.routes[i]
-        args = {name: line.group(f"p{i}_{name}").decode("ascii") for name in params}
-        return endpoint, method, line.group(f"u{i}").decode("ascii"), args, line.end()
+        endpoint, method, names, groups = self._lines[line.lastgroup]
+        path, *values = line.group(*groups) if len(groups) > 1 else (line.group(groups[0]),)
+        args = {name: value.decode("ascii") for name, value in zip(names, values, strict=True)}
+        return endpoint, method, path.decode("ascii"), args, line.end()
 
 
 _TABLE: list[RequestLines] = []

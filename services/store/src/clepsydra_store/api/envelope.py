@@ -66,21 +66,29 @@ class Lane(Enum):
 class Call:
     """One request as a handler sees it."""
 
-    __slots__ = ("_body", "_json", "args", "environ", "limit", "query", "read")
+    __slots__ = ("_body", "_json", "_query", "args", "environ", "limit", "read")
 
     def __init__(self, environ: Mapping[str, Any], args: Mapping[str, str],
-                 query: Mapping[str, str], read: Callable[[], bytes | None],
+                 query: Callable[[], Mapping[str, str]], read: Callable[[], bytes | None],
                  limit: int) -> None:
         self.environ = environ
         self.args = args
         """The path's parameters, decoded."""
-        self.query = query
-        """The query string's parameters (the first value of a repeated name)."""
+        self._query: Callable[[], Mapping[str, str]] | Mapping[str, str] = query
         self.read = read
         """The body, None when it is over ``limit`` bytes."""
         self.limit = limit
         self._body: bytes | None = None
         self._json: dict[str, Any] | ClepsydraError | None = None
+
+    @property
+    def query(self) -> Mapping[str, str]:
+        """The query string's parameters (the first value of a repeated name), read when first
+        asked for."""
+        query = self._query
+        if callable(query):
+            query = self._query = query()
+        return query
 
     def body(self) -> bytes:
         """The request body; 413 (P1) over the size limit."""
@@ -144,19 +152,19 @@ class StoreRoute:
         return self.trace is not Trace.UNTRACED
 
 
+_STATUS_LINES = {s.value: f"{s.value} {s.phrase}" for s in http.HTTPStatus}
+
+
 def status_line(status: int) -> str:
     """``201 Created``: the status and its reason phrase (RFC 9110), on every way in."""
-    try:
-        return f"{status} {http.HTTPStatus(status).phrase}"
-    except ValueError:
-        return f"{status} Error"
+    return _STATUS_LINES.get(status) or f"{status} Error"
 
 
 def answer(c: StoreContext, route: StoreRoute, call: Call) -> Answer:
     """The answer of ``route`` to ``call``: access, span, metrics, the JSON body or the v1
     error body (see the module's docstring for the order)."""
     if route.trace is Trace.FROM_MESSAGE:
-        refused = _refused(c, route, call)
+        refused = _refused(c, route, call) if c.guard is not None else None
         if refused is not None:
             return refused
         scope = c.obs.begin(route.operation, call.environ,
@@ -165,7 +173,7 @@ def answer(c: StoreContext, route: StoreRoute, call: Call) -> Answer:
         scope = c.obs.begin(route.operation, call.environ, traced=route.traced(call.environ))
     status = 500
     try:
-        if route.trace is not Trace.FROM_MESSAGE:
+        if route.trace is not Trace.FROM_MESSAGE and c.guard is not None:
             refused = _refused(c, route, call)
             if refused is not None:
                 status = refused[0]

@@ -77,8 +77,8 @@ class LeanPath:
                 if matched is None:
                     continue
                 args = {name: _utf8(value) for name, value in matched.groupdict().items()}
-                query = query_args(environ) if environ.get("QUERY_STRING") else _EMPTY
-                call = Call(environ, args, query, lambda: self._read(environ), self.limit)
+                call = Call(environ, args, lambda: query_args(environ),
+                            lambda: self._read(environ), self.limit)
                 status, headers, body = envelope.answer(self.context, route, call)
                 start_response(status_line(status), headers)
                 return [body]
@@ -88,7 +88,7 @@ class LeanPath:
         """The answer to a request of the poller lane whose body was read already (the
         worker's poller thread calls this, inline.py)."""
         body = request.body
-        call = Call(request.environ, request.args, _EMPTY, lambda: body, self.limit)
+        call = Call(request.environ, request.args, _no_query, lambda: body, self.limit)
         status, headers, out = envelope.answer(self.context, self._poller[request.endpoint],
                                                call)
         return status_line(status), headers, out
@@ -111,10 +111,16 @@ class LeanPath:
         return None if len(data) > self.limit else data
 
 
-def query_args(environ: Mapping[str, Any]) -> dict[str, str]:
+def _no_query() -> Mapping[str, str]:
+    return _EMPTY
+
+
+def query_args(environ: Mapping[str, Any]) -> Mapping[str, str]:
     """The query string's parameters as Flask's ``request.args.get`` reads them: decoded
     the same way, the first value of a repeated name."""
     raw: str = environ.get("QUERY_STRING", "")
+    if not raw:
+        return _EMPTY
     args: dict[str, str] = {}
     for name, value in parse_qsl(raw.encode("latin-1").decode(), keep_blank_values=True,
                                  errors="werkzeug.url_quote"):

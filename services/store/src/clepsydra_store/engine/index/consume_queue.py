@@ -68,9 +68,12 @@ class ConsumeQueue:
         self.files.drop_from(len(self.files) - 1)
 
     def _file_for(self, byte_offset: int, *, create: bool) -> Segment | None:
-        segment = self.files.find(byte_offset)
-        if segment is not None or not create:
-            return segment
+        starts, files = self.files.view  # (SegmentQueue.find, inline: once per read and write)
+        i = bisect.bisect_right(starts, byte_offset) - 1
+        if i >= 0 and byte_offset < files[i].end:
+            return files[i]
+        if not create:
+            return None
         return self.files.create(byte_offset - byte_offset % self.file_bytes)
 
     # ---- write (caller holds the writer lock) -------------------------------------------

@@ -3,7 +3,7 @@ waiting hand-over of due timers (the hand-over itself is ``handover.py``'s loop)
 reschedule of any pending delayed message (level or timer), and the timer backlog.
 
 Everything that changes a message's fate is a CommitLog record appended under the writer lock,
-so it is as durable as a produce and a recovery re-derives it (``dispatch.py``):
+so it is as durable as a produce and a recovery re-derives it (``index/dispatcher.py``):
 
 - a hand-over copy carries ``SCHEDULE_OFFSET`` ``0:<q>`` (the timer-log entry q is handed over;
   D9: an entry handed over is never handed over again, whatever the scheduler replays);

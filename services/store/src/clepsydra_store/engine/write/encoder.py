@@ -106,8 +106,8 @@ class BatchEncoder:
             settings = preparer.group_settings.get(group)
             retry = RetryTarget(group, settings.retry_max_times if settings is not None
                                 else DEFAULT_MAX_RECONSUME_TIMES, create_retry)
-        return (Target(topic, queues, preparer.round_robin(topic), retry),
-                topic_field(topic.encode()))
+        target: Target = tuple.__new__(Target, (topic, queues, preparer.round_robin(topic), retry))
+        return target, topic_field(topic.encode())
 
     def _encode(self, req: PutRequest, target: TargetFields) -> Prepared | None:
         """The record of a request; None, with nothing changed, when a plain check does not

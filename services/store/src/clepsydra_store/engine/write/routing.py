@@ -103,11 +103,11 @@ def route(request: PutRequest, target: Target, levels: DelayLevels, now_ms: int,
     if level:
         level = levels.clamp(level)  # L2
     deliver_at, delay = request.deliver_at, request.delay_ms
-    timer = deliver_at is not None or delay is not None
+    topic, queues, counter, retry = target
     reconsume = request.reconsume_times
-    retry = target.retry
     creates = _NONE
     if retry is not None:
+        timer = deliver_at is not None or delay is not None
         reconsume, max_times = retry_counts(request.properties, reconsume, retry.max_times)
         # R10 reroutes plain sends only: a delayed copy (an R9 fallback's retry) is a retry,
         # whose count reaches the max before its last attempt
@@ -115,22 +115,22 @@ def route(request: PutRequest, target: Target, levels: DelayLevels, now_ms: int,
             return dead_letter(retry.group, reconsume,
                                request.properties.get(_UNIQ_KEY) or new_id())
         if retry.create:
-            creates = ((target.topic, target.queues),)
+            creates = ((topic, queues),)
     asked = request.queue_id
-    queue_id = next(target.counter) % target.queues if asked is None else \
-        pick_queue(target.topic, target.queues, asked)
+    queue_id = next(counter) % queues if asked is None else pick_queue(topic, queues, asked)
     uniq = request.properties.get(_UNIQ_KEY) or new_id()  # every message has its msgId
-    if (timer or level) and not is_transaction_prepared_or_rollback(request.sys_flag):
-        if timer:
+    if (level or deliver_at is not None or delay is not None) \
+            and not is_transaction_prepared_or_rollback(request.sys_flag):
+        if deliver_at is not None or delay is not None:
             timer_target(deliver_at, delay, now_ms, max_delay_ms)
-            placed = park_timer(target.topic, queue_id, deliver_at, delay, reconsume, uniq)
+            placed = park_timer(topic, queue_id, deliver_at, delay, reconsume, uniq)
         else:
-            placed = park_at_level(target.topic, queue_id, level, levels, reconsume, uniq)
+            placed = park_at_level(topic, queue_id, level, levels, reconsume, uniq)
         if creates:  # (a delayed first send to a %RETRY% topic creates it)
             parked, queue_out, kind, added, code, completion, mark, _, _, _ = placed
             return parked, queue_out, kind, added, code, completion, mark, reconsume, creates, uniq
         return placed
-    return target.topic, queue_id, _PLAIN, (), None, 0, None, reconsume, creates, uniq
+    return topic, queue_id, _PLAIN, (), None, 0, None, reconsume, creates, uniq
 
 
 def pick_queue(topic: str, queues: int, queue_id: int) -> int:

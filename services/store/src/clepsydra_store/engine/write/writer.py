@@ -52,8 +52,9 @@ class Writer:
 
     def store(self, items: Sequence[Prepared]) -> list[PutResult]:
         """Append ``items`` (taking the lock) and acknowledge them (P2)."""
+        results: list[PutResult] = []
         with self.lock:
-            results, end = self.append(items)
+            _, end = self._append_into(items, results)
         return self.acknowledge(results, end)
 
     # ---- append (caller holds the writer lock) ---------------------------------------------
