@@ -422,9 +422,8 @@ class LevelDelivery:
             return True
         if progress <= self._handed_over < max_offset:
             logger.info("entries already handed over level=%d progress=%d handed_over=%d: "
-                        "moving to %d (SPEC D9)", level, progress, self._handed_over,
-                        self._handed_over + 1)
-            self._set_progress(self._handed_over + 1, "D9")
+                        "moving to %d (SPEC D9)", level, progress, self._handed_over, resume)
+            self._set_progress(resume, "D9")  # handed_over + 1: progress >= min_offset here
             return True
         return False
 
