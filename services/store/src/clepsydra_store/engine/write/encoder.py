@@ -38,10 +38,12 @@ from clepsydra_store.engine.write.codec import (
     topic_field_of,
 )
 from clepsydra_store.engine.write.preparer import Preparer
-from clepsydra_store.engine.write.routing import RetryTarget, Target, route
+from clepsydra_store.engine.write.routing import Kind, RetryTarget, Target, route
 
 _TAGS_SEEN: dict[str, tuple[bytes, int]] = {}
 """tags -> (the encoded TAGS property, tagsCode)."""
+_LEVEL_SEEN: dict[tuple[tuple[str, str], ...], bytes] = {}
+"""The properties a park at a level adds -> their encoded fields."""
 _CACHE_MAX = 4096
 _CACHE_MAX_LEN = 256
 """The cache holds tags of at most this many bytes, and starts again when full (producers
@@ -164,7 +166,7 @@ class BatchEncoder:
                 delay is not None and type(delay) is not int):
             return None
         # plain checks done: from here on the request is stored or raises what it breaks
-        (topic, queue_id, _, added, placed_code, delay_ms, mark, reconsume, creates,
+        (topic, queue_id, kind, added, placed_code, delay_ms, mark, reconsume, creates,
          uniq_key) = route(req, target[0], self._levels, self._now, self._max_delay,
                            self._new_id)
         if given:
@@ -179,8 +181,11 @@ class BatchEncoder:
                 fields[0] = encoded[0]
             hashes += (key_hash_of(raw),)
         if added:
-            fields += [property_field(_NAMES.get(name) or name_field(name), value.encode())
-                       for name, value in added]
+            if kind is _LEVEL:  # few and repeated (topic, queue, level): encoded once
+                fields.append(_LEVEL_SEEN.get(added) or _level_fields(added))
+            else:
+                for name, value in added:
+                    fields.append(property_field(_NAMES[name], value.encode()))
         if creates:
             self._ensure.update(creates)
         return prepare(body, topic, queue_id,
@@ -211,6 +216,15 @@ def _producer_block(props: dict[str, str]) -> ProducerBlock | None:
     return block, (key_hash(uniq),) if uniq else (), uniq
 
 
+def _level_fields(added: tuple[tuple[str, str], ...]) -> bytes:
+    """The properties a park at a level adds (S1), encoded; cached as the tags are."""
+    block = b"".join(property_field(_NAMES[name], value.encode()) for name, value in added)
+    if len(_LEVEL_SEEN) >= _CACHE_MAX:
+        _LEVEL_SEEN.clear()
+    _LEVEL_SEEN[added] = block
+    return block
+
+
 def _tags(tags: str) -> tuple[bytes, int] | None:
     """(the encoded TAGS property, tagsCode) of a tags string, None when it is not valid text;
     cached when short."""
@@ -232,3 +246,4 @@ _UNIQ_KEY = name_field(P.UNIQ_KEY)
 _NAMES = {name: name_field(name) for name in (P.REAL_TOPIC, P.REAL_QID, P.DELAY, P.DELIVER_AT,
                                                P.DELAY_MS, P.DLQ_REASON)}
 """The ``name_field`` of every property a placement adds."""
+_LEVEL = Kind.LEVEL
