@@ -100,10 +100,15 @@ def route(request: PutRequest, target: Target, levels: DelayLevels, now_ms: int,
     brings none). Raises ValidationError (L2, R10, T1) or OffsetOutOfRange (a queue the topic
     does not have) naming what is wrong."""
     level = request.delay_level
-    if level:
-        level = levels.clamp(level)  # L2
     deliver_at, delay = request.deliver_at, request.delay_ms
     topic, queues, counter, retry = target
+    if not level and retry is None and deliver_at is None and delay is None:  # plain
+        asked = request.queue_id
+        return (topic, next(counter) % queues if asked is None else
+                pick_queue(topic, queues, asked), _PLAIN, (), None, 0, None,
+                request.reconsume_times, _NONE, request.properties.get(_UNIQ_KEY) or new_id())
+    if level:
+        level = levels.clamp(level)  # L2
     reconsume = request.reconsume_times
     creates = _NONE
     if retry is not None:
