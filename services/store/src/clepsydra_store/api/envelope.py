@@ -102,14 +102,16 @@ class Call:
     def json(self) -> dict[str, Any]:
         """The body as a JSON object (400 INVALID_JSON otherwise, 413 over the limit); read
         once, its error raised again."""
-        if self._json is None:
+        parsed = self._json
+        if parsed is None:
             try:
-                self._json = jsonio.loads_object(self.body())
+                parsed = self._json = jsonio.loads_object(self.body())
             except ClepsydraError as exc:
                 self._json = exc
-        if isinstance(self._json, ClepsydraError):
-            raise self._json
-        return self._json
+                raise
+        elif isinstance(parsed, ClepsydraError):
+            raise parsed
+        return parsed
 
     def header(self, name: str) -> str | None:
         """A request header, by its WSGI name (``HTTP_AUTHORIZATION``)."""
