@@ -73,8 +73,8 @@ def levels(c: StoreContext, call: Call) -> Reply:
         entries = c.store.schedule_entries(level, min_offset, 1)
         out.append(LevelInfo(level, table.delay_ms(level), queue_id, entries.min_offset,
                              entries.max_offset, entries.handed_over,
-                             c.store.fences.newest(level)))
-    return 200, LevelTable(out, c.store.fences.newest(TIMER_LEVEL)).to_json()
+                             c.store.newest_fence(level)))
+    return 200, LevelTable(out, c.store.newest_fence(TIMER_LEVEL)).to_json()
 
 
 def entries(c: StoreContext, call: Call) -> Reply:

@@ -439,6 +439,11 @@ class MessageStore:
         return self._handover.level(level, from_offset, max_count,
                                     _now_ms() if now_ms is None else now_ms, fence)
 
+    def newest_fence(self, level: int) -> int | None:
+        """The newest fencing token a hand-over of ``level`` (``TIMER_LEVEL``: the timers')
+        carried since the store started (DEC-scheduler-lease)."""
+        return self.fences.newest(level)
+
     def handover_timers(self, max_count: int, wait_ms: int,
                         now: Callable[[], int] = _now_ms,
                         fence: int | None = None) -> TimerHandoverResult:
