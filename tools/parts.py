@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from clepsydra_core import naming
+from clepsydra_core import shards as shard_rules
 from tools.processes import (
     Child,
     HttpService,
@@ -147,6 +149,8 @@ class Stack:
         self.processes: list[Process] = []
         """Every process started, in order (redis first)."""
         self.by_name: dict[str, Process] = {}
+        self.shard_urls: list[str] = []
+        """Every store shard's URL, index = shard id (:meth:`with_store` with ``shards``)."""
 
     # ---- what to start -------------------------------------------------------------------
 
@@ -165,8 +169,28 @@ class Stack:
         self._plan.append((part, name, env))
         return self
 
-    def with_store(self, **env: str) -> Stack:
-        return self.with_part(STORE, **env)
+    def with_store(self, *, shards: int = 1, shard_ports: list[int] | None = None,
+                   **env: str) -> Stack:
+        """The store; with ``shards`` > 1 a cluster of that many store shards
+        (DEC-store-shards): shard 0 is the process ``store`` on CLEPSYDRA_STORE_PORT (every
+        other part's address), shard ``i`` the process ``store-<i>`` on a port of its own
+        (``shard_ports``, else a free one) with its data in ``home/store-<i>``."""
+        if shards == 1:
+            return self.with_part(STORE, **env)
+        port0 = self.ports.setdefault(STORE.port_var or "", free_port())
+        ports = list(shard_ports or [port0] + [free_port() for _ in range(shards - 1)])
+        ports[0] = port0
+        self.shard_urls = [f"http://127.0.0.1:{p}" for p in ports]
+        self.env.setdefault(shard_rules.SHARDS_VAR, str(shards))
+        for shard, port in enumerate(ports):
+            own = {shard_rules.SHARD_ID_VAR: str(shard),
+                   shard_rules.PEERS_VAR: ",".join(self.shard_urls), **env}
+            if shard:
+                own.update({STORE.port_var or "": str(port),
+                            STORE.url_var or "": self.shard_urls[shard],
+                            "CLEPSYDRA_STORE_DIR": str(self.home / naming.store_dir_name(shard))})
+            self._plan.append((STORE, shard_name(shard), own))
+        return self
 
     def with_retry(self, **env: str) -> Stack:
         return self.with_part(RETRY, **env)
@@ -347,6 +371,11 @@ class Stack:
     def __exit__(self, _type: type[BaseException] | None, _exc: BaseException | None,
                  _tb: TracebackType | None) -> None:
         self.stop()
+
+
+def shard_name(shard: int) -> str:
+    """The process name (and log file) of a store shard: ``store``, ``store-1``, ..."""
+    return naming.store_dir_name(shard)
 
 
 def service(part: Part, home: Path, *, port: int | None = None, name: str | None = None,

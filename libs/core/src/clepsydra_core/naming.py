@@ -98,38 +98,70 @@ def segment_file_name(start_offset: int) -> str:
     return f"{start_offset:020d}"
 
 
+def store_dir_name(shard: int) -> str:
+    """A store shard's data folder under CLEPSYDRA_HOME in the local stack: ``store`` for shard
+    0 (the folder of a one-store stack, unchanged), ``store-<id>`` for the others."""
+    return "store" if shard == 0 else f"store-{shard}"
+
+
+CLUSTER_FILE = "cluster.json"
+"""A store shard's own cluster state (its write permission, topic tombstones), under
+CONFIG_DIR (DEC-shard-drain)."""
+
+
 # ---- Redis keys ----------------------------------------------------------------------------
 
 
-def delay_offset_key(level: int) -> str:
-    """Progress (schedule queue offset) of one delay level (SPEC D2)."""
-    return f"{REDIS_PREFIX}:schedule:offset:{level}"
+def _shard_part(shard: int) -> str:
+    """The shard's part of a scheduler key: nothing for shard 0, whose keys are the ones a
+    one-store stack always had (DEC-shard-keys), ``shard:<id>:`` for the others."""
+    return "" if shard == 0 else f"shard:{shard}:"
 
 
-def delay_lease_key(level: int) -> str:
-    """Lease that makes one worker the active deliverer of a level."""
-    return f"{REDIS_PREFIX}:schedule:lease:{level}"
+def delay_offset_key(level: int, shard: int = 0) -> str:
+    """Progress (schedule queue offset) of one delay level of one store shard (SPEC D2)."""
+    return f"{REDIS_PREFIX}:schedule:{_shard_part(shard)}offset:{level}"
 
 
-def delay_fence_key(level: int) -> str:
-    """Counter of a level's fencing tokens: each lease taken gets the next one, and the store
-    refuses a hand-over carrying one older than it has seen (DEC-scheduler-lease)."""
-    return f"{REDIS_PREFIX}:schedule:fence:{level}"
+def delay_lease_key(level: int, shard: int = 0) -> str:
+    """Lease that makes one worker the active deliverer of a level of one store shard."""
+    return f"{REDIS_PREFIX}:schedule:{_shard_part(shard)}lease:{level}"
 
 
-def delay_stats_key(level: int) -> str:
-    """Hash of a level's delivery statistics (delivered count, lateness buckets, lag)."""
-    return f"{REDIS_PREFIX}:schedule:stats:{level}"
+def delay_fence_key(level: int, shard: int = 0) -> str:
+    """Counter of a level's fencing tokens on one store shard: each lease taken gets the next
+    one, and the shard refuses a hand-over carrying one older than it has seen
+    (DEC-scheduler-lease)."""
+    return f"{REDIS_PREFIX}:schedule:{_shard_part(shard)}fence:{level}"
+
+
+def delay_stats_key(level: int, shard: int = 0) -> str:
+    """Hash of a level's delivery statistics (delivered count, lateness buckets, lag) on one
+    store shard."""
+    return f"{REDIS_PREFIX}:schedule:{_shard_part(shard)}stats:{level}"
 
 
 TIMER_LEASE_KEY = f"{REDIS_PREFIX}:schedule:lease:timers"
-"""Lease that makes one worker the active deliverer of the timers (issue 15)."""
+"""Lease that makes one worker the active deliverer of shard 0's timers (SPEC T1)."""
 TIMER_FENCE_KEY = f"{REDIS_PREFIX}:schedule:fence:timers"
-"""Counter of the timers' fencing tokens (as ``delay_fence_key`` for a level)."""
+"""Counter of shard 0's timers' fencing tokens (as ``delay_fence_key`` for a level)."""
+
+
+def timer_lease_key(shard: int = 0) -> str:
+    """Lease of one store shard's timers (:data:`TIMER_LEASE_KEY` for shard 0)."""
+    return f"{REDIS_PREFIX}:schedule:{_shard_part(shard)}lease:timers"
+
+
+def timer_fence_key(shard: int = 0) -> str:
+    """Fencing-token counter of one store shard's timers (:data:`TIMER_FENCE_KEY` for shard
+    0)."""
+    return f"{REDIS_PREFIX}:schedule:{_shard_part(shard)}fence:timers"
+
+
 WORKER_INCARNATION_KEY = f"{REDIS_PREFIX}:schedule:incarnation"
 """Counter each scheduler worker process takes its incarnation number from once (never below
 Redis's clock in microseconds): of two processes of one worker identity, the later one takes
-the leases of the earlier over at once (DEC-scheduler-lease)."""
+the leases of the earlier over at once (DEC-scheduler-lease). One for every store shard."""
 TIMER_QUEUE_NAME = "schedule.timers"
 """The Celery queue the timers' delivery task is routed to."""
 
@@ -159,9 +191,11 @@ def gateway_client_key(client_id: str) -> str:
     return f"{REDIS_PREFIX}:gateway:client:{client_id}"
 
 
-def dlq_state_key(group: str) -> str:
-    """Hash of a group's DLQ state (purge floor) kept by the retry service."""
-    return f"{REDIS_PREFIX}:dlq:{group}:state"
+def dlq_state_key(group: str, shard: int = 0) -> str:
+    """Hash of a group's DLQ state (purge floor) on one store shard, kept by the retry service
+    (shard 0: the key of a one-store stack, DEC-shard-keys)."""
+    suffix = "state" if shard == 0 else f"shard:{shard}:state"
+    return f"{REDIS_PREFIX}:dlq:{group}:{suffix}"
 
 
 def dlq_removed_key(group: str) -> str:

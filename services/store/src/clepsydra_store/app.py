@@ -19,6 +19,7 @@ from flask import Flask
 from clepsydra_core.telemetry import STORE_SERVICE, init_tracing
 from clepsydra_core.wire.health import OK, StoreHealth
 from clepsydra_store.api import (
+    cluster,
     groups,
     handover,
     history,
@@ -34,6 +35,7 @@ from clepsydra_store.api.access import STORE_ACCESS
 from clepsydra_store.api.context import EXTENSION, StoreContext
 from clepsydra_store.api.fastpath import ProduceFastPath
 from clepsydra_store.api.observability import Observability
+from clepsydra_store.cluster import Cluster
 from clepsydra_store.consumers import ConsumerRegistry
 from clepsydra_store.engine.message_store import MessageStore
 from clepsydra_store.engine.queue_locks import QueueLocks
@@ -45,7 +47,7 @@ from clepsydra_web.ops import ops_blueprint
 logger = logging.getLogger(__name__)
 
 BLUEPRINTS = (topics.bp, messages.bp, timers.bp, queues.bp, groups.bp, locks.bp, handover.bp,
-              internal.bp, tokens.bp, history.bp)
+              internal.bp, tokens.bp, history.bp, cluster.bp)
 
 
 def create_app(settings: StoreSettings, store: MessageStore | None = None) -> Flask:
@@ -57,7 +59,13 @@ def create_app(settings: StoreSettings, store: MessageStore | None = None) -> Fl
     context = StoreContext(settings=settings, store=store, consumers=consumers,
                            obs=Observability(store, settings.common.delay_levels, consumers,
                                              self_traced=messages.SELF_TRACED),
-                           locks=QueueLocks(settings.lock_expiry_ms), owns_store=owns_store)
+                           locks=QueueLocks(settings.lock_expiry_ms), owns_store=owns_store,
+                           cluster=Cluster(settings.cluster, store,
+                                           writable=settings.engine.writable,
+                                           store_host=settings.engine.store_host,
+                                           token=settings.peer_token))
+    shard = context.cluster
+    assert shard is not None
     app = Flask("clepsydra_store", static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = settings.max_request_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
@@ -66,14 +74,19 @@ def create_app(settings: StoreSettings, store: MessageStore | None = None) -> Fl
         app.register_blueprint(bp)
     app.register_blueprint(ops_blueprint(
         "clepsydra_store", registry=lambda: context.obs.registry,
-        health=lambda: (StoreHealth(OK, settings.engine.writable).to_json(), 200)))
+        health=lambda: (StoreHealth(OK, shard.accepting).to_json(), 200)))
     register_error_handlers(app, size_setting=MAX_REQUEST_BYTES_VAR)
     context.obs.tracing.install(app, on_end=context.obs.count)
     guard = auth.install(app, settings.common.auth, STORE_ACCESS, service="store")
     context.guard = guard
+    if shard.clustered:  # every answer names the cluster's size (DEC-store-shards)
+        app.wsgi_app = cluster.ShardsHeader(  # type: ignore[method-assign]
+            app.wsgi_app, shard.shape.shards)
     if settings.fast_path:
         app.wsgi_app = ProduceFastPath(app.wsgi_app, context,  # type: ignore[method-assign]
                                        guard)
-    logger.info("store app ready data_dir=%s writable=%s fast_path=%s",
-                settings.engine.data_dir, settings.engine.writable, settings.fast_path)
+    shard.start()
+    logger.info("store app ready data_dir=%s writable=%s fast_path=%s shard=%d shards=%d",
+                settings.engine.data_dir, settings.engine.writable, settings.fast_path,
+                shard.shard_id, shard.shape.shards)
     return app

@@ -52,6 +52,12 @@ STORE_ACCESS: PermissionTable = {
     "internal.create_system_topic": Need(Action.INTERNAL_COPY),
     "internal.copy": Need(Action.INTERNAL_COPY),
     "internal.copy_range": Need(Action.INTERNAL_COPY),
+    # the cluster of store shards (api/cluster.py, DEC-store-shards)
+    "cluster.self_status": Need(Action.TOPIC_READ),
+    "cluster.members": Need(Action.TOPIC_READ),
+    "cluster.route": Need(Action.TOPIC_READ),
+    "cluster.drain": Need(Action.CLUSTER_ADMIN),
+    "cluster.resume": Need(Action.CLUSTER_ADMIN),
     # tokens (api/tokens.py)
     "auth.list_tokens": Need(Action.AUTH_ADMIN),
     "auth.create": Need(Action.AUTH_ADMIN),

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from clepsydra_core.auth import Action
+from clepsydra_core.wire.cluster import SHARDS_HEADER
 from clepsydra_store.api import produce, queues, timers
 from clepsydra_store.api.context import StoreContext
 from clepsydra_web.auth import REFUSALS, Guard, refusal
@@ -53,6 +54,9 @@ class ProduceFastPath:
         self.context = context
         self.guard = guard
         self.limit = context.settings.max_request_bytes
+        cluster = context.cluster
+        self.shards_header = (None if cluster is None or not cluster.clustered
+                              else (SHARDS_HEADER, str(cluster.shape.shards)))
 
     def __call__(self, environ: dict[str, Any],
                  start_response: Callable[..., Any]) -> Iterable[bytes]:
@@ -89,7 +93,7 @@ class ProduceFastPath:
                         start_response: Callable[..., Any]) -> Iterable[bytes]:
         """The scheduler's timer hand-over (a long poll: this worker thread waits in it)."""
         status, headers, body = timers.serve(self.context, environ, lambda: self._read(environ))
-        start_response(_REASONS.get(status, f"{status} Error"), headers)
+        start_response(_REASONS.get(status, f"{status} Error"), self._with_shards(headers))
         return [body]
 
     def _pull(self, environ: dict[str, Any], start_response: Callable[..., Any],
@@ -97,8 +101,11 @@ class ProduceFastPath:
         """A consumer's pull (a held one waits in this worker thread)."""
         status, headers, body = queues.serve(self.context, environ, _utf8(topic),
                                              _utf8(queue_id))
-        start_response(_REASONS.get(status, f"{status} Error"), headers)
+        start_response(_REASONS.get(status, f"{status} Error"), self._with_shards(headers))
         return [body]
+
+    def _with_shards(self, headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        return headers if self.shards_header is None else [*headers, self.shards_header]
 
     def answer(self, environ: dict[str, Any], topic: str, batch: bool,
                raw: bytes | None) -> Answer:
@@ -121,8 +128,10 @@ class ProduceFastPath:
                 raw: bytes | None) -> Answer:
         """``raw`` None: the body was over the size limit (413)."""
         status, body = produce.serve(self.context, environ, topic, raw, batch)
-        return (_REASONS.get(status, f"{status} Error"),
-                [("Content-Type", JSON_TYPE), ("Content-Length", str(len(body)))], body)
+        headers = [("Content-Type", JSON_TYPE), ("Content-Length", str(len(body)))]
+        if self.shards_header is not None:  # the poller's answers too (DEC-store-shards)
+            headers.append(self.shards_header)
+        return (_REASONS.get(status, f"{status} Error"), headers, body)
 
     def _read(self, environ: dict[str, Any]) -> bytes | None:
         """The request body, or None when it is over the limit."""

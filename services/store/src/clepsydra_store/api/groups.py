@@ -12,8 +12,8 @@ from typing import Any
 
 from flask import Blueprint, Response, request
 
-from clepsydra_core import validation
-from clepsydra_core.errors import Forbidden, GroupNotFound, OffsetOutOfRange
+from clepsydra_core import naming, validation
+from clepsydra_core.errors import Forbidden, GroupNotFound, OffsetOutOfRange, TopicNotFound
 from clepsydra_core.groups import GroupSettings
 from clepsydra_core.naming import SCHEDULE_TOPIC
 from clepsydra_core.wire.groups import (
@@ -27,7 +27,8 @@ from clepsydra_core.wire.groups import (
     OffsetCommit,
     OffsetCommitted,
 )
-from clepsydra_store.api.context import ctx
+from clepsydra_store.api.context import StoreContext, ctx
+from clepsydra_store.api.fanout import everywhere
 from clepsydra_store.api.web import json_response, trace_topic
 from clepsydra_store.consumers import CLUSTERING, GroupView
 from clepsydra_web import jsonio
@@ -49,6 +50,7 @@ def list_groups() -> Response:
 
 
 @bp.put("/v1/groups/<group>/settings")
+@everywhere()
 def put_group_settings(group: str) -> Response:
     """Create (201) or change (200) a group's settings, durably; fields not given keep their
     current value (or the default)."""
@@ -127,7 +129,29 @@ def heartbeat(group: str) -> Response:
     view = c.consumers.heartbeat(group, client_id, subscriptions, model)
     if c.settings.common.auto_create_groups and c.store.group_settings(group) is None:
         c.store.put_group_settings(group, {})  # first seen: created with defaults (12.2)
+    if model == CLUSTERING and c.cluster is not None and c.cluster.clustered:
+        _ensure_retry_topic(c, group, subscriptions)
     return json_response(_view_json(view, detailed=False))
+
+
+def _ensure_retry_topic(c: StoreContext, group: str, subscriptions: dict[str, str]) -> None:
+    """With more than one store shard, a clustering consumer's heartbeat makes its group's
+    ``%RETRY%`` topic on every shard it reaches (R3, with the group's retryQueueNums), as
+    RocketMQ's brokers do at a heartbeat: the topic's route then lists every shard's retry
+    queues from the start, so a retry stored on any shard is pulled without waiting for the
+    consumers' next route read (DEC-store-shards)."""
+    topic = naming.retry_topic(group)
+    if topic not in subscriptions:
+        return
+    try:
+        c.store.get_topic(topic)
+        return
+    except TopicNotFound:
+        pass
+    settings = c.store.group_settings(group)
+    queues = settings.retry_queue_nums if settings is not None else 1
+    if queues > 0 and c.cluster is not None and c.cluster.accepting:
+        c.store.create_topic(topic, queues, system=True)
 
 
 @bp.get("/v1/groups/<group>/consumers")

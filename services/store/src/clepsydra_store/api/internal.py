@@ -41,7 +41,7 @@ def _checked(item: CopyItem) -> CopyItem:
 def copy() -> Response:
     """201 ``{results: [<produce result>]}``; all items checked before any is written."""
     c = ctx()
-    c.require_writable()
+    c.require_accepting()
     batch = CopyBatch.from_json(request_object(), what="copy", strict=True)
     requests: list[CopyItem] = []
     for index, item in enumerate(batch.items):
@@ -108,7 +108,7 @@ def copy_range() -> Response:
     ``topic``/``queueId`` copied to ``target`` (a topic, or ``"origin"``: each message's
     RETRY_TOPIC) with one write; the DLQ "resend all" of R16 without shipping the messages."""
     c = ctx()
-    c.require_writable()
+    c.require_accepting()
     req = RangeCopy.from_json(request_object(), what="copy-range", strict=True)
     validation.validate_topic_name(req.topic)
     if req.target_topic is not None:

@@ -12,6 +12,7 @@ from clepsydra_core.msgid import check_id
 from clepsydra_core.wire.messages import DEFAULT_PULL, MAX_PULL
 from clepsydra_store.api import produce
 from clepsydra_store.api.context import ctx
+from clepsydra_store.api.fanout import looked_up
 from clepsydra_store.api.observability import MESSAGE_ID, set_attribute
 from clepsydra_store.api.web import json_response, messages_json, trace_topic, with_body_arg
 from clepsydra_web import jsonio
@@ -43,6 +44,7 @@ def produce_batch(topic: str) -> Response:
 
 
 @bp.get("/v1/messages/<msg_id>")
+@looked_up
 def get_message(msg_id: str) -> Response:
     """``{messages: [...]}``: every copy of the message whose msgId (unique id) or
     offsetMsgId this is, oldest first (docs/contracts.md, issue 20.4); 404
@@ -54,6 +56,7 @@ def get_message(msg_id: str) -> Response:
 
 
 @bp.get("/v1/messages")
+@looked_up
 def find_messages() -> Response:
     """``?topic=&key=[&max=]`` -> ``{messages: [...]}`` (KEYS or UNIQ_KEY match)."""
     topic = validation.validate_topic_name(request.args.get("topic"))

@@ -52,11 +52,12 @@ IN_TRACE_ONLY = frozenset({
     "schedule.entries", "topics.get_topic", "topics.list_topics", "groups.list_groups",
     "groups.get_group_settings", "groups.get_offsets", "groups.commit_offset",
     "groups.heartbeat", "groups.list_consumers", "groups.unregister_consumer",
-    "locks.lock_queues", "locks.unlock_queues", "locks.list_locks"})
+    "locks.lock_queues", "locks.unlock_queues", "locks.list_locks",
+    "cluster.self_status", "cluster.members", "cluster.route"})
 """Polls that carry no message - deliver timestamps read between hand-overs, a consumer's
 route look-ups, heartbeats, rebalances, orderly queue locks, offset commits and unregistering,
-the retry service's group refresh: a span only when the caller is inside a trace (a
-send-back's topic check is)."""
+the retry service's group refresh, a client's membership and route reads (DEC-store-shards):
+a span only when the caller is inside a trace (a send-back's topic check is)."""
 
 
 def set_attribute(key: str, value: str | int | bool) -> None:

@@ -31,6 +31,7 @@ from clepsydra_core.wire.timers import (
 )
 from clepsydra_store.api import lean
 from clepsydra_store.api.context import StoreContext, ctx
+from clepsydra_store.api.fanout import changed
 from clepsydra_store.api.handover import deliver_spans
 from clepsydra_store.api.observability import MESSAGE_ID, set_attribute
 from clepsydra_store.api.web import json_response, trace_topic
@@ -91,6 +92,7 @@ def _message_copies(c: StoreContext, msg_id: str) -> dict[str, list[CommitLogRec
 
 
 @bp.delete("/v1/messages/<msg_id>")
+@changed
 def cancel_message(msg_id: str) -> Response:
     """200 cancelled; 409 ALREADY_DELIVERED; 404 MESSAGE_NOT_FOUND."""
     c = ctx()
@@ -99,6 +101,7 @@ def cancel_message(msg_id: str) -> Response:
 
 
 @bp.patch("/v1/messages/<msg_id>")
+@changed
 def reschedule_message(msg_id: str) -> Response:
     """200 rescheduled with the new time; 409 ALREADY_DELIVERED; 404 MESSAGE_NOT_FOUND."""
     c = ctx()
@@ -124,6 +127,7 @@ def _key_copies(c: StoreContext) -> dict[str, list[CommitLogRecord]]:
 
 
 @bp.delete("/v1/messages")
+@changed
 def cancel_by_key() -> Response:
     """Every pending delayed message of ``topic`` with ``key``: 200 cancelled ``msgIds``."""
     c = ctx()
@@ -132,6 +136,7 @@ def cancel_by_key() -> Response:
 
 
 @bp.patch("/v1/messages")
+@changed
 def reschedule_by_key() -> Response:
     """Every pending delayed message of ``topic`` with ``key``, given one new time."""
     c = ctx()

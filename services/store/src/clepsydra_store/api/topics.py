@@ -4,15 +4,30 @@ are the store's own (S3)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from flask import Blueprint, Response
 
 from clepsydra_core import naming, validation
 from clepsydra_core.errors import ClepsydraError, Forbidden, TopicNotFound
 from clepsydra_core.wire.topics import TopicCreate, TopicDeleted, TopicUpdate
 from clepsydra_store.api.context import StoreContext, ctx
+from clepsydra_store.api.fanout import everywhere, now_ms
 from clepsydra_store.api.web import json_response, request_object, topic_json, trace_topic
+from clepsydra_store.cluster import Cluster
 
 bp = Blueprint("topics", __name__)
+
+
+def _created(cluster: Cluster, _kwargs: dict[str, Any], answer: dict[str, Any] | None) -> None:
+    """A topic made (again) through a shard is no longer one it deleted (cluster/state.py)."""
+    if answer is not None and isinstance(answer.get("name"), str):
+        cluster.state.forget_deleted(answer["name"])
+
+
+def _deleted(cluster: Cluster, kwargs: dict[str, Any], _answer: dict[str, Any] | None) -> None:
+    """A topic deleted through a shard: it never takes it back from a peer (cluster/sync.py)."""
+    cluster.state.mark_deleted(kwargs["topic"], now_ms())
 
 
 
@@ -48,6 +63,7 @@ def create(c: StoreContext, *, system: bool) -> Response:
 
 
 @bp.post("/v1/topics")
+@everywhere(_created)
 def create_topic() -> Response:
     return create(ctx(), system=False)
 
@@ -66,6 +82,7 @@ def get_topic(topic: str) -> Response:
 
 
 @bp.put("/v1/topics/<topic>")
+@everywhere(_created)
 def update_topic(topic: str) -> Response:
     """``{queues}``: grow (new empty queues) or shrink (refused while a hidden queue holds
     unconsumed messages, 409 TOPIC_NOT_DRAINED); 200 with the topic as it now is (A1). A
@@ -83,6 +100,7 @@ def update_topic(topic: str) -> Response:
 
 
 @bp.delete("/v1/topics/<topic>")
+@everywhere(_deleted)
 def delete_topic(topic: str) -> Response:
     """200 ``{name, deleted: true}``; 404 when absent; 403 for a system topic (S3, A2)."""
     c = ctx()

@@ -101,7 +101,7 @@ class StoreCore:
         self._closed = False
         self._graveyard: list[Segment] = []
         self._counters: Counter[str] = Counter()
-        self._store_host = pack_host(config.store_host)
+        self._store_host = pack_host(config.store_host, config.shard_id)
         self._msg_id_prefix = self._store_host.hex().upper()
         self._topics = TopicRegistry(dirs.config)
         self._groups = GroupOffsets(dirs.config)

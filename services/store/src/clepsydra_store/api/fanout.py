@@ -1,0 +1,266 @@
+"""The existing routes a shard answers for the whole cluster (DEC-store-shards): each view keeps
+its one-store behaviour and one of these decorators around it, which does nothing with one
+shard or on a request another shard forwarded (``X-Clepsydra-Scope: local``):
+
+- :func:`everywhere` - a topic's create, update and delete, a group's settings: applied here,
+  then on every peer at once (tried three times each), the answer's ``shards`` saying which
+  applied it. A request this shard refuses as malformed or forbidden (4xx other than 404) is
+  refused the same everywhere: it goes no further.
+- :func:`looked_up` - a look-up by msgId or by key: an offsetMsgId names its shard
+  (DEC-shard-in-msgid) and only that shard is asked; a message's unique id or a key is asked of
+  every shard and the copies merged, oldest first, each with its ``shard``; shards that did not
+  answer are listed (``unreachable``), and when none that answered has the message, the answer
+  is 503 naming them rather than a 404 that might be wrong.
+- :func:`changed` - a cancel or reschedule: by offsetMsgId on its shard; by a unique id on
+  whichever shards hold a pending copy; by key on every shard, the msgIds merged.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote
+
+import orjson
+from flask import Response, request
+
+from clepsydra_core.errors import AlreadyDelivered, ClepsydraError, NotFound, Unavailable
+from clepsydra_core.http import Json
+from clepsydra_core.msgid import shard_of_offset_msg_id
+from clepsydra_core.wire.cluster import LOCAL, SCOPE_HEADER, ShardFailure, ShardsApplied
+from clepsydra_store.api.context import StoreContext, ctx
+from clepsydra_store.api.web import json_response
+from clepsydra_store.cluster import Cluster
+
+View = Callable[..., Response]
+Answer = tuple[int, Json]
+AfterLocal = Callable[[Cluster, dict[str, Any], Json | None], None]
+
+
+def _scope_local() -> bool:
+    return request.headers.get(SCOPE_HEADER) == LOCAL
+
+
+def _cluster(c: StoreContext) -> Cluster | None:
+    """The cluster this request fans out over; None with one shard or a forwarded request."""
+    cluster = c.cluster
+    if cluster is None or not cluster.clustered or _scope_local():
+        return None
+    return cluster
+
+
+def _target() -> str:
+    """The request's path and query as the client sent them (percent-encoding kept)."""
+    raw = request.environ.get("RAW_URI") or request.environ.get("REQUEST_URI")
+    if raw:
+        return str(raw)
+    query = request.query_string.decode()
+    return quote(request.path) + (f"?{query}" if query else "")
+
+
+def _payload() -> Any:
+    """The request body (kept for the peers: the view reads it too) as JSON, None if empty."""
+    raw = request.get_data(cache=True)
+    return orjson.loads(raw) if raw else None
+
+
+def _forwarder(cluster: Cluster, payload: Any) -> Callable[[int], Answer]:
+    """The request as each peer gets it (read here: the peers are called on other threads,
+    outside the request's context)."""
+    method, target = request.method, _target()
+    authorization = request.headers.get("Authorization")
+
+    def forward(shard: int) -> Answer:
+        return cluster.peers.call(shard, method, target, json=payload,
+                                  authorization=authorization)
+    return forward
+
+
+def _local(view: View, kwargs: dict[str, Any]) -> Answer:
+    response = view(**kwargs)
+    return response.status_code, response.get_json() or {}
+
+
+def _failure(shard: int, exc: ClepsydraError) -> ShardFailure:
+    return ShardFailure(shard, exc.code, exc.message)
+
+
+# ---- everywhere ----------------------------------------------------------------------------
+
+def everywhere(after_local: AfterLocal | None = None) -> Callable[[View], View]:
+    """Apply the view on every shard (module docstring). ``after_local(cluster, kwargs,
+    answer)`` runs on each shard once the view answered there (its JSON) or found nothing to
+    act on (None): the topic tombstones of cluster/state.py."""
+    def wrap(view: View) -> View:
+        @functools.wraps(view)
+        def wrapper(**kwargs: Any) -> Response:
+            c = ctx()
+            cluster = _cluster(c)
+            if cluster is None:
+                return _alone(c, view, kwargs, after_local)
+            payload = _payload()
+            local: Answer | None = None
+            local_error: ClepsydraError | None = None
+            try:
+                local = _local(view, kwargs)
+            except ClepsydraError as exc:
+                if not isinstance(exc, NotFound):
+                    raise  # refused as asked: refused the same on every shard
+                local_error = exc
+            if after_local is not None:
+                after_local(cluster, kwargs, None if local is None else local[1])
+            peers = cluster.peers
+            answers = peers.each(peers.retried(_forwarder(cluster, payload)))
+            applied = [cluster.shard_id] if local is not None else []
+            failed: list[ShardFailure] = []
+            for shard, answer in sorted(answers.items()):
+                if isinstance(answer, ClepsydraError):
+                    failed.append(_failure(shard, answer))
+                else:
+                    applied.append(shard)
+                    local = local or answer
+            if local is None:
+                assert local_error is not None
+                raise local_error
+            status, body = local
+            shards = ShardsApplied(sorted(applied), failed)
+            return json_response({**body, "shards": shards.to_json()}, status)
+        return wrapper
+    return wrap
+
+
+def _alone(c: StoreContext, view: View, kwargs: dict[str, Any],
+           after_local: AfterLocal | None) -> Response:
+    """The view on this shard alone (one shard, or a request a peer forwarded)."""
+    if c.cluster is None or after_local is None:
+        return view(**kwargs)
+    try:
+        response = view(**kwargs)
+    except NotFound:
+        after_local(c.cluster, kwargs, None)
+        raise
+    after_local(c.cluster, kwargs, response.get_json() if response.status_code < 300 else None)
+    return response
+
+
+# ---- look-ups ------------------------------------------------------------------------------
+
+def _copy_order(message: Json) -> tuple[int, int, int]:
+    return (int(message.get("storeTimestamp") or 0), int(message.get("shard") or 0),
+            int(message.get("commitLogOffset") or 0))
+
+
+def _with_shard(body: Json, shard: int) -> list[Json]:
+    return [{**m, "shard": shard} for m in body.get("messages") or []]
+
+
+def _unreachable(shards: list[int]) -> Unavailable:
+    return Unavailable(f"store shard(s) {', '.join(map(str, shards))} did not answer; the "
+                       "shards that did hold nothing that matches")
+
+
+def looked_up(view: View) -> View:
+    """Answer a look-up for every shard (module docstring)."""
+    @functools.wraps(view)
+    def wrapper(**kwargs: Any) -> Response:
+        c = ctx()
+        cluster = _cluster(c)
+        if cluster is None:
+            return view(**kwargs)
+        named = shard_of_offset_msg_id(kwargs.get("msg_id") or "")
+        if named is not None and named not in (cluster.shard_id, *cluster.peers.ids):
+            named = None  # an id of no shard of this cluster: every shard is asked
+        answers = _ask(cluster, view, kwargs, None if named is None else [named])
+        messages: list[Json] = []
+        unreachable: list[int] = []
+        first_error: ClepsydraError | None = None
+        answered = 0
+        for shard, answer in sorted(answers.items()):
+            if isinstance(answer, Unavailable):
+                unreachable.append(shard)
+            elif isinstance(answer, ClepsydraError):
+                if not isinstance(answer, NotFound):
+                    raise answer
+                first_error = first_error or answer
+            else:
+                answered += 1
+                messages += _with_shard(answer[1], shard)
+        if not messages:
+            if unreachable:
+                raise _unreachable(unreachable)
+            if first_error is not None and (not answered or "msg_id" in kwargs):
+                raise first_error
+        messages.sort(key=_copy_order)
+        most = request.args.get("max")
+        if most is not None and most.isdigit() and len(messages) > int(most):
+            messages = messages[-int(most):]  # the newest, oldest first (as one shard answers)
+        body: Json = {"messages": messages}
+        if unreachable:
+            body["unreachable"] = unreachable
+        return json_response(body)
+    return wrapper
+
+
+def _ask(cluster: Cluster, view: View, kwargs: dict[str, Any],
+         only: list[int] | None) -> dict[int, Answer | ClepsydraError]:
+    """The view here and the same request on the peers (or only on ``only``)."""
+    payload = _payload()
+    peers = [s for s in cluster.peers.ids if only is None or s in only]
+    out: dict[int, Answer | ClepsydraError] = {}
+    if only is None or cluster.shard_id in only:
+        try:
+            out[cluster.shard_id] = _local(view, kwargs)
+        except ClepsydraError as exc:
+            out[cluster.shard_id] = exc
+    out.update(cluster.peers.each(_forwarder(cluster, payload), peers))
+    return out
+
+
+# ---- cancel and reschedule -------------------------------------------------------------------
+
+def changed(view: View) -> View:
+    """A cancel or reschedule for every shard (module docstring)."""
+    @functools.wraps(view)
+    def wrapper(**kwargs: Any) -> Response:
+        c = ctx()
+        cluster = _cluster(c)
+        if cluster is None:
+            return view(**kwargs)
+        msg_id = kwargs.get("msg_id")
+        named = shard_of_offset_msg_id(msg_id or "")
+        if named is not None and named not in (cluster.shard_id, *cluster.peers.ids):
+            named = None
+        answers = _ask(cluster, view, kwargs, None if named is None else [named])
+        done: list[tuple[int, Answer]] = []
+        unreachable: list[int] = []
+        errors: list[ClepsydraError] = []
+        for shard, answer in sorted(answers.items()):
+            if isinstance(answer, Unavailable):
+                unreachable.append(shard)
+            elif isinstance(answer, ClepsydraError):
+                if not isinstance(answer, NotFound | AlreadyDelivered):
+                    raise answer
+                errors.append(answer)
+            else:
+                done.append((shard, answer))
+        if not done:
+            if unreachable:
+                raise _unreachable(unreachable)
+            raise next((e for e in errors if isinstance(e, AlreadyDelivered)), errors[0])
+        status, body = done[0][1]
+        if msg_id is None:  # by key: every shard's msgIds
+            ids: list[str] = []
+            for _, (_, one) in done:
+                ids += [i for i in one.get("msgIds") or [] if i not in ids]
+            body = {**body, "msgIds": ids}
+            if unreachable:
+                body["unreachable"] = unreachable
+        return json_response(body, status)
+    return wrapper
+
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
