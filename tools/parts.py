@@ -219,14 +219,17 @@ class Stack:
         return self.with_part(CONSOLE, **env)
 
     def with_everything(self, *, appendonly: bool = True, separate_beat: bool = False,
-                        analytics: bool = True) -> Stack:
+                        analytics: bool = True, shard_ports: list[int] | None = None) -> Stack:
         """What ``make run`` starts: every part (its own Redis unless ``redis_url``), the
         scheduler's beat inside its worker unless ``separate_beat``; without the analytics
-        parts unless ``analytics`` (``make run-core``)."""
+        parts unless ``analytics`` (``make run-core``); with ``shard_ports`` (more than one),
+        a store shard on each (DEC-store-shards)."""
         if self._redis_url is None:
             self.with_redis(appendonly=appendonly)
         for part in EVERYTHING_SEPARATE_BEAT if separate_beat else EVERYTHING:
-            if analytics or part not in LOCAL_ANALYTICS:
+            if part is STORE and shard_ports and len(shard_ports) > 1:
+                self.with_store(shards=len(shard_ports), shard_ports=shard_ports)
+            elif analytics or part not in LOCAL_ANALYTICS:
                 self.with_part(part)
         if not separate_beat:  # the one scheduler process serves beat's health port too
             self.ports.setdefault("CLEPSYDRA_SCHEDULER_BEAT_PORT", free_port())
@@ -371,6 +374,16 @@ class Stack:
     def __exit__(self, _type: type[BaseException] | None, _exc: BaseException | None,
                  _tb: TracebackType | None) -> None:
         self.stop()
+
+
+def part_named(name: str) -> Part:
+    """The part a process of the stack runs, by the process's name (``store-2``: a store)."""
+    part = BY_NAME.get(name)
+    if part is None and name.startswith(f"{STORE.name}-"):
+        return STORE
+    if part is None:
+        raise KeyError(name)
+    return part
 
 
 def shard_name(shard: int) -> str:

@@ -263,20 +263,32 @@ def export_hour_dir(hour: str) -> str:
     return f"hour={hour}"
 
 
-def export_file_name(queue_id: int, start_offset: int, end_offset: int) -> str:
+def export_file_name(queue_id: int, start_offset: int, end_offset: int, shard: int = 0) -> str:
     """``q0003-00000000000000000100-00000000000000000200.parquet``: the queue and the range
-    ``[start_offset, end_offset)`` of queue offsets the file holds."""
-    return f"q{queue_id:04d}-{start_offset:020d}-{end_offset:020d}.parquet"
+    ``[start_offset, end_offset)`` of queue offsets the file holds; a queue of store shard 2:
+    ``s0002-q0003-...`` (shard 0's names are those of a one-store stack, DEC-store-shards)."""
+    name = f"q{queue_id:04d}-{start_offset:020d}-{end_offset:020d}.parquet"
+    return name if shard == 0 else f"s{shard:04d}-{name}"
 
 
-def parse_export_file_name(name: str) -> tuple[int, int, int] | None:
-    """(queue_id, start_offset, end_offset) of an export file name, None for any other name."""
+def parse_export_file(name: str) -> tuple[int, int, int, int] | None:
+    """(shard, queue_id, start_offset, end_offset) of an export file name, None for any other
+    name."""
+    shard = 0
+    if name.startswith("s") and name[1:5].isdigit() and name[5:7] == "-q":
+        shard, name = int(name[1:5]), name[6:]
     if not (name.startswith("q") and name.endswith(".parquet")):
         return None
     parts = name[1:-len(".parquet")].split("-")
     if len(parts) != 3 or not all(p.isdigit() for p in parts):
         return None
-    return int(parts[0]), int(parts[1]), int(parts[2])
+    return shard, int(parts[0]), int(parts[1]), int(parts[2])
+
+
+def parse_export_file_name(name: str) -> tuple[int, int, int] | None:
+    """(queue_id, start_offset, end_offset) of an export file name, None for any other name."""
+    parsed = parse_export_file(name)
+    return None if parsed is None else parsed[1:]
 
 
 REPORT_HTML = "report.html"
