@@ -151,6 +151,9 @@ class Stack:
         self.by_name: dict[str, Process] = {}
         self.shard_urls: list[str] = []
         """Every store shard's URL, index = shard id (:meth:`with_store` with ``shards``)."""
+        self._shard_env: dict[str, dict[str, str]] = {}
+        """A store shard's own settings (its id, peers, port, folder), by process name: a
+        restart keeps them."""
 
     # ---- what to start -------------------------------------------------------------------
 
@@ -189,6 +192,7 @@ class Stack:
                 own.update({STORE.port_var or "": str(port),
                             STORE.url_var or "": self.shard_urls[shard],
                             "CLEPSYDRA_STORE_DIR": str(self.home / naming.store_dir_name(shard))})
+            self._shard_env[shard_name(shard)] = {k: v for k, v in own.items() if k not in env}
             self._plan.append((STORE, shard_name(shard), own))
         return self
 
@@ -322,7 +326,7 @@ class Stack:
         if stop:
             old.stop()
         part = next(p for p in PARTS if old.argv[2:] == list(p.command))
-        return self.add(part, name=name, **env)
+        return self.add(part, name=name, **{**self._shard_env.get(name, {}), **env})
 
     def _track(self, proc: Process) -> Process:
         self.processes.append(proc)

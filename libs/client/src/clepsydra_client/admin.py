@@ -137,6 +137,12 @@ class AdminClient:
         if self.retry_http is not None:
             self.retry_http.close()
 
+    def __enter__(self) -> AdminClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     # ---- health --------------------------------------------------------------------------
 
     def health(self) -> dict[str, Any]:

@@ -51,8 +51,9 @@ def shard_port(store_port: int, shard: int, step: int = DEFAULT_PORT_STEP) -> in
     """The local stack's ports rule: where shard ``shard`` listens (module docstring)."""
     port = store_port + shard * step
     if port > 65535:
-        raise ConfigError(f"shard {shard} would listen on port {port} (CLEPSYDRA_STORE_PORT "
-                          f"{store_port} + {shard} x {PORT_STEP_VAR} {step}): lower one of them")
+        raise ConfigError(f"shard {shard} would listen on port {port}, past 65535 "
+                          f"(CLEPSYDRA_STORE_PORT {store_port} + {shard} x {PORT_STEP_VAR} "
+                          f"{step}): lower one of them")
     return port
 
 
