@@ -119,6 +119,10 @@ def test_look_ups_from_any_shard_find_a_message_where_it_is(cluster: Cluster) ->
     # by msgId (its unique id) and by key: every shard asked, the copies merged
     found = cluster.get(1, f"/v1/messages/{stored[0]['msgId']}").json()["messages"]
     assert [(m["shard"], m["body"]) for m in found] == [(0, "on 0")]
+    for msg_id in (stored[2]["msgId"], stored[2]["offsetMsgId"]):  # its timeline, from shard 0
+        timeline = cluster.get(0, f"/v1/messages/{msg_id}/history")
+        assert timeline.status_code == 200, timeline.text
+        assert stored[2]["offsetMsgId"] in timeline.text
     by_key = cluster.get(2, "/v1/messages", params={"topic": TOPIC, "key": "k7"}).json()
     assert sorted(m["shard"] for m in by_key["messages"]) == [0, 1, 2]
     assert "unreachable" not in by_key

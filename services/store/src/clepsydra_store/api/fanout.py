@@ -218,6 +218,32 @@ def _ask(cluster: Cluster, view: View, kwargs: dict[str, Any],
     return out
 
 
+def found_where(view: View) -> View:
+    """A view about one message answered by the shard that holds it: the shard its
+    offsetMsgId names, else the first (by id) of those that answer with it (a message's copies
+    stay on its shard, DEC-store-shards); 503 naming the shards that did not answer when none
+    that did has it."""
+    @functools.wraps(view)
+    def wrapper(**kwargs: Any) -> Response:
+        c = ctx()
+        cluster = _cluster(c)
+        if cluster is None:
+            return view(**kwargs)
+        named = shard_of_offset_msg_id(kwargs.get("msg_id") or "")
+        if named is not None and named not in (cluster.shard_id, *cluster.peers.ids):
+            named = None
+        answers = _ask(cluster, view, kwargs, None if named is None else [named])
+        unreachable = [s for s, a in sorted(answers.items()) if isinstance(a, Unavailable)]
+        errors = [a for _, a in sorted(answers.items()) if isinstance(a, ClepsydraError)]
+        for _, answer in sorted(answers.items()):
+            if not isinstance(answer, ClepsydraError):
+                return json_response(answer[1], answer[0])
+        if unreachable:
+            raise _unreachable(unreachable)
+        raise next((e for e in errors if not isinstance(e, NotFound)), errors[0])
+    return wrapper
+
+
 # ---- cancel and reschedule -------------------------------------------------------------------
 
 def changed(view: View) -> View:

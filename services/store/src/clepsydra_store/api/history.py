@@ -13,6 +13,7 @@ from clepsydra_core.records import CommitLogRecord
 from clepsydra_core.wire.history import MessageHistory
 from clepsydra_core.wire.messages import StoredMessage
 from clepsydra_store.api.context import StoreContext, ctx
+from clepsydra_store.api.fanout import found_where
 from clepsydra_store.api.observability import MESSAGE_ID, set_attribute
 from clepsydra_store.api.web import json_response, messages_json
 from clepsydra_store.engine.message_store import MAX_COPIES
@@ -32,6 +33,7 @@ def _offsets(c: StoreContext, records: list[CommitLogRecord]) -> history.Offsets
 
 
 @bp.get("/v1/messages/<msg_id>/history")
+@found_where
 def get_history(msg_id: str) -> Response:
     """:class:`~clepsydra_core.wire.history.MessageHistory`; 404 MESSAGE_NOT_FOUND."""
     check_id(msg_id)
