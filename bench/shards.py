@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -38,6 +39,7 @@ from pathlib import Path
 
 import requests
 
+from bench.delay_delivery import tree_cpu_seconds
 from clepsydra_client import Producer
 from tools import parts
 from tools.processes import Process, free_port
@@ -49,9 +51,8 @@ LEVELS = "1s 5s"
 
 
 def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process and its children that ended, seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds of a process and its descendants (a store's gunicorn worker)."""
+    return tree_cpu_seconds(pid)
 
 
 def own_cpu_s() -> float:
@@ -190,6 +191,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2, help="rounds (2)")
     parser.add_argument("--shards", default="1,2,3", help="shard counts (1,2,3)")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # the stacks are stopped (finally)
     counts = [int(c) for c in args.shards.split(",")]
     home = Path(tempfile.mkdtemp(prefix="clepsydra-bench-shards-"))
     print(f"shards bench: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}, "

@@ -80,6 +80,8 @@ PASSING, FAILING, ORDERLY = "fault-passing", "fault-failing", "fault-orderly"
 RUNS = 2  # each fault, at a random moment (one-store stack)
 RUNS_SHARDED = 1  # each fault once with three store shards (the suite's time, README)
 SHARDS = 3
+STORE_FAULTS = ("store", "commitlog-torn", "disk-full")
+"""The faults that hit one store shard (drawn at random with three shards)."""
 RECOVERY_TIMEOUT_S = 90.0
 DISK_QUOTA_BYTES = 1 << 30
 PROBE_TOPIC = "fault-probe"
@@ -400,6 +402,7 @@ def test_no_acknowledged_message_is_lost_when_any_process_dies(
     rng.shuffle(plan)
     recovery_ms: dict[str, list[int]] = defaultdict(list)
     injected: list[Disruption] = []
+    hits: list[tuple[str, int]] = []
     try:
         wait_until(lambda: consumers[0].lines() != [], 60, what="the first consumed message")
         for fault in plan:
@@ -408,6 +411,8 @@ def test_no_acknowledged_message_is_lost_when_any_process_dies(
             began = time.monotonic()
             now_ms = int(time.time() * 1000)
             matrix.target = rng.randrange(matrix.shards)
+            if fault.name in STORE_FAULTS:
+                hits.append((fault.name, matrix.target))
             disruption = Disruption(fault.name, now_ms, now_ms)
             injected.append(disruption)
             fault.inject()
@@ -449,6 +454,8 @@ def test_no_acknowledged_message_is_lost_when_any_process_dies(
                                       for back, late in zip(recovery_ms[name],
                                                             lateness_ms[name], strict=True))
         for name in sorted(recovery_ms)))
+    if matrix.shards > 1:
+        print(f"store faults hit shards: {hits}")
     print(f"duplicates by cause: {dict(books.duplicates_by_cause(injected))}")
     report = os.environ.get("CLEPSYDRA_FAULTS_REPORT")
     if report:
