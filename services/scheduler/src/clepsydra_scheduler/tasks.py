@@ -1,5 +1,5 @@
 """The Celery tasks: ``deliver_level(level, token=None, shard=0)`` and
-``deliver_timers(token=None, shard=0)`` (issue 15; ``shard``: a store shard's run,
+``deliver_timers(token=None, shard=0)`` (``shard``: a store shard's run,
 DEC-store-shards) - thin; the work is in delivery.py and timer_delivery.py.
 
 A run returns at once when another run holds the level's lease (a beat keep-alive while the
