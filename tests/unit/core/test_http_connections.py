@@ -390,16 +390,16 @@ def test_the_spin_is_a_client_setting(monkeypatch: pytest.MonkeyPatch) -> None:
         spin()
 
 
-def test_a_refused_connection_is_a_request_never_sent(serve: Callable[[Handler], Server]) -> None:
+def test_a_refused_connection_is_a_request_never_sent() -> None:
     """DEC-shard-send-retry: a producer may send elsewhere what a store never received (the
     connection refused), never what it may have read (the answer lost after the write)."""
-    server = serve(lambda ex: ex.json(200, b"{}"))
-    port = int(server.url.rsplit(":", 1)[1])
-    server.listener.close()  # nothing listens on the port any more
-    http = HttpClient(f"http://127.0.0.1:{port}", service="store")
-    with pytest.raises(NotSent, match="ConnectionRefusedError"):
-        http.post("/p", {})
-    http.close()
+    with socket.socket() as bound:  # bound, never listening: the port is held and refuses
+        bound.bind(("127.0.0.1", 0))
+        port = bound.getsockname()[1]
+        http = HttpClient(f"http://127.0.0.1:{port}", service="store")
+        with pytest.raises(NotSent, match="ConnectionRefusedError"):
+            http.post("/p", {})
+        http.close()
 
 
 def test_lost_answers_are_not_requests_never_sent(serve: Callable[[Handler], Server]) -> None:
