@@ -22,8 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from clepsydra_core import naming
-from clepsydra_core import shards as shard_rules
 from tools.processes import (
     Child,
     HttpService,
@@ -180,6 +178,9 @@ class Stack:
         (``shard_ports``, else a free one) with its data in ``home/store-<i>``."""
         if shards == 1:
             return self.with_part(STORE, **env)
+        # imported here: tools/parts stays importable without the packages (the k8s env)
+        from clepsydra_core import shards as shard_rules
+
         port0 = self.ports.setdefault(STORE.port_var or "", free_port())
         ports = list(shard_ports or [port0] + [free_port() for _ in range(shards - 1)])
         ports[0] = port0
@@ -191,7 +192,7 @@ class Stack:
             if shard:
                 own.update({STORE.port_var or "": str(port),
                             STORE.url_var or "": self.shard_urls[shard],
-                            "CLEPSYDRA_STORE_DIR": str(self.home / naming.store_dir_name(shard))})
+                            "CLEPSYDRA_STORE_DIR": str(self.home / shard_name(shard))})
             self._shard_env[shard_name(shard)] = {k: v for k, v in own.items() if k not in env}
             self._plan.append((STORE, shard_name(shard), own))
         return self
@@ -391,8 +392,11 @@ def part_named(name: str) -> Part:
 
 
 def shard_name(shard: int) -> str:
-    """The process name (and log file) of a store shard: ``store``, ``store-1``, ..."""
-    return naming.store_dir_name(shard)
+    """The process name (and log file) of a store shard: ``store``, ``store-1``, ..., the name
+    of its data folder."""
+    from clepsydra_core.naming import store_dir_name  # (tools/parts without the packages)
+
+    return store_dir_name(shard)
 
 
 def service(part: Part, home: Path, *, port: int | None = None, name: str | None = None,
