@@ -5,6 +5,7 @@ scheduler when a test asks for them."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,11 @@ def make_cluster(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
 
     yield make
     for stack in reversed(stacks):
+        # every part told to stop at once (three stores finish their stops side by side),
+        # then each waited for (and killed if it lingers), Redis last
+        for proc in stack.processes:
+            if proc is not stack.redis and proc.proc is not None and proc.proc.poll() is None:
+                proc.signal_group(signal.SIGTERM)
         stack.stop()
 
 
