@@ -13,7 +13,7 @@ and the scheduler's default concurrency read these.
   ``CLEPSYDRA_STORE_URL``.
 - The local stack's ports rule: shard ``i`` listens on ``CLEPSYDRA_STORE_PORT + i *
   CLEPSYDRA_STORE_SHARD_PORT_STEP`` (default step 100: 8081, 8181, 8281, ..., clear of the other
-  services' 8082-8086) and keeps its data in ``$CLEPSYDRA_HOME/store`` (shard 0) or
+  services' 8082-8089) and keeps its data in ``$CLEPSYDRA_HOME/store`` (shard 0) or
   ``store-<i>``.
 """
 
