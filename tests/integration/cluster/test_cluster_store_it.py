@@ -5,12 +5,14 @@ store that says nothing of clusters."""
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Callable
 
 import pytest
 import requests
 
+from clepsydra_client.cli import main
 from clepsydra_core.msgid import shard_of_offset_msg_id
 from clepsydra_core.wire.cluster import SHARDS_HEADER, ClusterAnswer, RouteAnswer
 from tests.integration.cluster.conftest import SHARDS, TOPIC, Cluster
@@ -191,3 +193,46 @@ def test_a_drained_shard_refuses_new_messages_and_goes_on_with_its_delayed_ones(
     assert cluster.produce(1, TOPIC)["msgId"]
     assert delayed["topic"] == "SCHEDULE_TOPIC_XXXX"
     assert cluster.post(0, "/v1/cluster/shards/9/drain").status_code == 404
+
+
+def _cli(cluster: Cluster, *argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["--store-url", cluster.url, *argv], out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def _rows(table: str) -> list[list[str]]:
+    """The table's rows under its header and rule, split into cells."""
+    return [line.split() for line in table.splitlines()[2:2 + SHARDS]]
+
+
+def test_the_cli_prints_the_cluster_drains_a_shard_and_shows_a_message_of_any_shard(
+        cluster: Cluster) -> None:  # DEC-store-shards, DEC-shard-drain
+    cluster.post(0, "/v1/topics", {"name": TOPIC, "queues": 2}).raise_for_status()
+    stored = cluster.produce(2, TOPIC, body="held by shard 2", keys="k2")
+    code, table, err = _cli(cluster, "cluster")
+    assert code == 0, err
+    assert table.split()[:5] == ["SHARD", "STATE", "URL", "TOPICS", "QUEUES"]
+    assert [row[:3] for row in _rows(table)] == [[str(s), "up", cluster.urls[s]]
+                                                 for s in range(SHARDS)]
+    assert [row[4] for row in _rows(table)] == ["2", "2", "2"]  # each shard's queues
+    code, line, err = _cli(cluster, "cluster", "drain", "1")
+    assert code == 0, err
+    assert "store shard 1 drains: removable" in line  # nothing waits on it
+    code, table, _ = _cli(cluster, "cluster")
+    assert _rows(table)[1][:2] == ["1", "removable"]
+    assert "removable: shard(s) 1" in table
+    assert cluster.post(1, f"/v1/topics/{TOPIC}/messages", {"body": "x"}).status_code == 403
+    code, line, err = _cli(cluster, "cluster", "resume", "1")
+    assert code == 0 and "takes messages again: up" in line, err
+    # `message show`, given shard 0's address only, finds the message shard 2 holds
+    for msg_id in (stored["offsetMsgId"], stored["msgId"]):
+        code, shown, err = _cli(cluster, "message", "show", msg_id)
+        assert code == 0, err
+        assert "held by shard 2" in shown and stored["offsetMsgId"] in shown
+    code, shown, err = _cli(cluster, "message", "show", "--key", "k2", "--topic", TOPIC)
+    assert code == 0 and "held by shard 2" in shown, err
+    cluster.kill(2)
+    code, table, _ = _cli(cluster, "cluster")
+    assert code == 0 and _rows(table)[2][:2] == ["2", "UNREACHABLE"]
+    assert "shard 2: " in table  # why, under the table

@@ -13,7 +13,9 @@ from clepsydra_client.message import MessageQueue
 from clepsydra_client.rebalance import (
     AverageByCircleStrategy,
     AverageStrategy,
+    ConfigStrategy,
     ConsistentHashStrategy,
+    MachineRoomStrategy,
     allocate_all,
 )
 from clepsydra_client.routing import AVOID_S, Router, hash_index, sent_elsewhere
@@ -26,6 +28,7 @@ from clepsydra_core.errors import (
     ValidationError,
 )
 from clepsydra_core.http import HttpClient, segment
+from clepsydra_core.shard_map import REFRESH_S
 
 SHARDS = 3
 QUEUES = 2
@@ -203,6 +206,43 @@ def test_every_strategy_gives_every_shards_queue_to_one_consumer(strategy: Any) 
     shares = [strategy.allocate(c, queues, ["c1", "c2", "c3", "c4", "c5"])
               for c in ["c1", "c2", "c3", "c4", "c5"]]
     assert sum(len(s) for s in shares) == len(queues)
+
+
+def test_the_configured_strategies_take_queues_of_any_shard() -> None:
+    # SPEC C1: by config and by machine room, (shard, queueId) queues as any other
+    queues = [MessageQueue("orders", q, s) for s in range(SHARDS) for q in range(2)]
+    configured = [MessageQueue("orders", 1, 2), MessageQueue("orders", 0, 1)]
+    assert ConfigStrategy(configured).allocate("c1", queues, ["c1", "c2"]) == configured
+    rooms = MachineRoomStrategy(["room-a"], lambda q: "room-a" if q.shard != 1 else "room-b")
+    shares = [rooms.allocate(c, queues, ["c1", "c2"]) for c in ("c1", "c2")]
+    assert sorted(shares[0] + shares[1]) == [q for q in queues if q.shard != 1]
+    assert not set(shares[0]) & set(shares[1])
+
+
+def test_a_route_is_read_again_after_refresh_s_and_at_once_after_a_failed_send() -> None:
+    # DEC-store-shards: routes and membership polled every 30 s (RocketMQ's clients poll
+    # their name server), and a send that failed reads its topic's route again at once
+    cluster = Cluster()
+    clock = [0.0]
+    router = cluster.router(clock)
+
+    def reads(prefix: str) -> int:
+        return sum(1 for s in cluster.shards for m, p in s.calls
+                   if m == "GET" and p.startswith(prefix))
+
+    _send(router)
+    assert (reads("/v1/routes/"), reads("/v1/cluster")) == (1, 1)
+    clock[0] += REFRESH_S - 1
+    for _ in range(6):
+        _send(router)
+    assert (reads("/v1/routes/"), reads("/v1/cluster")) == (1, 1)  # younger than 30 s
+    clock[0] += 2
+    _send(router)
+    assert (reads("/v1/routes/"), reads("/v1/cluster")) == (2, 2)
+    cluster.shards[1].fail = NotSent("refused")
+    sent = [_send(router) for _ in range(3)]  # one of them tries shard 1 first
+    assert 1 not in sent
+    assert reads("/v1/routes/") == 3  # read again after the failure, not 30 s later
 
 
 def test_http_client_reads_the_cluster_size_from_its_answers() -> None:
