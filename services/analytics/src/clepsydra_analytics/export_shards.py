@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 
 from clepsydra_analytics.export_files import ExportFiles, arrow_errors
-from clepsydra_analytics.exporter import CycleResult, Exporter
+from clepsydra_analytics.exporter import CycleResult, Exporter, catch_up_cycles
 from clepsydra_analytics.settings import AnalyticsSettings
 from clepsydra_analytics.store_reader import StoreReader
 from clepsydra_core.errors import ClepsydraError
@@ -113,19 +112,10 @@ class ShardedExporter:
 
     def catch_up(self, timeout_s: float) -> CycleResult:
         """Cycles until every shard's queues are exported up to their ends, all flushed."""
-        total = CycleResult()
-        deadline = time.monotonic() + timeout_s
         for part in self.parts.values():
             part.pace = False  # asked to finish: no pauses for writers
         try:
-            while True:
-                r = self.cycle(force_flush=True)
-                total.rows_pulled += r.rows_pulled
-                total.rows_written += r.rows_written
-                total.files_written += r.files_written
-                if r.caught_up or time.monotonic() > deadline:
-                    total.caught_up = r.caught_up
-                    return total
+            return catch_up_cycles(self.cycle, timeout_s)
         finally:
             for part in self.parts.values():
                 part.pace = True

@@ -78,6 +78,21 @@ class CycleResult:
     """A queue was left with messages not pulled yet (the next cycle comes at once)."""
 
 
+def catch_up_cycles(cycle: Callable[..., CycleResult], timeout_s: float) -> CycleResult:
+    """``cycle(force_flush=True)`` again until a cycle caught up or ``timeout_s`` passed: the
+    sum of their counts, caught up as the last one was."""
+    total = CycleResult()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        r = cycle(force_flush=True)
+        total.rows_pulled += r.rows_pulled
+        total.rows_written += r.rows_written
+        total.files_written += r.files_written
+        if r.caught_up or time.monotonic() > deadline:
+            total.caught_up = r.caught_up
+            return total
+
+
 class WriteWatch:
     """Whether the store is being written to now: the sum of every topic's end grew between
     two listings (producers, or the scheduler's hand-overs). A listing is taken at the start
@@ -431,18 +446,11 @@ class Exporter:
     def catch_up(self, timeout_s: float) -> CycleResult:
         """Cycles until every queue is exported up to its end, everything flushed (without the
         pauses for writers: it was asked to finish)."""
-        total = CycleResult()
-        deadline = time.monotonic() + timeout_s
         self.pace = False
-        while True:
-            r = self.cycle(force_flush=True)
-            total.rows_pulled += r.rows_pulled
-            total.rows_written += r.rows_written
-            total.files_written += r.files_written
-            if r.caught_up or time.monotonic() > deadline:
-                total.caught_up = r.caught_up
-                self.pace = True
-                return total
+        try:
+            return catch_up_cycles(self.cycle, timeout_s)
+        finally:
+            self.pace = True
 
     def run(self, stop: threading.Event) -> None:
         """Until ``stop`` is set: cycle, sleeping ``poll_interval_s`` after a cycle that reached

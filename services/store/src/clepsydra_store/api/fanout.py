@@ -169,29 +169,13 @@ def looked_up(view: View) -> View:
         cluster = _cluster(c)
         if cluster is None:
             return view(**kwargs)
-        named = shard_of_offset_msg_id(kwargs.get("msg_id") or "")
-        if named is not None and named not in (cluster.shard_id, *cluster.peers.ids):
-            named = None  # an id of no shard of this cluster: every shard is asked
-        answers = _ask(cluster, view, kwargs, None if named is None else [named])
-        messages: list[Json] = []
-        unreachable: list[int] = []
-        first_error: ClepsydraError | None = None
-        answered = 0
-        for shard, answer in sorted(answers.items()):
-            if isinstance(answer, Unavailable):
-                unreachable.append(shard)
-            elif isinstance(answer, ClepsydraError):
-                if not isinstance(answer, NotFound):
-                    raise answer
-                first_error = first_error or answer
-            else:
-                answered += 1
-                messages += _with_shard(answer[1], shard)
+        done, unreachable, errors = _by_outcome(_ask_holder(cluster, view, kwargs), NotFound)
+        messages = [m for shard, (_, body) in done for m in _with_shard(body, shard)]
         if not messages:
             if unreachable:
                 raise _unreachable(unreachable)
-            if first_error is not None and (not answered or "msg_id" in kwargs):
-                raise first_error
+            if errors and (not done or "msg_id" in kwargs):
+                raise errors[0]
         messages.sort(key=_copy_order)
         most = request.args.get("max")
         if most is not None and most.isdigit() and len(messages) > int(most):
@@ -201,6 +185,16 @@ def looked_up(view: View) -> View:
             body["unreachable"] = unreachable
         return json_response(body)
     return wrapper
+
+
+def _ask_holder(cluster: Cluster, view: View, kwargs: dict[str, Any],
+                ) -> dict[int, Answer | ClepsydraError]:
+    """The view on the shard the request's offsetMsgId names (DEC-shard-in-msgid), else - a
+    unique msgId, a key, an id of no shard of this cluster - on every shard."""
+    named = shard_of_offset_msg_id(kwargs.get("msg_id") or "")
+    if named is not None and named not in (cluster.shard_id, *cluster.peers.ids):
+        named = None
+    return _ask(cluster, view, kwargs, None if named is None else [named])
 
 
 def _ask(cluster: Cluster, view: View, kwargs: dict[str, Any],
@@ -218,6 +212,26 @@ def _ask(cluster: Cluster, view: View, kwargs: dict[str, Any],
     return out
 
 
+def _by_outcome(answers: dict[int, Answer | ClepsydraError], tolerated: Any,
+                ) -> tuple[list[tuple[int, Answer]], list[int], list[ClepsydraError]]:
+    """The shards' answers by shard id: those that answered, those that did not answer, and
+    the refusals of the kinds ``tolerated`` (a class or a union of them); any other refusal is
+    raised, as the shard gave it."""
+    done: list[tuple[int, Answer]] = []
+    unreachable: list[int] = []
+    errors: list[ClepsydraError] = []
+    for shard, answer in sorted(answers.items()):
+        if isinstance(answer, Unavailable):
+            unreachable.append(shard)
+        elif isinstance(answer, ClepsydraError):
+            if not isinstance(answer, tolerated):
+                raise answer
+            errors.append(answer)
+        else:
+            done.append((shard, answer))
+    return done, unreachable, errors
+
+
 def found_where(view: View) -> View:
     """A view about one message answered by the shard that holds it: the shard its
     offsetMsgId names, else the first (by id) of those that answer with it (a message's copies
@@ -229,10 +243,7 @@ def found_where(view: View) -> View:
         cluster = _cluster(c)
         if cluster is None:
             return view(**kwargs)
-        named = shard_of_offset_msg_id(kwargs.get("msg_id") or "")
-        if named is not None and named not in (cluster.shard_id, *cluster.peers.ids):
-            named = None
-        answers = _ask(cluster, view, kwargs, None if named is None else [named])
+        answers = _ask_holder(cluster, view, kwargs)
         unreachable = [s for s, a in sorted(answers.items()) if isinstance(a, Unavailable)]
         errors = [a for _, a in sorted(answers.items()) if isinstance(a, ClepsydraError)]
         for _, answer in sorted(answers.items()):
@@ -255,22 +266,8 @@ def changed(view: View) -> View:
         if cluster is None:
             return view(**kwargs)
         msg_id = kwargs.get("msg_id")
-        named = shard_of_offset_msg_id(msg_id or "")
-        if named is not None and named not in (cluster.shard_id, *cluster.peers.ids):
-            named = None
-        answers = _ask(cluster, view, kwargs, None if named is None else [named])
-        done: list[tuple[int, Answer]] = []
-        unreachable: list[int] = []
-        errors: list[ClepsydraError] = []
-        for shard, answer in sorted(answers.items()):
-            if isinstance(answer, Unavailable):
-                unreachable.append(shard)
-            elif isinstance(answer, ClepsydraError):
-                if not isinstance(answer, NotFound | AlreadyDelivered):
-                    raise answer
-                errors.append(answer)
-            else:
-                done.append((shard, answer))
+        done, unreachable, errors = _by_outcome(_ask_holder(cluster, view, kwargs),
+                                                NotFound | AlreadyDelivered)
         if not done:
             if unreachable:
                 raise _unreachable(unreachable)
