@@ -216,6 +216,10 @@ def test_the_cli_prints_the_cluster_drains_a_shard_and_shows_a_message_of_any_sh
     assert [row[:3] for row in _rows(table)] == [[str(s), "up", cluster.urls[s]]
                                                  for s in range(SHARDS)]
     assert [row[4] for row in _rows(table)] == ["2", "2", "2"]  # each shard's queues
+    shares = ClusterAnswer.from_json(cluster.get(1, "/v1/cluster").json()).shards
+    assert [s.topics for s in shares] == [1, 1, 1]
+    assert shares[2].commitlog_bytes and shares[2].commitlog_bytes > max(
+        shares[0].commitlog_bytes or 0, shares[1].commitlog_bytes or 0)  # the message's shard
     code, line, err = _cli(cluster, "cluster", "drain", "1")
     assert code == 0, err
     assert "store shard 1 drains: removable" in line  # nothing waits on it
