@@ -147,6 +147,11 @@ class Stack:
         self.processes: list[Process] = []
         """Every process started, in order (redis first)."""
         self.by_name: dict[str, Process] = {}
+        self.shard_urls: list[str] = []
+        """Every store shard's URL, index = shard id (:meth:`with_store` with ``shards``)."""
+        self._shard_env: dict[str, dict[str, str]] = {}
+        """A store shard's own settings (its id, peers, port, folder), by process name: a
+        restart keeps them."""
 
     # ---- what to start -------------------------------------------------------------------
 
@@ -165,8 +170,32 @@ class Stack:
         self._plan.append((part, name, env))
         return self
 
-    def with_store(self, **env: str) -> Stack:
-        return self.with_part(STORE, **env)
+    def with_store(self, *, shards: int = 1, shard_ports: list[int] | None = None,
+                   **env: str) -> Stack:
+        """The store; with ``shards`` > 1 a cluster of that many store shards
+        (DEC-store-shards): shard 0 is the process ``store`` on CLEPSYDRA_STORE_PORT (every
+        other part's address), shard ``i`` the process ``store-<i>`` on a port of its own
+        (``shard_ports``, else a free one) with its data in ``home/store-<i>``."""
+        if shards == 1:
+            return self.with_part(STORE, **env)
+        # imported here: tools/parts stays importable without the packages (the k8s env)
+        from clepsydra_core import shards as shard_rules
+
+        port0 = self.ports.setdefault(STORE.port_var or "", free_port())
+        ports = list(shard_ports or [port0] + [free_port() for _ in range(shards - 1)])
+        ports[0] = port0
+        self.shard_urls = [f"http://127.0.0.1:{p}" for p in ports]
+        self.env.setdefault(shard_rules.SHARDS_VAR, str(shards))
+        for shard, port in enumerate(ports):
+            own = {shard_rules.SHARD_ID_VAR: str(shard),
+                   shard_rules.PEERS_VAR: ",".join(self.shard_urls), **env}
+            if shard:
+                own.update({STORE.port_var or "": str(port),
+                            STORE.url_var or "": self.shard_urls[shard],
+                            "CLEPSYDRA_STORE_DIR": str(self.home / shard_name(shard))})
+            self._shard_env[shard_name(shard)] = {k: v for k, v in own.items() if k not in env}
+            self._plan.append((STORE, shard_name(shard), own))
+        return self
 
     def with_retry(self, **env: str) -> Stack:
         return self.with_part(RETRY, **env)
@@ -195,14 +224,17 @@ class Stack:
         return self.with_part(CONSOLE, **env)
 
     def with_everything(self, *, appendonly: bool = True, separate_beat: bool = False,
-                        analytics: bool = True) -> Stack:
+                        analytics: bool = True, shard_ports: list[int] | None = None) -> Stack:
         """What ``make run`` starts: every part (its own Redis unless ``redis_url``), the
         scheduler's beat inside its worker unless ``separate_beat``; without the analytics
-        parts unless ``analytics`` (``make run-core``)."""
+        parts unless ``analytics`` (``make run-core``); with ``shard_ports`` (more than one),
+        a store shard on each (DEC-store-shards)."""
         if self._redis_url is None:
             self.with_redis(appendonly=appendonly)
         for part in EVERYTHING_SEPARATE_BEAT if separate_beat else EVERYTHING:
-            if analytics or part not in LOCAL_ANALYTICS:
+            if part is STORE and shard_ports and len(shard_ports) > 1:
+                self.with_store(shards=len(shard_ports), shard_ports=shard_ports)
+            elif analytics or part not in LOCAL_ANALYTICS:
                 self.with_part(part)
         if not separate_beat:  # the one scheduler process serves beat's health port too
             self.ports.setdefault("CLEPSYDRA_SCHEDULER_BEAT_PORT", free_port())
@@ -295,7 +327,7 @@ class Stack:
         if stop:
             old.stop()
         part = next(p for p in PARTS if old.argv[2:] == list(p.command))
-        return self.add(part, name=name, **env)
+        return self.add(part, name=name, **{**self._shard_env.get(name, {}), **env})
 
     def _track(self, proc: Process) -> Process:
         self.processes.append(proc)
@@ -347,6 +379,24 @@ class Stack:
     def __exit__(self, _type: type[BaseException] | None, _exc: BaseException | None,
                  _tb: TracebackType | None) -> None:
         self.stop()
+
+
+def part_named(name: str) -> Part:
+    """The part a process of the stack runs, by the process's name (``store-2``: a store)."""
+    part = BY_NAME.get(name)
+    if part is None and name.startswith(f"{STORE.name}-"):
+        return STORE
+    if part is None:
+        raise KeyError(name)
+    return part
+
+
+def shard_name(shard: int) -> str:
+    """The process name (and log file) of a store shard: ``store``, ``store-1``, ..., the name
+    of its data folder."""
+    from clepsydra_core.naming import store_dir_name  # (tools/parts without the packages)
+
+    return store_dir_name(shard)
 
 
 def service(part: Part, home: Path, *, port: int | None = None, name: str | None = None,

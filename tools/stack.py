@@ -73,6 +73,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
+from clepsydra_core import shards as shard_rules
 from clepsydra_core.errors import ConfigError
 from clepsydra_core.settings import SINGLE_PROCESS, CommonSettings, Env, env_int
 from tools import parts
@@ -146,10 +147,13 @@ class StackSettings:
     gateway_port: int = 8088
     """The RocketMQ 5 gateway's gRPC port (``CLEPSYDRA_GATEWAY_PORT``)."""
     gateway_health_port: int = 8089
+    shards: int = 1
+    """CLEPSYDRA_STORE_SHARDS: store shards to start (DEC-store-shards)."""
+    shard_port_step: int = shard_rules.DEFAULT_PORT_STEP
 
     @classmethod
     def from_env(cls, env: Env) -> StackSettings:
-        return cls(
+        settings = cls(
             common=CommonSettings.from_env(env),
             store_port=env_int(env, "CLEPSYDRA_STORE_PORT", 8081, minimum=1),
             retry_port=env_int(env, "CLEPSYDRA_RETRY_PORT", 8082, minimum=1),
@@ -159,7 +163,17 @@ class StackSettings:
             console_port=env_int(env, "CLEPSYDRA_CONSOLE_PORT", 8087, minimum=1),
             gateway_port=env_int(env, "CLEPSYDRA_GATEWAY_PORT", 8088, minimum=1),
             gateway_health_port=env_int(env, "CLEPSYDRA_GATEWAY_HEALTH_PORT", 8089, minimum=1),
+            shards=shard_rules.shard_count(env),
+            shard_port_step=shard_rules.port_step(env),
         )
+        settings.shard_ports()  # a port past 65535: ConfigError, exit 2
+        return settings
+
+    def shard_ports(self) -> list[int]:
+        """Every store shard's port, by the ports rule (clepsydra_core.shards): shard 0 on
+        CLEPSYDRA_STORE_PORT, shard i CLEPSYDRA_STORE_SHARD_PORT_STEP x i above it."""
+        return [shard_rules.shard_port(self.store_port, i, self.shard_port_step)
+                for i in range(self.shards)]
 
     @property
     def own_redis(self) -> bool:
@@ -193,6 +207,7 @@ class StackSettings:
             "CLEPSYDRA_CONSOLE_PORT": str(self.console_port),
             "CLEPSYDRA_GATEWAY_PORT": str(self.gateway_port),
             "CLEPSYDRA_GATEWAY_HEALTH_PORT": str(self.gateway_health_port),
+            shard_rules.SHARDS_VAR: str(self.shards),
             "PYTHONUNBUFFERED": "1",
             "PATH": os.pathsep.join(p for p in (str(Path(sys.executable).parent),
                                                 base.get("PATH", "")) if p),
@@ -318,7 +333,9 @@ class Supervisor:
         """Every child to start, not started: Redis (unless CLEPSYDRA_REDIS_URL), then the
         parts of ``make run`` (tools/parts.py)."""
         return list(self.parts.with_everything(appendonly=True, separate_beat=self.separate_beat,
-                                               analytics=self.analytics).children())
+                                               analytics=self.analytics,
+                                               shard_ports=self.settings.shard_ports())
+                    .children())
 
     def watch(self) -> None:
         """Until a stop signal, restarting children that die; StackGaveUp when one keeps
@@ -376,7 +393,7 @@ class Supervisor:
         if auth.enabled:  # hashlib and the token file's code only then (issue 14: memory)
             from tools.stack_auth import console_secret, service_tokens
 
-            tokens = service_tokens(auth)
+            tokens = service_tokens(auth, shards=self.settings.shards)
             tokens[CONSOLE.name] = console_secret(self.env)
         for child in children:
             child.env.update(tokens.get(child.name, {}))
@@ -393,18 +410,22 @@ class Supervisor:
         return self.env.get("CLEPSYDRA_CONSOLE_URL") or self.parts.url(CONSOLE)
 
     def _ready_what(self, child: Child) -> str:
-        return parts.BY_NAME[child.name].describe_ready(child.env)
+        return parts.part_named(child.name).describe_ready(child.env)
 
     def address_table(self) -> str:
         c = self.settings.common
-        rows = [("store", c.store_url), ("retry", c.retry_url),
+        shards = [(parts.shard_name(i), f"http://127.0.0.1:{port} (store shard {i})")
+                  for i, port in enumerate(self.settings.shard_ports()) if i]
+        rows = [("store", c.store_url + (" (store shard 0: the address every part uses)"
+                                         if shards else "")), *shards, ("retry", c.retry_url),
                 ("gateway", f"127.0.0.1:{self.settings.gateway_port} (RocketMQ 5 gRPC)"),
                 ("analytics", self.analytics_url if self.analytics else "not started"),
                 ("console", self.console_url),
                 ("redis", c.effective_redis_url + ("" if self.settings.own_redis
                                                    else " (CLEPSYDRA_REDIS_URL)")),
                 ("home", str(c.home)), ("logs", str(self.settings.log_dir))]
-        table = "\n".join(f"  {name:<9} {value}" for name, value in rows)
+        width = max(9, *(len(name) for name, _ in rows))
+        table = "\n".join(f"  {name:<{width}} {value}" for name, value in rows)
         return f"{table}\n  Ctrl-C stops every process of the stack."
 
     def _take_home_lock(self) -> None:
@@ -431,6 +452,9 @@ class Supervisor:
                  ("CLEPSYDRA_CONSOLE_PORT", s.console_port),
                  ("CLEPSYDRA_GATEWAY_PORT", s.gateway_port),
                  ("CLEPSYDRA_GATEWAY_HEALTH_PORT", s.gateway_health_port)]
+        ports += [(f"store shard {i}'s port (CLEPSYDRA_STORE_PORT + {i} x "
+                   f"{shard_rules.PORT_STEP_VAR})", port)
+                  for i, port in enumerate(s.shard_ports()) if i]
         for name, port in (("CLEPSYDRA_SCHEDULER_PORT", s.scheduler_port),
                            ("CLEPSYDRA_SCHEDULER_BEAT_PORT", s.scheduler_beat_port)):
             if port is not None:

@@ -16,6 +16,7 @@ from clepsydra_console.settings import SECRET_VAR
 from clepsydra_core.auth import Role
 from clepsydra_core.auth_tokens import create_token, revoke_token
 from clepsydra_core.settings import TOKEN_VAR, AuthSettings
+from tools.parts import shard_name
 
 CHILD_ROLES = {
     "retry": Role.RETRY,
@@ -33,16 +34,21 @@ SCOPED = {"gateway": (Role.CONSUMER, ("*",), ("*",))}
 of deliveries whose time ran out, for any group; its clients' calls carry their own tokens)."""
 
 
-def service_tokens(auth: AuthSettings) -> dict[str, dict[str, str]]:
-    """child name -> the environment it adds (its ``CLEPSYDRA_TOKEN``); empty with auth off."""
+def service_tokens(auth: AuthSettings, shards: int = 1) -> dict[str, dict[str, str]]:
+    """child name -> the environment it adds (its ``CLEPSYDRA_TOKEN``); empty with auth off.
+    With more than one store shard the stores get a token too, of the admin role: a shard's own
+    calls to its peers (the topics a starting shard takes from them, DEC-store-shards)."""
     if not auth.enabled or auth.tokens_file is None:
         return {}
+    roles = dict(CHILD_ROLES)
+    if shards > 1:
+        roles.update({shard_name(i): Role.ADMIN for i in range(shards)})
     by_role: dict[Role, str] = {}
-    for role in sorted(set(CHILD_ROLES.values())):
+    for role in sorted(set(roles.values())):
         name = f"local-{role.value}"
         revoke_token(auth.tokens_file, name)
         by_role[role] = create_token(auth.tokens_file, name, role)[1]
-    tokens = {child: {TOKEN_VAR: by_role[role]} for child, role in CHILD_ROLES.items()}
+    tokens = {child: {TOKEN_VAR: by_role[role]} for child, role in roles.items()}
     for child, (role, topics, groups) in SCOPED.items():
         name = f"local-{child}"
         revoke_token(auth.tokens_file, name)

@@ -8,7 +8,7 @@ loss). With ``--fail`` the listener fails messages by their ``seq``: ``seq % FAI
 fails every time (dead-lettered after the group's retries), ``seq % FAIL_ONCE == 0`` fails its
 first attempt only. A retry is asked for after one second (delay level 1). With ``--orderly``
 the listener is an orderly one (per-queue order, queue locks) that never fails, and each line
-also has the message's ``queue`` and ``offset``.
+also has the message's ``queue``, ``offset`` and ``shard`` (its store shard).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def main() -> None:
             body = json.loads(m.body)
             line = {"t": int(time.time() * 1000), "group": args.group, "seq": body["seq"],
                     "phase": body["phase"], "reconsume": m.reconsume_times, "ok": True,
-                    "queue": m.queue_id, "offset": m.queue_offset}
+                    "queue": m.queue_id, "offset": m.queue_offset, "shard": m.shard}
             with lock:
                 os.write(fd, (json.dumps(line) + "\n").encode())
         return OrderlyResult.SUCCESS

@@ -25,6 +25,7 @@ import requests
 from clepsydra_client import Producer
 from clepsydra_core import properties as P
 from clepsydra_core.errors import ClepsydraError
+from clepsydra_core.msgid import shard_of_offset_msg_id
 from tests.faults.consumer import FAIL_ALWAYS
 from tools.processes import REPO
 
@@ -47,6 +48,8 @@ class Sent:
     level: int
     delay_ms: int
     began_ms: int
+    shard: int = 0
+    """The store shard that acknowledged it (DEC-store-shards)."""
 
 
 @dataclass(slots=True)
@@ -88,13 +91,14 @@ class Producing(threading.Thread):
             body = json.dumps({"seq": seq, "phase": phase})
             try:
                 if level or not delay_ms:
-                    producer.send(self.topic, body, delay_level=level)
+                    result = producer.send(self.topic, body, delay_level=level)
                 else:
-                    producer.send(self.topic, body, delay=delay_ms)
+                    result = producer.send(self.topic, body, delay=delay_ms)
             except (ClepsydraError, OSError, requests.RequestException):
                 self.failed[phase] += 1
             else:
-                self.acked.append(Sent(seq, phase, level, delay_ms, began))
+                self.acked.append(Sent(seq, phase, level, delay_ms, began,
+                                       shard_of_offset_msg_id(result.offset_msg_id) or 0))
             next_at += 1.0 / self.rate
             pause = next_at - time.monotonic()
             if pause > 0:
@@ -146,17 +150,19 @@ class ConsumerProcess:
 
 
 def pull_all(store_url: str, topic: str) -> Iterator[dict[str, Any]]:
-    """Every message of every queue of ``topic`` from offset 0 (an absent topic: none)."""
-    described = requests.get(f"{store_url}/v1/topics/{quote(topic, safe='')}",
-                             timeout=10)
+    """Every message of every queue of ``topic`` from offset 0, on every store shard (its
+    route, DEC-store-shards; an absent topic: none)."""
+    described = requests.get(f"{store_url}/v1/routes/{quote(topic, safe='')}", timeout=10)
     if described.status_code == 404:
         return
     described.raise_for_status()
-    for queue in described.json()["queues"]:
+    route = described.json()
+    assert not route["unreachable"], f"shards {route['unreachable']} did not answer"
+    for queue in route["queues"]:
         offset = queue.get("minOffset", 0)
         while True:
             page = requests.get(
-                f"{store_url}/v1/topics/{quote(topic, safe='')}/queues/"
+                f"{queue['url']}/v1/topics/{quote(topic, safe='')}/queues/"
                 f"{queue['queueId']}/messages", params={"offset": offset, "max": 500},
                 timeout=10)
             page.raise_for_status()
@@ -306,14 +312,15 @@ def _cause(injected: list[Disruption], first_ms: int, again_ms: int) -> str:
     return causes[0] if causes else "none"
 
 
-def order_breaks(lines: list[dict[str, Any]]) -> list[tuple[int, int, int]]:
-    """(queue, offset, highest offset seen before) of every time an orderly group processed
-    a queue offset beyond the next one: a message skipped over, or taken out of order. After a
-    crash a queue may go back to its committed offset (at least once); it may never jump ahead."""
-    highest: dict[int, int] = {}
+def order_breaks(lines: list[dict[str, Any]]) -> list[tuple[tuple[int, int], int, int]]:
+    """((shard, queue), offset, highest offset seen before) of every time an orderly group
+    processed a queue offset beyond the next one: a message skipped over, or taken out of order.
+    After a crash a queue may go back to its committed offset (at least once); it may never jump
+    ahead."""
+    highest: dict[tuple[int, int], int] = {}
     breaks = []
     for line in sorted(lines, key=lambda ln: ln["t"]):
-        queue, offset = line["queue"], line["offset"]
+        queue, offset = (line.get("shard", 0), line["queue"]), line["offset"]
         top = highest.get(queue, offset - 1)
         if offset > top + 1:
             breaks.append((queue, offset, top))

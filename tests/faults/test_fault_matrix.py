@@ -29,6 +29,12 @@ consumers' own records -- never from logs:
 
 The table (fault x runs x acknowledged x lost x duplicates x recovery x max lateness) is
 printed; run with ``-s`` to see it (README "Fault tolerance" holds one run's figures).
+
+It runs twice: on the one-store stack (each fault twice), and on three store shards
+(``CLEPSYDRA_STORE_SHARDS=3``, DEC-store-shards; each fault once, to keep the suite's time
+bounded), where the store's faults - its kill, its writer's kill, its torn tail, its full disk -
+hit a shard drawn at random each time, the bootstrap shard 0 included, and the data is read back
+from every shard.
 """
 
 from __future__ import annotations
@@ -48,8 +54,10 @@ import redis
 import requests
 
 from clepsydra_client import AdminClient
+from clepsydra_core import naming
 from clepsydra_core.errors import CorruptRecordError
 from clepsydra_core.records import END_MAGIC, decode_record, peek_size_magic
+from clepsydra_core.shards import shard_port
 from tests.faults.load import (
     CONSUMER_FAULT,
     LATENESS_SLACK_MS,
@@ -69,7 +77,11 @@ pytestmark = pytest.mark.faults
 
 TOPIC = "fault-orders"
 PASSING, FAILING, ORDERLY = "fault-passing", "fault-failing", "fault-orderly"
-RUNS = 2  # each fault, at a random moment
+RUNS = 2  # each fault, at a random moment (one-store stack)
+RUNS_SHARDED = 1  # each fault once with three store shards (the suite's time, README)
+SHARDS = 3
+STORE_FAULTS = ("store", "commitlog-torn", "disk-full")
+"""The faults that hit one store shard (drawn at random with three shards)."""
 RECOVERY_TIMEOUT_S = 90.0
 DISK_QUOTA_BYTES = 1 << 30
 PROBE_TOPIC = "fault-probe"
@@ -78,15 +90,16 @@ DRAIN_DUE_TIMEOUT_S = 30.0
 """Longest wait after a fault for what fell due around it to arrive (``Matrix.drained``)."""
 
 
-@pytest.fixture
-def stack(tmp_path: Path) -> Iterator[RunningStack]:
+@pytest.fixture(params=[1, SHARDS], ids=["one-store", "three-shards"])
+def stack(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[RunningStack]:
     factory = stack_factory(tmp_path)
     start = next(factory)
     # a quota over the store's own files, so the disk-full fault needs no full disk; the
     # services as deployed: the scheduler's beat apart, gunicorn's masters kept (issue 14)
+    shards = {} if request.param == 1 else {"CLEPSYDRA_STORE_SHARDS": str(request.param)}
     yield start("--max-restarts", "50", "--quiet", "--separate-beat",
                 CLEPSYDRA_STORE_DISK_CAPACITY_BYTES=str(DISK_QUOTA_BYTES),
-                CLEPSYDRA_SINGLE_PROCESS="false")
+                CLEPSYDRA_SINGLE_PROCESS="false", **shards)
     next(factory, None)
 
 
@@ -140,6 +153,9 @@ class Matrix:
     def __init__(self, stack: RunningStack, consumers: list[ConsumerProcess]) -> None:
         self.stack = stack
         self.consumers = consumers
+        self.shards = int(stack.env.get("CLEPSYDRA_STORE_SHARDS", "1"))
+        self.target = 0
+        """The store shard the next store fault hits (the test draws it, DEC-store-shards)."""
         self.redis = redis.Redis(port=int(stack.env["CLEPSYDRA_REDIS_PORT"]),
                                  socket_timeout=2)
         self._victim = 0
@@ -152,7 +168,8 @@ class Matrix:
         worker = s.url("CLEPSYDRA_SCHEDULER_PORT")
         beat = s.url("CLEPSYDRA_SCHEDULER_BEAT_PORT")
         return [
-            Fault("store", lambda: self._kill(STORE), self._back(STORE, s.store_url)),
+            Fault("store", lambda: self._kill(STORE, self.target),
+                  self._back(STORE, None, store=True)),
             Fault("store-writer", self._kill_writer, self._writer_back),
             Fault("scheduler-worker", lambda: self._kill(WORKER), self._back(WORKER, worker)),
             Fault("scheduler-beat", lambda: self._kill(BEAT), self._back(BEAT, beat)),
@@ -160,34 +177,44 @@ class Matrix:
             Fault("redis", lambda: self._kill(REDIS), self._back(REDIS, None)),
             Fault("redis-empty", self._wipe_redis, self._redis_back_empty),
             Fault(CONSUMER_FAULT, self._kill_consumer, self._consumer_grew),
-            Fault("commitlog-torn", self._tear_commitlog, self._back(STORE, s.store_url)),
+            Fault("commitlog-torn", self._tear_commitlog, self._back(STORE, None, store=True)),
             Fault("disk-full", self._fill_disk, self._writes_again),
         ]
 
-    def _pid_of(self, words: tuple[bytes, ...]) -> int | None:
+    def store_url(self, shard: int) -> str:
+        """Where store shard ``shard`` answers (the ports rule, clepsydra_core.shards)."""
+        return f"http://127.0.0.1:{shard_port(int(self.stack.env['CLEPSYDRA_STORE_PORT']), shard)}"
+
+    def store_dir(self, shard: int) -> Path:
+        return self.stack.home / naming.store_dir_name(shard)
+
+    def _pid_of(self, words: tuple[bytes, ...], shard: int | None = None) -> int | None:
         """The process below the stack whose command line has each of ``words`` (as a whole
-        argument, or inside the program's path); the group leader when several match."""
+        argument, or inside the program's path) - of store shard ``shard`` when one is named -;
+        the group leader when several match."""
         found = []
         for pid in descendants(self.stack.proc.pid):
             try:
                 argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            except FileNotFoundError:
-                continue
+                if shard is not None and _shard_of(pid) != shard:
+                    continue
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # gone meanwhile
             if all(w in argv or w in argv[0] for w in words):
                 found.append(pid)
         leaders = [pid for pid in found if _pgid(pid) == pid]
         return next(iter(leaders or found), None)
 
-    def _kill(self, words: tuple[bytes, ...]) -> None:
-        pid = self._pid_of(words)
+    def _kill(self, words: tuple[bytes, ...], shard: int | None = None) -> None:
+        pid = self._pid_of(words, shard)
         assert pid is not None, f"no process {words} below the stack"
         self._victim = pid
         os.killpg(pid, signal.SIGKILL)
 
     def _writers(self) -> list[int]:
-        """The store's gunicorn worker: the process holding the CommitLog (not its master, the
-        group leader)."""
-        master = self._pid_of(STORE)
+        """The target shard's gunicorn worker: the process holding its CommitLog (not its
+        master, the group leader)."""
+        master = self._pid_of(STORE, self.target)
         return [pid for pid in descendants(self.stack.proc.pid)
                 if master is not None and pid != master and _pgid(pid) == master]
 
@@ -200,13 +227,17 @@ class Matrix:
 
     def _writer_back(self) -> bool:
         writers = self._writers()
-        return bool(writers) and self._victim not in writers and _healthy(self.stack.store_url)
+        return bool(writers) and self._victim not in writers and \
+            _healthy(self.store_url(self.target))
 
-    def _back(self, words: tuple[bytes, ...], url: str | None) -> Callable[[], bool]:
+    def _back(self, words: tuple[bytes, ...], url: str | None, *,
+              store: bool = False) -> Callable[[], bool]:
         def back() -> bool:
-            pid = self._pid_of(words)
+            pid = self._pid_of(words, self.target if store else None)
             if pid is None or pid == self._victim:
                 return False
+            if store:
+                return _healthy(self.store_url(self.target))
             return _redis_ok(self.redis) if url is None else _healthy(url)
         return back
 
@@ -238,22 +269,22 @@ class Matrix:
 
     def _tear_commitlog(self) -> None:
         with _Paused(self.stack.proc.pid):
-            self._kill(STORE)
+            self._kill(STORE, self.target)
             time.sleep(0.2)
-            self.tears.append(tear_tail(self.stack.home / "store" / "commitlog"))
+            self.tears.append(tear_tail(self.store_dir(self.target) / "commitlog"))
 
 
     def _probe_status(self) -> int:
         try:
-            return requests.post(f"{self.stack.store_url}/v1/topics/{PROBE_TOPIC}/messages",
-                                 json={"body": "probe"}, timeout=5).status_code
+            return requests.post(f"{self.store_url(self.target)}/v1/topics/{PROBE_TOPIC}/"
+                                 "messages", json={"body": "probe"}, timeout=5).status_code
         except requests.RequestException:
             return 0
 
     def _fill_disk(self) -> None:
         """Past the high-water mark (a sparse ballast file as big as the quota among the
         store's files), until the store refuses a write with 507; then the space comes back."""
-        ballast = self.stack.home / "store" / "ballast"
+        ballast = self.store_dir(self.target) / "ballast"
         with open(ballast, "wb") as f:
             f.truncate(DISK_QUOTA_BYTES)
         try:
@@ -267,8 +298,12 @@ class Matrix:
         """No delayed message is due and not yet handed over (a level's oldest pending entry
         and the earliest pending timer both lie ahead): what fell due around the last fault
         has arrived, so the next fault is charged only its own lateness."""
+        return all(self._shard_drained(self.store_url(s)) for s in range(self.shards))
+
+    @staticmethod
+    def _shard_drained(store: str) -> bool:
+        """:meth:`drained` for one store shard (each has its own levels and timers)."""
         now = time.time() * 1000
-        store = self.stack.store_url
         try:
             table = requests.get(f"{store}/v1/schedule/levels", timeout=5).json()
             for level in table["levels"]:
@@ -286,6 +321,14 @@ class Matrix:
 
     def _writes_again(self) -> bool:
         return self._probe_status() == 201
+
+
+def _shard_of(pid: int) -> int:
+    """The store shard a process of the stack is (its CLEPSYDRA_STORE_SHARD_ID; 0 without)."""
+    for item in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+        if item.startswith(b"CLEPSYDRA_STORE_SHARD_ID="):
+            return int(item.split(b"=", 1)[1])
+    return 0
 
 
 def _pgid(pid: int) -> int | None:
@@ -354,10 +397,12 @@ def test_no_acknowledged_message_is_lost_when_any_process_dies(
     producing = Producing(stack.store_url, TOPIC)
     producing.start()
     matrix = Matrix(stack, consumers)
-    plan = [f for f in matrix.faults() for _ in range(RUNS)]
+    runs = RUNS if matrix.shards == 1 else RUNS_SHARDED
+    plan = [f for f in matrix.faults() for _ in range(runs)]
     rng.shuffle(plan)
     recovery_ms: dict[str, list[int]] = defaultdict(list)
     injected: list[Disruption] = []
+    hits: list[tuple[str, int]] = []
     try:
         wait_until(lambda: consumers[0].lines() != [], 60, what="the first consumed message")
         for fault in plan:
@@ -365,6 +410,9 @@ def test_no_acknowledged_message_is_lost_when_any_process_dies(
             time.sleep(rng.uniform(0.3, 2.0))
             began = time.monotonic()
             now_ms = int(time.time() * 1000)
+            matrix.target = rng.randrange(matrix.shards)
+            if fault.name in STORE_FAULTS:
+                hits.append((fault.name, matrix.target))
             disruption = Disruption(fault.name, now_ms, now_ms)
             injected.append(disruption)
             fault.inject()
@@ -399,15 +447,19 @@ def test_no_acknowledged_message_is_lost_when_any_process_dies(
         lateness_ms[disruption.name].append(late)
     phases = ["warm-up", *sorted(recovery_ms), "after"]
     rows = books.table(phases, injected, recovery_ms, producing.failed, lateness_ms)
-    print(f"\nfault matrix, seed {seed}:\n" + json.dumps(rows, indent=1))
+    print(f"\nfault matrix, {matrix.shards} store shard(s), seed {seed}:\n"
+          + json.dumps(rows, indent=1))
     print("back (ms) -> max lateness of a delayed message (ms), each run:\n" + "\n".join(
         f"  {name:<17} " + "  ".join(f"{back:>6,} -> {late if late is not None else '-':>6}"
                                       for back, late in zip(recovery_ms[name],
                                                             lateness_ms[name], strict=True))
         for name in sorted(recovery_ms)))
+    if matrix.shards > 1:
+        print(f"store faults hit shards: {hits}")
     print(f"duplicates by cause: {dict(books.duplicates_by_cause(injected))}")
     report = os.environ.get("CLEPSYDRA_FAULTS_REPORT")
     if report:
+        report = report.replace(".json", "") + ("" if matrix.shards == 1 else "-shards") + ".json"
         Path(report).write_text(json.dumps({"seed": seed, "rows": rows,
                                             "injected": [astuple(d) for d in injected]},
                                            indent=1))
@@ -423,11 +475,12 @@ def test_no_acknowledged_message_is_lost_when_any_process_dies(
     # at least once, but a second delivery only where a crash lost an acknowledgement
     assert books.duplicates_by_cause(injected)["none"] == 0, f"seed {seed}"
     assert sum(r["acked"] for r in rows) == len(books.acked) > 0
-    assert all(r["runs"] == RUNS for r in rows if r["fault"] not in ("warm-up", "after"))
+    assert all(r["runs"] == runs for r in rows if r["fault"] not in ("warm-up", "after"))
     assert next(r for r in rows if r["fault"] == "after")["acked"] > 0  # throughput came back
     assert matrix.tears and all(pos >= 0 for pos in matrix.tears), matrix.tears  # really torn
-    assert matrix.disk_full_seen == RUNS  # the disk limit was really reached
+    assert matrix.disk_full_seen == runs  # the disk limit was really reached
     assert stack.proc.poll() is None, stack.why()
+    assert all(_healthy(matrix.store_url(s)) for s in range(matrix.shards))
     assert _healthy(stack.store_url) and _healthy(stack.retry_url)
     # DEC-scheduler-lease, DEC-scheduler-store-retry: a crash costs a delayed message its
     # outage (the time its part took to answer again), not seconds more

@@ -136,12 +136,18 @@ class Gw:
         return sum(q["maxOffset"] for q in doc["queues"])
 
     def pull_all(self, topic: str) -> list[dict[str, Any]]:
+        """Every message stored on ``topic``, all pages of every queue."""
         doc = self.store.get(self.store.path("/v1/topics/{}", topic))
         out: list[dict[str, Any]] = []
         for q in doc["queues"]:
-            page = self.store.get(self.store.path("/v1/topics/{}/queues/{}/messages", topic,
-                                                  q["queueId"]), {"offset": 0, "max": 1000})
-            out += page["messages"]
+            offset = 0
+            while True:  # page to the queue's end: a fast machine stores thousands per test
+                path = self.store.path("/v1/topics/{}/queues/{}/messages", topic, q["queueId"])
+                page = self.store.get(path, {"offset": offset, "max": 1000})
+                out += page["messages"]
+                if not page["messages"] or page["nextOffset"] <= offset:
+                    break
+                offset = page["nextOffset"]
         return out
 
     def committed(self, group: str, topic: str) -> int:

@@ -235,10 +235,9 @@ def test_settings_configmap_exists_for_every_reference(rendered: Rendered) -> No
 
 # ---- the store, beat and the workers ----------------------------------------------------------
 
-def test_store_is_one_pod_with_its_own_commitlog_and_consumequeue_volumes(
+def test_store_is_a_pod_per_shard_with_its_own_commitlog_and_consumequeue_volumes(
         rendered: Rendered) -> None:
     store = rendered.get("StatefulSet", "clepsydra-store")
-    assert store["spec"]["replicas"] == 1
     claims = [t["metadata"]["name"] for t in store["spec"]["volumeClaimTemplates"]]
     assert claims == ["commitlog", "consumequeue"]
     (container,) = store["spec"]["template"]["spec"]["containers"]
@@ -255,6 +254,30 @@ def test_store_is_one_pod_with_its_own_commitlog_and_consumequeue_volumes(
     pdb = rendered.get("PodDisruptionBudget", "clepsydra-store")
     assert pdb["spec"]["selector"]["matchLabels"].items() <= \
         store["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_store_shards_are_the_statefulsets_replicas_found_through_the_headless_service(
+        rendered: Rendered) -> None:  # DEC-store-shards
+    store = rendered.get("StatefulSet", "clepsydra-store")
+    (container,) = store["spec"]["template"]["spec"]["containers"]
+    env = container_env(rendered, container)
+    settings = settings_data(rendered)
+    shards = int(settings["CLEPSYDRA_STORE_SHARDS"])
+    assert store["spec"]["replicas"] == shards
+    if rendered.overlay == "prod":
+        assert shards == 3
+    # a pod's shard id is its ordinal: its own name (clepsydra-store-2 is shard 2)
+    (shard_id,) = [e for e in container["env"] if e["name"] == "CLEPSYDRA_STORE_SHARD_ID"]
+    assert shard_id["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    # its peers: each pod by ordinal behind the headless Service
+    peers = env["CLEPSYDRA_STORE_PEERS"]
+    assert peers.startswith(f"http://{store['metadata']['name']}-{{id}}."
+                            f"{store['spec']['serviceName']}")
+    assert rendered.get("Service", store["spec"]["serviceName"])["spec"]["clusterIP"] == "None"
+    # own volumes per pod; a disruption takes at most one shard down at a time
+    assert store["spec"]["volumeClaimTemplates"]
+    assert rendered.get("PodDisruptionBudget", "clepsydra-store")["spec"]["maxUnavailable"] == 1
+    assert "until topics can be sharded" not in (ROOT / "k8s/base/store.yaml").read_text()
 
 
 def test_redis_keeps_an_append_only_file_on_its_volume(rendered: Rendered) -> None:

@@ -170,6 +170,15 @@ def scenario() -> list[Step]:
              token=RETRY),
         Step("internal.copy_range", "POST", "/v1/internal/copy-range", {"topic": "orders"},
              token=RETRY),
+        Step("cluster.self_status", "GET", "/v1/cluster/self", query={"shares": "false"}),
+        Step("cluster.self_status", "GET", "/v1/cluster/self", query={"shares": "maybe"}),
+        Step("cluster.members", "GET", "/v1/cluster", query={"shares": "false"}),
+        Step("cluster.route", "GET", "/v1/routes/orders"),
+        Step("cluster.route", "GET", "/v1/routes/missing"),
+        Step("cluster.drain", "POST", "/v1/cluster/shards/0/drain", {}),
+        Step("messages.produce_message", "POST", one, _message("drained")),  # DEC-shard-drain
+        Step("cluster.resume", "POST", "/v1/cluster/shards/0/resume", {}),
+        Step("cluster.drain", "POST", "/v1/cluster/shards/7/drain", {}),
         Step("auth.list_tokens", "GET", "/v1/auth/tokens"),
         Step("auth.create", "POST", "/v1/auth/tokens", {"name": "t1", "role": "producer"}),
         Step("auth.create", "POST", "/v1/auth/tokens", {"name": "t2", "role": "nobody"}),
@@ -307,5 +316,10 @@ def test_every_route_answers_alike_on_every_way_in(tmp_path: Path,
         ["401 Unauthorized"] * len({s.endpoint for s in steps})
     assert {"200 OK", "201 Created", "400 Bad Request", "403 Forbidden", "404 Not Found",
             "409 Conflict", "413 Request Entity Too Large"} <= set(statuses)
+    by_path = {(s.method, s.path, s.body == _message("drained")): status
+               for s, status in zip(steps, statuses, strict=True)}
+    assert by_path["POST", "/v1/topics/orders/messages", True] == \
+        "403 Forbidden"  # a drained shard takes no new message (DEC-shard-drain)
+    assert by_path["POST", "/v1/cluster/shards/7/drain", False] == "404 Not Found"
     poller_routes = {r.endpoint for r in ROUTES if r.lane is Lane.POLLER}
     assert poller_routes == {"messages.produce_message", "messages.produce_batch"}

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 import orjson
 import pytest
 
-from clepsydra_core.errors import TopicNotFound, Unavailable
+from clepsydra_core.errors import NotSent, TopicNotFound, Unavailable
 from clepsydra_core.http import HttpClient
 from clepsydra_core.http_connections import GATHER_BYTES, Connection, _send_gathered, _timeval
 
@@ -388,3 +388,44 @@ def test_the_spin_is_a_client_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CLEPSYDRA_CLIENT_SPIN_US", "-1")
     with pytest.raises(ConfigError, match="CLEPSYDRA_CLIENT_SPIN_US"):
         spin()
+
+
+def test_a_refused_connection_is_a_request_never_sent() -> None:
+    """DEC-shard-send-retry: a producer may send elsewhere what a store never received (the
+    connection refused), never what it may have read (the answer lost after the write)."""
+    with socket.socket() as bound:  # bound, never listening: the port is held and refuses
+        bound.bind(("127.0.0.1", 0))
+        port = bound.getsockname()[1]
+        http = HttpClient(f"http://127.0.0.1:{port}", service="store")
+        with pytest.raises(NotSent, match="ConnectionRefusedError"):
+            http.post("/p", {})
+        http.close()
+
+
+def test_lost_answers_are_not_requests_never_sent(serve: Callable[[Handler], Server]) -> None:
+    server = serve(lambda ex: True)  # reads, never answers
+    http = HttpClient(server.url, timeout_s=0.2, service="store")
+    with pytest.raises(Unavailable) as info:
+        http.post("/p", {})
+    assert not isinstance(info.value, NotSent)
+    http.close()
+
+
+def test_the_cluster_size_an_answer_names_is_kept(serve: Callable[[Handler], Server]) -> None:
+    """DEC-store-shards: a store of a cluster names its size on every answer; a client learns
+    it from the calls it makes anyway (a one-store store names none: 0)."""
+    sizes = iter(["", "X-Clepsydra-Shards: 3", ""])
+
+    def handler(ex: Exchange) -> bool:
+        size = next(sizes)
+        return ex.json(200, b"{}", *([size] if size else []))
+
+    server = serve(handler)
+    http = HttpClient(server.url, service="store")
+    http.get("/a")
+    assert http.shards_hint == 0
+    http.get("/b")
+    assert http.shards_hint == 3
+    http.get("/c")
+    assert http.shards_hint == 3  # kept until another answer names another size
+    http.close()

@@ -16,11 +16,20 @@ from typing import Any
 from clepsydra_client.message import Message, MessageQueue
 from clepsydra_client.offsets import queue_offsets
 from clepsydra_client.rebalance import AllocateStrategy, AverageStrategy, allocate_all
-from clepsydra_client.topics import TopicInfo, fetch_topic, fetch_topic_or_none, list_topics
+from clepsydra_client.routing import Router
+from clepsydra_client.topics import TopicInfo, list_topics
 from clepsydra_core import naming
-from clepsydra_core.errors import ConfigError, MessageNotFound, NotFound, ValidationError
+from clepsydra_core.errors import (
+    ClepsydraError,
+    ConfigError,
+    MessageNotFound,
+    NotFound,
+    TopicNotFound,
+    ValidationError,
+)
 from clepsydra_core.http import HttpClient
 from clepsydra_core.wire import dlq as wire_dlq
+from clepsydra_core.wire.cluster import ClusterAnswer, RouteAnswer, ShardStatus
 from clepsydra_core.wire.codec import read_answer
 from clepsydra_core.wire.dlq import (
     DlqAudit,
@@ -100,12 +109,18 @@ class DlqPage:
     messages: list[Message]
     next_offset: int
     max_offset: int
+    next_shard: int | None = None
+    """More than one store shard: the shard the next page starts on (DEC-store-shards)."""
+    unreachable: tuple[int, ...] = ()
 
 
 class AdminClient:
     def __init__(self, store_url: str, retry_url: str | None = None, *,
                  timeout_s: float = 10.0, token: str | None = None) -> None:
         self.store = HttpClient(store_url, timeout_s=timeout_s, service="store", token=token)
+        self.router = Router(self.store)
+        """Each store shard's address (DEC-store-shards)."""
+        self._heard = False
         self.retry_http = (HttpClient(retry_url, timeout_s=timeout_s, service="retry service",
                                       token=token)
                            if retry_url else None)
@@ -117,9 +132,16 @@ class AdminClient:
         return self.retry_http
 
     def close(self) -> None:
+        self.router.close()
         self.store.close()
         if self.retry_http is not None:
             self.retry_http.close()
+
+    def __enter__(self) -> AdminClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # ---- health --------------------------------------------------------------------------
 
@@ -132,13 +154,63 @@ class AdminClient:
                                        "healthz").to_json()
         return out
 
+    # ---- the cluster of store shards (DEC-store-shards) ----------------------------------
+
+    def cluster(self, *, shares: bool = True) -> ClusterAnswer:
+        """Every store shard with its health and share of the data (``GET /v1/cluster``);
+        ``shares=False``: who and where each is and whether it takes messages only."""
+        return read_answer(ClusterAnswer, self.store.get(
+            "/v1/cluster", None if shares else {"shares": "false"}), "cluster")
+
+    def drain(self, shard: int) -> ShardStatus:
+        """Make a shard refuse new messages while its consumers, levels and timers drain
+        (DEC-shard-drain); ``cluster()`` says when it is removable."""
+        return read_answer(ShardStatus, self.store.post(
+            self.store.path("/v1/cluster/shards/{}/drain", shard)), "shard")
+
+    def resume(self, shard: int) -> ShardStatus:
+        """Make a drained shard take new messages again."""
+        return read_answer(ShardStatus, self.store.post(
+            self.store.path("/v1/cluster/shards/{}/resume", shard)), "shard")
+
+    def route(self, topic: str) -> RouteAnswer:
+        """Every (shard, queueId) of a topic with its shard's address."""
+        return read_answer(RouteAnswer, self.store.get(self.store.path("/v1/routes/{}", topic)),
+                           "route")
+
+    @property
+    def clustered(self) -> bool:
+        """More than one store shard. An admin that has not heard from the store yet asks it
+        once (``/healthz``: every answer of a cluster's store names its size)."""
+        if not self._heard and self.store.shards_hint == 0:
+            self._heard = True
+            try:
+                self.store.get("/healthz")
+            except ClepsydraError:
+                pass
+        return self.router.clustered
+
+    def _shard_stores(self) -> list[tuple[int, HttpClient]]:
+        """Every shard's client (the one store with one shard)."""
+        if not self.clustered:
+            return [(0, self.store)]
+        return [(m.id, self.router.client(m.id)) for m in self.router.members()]
+
     # ---- topics --------------------------------------------------------------------------
 
     def topics(self) -> list[TopicInfo]:
-        return sorted(list_topics(self.store), key=lambda t: t.name)
+        """Every topic with its queues (on every shard, with more than one)."""
+        listed = sorted(list_topics(self.store), key=lambda t: t.name)
+        if not self.clustered:
+            return listed
+        return [self.router.topic(t.name, fresh=True) or t for t in listed]
 
     def topic(self, name: str) -> TopicInfo:
-        return fetch_topic(self.store, name)
+        """A topic with its queues' offsets (on every shard, with more than one)."""
+        info = self.router.topic(name, fresh=True)
+        if info is None:
+            raise TopicNotFound(f"topic {name} does not exist")
+        return info
 
     def create_topic(self, name: str, queues: int) -> TopicInfo:
         return TopicInfo.of(read_answer(TopicAnswer, self.store.post(
@@ -152,11 +224,12 @@ class AdminClient:
         return TopicInfo.of(read_answer(TopicAnswer, self.store.put(
             self.store.path("/v1/topics/{}", name), TopicUpdate(queues).to_json()), "topic"))
 
-    def delete_topic(self, name: str) -> None:
+    def delete_topic(self, name: str) -> TopicDeleted:
         """Delete a topic, its queues and every group's progress on it (RocketMQ's
-        ``deleteTopic``, rule A2); system topics are refused (Forbidden, S3)."""
-        read_answer(TopicDeleted, self.store.delete(self.store.path("/v1/topics/{}", name)),
-                    "topic deleted")
+        ``deleteTopic``, rule A2); system topics are refused (Forbidden, S3). With more than
+        one store shard its ``shards`` say where it was deleted."""
+        return read_answer(TopicDeleted, self.store.delete(
+            self.store.path("/v1/topics/{}", name)), "topic deleted")
 
     # ---- messages ------------------------------------------------------------------------
 
@@ -218,13 +291,18 @@ class AdminClient:
                               [m.to_json() for m in answer.mismatches])
 
     def offsets(self, group: str, topic: str | None = None) -> dict[MessageQueue, int]:
-        offsets = queue_offsets(read_answer(GroupOffsets, self.store.get(
-            self.store.path("/v1/groups/{}/offsets", group), {"topic": topic})))
-        return {q: o for q, o in offsets.items() if topic is None or q.topic == topic}
+        """The group's committed offsets (on every shard, with more than one)."""
+        out: dict[MessageQueue, int] = {}
+        for shard, http in self._shard_stores():
+            offsets = queue_offsets(read_answer(GroupOffsets, http.get(
+                http.path("/v1/groups/{}/offsets", group), {"topic": topic})), shard)
+            out.update((q, o) for q, o in offsets.items() if topic is None or q.topic == topic)
+        return out
 
     def commit_offset(self, group: str, queue: MessageQueue, offset: int) -> None:
-        self.store.put(self.store.path("/v1/groups/{}/offsets", group),
-                       OffsetCommit(queue.topic, queue.queue_id, offset).to_json())
+        http = self.store if not self.clustered else self.router.client(queue.shard)
+        http.put(http.path("/v1/groups/{}/offsets", group),
+                 OffsetCommit(queue.topic, queue.queue_id, offset).to_json())
 
     def progress(self, group: str, topics: list[str] | None = None,
                  strategy: AllocateStrategy | None = None) -> list[QueueProgress]:
@@ -242,7 +320,7 @@ class AdminClient:
         broadcasting = any(c.message_model == "BROADCASTING" for c in group_consumers.consumers)
         rows: list[QueueProgress] = []
         for name in sorted(set(names)):
-            info = fetch_topic_or_none(self.store, name)
+            info = self.router.topic(name, fresh=True)
             if info is None:
                 continue
             committed = self.offsets(group, name)
@@ -250,7 +328,7 @@ class AdminClient:
             owners = ({} if broadcasting else
                       allocate_all(strategy or AverageStrategy(), queues, group_consumers.ids))
             for q in info.queues:
-                mq = MessageQueue(name, q.queue_id)
+                mq = MessageQueue(name, q.queue_id, q.shard)
                 owner = "(every consumer)" if broadcasting and group_consumers.ids \
                     else owners.get(mq)
                 rows.append(QueueProgress(mq, q.max_offset, committed.get(mq), owner))
@@ -259,21 +337,26 @@ class AdminClient:
     # ---- dead letters (R16) --------------------------------------------------------------
 
     def dlq_page(self, group: str, offset: int = 0, max_count: int = 100,
-                 dlq_filter: DlqFilter | None = None) -> DlqPage:
+                 dlq_filter: DlqFilter | None = None, shard: int | None = None) -> DlqPage:
         params: dict[str, Any] = {"offset": offset, "max": max_count}
+        if shard is not None:
+            params["shard"] = shard
         params.update((dlq_filter or DlqFilter()).to_json())
         page = read_answer(wire_dlq.DlqPage,
                      self.retry.get(self.retry.path("/v1/groups/{}/dlq", group), params))
         messages = [Message.of(m) for m in page.messages]
-        return DlqPage(messages, page.next_offset, page.max_offset or 0)
+        return DlqPage(messages, page.next_offset, page.max_offset or 0, page.next_shard,
+                       tuple(page.unreachable or ()))
 
     def dlq_messages(self, group: str, dlq_filter: DlqFilter | None = None, *,
                      page_size: int = 100, limit: int | None = None,
                      on_page: Callable[[DlqPage], None] | None = None) -> Iterator[Message]:
-        """Every visible dead letter (matching the filter), oldest first."""
+        """Every visible dead letter (matching the filter), oldest first (shard by shard,
+        with more than one store shard)."""
         offset, seen = 0, 0
+        shard: int | None = None
         while True:
-            page = self.dlq_page(group, offset, page_size, dlq_filter)
+            page = self.dlq_page(group, offset, page_size, dlq_filter, shard)
             if on_page is not None:
                 on_page(page)
             for m in page.messages:
@@ -281,6 +364,10 @@ class AdminClient:
                 seen += 1
                 if limit is not None and seen >= limit:
                     return
+            if page.next_shard is not None and (page.next_shard != shard
+                                                or page.next_offset > offset):
+                shard, offset = page.next_shard, page.next_offset
+                continue
             if page.next_offset <= offset or page.next_offset >= page.max_offset:
                 return
             offset = page.next_offset
@@ -333,22 +420,28 @@ class AdminClient:
 
     # ---- delay levels --------------------------------------------------------------------
 
-    def levels(self, now_ms: int | None = None) -> list[LevelStatus]:
+    def levels(self, now_ms: int | None = None, *, shard: int = 0) -> list[LevelStatus]:
         """The delay table with backlog (entries not yet handed over) and lag per level,
-        from the store alone (no Redis)."""
-        table = LevelTable.from_json(self.store.get("/v1/schedule/levels"))
+        from the store alone (no Redis); of ``shard`` with more than one store shard."""
+        store = self.store if not self.clustered else self.router.client(shard)
+        table = LevelTable.from_json(store.get("/v1/schedule/levels"))
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         out = []
         for info in table.levels:
-            next_ts = self._deliver_ts(info.level, info.first_pending) if info.backlog else None
+            next_ts = (self._deliver_ts(store, info.level, info.first_pending) if info.backlog
+                       else None)
             lag = max(now_ms - next_ts, 0) if next_ts is not None else 0
             out.append(LevelStatus(info, lag, next_ts))
         return out
 
-    def _deliver_ts(self, level: int, offset: int) -> int | None:
+    def levels_by_shard(self, now_ms: int | None = None) -> dict[int, list[LevelStatus]]:
+        """:meth:`levels` of every store shard."""
+        return {shard: self.levels(now_ms, shard=shard) for shard, _ in self._shard_stores()}
+
+    def _deliver_ts(self, store: HttpClient, level: int, offset: int) -> int | None:
         try:
-            raw = self.store.get(self.store.path("/v1/schedule/levels/{}/entries", level),
-                                 {"offset": offset, "max": 1})
+            raw = store.get(store.path("/v1/schedule/levels/{}/entries", level),
+                            {"offset": offset, "max": 1})
         except NotFound:
             return None
         ts = ScheduleEntries.from_json(raw).deliver_ts
@@ -356,8 +449,14 @@ class AdminClient:
 
     # ---- timers (issue 15) ---------------------------------------------------------------
 
-    def timers(self) -> TimerBacklog:
+    def timers(self, *, shard: int = 0) -> TimerBacklog:
         """The store's timer backlog: pending timers by hour ahead, handed over so far, the
-        next due time and the lateness of recent hand-overs (``GET /v1/schedule/timers``)."""
-        return TimerBacklog.from_json(self.store.get("/v1/schedule/timers"))
+        next due time and the lateness of recent hand-overs (``GET /v1/schedule/timers``);
+        of ``shard`` with more than one store shard."""
+        store = self.store if not self.clustered else self.router.client(shard)
+        return TimerBacklog.from_json(store.get("/v1/schedule/timers"))
+
+    def timers_by_shard(self) -> dict[int, TimerBacklog]:
+        """:meth:`timers` of every store shard."""
+        return {shard: self.timers(shard=shard) for shard, _ in self._shard_stores()}
 

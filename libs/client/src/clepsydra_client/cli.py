@@ -34,6 +34,7 @@ from clepsydra_client import commands as c
 from clepsydra_client import k8s_commands
 from clepsydra_client.analytics_commands import AnalyticsUnavailable, add_analytics_commands
 from clepsydra_client.auth_commands import add_auth_commands
+from clepsydra_client.cluster_commands import add_cluster_commands
 from clepsydra_client.commands import UsageError
 from clepsydra_client.history_commands import add_history_command
 from clepsydra_client.rebalance import STRATEGIES
@@ -180,6 +181,7 @@ def build_parser() -> Parser:
     lv = sub.add_parser("levels", help="the delay table with backlog and lag per level")
     lv.set_defaults(fn=c.levels)
 
+    add_cluster_commands(sub, Parser)
     k8s_commands.add_parser(sub, Parser)
     add_analytics_commands(sub, Parser)
     add_auth_commands(sub, Parser)
@@ -217,6 +219,9 @@ def hint(exc: ClepsydraError, ctx: c.Context) -> str:
     if isinstance(exc, Forbidden) and exc.code == "FORBIDDEN" and "role" in exc.message:
         return "ask an admin for a token whose role covers this (`clepsydra auth create`)"
     if isinstance(exc, NoPermission):
+        if "drained" in exc.message:
+            return ("that store shard is drained (`clepsydra cluster`); send through the store "
+                    "address, which routes around it, or `clepsydra cluster resume ID`")
         return "the store is read-only now (CLEPSYDRA_STORE_WRITABLE=false): try again later"
     if isinstance(exc, ValidationError | ConfigError):
         return "fix the value named above; `clepsydra COMMAND --help` lists the options"

@@ -375,13 +375,27 @@ def dlq_filter(args: argparse.Namespace) -> DlqFilter | None:
 
 def dlq_list(args: argparse.Namespace, ctx: Context) -> Output:
     admin = ctx.admin()
+    unreachable: set[int] = set()
+
+    def page_seen(page: Any) -> None:
+        bar.advance(len(page.messages))
+        unreachable.update(page.unreachable)
+
     with ctx.bar("reading the DLQ", None) as bar:
         messages = list(admin.dlq_messages(args.group, dlq_filter(args), limit=args.limit,
-                                           on_page=lambda page: bar.advance(len(page.messages))))
+                                           on_page=page_seen))
+    empty = f"(no dead letter in {args.group}'s DLQ" + (" matches)" if dlq_filter(args) else ")")
+    if any(m.shard for m in messages):  # each row says its store shard (DEC-store-shards)
+        text = render_table(["SHARD", "MSG ID", "ORIGIN TOPIC", "TAGS", "KEYS", "RETRIES",
+                             "STORED", "LAST FAILURE"], [(m.shard, *dlq_row(m)) for m in messages],
+                            right=(0, 5), empty=empty)
+        if unreachable:
+            text += (f"\nstore shard(s) {', '.join(map(str, sorted(unreachable)))} did not "
+                     "answer: their dead letters are not listed")
+        return Output([{**message_json(m), "shard": m.shard} for m in messages], text)
     text = render_table(["MSG ID", "ORIGIN TOPIC", "TAGS", "KEYS", "RETRIES", "STORED",
                          "LAST FAILURE"], [dlq_row(m) for m in messages], right=(4,),
-                        empty=f"(no dead letter in {args.group}'s DLQ"
-                              + (" matches)" if dlq_filter(args) else ")"))
+                        empty=empty)
     return Output([message_json(m) for m in messages], text)
 
 
@@ -468,12 +482,24 @@ def level_row(lv: LevelStatus, now_ms: int) -> tuple[Any, ...]:
 
 def levels(args: argparse.Namespace, ctx: Context) -> Output:
     now = int(time.time() * 1000)
-    rows = ctx.admin().levels(now)
-    data = [{**lv.info.to_json(), "backlog": lv.backlog, "lagMs": lv.lag_ms,
-             "nextDeliverTs": lv.next_deliver_ts} for lv in rows]
-    text = render_table(["LEVEL", "DELAY", "QUEUE", "BACKLOG", "DELIVERED", "STORED",
-                         "NEXT DUE", "LAG"], [level_row(lv, now) for lv in rows],
-                        right=(0, 2, 3, 4, 5, 7))
+    admin = ctx.admin()
+    rows = admin.levels(now)  # its answer says whether the store has peers
+    if admin.clustered:  # every store shard's levels (DEC-store-shards)
+        by_shard = admin.levels_by_shard(now)
+        pairs = [(shard, lv) for shard, levels_of in by_shard.items() for lv in levels_of]
+        rows = [lv for _, lv in pairs]
+        data = [{**lv.info.to_json(), "shard": shard, "backlog": lv.backlog,
+                 "lagMs": lv.lag_ms, "nextDeliverTs": lv.next_deliver_ts} for shard, lv in pairs]
+        text = render_table(["SHARD", "LEVEL", "DELAY", "QUEUE", "BACKLOG", "DELIVERED",
+                             "STORED", "NEXT DUE", "LAG"],
+                            [(shard, *level_row(lv, now)) for shard, lv in pairs],
+                            right=(0, 1, 3, 4, 5, 6, 8))
+    else:
+        data = [{**lv.info.to_json(), "backlog": lv.backlog, "lagMs": lv.lag_ms,
+                 "nextDeliverTs": lv.next_deliver_ts} for lv in rows]
+        text = render_table(["LEVEL", "DELAY", "QUEUE", "BACKLOG", "DELIVERED", "STORED",
+                             "NEXT DUE", "LAG"], [level_row(lv, now) for lv in rows],
+                            right=(0, 2, 3, 4, 5, 7))
     if rows:
         text += (f"\ntotal backlog {sum(lv.backlog for lv in rows)}, "
                  f"max lag {format_duration_ms(max(lv.lag_ms for lv in rows))}")

@@ -4,25 +4,39 @@
 from __future__ import annotations
 
 import base64
+import functools
 import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from clepsydra_core import naming, telemetry
 from clepsydra_core import properties as P
+from clepsydra_core.msgid import shard_of_offset_msg_id
 from clepsydra_core.wire import timers
 from clepsydra_core.wire.messages import PullAnswer, StoredMessage
 from clepsydra_core.wire.produce import ProduceAnswer
 
 
-@dataclass(frozen=True, slots=True, order=True)
+@functools.total_ordering
+@dataclass(frozen=True, slots=True)
 class MessageQueue:
-    """One queue of one topic; sorts by (topic, queue_id) identically on every consumer (C1)."""
+    """One queue of one topic on one store shard (RocketMQ's (topic, brokerName, queueId);
+    DEC-store-shards); sorts by (topic, shard, queue_id) identically on every consumer (C1).
+    Shard 0 is the only one of a one-store cluster: ``MessageQueue("orders", 3)``."""
 
     topic: str
     queue_id: int
+    shard: int = 0
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, MessageQueue):
+            return NotImplemented
+        return (self.topic, self.shard, self.queue_id) < (other.topic, other.shard,
+                                                            other.queue_id)
 
     def __str__(self) -> str:
+        if self.shard:
+            return f"{self.topic}@{self.shard}#{self.queue_id}"
         return f"{self.topic}#{self.queue_id}"
 
 
@@ -136,9 +150,15 @@ class Message:
         return self.body.decode(errors="replace")
 
     @property
+    def shard(self) -> int:
+        """The store shard that holds this copy: named by its offsetMsgId (DEC-shard-in-msgid;
+        0 for an id without one)."""
+        return shard_of_offset_msg_id(self.offset_msg_id) or 0
+
+    @property
     def queue(self) -> MessageQueue:
         """The queue it was pulled from."""
-        return MessageQueue(self.store_topic or self.topic, self.queue_id)
+        return MessageQueue(self.store_topic or self.topic, self.queue_id, self.shard)
 
     @property
     def uniq_key(self) -> str | None:

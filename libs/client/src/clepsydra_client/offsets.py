@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from clepsydra_client.message import MessageQueue
+from clepsydra_client.routing import Router
 from clepsydra_core.errors import ClepsydraError, Unavailable, ValidationError
 from clepsydra_core.http import HttpClient
 from clepsydra_core.wire.codec import read_answer
@@ -132,32 +133,55 @@ class MemoryOffsetStore:
             self.offsets.pop(queue, None)
 
 
-def queue_offsets(answer: GroupOffsets) -> dict[MessageQueue, int]:
-    """A group's committed offsets (the store's ``GET /v1/groups/{g}/offsets`` answer, read
-    with its wire type) by queue."""
-    return {MessageQueue(topic, int(queue_id)): offset
-            for topic, queues in answer.offsets.items()
-            for queue_id, offset in queues.items()}
+def queue_offsets(answer: GroupOffsets, shard: int = 0) -> dict[MessageQueue, int]:
+    """A group's committed offsets on one store shard (the store's ``GET
+    /v1/groups/{g}/offsets`` answer, read with its wire type) by queue; a broadcasting
+    consumer's file keeps the other shards' in ``shards``."""
+    out = {MessageQueue(topic, int(queue_id), shard): offset
+           for topic, queues in answer.offsets.items()
+           for queue_id, offset in queues.items()}
+    for other, topics in (answer.shards or {}).items():
+        out.update({MessageQueue(topic, int(queue_id), int(other)): offset
+                    for topic, queues in topics.items() for queue_id, offset in queues.items()})
+    return out
 
 
 class RemoteOffsetStore:
-    """The group's committed offsets in the store (``PUT /v1/groups/{g}/offsets``).
-    Only changed offsets are sent."""
+    """The group's committed offsets in the store (``PUT /v1/groups/{g}/offsets``), each
+    queue's on its own shard (``router``: DEC-store-shards). Only changed offsets are sent."""
 
-    def __init__(self, http: HttpClient, group: str) -> None:
+    def __init__(self, http: HttpClient, group: str, router: Router | None = None) -> None:
         self.http = http
         self.group = group
+        self.router = router
         self._lock = threading.Lock()
         self._local: dict[MessageQueue, int] = {}
         self._sent: dict[MessageQueue, int] = {}
 
+    def _client(self, shard: int) -> HttpClient:
+        if self.router is None or (shard == 0 and not self.router.clustered):
+            return self.http
+        return self.router.client(shard)
+
+    def _shards(self) -> list[int]:
+        return self.router.shards.ids() if self.router is not None else [0]
+
+    def fetch_shard(self, topic: str, shard: int) -> dict[MessageQueue, int]:
+        http = self._client(shard)
+        answer = read_answer(GroupOffsets, http.get(
+            http.path("/v1/groups/{}/offsets", self.group), {"topic": topic}), "offsets")
+        return {q: o for q, o in queue_offsets(answer, shard).items() if q.topic == topic}
+
     def fetch(self, topic: str) -> dict[MessageQueue, int]:
-        answer = read_answer(GroupOffsets, self.http.get(
-            self.http.path("/v1/groups/{}/offsets", self.group), {"topic": topic}), "offsets")
-        return {q: o for q, o in queue_offsets(answer).items() if q.topic == topic}
+        """The topic's committed offsets on every shard (a shard that does not answer: the
+        error)."""
+        out: dict[MessageQueue, int] = {}
+        for shard in self._shards():
+            out.update(self.fetch_shard(topic, shard))
+        return out
 
     def read(self, queue: MessageQueue) -> int | None:
-        offset = self.fetch(queue.topic).get(queue)
+        offset = self.fetch_shard(queue.topic, queue.shard).get(queue)
         if offset is not None:
             with self._lock:
                 self._sent[queue] = offset
@@ -168,8 +192,9 @@ class RemoteOffsetStore:
             self._local[queue] = offset
 
     def commit(self, queue: MessageQueue, offset: int) -> None:
-        self.http.put(self.http.path("/v1/groups/{}/offsets", self.group),
-                      OffsetCommit(queue.topic, queue.queue_id, offset).to_json())
+        http = self._client(queue.shard)
+        http.put(http.path("/v1/groups/{}/offsets", self.group),
+                 OffsetCommit(queue.topic, queue.queue_id, offset).to_json())
         with self._lock:
             self._sent[queue] = offset
 
@@ -188,7 +213,7 @@ class RemoteOffsetStore:
                 logger.warning("offset commit failed group=%s queue=%s offset=%d error=%s",
                                self.group, queue, offset, exc)
                 failed = exc
-                if isinstance(exc, Unavailable):
+                if isinstance(exc, Unavailable) and self.router is None:
                     break  # the store is down: the next period tries again
         if failed is not None:
             raise failed
@@ -239,12 +264,14 @@ class LocalOffsetStore:
     def persist(self, queues: Iterable[MessageQueue]) -> None:
         with self._lock:
             data: dict[str, dict[str, int]] = {}
+            others: dict[str, dict[str, dict[str, int]]] = {}
             for q, offset in sorted(self._offsets.items()):
-                data.setdefault(q.topic, {})[str(q.queue_id)] = offset
+                where = data if q.shard == 0 else others.setdefault(str(q.shard), {})
+                where.setdefault(q.topic, {})[str(q.queue_id)] = offset
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(GroupOffsets(self.group, data).to_json(), indent=1,
-                                  sort_keys=True))
+        tmp.write_text(json.dumps(GroupOffsets(self.group, data, others or None).to_json(),
+                                  indent=1, sort_keys=True))
         os.replace(tmp, self.path)
 
     def forget(self, queue: MessageQueue) -> None:

@@ -18,7 +18,7 @@ import functools
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from itertools import chain
 from typing import Any
@@ -33,6 +33,7 @@ from clepsydra_client.delivery_time import delay_ms, instant_ms
 from clepsydra_client.futures import Answer, SendFuture
 from clepsydra_client.ids import new_uniq_key
 from clepsydra_client.message import ScheduleChange, SendResult
+from clepsydra_client.routing import Router
 from clepsydra_client.settings import ensure_tracing
 from clepsydra_core import properties as P
 from clepsydra_core import telemetry
@@ -66,6 +67,10 @@ class OutgoingMessage:
     queue_id: int | None = None
     deliver_at: datetime | int | None = None
     delay: timedelta | int | None = None
+    hash_key: str | None = None
+    """Sends it to the queue this key hashes to in the topic's global queue list (every
+    shard's queues): the same key, the same queue (an orderly send); instead of
+    ``queue_id``."""
 
 
 DELAY_ARGUMENTS = ("delay_level", "deliver_at", "delay")
@@ -137,7 +142,10 @@ def message_request(message: OutgoingMessage, uniq_key: str, span: trace.Span | 
 
 
 class Producer:
-    """Sends messages to one store. Thread-safe."""
+    """Sends messages to a store, or to a cluster of store shards through the one address it is
+    given (routing.py: plain sends spread over every shard, a failed one sent again to another;
+    ``queue_id`` and ``hash_key`` name one queue of the topic's global queue list). Thread-safe.
+    """
 
     def __init__(self, store_url: str, *, timeout_s: float = 10.0,
                  http: HttpClient | None = None, linger_ms: float = batching.LINGER_MS,
@@ -158,24 +166,37 @@ class Producer:
         self._batcher_lock = threading.Lock()
         self._contexts: list[str | int | None] = []
         self._paths: dict[str, str] = {}
+        self.router = Router(self.http)
 
     def send(self, topic: str, body: bytes | str, *, tags: str | None = None,
              keys: Sequence[str] | str = (), properties: Mapping[str, str] | None = None,
              delay_level: int = 0, queue_id: int | None = None,
              deliver_at: datetime | int | None = None,
-             delay: timedelta | int | None = None) -> SendResult:
+             delay: timedelta | int | None = None,
+             hash_key: str | None = None) -> SendResult:
         """Send one message; returns where it was stored (SPEC P2: after the append).
         ``deliver_at`` (an aware datetime or epoch ms) or ``delay`` (a timedelta or ms) makes
         it a timer message (SPEC T1), delivered no earlier than that; ``result.deliver_at``
         is the time the store took. At most one of ``delay_level``, ``deliver_at``, ``delay``
-        (ValueError before any request)."""
+        (ValueError before any request). ``queue_id`` (an index into the topic's queues,
+        shard by shard) or ``hash_key`` (hashed over them) sends it to that one queue."""
+        queue_id = self._pinned(topic, queue_id, hash_key)
         return self._send(topic, body, tags, keys, properties, delay_level, queue_id,
                           deliver_at, delay)
 
     def send_message(self, topic: str, message: OutgoingMessage) -> SendResult:
+        queue_id = self._pinned(topic, message.queue_id, message.hash_key)
         return self._send(topic, message.body, message.tags, message.keys, message.properties,
-                          message.delay_level, message.queue_id, message.deliver_at,
-                          message.delay)
+                          message.delay_level, queue_id, message.deliver_at, message.delay)
+
+    def _pinned(self, topic: str, queue_id: int | None, hash_key: str | None) -> int | None:
+        """The global queue index of a send that names one queue (``queue_id``) or hashes to
+        one (``hash_key``); None for a plain send."""
+        if hash_key is None:
+            return queue_id
+        if queue_id is not None:
+            raise ValueError("give queue_id or hash_key, not both")
+        return self.router.hashed(topic, hash_key)
 
     def _send(self, topic: str, body: bytes | str, tags: str | None,
               keys: Sequence[str] | str, properties: Mapping[str, str] | None,
@@ -221,11 +242,20 @@ class Producer:
                 if P.TRACESTATE in props:
                     headers[P.TRACESTATE] = props[P.TRACESTATE]
         text, encoded = body_fields(body)
+        path = self._topic_path(topic)
+        clustered = self.router.clustered
+        target: HttpClient | None = None if clustered else self.http
+        if queue_id is not None and clustered:  # one queue of one shard
+            queue = self.router.queue_of(topic, queue_id)
+            queue_id, target = queue.queue_id, self.router.client(queue.shard)
         req = ProduceMessage.json_of(
             body=text, body_base64=encoded, tags=tags or None, keys=_keys_text(keys),
             properties=props, queue_id=queue_id, delay_level=level, deliver_at=at_ms,
             delay_ms=in_ms)
-        raw = self.http.post(self._topic_path(topic), req, headers=headers)
+        if target is not None:
+            raw = target.post(path, req, headers=headers)
+        else:  # a plain send over the shards (routing.py)
+            raw = self.router.send(topic, lambda http: http.post(path, req, headers=headers))[0]
         return SendResult.from_json(raw, uniq_key), uniq_key
 
     def _topic_path(self, topic: str) -> str:
@@ -241,7 +271,8 @@ class Producer:
     def send_batch(self, topic: str, messages: Iterable[OutgoingMessage]) -> list[SendResult]:
         """Send many messages to one topic in as few requests as possible; results in order.
         Each message gets its own ``client.produce`` span and trace context."""
-        items = list(messages)
+        items = [replace(m, queue_id=self._pinned(topic, m.queue_id, m.hash_key), hash_key=None)
+                 if m.hash_key is not None else m for m in messages]
         for message in items:  # a bad delay refuses the batch before any request is sent
             delivery(message.delay_level, message.deliver_at, message.delay)
         results: list[SendResult] = []
@@ -270,9 +301,7 @@ class Producer:
                                                      **kw))
                 spans.append(span)
                 reqs.append(message_request(message, uniq_key, span))
-            raw = self.http.post(self.http.path("/v1/topics/{}/messages/batch", topic),
-                                 ProduceBatch.of_json(reqs))
-            answers: list[Any] = raw.get("results") or []
+            answers = self._routed_batch(topic, reqs)
             results = [SendResult.from_json(a, k) for a, k in zip(answers, keys, strict=False)]
             for span, message, result in zip(spans, chunk, results, strict=False):
                 if not span.is_recording():
@@ -285,6 +314,37 @@ class Producer:
             for span in spans:
                 span.end()
 
+    def _routed_batch(self, topic: str, reqs: list[Json]) -> list[Any]:
+        """The answers of one batch of request bodies: to one shard (in turn, another if it
+        refused the batch unstored, routing.py); with messages pinned to a queue
+        (``queueId``, a global index) each shard's share goes to its shard, the answers back
+        in the order of ``reqs``."""
+        path = self.http.path("/v1/topics/{}/messages/batch", topic)
+        if not self.router.clustered:
+            return self.http.post(path, ProduceBatch.of_json(reqs)).get("results") or []
+        pinned = [i for i, r in enumerate(reqs) if r.get(_QUEUE_ID) is not None]
+        if not pinned:
+            raw = self.router.send(topic, lambda h: h.post(path, ProduceBatch.of_json(reqs)))[0]
+            return raw.get("results") or []
+        answers: list[Any] = [None] * len(reqs)
+        by_shard: dict[int | None, list[int]] = {}
+        for i, req in enumerate(reqs):
+            if req.get(_QUEUE_ID) is None:
+                by_shard.setdefault(None, []).append(i)
+                continue
+            queue = self.router.queue_of(topic, req[_QUEUE_ID])
+            reqs[i] = {**req, _QUEUE_ID: queue.queue_id}
+            by_shard.setdefault(queue.shard, []).append(i)
+        for shard, indexes in by_shard.items():
+            part = ProduceBatch.of_json([reqs[i] for i in indexes])
+            if shard is None:
+                raw = self.router.send(topic, functools.partial(_post, path, part))[0]
+            else:
+                raw = self.router.client(shard).post(path, part)
+            for i, answer in zip(indexes, raw.get("results") or [], strict=False):
+                answers[i] = answer
+        return answers
+
     @staticmethod
     def _attributes(topic: str) -> dict[str, str]:
         return {telemetry.MESSAGING_SYSTEM: telemetry.SYSTEM,
@@ -296,16 +356,21 @@ class Producer:
                    keys: Sequence[str] | str = (), properties: Mapping[str, str] | None = None,
                    delay_level: int = 0, queue_id: int | None = None,
                    deliver_at: datetime | int | None = None,
-                   delay: timedelta | int | None = None) -> Future[SendResult]:
+                   delay: timedelta | int | None = None,
+                   hash_key: str | None = None) -> Future[SendResult]:
         """Accept one message for a batched send; its future holds the result or the error.
         A bad message (its delay, keys) raises here and is not accepted."""
+        if hash_key is not None:
+            queue_id = self._pinned(topic, queue_id, hash_key)
         return self._accept(topic, body, tags, keys, properties, delay_level, queue_id,
                             deliver_at, delay)
 
     def send_message_async(self, topic: str, message: OutgoingMessage) -> Future[SendResult]:
+        queue_id = message.queue_id
+        if message.hash_key is not None:
+            queue_id = self._pinned(topic, queue_id, message.hash_key)
         return self._accept(topic, message.body, message.tags, message.keys, message.properties,
-                            message.delay_level, message.queue_id, message.deliver_at,
-                            message.delay)
+                            message.delay_level, queue_id, message.deliver_at, message.delay)
 
     def _accept(self, topic: str, body: bytes | str, tags: str | None,
                 keys: Sequence[str] | str, properties: Mapping[str, str] | None,
@@ -407,17 +472,25 @@ class Producer:
         return batcher
 
     def _post_batch(self, topic: str, messages: list[batching.Message]) -> list[Answer]:
-        raw = self.http.post(self.http.path("/v1/topics/{}/messages/batch", topic),
-                             ProduceBatch.of_encoded(_encoded(messages)))
-        answers: list[Answer] = raw.get("results") or []
+        if self.router.clustered and any(m[5] is not None for m in messages):
+            answers: list[Answer] = self._routed_batch(topic, [_message_json(m)
+                                                               for m in messages])
+        else:
+            path = self.http.path("/v1/topics/{}/messages/batch", topic)
+            body = ProduceBatch.of_encoded(_encoded(messages))
+            raw = self.router.send(topic, lambda h: h.post(path, body))[0]
+            answers = raw.get("results") or []
         if not all(type(a) is dict for a in answers):
             raise RemoteError("the store's batch answer holds a result that is not an object")
         return answers[:len(messages)]
 
     def _post_one(self, topic: str, message: batching.Message) -> Answer:
-        raw = self.http.post(self.http.path("/v1/topics/{}/messages", topic),
-                             _message_json(message))
-        return raw
+        path = self.http.path("/v1/topics/{}/messages", topic)
+        req = _message_json(message)
+        if message[5] is not None and self.router.clustered:
+            queue = self.router.queue_of(topic, message[5])
+            return self.router.client(queue.shard).post(path, {**req, _QUEUE_ID: queue.queue_id})
+        return self.router.send(topic, lambda h: h.post(path, req))[0]
 
     # ---- pending delayed messages: cancel and reschedule (issue 15) ------------------------
 
@@ -450,6 +523,7 @@ class Producer:
         batcher = self._batcher
         if batcher is not None:
             batcher.close()
+        self.router.close()
         self.http.close()
 
     def __enter__(self) -> Producer:
@@ -473,6 +547,8 @@ def _target(msg_id: str | None, topic: str | None,
     return "/v1/messages", {"topic": topic, "key": key}
 
 
+_QUEUE_ID = ProduceMessage.json_name_of()["queue_id"]
+"""A produce body's queue field (a global queue index until routed to its shard)."""
 ENCODE_CHUNK = 32
 """Messages encoded by one ``orjson.dumps`` when a batch is sent: their JSON values die at once
 instead of living through the request (and the garbage collector's passes) as a batch's do."""
@@ -493,6 +569,10 @@ def _message_json(message: batching.Message) -> Json:
         properties=dict(zip(message[9::2], message[10::2], strict=True)),
         queue_id=message[5], delay_level=message[6], deliver_at=message[7],
         delay_ms=message[8])
+
+
+def _post(path: str, body: Json, http: HttpClient) -> Json:
+    return http.post(path, body)
 
 
 def _end_span(span: trace.Span, delay_level: int, future: Future[SendResult]) -> None:

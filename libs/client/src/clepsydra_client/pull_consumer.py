@@ -17,10 +17,11 @@ from enum import StrEnum
 
 from clepsydra_client.message import PAGE, Message, MessageQueue
 from clepsydra_client.offsets import RemoteOffsetStore
+from clepsydra_client.routing import Router
 from clepsydra_client.settings import ensure_tracing
 from clepsydra_client.tags import TagExpression
-from clepsydra_client.topics import TopicInfo, fetch_topic
-from clepsydra_core.errors import ConfigError
+from clepsydra_client.topics import TopicInfo
+from clepsydra_core.errors import ConfigError, TopicNotFound
 from clepsydra_core.http import HttpClient
 from clepsydra_core.validation import check_consumable, validate_group_name
 
@@ -48,14 +49,21 @@ class PullConsumer:
         self.group = validate_group_name(group) if group else None
         ensure_tracing()
         self.http = HttpClient(store_url, timeout_s=timeout_s, service="store", token=token)
-        self._offsets = RemoteOffsetStore(self.http, self.group) if self.group else None
+        self.router = Router(self.http)
+        """Each queue's store shard (DEC-store-shards)."""
+        self._offsets = (RemoteOffsetStore(self.http, self.group, self.router) if self.group
+                         else None)
 
     def topic(self, topic: str) -> TopicInfo:
-        return fetch_topic(self.http, topic)
+        """The topic's queues on every store shard (TopicNotFound when none has it)."""
+        info = self.router.topic(topic, fresh=True)
+        if info is None:
+            raise TopicNotFound(f"topic {topic} does not exist")
+        return info
 
     def queues(self, topic: str) -> list[MessageQueue]:
-        """Every queue of a topic, sorted."""
-        return self.topic(topic).message_queues()
+        """Every queue of a topic, sorted (shard by shard)."""
+        return sorted(self.topic(topic).message_queues())
 
     def pull(self, queue: MessageQueue, offset: int, max_count: int = 32,
              expression: str | TagExpression = "*") -> PullResult:
@@ -64,8 +72,9 @@ class PullConsumer:
         check_consumable(queue.topic)
         expr = expression if isinstance(expression, TagExpression) else \
             TagExpression.parse(expression)
-        raw = self.http.get(
-            self.http.path("/v1/topics/{}/queues/{}/messages", queue.topic, queue.queue_id),
+        http = self.http if not self.router.clustered else self.router.client(queue.shard)
+        raw = http.get(
+            http.path("/v1/topics/{}/queues/{}/messages", queue.topic, queue.queue_id),
             {"offset": offset, "max": max_count, "tags": expr.query()})
         messages = [Message.from_json(m) for m in raw.get(PAGE["messages"]) or []]
         matched = [m for m in messages if expr.matches(m.tags)]
@@ -96,6 +105,7 @@ class PullConsumer:
         self._store().commit(queue, offset)
 
     def close(self) -> None:
+        self.router.close()
         self.http.close()
 
     def __enter__(self) -> PullConsumer:

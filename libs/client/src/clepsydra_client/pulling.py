@@ -26,11 +26,14 @@ from clepsydra_client.consume_service import ConsumeService, Stats, wait_idle
 from clepsydra_client.message import PAGE, Message, MessageQueue
 from clepsydra_client.offsets import OffsetTracker
 from clepsydra_client.process_queue import ProcessQueue
+from clepsydra_client.routing import Router
 from clepsydra_client.tags import TagExpression
 from clepsydra_client.timers import TimerPool
-from clepsydra_client.topics import fetch_topic
+from clepsydra_client.topics import TopicInfo
 from clepsydra_core.errors import ClepsydraError, OffsetOutOfRange
 from clepsydra_core.http import HttpClient
+from clepsydra_core.wire.codec import read_answer
+from clepsydra_core.wire.topics import TopicAnswer
 
 logger = logging.getLogger(__name__)
 
@@ -68,8 +71,10 @@ class PullSettings:
 
 class QueuePuller:
     def __init__(self, store: HttpClient, timers: TimerPool, service: ConsumeService,
-                 stats: Stats, settings: PullSettings) -> None:
+                 stats: Stats, settings: PullSettings, router: Router | None = None) -> None:
         self.store = store
+        self.router = router
+        """Each queue is pulled from its own store shard (DEC-store-shards)."""
         self.timers = timers
         self.service = service
         self.stats = stats
@@ -186,11 +191,12 @@ class QueuePuller:
                 self._holding.add(threading.current_thread())
             params["waitMs"] = s.hold_ms
         started = time.monotonic()
+        store = self._client(pq.queue)
         try:
-            raw = self.store.get(
-                self.store.path("/v1/topics/{}/queues/{}/messages", pq.queue.topic,
-                                pq.queue.queue_id), params,
-                timeout_s=self.store.timeout_s + (s.hold_ms / 1000 if held else 0.0))
+            raw = store.get(
+                store.path("/v1/topics/{}/queues/{}/messages", pq.queue.topic,
+                           pq.queue.queue_id), params,
+                timeout_s=store.timeout_s + (s.hold_ms / 1000 if held else 0.0))
         except OffsetOutOfRange:
             self._correct_offset(pq, offset)
             self._again(pq, 0.0)
@@ -240,11 +246,20 @@ class QueuePuller:
             self._idle[pq.queue] = idle
             self._again(pq, idle)
 
+    def _client(self, queue: MessageQueue) -> HttpClient:
+        """The store shard a queue is on (the one store with a single shard)."""
+        if self.router is None or not queue.shard:
+            return self.store if self.router is None or not self.router.clustered \
+                else self.router.client(0)
+        return self.router.client(queue.shard)
+
     def _correct_offset(self, pq: ProcessQueue, offset: int) -> None:
         """The pull offset is outside the queue (segments deleted, store reset): move to the
         nearest end when nothing of the queue is in flight."""
         try:
-            info = fetch_topic(self.store, pq.queue.topic).queue(pq.queue.queue_id)
+            info = TopicInfo.of(read_answer(TopicAnswer, self._client(pq.queue).get(
+                self.store.path("/v1/topics/{}", pq.queue.topic)), "topic"),
+                pq.queue.shard).queue(pq.queue.queue_id, pq.queue.shard)
         except ClepsydraError:
             return
         if info is None or pq.tracker.pending_count:

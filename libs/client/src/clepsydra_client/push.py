@@ -50,6 +50,7 @@ from clepsydra_client.pulling import (
 )
 from clepsydra_client.rebalance import AllocateStrategy, AverageStrategy
 from clepsydra_client.rebalance_service import RebalanceService
+from clepsydra_client.routing import Router
 from clepsydra_client.sendback import SendBack
 from clepsydra_client.settings import ensure_tracing
 from clepsydra_client.tags import TagExpression
@@ -167,6 +168,8 @@ class PushConsumer:
         self.client_id = new_client_id(base.instance_name)
         ensure_tracing()
         self.store = HttpClient(store_url, timeout_s=timeout_s, service="store", token=token)
+        self.router = Router(self.store)
+        """Where each queue's store shard answers (DEC-store-shards)."""
         self.retry = (HttpClient(retry_url, timeout_s=timeout_s, service="retry service",
                                  token=token)
                       if retry_url else None)
@@ -196,7 +199,7 @@ class PushConsumer:
 
     def _offset_store(self) -> OffsetStore:
         if self.clustering:
-            return RemoteOffsetStore(self.store, self.group)
+            return RemoteOffsetStore(self.store, self.group, self.router)
         # keyed by a name that survives a restart (RocketMQ keeps instanceName DEFAULT in
         # broadcasting mode), not by the client id, which carries the pid (issue 12.4)
         folder = self.settings.offset_dir or Path.home() / ".clepsydra" / "offsets"
@@ -253,7 +256,8 @@ class PushConsumer:
         kind, listener = self._listener
         orderly = kind == "orderly"
         self._executor = WorkerPool(s.consume_threads, f"consume-{self.group}")
-        sendback = SendBack(self.group, self.client_id, store=self.store, retry=self.retry)
+        sendback = SendBack(self.group, self.client_id, store=self.store, retry=self.retry,
+                            router=self.router)
         consume_settings = ConsumeSettings(
             group=self.group, client_id=self.client_id, model=s.message_model,
             batch_size=s.consume_batch_size, max_reconsume_times=s.max_reconsume_times,
@@ -272,7 +276,7 @@ class PushConsumer:
             PullSettings(batch_size=s.pull_batch_size, threshold=s.pull_threshold_per_queue,
                          max_span=0 if orderly else s.max_span, idle_max_s=s.pull_idle_max_s,
                          orderly=orderly, hold_ms=s.pull_hold_ms, threads=s.pull_threads,
-                         linger_ms=s.pull_linger_ms))
+                         linger_ms=s.pull_linger_ms), self.router)
         self.rebalance = RebalanceService(self, self.puller, self._timers)
         self._pull_timers.start()
         self._timers.start()
@@ -393,6 +397,7 @@ class PushConsumer:
             self._executor.shutdown(wait=False)
         if self.rebalance is not None:
             self.rebalance.unregister()
+        self.router.close()
         self.store.close()
         if self.retry is not None:
             self.retry.close()

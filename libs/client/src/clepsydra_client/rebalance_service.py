@@ -39,9 +39,10 @@ from clepsydra_client.queue_lock import QueueLockClient
 from clepsydra_client.rebalance import allocate_all
 from clepsydra_client.tags import TagExpression
 from clepsydra_client.timers import TimerPool
-from clepsydra_client.topics import TopicInfo, fetch_topic_or_none
+from clepsydra_client.topics import TopicInfo
 from clepsydra_core import naming
 from clepsydra_core.errors import ClepsydraError
+from clepsydra_core.http import HttpClient
 from clepsydra_core.wire.codec import read_answer
 from clepsydra_core.wire.groups import Heartbeat, HeartbeatAnswer
 
@@ -70,6 +71,7 @@ class RebalanceService:
         self.puller = puller
         self.timers = timers
         self.store = consumer.store
+        self.router = consumer.router
         self.consistent = True
         self.mismatches: list[dict[str, Any]] = []
         self.consumers: list[str] = []
@@ -80,21 +82,41 @@ class RebalanceService:
         self._routes: dict[str, TopicInfo] = {}
         self.locking = consumer.clustering and consumer.orderly
         """Orderly clustering: queues are consumed under the store's queue locks (12.5)."""
-        self.locks = QueueLockClient(self.store, consumer.group, consumer.client_id)
+        self.locks = QueueLockClient(self.store, consumer.group, consumer.client_id,
+                                     self.router)
 
     # ---- heartbeat -----------------------------------------------------------------------
 
+    def _stores(self) -> list[HttpClient]:
+        """Every store shard's client (DEC-store-shards; the one store with one shard)."""
+        if not self.router.clustered:
+            return [self.store]
+        return [self.router.client(m.id) for m in self.router.members()]
+
     def heartbeat(self) -> list[str]:
+        """Heartbeat to every store shard (as RocketMQ's consumers heartbeat every broker);
+        the group's consumers are those any shard that answered knows. ClepsydraError when no
+        shard answers."""
         c = self.consumer
         subs = c.all_subscriptions()
-        answer = read_answer(HeartbeatAnswer, self.store.post(
-            self.store.path("/v1/groups/{}/heartbeat", c.group),
-            Heartbeat(c.client_id, {t: str(e) for t, e in subs.items()},
-                      str(c.settings.message_model)).to_json()), "heartbeat")
-        consumers = sorted(set(answer.consumers))
-        consistent = answer.consistent
+        body = Heartbeat(c.client_id, {t: str(e) for t, e in subs.items()},
+                         str(c.settings.message_model)).to_json()
+        answers: list[HeartbeatAnswer] = []
+        failed: ClepsydraError | None = None
+        for store in self._stores():
+            try:
+                answers.append(read_answer(HeartbeatAnswer, store.post(
+                    store.path("/v1/groups/{}/heartbeat", c.group), body), "heartbeat"))
+            except ClepsydraError as exc:
+                failed = exc
+        if not answers:
+            assert failed is not None
+            raise failed
+        consumers = sorted({x for answer in answers for x in answer.consumers})
+        consistent = all(answer.consistent for answer in answers)
         if not consistent:
-            self._report_mismatch([m.to_json() for m in answer.mismatches])
+            self._report_mismatch([m.to_json() for answer in answers
+                                   for m in answer.mismatches])
         elif not self.consistent:
             logger.info("group=%s subscriptions agree again (C5)", c.group)
             self.mismatches = []
@@ -120,12 +142,12 @@ class RebalanceService:
 
     def unregister(self) -> None:
         c = self.consumer
-        try:
-            self.store.delete(self.store.path("/v1/groups/{}/consumers/{}", c.group,
-                                              c.client_id))
-        except ClepsydraError as exc:
-            logger.warning("unregister failed group=%s client_id=%s error=%s", c.group,
-                           c.client_id, exc)
+        for store in self._stores():
+            try:
+                store.delete(store.path("/v1/groups/{}/consumers/{}", c.group, c.client_id))
+            except ClepsydraError as exc:
+                logger.warning("unregister failed group=%s client_id=%s store=%s error=%s",
+                               c.group, c.client_id, store.base_url, exc)
 
     # ---- allocation ----------------------------------------------------------------------
 
@@ -140,7 +162,7 @@ class RebalanceService:
             x for x in consumers if x != me]
         wanted: dict[MessageQueue, tuple[TagExpression, bool]] = {}
         for topic, expression in c.all_subscriptions().items():
-            route = fetch_topic_or_none(self.store, topic)
+            route = self.router.topic(topic)
             if route is None:
                 if not naming.is_retry_topic(topic):
                     logger.warning("subscribed topic %s does not exist (yet) group=%s", topic,
@@ -239,7 +261,7 @@ class RebalanceService:
         if committed is not None and committed >= 0:
             return committed
         route = self._routes.get(queue.topic)
-        info = route.queue(queue.queue_id) if route else None
+        info = route.queue(queue.queue_id, queue.shard) if route else None
         if info is None:
             start = 0
         elif (naming.is_retry_topic(queue.topic)

@@ -13,14 +13,16 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from opentelemetry import trace
 
 from clepsydra_client.message import Attempt, Message, append_failure
 from clepsydra_client.producer import body_fields
+from clepsydra_client.routing import Router, sent_elsewhere
 from clepsydra_core import naming, telemetry
 from clepsydra_core import properties as P
-from clepsydra_core.errors import ClepsydraError, GroupNotFound, NotFound
+from clepsydra_core.errors import ClepsydraError, GroupNotFound, NoPermission, NotFound
 from clepsydra_core.groups import GroupSettings
 from clepsydra_core.http import HttpClient, RemoteError, error_from_response
 from clepsydra_core.retry_rules import (
@@ -183,10 +185,13 @@ class SendBack:
     """Send-back for one group and consumer."""
 
     def __init__(self, group: str, consumer_id: str, *, store: HttpClient,
-                 retry: HttpClient | None, batch: bool = True) -> None:
+                 retry: HttpClient | None, batch: bool = True,
+                 router: Router | None = None) -> None:
         self.group = group
         self.consumer_id = consumer_id
         self.store = store
+        self.router = router or Router(store)
+        """Where a fallback copy is sent: any store shard that takes messages (R9)."""
         self.retry = retry
         self.batcher = BatchSender(retry, group) if retry is not None else None
         self._group_max_cache: tuple[float, int | None] | None = None
@@ -211,7 +216,8 @@ class SendBack:
                     max_reconsume_times=max_reconsume_times, origin_topic=msg.origin_topic,
                     reason=reason, consumer_id=self.consumer_id,
                     topic=msg.store_topic or msg.topic, queue_id=msg.queue_id,
-                    queue_offset=msg.queue_offset, traceparent=carrier.get(P.TRACEPARENT))
+                    queue_offset=msg.queue_offset, traceparent=carrier.get(P.TRACEPARENT),
+                    shard=msg.shard or None)
                 try:
                     outcome = _outcome(self.batcher.submit(body))
                     span.set_attribute(telemetry.OUTCOME, outcome.outcome)
@@ -266,6 +272,27 @@ class SendBack:
         return self._send_retry_copy(msg, level, msg.reconsume_times + 1, max_reconsume_times,
                                      reason, fallback=True)
 
+    def _send(self, topic: str, path: str, req: dict[str, Any]) -> dict[str, Any]:
+        """A plain produce of the R9/R12 copy: with one store shard, to the store; with more,
+        to a shard that takes messages, the retry topic's route read first; a retry topic that
+        exists on no shard yet goes to the first shard that takes it (its first message makes
+        it there)."""
+        if not self.router.clustered:
+            return self.store.post(path, req)
+        if self.router.route(topic) is None:  # not made on any shard yet
+            last: ClepsydraError | None = None
+            for member in self.router.members():
+                if not member.writable:
+                    continue
+                try:
+                    return self.router.client(member.id).post(path, req)
+                except ClepsydraError as exc:
+                    if not sent_elsewhere(exc):
+                        raise
+                    last = exc
+            raise last or NoPermission("no store shard takes messages now", rule="R2")
+        return self.router.send(topic, lambda http: http.post(path, req))[0]
+
     def dead_letter(self, msg: Message, max_reconsume_times: int, reason: str) -> SendBackOutcome:
         """R12: an orderly consumer gave up locally; ``RECONSUME_TIME`` = max makes the store
         reroute the copy to ``%DLQ%<group>`` (R10)."""
@@ -289,8 +316,10 @@ class SendBack:
                              keys=" ".join(msg.keys) or None, properties=props,
                              delay_level=level if level > 0 else None).to_json()
         topic = naming.retry_topic(self.group)
-        stored_at = read_answer(ProduceAnswer, self.store.post(
-            self.store.path("/v1/topics/{}/messages", topic), req), "produce")
+        path = self.store.path("/v1/topics/{}/messages", topic)
+        # a plain send: to any shard that takes messages (DEC-store-shards); the retry topic is
+        # made there at its first message (R9)
+        stored_at = read_answer(ProduceAnswer, self._send(topic, path, req), "produce")
         stored = stored_at.topic
         outcome = "DLQ" if naming.is_dlq_topic(stored) else "RETRY"
         logger.info("sent to %s outcome=%s group=%s msg_id=%s reconsume_times=%d level=%d",

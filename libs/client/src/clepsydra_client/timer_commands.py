@@ -106,8 +106,15 @@ def timers_text(backlog: TimerBacklog, now_ms: int) -> str:
 
 
 def timers(args: argparse.Namespace, ctx: Context) -> Output:
-    backlog = ctx.admin().timers()
-    return Output(backlog.to_json(), timers_text(backlog, int(time.time() * 1000)))
+    admin = ctx.admin()
+    now = int(time.time() * 1000)
+    backlog = admin.timers()  # its answer says whether the store has peers
+    if admin.clustered:  # every store shard's timers (DEC-store-shards)
+        by_shard = admin.timers_by_shard()
+        return Output({str(shard): b.to_json() for shard, b in by_shard.items()},
+                      "\n\n".join(f"store shard {shard}\n{timers_text(b, now)}"
+                                  for shard, b in by_shard.items()))
+    return Output(backlog.to_json(), timers_text(backlog, now))
 
 
 def add_timer_commands(sub: Any, message_actions: Any) -> None:

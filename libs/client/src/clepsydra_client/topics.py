@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from clepsydra_client.message import MessageQueue
 from clepsydra_core.errors import TopicNotFound
 from clepsydra_core.http import HttpClient
+from clepsydra_core.wire.cluster import ShardsApplied
 from clepsydra_core.wire.codec import read_answer
 from clepsydra_core.wire.topics import TopicAnswer, TopicList
 
@@ -18,6 +19,8 @@ class QueueInfo:
     min_offset: int
     max_offset: int
     """One past the last entry."""
+    shard: int = 0
+    """The store shard it is on (DEC-store-shards)."""
 
     @property
     def count(self) -> int:
@@ -29,19 +32,27 @@ class TopicInfo:
     name: str
     queues: tuple[QueueInfo, ...]
     system: bool = False
+    shards: ShardsApplied | None = None
+    """A create's, update's or delete's answer with more than one store shard: which shards
+    applied it (DEC-store-shards)."""
 
     @classmethod
-    def of(cls, answer: TopicAnswer) -> TopicInfo:
-        """The store's topic answer, its queues in queue id order."""
-        queues = tuple(sorted((QueueInfo(q.queue_id, q.min_offset, q.max_offset)
+    def of(cls, answer: TopicAnswer, shard: int = 0) -> TopicInfo:
+        """One shard's topic answer, its queues in queue id order."""
+        queues = tuple(sorted((QueueInfo(q.queue_id, q.min_offset, q.max_offset, shard)
                                for q in answer.queues), key=lambda q: q.queue_id))
-        return cls(answer.name, queues, answer.system)
+        return cls(answer.name, queues, answer.system, answer.shards)
+
+    @property
+    def shard_ids(self) -> list[int]:
+        return sorted({q.shard for q in self.queues})
 
     def message_queues(self) -> list[MessageQueue]:
-        return [MessageQueue(self.name, q.queue_id) for q in self.queues]
+        return [MessageQueue(self.name, q.queue_id, q.shard) for q in self.queues]
 
-    def queue(self, queue_id: int) -> QueueInfo | None:
-        return next((q for q in self.queues if q.queue_id == queue_id), None)
+    def queue(self, queue_id: int, shard: int = 0) -> QueueInfo | None:
+        return next((q for q in self.queues if q.queue_id == queue_id and q.shard == shard),
+                    None)
 
     @property
     def message_count(self) -> int:

@@ -84,6 +84,7 @@ class Action(enum.Enum):
     REPORTS = "read reports"
     REPORT_RUN = "run reports"
     AUTH_ADMIN = "manage tokens"
+    CLUSTER_ADMIN = "drain or resume a store shard"
 
 
 _ROLE_ACTIONS: dict[Role, frozenset[Action]] = {

@@ -153,3 +153,10 @@ class Unavailable(ClepsydraError):
 
     code = "SERVICE_UNAVAILABLE"
     http_status = 503
+
+
+class NotSent(Unavailable):
+    """The service never received the request: the connection could not be made, or broke
+    before the request was written. Nothing of it was done, so a client may send it elsewhere
+    (a producer to another store shard, DEC-shard-send-retry)."""
+

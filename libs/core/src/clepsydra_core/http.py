@@ -43,6 +43,7 @@ from clepsydra_core.errors import (
     MessageNotFound,
     NoPermission,
     NotFound,
+    NotSent,
     OffsetOutOfRange,
     RateLimited,
     TopicNotFound,
@@ -51,8 +52,10 @@ from clepsydra_core.errors import (
     ValidationError,
 )
 from clepsydra_core.http_connections import DEFAULT_SPIN_US, ConnectionPool
+from clepsydra_core.http_connections import NotSent as ConnectionNotSent
 from clepsydra_core.properties import TRACEPARENT
 from clepsydra_core.settings import client_token, env_int
+from clepsydra_core.wire.cluster import SHARDS_HEADER
 
 if TYPE_CHECKING:
     import requests
@@ -141,6 +144,7 @@ class HttpClient:
         self.service = service
         self._env_proxies = env_proxies
         self._pool_size = pool_size
+        self._spin_us = spin_us
         token = token or client_token()
         self._auth = {"Authorization": f"Bearer {token}"} if token else {}
         self._local = threading.local()
@@ -148,6 +152,7 @@ class HttpClient:
         self._lock = threading.Lock()
         self._pool: ConnectionPool | None = None
         self._prefix = ""
+        self._shards = 0
         parts = urlsplit(self.base_url)
         if (parts.scheme == "http" and parts.hostname and not parts.username
                 and not (env_proxies and _proxied(self.base_url))):
@@ -156,6 +161,22 @@ class HttpClient:
                                   maximum=10_000)
             self._pool = ConnectionPool(parts.hostname, parts.port or 80, spin_us)
             self._prefix = parts.path
+
+    @property
+    def shards_hint(self) -> int:
+        """How many store shards the last answer that said so named (``SHARDS_HEADER``; 0 when
+        none did: a one-store store, or another service)."""
+        return self._pool.shards if self._pool is not None else self._shards
+
+    def sibling(self, base_url: str, service: str | None = None) -> HttpClient:
+        """A client of another URL with this one's settings and token (another store shard,
+        DEC-store-shards)."""
+        twin = HttpClient(base_url, timeout_s=self.timeout_s,
+                          connect_timeout_s=self.connect_timeout_s,
+                          service=service or self.service, env_proxies=self._env_proxies,
+                          pool_size=self._pool_size, spin_us=self._spin_us)
+        twin._auth = dict(self._auth)
+        return twin
 
     def _session(self) -> requests.Session:
         import requests  # an https:// or proxied service only (module docstring)
@@ -202,8 +223,10 @@ class HttpClient:
             else:
                 status, content = self._session_call(method, url, params, data, sent, read_s)
         except (OSError, http.client.HTTPException) as exc:  # requests' errors are OSErrors
-            raise Unavailable(
-                f"the {self.service} at {self.base_url} did not answer ({type(exc).__name__}): "
+            kind = NotSent if isinstance(exc, ConnectionNotSent) else Unavailable
+            cause = type(exc.__cause__ if kind is NotSent and exc.__cause__ else exc).__name__
+            raise kind(
+                f"the {self.service} at {self.base_url} did not answer ({cause}): "
                 "check that it runs and that the URL is right") from exc
         try:
             payload = orjson.loads(content) if content else {}
@@ -222,6 +245,9 @@ class HttpClient:
         timeout = read_s if self.connect_timeout_s is None else (self.connect_timeout_s, read_s)
         resp = self._session().request(method, url, params=_clean(params), data=data,
                                        headers=headers, timeout=timeout)
+        shards = resp.headers.get(SHARDS_HEADER)
+        if shards is not None and shards.isdigit():
+            self._shards = int(shards)
         return resp.status_code, resp.content
 
     def _exchange(self, method: str, path: str, params: dict[str, Any] | None,

@@ -49,7 +49,10 @@ import threading
 import time
 import weakref
 
+from clepsydra_core.wire.cluster import SHARDS_HEADER
+
 IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
+_SHARDS = SHARDS_HEADER.lower()
 MAX_HEAD_BYTES = 64 * 1024
 """An answer whose head is longer is refused (``http.client.LineTooLong``)."""
 _RECV_BYTES = 256 * 1024
@@ -82,6 +85,8 @@ class Connection:
         self.read_timeout_s: float | None = None
         self._buf = b""
         self._view: memoryview | None = None
+        self.shards = 0
+        """The store cluster's size its last answer named (``SHARDS_HEADER``; 0: none)."""
 
     def connect(self, timeout_s: float) -> None:
         self.sock = socket.create_connection((self.host, self.port), timeout_s)
@@ -153,6 +158,9 @@ class Connection:
             if not 100 <= status < 200:
                 break
         length = fields.get("content-length")
+        shards = fields.get(_SHARDS)
+        if shards is not None and shards.isdigit():
+            self.shards = int(shards)
         close = (fields.get("connection", "").lower() == "close"
                  or (version == "HTTP/1.0"
                      and fields.get("connection", "").lower() != "keep-alive"))
@@ -276,6 +284,11 @@ class RequestNotSent(Exception):
     """The request could not be written: the service cannot have acted on it."""
 
 
+class NotSent(ConnectionError):
+    """The call's connection could not be made, or broke before its request was written: the
+    service never received it (``clepsydra_core.errors.NotSent`` for the caller)."""
+
+
 class ConnectionPool:
     """One keep-alive connection per calling thread to ``host:port``. Thread-safe."""
 
@@ -287,6 +300,8 @@ class ConnectionPool:
         self._all: weakref.WeakSet[Connection] = weakref.WeakSet()
         """Every live thread's connection (one of a thread that ended closes itself)."""
         self._lock = threading.Lock()
+        self.shards = 0
+        """The store cluster's size the last answer that named it named (``SHARDS_HEADER``)."""
 
     def _connection(self) -> Connection:
         conn: Connection | None = getattr(self._local, "conn", None)
@@ -307,12 +322,15 @@ class ConnectionPool:
             reused = False
         while True:
             try:
-                return self._exchange(conn, method, target, body, headers, read_timeout_s,
-                                      connect_timeout_s)
+                answer = self._exchange(conn, method, target, body, headers, read_timeout_s,
+                                        connect_timeout_s)
+                if conn.shards:
+                    self.shards = conn.shards
+                return answer
             except RequestNotSent as exc:
                 conn.close()
                 if not reused:
-                    raise exc.__cause__ or OSError("request not sent") from None
+                    raise NotSent(str(exc.__cause__ or "request not sent")) from exc.__cause__
             except (OSError, http.client.HTTPException) as exc:
                 conn.close()
                 if not (reused and method in IDEMPOTENT
@@ -326,7 +344,11 @@ class ConnectionPool:
                   headers: dict[str, str], read_timeout_s: float,
                   connect_timeout_s: float) -> tuple[int, bytes]:
         if conn.sock is None:
-            conn.connect(connect_timeout_s)
+            try:
+                conn.connect(connect_timeout_s)
+            except OSError as exc:
+                conn.close()
+                raise NotSent(f"could not connect: {exc}") from exc
         if conn.read_timeout_s != read_timeout_s:
             conn.set_timeout(read_timeout_s)
         try:

@@ -8,6 +8,11 @@
 - The **offsetMsgId** locates one stored record: store host (IPv4 + port) and CommitLog offset,
   also 32 hex digits (``encode_msg_id(b"\x7f\0\0\1" + port, 4096)``). A record written before
   unique ids has no ``UNIQ_KEY``: its msgId is its offsetMsgId.
+
+The store host's port field is 4 bytes and a port needs 2: the upper two carry the store's
+shard id (DEC-shard-in-msgid), so an offsetMsgId alone names the shard that holds the record
+and a look-up from any shard goes straight to it. Shard 0 writes zeros there: every id written
+before shards, and every id of a one-store cluster, is unchanged and reads as shard 0.
 """
 
 from __future__ import annotations
@@ -38,26 +43,44 @@ match)."""
 _ID = re.compile(ID_PATTERN[1:-1])
 
 
+MAX_SHARD = 0xFFFF
+"""The highest shard id an offsetMsgId can carry (the upper half of its port field)."""
+
+
 @dataclass(frozen=True, slots=True)
 class MsgId:
     host: str
     port: int
     commitlog_offset: int
+    shard: int = 0
+    """The shard that holds the record (DEC-shard-in-msgid; 0 for every id before shards)."""
 
 
-def pack_host(host_port: str) -> bytes:
-    """``"10.0.0.5:8081"`` -> 8 bytes (IPv4, port). Unparseable input packs as 0.0.0.0:0."""
+def pack_host(host_port: str, shard: int = 0) -> bytes:
+    """``"10.0.0.5:8081"`` -> 8 bytes (IPv4, then a 4-byte field: ``shard`` in its upper half,
+    the port in its lower half). Unparseable input packs as 0.0.0.0:0 (still with the shard)."""
+    if not 0 <= shard <= MAX_SHARD:
+        raise ValueError(f"a shard id is 0..{MAX_SHARD}, got {shard}")
     host, _, port = host_port.rpartition(":")
     try:
-        return socket.inet_aton(host) + struct.pack(">I", int(port))
+        number = int(port)
+        if not 0 <= number <= 0xFFFF:
+            raise ValueError(port)
+        return socket.inet_aton(host) + struct.pack(">I", shard << 16 | number)
     except (OSError, ValueError, struct.error):
-        return b"\0" * 8
+        return b"\0" * 4 + struct.pack(">I", shard << 16)
 
 
 def unpack_host(raw: bytes) -> str:
-    """8 bytes -> ``"ip:port"``."""
-    (port,) = struct.unpack_from(">I", raw, 4)
-    return f"{socket.inet_ntoa(raw[:4])}:{port}"
+    """8 bytes -> ``"ip:port"`` (the shard bits left out: the host's own address)."""
+    (field,) = struct.unpack_from(">I", raw, 4)
+    return f"{socket.inet_ntoa(raw[:4])}:{field & 0xFFFF}"
+
+
+def shard_of_host(raw: bytes) -> int:
+    """The shard id packed into 8 bytes of store host (:func:`pack_host`)."""
+    (field,) = struct.unpack_from(">I", raw, 4)
+    return int(field >> 16)
 
 
 def encode_msg_id(store_host: bytes, commitlog_offset: int) -> str:
@@ -71,7 +94,7 @@ def decode_msg_id(msg_id: str) -> MsgId:
         raise ValidationError(f"not a msgId (32 hex digits, the last 16 an offset >= 0): "
                               f"{msg_id!r}", code="INVALID_MSG_ID")
     ip, port, offset = _LAYOUT.unpack(bytes.fromhex(msg_id))
-    return MsgId(socket.inet_ntoa(ip), port, offset)
+    return MsgId(socket.inet_ntoa(ip), port & 0xFFFF, offset, port >> 16)
 
 
 def offset_msg_id(text: str) -> MsgId | None:
@@ -79,7 +102,15 @@ def offset_msg_id(text: str) -> MsgId | None:
     if not isinstance(text, str) or not _HEX32.fullmatch(text):
         return None
     ip, port, offset = _LAYOUT.unpack(bytes.fromhex(text))
-    return MsgId(socket.inet_ntoa(ip), port, offset)
+    return MsgId(socket.inet_ntoa(ip), port & 0xFFFF, offset, port >> 16)
+
+
+def shard_of_offset_msg_id(text: str) -> int | None:
+    """The shard an offsetMsgId names (DEC-shard-in-msgid), None when the text is not one (a
+    msgId: a message's unique id names no shard)."""
+    if not isinstance(text, str) or len(text) != 32 or not _HEX32.fullmatch(text):
+        return None
+    return int(text[8:12], 16)
 
 
 def check_id(text: object) -> str:

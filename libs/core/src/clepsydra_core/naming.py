@@ -98,38 +98,70 @@ def segment_file_name(start_offset: int) -> str:
     return f"{start_offset:020d}"
 
 
+def store_dir_name(shard: int) -> str:
+    """A store shard's data folder under CLEPSYDRA_HOME in the local stack: ``store`` for shard
+    0 (the folder of a one-store stack, unchanged), ``store-<id>`` for the others."""
+    return "store" if shard == 0 else f"store-{shard}"
+
+
+CLUSTER_FILE = "cluster.json"
+"""A store shard's own cluster state (its write permission, topic tombstones), under
+CONFIG_DIR (DEC-shard-drain)."""
+
+
 # ---- Redis keys ----------------------------------------------------------------------------
 
 
-def delay_offset_key(level: int) -> str:
-    """Progress (schedule queue offset) of one delay level (SPEC D2)."""
-    return f"{REDIS_PREFIX}:schedule:offset:{level}"
+def _shard_part(shard: int) -> str:
+    """The shard's part of a scheduler key: nothing for shard 0, whose keys are the ones a
+    one-store stack always had (DEC-shard-keys), ``shard:<id>:`` for the others."""
+    return "" if shard == 0 else f"shard:{shard}:"
 
 
-def delay_lease_key(level: int) -> str:
-    """Lease that makes one worker the active deliverer of a level."""
-    return f"{REDIS_PREFIX}:schedule:lease:{level}"
+def delay_offset_key(level: int, shard: int = 0) -> str:
+    """Progress (schedule queue offset) of one delay level of one store shard (SPEC D2)."""
+    return f"{REDIS_PREFIX}:schedule:{_shard_part(shard)}offset:{level}"
 
 
-def delay_fence_key(level: int) -> str:
-    """Counter of a level's fencing tokens: each lease taken gets the next one, and the store
-    refuses a hand-over carrying one older than it has seen (DEC-scheduler-lease)."""
-    return f"{REDIS_PREFIX}:schedule:fence:{level}"
+def delay_lease_key(level: int, shard: int = 0) -> str:
+    """Lease that makes one worker the active deliverer of a level of one store shard."""
+    return f"{REDIS_PREFIX}:schedule:{_shard_part(shard)}lease:{level}"
 
 
-def delay_stats_key(level: int) -> str:
-    """Hash of a level's delivery statistics (delivered count, lateness buckets, lag)."""
-    return f"{REDIS_PREFIX}:schedule:stats:{level}"
+def delay_fence_key(level: int, shard: int = 0) -> str:
+    """Counter of a level's fencing tokens on one store shard: each lease taken gets the next
+    one, and the shard refuses a hand-over carrying one older than it has seen
+    (DEC-scheduler-lease)."""
+    return f"{REDIS_PREFIX}:schedule:{_shard_part(shard)}fence:{level}"
+
+
+def delay_stats_key(level: int, shard: int = 0) -> str:
+    """Hash of a level's delivery statistics (delivered count, lateness buckets, lag) on one
+    store shard."""
+    return f"{REDIS_PREFIX}:schedule:{_shard_part(shard)}stats:{level}"
 
 
 TIMER_LEASE_KEY = f"{REDIS_PREFIX}:schedule:lease:timers"
-"""Lease that makes one worker the active deliverer of the timers (issue 15)."""
+"""Lease that makes one worker the active deliverer of shard 0's timers (SPEC T1)."""
 TIMER_FENCE_KEY = f"{REDIS_PREFIX}:schedule:fence:timers"
-"""Counter of the timers' fencing tokens (as ``delay_fence_key`` for a level)."""
+"""Counter of shard 0's timers' fencing tokens (as ``delay_fence_key`` for a level)."""
+
+
+def timer_lease_key(shard: int = 0) -> str:
+    """Lease of one store shard's timers (:data:`TIMER_LEASE_KEY` for shard 0)."""
+    return f"{REDIS_PREFIX}:schedule:{_shard_part(shard)}lease:timers"
+
+
+def timer_fence_key(shard: int = 0) -> str:
+    """Fencing-token counter of one store shard's timers (:data:`TIMER_FENCE_KEY` for shard
+    0)."""
+    return f"{REDIS_PREFIX}:schedule:{_shard_part(shard)}fence:timers"
+
+
 WORKER_INCARNATION_KEY = f"{REDIS_PREFIX}:schedule:incarnation"
 """Counter each scheduler worker process takes its incarnation number from once (never below
 Redis's clock in microseconds): of two processes of one worker identity, the later one takes
-the leases of the earlier over at once (DEC-scheduler-lease)."""
+the leases of the earlier over at once (DEC-scheduler-lease). One for every store shard."""
 TIMER_QUEUE_NAME = "schedule.timers"
 """The Celery queue the timers' delivery task is routed to."""
 
@@ -159,9 +191,11 @@ def gateway_client_key(client_id: str) -> str:
     return f"{REDIS_PREFIX}:gateway:client:{client_id}"
 
 
-def dlq_state_key(group: str) -> str:
-    """Hash of a group's DLQ state (purge floor) kept by the retry service."""
-    return f"{REDIS_PREFIX}:dlq:{group}:state"
+def dlq_state_key(group: str, shard: int = 0) -> str:
+    """Hash of a group's DLQ state (purge floor) on one store shard, kept by the retry service
+    (shard 0: the key of a one-store stack, DEC-shard-keys)."""
+    suffix = "state" if shard == 0 else f"shard:{shard}:state"
+    return f"{REDIS_PREFIX}:dlq:{group}:{suffix}"
 
 
 def dlq_removed_key(group: str) -> str:
@@ -229,20 +263,32 @@ def export_hour_dir(hour: str) -> str:
     return f"hour={hour}"
 
 
-def export_file_name(queue_id: int, start_offset: int, end_offset: int) -> str:
+def export_file_name(queue_id: int, start_offset: int, end_offset: int, shard: int = 0) -> str:
     """``q0003-00000000000000000100-00000000000000000200.parquet``: the queue and the range
-    ``[start_offset, end_offset)`` of queue offsets the file holds."""
-    return f"q{queue_id:04d}-{start_offset:020d}-{end_offset:020d}.parquet"
+    ``[start_offset, end_offset)`` of queue offsets the file holds; a queue of store shard 2:
+    ``s0002-q0003-...`` (shard 0's names are those of a one-store stack, DEC-store-shards)."""
+    name = f"q{queue_id:04d}-{start_offset:020d}-{end_offset:020d}.parquet"
+    return name if shard == 0 else f"s{shard:04d}-{name}"
 
 
-def parse_export_file_name(name: str) -> tuple[int, int, int] | None:
-    """(queue_id, start_offset, end_offset) of an export file name, None for any other name."""
+def parse_export_file(name: str) -> tuple[int, int, int, int] | None:
+    """(shard, queue_id, start_offset, end_offset) of an export file name, None for any other
+    name."""
+    shard = 0
+    if name.startswith("s") and name[1:5].isdigit() and name[5:7] == "-q":
+        shard, name = int(name[1:5]), name[6:]
     if not (name.startswith("q") and name.endswith(".parquet")):
         return None
     parts = name[1:-len(".parquet")].split("-")
     if len(parts) != 3 or not all(p.isdigit() for p in parts):
         return None
-    return int(parts[0]), int(parts[1]), int(parts[2])
+    return shard, int(parts[0]), int(parts[1]), int(parts[2])
+
+
+def parse_export_file_name(name: str) -> tuple[int, int, int] | None:
+    """(queue_id, start_offset, end_offset) of an export file name, None for any other name."""
+    parsed = parse_export_file(name)
+    return None if parsed is None else parsed[1:]
 
 
 REPORT_HTML = "report.html"

@@ -74,13 +74,18 @@ class ExportedRange:
     end_offset: int
     hour: str
     path: str
+    shard: int = 0
+    """The store shard the queue is on (DEC-store-shards)."""
 
 
 class ExportFiles:
-    """The export folder of one schema version."""
+    """The export folder of one schema version; the files it writes, and the ends it resumes
+    from, are those of the queues of store shard ``shard`` (every shard's exporter writes into
+    the one folder, each file named with its shard, ``naming.export_file_name``)."""
 
-    def __init__(self, uri: str) -> None:
+    def __init__(self, uri: str, shard: int = 0) -> None:
         self.uri = uri
+        self.shard = shard
         self.local = "://" not in uri or uri.startswith("file://")
         self._fs: pafs.FileSystem | None = None
         if self.local:
@@ -165,9 +170,10 @@ class ExportFiles:
                     hour: str, table: pa.Table) -> ExportedRange:
         """Write the rows of ``[start_offset, end_offset)`` of one queue and hour, whole."""
         path = self._write_whole(self.hour_dir(topic, hour),
-                                 naming.export_file_name(queue_id, start_offset, end_offset),
+                                 naming.export_file_name(queue_id, start_offset, end_offset,
+                                                         self.shard),
                                  table)
-        return ExportedRange(topic, queue_id, start_offset, end_offset, hour, path)
+        return ExportedRange(topic, queue_id, start_offset, end_offset, hour, path, self.shard)
 
     def write_snapshot(self, name: str, table: pa.Table) -> None:
         folder = f"{self.root}/{naming.EXPORT_SNAPSHOT_DIR}"
@@ -249,7 +255,7 @@ class ExportFiles:
         """Every complete export file, parsed from its path."""
         out: list[ExportedRange] = []
         for info in self._walk():
-            parsed = naming.parse_export_file_name(info.base_name)
+            parsed = naming.parse_export_file(info.base_name)
             if parsed is None:
                 continue
             parts = info.path[len(self.root) + 1:].split("/")
@@ -259,14 +265,25 @@ class ExportFiles:
             hour = parts[1][len("hour="):] if parts[1].startswith("hour=") else None
             if topic is None or hour is None:
                 continue
-            out.append(ExportedRange(topic, parsed[0], parsed[1], parsed[2], hour, info.path))
+            shard, queue_id, start, end = parsed
+            out.append(ExportedRange(topic, queue_id, start, end, hour, info.path, shard))
         return out
 
     def exported_ends(self) -> dict[tuple[str, int], int]:
-        """(topic, queue_id) -> the end of the highest exported range."""
+        """(topic, queue_id) -> the end of the highest exported range of this shard's queue."""
         ends: dict[tuple[str, int], int] = {}
         for r in self.ranges():
+            if r.shard != self.shard:
+                continue
             key = (r.topic, r.queue_id)
+            ends[key] = max(ends.get(key, 0), r.end_offset)
+        return ends
+
+    def shard_ends(self) -> dict[tuple[str, int, int], int]:
+        """(topic, queue_id, shard) -> the end of the highest exported range, every shard."""
+        ends: dict[tuple[str, int, int], int] = {}
+        for r in self.ranges():
+            key = (r.topic, r.queue_id, r.shard)
             ends[key] = max(ends.get(key, 0), r.end_offset)
         return ends
 

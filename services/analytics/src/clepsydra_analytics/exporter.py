@@ -78,6 +78,21 @@ class CycleResult:
     """A queue was left with messages not pulled yet (the next cycle comes at once)."""
 
 
+def catch_up_cycles(cycle: Callable[..., CycleResult], timeout_s: float) -> CycleResult:
+    """``cycle(force_flush=True)`` again until a cycle caught up or ``timeout_s`` passed: the
+    sum of their counts, caught up as the last one was."""
+    total = CycleResult()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        r = cycle(force_flush=True)
+        total.rows_pulled += r.rows_pulled
+        total.rows_written += r.rows_written
+        total.files_written += r.files_written
+        if r.caught_up or time.monotonic() > deadline:
+            total.caught_up = r.caught_up
+            return total
+
+
 class WriteWatch:
     """Whether the store is being written to now: the sum of every topic's end grew between
     two listings (producers, or the scheduler's hand-overs). A listing is taken at the start
@@ -138,8 +153,11 @@ class ExporterLock:
 class Exporter:
     def __init__(self, settings: AnalyticsSettings, *, files: ExportFiles | None = None,
                  reader: StoreReader | None = None,
-                 clock_s: Callable[[], float] = time.monotonic) -> None:
+                 clock_s: Callable[[], float] = time.monotonic, snapshots: bool = True) -> None:
+        """``snapshots``: this exporter writes the snapshot tables (one exporter of a cluster
+        of store shards does: export_shards.py)."""
         self.settings = settings
+        self.write_snapshot_tables = snapshots
         self.files = files or ExportFiles(settings.export_uri)
         self.reader = reader or StoreReader(settings.store_url)
         self.clock_s = clock_s
@@ -350,7 +368,7 @@ class Exporter:
                     queue_id, written, files, end)
         return written, files
 
-    def _beat(self) -> None:
+    def beat(self) -> None:
         """Tell jobs runs (here or on another machine sharing the state folder) that an
         exporter is at work, so they do not export themselves."""
         path = self.settings.state_dir / naming.EXPORTER_HEARTBEAT
@@ -379,6 +397,8 @@ class Exporter:
     # ---- snapshots -----------------------------------------------------------------------
 
     def _maybe_snapshot(self, force: bool) -> None:
+        if not self.write_snapshot_tables:
+            return
         now = self.clock_s()
         if (not force and self._last_snapshot_s is not None
                 and now - self._last_snapshot_s < self.settings.flush_interval_s):
@@ -426,18 +446,11 @@ class Exporter:
     def catch_up(self, timeout_s: float) -> CycleResult:
         """Cycles until every queue is exported up to its end, everything flushed (without the
         pauses for writers: it was asked to finish)."""
-        total = CycleResult()
-        deadline = time.monotonic() + timeout_s
         self.pace = False
-        while True:
-            r = self.cycle(force_flush=True)
-            total.rows_pulled += r.rows_pulled
-            total.rows_written += r.rows_written
-            total.files_written += r.files_written
-            if r.caught_up or time.monotonic() > deadline:
-                total.caught_up = r.caught_up
-                self.pace = True
-                return total
+        try:
+            return catch_up_cycles(self.cycle, timeout_s)
+        finally:
+            self.pace = True
 
     def run(self, stop: threading.Event) -> None:
         """Until ``stop`` is set: cycle, sleeping ``poll_interval_s`` after a cycle that reached
@@ -460,9 +473,13 @@ class Exporter:
                 stop.wait(self.settings.poll_interval_s)
                 continue
             self.last_cycle_s = self.clock_s()
-            self._beat()
+            self.beat()
             if not (r.behind and r.rows_pulled):  # (a queue the store answers empty: wait too)
                 stop.wait(self.settings.poll_interval_s)
+        self.flush_all()
+
+    def flush_all(self) -> None:
+        """Write every queue's buffered rows (the exporter stops)."""
         for (topic, queue_id), buf in list(self.buffers.items()):
             if buf.next_offset > buf.start_offset:
                 self._flush(topic, queue_id, buf)
@@ -507,8 +524,10 @@ def run_exporter(settings: AnalyticsSettings, stop: threading.Event) -> None:
     if not lock.acquire():
         raise ConfigError(f"another exporter holds {lock.path}: one exporter per export folder")
     health = None
+    from clepsydra_analytics.export_shards import ShardedExporter
+
     try:
-        exporter = Exporter(settings)
+        exporter = ShardedExporter(settings)  # every store shard's queues (DEC-store-shards)
         exporter.prepare()
         if settings.exporter_port:
             from clepsydra_analytics.exporter_health import health_server

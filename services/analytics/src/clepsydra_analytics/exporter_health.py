@@ -16,17 +16,21 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from clepsydra_analytics.export_shards import ShardedExporter
 from clepsydra_analytics.exporter import Exporter
 from clepsydra_core.health_http import JSON, HealthServer, Response, Routes
+
+AnyExporter = Exporter | ShardedExporter
+"""One store's exporter, or every shard's (export_shards.py)."""
 
 STALE_MIN_S = 60.0
 
 
-def stale_after_s(exporter: Exporter) -> float:
+def stale_after_s(exporter: AnyExporter) -> float:
     return max(STALE_MIN_S, 10 * exporter.settings.poll_interval_s)
 
 
-def health(exporter: Exporter) -> tuple[dict[str, Any], int]:
+def health(exporter: AnyExporter) -> tuple[dict[str, Any], int]:
     now = exporter.clock_s()
     last = exporter.last_cycle_s
     age_s = None if last is None else now - last
@@ -38,7 +42,7 @@ def health(exporter: Exporter) -> tuple[dict[str, Any], int]:
 
 
 class ExporterCollector(Collector):
-    def __init__(self, exporter: Exporter) -> None:
+    def __init__(self, exporter: AnyExporter) -> None:
         self.exporter = exporter
 
     def collect(self) -> Iterator[Metric]:
@@ -64,7 +68,7 @@ class ExporterCollector(Collector):
         yield age
 
 
-def health_routes(exporter: Exporter) -> Routes:
+def health_routes(exporter: AnyExporter) -> Routes:
     """``/healthz`` and ``/metrics`` of ``exporter``."""
     registry = CollectorRegistry()
     registry.register(ExporterCollector(exporter))
@@ -79,7 +83,7 @@ def health_routes(exporter: Exporter) -> Routes:
     return {"/healthz": healthz, "/metrics": metrics}
 
 
-def health_server(exporter: Exporter, bind: str, port: int) -> HealthServer:
+def health_server(exporter: AnyExporter, bind: str, port: int) -> HealthServer:
     """The exporter's endpoints on ``bind:port``, started (OSError when the port cannot be
     bound). No access line per probe or scrape: an idle exporter writes nothing (issue 20.7)."""
     return HealthServer(bind, port, health_routes(exporter), name="exporter-health",

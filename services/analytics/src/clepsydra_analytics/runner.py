@@ -18,7 +18,8 @@ from typing import Any
 
 from clepsydra_analytics import jobs, report
 from clepsydra_analytics.export_files import ExportFiles
-from clepsydra_analytics.exporter import Exporter, ExporterLock, exporter_alive
+from clepsydra_analytics.export_shards import ShardedExporter
+from clepsydra_analytics.exporter import ExporterLock, exporter_alive
 from clepsydra_analytics.rows import rows_json
 from clepsydra_analytics.settings import AnalyticsSettings
 from clepsydra_analytics.status import wait_caught_up
@@ -74,7 +75,7 @@ def catch_up(settings: AnalyticsSettings) -> ExportCatchUp:
         lock = ExporterLock(settings.state_dir)
         if not exporter_alive(settings) and lock.acquire():
             try:
-                exporter = Exporter(settings)
+                exporter = ShardedExporter(settings)  # every store shard's (DEC-store-shards)
                 exporter.prepare()
                 result = exporter.catch_up(settings.catch_up_timeout_s)
                 return ExportCatchUp("exported" if result.caught_up else "timeout",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from clepsydra_client.routing import Router
 from clepsydra_client.topics import TopicInfo, list_topics
 from clepsydra_core.errors import ClepsydraError
 from clepsydra_core.http import HttpClient
@@ -16,9 +17,21 @@ class StoreReader:
     def __init__(self, store_url: str, *, timeout_s: float = 30.0) -> None:
         self.http = HttpClient(store_url, timeout_s=timeout_s, service="store",
                                env_proxies=False)
+        self._router: Router | None = None
 
     def topics(self) -> list[TopicInfo]:
+        """The topics of the store this reader reads (one shard's queues)."""
         return list_topics(self.http)
+
+    def every_shard_topics(self) -> list[TopicInfo]:
+        """The topics with their queues on every store shard (DEC-store-shards; the one
+        store's with one shard)."""
+        listed = self.topics()
+        if self._router is None:
+            self._router = Router(self.http)
+        if not self._router.clustered:
+            return listed
+        return [self._router.topic(t.name) or t for t in listed]
 
     def pull(self, topic: str, queue_id: int, queue_offset: int, max_count: int, *,
              with_body: bool) -> dict[str, Any]:
@@ -52,4 +65,6 @@ class StoreReader:
         return [lv for lv in raw.get("levels") or [] if isinstance(lv, dict)]
 
     def close(self) -> None:
+        if self._router is not None:
+            self._router.close()
         self.http.close()

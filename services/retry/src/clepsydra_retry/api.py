@@ -15,6 +15,7 @@ from werkzeug.routing import BaseConverter
 
 from clepsydra_core.errors import ClepsydraError
 from clepsydra_core.groups import GroupSettings, validate_settings
+from clepsydra_core.msgid import MAX_SHARD
 from clepsydra_core.properties import TRACEPARENT
 from clepsydra_core.validation import validate_group_name
 from clepsydra_core.wire.dlq import FILTER_FIELDS, DlqFilter, DlqPurge
@@ -150,7 +151,9 @@ def list_dlq(group: str) -> Response:
     offset = query_int("offset", None)
     max_count = query_int("max", LIST_MAX_DEFAULT, minimum=1, maximum=LIST_MAX)
     assert max_count is not None
-    return jsonify(services().dlq.list_page(group, offset, max_count, query_filter()).to_json())
+    shard = query_int("shard", None, maximum=MAX_SHARD)
+    return jsonify(services().dlq.list_page(group, offset, max_count, query_filter(),
+                                            shard).to_json())
 
 
 @dlq_bp.get("/v1/groups/<group>/dlq/audit")

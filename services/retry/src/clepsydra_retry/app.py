@@ -16,7 +16,7 @@ from clepsydra_retry.groups import GroupStore, StoreGroupStore
 from clepsydra_retry.metrics import build_registry
 from clepsydra_retry.sendback import SendBackService
 from clepsydra_retry.settings import MAX_REQUEST_BYTES_VAR, RetrySettings
-from clepsydra_retry.store_client import StoreClient
+from clepsydra_retry.store_client import StoreClient, StoreShards
 from clepsydra_web import auth
 from clepsydra_web.errors import register_error_handlers
 from clepsydra_web.ops import ops_blueprint
@@ -39,16 +39,17 @@ def create_app(settings: RetrySettings, *, groups: GroupStore | None = None,
     store = StoreClient(settings.store_url, timeout_s=settings.store_timeout_s,
                         writable_ttl_ms=settings.writable_ttl_ms,
                         pool_size=max(settings.threads, 4))
+    shards = StoreShards(store)  # every store shard's client (DEC-store-shards)
     if groups is None:
         durable = StoreGroupStore(store, client)
         durable.adopt_redis_groups()
         groups = durable
-    dlq = DlqToolkit(store, groups, state, settings.delay_levels,
+    dlq = DlqToolkit(shards, groups, state, settings.delay_levels,
                      batch=settings.resend_batch, audit_max=settings.audit_max)
     registry, latency = build_registry(groups, dlq)
     app.extensions["clepsydra_retry"] = api.Services(
         settings=settings, redis=client, groups=groups, store=store,
-        send_back=SendBackService(groups, store, settings.delay_levels,
+        send_back=SendBackService(groups, shards, settings.delay_levels,
                                   auto_create_groups=settings.common.auto_create_groups,
                                   history_max=settings.history_max),
         dlq=dlq, registry=registry, latency=latency)

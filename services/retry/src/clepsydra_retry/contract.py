@@ -7,7 +7,7 @@ Adding a route: add its ``Route(...)`` to :data:`ROUTES`, run ``make openapi``, 
 
 from __future__ import annotations
 
-from clepsydra_core.msgid import ID_PATTERN
+from clepsydra_core.msgid import ID_PATTERN, MAX_SHARD
 from clepsydra_core.validation import GROUP_MAX_LEN, GROUP_PATTERN
 from clepsydra_core.wire.codec import INT64_MAX
 from clepsydra_core.wire.dlq import (
@@ -91,6 +91,9 @@ ROUTES = [
           query=(Param("offset", _MS, "DLQ queue offset to start at"),
                  Param("max", {"type": "integer", "minimum": 1, "maximum": LIST_MAX,
                                "default": LIST_MAX_DEFAULT}, "page size"),
+                 Param("shard", {"type": "integer", "minimum": 0, "maximum": MAX_SHARD},
+                       "more than one store shard: the shard to start at (a page's nextShard; "
+                       "default the first), offset being that shard's DLQ queue offset"),
                  *FILTER_QUERY), errors=_UNAVAILABLE),
     Route("DELETE", "/v1/groups/{group}/dlq", "purgeDlq",
           "Purge all dead letters, or those the query selects (filter fields or repeated "

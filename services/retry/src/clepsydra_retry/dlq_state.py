@@ -31,20 +31,26 @@ class Floor:
 
 
 class DlqState(Protocol):
-    def floor(self, group: str) -> Floor: ...
+    """The floor is per store shard (each shard has its own ``%DLQ%<group>`` queue,
+    DEC-store-shards); the hidden offsetMsgIds name their shard themselves."""
+
+    def floor(self, group: str, shard: int = 0) -> Floor: ...
     def removed_flags(self, group: str, msg_ids: Sequence[str]) -> list[bool]: ...
     def remove(self, group: str, msg_ids: Sequence[str]) -> None: ...
     def removed_count(self, group: str) -> int: ...
-    def raise_floor(self, group: str, floor: Floor, *, compact: bool) -> None: ...
+    def raise_floor(self, group: str, floor: Floor, *, compact: bool,
+                    shard: int = 0) -> None: ...
     def append_audit(self, group: str, record: dict[str, Any], keep: int) -> None: ...
     def audit(self, group: str, max_count: int) -> list[dict[str, Any]]: ...
 
 
-def _below(msg_id: str, commitlog_offset: int) -> bool:
+def _below(msg_id: str, commitlog_offset: int, shard: int = 0) -> bool:
+    """An offsetMsgId of ``shard`` below a CommitLog offset of that shard."""
     try:
-        return decode_msg_id(msg_id).commitlog_offset < commitlog_offset
+        located = decode_msg_id(msg_id)
     except ValidationError:
         return False
+    return located.shard == shard and located.commitlog_offset < commitlog_offset
 
 
 _RAISE_FLOOR = """
@@ -67,10 +73,10 @@ class RedisDlqState:
     def __init__(self, client: redis.Redis) -> None:
         self._redis = client
 
-    def floor(self, group: str) -> Floor:
+    def floor(self, group: str, shard: int = 0) -> Floor:
         try:
             raw = {str(k): str(v) for k, v in
-                   self._redis.hgetall(naming.dlq_state_key(group)).items()}
+                   self._redis.hgetall(naming.dlq_state_key(group, shard)).items()}
         except redis.RedisError as exc:
             raise Unavailable(f"redis: {exc}") from exc
         return Floor(int(raw.get("floorQueueOffset", 0)), int(raw.get("floorCommitLogOffset", 0)))
@@ -100,17 +106,18 @@ class RedisDlqState:
         except redis.RedisError as exc:
             raise Unavailable(f"redis: {exc}") from exc
 
-    def raise_floor(self, group: str, floor: Floor, *, compact: bool) -> None:
+    def raise_floor(self, group: str, floor: Floor, *, compact: bool,
+                    shard: int = 0) -> None:
         """Move the floor up (never down); with ``compact``, forget removed msgIds below it."""
         key = naming.dlq_removed_key(group)
         try:
-            self._redis.eval(_RAISE_FLOOR, 1, naming.dlq_state_key(group),
+            self._redis.eval(_RAISE_FLOOR, 1, naming.dlq_state_key(group, shard),
                              floor.queue_offset, floor.commitlog_offset)
             if not compact:
                 return
-            boundary = self.floor(group).commitlog_offset
+            boundary = self.floor(group, shard).commitlog_offset
             stale = [str(m) for m in self._redis.sscan_iter(key, count=self._CHUNK)
-                     if _below(str(m), boundary)]
+                     if _below(str(m), boundary, shard)]
             pipe = self._redis.pipeline(transaction=False)
             for start in range(0, len(stale), self._CHUNK):
                 pipe.srem(key, *stale[start:start + self._CHUNK])
@@ -141,12 +148,12 @@ class MemoryDlqState:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._floors: dict[str, Floor] = {}
+        self._floors: dict[tuple[str, int], Floor] = {}
         self._removed: dict[str, set[str]] = {}
         self._audit: dict[str, list[dict[str, Any]]] = {}
 
-    def floor(self, group: str) -> Floor:
-        return self._floors.get(group, Floor())
+    def floor(self, group: str, shard: int = 0) -> Floor:
+        return self._floors.get((group, shard), Floor())
 
     def removed_flags(self, group: str, msg_ids: Sequence[str]) -> list[bool]:
         removed = self._removed.get(group, set())
@@ -159,15 +166,16 @@ class MemoryDlqState:
     def removed_count(self, group: str) -> int:
         return len(self._removed.get(group, set()))
 
-    def raise_floor(self, group: str, floor: Floor, *, compact: bool) -> None:
+    def raise_floor(self, group: str, floor: Floor, *, compact: bool,
+                    shard: int = 0) -> None:
         with self._lock:
-            current = self.floor(group)
+            current = self.floor(group, shard)
             if floor.queue_offset > current.queue_offset:
-                self._floors[group] = floor
+                self._floors[(group, shard)] = floor
             if compact:
                 boundary = max(floor.commitlog_offset, current.commitlog_offset)
                 removed = self._removed.get(group, set())
-                self._removed[group] = {m for m in removed if not _below(m, boundary)}
+                self._removed[group] = {m for m in removed if not _below(m, boundary, shard)}
 
     def append_audit(self, group: str, record: dict[str, Any], keep: int) -> None:
         with self._lock:

@@ -95,10 +95,13 @@ def _runs(offsets: list[int]) -> list[tuple[int, int]]:
 
 
 class HeaderReader:
-    def __init__(self, store: StoreClient, parallel: int = 4) -> None:
+    def __init__(self, store: StoreClient, parallel: int = 4,
+                 pool: ThreadPoolExecutor | None = None) -> None:
+        """``pool``: the threads that read several headers at once (shared by the readers of
+        several store shards); its own ``parallel`` ones when None."""
         self._store = store
-        self._pool = ThreadPoolExecutor(max_workers=parallel,
-                                        thread_name_prefix="retry-headers")
+        self._pool = pool or ThreadPoolExecutor(max_workers=parallel,
+                                                thread_name_prefix="retry-headers")
 
     def read_one(self, locator: Locator, group: str = "") -> StoredHeaders:
         """MessageNotFound (from the store) when nothing is there or the msgId differs."""

@@ -13,6 +13,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from opentelemetry import trace
@@ -22,15 +23,15 @@ from clepsydra_core import properties as P
 from clepsydra_core.errors import ClepsydraError, MessageNotFound, NoPermission, ValidationError
 from clepsydra_core.groups import GroupSettings
 from clepsydra_core.levels import DelayLevels
-from clepsydra_core.msgid import check_id
+from clepsydra_core.msgid import check_id, shard_of_offset_msg_id
 from clepsydra_core.wire.copy import CopyItem
 from clepsydra_core.wire.errors import ErrorAnswer
 from clepsydra_core.wire.retry import SendBackAnswer, SendBackRequest
 from clepsydra_retry import policy
 from clepsydra_retry.groups import GroupStore
-from clepsydra_retry.headers import HeaderReader, Locator
+from clepsydra_retry.headers import HeaderReader, Locator, pick
 from clepsydra_retry.policy import Decision, Outcome, StoredHeaders
-from clepsydra_retry.store_client import StoreClient
+from clepsydra_retry.store_client import StoreClient, StoreShards
 
 logger = logging.getLogger(__name__)
 _tracer = trace.get_tracer("clepsydra_retry")
@@ -107,19 +108,27 @@ def _start_span(headers: StoredHeaders, group: str, request: SendBackRequest, de
 
 
 class SendBackService:
-    def __init__(self, groups: GroupStore, store: StoreClient, levels: DelayLevels, *,
-                 history_max: int = policy.HISTORY_MAX_ENTRIES,
+    def __init__(self, groups: GroupStore, store: StoreClient | StoreShards, levels: DelayLevels,
+                 *, history_max: int = policy.HISTORY_MAX_ENTRIES,
                  rng: random.Random | None = None,
                  clock_ms: Callable[[], int] | None = None,
                  auto_create_groups: bool = True) -> None:
         self._groups = groups
         self._auto_create = auto_create_groups
-        self._store = store
-        self._reader = HeaderReader(store)
+        self._stores = store if isinstance(store, StoreShards) else StoreShards(store)
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="retry-headers")
+        self._readers: dict[int, tuple[StoreClient, HeaderReader]] = {}
         self._levels = levels
         self._history_max = history_max
         self._rng = rng or random.Random()
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+
+    def _reader(self, store: StoreClient) -> HeaderReader:
+        """The header reader of one shard's store (one thread pool for all of them)."""
+        known = self._readers.get(id(store))
+        if known is None or known[0] is not store:
+            known = self._readers[id(store)] = (store, HeaderReader(store, pool=self._pool))
+        return known[1]
 
     def _group_settings(self, group: str) -> GroupSettings:
         """R2 (1): the group's settings; a group seen for the first time is created with the
@@ -144,10 +153,11 @@ class SendBackService:
 
     def send_back_many(self, group: str, bodies: list[object], *, single: bool = False,
                        traceparent: str | None = None) -> list[SendBackAnswer | ErrorAnswer]:
-        """Several send-backs of one group with one copy call. The group-level checks (R2's
-        first four) apply to all; a malformed item or a missing message fails only that item
-        (its result is ``{error, message}``), unless ``single``, when it raises.
-        ``traceparent``: the request's header, for items that carry none of their own."""
+        """Several send-backs of one group with one copy call per store shard. The group-level
+        checks (R2's first four) apply to all (the writable check and the retry topic per
+        shard); a malformed item or a missing message fails only that item (its result is
+        ``{error, message}``), unless ``single``, when it raises. ``traceparent``: the
+        request's header, for items that carry none of their own."""
         parsed: list[tuple[Locator, SendBackRequest] | ClepsydraError] = []
         for body in bodies:
             try:
@@ -157,7 +167,61 @@ class SendBackService:
                     raise
                 parsed.append(exc)
         settings = self._group_settings(group)  # R2 (1)
-        if not self._store.is_writable():  # R2 (2)
+        if not self._stores.clustered:
+            return self._on_shard(self._stores.of(0), group, settings, parsed, single,
+                                  traceparent)
+        results: list[SendBackAnswer | ErrorAnswer | None] = [None] * len(parsed)
+        by_shard: dict[int, list[int]] = {}
+        for i, item in enumerate(parsed):
+            if isinstance(item, ClepsydraError):
+                results[i] = ErrorAnswer.of(item)
+                continue
+            try:
+                shard, parsed[i] = self._placed(group, item)
+            except ClepsydraError as exc:
+                if single:
+                    raise
+                results[i] = ErrorAnswer.of(exc)
+                continue
+            by_shard.setdefault(shard, []).append(i)
+        for shard, indexes in sorted(by_shard.items()):
+            try:
+                store = self._stores.of(shard)
+                answers = self._on_shard(store, group, settings, [parsed[i] for i in indexes],
+                                         single, traceparent)
+            except ClepsydraError as exc:  # this shard refused them all (R2) or is down
+                if single:
+                    raise
+                answers = [ErrorAnswer.of(exc)] * len(indexes)
+            for i, answer in zip(indexes, answers, strict=True):
+                results[i] = answer
+        done = [r for r in results if r is not None]
+        assert len(done) == len(results)
+        return done
+
+    def _placed(self, group: str, item: tuple[Locator, SendBackRequest]
+                ) -> tuple[int, tuple[Locator, SendBackRequest]]:
+        """The store shard an item's message is on (DEC-store-shards): the one it names, or
+        its offsetMsgId's; a msgId alone (the message's unique id) is looked up on every shard
+        and the copy the group consumed chosen (headers.pick), its offset then named."""
+        locator, request = item
+        if request.shard is not None:
+            return request.shard, item
+        named = shard_of_offset_msg_id(locator.msg_id or "")
+        if named is not None or locator.commitlog_offset is not None:
+            return named or 0, item
+        copies = self._stores.bootstrap.copies(locator.msg_id or "")
+        chosen = pick(copies, locator, group)
+        if chosen is None:
+            raise SendBackMessageNotFound(f"no message at {locator.describe()}", rule="R2")
+        located = replace(locator, commitlog_offset=chosen.commitlog_offset)
+        return chosen.shard or 0, (located, request)
+
+    def _on_shard(self, store: StoreClient, group: str, settings: GroupSettings,
+                  parsed: list[tuple[Locator, SendBackRequest] | ClepsydraError], single: bool,
+                  traceparent: str | None) -> list[SendBackAnswer | ErrorAnswer]:
+        """R2 (2) on, for the items of one store shard, written there."""
+        if not store.is_writable():  # R2 (2)
             raise NoPermission("the store does not accept writes now", rule="R2")
         if policy.drops_retries(settings):  # R2 (3)
             ok = sum(1 for p in parsed if not isinstance(p, ClepsydraError))
@@ -166,7 +230,7 @@ class SendBackService:
             logger.info("send-back dropped group=%s count=%d (retryQueueNums=0)", group, ok)
             return [ErrorAnswer.of(p) if isinstance(p, ClepsydraError)
                     else policy.DROPPED.answer(None) for p in parsed]
-        queue_count = self._store.ensure_topic(  # R2 (4), R3
+        queue_count = store.ensure_topic(  # R2 (4), R3
             naming.retry_topic(group), settings.retry_queue_nums)
 
         results: list[SendBackAnswer | ErrorAnswer | None] = [None] * len(parsed)
@@ -174,7 +238,7 @@ class SendBackService:
         for i, p in enumerate(parsed):
             if isinstance(p, ClepsydraError):
                 results[i] = ErrorAnswer.of(p)
-        found = self._reader.read_many([item[0] for _, item in wanted], group)
+        found = self._reader(store).read_many([item[0] for _, item in wanted], group)
         pending: list[tuple[int, StoredHeaders, SendBackRequest, Decision]] = []
         for (i, (locator, request)), headers in zip(wanted, found, strict=True):
             if isinstance(headers, MessageNotFound):  # R2 (5)
@@ -190,17 +254,17 @@ class SendBackService:
                 history_max=self._history_max)
             pending.append((i, headers, request, decision))
         if pending:
-            for i, result in self._write(group, pending, traceparent):
+            for i, result in self._write(store, group, pending, traceparent):
                 results[i] = result
         done = [r for r in results if r is not None]
         assert len(done) == len(results)  # every item has its answer or its error
         return done
 
-    def _write(self, group: str,
+    def _write(self, store: StoreClient, group: str,
                pending: list[tuple[int, StoredHeaders, SendBackRequest, Decision]],
                caller: str | None) -> list[tuple[int, SendBackAnswer]]:
         if any(d.outcome == Outcome.DLQ for _, _, _, d in pending):
-            self._store.ensure_topic(naming.dlq_topic(group), 1)  # R6: one queue
+            store.ensure_topic(naming.dlq_topic(group), 1)  # R6: one queue
         items: list[CopyItem] = []
         spans: list[trace.Span] = []
         for _, headers, request, decision in pending:
@@ -215,7 +279,7 @@ class SendBackService:
                 reconsume_times=decision.reconsume_times, set_properties=props,
                 remove_properties=decision.remove_properties))
         try:
-            stored = self._store.copy(items)
+            stored = store.copy(items)
         except ClepsydraError as exc:
             for span in spans:
                 span.set_status(trace.Status(trace.StatusCode.ERROR, exc.code))

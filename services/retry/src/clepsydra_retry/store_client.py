@@ -23,6 +23,7 @@ from clepsydra_core.errors import (
 )
 from clepsydra_core.groups import GroupSettings
 from clepsydra_core.http import HttpClient, segment
+from clepsydra_core.shard_map import ShardMap
 from clepsydra_core.wire.codec import read_answer
 from clepsydra_core.wire.copy import CopyBatch, CopyItem, RangeCopy, RangeCopyAnswer
 from clepsydra_core.wire.groups import GroupSettingsList
@@ -36,10 +37,11 @@ _BAD_GATEWAY = 502
 
 class StoreClient:
     def __init__(self, base_url: str, *, timeout_s: float = 30.0, writable_ttl_ms: int = 1000,
-                 pool_size: int = 16) -> None:
+                 pool_size: int = 16, service: str = "store") -> None:
         self.base_url = base_url.rstrip("/")
-        self._http = HttpClient(base_url, timeout_s=timeout_s, service="store",
+        self._http = HttpClient(base_url, timeout_s=timeout_s, service=service,
                                 env_proxies=False, pool_size=pool_size)
+        self._settings = (timeout_s, writable_ttl_ms, pool_size)
         self._writable_ttl_s = writable_ttl_ms / 1000
         self._writable: tuple[float, bool] | None = None
         self._topics: dict[str, int] = {}
@@ -48,6 +50,16 @@ class StoreClient:
     def close(self) -> None:
         """Close every thread's connections (idle keep-alives would hold up a store's stop)."""
         self._http.close()
+
+    @property
+    def http(self) -> HttpClient:
+        return self._http
+
+    def sibling(self, base_url: str, shard: int) -> StoreClient:
+        """A client of another store shard with this one's settings."""
+        timeout_s, writable_ttl_ms, pool_size = self._settings
+        return StoreClient(base_url, timeout_s=timeout_s, writable_ttl_ms=writable_ttl_ms,
+                           pool_size=pool_size, service=f"store shard {shard}")
 
     def _call(self, method: str, path: str, *, json_body: Any = None,
               params: dict[str, Any] | None = None) -> Any:
@@ -187,3 +199,46 @@ class StoreClient:
         doc = self._call("GET", f"/v1/topics/{segment(topic)}/queues/{queue_id}/messages",
                          params=params)
         return read_answer(PullAnswer, doc, "pull")
+
+
+class StoreShards:
+    """The retry service's store clients, one per store shard (DEC-store-shards): a send-back
+    is read and written on the shard that holds its message, a group's dead letters are on
+    every shard. The membership is read from the store it was given (``CLEPSYDRA_STORE_URL``);
+    with one shard that store's client is shard 0's."""
+
+    def __init__(self, bootstrap: StoreClient) -> None:
+        self.bootstrap = bootstrap
+        self.map = ShardMap(bootstrap.http)
+        self._lock = threading.Lock()
+        self._clients: dict[tuple[int, str], StoreClient] = {}
+
+    @property
+    def clustered(self) -> bool:
+        return self.map.clustered
+
+    def ids(self) -> list[int]:
+        return self.map.ids()
+
+    def of(self, shard: int) -> StoreClient:
+        """Shard ``shard``'s client; ClepsydraError for a shard the cluster does not have."""
+        if not self.map.clustered and shard == 0:
+            return self.bootstrap
+        member = self.map.member(shard)
+        if member is None:
+            raise NotFound(f"no store shard {shard} in the cluster (shards "
+                           f"{', '.join(map(str, self.map.ids()))})")
+        key = (shard, member.url)
+        with self._lock:
+            client = self._clients.get(key)
+            if client is None:
+                client = self._clients[key] = self.bootstrap.sibling(member.url, shard)
+            return client
+
+    def close(self) -> None:
+        with self._lock:
+            clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            client.close()
+        self.map.close()
+

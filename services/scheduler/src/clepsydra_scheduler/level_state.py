@@ -14,9 +14,14 @@ in memory for unit tests (:class:`MemoryLevelState`), same semantics.
   Lua call that checks the token.
 - Statistics (``naming.delay_stats_key``, see ``stats.py``): recorded in that same call.
 
-The timers' lease (issue 15, ``naming.TIMER_LEASE_KEY``, ``TIMER_FENCE_KEY``) is the same lease
-on its own keys (:class:`RedisTimerLease`, :class:`MemoryTimerLease`); timers have no progress
-offset (the store's timer index has it).
+The timers' lease (``naming.timer_lease_key``, ``timer_fence_key``) is the same lease on its
+own keys (:class:`RedisTimerLease`, :class:`MemoryTimerLease`); timers have no progress offset
+(the store's timer index has it).
+
+With store shards each shard's levels and timers have keys of their own (``shard`` here,
+DEC-shard-keys; shard 0's are those of a one-store stack): one lease, fence, progress and
+statistics per (shard, level), the shard's store checking its own fences. The worker's
+incarnation is one for every shard.
 
 In a Redis Cluster the keys of a level would need one hash slot; the local stack and the
 manifests use a single Redis.
@@ -33,13 +38,13 @@ from typing import Any
 import redis
 
 from clepsydra_core.naming import (
-    TIMER_FENCE_KEY,
-    TIMER_LEASE_KEY,
     WORKER_INCARNATION_KEY,
     delay_fence_key,
     delay_lease_key,
     delay_offset_key,
     delay_stats_key,
+    timer_fence_key,
+    timer_lease_key,
 )
 from clepsydra_scheduler import stats
 from clepsydra_scheduler.ports import (
@@ -158,10 +163,13 @@ def _commit_args(token: str, queue_offset: int, sample: LevelSample | None) -> l
 
 
 class RedisLevelState:
-    """The production LevelState. Every Redis failure surfaces as LevelStateUnavailable."""
+    """The production LevelState of one store shard's levels (``shard``: its keys,
+    DEC-shard-keys; shard 0's are a one-store stack's). Every Redis failure surfaces as
+    LevelStateUnavailable."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: redis.Redis, shard: int = 0) -> None:
         self._redis = client
+        self.shard = shard
         self._acquire = client.register_script(_ACQUIRE)
         self._refence = client.register_script(_REFENCE)
         self._incarnation = client.register_script(_INCARNATION)
@@ -174,6 +182,19 @@ class RedisLevelState:
     def from_url(cls, url: str) -> RedisLevelState:
         return cls(redis.Redis.from_url(url, decode_responses=True, socket_timeout=5.0,
                                         socket_connect_timeout=2.0, health_check_interval=30))
+
+    def of_shard(self, shard: int) -> RedisLevelState:
+        """The same Redis, another store shard's keys."""
+        return self if shard == self.shard else RedisLevelState(self._redis, shard)
+
+    def _lease(self, level: int) -> str:
+        return delay_lease_key(level, self.shard)
+
+    def _offset(self, level: int) -> str:
+        return delay_offset_key(level, self.shard)
+
+    def _stats(self, level: int) -> str:
+        return delay_stats_key(level, self.shard)
 
     @property
     def client(self) -> redis.Redis:
@@ -218,26 +239,26 @@ class RedisLevelState:
 
     def acquire(self, level: int, worker: WorkerIdentity, ttl_ms: int,
                 previous: str | None = None) -> str | None:
-        return self.take(delay_lease_key(level), delay_fence_key(level), worker, ttl_ms,
+        return self.take(self._lease(level), delay_fence_key(level, self.shard), worker, ttl_ms,
                          previous)
 
     def refence(self, level: int, token: str, floor: int, ttl_ms: int) -> str | None:
-        return self.refence_key(delay_lease_key(level), delay_fence_key(level), token, floor,
-                                ttl_ms)
+        return self.refence_key(self._lease(level), delay_fence_key(level, self.shard), token,
+                                floor, ttl_ms)
 
     def renew(self, level: int, token: str, ttl_ms: int) -> bool:
-        return self.renew_key(delay_lease_key(level), token, ttl_ms)
+        return self.renew_key(self._lease(level), token, ttl_ms)
 
     def release(self, level: int, token: str) -> bool:
-        return self.release_key(delay_lease_key(level), token)
+        return self.release_key(self._lease(level), token)
 
     def holder(self, level: int) -> str | None:
-        value = self._call("get", lambda: self._redis.get(delay_lease_key(level)))
+        value = self._call("get", lambda: self._redis.get(self._lease(level)))
         return None if value is None else str(value)
 
     def lease_ttl_ms(self, level: int) -> int | None:
         """Milliseconds left on the level's lease; None when no run holds it."""
-        ttl = int(self._call("pttl", lambda: self._redis.pttl(delay_lease_key(level))))
+        ttl = int(self._call("pttl", lambda: self._redis.pttl(self._lease(level))))
         return ttl if ttl >= 0 else None
 
     def ping(self) -> None:
@@ -245,7 +266,7 @@ class RedisLevelState:
         self._call("ping", self._redis.ping)
 
     def load(self, level: int) -> int:
-        raw = self._call("load", lambda: self._redis.get(delay_offset_key(level)))
+        raw = self._call("load", lambda: self._redis.get(self._offset(level)))
         if raw is None:
             return 0
         try:
@@ -257,40 +278,47 @@ class RedisLevelState:
 
     def save(self, level: int, token: str, queue_offset: int) -> bool:
         return bool(self._call("save", lambda: self._save(
-            keys=[delay_lease_key(level), delay_offset_key(level)], args=[token, queue_offset])))
+            keys=[self._lease(level), self._offset(level)], args=[token, queue_offset])))
 
     def commit(self, level: int, token: str, queue_offset: int, sample: LevelSample) -> bool:
-        keys = [delay_lease_key(level), delay_offset_key(level), delay_stats_key(level)]
+        keys = [self._lease(level), self._offset(level), self._stats(level)]
         args = _commit_args(token, queue_offset, sample)
         return bool(self._call("commit", lambda: self._commit(keys=keys, args=args)))
 
     def record(self, level: int, sample: LevelSample) -> None:
         values: dict[Any, Any] = dict(stats.gauges(sample))
-        self._call("record", lambda: self._redis.hset(delay_stats_key(level), mapping=values))
+        self._call("record", lambda: self._redis.hset(self._stats(level), mapping=values))
 
     def read_stats(self, level: int) -> stats.LevelStats:
-        raw = self._call("read", lambda: self._redis.hgetall(delay_stats_key(level)))
+        raw = self._call("read", lambda: self._redis.hgetall(self._stats(level)))
         return stats.LevelStats.from_hash(level, {str(k): str(v) for k, v in raw.items()})
 
 
 class RedisTimerLease:
-    """The timers' lease, with the levels' scripts on the timers' keys."""
+    """The timers' lease of one store shard (the state's), with the levels' scripts on the
+    timers' keys."""
 
     def __init__(self, state: RedisLevelState) -> None:
         self._state = state
+        self._key = timer_lease_key(state.shard)
+        self._fence = timer_fence_key(state.shard)
 
     def acquire(self, worker: WorkerIdentity, ttl_ms: int,
                 previous: str | None = None) -> str | None:
-        return self._state.take(TIMER_LEASE_KEY, TIMER_FENCE_KEY, worker, ttl_ms, previous)
+        return self._state.take(self._key, self._fence, worker, ttl_ms, previous)
 
     def refence(self, token: str, floor: int, ttl_ms: int) -> str | None:
-        return self._state.refence_key(TIMER_LEASE_KEY, TIMER_FENCE_KEY, token, floor, ttl_ms)
+        return self._state.refence_key(self._key, self._fence, token, floor, ttl_ms)
 
     def renew(self, token: str, ttl_ms: int) -> bool:
-        return self._state.renew_key(TIMER_LEASE_KEY, token, ttl_ms)
+        return self._state.renew_key(self._key, token, ttl_ms)
 
     def release(self, token: str) -> bool:
-        return self._state.release_key(TIMER_LEASE_KEY, token)
+        return self._state.release_key(self._key, token)
+
+    def holder(self) -> str | None:
+        value = self._state._call("get", lambda: self._state.client.get(self._key))
+        return None if value is None else str(value)
 
 
 TIMERS = "timers"

@@ -1,6 +1,6 @@
 """What a worker process holds for its level tasks: settings, the Redis offset store, its
 identity in the leases (DEC-scheduler-lease), the stop flag set at shutdown, and the glue that
-runs one level's delivery and chains the next run."""
+runs one level's delivery and chains the next run, for every store shard."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ import logging
 import threading
 from collections.abc import Callable
 
+from clepsydra_core.errors import ClepsydraError
+from clepsydra_core.http import HttpClient
+from clepsydra_core.shard_map import ShardMap
 from clepsydra_scheduler.delivery import (
     DeliveryConfig,
     LevelDelivery,
@@ -17,7 +20,12 @@ from clepsydra_scheduler.delivery import (
 )
 from clepsydra_scheduler.handover_client import HttpHandoverApi
 from clepsydra_scheduler.level_state import RedisLevelState, RedisTimerLease
-from clepsydra_scheduler.ports import LevelStateUnavailable, WorkerIdentity
+from clepsydra_scheduler.ports import (
+    LeaseToken,
+    LevelStateUnavailable,
+    StoreCallFailed,
+    WorkerIdentity,
+)
 from clepsydra_scheduler.settings import SchedulerSettings
 from clepsydra_scheduler.timer_delivery import TimerConfig, TimerDelivery, TimerRunReport
 
@@ -25,9 +33,19 @@ logger = logging.getLogger(__name__)
 
 Requeue = Callable[[str], None]
 """Enqueue the level's next run, handing it the lease token."""
+Kick = Callable[[int], None]
+"""Enqueue a new run (a keep-alive) of the same level, or of the timers, for a store shard."""
 
 
 class SchedulerRuntime:
+    """Every worker serves every store shard (DEC-store-shards): each level, and the timers,
+    run once per shard, leased and tracked under that shard's keys (DEC-shard-keys). Beat's
+    keep-alives and a starting worker's kick name no shard (shard 0's runs); such a run first
+    enqueues one for each other shard whose run holds no lease, or whose lease an earlier
+    process of this worker holds (DEC-scheduler-lease: taken back at once), so beat's schedule
+    does not change with the cluster's size and a new shard is served within a keep-alive of
+    the membership naming it."""
+
     def __init__(self, settings: SchedulerSettings,
                  ready: threading.Event | None = None) -> None:
         self.settings = settings
@@ -38,6 +56,7 @@ class SchedulerRuntime:
         self._state: RedisLevelState | None = None
         self._worker_lock = threading.Lock()
         self._worker: WorkerIdentity | None = None
+        self._shards: ShardMap | None = None
 
     @property
     def level_state(self) -> RedisLevelState:
@@ -45,6 +64,57 @@ class SchedulerRuntime:
             if self._state is None:
                 self._state = RedisLevelState.from_url(self.settings.common.effective_redis_url)
             return self._state
+
+    def state_of(self, shard: int) -> RedisLevelState:
+        """One store shard's leases, progress and statistics (shard 0's: a one-store stack's)."""
+        return self.level_state.of_shard(shard)
+
+    @property
+    def shards(self) -> ShardMap:
+        """The store cluster's membership, read from CLEPSYDRA_STORE_URL every 30 s."""
+        with self._lock:
+            if self._shards is None:
+                self._shards = ShardMap(HttpClient(
+                    self.settings.common.store_url, timeout_s=self.settings.store_timeout_s,
+                    connect_timeout_s=2.0, service="store", env_proxies=False), ask=True)
+            return self._shards
+
+    def store_url(self, shard: int) -> str:
+        """Where shard ``shard`` answers (CLEPSYDRA_STORE_URL for a one-store stack)."""
+        if shard == 0 and not self.shards.clustered:
+            return self.settings.common.store_url
+        member = self.shards.member(shard)
+        if member is None:
+            raise StoreCallFailed(f"no store shard {shard} in the cluster")
+        return member.url
+
+    def needs_run(self, holder: str | None, worker: WorkerIdentity) -> bool:
+        """Whether a shard's lease (its holder's token) wants a new run: none holds it, or an
+        earlier process of this worker does (a restart takes it back at once)."""
+        if holder is None:
+            return True
+        held = LeaseToken.decode(holder)
+        return held is not None and held.name == worker.name and \
+            held.incarnation < worker.incarnation
+
+    def kick_shards(self, kick: Kick, holder: Callable[[int], str | None],
+                    worker: WorkerIdentity, what: str) -> None:
+        """A run of shard 0 that no predecessor handed its lease to (a keep-alive, a starting
+        worker's kick): a new run for every other shard that :meth:`needs_run`; what fails
+        here is logged, the run goes on."""
+        try:
+            others = [m.id for m in self.shards.members() if m.id != 0]
+        except ClepsydraError as exc:
+            logger.warning("store cluster membership not readable for %s: %s", what, exc)
+            return
+        for shard in others:
+            try:
+                if self.needs_run(holder(shard), worker):
+                    kick(shard)
+            except (LevelStateUnavailable, ClepsydraError) as exc:
+                logger.warning("could not start %s shard=%d: %s", what, shard, exc)
+            except Exception:
+                logger.exception("could not start %s shard=%d", what, shard)
 
     @property
     def worker(self) -> WorkerIdentity:
@@ -71,47 +141,68 @@ class SchedulerRuntime:
             logger.warning("offset store unavailable at run start %s: %s", what, exc.message)
             return None
 
-    def deliver(self, level: int, token: str | None, requeue: Requeue) -> str:
-        """One run of a level (the body of the ``deliver_level`` task)."""
+    def deliver(self, level: int, token: str | None, requeue: Requeue, shard: int = 0,
+                kick: Kick | None = None) -> str:
+        """One run of a level of a store shard (the body of the ``deliver_level`` task); a
+        keep-alive of shard 0 first starts the other shards' runs (``kick``)."""
         if level not in self.settings.levels.levels():
             logger.error("no such delay level level=%d (table: %s)", level, self.settings.levels)
             return "unknown_level"
         if self.stop.is_set():
             return RunOutcome.STOPPED.value
-        worker = self._identity(f"level={level}")
+        where = f"level={level}" + (f" shard={shard}" if shard else "")
+        worker = self._identity(where)
         if worker is None:
             return RunOutcome.NOT_ACQUIRED.value
-        store = HttpHandoverApi(self.settings.common.store_url,
-                                timeout_s=self.settings.store_timeout_s)
+        if token is None and shard == 0 and kick is not None:
+            self.kick_shards(kick, lambda s: self.state_of(s).holder(level), worker, where)
+        try:
+            url = self.store_url(shard)
+        except (StoreCallFailed, ClepsydraError) as exc:
+            logger.warning("%s: %s", where, exc)
+            return RunOutcome.NOT_ACQUIRED.value
+        store = HttpHandoverApi(url, timeout_s=self.settings.store_timeout_s)
+        state = self.state_of(shard)
         try:
             while True:
-                delivery = LevelDelivery(self.delivery_config(level), store, self.level_state,
+                delivery = LevelDelivery(self.delivery_config(level), store, state,
                                          SystemClock(self.stop), worker=worker)
                 report = delivery.run(token)
-                if not self._chain(delivery, report, requeue, f"level={level}"):
+                if not self._chain(delivery, report, requeue, where):
                     return report.outcome.value
                 token = report.token
         finally:
             store.close()
 
-    def deliver_timers(self, token: str | None, requeue: Requeue) -> str:
-        """One run of the timers' delivery (the body of the ``deliver_timers`` task)."""
+    def deliver_timers(self, token: str | None, requeue: Requeue, shard: int = 0,
+                       kick: Kick | None = None) -> str:
+        """One run of a store shard's timers' delivery (the body of the ``deliver_timers``
+        task); a keep-alive of shard 0 first starts the other shards' (``kick``)."""
         if self.stop.is_set():
             return RunOutcome.STOPPED.value
-        worker = self._identity("timers")
+        where = "timers" + (f" shard={shard}" if shard else "")
+        worker = self._identity(where)
         if worker is None:
             return RunOutcome.NOT_ACQUIRED.value
+        if token is None and shard == 0 and kick is not None:
+            self.kick_shards(kick, lambda s: RedisTimerLease(self.state_of(s)).holder(), worker,
+                             where)
         s = self.settings
-        store = HttpHandoverApi(s.common.store_url, timeout_s=s.store_timeout_s)
+        try:
+            url = self.store_url(shard)
+        except (StoreCallFailed, ClepsydraError) as exc:
+            logger.warning("%s: %s", where, exc)
+            return RunOutcome.NOT_ACQUIRED.value
+        store = HttpHandoverApi(url, timeout_s=s.store_timeout_s)
         try:
             while True:
                 delivery = TimerDelivery(TimerConfig(run_s=s.run_s, lease_ms=s.lease_ms,
                                                      batch=s.batch, backoff_s=s.backoff_s,
                                                      interval_ms=s.timer_interval_ms),
-                                         store, RedisTimerLease(self.level_state),
+                                         store, RedisTimerLease(self.state_of(shard)),
                                          SystemClock(self.stop), worker=worker)
                 report = delivery.run(token)
-                if not self._chain(delivery, report, requeue, "timers"):
+                if not self._chain(delivery, report, requeue, where):
                     return report.outcome.value
                 token = report.token
         finally:

@@ -13,7 +13,7 @@ The shared ``CLEPSYDRA_*`` names (README.md, Configuration) plus the scheduler's
 | ``CLEPSYDRA_SCHEDULER_BACKOFF_S`` | longest SPEC D6 back-off (0.1 s first, doubling) | 0.5 |
 | ``CLEPSYDRA_SCHEDULER_POD_NAME`` | a worker's pod (``metadata.name``) or machine | host name |
 | ``CLEPSYDRA_SCHEDULER_WORKER_ID`` | which worker of that pod or machine | worker |
-| ``CLEPSYDRA_SCHEDULER_CONCURRENCY`` | worker threads | levels + 4 |
+| ``CLEPSYDRA_SCHEDULER_CONCURRENCY`` | worker threads | shards * (levels + 1) + 3 |
 | ``CLEPSYDRA_SCHEDULER_METRICS_PORT`` | Prometheus endpoint of a worker (unset: none) | unset |
 | ``CLEPSYDRA_SCHEDULER_METRICS_BIND`` | address that endpoint listens on | 127.0.0.1 |
 | ``CLEPSYDRA_SCHEDULER_STORE_TIMEOUT_S`` | read timeout of a store call | 10 |
@@ -33,6 +33,7 @@ from pathlib import Path
 from clepsydra_core.errors import ConfigError
 from clepsydra_core.levels import DelayLevels
 from clepsydra_core.settings import CommonSettings, Env, env_float, env_int, env_str
+from clepsydra_core.shards import shard_count
 from clepsydra_core.wire.schedule import MAX_HANDOVER
 
 _PREFIX = "CLEPSYDRA_SCHEDULER_"
@@ -40,6 +41,12 @@ WORKER_ID_VAR = _PREFIX + "WORKER_ID"
 """Which worker of its pod or machine (the local stack gives each its part's name)."""
 _NAME_PART = re.compile(r"[A-Za-z0-9._:@-]{1,127}")
 """A pod, host or worker id in a worker's name: what a pod or host name may hold."""
+
+
+def default_concurrency(levels: int, shards: int) -> int:
+    """A worker's threads: one for each level's run and the timers' run of every store shard
+    (DEC-store-shards), and three for keep-alives (levels + 4 with one shard)."""
+    return shards * (levels + 1) + 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +89,8 @@ class SchedulerSettings:
                                       maximum=100),
             backoff_s=env_float(env, _PREFIX + "BACKOFF_S", 0.5, minimum=0.01),
             concurrency=env_int(env, _PREFIX + "CONCURRENCY",
-                                common.delay_levels.max_level + 4, minimum=1),
+                                default_concurrency(common.delay_levels.max_level,
+                                                    shard_count(env)), minimum=1),
             metrics_port=metrics_port or None,
             metrics_bind=env_str(env, _PREFIX + "METRICS_BIND", "127.0.0.1"),
             store_timeout_s=env_float(env, _PREFIX + "STORE_TIMEOUT_S", 10.0, minimum=0.1),

@@ -1,5 +1,6 @@
-"""The Celery tasks: ``deliver_level(level, token=None)`` and ``deliver_timers(token=None)``
-(issue 15) - thin; the work is in delivery.py and timer_delivery.py.
+"""The Celery tasks: ``deliver_level(level, token=None, shard=0)`` and
+``deliver_timers(token=None, shard=0)`` (``shard``: a store shard's run,
+DEC-store-shards) - thin; the work is in delivery.py and timer_delivery.py.
 
 A run returns at once when another run holds the level's lease (a beat keep-alive while the
 level is being served). At the end of its run period it enqueues its successor on its own
@@ -24,30 +25,46 @@ def register(app: Celery, runtime: SchedulerRuntime) -> Any:
     """Register ``deliver_level`` on ``app``; returns the task."""
     expires_s = runtime.settings.lease_s
 
+    keepalive_s = runtime.settings.keepalive_s
+
     @app.task(name=TASK_NAME, bind=True, ignore_result=True)  # type: ignore[untyped-decorator]
-    def deliver_level(self: Any, level: int, token: str | None = None) -> str:
+    def deliver_level(self: Any, level: int, token: str | None = None, shard: int = 0) -> str:
         def requeue(next_token: str) -> None:
-            self.apply_async(args=(level,), kwargs={"token": next_token},
+            self.apply_async(args=(level,), kwargs=_shard_kwargs(shard, token=next_token),
                              queue=schedule_queue_name(level), expires=expires_s)
 
-        return runtime.deliver(level, token, requeue)
+        def kick(other: int) -> None:  # a keep-alive of another store shard's run
+            self.apply_async(args=(level,), kwargs={"shard": other},
+                             queue=schedule_queue_name(level), expires=keepalive_s)
+
+        return runtime.deliver(level, token, requeue, shard, kick)
 
     @app.task(name=TIMER_TASK_NAME, bind=True, ignore_result=True)  # type: ignore[untyped-decorator]
-    def deliver_timers(self: Any, token: str | None = None) -> str:
+    def deliver_timers(self: Any, token: str | None = None, shard: int = 0) -> str:
         def requeue(next_token: str) -> None:
-            self.apply_async(kwargs={"token": next_token}, queue=TIMER_QUEUE_NAME,
-                             expires=expires_s)
+            self.apply_async(kwargs=_shard_kwargs(shard, token=next_token),
+                             queue=TIMER_QUEUE_NAME, expires=expires_s)
 
-        return runtime.deliver_timers(token, requeue)
+        def kick(other: int) -> None:
+            self.apply_async(kwargs={"shard": other}, queue=TIMER_QUEUE_NAME,
+                             expires=keepalive_s)
+
+        return runtime.deliver_timers(token, requeue, shard, kick)
 
     return deliver_level
+
+
+def _shard_kwargs(shard: int, **kwargs: Any) -> dict[str, Any]:
+    """A run's keyword arguments: shard 0's are those of a one-store stack (no ``shard``)."""
+    return {**kwargs, "shard": shard} if shard else kwargs
 
 
 def kick(app: Celery, runtime: SchedulerRuntime) -> None:
     """Start every level now (a worker at start-up), without waiting for beat's first tick: a
     restarted worker takes its own leases back with these (DEC-scheduler-lease). The worker
     starts them one after another (tens of ms each on a busy machine), so the timers (T1: within
-    100 ms) go first, then the levels in the table's order."""
+    100 ms) go first, then the levels in the table's order. These are shard 0's runs; each
+    starts its level's (or the timers') runs of the other store shards (DEC-store-shards)."""
     app.send_task(TIMER_TASK_NAME, queue=TIMER_QUEUE_NAME, expires=runtime.settings.keepalive_s)
     for level in runtime.settings.levels.levels():
         app.send_task(TASK_NAME, args=(level,), queue=schedule_queue_name(level),

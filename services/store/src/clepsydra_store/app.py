@@ -21,6 +21,7 @@ from flask import Flask, Response, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from clepsydra_core.telemetry import STORE_SERVICE, init_tracing
+from clepsydra_core.wire.cluster import SHARDS_HEADER
 from clepsydra_core.wire.health import OK, StoreHealth
 from clepsydra_store.api import envelope
 from clepsydra_store.api.context import EXTENSION, StoreContext
@@ -28,6 +29,7 @@ from clepsydra_store.api.contract import ROUTES, STORE_ACCESS
 from clepsydra_store.api.envelope import Call, StoreRoute, status_line
 from clepsydra_store.api.fastpath import LeanPath
 from clepsydra_store.api.observability import Observability
+from clepsydra_store.cluster import Cluster
 from clepsydra_store.consumers import ConsumerRegistry
 from clepsydra_store.engine.message_store import MessageStore
 from clepsydra_store.queue_locks import QueueLocks
@@ -52,7 +54,15 @@ def create_app(settings: StoreSettings, store: MessageStore | None = None) -> Fl
     context = StoreContext(settings=settings, store=store, consumers=consumers,
                            obs=Observability(store, settings.common.delay_levels, consumers,
                                              enveloped=endpoints),
-                           locks=QueueLocks(settings.lock_expiry_ms), owns_store=owns_store)
+                           locks=QueueLocks(settings.lock_expiry_ms), owns_store=owns_store,
+                           cluster=Cluster(settings.cluster, store,
+                                           writable=settings.engine.writable,
+                                           store_host=settings.engine.store_host,
+                                           token=settings.peer_token))
+    shard = context.cluster
+    assert shard is not None
+    if shard.clustered:  # every answer names the cluster's size (DEC-store-shards)
+        context.shards_header = (SHARDS_HEADER, str(shard.shape.shards))
     app = Flask("clepsydra_store", static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = settings.max_request_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
@@ -63,15 +73,19 @@ def create_app(settings: StoreSettings, store: MessageStore | None = None) -> Fl
                          methods=[route.method])
     app.register_blueprint(ops_blueprint(
         "clepsydra_store", registry=lambda: context.obs.registry,
-        health=lambda: (StoreHealth(OK, settings.engine.writable).to_json(), 200)))
+        health=lambda: (StoreHealth(OK, shard.accepting).to_json(), 200)))
     register_error_handlers(app, size_setting=MAX_REQUEST_BYTES_VAR)
     context.obs.tracing.install(app, on_end=context.obs.count)
     context.guard = auth.install(app, settings.common.auth, STORE_ACCESS, service="store",
                                  checked_in_view=endpoints)
+    if context.shards_header is not None:  # the answers Flask makes itself (ops, 404, 405)
+        app.after_request(_with_shards(context.shards_header))
     if settings.fast_path:
         app.wsgi_app = LeanPath(app.wsgi_app, context, ROUTES)  # type: ignore[method-assign]
-    logger.info("store app ready data_dir=%s writable=%s fast_path=%s",
-                settings.engine.data_dir, settings.engine.writable, settings.fast_path)
+    shard.start()
+    logger.info("store app ready data_dir=%s writable=%s fast_path=%s shard=%d shards=%d",
+                settings.engine.data_dir, settings.engine.writable, settings.fast_path,
+                shard.shard_id, shard.shape.shards)
     return app
 
 
@@ -91,6 +105,16 @@ def _view(context: StoreContext, route: StoreRoute) -> Callable[..., Response]:
 
     view.__name__ = route.endpoint.rpartition(".")[2]
     return view
+
+
+def _with_shards(header: tuple[str, str]) -> Callable[[Response], Response]:
+    """An ``after_request`` hook: the cluster's size on an answer the envelope did not make."""
+    name, value = header
+
+    def add(response: Response) -> Response:
+        response.headers.setdefault(name, value)
+        return response
+    return add
 
 
 def _snake(name: str) -> str:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from clepsydra_core import naming
 from clepsydra_core.errors import ConfigError
 from clepsydra_core.settings import (
+    AUTH_ADMIN_TOKEN_VAR,
     CommonSettings,
     Env,
     env_bool,
@@ -18,6 +19,7 @@ from clepsydra_core.settings import (
     env_int,
     env_str,
 )
+from clepsydra_core.shards import ClusterShape
 from clepsydra_core.wire.timers import MAX_DELAY_MS
 from clepsydra_store.engine.config import (
     DEFAULT_KEY_INDEX_ENTRIES_PER_FILE,
@@ -82,6 +84,12 @@ class StoreSettings:
     pull_hold_max: int = DEFAULT_PULL_HOLD_MAX
     """Most pulls held at once (``waitMs``, issue 14): each waits in one of the ``threads``
     server threads; past it a pull answers at once. 0: no pull is held."""
+    cluster: ClusterShape = field(default_factory=ClusterShape)
+    """Which store shard this is and where its peers answer (DEC-store-shards;
+    ``CLEPSYDRA_STORE_SHARDS``, ``_SHARD_ID``, ``_PEERS``): one shard by default."""
+    peer_token: str | None = field(default=None, repr=False)
+    """The token of this store's own calls to its peers when no caller's is at hand (a new
+    shard reading the topics it lacks): CLEPSYDRA_TOKEN, else the bootstrap admin token."""
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> StoreSettings:
@@ -91,10 +99,12 @@ class StoreSettings:
         data_dir = Path(env_str(env, "CLEPSYDRA_STORE_DIR", str(common.home / "store"))).absolute()
         consumequeue_dir = Path(env_str(env, "CLEPSYDRA_STORE_CONSUMEQUEUE_DIR",
                                         str(data_dir / naming.CONSUMEQUEUE_DIR))).absolute()
+        cluster = ClusterShape.from_env(env, common.store_url)
         engine = EngineConfig(
             data_dir=data_dir,
             consumequeue_dir=consumequeue_dir,
             store_host=env_str(env, "CLEPSYDRA_STORE_HOST", f"127.0.0.1:{port}"),
+            shard_id=cluster.shard_id,
             delay_levels=common.delay_levels,
             segment_size_bytes=env_int(env, "CLEPSYDRA_STORE_SEGMENT_BYTES", 1 << 30,
                                        minimum=64 * 1024),
@@ -149,4 +159,6 @@ class StoreSettings:
             lock_expiry_ms=round(1000 * env_float(env, "CLEPSYDRA_STORE_LOCK_EXPIRY_S", 60.0,
                                                   minimum=0.1)),
             pull_hold_max=pull_hold_max,
+            cluster=cluster,
+            peer_token=common.token or env.get(AUTH_ADMIN_TOKEN_VAR) or None,
         )

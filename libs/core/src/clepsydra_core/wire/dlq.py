@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 from clepsydra_core.errors import ValidationError
 from clepsydra_core.levels import DelayLevels
 from clepsydra_core.msgid import ID_PATTERN, check_id
+from clepsydra_core.wire.cluster import ShardFailure
 from clepsydra_core.wire.codec import WireValue, wire_meta
 from clepsydra_core.wire.messages import StoredMessage
 
@@ -139,17 +140,25 @@ class DlqPurge(WireValue):
         _check_selection(name, self.msg_ids, self.all, self.filter)
 
 
+FAILED_DOC = ("store shards the change did not reach, each with why (a shard that did not "
+              "answer, or refuses writes while drained); run it again for them")
+
+
 @dataclass(frozen=True, slots=True)
 class ResendResult(WireValue):
     resent: int
     skipped: int = field(metadata=wire_meta(
         doc="all/filter only: messages without a resendable original topic"))
     target: str = field(metadata=wire_meta(schema={"enum": list(TARGETS)}))
+    failed: list[ShardFailure] | None = field(default=None, metadata=wire_meta(
+        doc=FAILED_DOC))
 
 
 @dataclass(frozen=True, slots=True)
 class PurgeResult(WireValue):
     purged: int
+    failed: list[ShardFailure] | None = field(default=None, metadata=wire_meta(
+        doc=FAILED_DOC))
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,8 +238,16 @@ class DlqMessage(StoredMessage):
 
 @dataclass(frozen=True, slots=True)
 class DlqPage(WireValue):
-    """Dead letters not resent or purged, from ``offset`` on; ``nextOffset`` continues."""
+    """Dead letters not resent or purged, from ``offset`` on; ``nextOffset`` continues. With
+    more than one store shard (DEC-store-shards) a listing walks the shards in turn: each row
+    says its ``shard``, ``nextShard`` (with ``nextOffset``) is where the next page starts while
+    shards are left, and shards that did not answer are in ``unreachable``."""
 
     messages: list[DlqMessage]
     next_offset: int
     max_offset: int | None = None
+    next_shard: int | None = field(default=None, metadata=wire_meta(
+        doc="more than one store shard: the shard the next page starts on (with nextOffset); "
+            "absent once the last shard is listed"))
+    unreachable: list[int] | None = field(default=None, metadata=wire_meta(
+        doc="store shards that did not answer: their dead letters are not in the listing"))

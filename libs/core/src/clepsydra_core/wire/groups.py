@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from clepsydra_core.errors import ValidationError
 from clepsydra_core.groups import MAX_RETRY_QUEUE_NUMS
 from clepsydra_core.retry_rules import ORDERLY_MAX_RECONSUME_TIMES
+from clepsydra_core.wire.cluster import ShardsApplied
 from clepsydra_core.wire.codec import INT32_MAX, INT64_MAX, INT64_MIN, WireValue, wire_meta
 from clepsydra_core.wire.topics import TOPIC_SCHEMA, topic_meta
 
@@ -54,6 +55,8 @@ class GroupSettingsAnswer(WireValue):
     group: str
     retry_queue_nums: int
     retry_max_times: int
+    shards: ShardsApplied | None = field(default=None, metadata=wire_meta(
+        doc="with more than one store shard (the store's route): the shards that applied it"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,8 +159,16 @@ class GroupOffsets(WireValue):
             "type": "object", "propertyNames": {"pattern": QUEUE_ID_KEY},
             "additionalProperties": {"type": "integer", "minimum": INT64_MIN,
                                      "maximum": INT64_MAX}}}))
+    shards: dict[str, dict[str, dict[str, int]]] | None = field(default=None, metadata=wire_meta(
+        doc="a broadcasting consumer's own file only: the offsets of store shards other than "
+            "0, {shard: {topic: {queueId: offset}}} (DEC-store-shards); the store answers its "
+            "own shard's in offsets"))
 
     def wire_check(self, name: str) -> None:
+        for shard in self.shards or {}:
+            if not _QUEUE_ID.fullmatch(shard):
+                raise ValidationError(f"{name}.shards: {shard!r} is not a shard id",
+                                      code="INVALID_REQUEST")
         for topic, queues in self.offsets.items():
             for key in queues:
                 if not _QUEUE_ID.fullmatch(key):

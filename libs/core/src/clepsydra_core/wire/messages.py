@@ -48,6 +48,8 @@ class StoredMessage(WireValue):
                                                   "with body=false)"))
     body: str | None = None
     body_base64: str | None = None
+    shard: int | None = field(default=None, metadata=wire_meta(
+        doc="the store shard that holds this copy (look-ups with more than one shard)"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +61,8 @@ class MessageList(WireValue):
     msgId answers every copy, oldest first; each copy's own place is its ``offsetMsgId``."""
 
     messages: list[StoredMessage]
+    unreachable: list[int] | None = field(default=None, metadata=wire_meta(
+        doc="store shards that did not answer the look-up (it may hold more copies there)"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
-from clepsydra_core.msgid import ID_PATTERN
+from clepsydra_core.msgid import ID_PATTERN, MAX_SHARD
 from clepsydra_core.retry_rules import ORDERLY_MAX_RECONSUME_TIMES, USE_DEFAULT_MAX
 from clepsydra_core.wire.codec import INT32_MAX, INT32_MIN, WireValue, wire_meta
 from clepsydra_core.wire.errors import ErrorAnswer
@@ -68,6 +68,11 @@ class SendBackRequest(WireValue):
     traceparent: str | None = None
     """The W3C context of the consume attempt that failed: a batch carries several attempts'
     send-backs in one call, so each item names its own (SPEC O1)."""
+    shard: int | None = field(default=None, metadata=wire_meta(
+        minimum=0, maximum=MAX_SHARD,
+        doc="the store shard that holds the message (where it was pulled from; "
+            "DEC-store-shards): the send-back is written there. Absent: the shard its "
+            "msgId names when that is an offsetMsgId, else shard 0"))
 
     def without_hints(self) -> SendBackRequest:
         """The same request without the pull hints (for a service that has no batch route)."""

@@ -100,12 +100,17 @@ class MessageRescheduled(WireValue):
     deliver_at: int = field(metadata=wire_meta(doc="the effective delivery time, epoch ms"))
 
 
+UNREACHABLE_DOC = ("store shards that did not answer (pending messages of the key there were "
+                   "not changed)")
+
+
 @dataclass(frozen=True, slots=True)
 class KeyCancelled(WireValue):
     """Every pending delayed message of a topic with a key, taken back."""
 
     status: str = field(metadata=wire_meta(schema={"enum": [CANCELLED]}))
     msg_ids: list[str]
+    unreachable: list[int] | None = field(default=None, metadata=wire_meta(doc=UNREACHABLE_DOC))
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +120,7 @@ class KeyRescheduled(WireValue):
     status: str = field(metadata=wire_meta(schema={"enum": [RESCHEDULED]}))
     msg_ids: list[str]
     deliver_at: int = field(metadata=wire_meta(doc="the effective delivery time, epoch ms"))
+    unreachable: list[int] | None = field(default=None, metadata=wire_meta(doc=UNREACHABLE_DOC))
 
 
 @dataclass(frozen=True, slots=True)

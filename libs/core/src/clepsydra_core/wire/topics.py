@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from clepsydra_core.validation import TOPIC_MAX_LEN, TOPIC_PATTERN
+from clepsydra_core.wire.cluster import ShardsApplied
 from clepsydra_core.wire.codec import WireValue, wire_meta
 
 MAX_QUEUES = 1024
@@ -45,10 +46,15 @@ class TopicUpdate(WireValue):
     queues: int = field(metadata=wire_meta(minimum=1, maximum=MAX_QUEUES))
 
 
+SHARDS_DOC = ("with more than one store shard: the shards that applied it, and those that did "
+              "not (DEC-store-shards)")
+
+
 @dataclass(frozen=True, slots=True)
 class TopicDeleted(WireValue):
     name: str
     deleted: bool
+    shards: ShardsApplied | None = field(default=None, metadata=wire_meta(doc=SHARDS_DOC))
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +69,7 @@ class TopicAnswer(WireValue):
     name: str
     system: bool
     queues: list[QueueBounds]
+    shards: ShardsApplied | None = field(default=None, metadata=wire_meta(doc=SHARDS_DOC))
 
 
 @dataclass(frozen=True, slots=True)

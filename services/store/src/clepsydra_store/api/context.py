@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from clepsydra_core.errors import NoPermission
 from clepsydra_store.api.observability import Observability
+from clepsydra_store.cluster import Cluster
 from clepsydra_store.consumers import ConsumerRegistry
 from clepsydra_store.engine.message_store import MessageStore
 from clepsydra_store.queue_locks import QueueLocks
@@ -30,6 +31,11 @@ class StoreContext:
     owns_store: bool = True
     guard: Guard | None = None
     """Access control's guard (None: off), for routes whose topic is known only in the view."""
+    cluster: Cluster | None = None
+    """This store's shard of the cluster (DEC-store-shards; one shard by default)."""
+    shards_header: tuple[str, str] | None = None
+    """``X-Clepsydra-Shards`` and the cluster's size, on every answer of a store with more
+    than one shard (DEC-store-shards); None with one."""
 
     def require_writable(self) -> None:
         """Every message write answers 403 NO_PERMISSION on a read-only store (R2)."""
@@ -37,7 +43,18 @@ class StoreContext:
             raise NoPermission("the store does not accept writes "
                                "(CLEPSYDRA_STORE_WRITABLE=false)", rule="R2")
 
+    def require_accepting(self) -> None:
+        """A new message (a produce, a send-back's copy, a DLQ resend) answers 403
+        NO_PERMISSION on a read-only store and on a shard being drained (R2,
+        DEC-shard-drain); the scheduler's hand-over and the timers' go on there."""
+        self.require_writable()
+        if self.cluster is not None and self.cluster.state.draining:
+            raise NoPermission(f"store shard {self.cluster.shard_id} is being drained: it "
+                               "takes no new messages (send to another shard)", rule="R2")
+
     def close(self) -> None:
         """Close the engine if this app opened it (flushes and writes checkpoints)."""
+        if self.cluster is not None:
+            self.cluster.close()
         if self.owns_store:
             self.store.close()

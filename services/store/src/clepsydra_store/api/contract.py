@@ -19,9 +19,10 @@ from typing import Any
 
 from clepsydra_core.auth import Action
 from clepsydra_core.levels import DelayLevels
-from clepsydra_core.msgid import ID_PATTERN
+from clepsydra_core.msgid import ID_PATTERN, MAX_SHARD
 from clepsydra_core.validation import GROUP_MAX_LEN, GROUP_PATTERN
 from clepsydra_core.wire.auth import TokenCreate, TokenCreated, TokenList, TokenRevoked
+from clepsydra_core.wire.cluster import ClusterAnswer, RouteAnswer, ShardStatus
 from clepsydra_core.wire.codec import INT32_MAX, INT64_MAX
 from clepsydra_core.wire.copy import CopyBatch, RangeCopy, RangeCopyAnswer
 from clepsydra_core.wire.groups import (
@@ -78,6 +79,7 @@ from clepsydra_core.wire.topics import (
     TopicUpdate,
 )
 from clepsydra_store.api import (
+    cluster,
     groups,
     handover,
     history,
@@ -129,12 +131,17 @@ PATH_PARAMS = {
                    example=EXAMPLE_GROUP),
     "clientId": Param("clientId", {"type": "string", "minLength": 1}),
     "name": Param("name", {"type": "string", "minLength": 1}, "a token's name"),
+    "shard": Param("shard", {"type": "integer", "minimum": 0, "maximum": MAX_SHARD},
+                   "a store shard's id (DEC-store-shards)"),
     "level": Param("level", {"type": "integer", "minimum": 1, "maximum": MAX_LEVEL},
                    f"delay level, 1..the table's highest ({MAX_LEVEL} with the default table; "
                    "L1, L3)"),
 }
 _BODY_FLAG = Param("body", {"type": "boolean", "default": True},
                    "false: headers only (the body left out; `bodySize` still given)")
+_SHARES = Param("shares", {"type": "boolean", "default": True},
+                "false: each shard's id, address and write permission only, without the pass "
+                "over its data (a client's membership)")
 _TRACEPARENT = "`traceparent` (W3C trace context) header: the span continues it (O1)."
 
 
@@ -436,6 +443,44 @@ ROUTES: tuple[StoreRoute, ...] = (
         Route("DELETE", "/v1/auth/tokens/{name}", "revoke_token", "Revoke a token (admin).",
               [Answer(200, "Revoked", TokenRevoked)],
               errors=(404, 409), error_text=AUTH_ERRORS)),
+    _route("cluster.members", cluster.members, Need(Action.TOPIC_READ),
+        Route("GET", "/v1/cluster", "cluster",
+              "Every store shard with its health and share of the data, asked of each; a shard "
+              "that does not answer is listed `unreachable`, never left out (DEC-store-shards).",
+              [Answer(200, "The shards", ClusterAnswer)], query=(_SHARES,)),
+        trace=Trace.IN_TRACE_ONLY),
+    _route("cluster.self_status", cluster.self_status, Need(Action.TOPIC_READ),
+        Route("GET", "/v1/cluster/self", "cluster_self",
+              "The answering shard's status and share of the data.",
+              [Answer(200, "This shard", ShardStatus)], query=(_SHARES,)),
+        trace=Trace.IN_TRACE_ONLY),
+    _route("cluster.route", cluster.route, Need(Action.TOPIC_READ),
+        Route("GET", "/v1/routes/{topic}", "route",
+              "Every (shard, queueId) of a topic with its shard's address: what clients route "
+              "sends, pulls, offsets and locks with.",
+              [Answer(200, "The topic's queues on every shard", RouteAnswer)], errors=(404,),
+              error_text={404: "TOPIC_NOT_EXIST: no shard that answered has it",
+                          503: "SERVICE_UNAVAILABLE: no shard that answered has it and some did "
+                               "not answer"},
+              description="A shard that does not answer is in `unreachable` with its queues "
+                          "listed all the same (`reachable` false, as many as the others have); "
+                          "one that answered without the topic is in `missing`."),
+        trace=Trace.IN_TRACE_ONLY),
+    _route("cluster.drain", cluster.drain, Need(Action.CLUSTER_ADMIN),
+        Route("POST", "/v1/cluster/shards/{shard}/drain", "drain_shard",
+              "Make a shard refuse new messages (RocketMQ's write permission off) while its "
+              "consumers, levels and timers drain; durable across its restarts "
+              "(DEC-shard-drain).",
+              [Answer(200, "The shard, draining", ShardStatus)], errors=(403, 404),
+              error_text={403: "FORBIDDEN (not an admin), or NO_PERMISSION: a read-only store",
+                          404: "NOT_FOUND: no such shard in this cluster"},
+              description="Produce, send-back copies and DLQ resends on it answer 403 "
+                          "NO_PERMISSION (the SDK sends elsewhere); `GET /v1/cluster` says when "
+                          "it is `removable`.")),
+    _route("cluster.resume", cluster.resume, Need(Action.CLUSTER_ADMIN),
+        Route("POST", "/v1/cluster/shards/{shard}/resume", "resume_shard",
+              "Make a drained shard take new messages again.",
+              [Answer(200, "The shard, taking messages", ShardStatus)], errors=(403, 404))),
 )
 """Every route of the store's v1 API, in the order of the OpenAPI document."""
 OPS_ROUTES = ops_routes(Route(

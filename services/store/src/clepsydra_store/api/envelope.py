@@ -186,7 +186,10 @@ def answer(c: StoreContext, route: StoreRoute, call: Call) -> Answer:
         status, body = error_answer(exc)
     finally:
         c.obs.end(scope, status)
-    return status, [("Content-Type", JSON_TYPE), ("Content-Length", str(len(body)))], body
+    headers = [("Content-Type", JSON_TYPE), ("Content-Length", str(len(body)))]
+    if c.shards_header is not None:  # DEC-store-shards
+        headers.append(c.shards_header)
+    return status, headers, body
 
 
 def _refused(c: StoreContext, route: StoreRoute, call: Call) -> Answer | None:
@@ -199,7 +202,10 @@ def _refused(c: StoreContext, route: StoreRoute, call: Call) -> Answer | None:
         c.guard.check(call.header("HTTP_AUTHORIZATION"), need.action,
                       call.args[need.arg] if need.arg is not None else None)
     except REFUSALS as exc:
-        return refusal(exc)
+        status, headers, body = refusal(exc)
+        if c.shards_header is not None:  # DEC-store-shards
+            headers.append(c.shards_header)
+        return status, headers, body
     return None
 
 

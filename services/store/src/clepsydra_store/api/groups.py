@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from clepsydra_core import validation
-from clepsydra_core.errors import Forbidden, GroupNotFound, OffsetOutOfRange
+from clepsydra_core import naming, validation
+from clepsydra_core.errors import Forbidden, GroupNotFound, OffsetOutOfRange, TopicNotFound
 from clepsydra_core.groups import GroupSettings
 from clepsydra_core.naming import SCHEDULE_TOPIC
 from clepsydra_core.wire.groups import (
@@ -27,6 +27,7 @@ from clepsydra_core.wire.groups import (
 )
 from clepsydra_store.api.context import StoreContext
 from clepsydra_store.api.envelope import Call, Reply, trace_topic
+from clepsydra_store.api.fanout import everywhere
 from clepsydra_store.consumers import CLUSTERING, GroupView
 from clepsydra_web import jsonio
 
@@ -42,6 +43,7 @@ def list_groups(c: StoreContext, call: Call) -> Reply:
         for group, settings in c.store.all_group_settings().items()]).to_json()
 
 
+@everywhere()
 def put_group_settings(c: StoreContext, call: Call) -> Reply:
     """Create (201) or change (200) a group's settings, durably; fields not given keep their
     current value (or the default)."""
@@ -118,7 +120,29 @@ def heartbeat(c: StoreContext, call: Call) -> Reply:
     view = c.consumers.heartbeat(group, client_id, subscriptions, model)
     if c.settings.common.auto_create_groups and c.store.group_settings(group) is None:
         c.store.put_group_settings(group, {})  # first seen: created with defaults
+    if model == CLUSTERING and c.cluster is not None and c.cluster.clustered:
+        _ensure_retry_topic(c, group, subscriptions)
     return 200, _view_json(view, detailed=False)
+
+
+def _ensure_retry_topic(c: StoreContext, group: str, subscriptions: dict[str, str]) -> None:
+    """With more than one store shard, a clustering consumer's heartbeat makes its group's
+    ``%RETRY%`` topic on every shard it reaches (R3, with the group's retryQueueNums), as
+    RocketMQ's brokers do at a heartbeat: the topic's route then lists every shard's retry
+    queues from the start, so a retry stored on any shard is pulled without waiting for the
+    consumers' next route read (DEC-store-shards)."""
+    topic = naming.retry_topic(group)
+    if topic not in subscriptions:
+        return
+    try:
+        c.store.get_topic(topic)
+        return
+    except TopicNotFound:
+        pass
+    settings = c.store.group_settings(group)
+    queues = settings.retry_queue_nums if settings is not None else 1
+    if queues > 0 and c.cluster is not None and c.cluster.accepting:
+        c.store.create_topic(topic, queues, system=True)
 
 
 def list_consumers(c: StoreContext, call: Call) -> Reply:

@@ -13,6 +13,7 @@ from clepsydra_core.wire.messages import StoredMessage
 from clepsydra_store.api.answers import PARKED_STATES, messages_json
 from clepsydra_store.api.context import StoreContext
 from clepsydra_store.api.envelope import Call, Reply
+from clepsydra_store.api.fanout import found_where
 from clepsydra_store.api.observability import MESSAGE_ID, set_attribute
 from clepsydra_store.engine.message_store import MAX_COPIES
 
@@ -28,6 +29,7 @@ def _offsets(c: StoreContext, records: list[CommitLogRecord]) -> history.Offsets
     return offsets
 
 
+@found_where
 def get_history(c: StoreContext, call: Call) -> Reply:
     """:class:`~clepsydra_core.wire.history.MessageHistory`; 404 MESSAGE_NOT_FOUND."""
     msg_id = call.args["msgId"]

@@ -36,7 +36,7 @@ def _checked(item: CopyItem) -> CopyItem:
 
 def copy(c: StoreContext, call: Call) -> Reply:
     """201 ``{results: [<produce result>]}``; all items checked before any is written."""
-    c.require_writable()
+    c.require_accepting()
     batch = CopyBatch.from_json(call.json(), what="copy", strict=True)
     requests: list[CopyItem] = []
     for index, item in enumerate(batch.items):
@@ -101,7 +101,7 @@ def copy_range(c: StoreContext, call: Call) -> Reply:
     """201 :class:`RangeCopyAnswer`: queue offsets ``[fromOffset, fromOffset+max)`` of
     ``topic``/``queueId`` copied to ``target`` (a topic, or ``"origin"``: each message's
     RETRY_TOPIC) with one write; the DLQ "resend all" of R16 without shipping the messages."""
-    c.require_writable()
+    c.require_accepting()
     req = RangeCopy.from_json(call.json(), what="copy-range", strict=True)
     validation.validate_topic_name(req.topic)
     if req.target_topic is not None:

@@ -10,12 +10,14 @@ from clepsydra_core.wire.messages import DEFAULT_PULL, MAX_PULL
 from clepsydra_store.api.answers import messages_json, with_body_arg
 from clepsydra_store.api.context import StoreContext
 from clepsydra_store.api.envelope import Call, Reply, trace_topic
+from clepsydra_store.api.fanout import looked_up
 from clepsydra_store.api.observability import MESSAGE_ID, set_attribute
 from clepsydra_web import jsonio
 
 MAX_KEY_RESULTS = MAX_PULL
 
 
+@looked_up
 def get_message(c: StoreContext, call: Call) -> Reply:
     """``{messages: [...]}``: every copy of the message whose msgId (unique id) or
     offsetMsgId this is, oldest first (docs/contracts.md); 404 MESSAGE_NOT_FOUND."""
@@ -25,6 +27,7 @@ def get_message(c: StoreContext, call: Call) -> Reply:
     return 200, {"messages": messages_json(c.store.get_by_msg_id(msg_id))}
 
 
+@looked_up
 def find_messages(c: StoreContext, call: Call) -> Reply:
     """``?topic=&key=[&max=]`` -> ``{messages: [...]}`` (KEYS or UNIQ_KEY match)."""
     topic = validation.validate_topic_name(call.query.get("topic"))

@@ -283,7 +283,7 @@ def batch_parent(call: Call) -> otel_context.Context | None:
 def produce_one(c: StoreContext, topic: str, payload: dict[str, Any],
                 host: bytes) -> dict[str, Any]:
     """POST /v1/topics/{topic}/messages: 201 body, or raises ClepsydraError."""
-    c.require_writable()
+    c.require_accepting()
     check_topic(topic)
     span = _span()
     limit, now_ms, trace_props = c.settings.engine.max_body_bytes, _now_ms(), _trace_props()
@@ -305,7 +305,7 @@ def produce_one(c: StoreContext, topic: str, payload: dict[str, Any],
 def produce_batch(c: StoreContext, topic: str, payload: dict[str, Any],
                   host: bytes) -> dict[str, Any]:
     """POST /v1/topics/{topic}/messages/batch: 201 ``{results}``, or raises (nothing stored)."""
-    c.require_writable()
+    c.require_accepting()
     check_topic(topic)
     jsonio.check_fields(payload, BATCH_FIELDS, "batch")  # ProduceBatch, its messages read below
     messages = payload.get("messages")

@@ -27,6 +27,7 @@ from clepsydra_core.wire.timers import (
 from clepsydra_store.api.answers import FATES, timer_backlog_answer, timer_handover_answer
 from clepsydra_store.api.context import StoreContext
 from clepsydra_store.api.envelope import Call, Reply, trace_topic
+from clepsydra_store.api.fanout import changed
 from clepsydra_store.api.handover import deliver_spans
 from clepsydra_store.api.observability import MESSAGE_ID, set_attribute
 from clepsydra_store.engine.types import TIMER_LEVEL, Outcome
@@ -77,6 +78,7 @@ def _message_copies(c: StoreContext, call: Call) -> tuple[str, dict[str, list[Co
     return msg_id, c.store.copies_of(msg_id)
 
 
+@changed
 def cancel_message(c: StoreContext, call: Call) -> Reply:
     """200 cancelled; 409 ALREADY_DELIVERED; 404 MESSAGE_NOT_FOUND."""
     msg_id, copies = _message_copies(c, call)
@@ -84,6 +86,7 @@ def cancel_message(c: StoreContext, call: Call) -> Reply:
     return 200, MessageCancelled(FATES[outcome.status], msg_id).to_json()
 
 
+@changed
 def reschedule_message(c: StoreContext, call: Call) -> Reply:
     """200 rescheduled with the new time; 409 ALREADY_DELIVERED; 404 MESSAGE_NOT_FOUND."""
     target = _target(c, call)
@@ -106,12 +109,14 @@ def _key_copies(c: StoreContext, call: Call) -> dict[str, list[CommitLogRecord]]
     return copies
 
 
+@changed
 def cancel_by_key(c: StoreContext, call: Call) -> Reply:
     """Every pending delayed message of ``topic`` with ``key``: 200 cancelled ``msgIds``."""
     outcome = _act(c, call, _key_copies(c, call), None)
     return 200, KeyCancelled(FATES[outcome.status], outcome.msg_ids).to_json()
 
 
+@changed
 def reschedule_by_key(c: StoreContext, call: Call) -> Reply:
     """Every pending delayed message of ``topic`` with ``key``, given one new time."""
     target = _target(c, call)

@@ -6,10 +6,24 @@ from __future__ import annotations
 
 from clepsydra_core import naming, validation
 from clepsydra_core.errors import ClepsydraError, Forbidden, TopicNotFound
+from clepsydra_core.http import Json
 from clepsydra_core.wire.topics import TopicCreate, TopicDeleted, TopicUpdate
 from clepsydra_store.api.answers import topic_json
 from clepsydra_store.api.context import StoreContext
 from clepsydra_store.api.envelope import Call, Reply, trace_topic
+from clepsydra_store.api.fanout import everywhere, now_ms
+from clepsydra_store.cluster import Cluster
+
+
+def _created(cluster: Cluster, _call: Call, answer: Json | None) -> None:
+    """A topic made (again) through a shard is no longer one it deleted (cluster/state.py)."""
+    if answer is not None and isinstance(answer.get("name"), str):
+        cluster.state.forget_deleted(answer["name"])
+
+
+def _deleted(cluster: Cluster, call: Call, _answer: Json | None) -> None:
+    """A topic deleted through a shard: it never takes it back from a peer (cluster/sync.py)."""
+    cluster.state.mark_deleted(call.args["topic"], now_ms())
 
 
 class TopicConflict(ClepsydraError):
@@ -43,6 +57,7 @@ def create(c: StoreContext, call: Call, *, system: bool) -> Reply:
     return (201 if created else 200), topic_json(info)
 
 
+@everywhere(_created)
 def create_topic(c: StoreContext, call: Call) -> Reply:
     return create(c, call, system=False)
 
@@ -59,6 +74,7 @@ def get_topic(c: StoreContext, call: Call) -> Reply:
     return 200, topic_json(c.store.get_topic(topic))
 
 
+@everywhere(_created)
 def update_topic(c: StoreContext, call: Call) -> Reply:
     """``{queues}``: grow (new empty queues) or shrink (refused while a hidden queue holds
     unconsumed messages, 409 TOPIC_NOT_DRAINED); 200 with the topic as it now is (A1). A
@@ -75,6 +91,7 @@ def update_topic(c: StoreContext, call: Call) -> Reply:
         return (201 if created else 200), topic_json(info)
 
 
+@everywhere(_deleted)
 def delete_topic(c: StoreContext, call: Call) -> Reply:
     """200 ``{name, deleted: true}``; 404 when absent; 403 for a system topic (S3, A2)."""
     topic = call.args["topic"]

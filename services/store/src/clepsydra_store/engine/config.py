@@ -24,6 +24,9 @@ class EngineConfig:
     """Where the ConsumeQueue files live; None: ``data_dir/consumequeue``. A separate path lets
     a cluster put the ConsumeQueue on its own volume, apart from the CommitLog."""
     store_host: str = "127.0.0.1:8081"
+    shard_id: int = 0
+    """The store shard this engine is: carried in every offsetMsgId it makes
+    (DEC-shard-in-msgid; 0 leaves the ids as they were before shards)."""
     delay_levels: DelayLevels = field(default_factory=DelayLevels.default)
     segment_size_bytes: int = 1 << 30
     cq_entries_per_file: int = 300_000

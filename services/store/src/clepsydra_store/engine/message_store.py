@@ -114,7 +114,8 @@ class MessageStore:
         self._group_commit = GroupCommit(cl)
         writer = self._writer = Writer(cl, disp, config.store_host,
                                        sync_flush=config.flush == "sync",
-                                       group_commit=self._group_commit, counters=self._counters)
+                                       group_commit=self._group_commit, counters=self._counters,
+                                       shard_id=config.shard_id)
         self._preparer = Preparer(config, self._topics, self._group_settings)
         self._lookup = Lookup(cl, disp.key_index)
         self._drain = Drain(cl, self._topics, config.segment_size_bytes)

@@ -40,11 +40,12 @@ class Writer:
     hand-overs, cancels, retention's segment deletion)."""
 
     def __init__(self, commitlog: CommitLog, dispatcher: Dispatcher, store_host: str, *,
-                 sync_flush: bool, group_commit: GroupCommit, counters: Counter[str]) -> None:
+                 sync_flush: bool, group_commit: GroupCommit, counters: Counter[str],
+                 shard_id: int = 0) -> None:
         self.lock = threading.Lock()
         self._commitlog = commitlog
         self._dispatcher = dispatcher
-        self._store_host = pack_host(store_host)
+        self._store_host = pack_host(store_host, shard_id)  # DEC-shard-in-msgid
         self._msg_id_prefix = self._store_host.hex().upper()
         self._sync = sync_flush
         self._group_commit = group_commit
