@@ -17,7 +17,8 @@ from rocketmq.grpc_protocol import service_pb2 as s
 
 from clepsydra_client.producer import Producer as SdkProducer
 from clepsydra_core import properties as P
-from tests.gateway.conftest import SHARDS, Gw3, message, receive_until, wait_for
+from clepsydra_gateway.backend import Backend
+from tests.gateway.conftest import SHARDS, Gw, Gw3, message, receive_until, wait_for
 
 pytestmark = pytest.mark.gateway
 
@@ -172,3 +173,27 @@ def test_after_max_attempts_the_dead_letter_is_on_the_messages_shard(gw3: Gw3) -
     assert [(m["msgId"], m.get("shard")) for m in dead] == [(on_shard_1, 1)]
     copies = [c for c in gw3.messages(on_shard_1) if c["topic"] == f"%DLQ%{group}"]
     assert [c.get("shard") for c in copies] == [1]
+
+
+def test_one_store_is_called_as_before_shards_and_a_cluster_is_routed(gw: Gw, gw3: Gw3) -> None:
+    # the gateway's store calls (clepsydra_gateway.backend) against a real one-store stack and
+    # the three shards: one store never builds the SDK's routing (no /v1/cluster or
+    # /v1/routes call, the store's own topic answer), a cluster's first answer turns it on
+    for stack, shards in ((gw, 1), (gw3, SHARDS)):
+        backend = Backend(stack.stack.store.url, stack.stack.retry.url, timeout_s=10,
+                          refused_retry_s=1)
+        try:
+            topic = stack.topic(queues=2)
+            info = backend.topic(topic, None)
+            assert info is not None
+            assert info.places == tuple((s, q) for s in range(shards) for q in range(2))
+            answer, stored_on = backend.produce(topic, {"body": "x"}, None)
+            assert stored_on in range(shards) and answer["msgId"]
+            if shards == 1:
+                assert backend.router() is None and backend._router is None
+                assert backend.place(topic, 1, None) == (0, 1)
+            else:
+                assert backend.router() is not None
+                assert backend.place(topic, 5, None) == (2, 1)
+        finally:
+            backend.close()
