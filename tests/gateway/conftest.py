@@ -261,3 +261,67 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gw]:
         yield Gw(stack, Credentials())
     finally:
         stack.stop()
+
+
+SHARDS = 3
+
+
+@dataclass
+class Gw3(Gw):
+    """The suite's stack over three store shards (DEC-store-shards): shard 0 is the address
+    the gateway, the retry service and the scheduler are given, as ``make run`` gives it."""
+
+    def shard(self, shard: int) -> HttpClient:
+        return HttpClient(self.stack.shard_urls[shard], token=self.admin_token)
+
+    def shard_counts(self, topic: str) -> list[int]:
+        """Messages stored on ``topic`` by each shard (its queues' ends summed)."""
+        out = []
+        for shard in range(SHARDS):
+            http = self.shard(shard)
+            doc = http.get(http.path("/v1/topics/{}", topic))
+            out.append(sum(q["maxOffset"] - q["minOffset"] for q in doc["queues"]))
+        return out
+
+    def committed_on(self, group: str, topic: str, shard: int) -> int:
+        http = self.shard(shard)
+        doc = http.get(http.path("/v1/groups/{}/offsets", group), {"topic": topic})
+        return sum(doc["offsets"].get(topic, {}).values())
+
+    def pull_all_shards(self, topic: str) -> list[dict[str, Any]]:
+        """Every message stored on ``topic`` by every shard (each shard's queues to their
+        ends)."""
+        out: list[dict[str, Any]] = []
+        for shard in range(SHARDS):
+            http = self.shard(shard)
+            for q in http.get(http.path("/v1/topics/{}", topic))["queues"]:
+                offset = q["minOffset"]
+                while offset < q["maxOffset"]:
+                    page = http.get(http.path("/v1/topics/{}/queues/{}/messages", topic,
+                                              q["queueId"]), {"offset": offset, "max": 1000})
+                    out += page["messages"]
+                    if page["nextOffset"] <= offset:
+                        break
+                    offset = page["nextOffset"]
+        return out
+
+    def produce_on(self, shard: int, topic: str, body: str) -> str:
+        """A message stored on one shard (its own produce): its msgId."""
+        http = self.shard(shard)
+        return str(http.post(http.path("/v1/topics/{}/messages", topic), {"body": body})["msgId"])
+
+    def shard_name(self, shard: int) -> str:
+        return "store" if shard == 0 else f"store-{shard}"
+
+
+@pytest.fixture(scope="module")
+def gw3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gw3]:
+    """The gateway in front of three store shards (as tests/integration/cluster starts them:
+    tools/parts.py ``with_store(shards=3)``), with the retry service and the scheduler."""
+    stack = (parts.Stack(tmp_path_factory.mktemp("gateway-shards"), env=dict(GATEWAY_ENV))
+             .with_redis().with_store(shards=SHARDS).with_retry().with_scheduler()
+             .with_gateway().start())
+    try:
+        yield Gw3(stack, Credentials())
+    finally:
+        stack.stop()

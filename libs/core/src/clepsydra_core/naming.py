@@ -174,11 +174,12 @@ def group_settings_key(group: str) -> str:
 GROUPS_SET_KEY = f"{REDIS_PREFIX}:groups"
 
 
-def gateway_queue_key(group: str, topic: str, queue_id: int) -> str:
-    """Prefix of the gateway's state of one consumer group in one queue (its ``:cursor``,
-    ``:inflight`` and ``:committed`` keys; DEC-gateway-pop-over-pull). Topic and group names
-    never hold ``/`` (SPEC P1)."""
-    return f"{REDIS_PREFIX}:gateway:{group}/{topic}/{queue_id}"
+def gateway_queue_key(group: str, topic: str, queue_id: int, shard: int = 0) -> str:
+    """Prefix of the gateway's state of one consumer group in one queue of one store shard (its
+    ``:cursor``, ``:inflight`` and ``:committed`` keys; DEC-gateway-pop-over-pull). Shard 0's
+    are the keys of a one-store stack, the others' carry the shard (DEC-shard-keys). Topic and
+    group names never hold ``/`` (SPEC P1)."""
+    return f"{REDIS_PREFIX}:gateway:{_shard_part(shard)}{group}/{topic}/{queue_id}"
 
 
 GATEWAY_DEADLINES_KEY = f"{REDIS_PREFIX}:gateway:deadlines"

@@ -1,9 +1,11 @@
 """How RocketMQ 5's protocol maps onto Clepsydra's, decided once and pure: no gRPC, no Redis,
 no HTTP (the protobuf types are filled by ``service.py``).
 
-- receipt and recall handles (opaque to the client, versioned, checked on the way back);
+- receipt and recall handles (opaque to the client, versioned, checked on the way back; they
+  name the store shard of the message, DEC-gateway-shard-handles);
 - the queue a message goes to (round robin by the store; a FIFO ``message_group`` by the same
-  consistent hash the official client uses: SHA-256 of the group, modulo the queues);
+  consistent hash the official client uses: SHA-256 of the group, modulo the queues - with
+  store shards, an index into the topic's queues of every shard, shard by shard);
 - a stored message's wire view: its topic (a ``%RETRY%`` copy shows its origin topic), user
   properties, the delivery attempt (``reconsumeTimes`` + 1), the body's CRC32;
 - the consumer's back-off and max attempts, built from the group's retry settings and the
@@ -43,6 +45,7 @@ from clepsydra_core.errors import (
     ValidationError,
 )
 from clepsydra_core.levels import DelayLevels
+from clepsydra_core.msgid import MAX_SHARD
 from clepsydra_core.retry_rules import retry_level_for
 
 
@@ -90,8 +93,13 @@ class GatewayError(Exception):
 # ---- handles ----------------------------------------------------------------------------------
 
 RECEIPT_PREFIX = "cg1."
-"""Version 1 of the gateway's receipt handle (an old handle must still read: versioned)."""
+"""Version 1 of the gateway's receipt handle: a message of store shard 0 (the only shard of a
+one-store stack). An old handle must still read: versioned (DEC-gateway-shard-handles)."""
+RECEIPT_PREFIX_SHARDED = "cg2."
+"""Version 2: version 1's fields and the store shard (above 0) that holds the message."""
 RECALL_PREFIX = "cr1."
+RECALL_PREFIX_SHARDED = "cr2."
+MAX_HANDLE_LEN = 2048
 
 
 def _b64(doc: object) -> str:
@@ -103,10 +111,12 @@ def _unb64(text: str) -> object:
     return orjson.loads(base64.urlsafe_b64decode(padded.encode("ascii")))
 
 
-def _fields(text: str, prefix: str, count: int, bad: GatewayError) -> list[Any]:
-    """The ``count`` fields of a handle written by ``prefix + _b64([...])``; ``bad`` when it is
-    not one."""
-    if not text.startswith(prefix) or len(text) > 2048:
+def _fields(text: str, versions: dict[str, int], bad: GatewayError) -> tuple[str, list[Any]]:
+    """(the prefix, the fields) of a handle written by ``prefix + _b64([...])`` with as many
+    fields as ``versions`` gives its prefix; ``bad`` when it is not one."""
+    prefix = text[:4]
+    count = versions.get(prefix)
+    if count is None or len(text) > MAX_HANDLE_LEN:
         raise bad
     try:
         doc = _unb64(text[len(prefix):])
@@ -114,70 +124,108 @@ def _fields(text: str, prefix: str, count: int, bad: GatewayError) -> list[Any]:
         raise bad from None
     if not isinstance(doc, list) or len(doc) != count:
         raise bad
-    return doc
+    return prefix, doc
+
+
+def _count(value: object) -> bool:
+    """A queue id, offset or shard as a handle holds it: an int, not a bool, not negative."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _shard_field(prefix: str, doc: list[Any], sharded: str, bad: GatewayError) -> int:
+    """The shard of a decoded handle: 0 for a version-1 handle; a version-2 handle's last
+    field, which is above 0 (shard 0's handles are always version 1) and at most MAX_SHARD."""
+    if prefix != sharded:
+        return 0
+    shard = doc[-1]
+    if not _count(shard) or not 0 < shard <= MAX_SHARD:
+        raise bad
+    return int(shard)
 
 
 @dataclass(frozen=True, slots=True)
 class ReceiptHandle:
     """Which delivery of which stored message: the group, where the copy is stored (a user
-    topic or ``%RETRY%<group>``), its queue and queue offset, and the delivery's nonce (a
-    change of invisible time makes a new one; the old handle then no longer acks)."""
+    topic or ``%RETRY%<group>``), its queue and queue offset, the delivery's nonce (a change of
+    invisible time makes a new one; the old handle then no longer acks), and the store shard
+    that holds it (DEC-store-shards).
+
+    A handle of shard 0 is written as version 1, byte for byte the handle of a gateway from
+    before shards (so a one-store stack's handles are unchanged, and such a gateway reads
+    them); one of another shard as version 2, which adds the shard (DEC-gateway-shard-handles).
+    """
 
     group: str
     topic: str
     queue_id: int
     queue_offset: int
     nonce: str
+    shard: int = 0
 
     def encode(self) -> str:
-        return RECEIPT_PREFIX + _b64([self.group, self.topic, self.queue_id, self.queue_offset,
-                                      self.nonce])
+        fields: list[Any] = [self.group, self.topic, self.queue_id, self.queue_offset,
+                             self.nonce]
+        if self.shard == 0:
+            return RECEIPT_PREFIX + _b64(fields)
+        return RECEIPT_PREFIX_SHARDED + _b64([*fields, self.shard])
 
     @classmethod
     def decode(cls, text: str) -> ReceiptHandle:
         """The handle; GatewayError INVALID_RECEIPT_HANDLE when it is not one of ours."""
         bad = GatewayError(Status.INVALID_RECEIPT_HANDLE,
                            "invalid receipt handle: not one this gateway gave out")
-        doc = _fields(text, RECEIPT_PREFIX, 5, bad)
+        prefix, doc = _fields(text, {RECEIPT_PREFIX: 5, RECEIPT_PREFIX_SHARDED: 6}, bad)
         if (not all(isinstance(v, str) and v for v in (doc[0], doc[1], doc[4]))
-                or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
-                           for v in (doc[2], doc[3]))):
+                or not all(_count(v) for v in (doc[2], doc[3]))):
             raise bad
-        return cls(doc[0], doc[1], doc[2], doc[3], doc[4])
+        shard = _shard_field(prefix, doc, RECEIPT_PREFIX_SHARDED, bad)
+        return cls(doc[0], doc[1], doc[2], doc[3], doc[4], shard)
 
     @property
     def member(self) -> str:
-        """Its name in the deadlines set (group/topic/queue/offset)."""
-        return delivery_member(self.group, self.topic, self.queue_id, self.queue_offset)
+        """Its name in the deadlines set (group/topic/queue/offset[/shard])."""
+        return delivery_member(self.group, self.topic, self.queue_id, self.queue_offset,
+                               self.shard)
 
 
-def delivery_member(group: str, topic: str, queue_id: int, queue_offset: int) -> str:
-    return f"{group}/{topic}/{queue_id}/{queue_offset}"
+def delivery_member(group: str, topic: str, queue_id: int, queue_offset: int,
+                    shard: int = 0) -> str:
+    """A delivery's name in the deadlines set: ``group/topic/queue/offset``, and ``/shard``
+    for a store shard other than 0 (shard 0's names are those of a one-store stack,
+    DEC-shard-keys)."""
+    name = f"{group}/{topic}/{queue_id}/{queue_offset}"
+    return name if shard == 0 else f"{name}/{shard}"
 
 
-def parse_member(member: str) -> tuple[str, str, int, int]:
-    group, topic, queue_id, offset = member.split("/")
-    return group, topic, int(queue_id), int(offset)
+def parse_member(member: str) -> tuple[str, str, int, int, int]:
+    """(group, topic, queue id, offset, shard) of a deadlines set member."""
+    group, topic, queue_id, offset, *rest = member.split("/")
+    return group, topic, int(queue_id), int(offset), int(rest[0]) if rest else 0
 
 
 @dataclass(frozen=True, slots=True)
 class RecallHandle:
-    """A scheduled message to recall: its topic and msgId (the store's cancel, SPEC T1)."""
+    """A scheduled message to recall: its topic and msgId (the store's cancel, SPEC T1), and
+    the store shard that holds it (versioned as the receipt handle: shard 0's are version 1,
+    DEC-gateway-shard-handles)."""
 
     topic: str
     msg_id: str
+    shard: int = 0
 
     def encode(self) -> str:
-        return RECALL_PREFIX + _b64([self.topic, self.msg_id])
+        if self.shard == 0:
+            return RECALL_PREFIX + _b64([self.topic, self.msg_id])
+        return RECALL_PREFIX_SHARDED + _b64([self.topic, self.msg_id, self.shard])
 
     @classmethod
     def decode(cls, text: str) -> RecallHandle:
         bad = GatewayError(Status.BAD_REQUEST, "invalid recall handle: not one this gateway "
                                                "gave out")
-        doc = _fields(text, RECALL_PREFIX, 2, bad)
-        if not all(isinstance(v, str) and v for v in doc):
+        prefix, doc = _fields(text, {RECALL_PREFIX: 2, RECALL_PREFIX_SHARDED: 3}, bad)
+        if not all(isinstance(v, str) and v for v in doc[:2]):
             raise bad
-        return cls(doc[0], doc[1])
+        return cls(doc[0], doc[1], _shard_field(prefix, doc, RECALL_PREFIX_SHARDED, bad))
 
 
 # ---- placement and messages -------------------------------------------------------------------

@@ -24,6 +24,7 @@ from clepsydra_core import properties as P
 from clepsydra_core import telemetry
 from clepsydra_core.auth import Action, Principal
 from clepsydra_core.errors import ClepsydraError
+from clepsydra_core.http import Json
 from clepsydra_gateway.access import Access
 from clepsydra_gateway.backend import Backend
 from clepsydra_gateway.consume import CLIENT_TTL_S, Consumption, Handed, ReceiveAsk, now_ms
@@ -231,26 +232,46 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
                                                        "their topic")
             self.access.check(who, Action.SEND, topic)
             trace.get_current_span().set_attribute(telemetry.DESTINATION, topic)
-            bodies = [self._store_message(m, topic, token) for m in request.messages]
+            placed = [self._store_message(m, topic, token) for m in request.messages]
             left = context.time_remaining()
             within_s = None if left is None else left - DEADLINE_MARGIN_S
-            if len(bodies) == 1:
-                answers = [self.backend.produce(topic, bodies[0], token, within_s)]
-            else:
-                answers = self.backend.produce_batch(topic, bodies, token, within_s)
+            answers = self._produce(topic, placed, token, within_s)
             self.metrics.messages.labels("sent").inc(len(answers))
             self.consumption.wake()
             return s.SendMessageResponse(status=_ok(), entries=[
                 s.SendResultEntry(status=_ok(), message_id=a["msgId"],
                                   offset=int(a.get("queueOffset", 0)),
-                                  recall_handle=(RecallHandle(topic, a["msgId"]).encode()
+                                  recall_handle=(RecallHandle(topic, a["msgId"], shard).encode()
                                                  if m.system_properties.HasField(
                                                      "delivery_timestamp") else ""))
-                for m, a in zip(request.messages, answers, strict=True)])
+                for m, (a, shard) in zip(request.messages, answers, strict=True)])
         return self._call("SendMessage", context, s.SendMessageResponse, work)
 
-    def _store_message(self, message: Any, topic: str, token: str | None) -> dict[str, Any]:
-        """A protocol message as the store's produce takes it (nothing is sent yet)."""
+    def _produce(self, topic: str, placed: list[tuple[dict[str, Any], int | None]],
+                 token: str | None, within_s: float | None) -> list[tuple[Json, int]]:
+        """Store the messages of one send: (each one's answer, its shard), in order. Those of
+        one shard (or all plain ones, placed together by the cluster) go as one batch, all or
+        none; a FIFO send whose message groups fall on several shards is one batch per shard
+        (DEC-store-shards)."""
+        if len(placed) == 1:
+            body, shard = placed[0]
+            answer, stored_on = self.backend.produce(topic, body, token, within_s, shard)
+            return [(answer, stored_on)]
+        by_shard: dict[int | None, list[int]] = {}
+        for i, (_, shard) in enumerate(placed):
+            by_shard.setdefault(shard, []).append(i)
+        out: list[tuple[Json, int] | None] = [None] * len(placed)
+        for shard, indexes in by_shard.items():
+            answers, stored_on = self.backend.produce_batch(
+                topic, [placed[i][0] for i in indexes], token, within_s, shard)
+            for i, answer in zip(indexes, answers, strict=True):
+                out[i] = (answer, stored_on)
+        return [a for a in out if a is not None]
+
+    def _store_message(self, message: Any, topic: str,
+                       token: str | None) -> tuple[dict[str, Any], int | None]:
+        """A protocol message as the store's produce takes it (nothing is sent yet), and the
+        store shard it must go to (None: any, a plain send)."""
         sp = message.system_properties
         if sp.message_type == d.MessageType.TRANSACTION:
             raise GatewayError(Status.UNSUPPORTED, "transactional messages are not supported "
@@ -277,12 +298,15 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         if sp.message_id:
             props[P.UNIQ_KEY] = sp.message_id  # the message's Clepsydra msgId (DEC-gateway-ids)
         out: dict[str, Any] = {"bodyBase64": base64.b64encode(body).decode("ascii")}
+        shard: int | None = None
         if sp.HasField("message_group") and sp.message_group:
             props[P.SHARDING_KEY] = sp.message_group
             info = self.backend.topic(topic, token)
             if info is None:
                 raise GatewayError(Status.TOPIC_NOT_FOUND, f"topic {topic} does not exist")
-            out["queueId"] = queue_of_group(sp.message_group, info.queues)
+            # the group's queue among every shard's (its index in the global list)
+            shard, out["queueId"] = self.backend.place(
+                topic, queue_of_group(sp.message_group, info.queues), token)
         telemetry.inject(props)
         out["properties"] = props
         if sp.tag:
@@ -294,7 +318,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         if sp.HasField("delivery_timestamp"):
             out["deliverAt"] = ms_of(sp.delivery_timestamp.seconds,
                                      sp.delivery_timestamp.nanos)
-        return out
+        return out, shard
 
     def RecallMessage(self, request: Any, context: grpc.ServicerContext) -> Any:
         def work(who: Principal | None, token: str | None, _md: dict[str, str]) -> Any:
@@ -305,7 +329,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
                                                        f"{request.topic.name}")
             self.access.check(who, Action.SEND, handle.topic)
             try:
-                self.backend.cancel(handle.msg_id, token)
+                self.backend.cancel(handle.msg_id, handle.shard, token)
             except ClepsydraError as exc:
                 if status_of(exc) == Status.NOT_FOUND:
                     raise GatewayError(Status.NOT_FOUND, f"message {handle.msg_id} was not "

@@ -1,5 +1,6 @@
 """The gateway's own state, in Redis only (DEC-gateway-pop-over-pull): for each consumer group
-and queue it hands messages out of,
+and queue it hands messages out of (a queue of one store shard: shard 0's keys are those of a
+one-store stack, the others' carry the shard, DEC-shard-keys),
 
 - ``<queue key>:cursor``: the next queue offset not yet handed out;
 - ``<queue key>:inflight``: hash queue offset -> the delivery under way (:class:`Delivery`);
@@ -160,18 +161,19 @@ class GatewayState:
         self._replace = client.register_script(_REPLACE)
 
     @staticmethod
-    def keys(group: str, topic: str, queue_id: int) -> tuple[str, str, str]:
-        base = naming.gateway_queue_key(group, topic, queue_id)
+    def keys(group: str, topic: str, queue_id: int, *, shard: int) -> tuple[str, str, str]:
+        base = naming.gateway_queue_key(group, topic, queue_id, shard)
         return f"{base}:cursor", f"{base}:inflight", f"{base}:committed"
 
-    def advance(self, group: str, topic: str, queue_id: int, floor: int) -> int:
+    def advance(self, group: str, topic: str, queue_id: int, floor: int, *,
+                shard: int) -> int:
         """The cursor, first set to ``floor`` (where the group's progress is), and moved up to
         it when nothing is under way (another consumer of the group committed past it)."""
-        cursor, inflight, _ = self.keys(group, topic, queue_id)
+        cursor, inflight, _ = self.keys(group, topic, queue_id, shard=shard)
         return int(self._advance(keys=[cursor, inflight], args=[floor]))
 
-    def view(self, group: str, topic: str, queue_id: int) -> QueueView:
-        cursor, inflight, _ = self.keys(group, topic, queue_id)
+    def view(self, group: str, topic: str, queue_id: int, *, shard: int) -> QueueView:
+        cursor, inflight, _ = self.keys(group, topic, queue_id, shard=shard)
         pipe = self.redis.pipeline(transaction=False)
         pipe.get(cursor)
         pipe.hgetall(inflight)
@@ -181,57 +183,58 @@ class GatewayState:
 
     def hand_out(self, group: str, topic: str, queue_id: int, expected_cursor: int,
                  new_cursor: int, deliveries: Sequence[tuple[int, Delivery]], *,
-                 fifo: bool) -> int | None:
+                 fifo: bool, shard: int) -> int | None:
         """Hand ``deliveries`` out and move the cursor, if nobody moved it since it was read
         (and, ``fifo``, nothing of the queue is under way): the offset the group may commit,
         else None (the caller reads again)."""
-        cursor, inflight, _ = self.keys(group, topic, queue_id)
+        cursor, inflight, _ = self.keys(group, topic, queue_id, shard=shard)
         args: list[Any] = [expected_cursor, new_cursor, "1" if fifo else "0"]
         for offset, delivery in deliveries:
             args += [offset, delivery.encode(), delivery.d,
-                     delivery_member(group, topic, queue_id, offset)]
+                     delivery_member(group, topic, queue_id, offset, shard)]
         result = int(self._hand_out(keys=[cursor, inflight, naming.GATEWAY_DEADLINES_KEY],
                                     args=args))
         return None if result < 0 else result
 
     def redeliver(self, group: str, topic: str, queue_id: int,
-                  items: Sequence[tuple[int, str, Delivery]]) -> bool:
+                  items: Sequence[tuple[int, str, Delivery]], *, shard: int) -> bool:
         """Hand out again FIFO deliveries made visible (offset, their nonce, the new one)."""
-        _, inflight, _ = self.keys(group, topic, queue_id)
+        _, inflight, _ = self.keys(group, topic, queue_id, shard=shard)
         args: list[Any] = []
         for offset, nonce, delivery in items:
             args += [offset, nonce, delivery.encode(), delivery.d,
-                     delivery_member(group, topic, queue_id, offset)]
+                     delivery_member(group, topic, queue_id, offset, shard)]
         return bool(self._redeliver(keys=[inflight, naming.GATEWAY_DEADLINES_KEY], args=args))
 
-    def get(self, group: str, topic: str, queue_id: int, offset: int) -> Delivery | None:
-        _, inflight, _ = self.keys(group, topic, queue_id)
+    def get(self, group: str, topic: str, queue_id: int, offset: int, *,
+            shard: int) -> Delivery | None:
+        _, inflight, _ = self.keys(group, topic, queue_id, shard=shard)
         raw = self.redis.hget(inflight, str(offset))
         return None if raw is None else Delivery.decode(raw)
 
     def settle(self, group: str, topic: str, queue_id: int, offset: int,
-               nonce: str) -> tuple[int, int, str]:
+               nonce: str, *, shard: int) -> tuple[int, int, str]:
         """End a delivery (acked, sent back, dead-lettered): (1, the offset the group may
         commit, its msgId), or (0, 0, "") when it is not under way, (-1, 0, "") when ``nonce``
         is not its current handle's."""
-        cursor, inflight, _ = self.keys(group, topic, queue_id)
+        cursor, inflight, _ = self.keys(group, topic, queue_id, shard=shard)
         done, commit, msg_id = self._settle(
             keys=[cursor, inflight, naming.GATEWAY_DEADLINES_KEY],
-            args=[offset, nonce, delivery_member(group, topic, queue_id, offset)])
+            args=[offset, nonce, delivery_member(group, topic, queue_id, offset, shard)])
         return int(done), int(commit), str(msg_id)
 
     def replace(self, group: str, topic: str, queue_id: int, offset: int, nonce: str,
-                new: Delivery, *, only_if_due_at: int | None = None) -> int:
+                new: Delivery, *, shard: int, only_if_due_at: int | None = None) -> int:
         """Swap a delivery for ``new`` if its handle's nonce is still ``nonce`` (and, with
         ``only_if_due_at``, its time has run out by then): 1 done, 0 not under way, -1 another
         handle, -2 not due (a change of invisible time moved it). ``new`` in state VISIBLE
         leaves the deadlines set."""
-        _, inflight, _ = self.keys(group, topic, queue_id)
+        _, inflight, _ = self.keys(group, topic, queue_id, shard=shard)
         deadline = "" if new.s == VISIBLE else new.d
         return int(self._replace(
             keys=[inflight, naming.GATEWAY_DEADLINES_KEY],
             args=[offset, nonce, new.encode(), deadline,
-                  delivery_member(group, topic, queue_id, offset),
+                  delivery_member(group, topic, queue_id, offset, shard),
                   "1" if only_if_due_at is not None else "0", only_if_due_at or 0]))
 
     def due(self, now_ms: int, limit: int = 200) -> list[str]:
@@ -243,12 +246,13 @@ class GatewayState:
     def pending(self) -> int:
         return int(self.redis.zcard(naming.GATEWAY_DEADLINES_KEY))
 
-    def committed(self, group: str, topic: str, queue_id: int) -> int | None:
-        raw = self.redis.get(self.keys(group, topic, queue_id)[2])
+    def committed(self, group: str, topic: str, queue_id: int, *, shard: int) -> int | None:
+        raw = self.redis.get(self.keys(group, topic, queue_id, shard=shard)[2])
         return None if raw is None else int(raw)
 
-    def set_committed(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        self.redis.set(self.keys(group, topic, queue_id)[2], offset)
+    def set_committed(self, group: str, topic: str, queue_id: int, offset: int, *,
+                      shard: int) -> None:
+        self.redis.set(self.keys(group, topic, queue_id, shard=shard)[2], offset)
 
     # ---- clients -----------------------------------------------------------------------
 
