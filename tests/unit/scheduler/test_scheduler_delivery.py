@@ -8,13 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from clepsydra_scheduler.delivery import (
-    DeliveryConfig,
-    LevelDelivery,
-    RunOutcome,
-    corrected_deliver_ts,
-    due_count,
-)
+from clepsydra_core.schedule_rules import corrected_deliver_ts, due_count
+from clepsydra_scheduler.delivery import DeliveryConfig, LevelDelivery, RunOutcome
 from clepsydra_scheduler.level_state import MemoryLevelState
 from clepsydra_scheduler.ports import LevelSample, LevelStateUnavailable, WorkerIdentity
 from tests.fixtures.scheduler import FakeClock, FakeStore

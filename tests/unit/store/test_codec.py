@@ -28,15 +28,10 @@ from clepsydra_core import properties as P
 from clepsydra_core.levels import DelayLevels
 from clepsydra_core.msgid import decode_msg_id, encode_msg_id
 from clepsydra_core.records import CommitLogRecord, QueueEntry, decode_record, offset_msg_id
-from clepsydra_core.wire.copy import CopyItem
 from clepsydra_store.api.produce import parse_messages
-from clepsydra_store.engine.codec import (
-    handover_properties,
-    splice_properties,
-    splice_template,
-)
 from clepsydra_store.engine.message_store import MessageStore
-from clepsydra_store.engine.types import PutRequest, PutResult
+from clepsydra_store.engine.types import CopyRequest, PutRequest, PutResult
+from clepsydra_store.engine.write.codec import splice_properties, splice_template
 from tests.unit.store.conftest import OpenStore, engine_config
 
 BORN_HOST = socket.inet_aton("10.0.0.5") + struct.pack(">I", 40_000)
@@ -99,6 +94,18 @@ def reference_properties(props: dict[str, str]) -> bytes:
         n, v = name.encode(), value.encode()
         out += struct.pack(">H", len(n)) + n + struct.pack(">I", len(v)) + v
     return out
+
+
+def handover_properties(props: dict[str, str], level: int, queue_offset: int,
+                        deliver_ts: int) -> dict[str, str]:
+    """SPEC D4 (and T2) on a properties dict, the reference: DELAY, DELIVER_AT and DELAY_MS
+    out; SCHEDULE_OFFSET ``<level>:<queue offset>`` then DELIVER_TS set (in place when
+    present, else appended)."""
+    for name in (P.DELAY, P.DELIVER_AT, P.DELAY_MS):
+        props.pop(name, None)
+    props[P.SCHEDULE_OFFSET] = f"{level}:{queue_offset}"
+    props[P.DELIVER_TS] = str(deliver_ts)
+    return props
 
 
 def reference(msg: dict[str, Any], topic: str, result: PutResult) -> tuple[str, int, int,
@@ -164,11 +171,11 @@ def body_of(msg: dict[str, Any]) -> bytes:
     return msg["body"].encode() if "body" in msg else base64.b64decode(msg["bodyBase64"])
 
 
-def refusals_only(put: Callable[..., Any]) -> Callable[..., Any]:
-    """``Preparer.put`` as the produce encoder may use it: only to name a refusal."""
+def refusals_only(refuse: Callable[..., Any]) -> Callable[..., Any]:
+    """``Preparer.refuse`` as the produce encoder may use it: only to name a refusal."""
     def explain(*args: Any, **kwargs: Any) -> Any:
-        put(*args, **kwargs)
-        raise AssertionError(f"Preparer.put stored a request the encoder passed on: {args[0]}")
+        refuse(*args, **kwargs)
+        raise AssertionError(f"Preparer.refuse passed a request the encoder refused: {args[0]}")
     return explain
 
 
@@ -187,7 +194,8 @@ def test_produce_round_trips_every_field_and_equals_the_reference_bytes(
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = Path(tmp)
         store = MessageStore(engine_config(data_dir))
-        store._preparer.put = refusals_only(store._preparer.put)  # type: ignore[method-assign]
+        store._preparer.refuse = refusals_only(  # type: ignore[method-assign]
+            store._preparer.refuse)
         try:
             store.create_topic(TOPIC, QUEUES)
             requests = parse_messages(batch, topic, 4 * 1024 * 1024, BORN_HOST, NOW, {})
@@ -265,10 +273,11 @@ LAYOUT_WRITERS = ("VALUE_LEN.pack", "NAME_LEN.pack", "I32.pack", "U8.pack", "REC
 
 def test_record_bytes_are_written_by_the_codec_alone() -> None:
     """Issue 13.3: one encoder. The properties layout and the record tail are written in
-    engine/codec.py only (``property_field``, ``encode_tail``), the header by
-    ``records.pack_header`` in the writer (``StoreCore._place``) and the codec
+    engine/write/codec.py only (``property_field``, ``encode_tail``), the header by
+    ``records.pack_header`` in the writer (``Writer._place``) and the codec
     (``relocated_header``): no other module of the store writes a second copy of them."""
-    allowed = {"engine/codec.py": set(LAYOUT_WRITERS), "engine/store_core.py": {"pack_header("}}
+    allowed = {"engine/write/codec.py": set(LAYOUT_WRITERS),
+               "engine/write/writer.py": {"pack_header("}}
     found = []
     for path in sorted(STORE_SRC.rglob("*.py")):
         name = path.relative_to(STORE_SRC).as_posix()
@@ -318,7 +327,7 @@ def test_every_record_the_store_writes_has_the_reference_bytes(open_store: OpenS
     base = {"app": "x", P.UNIQ_KEY: "U-plain", P.TAGS: "a", P.KEYS: "k1 k2"}
     assert_reference(store, plain.commitlog_offset, TOPIC, 0, base)
 
-    copy = store.copy([CopyItem(commitlog_offset=plain.commitlog_offset, topic=RETRY,
+    copy = store.copy([CopyRequest(commitlog_offset=plain.commitlog_offset, topic=RETRY,
                                 reconsume_times=1, set_properties={P.RETRY_TOPIC: TOPIC})])[0]
     copied = assert_reference(store, copy.commitlog_offset, RETRY, 0,
                               {**base, P.RETRY_TOPIC: TOPIC})

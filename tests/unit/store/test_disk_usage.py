@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from clepsydra_core.errors import ConfigError, DiskFull
-from clepsydra_store.engine.disk_usage import (
+from clepsydra_store.engine.log.disk_usage import (
     DiskGuard,
     DiskLevel,
     DiskSample,

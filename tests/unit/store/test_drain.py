@@ -16,15 +16,15 @@ from hypothesis import strategies as st
 from clepsydra_core import naming
 from clepsydra_core import properties as P
 from clepsydra_core.properties import encode_properties
-from clepsydra_store.engine.codec import splice_properties, splice_template
-from clepsydra_store.engine.consume_queue import ENTRY
-from clepsydra_store.engine.dispatch import TIMER_LEVEL
-from clepsydra_store.engine.entry_states import CANCELLED, DELIVERED, EntryStates
-from clepsydra_store.engine.handover import Handover
+from clepsydra_store.engine.index.consume_queue import ENTRY
+from clepsydra_store.engine.index.dispatcher import TIMER_LEVEL
+from clepsydra_store.engine.index.entry_states import CANCELLED, DELIVERED, EntryStates
+from clepsydra_store.engine.index.timer_index import SLOT_MS, TimerIndex
 from clepsydra_store.engine.message_store import MessageStore
-from clepsydra_store.engine.splice_shapes import SpliceShapes
-from clepsydra_store.engine.timer_index import SLOT_MS, TimerIndex
+from clepsydra_store.engine.schedule.drain import Drain
+from clepsydra_store.engine.schedule.splice_shapes import SpliceShapes
 from clepsydra_store.engine.types import PutRequest
+from clepsydra_store.engine.write.codec import splice_properties, splice_template
 from tests.unit.store.conftest import OpenStore
 
 TOPIC = "orders"
@@ -55,7 +55,7 @@ def _timers(store: MessageStore, deliver_at: int) -> list[PutRequest]:
 @pytest.fixture
 def parsed(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     """Every properties block the splice shapes parse whole (``splice_template``), in order."""
-    from clepsydra_store.engine import splice_shapes
+    from clepsydra_store.engine.schedule import splice_shapes
 
     blocks: list[bytes] = []
     parse = splice_shapes.splice_template
@@ -75,7 +75,7 @@ def test_a_timer_splice_builds_exactly_what_the_rebuild_builds(open_store: OpenS
     store.create_topic(TOPIC, 2)
     puts = _timers(store, BASE)
     store.put_batch(puts)
-    scheduler = store._handover
+    scheduler = store._drain
     cq = store._dispatcher.timer_log()
     raw = cq.read_raw(cq.min_offset, cq.max_offset - cq.min_offset)
     compared = 0
@@ -106,13 +106,13 @@ def test_due_timers_are_spliced_and_a_park_is_still_rebuilt(
     store.put(PutRequest("gone", b"lost", deliver_at=BASE))
     store.delete_topic("gone")
     rebuilt: list[int] = []
-    rebuild = Handover._rebuild
+    rebuild = Drain._rebuild
 
-    def counting(self: Handover, *args: Any) -> Any:
+    def counting(self: Drain, *args: Any) -> Any:
         rebuilt.append(args[1])
         return rebuild(self, *args)
 
-    monkeypatch.setattr(Handover, "_rebuild", counting)
+    monkeypatch.setattr(Drain, "_rebuild", counting)
     later = time.time_ns() // 1_000_000 + 60_000  # (times in the past deliver at store time)
     result = store.timers.handover(later, 1_000)
     assert (result.delivered, result.parked) == (len(puts), 1)
@@ -188,7 +188,7 @@ def test_pairs_a_confirmed_hand_over_took_are_never_asked_for_again(tmp_path: Pa
 
 def test_overrides_are_the_sentinels_of_the_entries_asked(tmp_path: Path) -> None:
     # issue 15's read order kept (sentinels before entries), without copying them all
-    from clepsydra_store.engine.consume_queue import ConsumeQueue
+    from clepsydra_store.engine.index.consume_queue import ConsumeQueue
 
     cq = ConsumeQueue(tmp_path / "cq", naming.TIMER_TOPIC, 0, 64)
     other = ConsumeQueue(tmp_path / "other", naming.TIMER_TOPIC, 1, 64)
@@ -211,9 +211,9 @@ def _spliced_and_rebuilt(store: MessageStore, count: int,
                          now: int) -> list[tuple[Any, Any]]:
     """Level 1's first ``count`` entries, each (its splice, its rebuild) at ``now``: what the
     hand-over copies, by the shapes' path and by the whole parse (D4)."""
-    scheduler = store._handover
+    scheduler = store._drain
     out = []
-    raw = scheduler.queue(1).read_raw(0, count)
+    raw = store._handover.queue(1).read_raw(0, count)
     for q, (offset, size, _code) in enumerate(ENTRY.iter_unpack(raw)):
         segment = store._commitlog.segment_for(offset)
         assert segment is not None
@@ -317,7 +317,7 @@ def test_timers_that_differ_in_their_deliver_at_share_a_shape(
     due = time.time_ns() // 1_000_000 + 3_600_000
     store.put_batch([PutRequest(TOPIC, b"%d" % i, tags="t", deliver_at=due + 7 * i)
                      for i in range(200)])
-    scheduler = store._handover
+    scheduler = store._drain
     cq = store._dispatcher.timer_log()
     raw = cq.read_raw(cq.min_offset, cq.max_offset - cq.min_offset)
     for q, (offset, size, _code) in enumerate(ENTRY.iter_unpack(raw)):
@@ -363,7 +363,7 @@ def test_runs_of_records_are_read_into_one_buffer(open_store: OpenStore,
     # faults a message); runs are now read into the hand-over's one buffer. A shorter run
     # after a longer one leaves older bytes past its end, never read as its records: every
     # copy is still spliced (no rebuild) and is the message handed over (D4), once (D9)
-    from clepsydra_store.engine.segment import Segment
+    from clepsydra_store.engine.log.segment import Segment
 
     store = open_store(levels="1s 2s")
     store.create_topic(TOPIC, 1)
@@ -374,19 +374,19 @@ def test_runs_of_records_are_read_into_one_buffer(open_store: OpenStore,
     now = results[-1].store_timestamp + 1_000
     reads: list[int] = []
     rebuilt: list[int] = []
-    read, rebuild = Segment.read, Handover._rebuild
+    read, rebuild = Segment.read, Drain._rebuild
 
     def counting_read(self: Segment, file_pos: int, size: int) -> bytes:
         if self.path.parent.name == naming.COMMITLOG_DIR:  # (not a ConsumeQueue's file)
             reads.append(size)
         return read(self, file_pos, size)
 
-    def counting_rebuild(self: Handover, *args: Any) -> Any:
+    def counting_rebuild(self: Drain, *args: Any) -> Any:
         rebuilt.append(args[1])
         return rebuild(self, *args)
 
     monkeypatch.setattr(Segment, "read", counting_read)
-    monkeypatch.setattr(Handover, "_rebuild", counting_rebuild)
+    monkeypatch.setattr(Drain, "_rebuild", counting_rebuild)
     assert store.handover(1, 0, 20, now_ms=now).delivered == 20  # the long run
     assert store.handover(1, 20, 20, now_ms=now).delivered == 20  # a shorter one after it
     assert store.handover(1, 0, 40, now_ms=now).delivered == 0  # D9: once
@@ -394,7 +394,7 @@ def test_runs_of_records_are_read_into_one_buffer(open_store: OpenStore,
     copies = store.read_queue(TOPIC, 0, 0, 100).messages
     assert [m.body for m in copies] == big + small
     assert [m.properties[P.SCHEDULE_OFFSET] for m in copies] == [f"1:{q}" for q in range(40)]
-    assert len(store._handover._buffer) == 0  # nothing due: given back (memory at rest)
+    assert len(store._drain._buffer) == 0  # nothing due: given back (memory at rest)
 
 
 def test_a_flush_writes_sentinels_a_run_at_a_time(tmp_path: Path,
@@ -402,7 +402,7 @@ def test_a_flush_writes_sentinels_a_run_at_a_time(tmp_path: Path,
     # issue 14 (issue 18 item 2's order kept: only at a flush): the sentinels of a drain are
     # consecutive entries; each run is read and written once, across the queue's files, and
     # only the codes change
-    from clepsydra_store.engine.consume_queue import ConsumeQueue
+    from clepsydra_store.engine.index.consume_queue import ConsumeQueue
 
     cq = ConsumeQueue(tmp_path / "cq", naming.TIMER_TOPIC, 0, 64)
     n = 200
@@ -432,29 +432,28 @@ def test_a_large_level_hand_over_is_done_a_lock_chunk_at_a_time(
         open_store: OpenStore, monkeypatch: pytest.MonkeyPatch) -> None:
     # issue 14, D9: one request hands over up to its max, a LOCK_CHUNK per hold of the writer
     # lock, and answers for the whole range; every entry once, in order
-    from clepsydra_store.api import handover as api
+    from clepsydra_store.engine.schedule import handover as chunked
 
-    monkeypatch.setattr(api, "LOCK_CHUNK", 7)
+    monkeypatch.setattr(chunked, "LOCK_CHUNK", 7)
     store = open_store(levels="1s 2s")
     store.create_topic(TOPIC, 1)
     results = store.put_batch([PutRequest(TOPIC, b"%d" % i, delay_level=1) for i in range(30)])
     due = results[-1].store_timestamp + 1_000
     asked: list[int] = []
-    handover = store.handover
+    plan = store._handover.plan
 
-    def counting(level: int, from_offset: int, max_count: int,
-                 now_ms: int | None = None, fence: int | None = None) -> Any:
+    def counting(level: int, from_offset: int, max_count: int, now_ms: int) -> Any:
         asked.append(max_count)
-        return handover(level, from_offset, max_count, now_ms=due, fence=fence)
+        return plan(level, from_offset, max_count, now_ms)
 
-    monkeypatch.setattr(store, "handover", counting)
-    first = api.handover_chunks(store, 1, 0, 25)
+    monkeypatch.setattr(store._handover, "plan", counting)
+    first = store.handover(1, 0, 25, now_ms=due)
     assert asked == [7, 7, 7, 4]
     assert (first.from_offset, first.next_offset, first.delivered, first.handed_over) == \
         (0, 25, 25, 24)
     assert len(first.lateness_ms) == len(first.delivered_messages) == 25 and not first.not_due
     asked.clear()
-    rest = api.handover_chunks(store, 1, 0, 100)  # from behind the mark: skips, then the rest
+    rest = store.handover(1, 0, 100, now_ms=due)  # from behind the mark: skips, then the rest
     assert asked == [7]
     assert (rest.from_offset, rest.next_offset, rest.delivered, rest.skipped) == (25, 30, 5, 25)
     bodies = [m.body for m in store.read_queue(TOPIC, 0, 0, 100).messages]
@@ -464,20 +463,20 @@ def test_a_large_level_hand_over_is_done_a_lock_chunk_at_a_time(
 def test_a_large_timer_hand_over_is_done_a_lock_chunk_at_a_time(
         open_store: OpenStore, monkeypatch: pytest.MonkeyPatch) -> None:
     # issue 14, T2: the same for timers: appended a LOCK_CHUNK at a time, answered as one
-    from clepsydra_store.engine import timer_ops
+    from clepsydra_store.engine.schedule import handover as chunked
 
-    monkeypatch.setattr(timer_ops, "LOCK_CHUNK", 7)
+    monkeypatch.setattr(chunked, "LOCK_CHUNK", 7)
     store = open_store()
     store.create_topic(TOPIC, 1)
     store.put_batch([PutRequest(TOPIC, b"%d" % i, delay_ms=0) for i in range(30)])
     appended: list[int] = []
-    append = store.timers._append_copies
+    append = store._writer.append_copies
 
     def counting(items: Any) -> Any:
         appended.append(len(items))
         return append(items)
 
-    monkeypatch.setattr(store.timers, "_append_copies", counting)
+    monkeypatch.setattr(store._writer, "append_copies", counting)
     later = time.time_ns() // 1_000_000 + 1_000
     first = store.timers.handover(later, 25)
     assert appended == [7, 7, 7, 4]

@@ -8,8 +8,7 @@ from clepsydra_core import naming
 from clepsydra_core import properties as P
 from clepsydra_core.errors import Fenced
 from clepsydra_core.records import tags_code
-from clepsydra_core.wire.copy import CopyItem
-from clepsydra_store.engine.types import PutRequest
+from clepsydra_store.engine.types import CopyRequest, PutRequest
 from tests.unit.store.conftest import OpenStore
 
 LEVELS = "1s 2s 3s"
@@ -105,7 +104,7 @@ def test_unbuildable_messages_are_parked_and_progress_moves_on(open_store: OpenS
     gone = store.put(PutRequest("Gone", b"a", delay_level=1))
     wide = store.put(PutRequest("Wide", b"b", queue_id=3, delay_level=1))
     half_src = store.put(PutRequest("Ok", b"c"))
-    store.copy([CopyItem(half_src.commitlog_offset, naming.TRANSACTION_HALF_TOPIC,
+    store.copy([CopyRequest(half_src.commitlog_offset, naming.TRANSACTION_HALF_TOPIC,
                             delay_level=1)])
     last = store.put(PutRequest("Ok", b"d", delay_level=1))
     store.delete_topic("Gone")
@@ -132,7 +131,7 @@ def test_retry_topic_works_as_real_destination(open_store: OpenStore) -> None:
     store.create_topic("T", 1)
     original = store.put(PutRequest("T", b"job"))
     retry = naming.retry_topic("g")
-    (parked,) = store.copy([CopyItem(original.commitlog_offset, retry, delay_level=2,
+    (parked,) = store.copy([CopyRequest(original.commitlog_offset, retry, delay_level=2,
                                         reconsume_times=1)])
     result = store.handover(2, 0, 10, now_ms=parked.store_timestamp + 2_000)
     assert result.delivered == 1
@@ -153,7 +152,7 @@ def test_progress_above_max_starts_after_the_mark_not_at_max(open_store: OpenSto
 def test_splice_builds_exactly_what_the_rebuild_builds(open_store: OpenStore) -> None:
     # SPEC D4: the hand-over's fast path (stored bytes spliced) and the decode + re-encode
     # path give the same record, field by field and byte for byte, whatever the properties
-    from clepsydra_store.engine.consume_queue import ENTRY
+    from clepsydra_store.engine.index.consume_queue import ENTRY
 
     store = open_store(levels=LEVELS)
     store.create_topic("T", 2)
@@ -181,14 +180,14 @@ def test_splice_builds_exactly_what_the_rebuild_builds(open_store: OpenStore) ->
     assert store.handover(1, 0, 100, now_ms=due + 5).delivered == len(puts) + 1
     (copy_src,) = [m for m in store.read_queue("T", 0, 0, 100).messages if m.body == b"again"]
     # a delivered copy sent back at a level: DELIVER_TS is already there (replaced in place)
-    store.copy([CopyItem(copy_src.commitlog_offset, naming.retry_topic("G"), delay_level=2,
+    store.copy([CopyRequest(copy_src.commitlog_offset, naming.retry_topic("G"), delay_level=2,
                             reconsume_times=1, set_properties={P.RETRY_TOPIC: "T"})])
     store.put(PutRequest("T", b"later", delay_level=2, properties={"b": "2", "a": "1"}))
 
-    scheduler = store._handover
+    scheduler = store._drain
     compared = 0
     for level in (1, 2):
-        cq = scheduler.queue(level)
+        cq = store._handover.queue(level)
         raw = cq.read_raw(cq.min_offset, cq.max_offset - cq.min_offset)
         for i, (offset, size, _code) in enumerate(ENTRY.iter_unpack(raw)):
             segment = store._commitlog.segment_for(offset)

@@ -1,19 +1,26 @@
 """The strict HTTP/1.1 reader of the produce requests the store worker's poller thread answers
-itself (issue 14, inline.py): the one shape it takes, everything else left to gunicorn, and
-nothing taken before it arrived whole (issue 16, slow clients)."""
+itself (issue 14, inline.py): the one shape it takes (the request lines of the route table's
+poller lane), everything else left to gunicorn, and nothing taken before it arrived whole
+(issue 16, slow clients)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-from clepsydra_store.inline import MAX_HEAD_BYTES, Produce, Verdict, read_request, serve
+from clepsydra_store.inline import (
+    MAX_HEAD_BYTES,
+    PollerRequest,
+    Verdict,
+    read_request,
+    serve,
+)
 from clepsydra_web.slow_clients import READY_BYTES
 
 REMOTE = ("127.0.0.1", 40000)
 LIMIT = 1 << 20
 BODY = b'{"body":"hi"}'
+ONE, BATCH = "messages.produce_message", "messages.produce_batch"
+"""The endpoints of the poller lane's two routes."""
 
 
 def request(path: str = "/v1/topics/orders/messages", body: bytes = BODY,
@@ -26,8 +33,8 @@ def request(path: str = "/v1/topics/orders/messages", body: bytes = BODY,
 def test_a_produce_request_is_read_with_its_environ() -> None:
     raw = request(fields="Host: x\r\nAuthorization: Bearer t\r\ntraceparent: 00-a-b-01\r\n")
     got, end = read_request(raw, 0, LIMIT, REMOTE)
-    assert isinstance(got, Produce) and end == len(raw)
-    assert (got.topic, got.batch, got.body) == ("orders", False, BODY)
+    assert isinstance(got, PollerRequest) and end == len(raw)
+    assert (got.args["topic"], got.endpoint, got.body) == ("orders", ONE, BODY)
     env = got.environ
     assert env["PATH_INFO"] == "/v1/topics/orders/messages"
     assert env["HTTP_AUTHORIZATION"] == "Bearer t"
@@ -40,8 +47,8 @@ def test_pipelined_requests_are_read_one_after_the_other() -> None:
     raw = request() + request("/v1/topics/orders/messages/batch", b'{"messages":[]}')
     first, end = read_request(raw, 0, LIMIT, REMOTE)
     second, end2 = read_request(raw, end, LIMIT, REMOTE)
-    assert isinstance(first, Produce) and isinstance(second, Produce)
-    assert second.batch and second.body == b'{"messages":[]}' and end2 == len(raw)
+    assert isinstance(first, PollerRequest) and isinstance(second, PollerRequest)
+    assert second.endpoint == BATCH and second.body == b'{"messages":[]}' and end2 == len(raw)
 
 
 @pytest.mark.parametrize("raw", [
@@ -86,7 +93,8 @@ def test_a_large_produce_request_is_read_whole_here() -> None:
         partial = serve(raw[:arrived], _never, LIMIT, REMOTE, "DATE")
         assert (partial.count, partial.verdict, partial.need) == (0, Verdict.INCOMPLETE, len(raw))
     got, end = read_request(raw, 0, LIMIT, REMOTE)
-    assert isinstance(got, Produce) and got.batch and got.body == b"x" * size and end == len(raw)
+    assert isinstance(got, PollerRequest) and got.endpoint == BATCH
+    assert got.body == b"x" * size and end == len(raw)
 
 
 def test_a_large_request_of_another_route_goes_to_a_thread_once_ready_bytes_arrived() -> None:
@@ -102,23 +110,21 @@ def test_a_produce_body_over_the_limit_goes_to_a_thread_once_whole() -> None:
     assert read_request(raw[:-1], 0, 50, REMOTE) == (Verdict.INCOMPLETE, 0)
 
 
-def _never(environ: dict[str, Any], topic: str, batch: bool,
-           body: bytes | None) -> tuple[str, list[tuple[str, str]], bytes]:
+def _never(request: PollerRequest) -> tuple[str, list[tuple[str, str]], bytes]:
     raise AssertionError("nothing is answered before it arrived whole")
 
 
 def test_a_body_over_the_request_limit_is_read_and_refused() -> None:
     raw = request(body=b"x" * 100)
     got, end = read_request(raw, 0, 50, REMOTE)
-    assert isinstance(got, Produce) and got.body is None and end == len(raw)  # 413 follows
+    assert isinstance(got, PollerRequest) and got.body is None and end == len(raw)  # 413 follows
 
 
 def test_serve_answers_in_order_and_stops_at_the_first_request_not_its_own() -> None:
     calls: list[tuple[str, bool, bytes | None]] = []
 
-    def answer(environ: dict[str, Any], topic: str, batch: bool,
-               body: bytes | None) -> tuple[str, list[tuple[str, str]], bytes]:
-        calls.append((topic, batch, body))
+    def answer(request: PollerRequest) -> tuple[str, list[tuple[str, str]], bytes]:
+        calls.append((request.args["topic"], request.endpoint == BATCH, request.body))
         return "201 Created", [("Content-Length", "2")], b"{}"
 
     tail = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"

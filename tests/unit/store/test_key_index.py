@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from clepsydra_core import naming
-from clepsydra_store.engine.key_index import KeyIndex, key_hash
-from clepsydra_store.engine.key_index_file import (
+from clepsydra_store.engine.index.key_index import KeyIndex, key_hash
+from clepsydra_store.engine.index.key_index_file import (
     ENTRY,
     HEADER,
     HEADER_SIZE,

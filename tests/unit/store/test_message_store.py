@@ -23,8 +23,7 @@ from clepsydra_core.records import (
     peek_size_magic,
     tags_code,
 )
-from clepsydra_core.wire.copy import CopyItem
-from clepsydra_store.engine.types import PutRequest, PutStatus
+from clepsydra_store.engine.types import CopyRequest, PutRequest, PutStatus
 from tests.unit.store.conftest import OpenStore
 
 BORN_HOST = b"\x0a\x00\x00\x05\x00\x00\x1f\x90"
@@ -214,9 +213,9 @@ def test_copy_keeps_message_and_applies_changes(open_store: OpenStore) -> None:
                                     born_host=BORN_HOST, properties={P.UNIQ_KEY: "u"}))
     retry = naming.retry_topic("g")
     plain, delayed = store.copy([
-        CopyItem(original.commitlog_offset, retry, reconsume_times=1,
+        CopyRequest(original.commitlog_offset, retry, reconsume_times=1,
                     set_properties={P.RETRY_TOPIC: "T"}, remove_properties=(P.UNIQ_KEY,)),
-        CopyItem(original.commitlog_offset, retry, delay_level=2),
+        CopyRequest(original.commitlog_offset, retry, delay_level=2),
     ])
     assert plain.commitlog_offset + plain.size == delayed.commitlog_offset
     copied = store.get_by_commitlog_offset(plain.commitlog_offset)
@@ -229,7 +228,7 @@ def test_copy_keeps_message_and_applies_changes(open_store: OpenStore) -> None:
     assert parked.properties[P.REAL_TOPIC] == retry
     assert store.get_topic(retry).queues == (store.get_topic(retry).queues[0],)
     with pytest.raises(MessageNotFound) as info:
-        store.copy([CopyItem(999_999, retry)])
+        store.copy([CopyRequest(999_999, retry)])
     assert "999999" in str(info.value)
 
 
@@ -239,20 +238,20 @@ def test_copy_appends_to_a_list_property(open_store: OpenStore) -> None:
     store.create_topic("T", 1)
     original = store.put(PutRequest("T", b"x"))
     retry = naming.retry_topic("g")
-    [first] = store.copy([CopyItem(original.commitlog_offset, retry,
+    [first] = store.copy([CopyRequest(original.commitlog_offset, retry,
                                    append_properties={P.RESEND_HISTORY: '{"n":1}'})])
-    [second] = store.copy([CopyItem(first.commitlog_offset, retry,
+    [second] = store.copy([CopyRequest(first.commitlog_offset, retry,
                                     append_properties={P.RESEND_HISTORY: '{"n":2}'})])
     props = store.get_by_commitlog_offset(second.commitlog_offset).properties
     assert json.loads(props[P.RESEND_HISTORY]) == [{"n": 1}, {"n": 2}]
-    [third] = store.copy([CopyItem(second.commitlog_offset, retry,
+    [third] = store.copy([CopyRequest(second.commitlog_offset, retry,
                                    append_properties={P.RESEND_HISTORY: "not json"})])
     props = store.get_by_commitlog_offset(third.commitlog_offset).properties
     assert json.loads(props[P.RESEND_HISTORY])[-1] == "not json"  # text, not JSON: as text
     end = store.get_topic(retry).queues[0].max_offset
     with pytest.raises(ValidationError, match="property"):
-        store.copy([CopyItem(original.commitlog_offset, retry),
-                    CopyItem(original.commitlog_offset, retry, append_properties={"": "x"})])
+        store.copy([CopyRequest(original.commitlog_offset, retry),
+                    CopyRequest(original.commitlog_offset, retry, append_properties={"": "x"})])
     assert store.get_topic(retry).queues[0].max_offset == end  # nothing written
 
 

@@ -12,9 +12,8 @@ import pytest
 from clepsydra_core import naming
 from clepsydra_core import properties as P
 from clepsydra_core.errors import MessageNotFound
-from clepsydra_core.wire.copy import CopyItem
 from clepsydra_store.engine.message_store import MessageStore
-from clepsydra_store.engine.types import PutRequest
+from clepsydra_store.engine.types import CopyRequest, PutRequest
 from tests.unit.store.conftest import OpenStore
 
 HEX32 = re.compile(r"[0-9A-F]{32}")
@@ -54,8 +53,8 @@ def test_every_copy_keeps_the_id_and_the_look_up_finds_them_all(open_store: Open
     [delivered] = store.read_queue("T", 0, 0, 10).messages
     assert delivered.msg_id == parked.msg_id != delivered.offset_msg_id
     retry, dlq = naming.retry_topic("G"), naming.dlq_topic("G")
-    [retried] = store.copy([CopyItem(delivered.commitlog_offset, retry, reconsume_times=1)])
-    [dead] = store.copy([CopyItem(retried.commitlog_offset, dlq, reconsume_times=2)])
+    [retried] = store.copy([CopyRequest(delivered.commitlog_offset, retry, reconsume_times=1)])
+    [dead] = store.copy([CopyRequest(retried.commitlog_offset, dlq, reconsume_times=2)])
     assert retried.msg_id == dead.msg_id == parked.msg_id
     copies = store.get_by_msg_id(parked.msg_id)
     assert [(c.topic, c.offset_msg_id) for c in copies] == [
@@ -73,16 +72,16 @@ def test_a_record_from_before_unique_ids_keeps_its_msg_id(open_store: OpenStore)
     store = open_store(levels="1s 2s")
     store.create_topic("T", 1)
     source = store.put(PutRequest("T", b"old"))
-    [old] = store.copy([CopyItem(source.commitlog_offset, "T", remove_properties=(P.UNIQ_KEY,))])
+    [old] = store.copy([CopyRequest(source.commitlog_offset, "T", remove_properties=(P.UNIQ_KEY,))])
     old_record = store.get_by_commitlog_offset(old.commitlog_offset)
     assert P.UNIQ_KEY not in old_record.properties
     assert old.msg_id == old.offset_msg_id == old_record.msg_id  # its msgId is its place
-    [retried] = store.copy([CopyItem(old.commitlog_offset, naming.retry_topic("G"))])
+    [retried] = store.copy([CopyRequest(old.commitlog_offset, naming.retry_topic("G"))])
     assert retried.msg_id == old.offset_msg_id  # a copy keeps the id it was known by
     assert [r.offset_msg_id for r in store.get_by_msg_id(old.offset_msg_id)] == [
         old.offset_msg_id, retried.offset_msg_id]
     # parked before unique ids: delivered with the msgId its producer was given
-    [parked] = store.copy([CopyItem(source.commitlog_offset, "T", delay_level=1,
+    [parked] = store.copy([CopyRequest(source.commitlog_offset, "T", delay_level=1,
                                     remove_properties=(P.UNIQ_KEY,))])
     assert parked.msg_id == parked.offset_msg_id
     _delivered(store, 1, parked.store_timestamp + 1_000)

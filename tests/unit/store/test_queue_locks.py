@@ -3,7 +3,7 @@ RebalanceLockManager): lock a batch, renew, expiry, other clients refused, unloc
 
 from __future__ import annotations
 
-from clepsydra_store.engine.queue_locks import LockHolder, QueueLocks
+from clepsydra_store.queue_locks import LockHolder, QueueLocks
 
 
 class Clock:

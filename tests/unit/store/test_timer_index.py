@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clepsydra_store.engine.timer_index import NO_TIMER, SLOT_MS, TimerIndex
+from clepsydra_store.engine.index.timer_index import NO_TIMER, SLOT_MS, TimerIndex
 
 BASE = 1_700_000_000_000
 
@@ -74,7 +74,7 @@ def _counting(monkeypatch, files: _Files) -> None:  # type: ignore[no-untyped-de
     import builtins
     import os
 
-    from clepsydra_store.engine import timer_index
+    from clepsydra_store.engine.index import timer_index
 
     listdir, open_ = os.listdir, builtins.open
 

@@ -19,7 +19,7 @@ from clepsydra_retry.app import create_app as retry_app
 from clepsydra_retry.dlq_state import MemoryDlqState
 from clepsydra_retry.groups import MemoryGroupStore
 from clepsydra_retry.settings import RetrySettings
-from clepsydra_store.api.access import STORE_ACCESS
+from clepsydra_store.api.contract import STORE_ACCESS
 from clepsydra_store.app import create_app as store_app
 from clepsydra_store.settings import StoreSettings
 from clepsydra_web.auth import PermissionTable

@@ -163,7 +163,7 @@ def encode_record_tail(body: bytes, topic_raw: bytes, props_raw: bytes) -> bytes
     properties``. The whole record is ``RECORD_HEADER.pack(...) + tail`` with
     ``total_size = HEADER_SIZE + len(tail)``. This and :func:`encode_record` are the format's
     plain reference writer, for tests and tools; the store writes every record through its
-    codec (``clepsydra_store.engine.codec.encode_tail``), whose bytes its tests hold equal to
+    codec (``clepsydra_store.engine.write.codec.encode_tail``), whose bytes its tests hold equal to
     a reference encoding."""
     return b"".join((body, U8.pack(len(topic_raw)), topic_raw, I32.pack(len(props_raw)),
                      props_raw))

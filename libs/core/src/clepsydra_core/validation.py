@@ -20,6 +20,8 @@ TOPIC_PATTERN = (f"^(?:[{_NAME_CHARS}-]+|(?:"
 """P1 as a regular expression (ECMA-262 and Python alike; the OpenAPI documents carry it): a
 plain name, or a system prefix followed by name characters and ``%``. With
 :data:`TOPIC_MAX_LEN`, it accepts what :func:`validate_topic_name` accepts."""
+PLAIN_NAME = f"[{_NAME_CHARS}-]{{1,{TOPIC_MAX_LEN}}}"
+"""A plain topic name (no system prefix, so no ``%``) as a regular expression fragment."""
 GROUP_MAX_LEN = TOPIC_MAX_LEN - len(naming.RETRY_PREFIX)
 """A group names its retry topic ``%RETRY%<group>``, which must stay within P1's length."""
 GROUP_PATTERN = f"^[{_NAME_CHARS}-]+$"
@@ -98,6 +100,59 @@ def validate_properties(props: object, *, allow_reserved: bool = False) -> dict[
         raise ValidationError(f"properties take {total} bytes, at most {MAX_PROPERTIES_BYTES}",
                               rule="P1", code="INVALID_PROPERTIES")
     return props
+
+
+SETTABLE_NAME_FIELDS: dict[str, bytes] = {}
+"""Names a producer may set (P1) seen so far -> their ``properties.name_field`` (writers look
+here first: ``SETTABLE_NAME_FIELDS.get(name) or settable_name_field(name)``)."""
+_SETTABLE_MAX = 4096
+_SETTABLE_MAX_LEN = 256
+"""Names of at most this many bytes are kept, and the cache starts again when full (producers
+choose the names)."""
+
+
+def settable_name_field(name: object) -> bytes | None:
+    """P1, the fast form of :func:`validate_properties`' checks of a name: the
+    ``properties.name_field`` of a property a producer may set (cached), None for any other
+    name (:func:`validate_properties` then names why)."""
+    field = SETTABLE_NAME_FIELDS.get(name) if type(name) is str else None
+    if field is not None:
+        return field
+    if not isinstance(name, str) or not name or (name in P.RESERVED
+                                                 and name not in P.CLIENT_SETTABLE):
+        return None
+    try:
+        raw = name.encode()
+    except UnicodeEncodeError:
+        return None
+    if len(raw) > 0xFFFF:
+        return None
+    field = P.name_field(name)
+    if len(raw) <= _SETTABLE_MAX_LEN:
+        if len(SETTABLE_NAME_FIELDS) >= _SETTABLE_MAX:
+            SETTABLE_NAME_FIELDS.clear()
+        SETTABLE_NAME_FIELDS[name] = field
+    return field
+
+
+def properties_settable(props: dict[str, object]) -> bool:
+    """True when :func:`validate_properties` passes ``props`` (P1: names a producer may set,
+    text values, the size), in fewer steps; False for anything else (it then names the
+    problem)."""
+    total = 0
+    known = SETTABLE_NAME_FIELDS.get
+    for name, value in props.items():
+        prefix = known(name) or settable_name_field(name)
+        if prefix is None or type(value) is not str:
+            return False
+        if value.isascii():
+            total += len(prefix) + 4 + len(value)
+            continue
+        try:
+            total += len(prefix) + 4 + len(value.encode())
+        except UnicodeEncodeError:
+            return False
+    return total <= MAX_PROPERTIES_BYTES
 
 
 def validate_text(value: object, what: str) -> str | None:

@@ -45,7 +45,7 @@ def error_body(status: int, message: str, code: str | None = None) -> bytes:
     return orjson.dumps({"error": code or http_code(status), "message": message})
 
 
-def too_large(limit_bytes: int, setting: str) -> ClepsydraError:
+def request_too_large(limit_bytes: int, setting: str) -> ClepsydraError:
     """The 413 for a request body over ``limit_bytes`` (the ``setting`` that sets it)."""
     err = ClepsydraError(f"request body is larger than {limit_bytes} bytes ({setting})",
                          rule="P1")
@@ -70,7 +70,7 @@ def register_error_handlers(app: Flask, *, size_setting: str) -> None:
     def _http(exc: HTTPException) -> Response:
         status = exc.code or 500
         if isinstance(exc, RequestEntityTooLarge):
-            err = too_large(int(app.config.get("MAX_CONTENT_LENGTH") or 0), size_setting)
+            err = request_too_large(int(app.config.get("MAX_CONTENT_LENGTH") or 0), size_setting)
             return error_response(status, orjson.dumps(err.to_json()))
         resp = error_response(status, error_body(status, exc.description or exc.name or ""))
         for name, value in exc.get_headers():

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from clepsydra_core.levels import DelayLevels
-from clepsydra_scheduler.delivery import corrected_deliver_ts
+from clepsydra_core.schedule_rules import corrected_deliver_ts
 from clepsydra_scheduler.ports import HandoverApi
 
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -32,6 +31,12 @@ from opentelemetry import trace
 
 from clepsydra_core import telemetry
 from clepsydra_core.naming import schedule_queue_name
+from clepsydra_core.schedule_rules import (
+    corrected_deliver_ts,
+    due_count,
+    first_pending,
+    resume_offset,
+)
 from clepsydra_core.wire.schedule import MAX_HANDOVER, HandoverAnswer
 from clepsydra_scheduler.ports import (
     Clock,
@@ -108,23 +113,6 @@ class RunReport:
     store_failures: int = 0
     corrections: list[tuple[int, int]] = field(default_factory=list)
     """D8 corrections made: (from, to)."""
-
-
-def corrected_deliver_ts(deliver_ts: int, now_ms: int, delay_ms: int) -> int:
-    """SPEC D3: a deliver time beyond now + the level's delay means the table was shortened
-    since the message was stored: deliver it now."""
-    return now_ms if deliver_ts > now_ms + delay_ms else deliver_ts
-
-
-def due_count(deliver_ts: Sequence[int], now_ms: int, delay_ms: int, limit: int) -> int:
-    """How many leading entries are due now (SPEC D3, D5: stop at the first one not due)."""
-    horizon = now_ms + delay_ms
-    count = 0
-    for ts in deliver_ts:
-        if count >= limit or now_ms < ts <= horizon:
-            break
-        count += 1
-    return count
 
 
 @dataclass(slots=True)
@@ -412,9 +400,9 @@ class LevelDelivery:
         self._min_offset, self._max_offset = min_offset, max_offset
         self._handed_over = handed_over
         level, progress = self._cfg.level, self._progress
-        resume = max(handed_over + 1, min_offset)
+        resume = first_pending(handed_over, min_offset)
         if progress > max_offset:
-            target = min(resume, max_offset)
+            target = resume_offset(handed_over, min_offset, max_offset)
             logger.warning("progress above the queue maximum level=%d progress=%d "
                            "max_offset=%d: moving to %d (SPEC D8)", level, progress,
                            max_offset, target)
@@ -434,9 +422,8 @@ class LevelDelivery:
             return True
         if progress <= self._handed_over < max_offset:
             logger.info("entries already handed over level=%d progress=%d handed_over=%d: "
-                        "moving to %d (SPEC D9)", level, progress, self._handed_over,
-                        self._handed_over + 1)
-            self._set_progress(self._handed_over + 1, "D9")
+                        "moving to %d (SPEC D9)", level, progress, self._handed_over, resume)
+            self._set_progress(resume, "D9")  # handed_over + 1: progress >= min_offset here
             return True
         return False
 

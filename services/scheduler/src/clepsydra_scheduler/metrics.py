@@ -24,8 +24,8 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from clepsydra_core.levels import DelayLevels, format_delay
+from clepsydra_core.schedule_rules import corrected_deliver_ts
 from clepsydra_core.wire.schedule import LevelInfo
-from clepsydra_scheduler.delivery import corrected_deliver_ts
 from clepsydra_scheduler.ports import HandoverApi, StoreCallFailed
 from clepsydra_scheduler.stats import LATENESS_BUCKETS_MS, LevelStats
 

@@ -1,13 +1,15 @@
-"""Produce requests answered on the store worker's poller thread (issue 14).
+"""Requests answered on the store worker's poller thread: the routes of the table's poller
+lane (``api/contract.py``: produce, single and batch; DEC-poller-produce).
 
 A single produce costs the store less than gunicorn's own handling of a request: handing the
-connection to a pool thread, its parser, the WSGI environ and response objects (README, "Where
-the time goes"). So once a connection is kept alive, the worker's poller thread reads what it
-sent without blocking and answers produce requests itself (``worker.py``): this module reads
-them with a strict HTTP/1.1 reader for that one shape and answers them through the same
-:meth:`ProduceFastPath.answer <clepsydra_store.api.fastpath.ProduceFastPath.answer>` as the
-WSGI path (access control, checks, span, metrics, JSON error bodies). Several requests that
-arrived together (HTTP pipelining) are answered in one write.
+connection to a pool thread, its parser, the WSGI environ and response objects. So once a
+connection is kept alive, the worker's poller thread reads what it sent without blocking and
+answers those requests itself (``worker.py``): this module reads them with a strict HTTP/1.1
+reader for their request lines (:class:`RequestLines`, built from the route table) and answers
+them through the same envelope as every other way in (``api/envelope.py``: access control,
+checks, span, metrics, JSON error bodies; :meth:`LeanPath.answer_poller
+<clepsydra_store.api.fastpath.LeanPath.answer_poller>`). Several requests that arrived together
+(HTTP pipelining) are answered in one write.
 
 A produce request is read whole here however large its body (a batch: up to
 ``CLEPSYDRA_STORE_MAX_REQUEST_BYTES``, as a thread would read it): once its head is read,
@@ -15,9 +17,9 @@ A produce request is read whole here however large its body (a batch: up to
 deadline as for any request (``HEAD_DEADLINE_S``) drops a connection that trickles it.
 
 Anything else goes to gunicorn unchanged, once it arrived whole (``slow_clients.py``): another
-method or route, a percent-encoded topic, a query string, ``Transfer-Encoding``, ``Expect``,
-``Connection: close``, a repeated or unusual header, a head too large for one read, a body
-over ``CLEPSYDRA_STORE_MAX_REQUEST_BYTES``. gunicorn's limits and error pages, and
+method or route, a percent-encoded path parameter, a query string, ``Transfer-Encoding``,
+``Expect``, ``Connection: close``, a repeated or unusual header, a head too large for one read,
+a body over ``CLEPSYDRA_STORE_MAX_REQUEST_BYTES``. gunicorn's limits and error pages, and
 Flask, answer those as before. A store with ``CLEPSYDRA_FLUSH=sync`` does not use this path:
 its acknowledgement waits for an fsync, which the poller thread must not.
 """
@@ -25,24 +27,20 @@ its acknowledgement waits for an fsync, which the poller thread must not.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from clepsydra_web.slow_clients import READY_BYTES, request_complete
 
-if TYPE_CHECKING:  # the worker class is loaded by gunicorn's master: no engine there
-    from clepsydra_store.api.fastpath import Answer
-
-AnswerFn = Callable[[dict[str, Any], str, bool, bytes | None], "Answer"]
-"""``answer(environ, topic, batch, body) -> (status line, headers, body)``."""
+PollerAnswer = tuple[str, list[tuple[str, str]], bytes]
+"""(status line, headers, body) of an answer."""
 
 MAX_HEAD_BYTES = 8190
 """A longer request head goes to gunicorn, whose own limits then apply (its defaults: 4094
 bytes of request line, 8190 of a header field)."""
 
-_REQUEST_LINE = re.compile(rb"POST /v1/topics/([A-Za-z0-9_|-]{1,127})/messages(/batch)? "
-                           rb"HTTP/1\.1\r\n")
+_PARAM = re.compile(r"\{(\w+)\}")
 # RFC 9110 token characters but "_" (gunicorn drops such headers); a value of visible
 # characters, spaces, tabs and obs-text, its surrounding white space not part of it
 _FIELD = re.compile(rb"([!#$%&'*+.^`|~0-9A-Za-z-]+):[ \t]*([\t\x20-\x7e\x80-\xff]*?)[ \t]*\r\n")
@@ -60,37 +58,90 @@ class Verdict:
     is gunicorn's."""
 
 
-@dataclass(slots=True)
-class Produce:
-    """One produce request read from the buffer."""
+class RequestLines:
+    """The request lines the poller reads: ``<METHOD> <path> HTTP/1.1``, one per route given
+    as ``(endpoint, method, path template)``, each ``{parameter}`` of the path a plain segment
+    (``segment``, a regular expression: what needs no percent-decoding)."""
 
-    topic: str
-    batch: bool
+    def __init__(self, routes: Sequence[tuple[str, str, str]], segment: str) -> None:
+        self._lines: dict[str | None, tuple[str, str, tuple[str, ...], tuple[str, ...]]] = {}
+        """The name of each route's last group -> (endpoint, method, its parameters' names,
+        the groups of its path and its parameters)."""
+        alternatives = []
+        for i, (endpoint, method, path) in enumerate(routes):
+            pattern, at, names = "", 0, []
+            for param in _PARAM.finditer(path):
+                pattern += re.escape(path[at:param.start()])
+                pattern += f"(?P<p{i}_{param.group(1)}>{segment})"
+                names.append(param.group(1))
+                at = param.end()
+            pattern += re.escape(path[at:])
+            alternatives.append(f"{re.escape(method)} (?P<u{i}>{pattern}) "
+                                f"HTTP/1\\.1\r\n(?P<r{i}>)")
+            self._lines[f"r{i}"] = (endpoint, method, tuple(names),
+                                    (f"u{i}", *(f"p{i}_{name}" for name in names)))
+        self.pattern = re.compile("|".join(alternatives).encode())
+
+    def match(self, buf: bytes, pos: int
+              ) -> tuple[str, str, str, dict[str, str], int] | None:
+        """(endpoint, method, path, path arguments, where the line ends) of the request line
+        at ``buf[pos]``; None when it is not one of the routes'."""
+        line = self.pattern.match(buf, pos)
+        if line is None:
+            return None
+        endpoint, method, names, groups = self._lines[line.lastgroup]
+        path, *values = line.group(*groups) if len(groups) > 1 else (line.group(groups[0]),)
+        args = {name: value.decode("ascii") for name, value in zip(names, values, strict=True)}
+        return endpoint, method, path.decode("ascii"), args, line.end()
+
+
+_TABLE: list[RequestLines] = []
+
+
+def table_lines() -> RequestLines:
+    """The request lines of the store's route table's poller lane (imported on first use: the
+    worker class, loaded by gunicorn's master, must not load the app)."""
+    if not _TABLE:
+        from clepsydra_store.api.fastpath import poller_lines
+
+        _TABLE.append(poller_lines())
+    return _TABLE[0]
+
+
+@dataclass(slots=True)
+class PollerRequest:
+    """One request of the poller lane read from the buffer."""
+
+    endpoint: str
+    args: dict[str, str]
+    """Its path's parameters."""
     environ: dict[str, Any]
     body: bytes | None
-    """None: over the request size limit (answered 413 by the fast path)."""
+    """None: over the request size limit (answered 413 by the envelope)."""
 
 
-def read_request(buf: bytes, pos: int, limit: int,
-                 remote: tuple[str, int]) -> tuple[Produce | str, int]:
-    """The request starting at ``buf[pos]``: (a Produce, where the next one starts), or
-    (a :class:`Verdict`, ``pos``); for a produce request whose body has not all arrived,
-    (INCOMPLETE, the position its body ends at)."""
+AnswerFn = Callable[[PollerRequest], PollerAnswer]
+
+
+def read_request(buf: bytes, pos: int, limit: int, remote: tuple[str, int],
+                 lines: RequestLines | None = None) -> tuple[PollerRequest | str, int]:
+    """The request starting at ``buf[pos]``: (a PollerRequest, where the next one starts), or
+    (a :class:`Verdict`, ``pos``); for a request of the lane whose body has not all arrived,
+    (INCOMPLETE, the position its body ends at). ``lines``: the route table's by default."""
     head_end = buf.find(b"\r\n\r\n", pos)
     if head_end < 0:
         return (Verdict.HANDOVER if len(buf) - pos >= READY_BYTES
                 else Verdict.INCOMPLETE), pos
-    line = _REQUEST_LINE.match(buf, pos)
-    if line is None or head_end - pos > MAX_HEAD_BYTES:
+    line = (lines or table_lines()).match(buf, pos) if head_end - pos <= MAX_HEAD_BYTES \
+        else None
+    if line is None:
         return _not_ours(buf, pos), pos
-    topic = line.group(1).decode("ascii")
-    batch = line.group(2) is not None
+    endpoint, method, path, args, at = line
     environ: dict[str, Any] = {
-        "REQUEST_METHOD": "POST", "SERVER_PROTOCOL": "HTTP/1.1",
-        "PATH_INFO": f"/v1/topics/{topic}/messages{'/batch' if batch else ''}",
+        "REQUEST_METHOD": method, "SERVER_PROTOCOL": "HTTP/1.1", "PATH_INFO": path,
         "QUERY_STRING": "", "REMOTE_ADDR": remote[0], "REMOTE_PORT": str(remote[1])}
     length = -1
-    at, fields_end = line.end(), head_end + 2
+    fields_end = head_end + 2
     match = _FIELD.match
     while at < fields_end:
         field = match(buf, at)
@@ -122,7 +173,8 @@ def read_request(buf: bytes, pos: int, limit: int,
         if length > limit:
             return _not_ours(buf, pos), pos
         return Verdict.INCOMPLETE, end  # read whole here, however large
-    return Produce(topic, batch, environ, None if length > limit else buf[body_start:end]), end
+    return PollerRequest(endpoint, args, environ,
+                         None if length > limit else buf[body_start:end]), end
 
 
 def _not_ours(buf: bytes, pos: int) -> str:
@@ -146,23 +198,22 @@ class Served:
 
 
 def serve(buf: bytes, answer: AnswerFn, limit: int, remote: tuple[str, int],
-          date: str) -> Served:
-    """Answer the produce requests at the start of ``buf``, up to the first that is
+          date: str, lines: RequestLines | None = None) -> Served:
+    """Answer the requests of the poller lane at the start of ``buf``, up to the first that is
     incomplete or not ours."""
     out: list[bytes] = []
     pos = 0
     verdict = Verdict.INCOMPLETE
     need = 0
     while pos < len(buf):
-        request, end = read_request(buf, pos, limit, remote)
-        if not isinstance(request, Produce):
+        request, end = read_request(buf, pos, limit, remote, lines)
+        if not isinstance(request, PollerRequest):
             verdict = request
             if end > pos:
                 need = end - pos
             break
         pos = end
-        status, headers, body = answer(request.environ, request.topic, request.batch,
-                                       request.body)
+        status, headers, body = answer(request)
         out.append(_head(status, headers, date))
         out.append(body)
     return Served(b"".join(out), buf[pos:] if pos else buf, verdict, len(out) // 2, need)

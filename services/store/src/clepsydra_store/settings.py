@@ -21,14 +21,14 @@ from clepsydra_core.settings import (
 )
 from clepsydra_core.shards import ClusterShape
 from clepsydra_core.wire.timers import MAX_DELAY_MS
-from clepsydra_store.engine import key_index
 from clepsydra_store.engine.config import (
+    DEFAULT_KEY_INDEX_ENTRIES_PER_FILE,
     DEFAULT_TIMER_HANDOVER_GAP_MS,
     DEFAULT_TIMER_MAX_DELAY_MS,
     TIMER_MAX_DELAY_VAR,
     EngineConfig,
 )
-from clepsydra_store.engine.disk_usage import (
+from clepsydra_store.engine.log.disk_usage import (
     DISK_CAPACITY_VAR,
     DISK_MAX_RATIO_VAR,
     DISK_WARN_RATIO_VAR,
@@ -111,7 +111,7 @@ class StoreSettings:
             cq_entries_per_file=env_int(env, "CLEPSYDRA_STORE_CQ_ENTRIES_PER_FILE", 300_000,
                                         minimum=16),
             key_index_entries_per_file=env_int(env, "CLEPSYDRA_STORE_KEY_INDEX_ENTRIES_PER_FILE",
-                                               key_index.ENTRIES_PER_FILE, minimum=16,
+                                               DEFAULT_KEY_INDEX_ENTRIES_PER_FILE, minimum=16,
                                                maximum=2**32 - 1),
             flush=env_choice(env, "CLEPSYDRA_FLUSH", "async", ("async", "sync")),
             flush_interval_ms=env_int(env, "CLEPSYDRA_STORE_FLUSH_INTERVAL_MS", 500, minimum=1),

@@ -14,8 +14,8 @@ takes only a request that arrived whole (clepsydra_web/slow_clients.py).
 Produce requests, single and batch, skip the thread pool altogether once their connection is
 kept alive (issue 14): when such a connection becomes readable, the poller thread reads what
 arrived without blocking (a batch's body whole, however many reads it takes), answers the
-produce requests in it itself (``inline.py``, the same answer as
-the WSGI fast path) and writes the answers in one ``send``; the connection stays registered
+produce requests in it itself (``inline.py``; the same envelope as every other way in,
+``api/envelope.py``) and writes the answers in one ``send``; the connection stays registered
 with the poller. Whatever else arrives (another route, a request gunicorn must judge) goes to a
 thread as before once it arrived whole, after the answers before it were written. Off with
 ``CLEPSYDRA_STORE_INLINE_PRODUCE=false``, with the fast path off, and with sync flush (an
@@ -40,7 +40,7 @@ from clepsydra_web.slow_clients import HEAD_DEADLINE_S, READY_BYTES, CompleteReq
 
 if TYPE_CHECKING:
     from clepsydra_store.api.context import StoreContext
-    from clepsydra_store.api.fastpath import ProduceFastPath
+    from clepsydra_store.api.fastpath import LeanPath
 
 LINGER_S = 0.005
 """How long a thread waits for the next request on its connection before handing it back."""
@@ -68,7 +68,7 @@ def cached_http_date(timestamp: float | None = None) -> str:
 class InlineProduce:
     """What the poller thread needs to answer produce requests itself."""
 
-    fast_path: ProduceFastPath
+    lean: LeanPath
     limit: int
     answered: Any
     """The ``clepsydra_store_poller_answered_requests`` counter."""
@@ -83,21 +83,22 @@ class InlineProduce:
         # imported here, in the worker after the fork: gunicorn's master loads this module
         # (the worker class) and needs neither Flask nor the engine (issue 14, memory at rest)
         from clepsydra_store.api.context import EXTENSION
-        from clepsydra_store.api.fastpath import ProduceFastPath
+        from clepsydra_store.api.fastpath import LeanPath
 
-        fast_path = getattr(app, "wsgi_app", None)
+        lean = getattr(app, "wsgi_app", None)
         extensions = getattr(app, "extensions", {})
         context: StoreContext | None = extensions.get(EXTENSION)
-        if not isinstance(fast_path, ProduceFastPath) or context is None:
+        if not isinstance(lean, LeanPath) or context is None:
             return None
         settings = context.settings
         if not settings.inline_produce or settings.engine.flush != "async":
             return None
-        return cls(fast_path, settings.max_request_bytes, context.obs.poller_answered,
+        return cls(lean, settings.max_request_bytes, context.obs.poller_answered,
                    settings.poller_spin_us / 1e6, context.obs.poller_spun)
 
     def serve(self, buf: bytes, remote: tuple[str, int]) -> inline.Served:
-        served = inline.serve(buf, self.fast_path.answer, self.limit, remote, cached_http_date())
+        served = inline.serve(buf, self.lean.answer_poller, self.limit, remote,
+                              cached_http_date(), self.lean.lines)
         if served.count:
             self.answered.inc(served.count)
         return served

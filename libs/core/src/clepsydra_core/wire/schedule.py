@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from clepsydra_core.schedule_rules import first_pending
 from clepsydra_core.wire.codec import WireValue, wire_meta
 
 DEFAULT_ENTRIES = 100
@@ -44,7 +45,7 @@ class LevelInfo(WireValue):
     @property
     def first_pending(self) -> int:
         """The queue offset of the oldest entry not yet handed over (D8, D9)."""
-        return max(self.handed_over + 1, self.min_offset)
+        return first_pending(self.handed_over, self.min_offset)
 
     @property
     def backlog(self) -> int:

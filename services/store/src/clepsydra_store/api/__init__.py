@@ -1,1 +1,3 @@
-"""The store's HTTP API: one blueprint per resource, the produce fast path, errors, spans."""
+"""The store's HTTP API: the route table (``contract.py``), the envelope every answer goes
+through (``envelope.py``), the lean WSGI path (``fastpath.py``) and one module of
+framework-free handlers per resource."""

@@ -5,11 +5,6 @@ off, DEC-shard-drain). Any shard answers them; with one shard they describe that
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any
-
-from flask import Blueprint, Response, request
-
 from clepsydra_core import validation
 from clepsydra_core.errors import (
     ClepsydraError,
@@ -20,7 +15,6 @@ from clepsydra_core.errors import (
 )
 from clepsydra_core.http import segment
 from clepsydra_core.wire.cluster import (
-    SHARDS_HEADER,
     UNREACHABLE,
     ClusterAnswer,
     RouteAnswer,
@@ -30,29 +24,10 @@ from clepsydra_core.wire.cluster import (
 from clepsydra_core.wire.codec import read_answer
 from clepsydra_core.wire.health import StoreHealth
 from clepsydra_core.wire.topics import TopicAnswer
-from clepsydra_store.api.context import StoreContext, ctx
-from clepsydra_store.api.web import json_response, trace_topic
+from clepsydra_store.api.context import StoreContext
+from clepsydra_store.api.envelope import Call, Reply, trace_topic
 from clepsydra_store.cluster import Cluster
 from clepsydra_web import jsonio
-
-bp = Blueprint("cluster", __name__)
-WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
-
-
-class ShardsHeader:
-    """WSGI: the cluster's size on every answer (``X-Clepsydra-Shards``), installed with more
-    than one shard only: a client learns from any answer that it talks to a cluster (the
-    produce fast path adds it to its own answers, the poller's included)."""
-
-    def __init__(self, app: WsgiApp, shards: int) -> None:
-        self.app = app
-        self.header = (SHARDS_HEADER, str(shards))
-
-    def __call__(self, environ: dict[str, Any],
-                 start_response: Callable[..., Any]) -> Iterable[bytes]:
-        def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
-            return start_response(status, [*headers, self.header], exc_info)
-        return self.app(environ, start)
 
 
 def _cluster(c: StoreContext) -> Cluster:
@@ -60,34 +35,28 @@ def _cluster(c: StoreContext) -> Cluster:
     return c.cluster
 
 
-def _auth() -> str | None:
-    return request.headers.get("Authorization")
-
-
-def _shares() -> bool:
+def _shares(call: Call) -> bool:
     """``?shares=false``: who and where each shard is and whether it takes messages, without
     the pass over its data (a client's membership)."""
-    raw = request.args.get("shares", "true")
+    raw = call.query.get("shares", "true")
     if raw not in ("true", "false"):
         raise ValidationError(f"query parameter shares={raw!r} must be true or false",
                               code="INVALID_REQUEST")
     return raw == "true"
 
 
-@bp.get("/v1/cluster/self")
-def self_status() -> Response:
-    """This shard's status and share of the data."""
-    return json_response(_cluster(ctx()).status(shares=_shares()).to_json())
+def self_status(c: StoreContext, call: Call) -> Reply:
+    """GET /v1/cluster/self: this shard's status and share of the data."""
+    return 200, _cluster(c).status(shares=_shares(call)).to_json()
 
 
-@bp.get("/v1/cluster")
-def members() -> Response:
-    """Every shard's status, asked of each; a shard that does not answer is listed
-    ``unreachable`` with the error."""
-    cluster = _cluster(ctx())
+def members(c: StoreContext, call: Call) -> Reply:
+    """GET /v1/cluster: every shard's status, asked of each; a shard that does not answer is
+    listed ``unreachable`` with the error."""
+    cluster = _cluster(c)
     peers = cluster.peers
-    auth = _auth()
-    shares = _shares()
+    auth = call.header("HTTP_AUTHORIZATION")
+    shares = _shares(call)
     answers = peers.each(lambda s: read_answer(ShardStatus, peers.call(
         s, "GET", "/v1/cluster/self", params={"shares": "true" if shares else "false"},
         authorization=auth)[1], "cluster status"))
@@ -99,19 +68,18 @@ def members() -> Response:
         else:
             shards.append(answer)
     shards.sort(key=lambda s: s.id)
-    return json_response(ClusterAnswer(cluster.shard_id, shards).to_json())
+    return 200, ClusterAnswer(cluster.shard_id, shards).to_json()
 
 
-@bp.get("/v1/routes/<topic>")
-def route(topic: str) -> Response:
-    """Every (shard, queueId) of ``topic`` with its shard's address (DESIGN: "a route table
-    that clients read"); 404 when no shard that answered has it."""
+def route(c: StoreContext, call: Call) -> Reply:
+    """GET /v1/routes/{topic}: every (shard, queueId) of the topic with its shard's address
+    (DESIGN: "a route table that clients read"); 404 when no shard that answered has it."""
+    topic = call.args["topic"]
     validation.validate_topic_name(topic)
     trace_topic(topic)
-    c = ctx()
     cluster = _cluster(c)
     peers = cluster.peers
-    auth = _auth()
+    auth = call.header("HTTP_AUTHORIZATION")
 
     def peer(shard: int) -> tuple[TopicAnswer | None, bool]:
         health = read_answer(StoreHealth, peers.call(shard, "GET", "/healthz")[1], "health")
@@ -159,36 +127,34 @@ def route(topic: str) -> Response:
         queues += [RouteQueue(shard, q, cluster.shape.url_of(shard), False, False)
                    for q in range(guessed)]
     queues.sort(key=lambda q: (q.shard, q.queue_id))
-    return json_response(RouteAnswer(topic, queues, unreachable, missing).to_json())
+    return 200, RouteAnswer(topic, queues, unreachable, missing).to_json()
 
 
-def _set_draining(shard: str, draining: bool) -> Response:
-    c = ctx()
+def _set_draining(c: StoreContext, call: Call, draining: bool) -> Reply:
     cluster = _cluster(c)
-    target = jsonio.path_int(shard, "shard")
+    target = jsonio.path_int(call.args["shard"], "shard")
     if target == cluster.shard_id:
         c.require_writable()
         cluster.state.set_draining(draining)
-        return json_response(cluster.status().to_json())
+        return 200, cluster.status().to_json()
     if target not in cluster.peers.ids:
         raise NotFound(f"no store shard {target} in this cluster (shards 0.."
                        f"{cluster.shape.shards - 1})")
     action = "drain" if draining else "resume"
     _, body = cluster.peers.call(target, "POST", f"/v1/cluster/shards/{target}/{action}",
-                                 json={}, authorization=_auth())
-    return json_response(body)
+                                 json={}, authorization=call.header("HTTP_AUTHORIZATION"))
+    return 200, body
 
 
-@bp.post("/v1/cluster/shards/<shard>/drain")
-def drain(shard: str) -> Response:
-    """The shard refuses new messages (403 NO_PERMISSION: produce, send-back copies, DLQ
-    resends) while its consumers, levels and timers drain; ``GET /v1/cluster`` says when it
-    is ``removable``. Durable across restarts."""
-    return _set_draining(shard, True)
+def drain(c: StoreContext, call: Call) -> Reply:
+    """POST /v1/cluster/shards/{shard}/drain: the shard refuses new messages (403
+    NO_PERMISSION: produce, send-back copies, DLQ resends) while its consumers, levels and
+    timers drain; ``GET /v1/cluster`` says when it is ``removable``. Durable across
+    restarts."""
+    return _set_draining(c, call, True)
 
 
-@bp.post("/v1/cluster/shards/<shard>/resume")
-def resume(shard: str) -> Response:
-    """The shard takes new messages again."""
-    return _set_draining(shard, False)
+def resume(c: StoreContext, call: Call) -> Reply:
+    """POST /v1/cluster/shards/{shard}/resume: the shard takes new messages again."""
+    return _set_draining(c, call, False)
 

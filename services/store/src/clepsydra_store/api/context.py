@@ -1,23 +1,20 @@
 """What every route needs: the engine, the settings, the consumer registry, the orderly
 consumers' queue locks, spans and metrics.
 
-One ``StoreContext`` per app, kept in ``app.extensions["clepsydra"]``; the produce fast path
-holds the same object, so both paths behave alike.
+One ``StoreContext`` per app, kept in ``app.extensions["clepsydra"]``; every way in answers
+through ``envelope.py`` with it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
-
-from flask import current_app
 
 from clepsydra_core.errors import NoPermission
 from clepsydra_store.api.observability import Observability
 from clepsydra_store.cluster import Cluster
 from clepsydra_store.consumers import ConsumerRegistry
 from clepsydra_store.engine.message_store import MessageStore
-from clepsydra_store.engine.queue_locks import QueueLocks
+from clepsydra_store.queue_locks import QueueLocks
 from clepsydra_store.settings import StoreSettings
 from clepsydra_web.auth import Guard
 
@@ -36,6 +33,9 @@ class StoreContext:
     """Access control's guard (None: off), for routes whose topic is known only in the view."""
     cluster: Cluster | None = None
     """This store's shard of the cluster (DEC-store-shards; one shard by default)."""
+    shards_header: tuple[str, str] | None = None
+    """``X-Clepsydra-Shards`` and the cluster's size, on every answer of a store with more
+    than one shard (DEC-store-shards); None with one."""
 
     def require_writable(self) -> None:
         """Every message write answers 403 NO_PERMISSION on a read-only store (R2)."""
@@ -58,8 +58,3 @@ class StoreContext:
             self.cluster.close()
         if self.owns_store:
             self.store.close()
-
-
-def ctx() -> StoreContext:
-    """The context of the app serving the current request."""
-    return cast(StoreContext, current_app.extensions[EXTENSION])

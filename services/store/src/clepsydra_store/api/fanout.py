@@ -1,5 +1,6 @@
-"""The existing routes a shard answers for the whole cluster (DEC-store-shards): each view keeps
-its one-store behaviour and one of these decorators around it, which does nothing with one
+"""The existing routes a shard answers for the whole cluster (DEC-store-shards): each handler
+keeps its one-store behaviour and one of these decorators around it (inside the envelope, so on
+every way in), which does nothing with one
 shard or on a request another shard forwarded (``X-Clepsydra-Scope: local``):
 
 - :func:`everywhere` - a topic's create, update and delete, a group's settings: applied here,
@@ -24,53 +25,55 @@ from typing import Any
 from urllib.parse import quote
 
 import orjson
-from flask import Response, request
 
 from clepsydra_core.errors import AlreadyDelivered, ClepsydraError, NotFound, Unavailable
 from clepsydra_core.http import Json
 from clepsydra_core.msgid import shard_of_offset_msg_id
 from clepsydra_core.wire.cluster import LOCAL, SCOPE_HEADER, ShardFailure, ShardsApplied
-from clepsydra_store.api.context import StoreContext, ctx
-from clepsydra_store.api.web import json_response
+from clepsydra_store.api.context import StoreContext
+from clepsydra_store.api.envelope import Call, Handler, Reply
 from clepsydra_store.cluster import Cluster
 
-View = Callable[..., Response]
 Answer = tuple[int, Json]
-AfterLocal = Callable[[Cluster, dict[str, Any], Json | None], None]
+AfterLocal = Callable[[Cluster, Call, Json | None], None]
+_SCOPE = "HTTP_" + SCOPE_HEADER.upper().replace("-", "_")
+"""The scope header's WSGI name."""
 
 
-def _scope_local() -> bool:
-    return request.headers.get(SCOPE_HEADER) == LOCAL
-
-
-def _cluster(c: StoreContext) -> Cluster | None:
+def _cluster(c: StoreContext, call: Call) -> Cluster | None:
     """The cluster this request fans out over; None with one shard or a forwarded request."""
     cluster = c.cluster
-    if cluster is None or not cluster.clustered or _scope_local():
+    if cluster is None or not cluster.clustered or call.header(_SCOPE) == LOCAL:
         return None
     return cluster
 
 
-def _target() -> str:
+def _target(call: Call) -> str:
     """The request's path and query as the client sent them (percent-encoding kept)."""
-    raw = request.environ.get("RAW_URI") or request.environ.get("REQUEST_URI")
+    environ = call.environ
+    raw = environ.get("RAW_URI") or environ.get("REQUEST_URI")
     if raw:
         return str(raw)
-    query = request.query_string.decode()
-    return quote(request.path) + (f"?{query}" if query else "")
+    query = environ.get("QUERY_STRING") or ""
+    path = environ.get("PATH_INFO") or ""
+    return quote(path) + (f"?{query}" if query else "")
 
 
-def _payload() -> Any:
-    """The request body (kept for the peers: the view reads it too) as JSON, None if empty."""
-    raw = request.get_data(cache=True)
+def _payload(call: Call) -> Any:
+    """The request body (kept for the peers: the handler reads it too) as JSON, None if
+    empty."""
+    if call.environ.get("REQUEST_METHOD") in ("GET", "DELETE") and \
+            not call.environ.get("CONTENT_LENGTH"):
+        return None
+    raw = call.body()
     return orjson.loads(raw) if raw else None
 
 
-def _forwarder(cluster: Cluster, payload: Any) -> Callable[[int], Answer]:
-    """The request as each peer gets it (read here: the peers are called on other threads,
-    outside the request's context)."""
-    method, target = request.method, _target()
-    authorization = request.headers.get("Authorization")
+def _forwarder(cluster: Cluster, call: Call, payload: Any) -> Callable[[int], Answer]:
+    """The request as each peer gets it (read here: the peers are called on other
+    threads)."""
+    method, target = call.environ.get("REQUEST_METHOD", "GET"), _target(call)
+    authorization = call.header("HTTP_AUTHORIZATION")
 
     def forward(shard: int) -> Answer:
         return cluster.peers.call(shard, method, target, json=payload,
@@ -78,9 +81,9 @@ def _forwarder(cluster: Cluster, payload: Any) -> Callable[[int], Answer]:
     return forward
 
 
-def _local(view: View, kwargs: dict[str, Any]) -> Answer:
-    response = view(**kwargs)
-    return response.status_code, response.get_json() or {}
+def _local(handler: Handler, c: StoreContext, call: Call) -> Answer:
+    status, value = handler(c, call)
+    return status, value or {}
 
 
 def _failure(shard: int, exc: ClepsydraError) -> ShardFailure:
@@ -89,30 +92,29 @@ def _failure(shard: int, exc: ClepsydraError) -> ShardFailure:
 
 # ---- everywhere ----------------------------------------------------------------------------
 
-def everywhere(after_local: AfterLocal | None = None) -> Callable[[View], View]:
-    """Apply the view on every shard (module docstring). ``after_local(cluster, kwargs,
-    answer)`` runs on each shard once the view answered there (its JSON) or found nothing to
-    act on (None): the topic tombstones of cluster/state.py."""
-    def wrap(view: View) -> View:
-        @functools.wraps(view)
-        def wrapper(**kwargs: Any) -> Response:
-            c = ctx()
-            cluster = _cluster(c)
+def everywhere(after_local: AfterLocal | None = None) -> Callable[[Handler], Handler]:
+    """Apply the handler on every shard (module docstring). ``after_local(cluster, call,
+    answer)`` runs on each shard once the handler answered there (its JSON) or found nothing
+    to act on (None): the topic tombstones of cluster/state.py."""
+    def wrap(handler: Handler) -> Handler:
+        @functools.wraps(handler)
+        def wrapper(c: StoreContext, call: Call) -> Reply:
+            cluster = _cluster(c, call)
             if cluster is None:
-                return _alone(c, view, kwargs, after_local)
-            payload = _payload()
+                return _alone(c, call, handler, after_local)
+            payload = _payload(call)
             local: Answer | None = None
             local_error: ClepsydraError | None = None
             try:
-                local = _local(view, kwargs)
+                local = _local(handler, c, call)
             except ClepsydraError as exc:
                 if not isinstance(exc, NotFound):
                     raise  # refused as asked: refused the same on every shard
                 local_error = exc
             if after_local is not None:
-                after_local(cluster, kwargs, None if local is None else local[1])
+                after_local(cluster, call, None if local is None else local[1])
             peers = cluster.peers
-            answers = peers.each(peers.retried(_forwarder(cluster, payload)))
+            answers = peers.each(peers.retried(_forwarder(cluster, call, payload)))
             applied = [cluster.shard_id] if local is not None else []
             failed: list[ShardFailure] = []
             for shard, answer in sorted(answers.items()):
@@ -126,23 +128,23 @@ def everywhere(after_local: AfterLocal | None = None) -> Callable[[View], View]:
                 raise local_error
             status, body = local
             shards = ShardsApplied(sorted(applied), failed)
-            return json_response({**body, "shards": shards.to_json()}, status)
+            return status, {**body, "shards": shards.to_json()}
         return wrapper
     return wrap
 
 
-def _alone(c: StoreContext, view: View, kwargs: dict[str, Any],
-           after_local: AfterLocal | None) -> Response:
-    """The view on this shard alone (one shard, or a request a peer forwarded)."""
+def _alone(c: StoreContext, call: Call, handler: Handler,
+           after_local: AfterLocal | None) -> Reply:
+    """The handler on this shard alone (one shard, or a request a peer forwarded)."""
     if c.cluster is None or after_local is None:
-        return view(**kwargs)
+        return handler(c, call)
     try:
-        response = view(**kwargs)
+        status, value = handler(c, call)
     except NotFound:
-        after_local(c.cluster, kwargs, None)
+        after_local(c.cluster, call, None)
         raise
-    after_local(c.cluster, kwargs, response.get_json() if response.status_code < 300 else None)
-    return response
+    after_local(c.cluster, call, value if status < 300 else None)
+    return status, value
 
 
 # ---- look-ups ------------------------------------------------------------------------------
@@ -161,54 +163,54 @@ def _unreachable(shards: list[int]) -> Unavailable:
                        "shards that did hold nothing that matches")
 
 
-def looked_up(view: View) -> View:
+def looked_up(handler: Handler) -> Handler:
     """Answer a look-up for every shard (module docstring)."""
-    @functools.wraps(view)
-    def wrapper(**kwargs: Any) -> Response:
-        c = ctx()
-        cluster = _cluster(c)
+    @functools.wraps(handler)
+    def wrapper(c: StoreContext, call: Call) -> Reply:
+        cluster = _cluster(c, call)
         if cluster is None:
-            return view(**kwargs)
-        done, unreachable, errors = _by_outcome(_ask_holder(cluster, view, kwargs), NotFound)
+            return handler(c, call)
+        done, unreachable, errors = _by_outcome(_ask_holder(cluster, handler, c, call),
+                                                NotFound)
         messages = [m for shard, (_, body) in done for m in _with_shard(body, shard)]
         if not messages:
             if unreachable:
                 raise _unreachable(unreachable)
-            if errors and (not done or "msg_id" in kwargs):
+            if errors and (not done or "msgId" in call.args):
                 raise errors[0]
         messages.sort(key=_copy_order)
-        most = request.args.get("max")
+        most = call.query.get("max")
         if most is not None and most.isdigit() and len(messages) > int(most):
             messages = messages[-int(most):]  # the newest, oldest first (as one shard answers)
         body: Json = {"messages": messages}
         if unreachable:
             body["unreachable"] = unreachable
-        return json_response(body)
+        return 200, body
     return wrapper
 
 
-def _ask_holder(cluster: Cluster, view: View, kwargs: dict[str, Any],
+def _ask_holder(cluster: Cluster, handler: Handler, c: StoreContext, call: Call,
                 ) -> dict[int, Answer | ClepsydraError]:
-    """The view on the shard the request's offsetMsgId names (DEC-shard-in-msgid), else - a
+    """The handler on the shard the request's offsetMsgId names (DEC-shard-in-msgid), else - a
     unique msgId, a key, an id of no shard of this cluster - on every shard."""
-    named = shard_of_offset_msg_id(kwargs.get("msg_id") or "")
+    named = shard_of_offset_msg_id(call.args.get("msgId") or "")
     if named is not None and named not in (cluster.shard_id, *cluster.peers.ids):
         named = None
-    return _ask(cluster, view, kwargs, None if named is None else [named])
+    return _ask(cluster, handler, c, call, None if named is None else [named])
 
 
-def _ask(cluster: Cluster, view: View, kwargs: dict[str, Any],
+def _ask(cluster: Cluster, handler: Handler, c: StoreContext, call: Call,
          only: list[int] | None) -> dict[int, Answer | ClepsydraError]:
-    """The view here and the same request on the peers (or only on ``only``)."""
-    payload = _payload()
+    """The handler here and the same request on the peers (or only on ``only``)."""
+    payload = _payload(call)
     peers = [s for s in cluster.peers.ids if only is None or s in only]
     out: dict[int, Answer | ClepsydraError] = {}
     if only is None or cluster.shard_id in only:
         try:
-            out[cluster.shard_id] = _local(view, kwargs)
+            out[cluster.shard_id] = _local(handler, c, call)
         except ClepsydraError as exc:
             out[cluster.shard_id] = exc
-    out.update(cluster.peers.each(_forwarder(cluster, payload), peers))
+    out.update(cluster.peers.each(_forwarder(cluster, call, payload), peers))
     return out
 
 
@@ -232,23 +234,22 @@ def _by_outcome(answers: dict[int, Answer | ClepsydraError], tolerated: Any,
     return done, unreachable, errors
 
 
-def found_where(view: View) -> View:
-    """A view about one message answered by the shard that holds it: the shard its
+def found_where(handler: Handler) -> Handler:
+    """A handler about one message answered by the shard that holds it: the shard its
     offsetMsgId names, else the first (by id) of those that answer with it (a message's copies
     stay on its shard, DEC-store-shards); 503 naming the shards that did not answer when none
     that did has it."""
-    @functools.wraps(view)
-    def wrapper(**kwargs: Any) -> Response:
-        c = ctx()
-        cluster = _cluster(c)
+    @functools.wraps(handler)
+    def wrapper(c: StoreContext, call: Call) -> Reply:
+        cluster = _cluster(c, call)
         if cluster is None:
-            return view(**kwargs)
-        answers = _ask_holder(cluster, view, kwargs)
+            return handler(c, call)
+        answers = _ask_holder(cluster, handler, c, call)
         unreachable = [s for s, a in sorted(answers.items()) if isinstance(a, Unavailable)]
         errors = [a for _, a in sorted(answers.items()) if isinstance(a, ClepsydraError)]
         for _, answer in sorted(answers.items()):
             if not isinstance(answer, ClepsydraError):
-                return json_response(answer[1], answer[0])
+                return answer
         if unreachable:
             raise _unreachable(unreachable)
         raise next((e for e in errors if not isinstance(e, NotFound)), errors[0])
@@ -257,16 +258,15 @@ def found_where(view: View) -> View:
 
 # ---- cancel and reschedule -------------------------------------------------------------------
 
-def changed(view: View) -> View:
+def changed(handler: Handler) -> Handler:
     """A cancel or reschedule for every shard (module docstring)."""
-    @functools.wraps(view)
-    def wrapper(**kwargs: Any) -> Response:
-        c = ctx()
-        cluster = _cluster(c)
+    @functools.wraps(handler)
+    def wrapper(c: StoreContext, call: Call) -> Reply:
+        cluster = _cluster(c, call)
         if cluster is None:
-            return view(**kwargs)
-        msg_id = kwargs.get("msg_id")
-        done, unreachable, errors = _by_outcome(_ask_holder(cluster, view, kwargs),
+            return handler(c, call)
+        msg_id = call.args.get("msgId")
+        done, unreachable, errors = _by_outcome(_ask_holder(cluster, handler, c, call),
                                                 NotFound | AlreadyDelivered)
         if not done:
             if unreachable:
@@ -280,7 +280,7 @@ def changed(view: View) -> View:
             body = {**body, "msgIds": ids}
             if unreachable:
                 body["unreachable"] = unreachable
-        return json_response(body, status)
+        return status, body
     return wrapper
 
 

@@ -1,137 +1,97 @@
-"""A lean WSGI path for the two produce routes, the pull and the timers' hand-over, in front of
-Flask.
+"""The lean WSGI path in front of Flask (DEC-one-envelope): the routes of the table's lean and
+poller lanes (``contract.py``: produce single and batch, the pull, the timers' hand-over)
+answered below Flask, through the same envelope as Flask's views (``envelope.py``: access,
+span, metrics, errors, status line); every other request goes to Flask.
 
-``POST /v1/topics/<topic>/messages`` and ``.../messages/batch`` are the hot routes, with the
-scheduler's ``POST /v1/schedule/timers/handover`` (~800 calls/s in the timers' steady state,
-issue 14; answered by ``timers.serve`` the same way: span, metrics, ``SCHEDULE_HANDOVER``,
-errors; a long poll, so only in the worker thread, never on the poller) and the consumers'
-``GET /v1/topics/<topic>/queues/<queueId>/messages`` (``queues.serve`` the same way, ``PULL``;
-a held pull waits in the worker thread too). Flask's request/response objects, routing and
-hooks cost more than the produce itself (README, "Where the time goes"), so this middleware
-answers them directly and hands every other request to Flask. It calls the same
-``produce.serve`` as the Flask views: same checks, same span, same metrics, same JSON bodies
-and status codes. ``CLEPSYDRA_STORE_FAST_PATH=false`` turns it off (the Flask routes then
-answer); the test-suite runs the produce and pull cases both ways.
-
-With access control on, the same ``Guard`` as Flask's hook checks the bearer token and ``SEND``
-on the topic before the body is read: a token seen before costs one dict lookup. The store's
-worker answers produce requests on kept-alive connections on its poller thread through
-:meth:`ProduceFastPath.answer` (``inline.py``): the same answers again.
+Flask's request and response objects, routing and hooks cost more than a produce itself, and
+these are the hot routes: the producers', the consumers' pull (a held pull waits in the worker
+thread) and the scheduler's timers' hand-over (a long poll, hundreds of calls a second while
+timers fall due). ``CLEPSYDRA_STORE_FAST_PATH=false`` turns it off (Flask's views then answer);
+the test-suite runs the cases both ways and compares the answers byte for byte
+(tests/integration/store_api/test_ways_in.py). The worker's poller answers the poller lane's
+requests on kept-alive connections through :meth:`LeanPath.answer_poller` (``inline.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import re
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+from urllib.parse import parse_qsl
 
-from clepsydra_core.auth import Action
-from clepsydra_core.wire.cluster import SHARDS_HEADER
-from clepsydra_store.api import produce, queues, timers
+import werkzeug.urls  # noqa: F401  (registers the "werkzeug.url_quote" codec error handler)
+
+from clepsydra_core.validation import PLAIN_NAME
+from clepsydra_store.api import envelope
 from clepsydra_store.api.context import StoreContext
-from clepsydra_web.auth import REFUSALS, Guard, refusal
-from clepsydra_web.jsonio import JSON_TYPE
+from clepsydra_store.api.envelope import Call, Lane, StoreRoute, status_line
+from clepsydra_store.inline import PollerAnswer, PollerRequest, RequestLines
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
-Answer = tuple[str, list[tuple[str, str]], bytes]
-"""(status line, headers, body) of an answer."""
-
-_PREFIX = "/v1/topics/"
-_ONE = "/messages"
-_BATCH = "/messages/batch"
-_TIMER_HANDOVER = "/v1/schedule/timers/handover"
-_QUEUES = "/queues/"
-_REASONS = {200: "200 OK", 201: "201 Created", 400: "400 Bad Request", 401: "401 Unauthorized",
-            403: "403 Forbidden", 429: "429 Too Many Requests",
-            404: "404 Not Found", 409: "409 Conflict", 413: "413 Request Entity Too Large",
-            500: "500 Internal Server Error", 503: "503 Service Unavailable"}
+_PARAM = re.compile(r"\{(\w+)\}")
+_EMPTY: Mapping[str, str] = {}
 
 
-class ProduceFastPath:
-    """WSGI middleware: produce requests here, everything else to ``app``."""
+def path_pattern(path: str) -> re.Pattern[str]:
+    """A route's path template as a regular expression over PATH_INFO: each ``{parameter}``
+    one segment (no ``/``), as Flask's default converter matches it."""
+    return re.compile(_PARAM.sub(lambda m: f"(?P<{m.group(1)}>[^/]+)",
+                                 re.escape(path).replace("\\{", "{").replace("\\}", "}")))
 
-    def __init__(self, app: WsgiApp, context: StoreContext, guard: Guard | None = None) -> None:
+
+def poller_lines(routes: Iterable[StoreRoute] | None = None) -> RequestLines:
+    """The request lines of the poller lane's routes (the route table's by default)."""
+    if routes is None:
+        from clepsydra_store.api.contract import ROUTES
+
+        routes = ROUTES
+    return RequestLines([(r.endpoint, r.method, r.path) for r in routes
+                         if r.lane is Lane.POLLER], PLAIN_NAME)
+
+
+class LeanPath:
+    """WSGI middleware: the lean and poller lanes' routes here, everything else to ``app``."""
+
+    def __init__(self, app: WsgiApp, context: StoreContext,
+                 routes: Iterable[StoreRoute]) -> None:
         self.app = app
         self.context = context
-        self.guard = guard
         self.limit = context.settings.max_request_bytes
-        cluster = context.cluster
-        self.shards_header = (None if cluster is None or not cluster.clustered
-                              else (SHARDS_HEADER, str(cluster.shape.shards)))
+        routes = list(routes)
+        self._matchers: dict[str, list[tuple[re.Pattern[str], StoreRoute]]] = {}
+        for route in routes:
+            if route.lane is not Lane.FLASK:
+                self._matchers.setdefault(route.method, []).append(
+                    (path_pattern(route.path), route))
+        self._poller = {r.endpoint: r for r in routes if r.lane is Lane.POLLER}
+        self.lines = poller_lines(routes)
+        """The poller's request lines (``inline.py``)."""
 
     def __call__(self, environ: dict[str, Any],
                  start_response: Callable[..., Any]) -> Iterable[bytes]:
-        if environ.get("REQUEST_METHOD") == "POST":
+        candidates = self._matchers.get(environ.get("REQUEST_METHOD", ""))
+        if candidates:
             path: str = environ.get("PATH_INFO", "")
-            if path == _TIMER_HANDOVER:
-                return self._timer_handover(environ, start_response)
-            if path.startswith(_PREFIX):
-                if path.endswith(_ONE):
-                    topic, batch = path[len(_PREFIX):-len(_ONE)], False
-                elif path.endswith(_BATCH):
-                    topic, batch = path[len(_PREFIX):-len(_BATCH)], True
-                else:
-                    topic, batch = "", False
-                if topic and "/" not in topic:
-                    return self._produce(environ, start_response, topic, batch)
-        elif environ.get("REQUEST_METHOD") == "GET":
-            path = environ.get("PATH_INFO", "")
-            if path.startswith(_PREFIX) and path.endswith(_ONE):
-                topic, sep, queue_id = path[len(_PREFIX):-len(_ONE)].partition(_QUEUES)
-                if sep and topic and queue_id and "/" not in topic and "/" not in queue_id:
-                    return self._pull(environ, start_response, topic, queue_id)
+            for pattern, route in candidates:
+                matched = pattern.fullmatch(path)
+                if matched is None:
+                    continue
+                args = {name: _utf8(value) for name, value in matched.groupdict().items()}
+                call = Call(environ, args, lambda: query_args(environ),
+                            lambda: self._read(environ), self.limit)
+                status, headers, body = envelope.answer(self.context, route, call)
+                start_response(status_line(status), headers)
+                return [body]
         return self.app(environ, start_response)
 
-    def _produce(self, environ: dict[str, Any], start_response: Callable[..., Any],
-                 topic: str, batch: bool) -> Iterable[bytes]:
-        topic = _utf8(topic)
-        status, headers, body = (self.refuse(environ, topic)  # before the body is read
-                                 or self.produce(environ, topic, batch, self._read(environ)))
-        start_response(status, headers)
-        return [body]
-
-    def _timer_handover(self, environ: dict[str, Any],
-                        start_response: Callable[..., Any]) -> Iterable[bytes]:
-        """The scheduler's timer hand-over (a long poll: this worker thread waits in it)."""
-        status, headers, body = timers.serve(self.context, environ, lambda: self._read(environ))
-        start_response(_REASONS.get(status, f"{status} Error"), self._with_shards(headers))
-        return [body]
-
-    def _pull(self, environ: dict[str, Any], start_response: Callable[..., Any],
-              topic: str, queue_id: str) -> Iterable[bytes]:
-        """A consumer's pull (a held one waits in this worker thread)."""
-        status, headers, body = queues.serve(self.context, environ, _utf8(topic),
-                                             _utf8(queue_id))
-        start_response(_REASONS.get(status, f"{status} Error"), self._with_shards(headers))
-        return [body]
-
-    def _with_shards(self, headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
-        return headers if self.shards_header is None else [*headers, self.shards_header]
-
-    def answer(self, environ: dict[str, Any], topic: str, batch: bool,
-               raw: bytes | None) -> Answer:
-        """The answer to a produce request whose body was read already (the worker's poller
-        thread calls this, inline.py)."""
-        return self.refuse(environ, topic) or self.produce(environ, topic, batch, raw)
-
-    def refuse(self, environ: dict[str, Any], topic: str) -> Answer | None:
-        """The 401, 403 or 429 answer when the request's token may not send to ``topic``."""
-        if self.guard is None:
-            return None
-        try:
-            self.guard.check(environ.get("HTTP_AUTHORIZATION"), Action.SEND, topic)
-        except REFUSALS as exc:
-            code, headers, body = refusal(exc)
-            return _REASONS[code], headers, body
-        return None
-
-    def produce(self, environ: dict[str, Any], topic: str, batch: bool,
-                raw: bytes | None) -> Answer:
-        """``raw`` None: the body was over the size limit (413)."""
-        status, body = produce.serve(self.context, environ, topic, raw, batch)
-        headers = [("Content-Type", JSON_TYPE), ("Content-Length", str(len(body)))]
-        if self.shards_header is not None:  # the poller's answers too (DEC-store-shards)
-            headers.append(self.shards_header)
-        return (_REASONS.get(status, f"{status} Error"), headers, body)
+    def answer_poller(self, request: PollerRequest) -> PollerAnswer:
+        """The answer to a request of the poller lane whose body was read already (the
+        worker's poller thread calls this, inline.py)."""
+        body = request.body
+        call = Call(request.environ, request.args, _no_query, lambda: body, self.limit)
+        status, headers, out = envelope.answer(self.context, self._poller[request.endpoint],
+                                               call)
+        return status_line(status), headers, out
 
     def _read(self, environ: dict[str, Any]) -> bytes | None:
         """The request body, or None when it is over the limit."""
@@ -149,6 +109,23 @@ class ProduceFastPath:
                 return data
         data = stream.read(self.limit + 1)
         return None if len(data) > self.limit else data
+
+
+def _no_query() -> Mapping[str, str]:
+    return _EMPTY
+
+
+def query_args(environ: Mapping[str, Any]) -> Mapping[str, str]:
+    """The query string's parameters as Flask's ``request.args.get`` reads them: decoded
+    the same way, the first value of a repeated name."""
+    raw: str = environ.get("QUERY_STRING", "")
+    if not raw:
+        return _EMPTY
+    args: dict[str, str] = {}
+    for name, value in parse_qsl(raw.encode("latin-1").decode(), keep_blank_values=True,
+                                 errors="werkzeug.url_quote"):
+        args.setdefault(name, value)
+    return args
 
 
 def _utf8(segment: str) -> str:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, Response, request
-
 from clepsydra_core import naming, validation
 from clepsydra_core.errors import Forbidden, GroupNotFound, OffsetOutOfRange, TopicNotFound
 from clepsydra_core.groups import GroupSettings
@@ -27,59 +25,54 @@ from clepsydra_core.wire.groups import (
     OffsetCommit,
     OffsetCommitted,
 )
-from clepsydra_store.api.context import StoreContext, ctx
+from clepsydra_store.api.context import StoreContext
+from clepsydra_store.api.envelope import Call, Reply, trace_topic
 from clepsydra_store.api.fanout import everywhere
-from clepsydra_store.api.web import json_response, trace_topic
 from clepsydra_store.consumers import CLUSTERING, GroupView
 from clepsydra_web import jsonio
-
-bp = Blueprint("groups", __name__)
-
 
 
 def _settings_answer(group: str, settings: GroupSettings) -> GroupSettingsAnswer:
     return GroupSettingsAnswer(group, settings.retry_queue_nums, settings.retry_max_times)
 
 
-@bp.get("/v1/groups")
-def list_groups() -> Response:
+def list_groups(c: StoreContext, call: Call) -> Reply:
     """``{groups: [{group, retryQueueNums, retryMaxTimes}]}``: every group with settings."""
-    return json_response(GroupSettingsList([
+    return 200, GroupSettingsList([
         _settings_answer(group, settings)
-        for group, settings in ctx().store.all_group_settings().items()]).to_json())
+        for group, settings in c.store.all_group_settings().items()]).to_json()
 
 
-@bp.put("/v1/groups/<group>/settings")
 @everywhere()
-def put_group_settings(group: str) -> Response:
+def put_group_settings(c: StoreContext, call: Call) -> Reply:
     """Create (201) or change (200) a group's settings, durably; fields not given keep their
     current value (or the default)."""
+    group = call.args["group"]
     validation.validate_group_name(group)
-    raw = request.get_data(cache=False)
+    raw = call.body()
     body = jsonio.loads_object(raw) if raw.strip() else {}
-    settings, created = ctx().store.put_group_settings(group, body)
-    return json_response(_settings_answer(group, settings).to_json(), 201 if created else 200)
+    settings, created = c.store.put_group_settings(group, body)
+    return (201 if created else 200), _settings_answer(group, settings).to_json()
 
 
-@bp.get("/v1/groups/<group>/settings")
-def get_group_settings(group: str) -> Response:
+def get_group_settings(c: StoreContext, call: Call) -> Reply:
+    group = call.args["group"]
     validation.validate_group_name(group)
-    settings = ctx().store.group_settings(group)
+    settings = c.store.group_settings(group)
     if settings is None:
         raise GroupNotFound(f"consumer group {group!r} does not exist", rule="R2")
-    return json_response(_settings_answer(group, settings).to_json())
+    return 200, _settings_answer(group, settings).to_json()
 
 
-@bp.put("/v1/groups/<group>/offsets")
-def commit_offset(group: str) -> Response:
+def commit_offset(c: StoreContext, call: Call) -> Reply:
+    group = call.args["group"]
     validation.validate_group_name(group)
-    commit = OffsetCommit.from_json(jsonio.loads_object(request.get_data(cache=False)),
-                                    what="offset commit", strict=True)
+    commit = OffsetCommit.from_json(call.json(), what="offset commit", strict=True)
     topic = validation.validate_topic_name(commit.topic)
     validation.check_consumable(topic)
     queue_id, queue_offset = commit.queue_id, commit.offset
     trace_topic(topic)
-    store = ctx().store
+    store = c.store
     info = store.get_topic(topic)
     queue = next((q for q in info.queues if q.queue_id == queue_id), None)
     if queue is None:
@@ -89,20 +82,20 @@ def commit_offset(group: str) -> Response:
         raise OffsetOutOfRange(f"offset {queue_offset} is past the end of {topic!r} queue "
                                f"{queue_id} (maxOffset {queue.max_offset})")
     store.commit_offset(group, topic, queue_id, queue_offset)
-    return json_response(OffsetCommitted(group, topic, queue_id, queue_offset).to_json())
+    return 200, OffsetCommitted(group, topic, queue_id, queue_offset).to_json()
 
 
-@bp.get("/v1/groups/<group>/offsets")
-def get_offsets(group: str) -> Response:
+def get_offsets(c: StoreContext, call: Call) -> Reply:
     """``{group, offsets: {topic: {queueId: offset}}}`` (queue ids as JSON object keys)."""
+    group = call.args["group"]
     validation.validate_group_name(group)
-    topic = request.args.get("topic")
+    topic = call.query.get("topic")
     if topic is not None:  # given empty: not a topic (P1)
         validation.validate_topic_name(topic)
-    offsets = ctx().store.group_offsets(group, topic)
-    return json_response(GroupOffsets(group, {
+    offsets = c.store.group_offsets(group, topic)
+    return 200, GroupOffsets(group, {
         t: {str(q): o for q, o in sorted(queues.items())} for t, queues in sorted(offsets.items())
-    }).to_json())
+    }).to_json()
 
 
 def _view_json(view: GroupView, detailed: bool) -> dict[str, Any]:
@@ -112,12 +105,11 @@ def _view_json(view: GroupView, detailed: bool) -> dict[str, Any]:
                           view.mismatches).to_json()
 
 
-@bp.post("/v1/groups/<group>/heartbeat")
-def heartbeat(group: str) -> Response:
+def heartbeat(c: StoreContext, call: Call) -> Reply:
     """Register or refresh a consumer; ``{consumers: [clientId...], consistent}`` (C1, C5)."""
+    group = call.args["group"]
     validation.validate_group_name(group)
-    beat = Heartbeat.from_json(jsonio.loads_object(request.get_data(cache=False)),
-                               what="heartbeat", strict=True)
+    beat = Heartbeat.from_json(call.json(), what="heartbeat", strict=True)
     client_id = beat.client_id
     subscriptions = beat.subscriptions or {}
     for topic in subscriptions:
@@ -125,13 +117,12 @@ def heartbeat(group: str) -> Response:
         if topic == SCHEDULE_TOPIC:
             raise Forbidden(f"consumers can never subscribe to {topic}", rule="S3")
     model = beat.message_model or CLUSTERING
-    c = ctx()
     view = c.consumers.heartbeat(group, client_id, subscriptions, model)
     if c.settings.common.auto_create_groups and c.store.group_settings(group) is None:
-        c.store.put_group_settings(group, {})  # first seen: created with defaults (12.2)
+        c.store.put_group_settings(group, {})  # first seen: created with defaults
     if model == CLUSTERING and c.cluster is not None and c.cluster.clustered:
         _ensure_retry_topic(c, group, subscriptions)
-    return json_response(_view_json(view, detailed=False))
+    return 200, _view_json(view, detailed=False)
 
 
 def _ensure_retry_topic(c: StoreContext, group: str, subscriptions: dict[str, str]) -> None:
@@ -154,15 +145,15 @@ def _ensure_retry_topic(c: StoreContext, group: str, subscriptions: dict[str, st
         c.store.create_topic(topic, queues, system=True)
 
 
-@bp.get("/v1/groups/<group>/consumers")
-def list_consumers(group: str) -> Response:
+def list_consumers(c: StoreContext, call: Call) -> Reply:
+    group = call.args["group"]
     validation.validate_group_name(group)
-    return json_response(_view_json(ctx().consumers.view(group), detailed=True))
+    return 200, _view_json(c.consumers.view(group), detailed=True)
 
 
-@bp.delete("/v1/groups/<group>/consumers/<client_id>")
-def unregister_consumer(group: str, client_id: str) -> Response:
+def unregister_consumer(c: StoreContext, call: Call) -> Reply:
     """A consumer leaving at shutdown; ``{removed: bool}`` (false if it was not registered)."""
+    group = call.args["group"]
     validation.validate_group_name(group)
-    removed = ctx().consumers.unregister(group, client_id)
-    return json_response(ConsumerRemoved(removed).to_json())
+    removed = c.consumers.unregister(group, call.args["clientId"])
+    return 200, ConsumerRemoved(removed).to_json()

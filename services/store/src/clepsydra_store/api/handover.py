@@ -4,9 +4,6 @@ deliver timestamps of a level's entries, and hand-over of due entries done insid
 
 from __future__ import annotations
 
-import time
-
-from flask import Blueprint, Response, request
 from opentelemetry import trace
 
 from clepsydra_core import naming, telemetry
@@ -18,17 +15,13 @@ from clepsydra_core.wire.schedule import (
     LevelInfo,
     LevelTable,
 )
-from clepsydra_store.api.context import StoreContext, ctx
+from clepsydra_store.api.answers import entries_answer, handover_answer
+from clepsydra_store.api.context import StoreContext
+from clepsydra_store.api.envelope import Call, Reply
 from clepsydra_store.api.observability import DESTINATION, MESSAGE_ID, set_attribute
-from clepsydra_store.api.web import json_response
-from clepsydra_store.engine.dispatch import TIMER_LEVEL
-from clepsydra_store.engine.handover import LOCK_CHUNK
-from clepsydra_store.engine.message_store import MessageStore
-from clepsydra_store.engine.types import HandoverResult
+from clepsydra_store.engine.types import TIMER_LEVEL, Delivered
 from clepsydra_web import jsonio
 from clepsydra_web.tracing import idle
-
-bp = Blueprint("schedule", __name__)
 
 
 def _level(c: StoreContext, raw: str) -> int:
@@ -40,8 +33,7 @@ def _level(c: StoreContext, raw: str) -> int:
     return level
 
 
-def deliver_spans(tracer: trace.Tracer, level: int,
-                   delivered: list[tuple[str, str, str | None, int]]) -> None:
+def deliver_spans(tracer: trace.Tracer, level: int, delivered: list[Delivered]) -> None:
     """One ``store.deliver`` span per delivered message (O1, D10): in the producer's trace
     (parent = the message's ``traceparent``) with a link to the current ``store.handover``
     span when that one is sampled, or a child of that span when the message carries no trace
@@ -69,34 +61,8 @@ def deliver_spans(tracer: trace.Tracer, level: int,
             telemetry.LATENESS_MS: lateness_ms}).end()
 
 
-def handover_chunks(store: MessageStore, level: int, from_offset: int,
-                    max_count: int, fence: int | None = None) -> HandoverResult:
-    """``MessageStore.handover`` of up to ``max_count`` entries a ``LOCK_CHUNK`` at a time,
-    yielding between chunks (producers and other levels wait for one chunk at most), as one
-    answer: the range from where the first chunk started to where the last one stopped
-    (issue 14: a scheduler draining a backlog asks for more per call). Each chunk checks
-    ``fence`` (DEC-scheduler-lease)."""
-    r = store.handover(level, from_offset, min(max_count, LOCK_CHUNK), fence=fence)
-    left = max_count - (r.next_offset - r.from_offset)
-    full = r.next_offset - r.from_offset >= LOCK_CHUNK
-    while full and left > 0 and not r.not_due:
-        time.sleep(0)  # let a thread waiting for the writer lock take it
-        more = store.handover(level, r.next_offset, min(left, LOCK_CHUNK), fence=fence)
-        advanced = more.next_offset - more.from_offset
-        left -= advanced
-        full = advanced >= LOCK_CHUNK
-        r = HandoverResult(
-            level, r.from_offset, more.next_offset, r.delivered + more.delivered,
-            r.parked + more.parked, r.skipped + more.skipped, more.not_due,
-            more.next_deliver_ts, r.lateness_ms + more.lateness_ms, more.handed_over,
-            delivered_messages=r.delivered_messages + more.delivered_messages)
-    return r
-
-
-@bp.get("/v1/schedule/levels")
-def levels() -> Response:
+def levels(c: StoreContext, call: Call) -> Reply:
     """The level table with each schedule queue's bounds and handed-over mark."""
-    c = ctx()
     table = c.settings.common.delay_levels
     queues = {q.queue_id: q for q in c.store.get_topic(naming.SCHEDULE_TOPIC).queues}
     out: list[LevelInfo] = []
@@ -107,30 +73,26 @@ def levels() -> Response:
         entries = c.store.schedule_entries(level, min_offset, 1)
         out.append(LevelInfo(level, table.delay_ms(level), queue_id, entries.min_offset,
                              entries.max_offset, entries.handed_over,
-                             c.store.fences.newest(level)))
-    return json_response(LevelTable(out, c.store.fences.newest(TIMER_LEVEL)).to_json())
+                             c.store.newest_fence(level)))
+    return 200, LevelTable(out, c.store.newest_fence(TIMER_LEVEL)).to_json()
 
 
-@bp.get("/v1/schedule/levels/<level>/entries")
-def entries(level: str) -> Response:
+def entries(c: StoreContext, call: Call) -> Reply:
     """Deliver timestamps of entries ``offset, offset+1, ...`` of a level (D3)."""
-    c = ctx()
-    lvl = _level(c, level)
-    queue_offset = jsonio.query_int(request.args, "offset", 0, code="OFFSET_OUT_OF_RANGE")
-    max_count = jsonio.query_int(request.args, "max", DEFAULT_ENTRIES, minimum=1,
+    lvl = _level(c, call.args["level"])
+    queue_offset = jsonio.query_int(call.query, "offset", 0, code="OFFSET_OUT_OF_RANGE")
+    max_count = jsonio.query_int(call.query, "max", DEFAULT_ENTRIES, minimum=1,
                                  maximum=MAX_ENTRIES)
-    return json_response(c.store.schedule_entries(lvl, queue_offset, max_count).to_json())
+    return 200, entries_answer(c.store.schedule_entries(lvl, queue_offset, max_count)).to_json()
 
 
-@bp.post("/v1/schedule/levels/<level>/handover")
-def handover(level: str) -> Response:
-    """Hand due entries over to their real topics (D4-D9); never early, never twice."""
-    c = ctx()
+def handover(c: StoreContext, call: Call) -> Reply:
+    """Hand due entries over to their real topics (D4-D9); never early, never twice: the
+    engine's one loop, a lock chunk at a time (DEC-handover-lock-chunk)."""
     c.require_writable()
-    lvl = _level(c, level)
-    asked = HandoverRequest.from_json(jsonio.loads_object(request.get_data(cache=False)),
-                                      what="handover", strict=True)
-    r = handover_chunks(c.store, lvl, asked.from_offset, asked.max_count, asked.fence)
+    lvl = _level(c, call.args["level"])
+    asked = HandoverRequest.from_json(call.json(), what="handover", strict=True)
+    r = c.store.handover(lvl, asked.from_offset, asked.max_count, fence=asked.fence)
     label = str(lvl)
     if r.delivered:
         c.obs.delivered.labels(label).inc(r.delivered)
@@ -141,4 +103,4 @@ def handover(level: str) -> Response:
     if not (r.delivered or r.parked or r.skipped):
         idle()  # nothing was due: neither this span nor the scheduler's is exported
     deliver_spans(c.obs.tracer, lvl, r.delivered_messages)
-    return json_response(r.to_json())
+    return 200, handover_answer(r).to_json()

@@ -5,20 +5,17 @@ and turned into hops by :func:`clepsydra_core.history.build`."""
 
 from __future__ import annotations
 
-from flask import Blueprint, Response
-
 from clepsydra_core import history, naming
 from clepsydra_core.msgid import check_id
 from clepsydra_core.records import CommitLogRecord
 from clepsydra_core.wire.history import MessageHistory
 from clepsydra_core.wire.messages import StoredMessage
-from clepsydra_store.api.context import StoreContext, ctx
+from clepsydra_store.api.answers import PARKED_STATES, messages_json
+from clepsydra_store.api.context import StoreContext
+from clepsydra_store.api.envelope import Call, Reply
 from clepsydra_store.api.fanout import found_where
 from clepsydra_store.api.observability import MESSAGE_ID, set_attribute
-from clepsydra_store.api.web import json_response, messages_json
 from clepsydra_store.engine.message_store import MAX_COPIES
-
-bp = Blueprint("history", __name__)
 
 
 def _offsets(c: StoreContext, records: list[CommitLogRecord]) -> history.Offsets:
@@ -32,13 +29,13 @@ def _offsets(c: StoreContext, records: list[CommitLogRecord]) -> history.Offsets
     return offsets
 
 
-@bp.get("/v1/messages/<msg_id>/history")
 @found_where
-def get_history(msg_id: str) -> Response:
+def get_history(c: StoreContext, call: Call) -> Reply:
     """:class:`~clepsydra_core.wire.history.MessageHistory`; 404 MESSAGE_NOT_FOUND."""
+    msg_id = call.args["msgId"]
     check_id(msg_id)
     set_attribute(MESSAGE_ID, msg_id)
-    return json_response(message_history(ctx(), msg_id).to_json())
+    return 200, message_history(c, msg_id).to_json()
 
 
 def message_history(c: StoreContext, msg_id: str) -> MessageHistory:
@@ -48,6 +45,7 @@ def message_history(c: StoreContext, msg_id: str) -> MessageHistory:
     copies = [StoredMessage.from_json(m) for m in messages_json(records, with_body=False)]
     return history.build(history.Inputs(
         msg_id=msg_id, copies=copies, offsets=_offsets(c, records),
-        parked=c.store.timers.parked_states(records),
+        parked={offset: PARKED_STATES[state]
+                for offset, state in c.store.parked_states(records).items()},
         delay_ms=c.settings.common.delay_levels.delay_ms,
         complete=len(records) < MAX_COPIES))

@@ -6,27 +6,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, Response, request
 from opentelemetry import trace
 
 from clepsydra_core import properties as P
 from clepsydra_core import telemetry, validation
 from clepsydra_core.errors import ClepsydraError
 from clepsydra_core.wire.copy import CopyBatch, CopyItem, RangeCopy
-from clepsydra_store.api.context import ctx
+from clepsydra_store.api.answers import copy_request, range_copy_answer, range_copy_request
+from clepsydra_store.api.context import StoreContext
+from clepsydra_store.api.envelope import Call, Reply, trace_topic
 from clepsydra_store.api.observability import BATCH_COUNT, set_attribute
 from clepsydra_store.api.produce import FlushTimeout, result_json
 from clepsydra_store.api.topics import create
-from clepsydra_store.api.web import json_response, request_object, trace_topic
 from clepsydra_store.engine.types import PutResult, PutStatus
 from clepsydra_web.tracing import parent_context
 
-bp = Blueprint("internal", __name__)
 
-
-@bp.post("/v1/internal/topics")
-def create_system_topic() -> Response:
-    return create(ctx(), system=True)
+def create_system_topic(c: StoreContext, call: Call) -> Reply:
+    return create(c, call, system=True)
 
 
 def _checked(item: CopyItem) -> CopyItem:
@@ -37,12 +34,10 @@ def _checked(item: CopyItem) -> CopyItem:
     return item
 
 
-@bp.post("/v1/internal/copy")
-def copy() -> Response:
+def copy(c: StoreContext, call: Call) -> Reply:
     """201 ``{results: [<produce result>]}``; all items checked before any is written."""
-    c = ctx()
     c.require_accepting()
-    batch = CopyBatch.from_json(request_object(), what="copy", strict=True)
+    batch = CopyBatch.from_json(call.json(), what="copy", strict=True)
     requests: list[CopyItem] = []
     for index, item in enumerate(batch.items):
         try:
@@ -51,9 +46,9 @@ def copy() -> Response:
             exc.message = f"items[{index}]: {exc.message}"
             exc.args = (exc.message,)
             raise
-    spans = _copy_spans(c.obs.tracer, requests)
+    spans = _copy_spans(c.obs.tracer, call, requests)
     try:
-        results = c.store.copy(requests)
+        results = c.store.copy([copy_request(item) for item in requests])
     except BaseException:
         for span in spans:
             span.set_status(trace.Status(trace.StatusCode.ERROR))
@@ -63,17 +58,17 @@ def copy() -> Response:
     out: list[dict[str, Any]] = [result_json(r) for r in results]
     if any(r.status is not PutStatus.OK for r in results):
         raise FlushTimeout(f"{len(results)} copied message(s) not flushed to disk in time", out)
-    return json_response({"results": out}, 201)
+    return 201, {"results": out}
 
 
-def _copy_spans(tracer: trace.Tracer, items: list[CopyItem]) -> list[trace.Span]:
+def _copy_spans(tracer: trace.Tracer, call: Call, items: list[CopyItem]) -> list[trace.Span]:
     """One ``store.copy`` span per copied message (the request itself makes none): a child of
     the context the retry service wrote into the copy's properties (its ``retry.send_back``
     span), else of the request's ``traceparent`` header - so a batch of send-backs from
     several traces puts each copy into its own message's trace (issue 19)."""
     if not telemetry.exporting():
         return []
-    header = parent_context(request.environ)
+    header = parent_context(call.environ)
     spans = []
     for item in items:
         carried = item.set_properties.get(P.TRACEPARENT)
@@ -102,21 +97,19 @@ def _end_copy_spans(spans: list[trace.Span], items: list[CopyItem],
         span.end()
 
 
-@bp.post("/v1/internal/copy-range")
-def copy_range() -> Response:
+def copy_range(c: StoreContext, call: Call) -> Reply:
     """201 :class:`RangeCopyAnswer`: queue offsets ``[fromOffset, fromOffset+max)`` of
     ``topic``/``queueId`` copied to ``target`` (a topic, or ``"origin"``: each message's
     RETRY_TOPIC) with one write; the DLQ "resend all" of R16 without shipping the messages."""
-    c = ctx()
     c.require_accepting()
-    req = RangeCopy.from_json(request_object(), what="copy-range", strict=True)
+    req = RangeCopy.from_json(call.json(), what="copy-range", strict=True)
     validation.validate_topic_name(req.topic)
     if req.target_topic is not None:
         validation.validate_topic_name(req.target_topic)
     trace_topic(req.topic)
-    r = c.store.copy_range(req)
+    r = c.store.copy_range(range_copy_request(req))
     set_attribute(BATCH_COUNT, len(r.results))
     if any(x.status is not PutStatus.OK for x in r.results):
         raise FlushTimeout(f"{len(r.results)} copied message(s) not flushed to disk in time",
                            [result_json(x) for x in r.results])
-    return json_response(r.to_json(), 201)
+    return 201, range_copy_answer(r).to_json()

@@ -7,12 +7,10 @@
   ``{unlocked: [{topic, queueId}]}``;
 - ``GET /v1/groups/{group}/locks``: ``{locks: [{topic, queueId, clientId, expiresAtMs}]}``.
 
-The table itself is :class:`clepsydra_store.engine.queue_locks.QueueLocks`.
+The table itself is :class:`clepsydra_store.queue_locks.QueueLocks`.
 """
 
 from __future__ import annotations
-
-from flask import Blueprint, Response
 
 from clepsydra_core import validation
 from clepsydra_core.wire.locks import (
@@ -23,15 +21,13 @@ from clepsydra_core.wire.locks import (
     QueueRef,
     UnlockAnswer,
 )
-from clepsydra_store.api.context import ctx
-from clepsydra_store.api.web import json_response, request_object
-from clepsydra_store.engine.queue_locks import QueueKey
-
-bp = Blueprint("locks", __name__)
+from clepsydra_store.api.context import StoreContext
+from clepsydra_store.api.envelope import Call, Reply
+from clepsydra_store.queue_locks import QueueKey
 
 
-def _request() -> tuple[str, list[QueueKey]]:
-    asked = LockRequest.from_json(request_object(), what="lock request", strict=True)
+def _request(call: Call) -> tuple[str, list[QueueKey]]:
+    asked = LockRequest.from_json(call.json(), what="lock request", strict=True)
     queues: list[QueueKey] = []
     for ref in asked.queues:
         topic = validation.validate_topic_name(ref.topic)
@@ -44,26 +40,23 @@ def _refs(queues: list[QueueKey]) -> list[QueueRef]:
     return [QueueRef(topic, queue_id) for topic, queue_id in queues]
 
 
-@bp.post("/v1/groups/<group>/locks")
-def lock_queues(group: str) -> Response:
+def lock_queues(c: StoreContext, call: Call) -> Reply:
+    group = call.args["group"]
     validation.validate_group_name(group)
-    client_id, queues = _request()
-    locks = ctx().locks
-    locked = locks.lock(group, client_id, queues)
-    return json_response(LockAnswer(_refs(locked), locks.expiry_ms).to_json())
+    client_id, queues = _request(call)
+    locked = c.locks.lock(group, client_id, queues)
+    return 200, LockAnswer(_refs(locked), c.locks.expiry_ms).to_json()
 
 
-@bp.post("/v1/groups/<group>/locks/unlock")
-def unlock_queues(group: str) -> Response:
+def unlock_queues(c: StoreContext, call: Call) -> Reply:
+    group = call.args["group"]
     validation.validate_group_name(group)
-    client_id, queues = _request()
-    return json_response(UnlockAnswer(_refs(ctx().locks.unlock(group, client_id,
-                                                                queues))).to_json())
+    client_id, queues = _request(call)
+    return 200, UnlockAnswer(_refs(c.locks.unlock(group, client_id, queues))).to_json()
 
 
-@bp.get("/v1/groups/<group>/locks")
-def list_locks(group: str) -> Response:
+def list_locks(c: StoreContext, call: Call) -> Reply:
+    group = call.args["group"]
     validation.validate_group_name(group)
-    return json_response(LockList([
-        LockHolder(h.topic, h.queue_id, h.client_id, h.expires_at_ms)
-        for h in ctx().locks.holders(group)]).to_json())
+    return 200, LockList([LockHolder(h.topic, h.queue_id, h.client_id, h.expires_at_ms)
+                          for h in c.locks.holders(group)]).to_json()

@@ -1,82 +1,50 @@
-"""Messages: produce one or a batch (the Flask twins of the fast path), and look-ups by msgId,
-by key and by CommitLog offset."""
+"""Messages: look-ups by msgId, by key and by CommitLog offset (the produce handlers are
+``produce.py``'s)."""
 
 from __future__ import annotations
-
-from flask import Blueprint, Response, request
-from werkzeug.exceptions import RequestEntityTooLarge
 
 from clepsydra_core import validation
 from clepsydra_core.errors import ValidationError
 from clepsydra_core.msgid import check_id
 from clepsydra_core.wire.messages import DEFAULT_PULL, MAX_PULL
-from clepsydra_store.api import produce
-from clepsydra_store.api.context import ctx
+from clepsydra_store.api.answers import messages_json, with_body_arg
+from clepsydra_store.api.context import StoreContext
+from clepsydra_store.api.envelope import Call, Reply, trace_topic
 from clepsydra_store.api.fanout import looked_up
 from clepsydra_store.api.observability import MESSAGE_ID, set_attribute
-from clepsydra_store.api.web import json_response, messages_json, trace_topic, with_body_arg
 from clepsydra_web import jsonio
 
-bp = Blueprint("messages", __name__)
-
 MAX_KEY_RESULTS = MAX_PULL
-SELF_TRACED = frozenset({"messages.produce_message", "messages.produce_batch"})
-"""Endpoints that start their own span (the span's parent may come from the message)."""
 
 
-def _serve_produce(topic: str, batch: bool) -> Response:
-    try:
-        raw: bytes | None = request.get_data(cache=False)
-    except RequestEntityTooLarge:
-        raw = None
-    status, body = produce.serve(ctx(), request.environ, topic, raw, batch)
-    return Response(body, status=status, mimetype=jsonio.JSON_TYPE)
-
-
-@bp.post("/v1/topics/<topic>/messages")
-def produce_message(topic: str) -> Response:
-    return _serve_produce(topic, batch=False)
-
-
-@bp.post("/v1/topics/<topic>/messages/batch")
-def produce_batch(topic: str) -> Response:
-    return _serve_produce(topic, batch=True)
-
-
-@bp.get("/v1/messages/<msg_id>")
 @looked_up
-def get_message(msg_id: str) -> Response:
+def get_message(c: StoreContext, call: Call) -> Reply:
     """``{messages: [...]}``: every copy of the message whose msgId (unique id) or
-    offsetMsgId this is, oldest first (docs/contracts.md, issue 20.4); 404
-    MESSAGE_NOT_FOUND."""
+    offsetMsgId this is, oldest first (docs/contracts.md); 404 MESSAGE_NOT_FOUND."""
+    msg_id = call.args["msgId"]
     check_id(msg_id)
     set_attribute(MESSAGE_ID, msg_id)
-    records = ctx().store.get_by_msg_id(msg_id)
-    return json_response({"messages": messages_json(records)})
+    return 200, {"messages": messages_json(c.store.get_by_msg_id(msg_id))}
 
 
-@bp.get("/v1/messages")
 @looked_up
-def find_messages() -> Response:
+def find_messages(c: StoreContext, call: Call) -> Reply:
     """``?topic=&key=[&max=]`` -> ``{messages: [...]}`` (KEYS or UNIQ_KEY match)."""
-    topic = validation.validate_topic_name(request.args.get("topic"))
-    key = request.args.get("key")
+    topic = validation.validate_topic_name(call.query.get("topic"))
+    key = call.query.get("key")
     if not key:
         raise ValidationError("query parameter key is required", code="INVALID_REQUEST")
-    max_count = jsonio.query_int(request.args, "max", DEFAULT_PULL, minimum=1,
+    max_count = jsonio.query_int(call.query, "max", DEFAULT_PULL, minimum=1,
                                  maximum=MAX_KEY_RESULTS)
     trace_topic(topic)
-    store = ctx().store
-    store.get_topic(topic)
-    records = store.get_by_key(topic, key, max_count)
-    return json_response({"messages": messages_json(records)})
+    c.store.get_topic(topic)
+    return 200, {"messages": messages_json(c.store.get_by_key(topic, key, max_count))}
 
 
-@bp.get("/v1/commitlog/<offset>")
-def get_commitlog(offset: str) -> Response:
+def get_commitlog(c: StoreContext, call: Call) -> Reply:
     """The message whose record starts at a CommitLog offset; ``?body=false`` leaves the body
     out (headers only)."""
-    commitlog_offset = jsonio.path_int(offset, "commitLogOffset")
-    record = ctx().store.get_by_commitlog_offset(commitlog_offset)
+    commitlog_offset = jsonio.path_int(call.args["offset"], "commitLogOffset")
+    record = c.store.get_by_commitlog_offset(commitlog_offset)
     set_attribute(MESSAGE_ID, record.msg_id)
-    return json_response(messages_json([record], with_body_arg(request.args))[0])
+    return 200, messages_json([record], with_body_arg(call.query))[0]

@@ -2,7 +2,8 @@
 
 Every request that carries messages is one span named ``store.<operation>``, a child of the
 caller's W3C ``traceparent`` header when it sends one (clepsydra_web.tracing, shared by every
-HTTP service); ops routes, the level table and empty pulls make none (issue 19).
+HTTP service), started by the envelope of the route (``envelope.py``, by the route table's
+trace modes); ops routes, the level table and empty pulls make none.
 
 Metrics live in a private Prometheus registry: request counts and latency by operation, produced
 messages and bytes, scheduler hand-over counts and lateness per level (D10), and, read at scrape
@@ -27,6 +28,7 @@ from prometheus_client.registry import Collector
 
 from clepsydra_core import naming, telemetry
 from clepsydra_core.levels import DelayLevels
+from clepsydra_core.schedule_rules import first_pending
 from clepsydra_web.tracing import ServerScope, ServerTracing
 
 RequestScope = ServerScope
@@ -45,21 +47,6 @@ _PER_LEVEL = re.compile(r"^(.+)_level_(\d+)$")
 DESTINATION = telemetry.DESTINATION
 MESSAGE_ID = telemetry.MESSAGE_ID
 BATCH_COUNT = telemetry.BATCH_COUNT
-UNTRACED = frozenset({"schedule.levels", "internal.copy"})
-"""No request span: the level table (polled by the scheduler and the CLI, carries no message);
-the copy (one ``store.copy`` span per copied message instead, api/internal.py)."""
-IN_TRACE_ONLY = frozenset({
-    "schedule.entries", "topics.get_topic", "topics.list_topics", "groups.list_groups",
-    "groups.get_group_settings", "groups.get_offsets", "groups.commit_offset",
-    "groups.heartbeat", "groups.list_consumers", "groups.unregister_consumer",
-    "locks.lock_queues", "locks.unlock_queues", "locks.list_locks",
-    "cluster.self_status", "cluster.members", "cluster.route"})
-"""Polls that carry no message - deliver timestamps read between hand-overs, a consumer's
-route look-ups, heartbeats, rebalances, orderly queue locks, offset commits and unregistering,
-the retry service's group refresh, a client's membership and route reads (DEC-store-shards):
-a span only when the caller is inside a trace (a send-back's topic check is)."""
-
-
 def set_attribute(key: str, value: str | int | bool) -> None:
     trace.get_current_span().set_attribute(key, value)
 
@@ -68,11 +55,13 @@ class Observability:
     """The tracer and the metrics of one app."""
 
     def __init__(self, store: MessageStore, levels: DelayLevels,
-                 consumers: ConsumerRegistry, *, self_traced: frozenset[str] = frozenset()
+                 consumers: ConsumerRegistry, *, enveloped: frozenset[str] = frozenset()
                  ) -> None:
+        """``enveloped``: the endpoints whose views trace themselves (``envelope.py``, by the
+        route table's trace modes); Flask's hooks trace the rest (an unknown route, a wrong
+        method; the ops routes are untraced)."""
         disable_created_metrics()  # type: ignore[no-untyped-call]  # no `_created` series
-        self.tracing = ServerTracing("store", untraced=UNTRACED, in_trace_only=IN_TRACE_ONLY,
-                                     self_traced=self_traced)
+        self.tracing = ServerTracing("store", self_traced=enveloped)
         self.tracer = self.tracing.tracer
         self.registry = CollectorRegistry(auto_describe=False)
         self.requests = Counter("clepsydra_store_requests", "HTTP requests by operation and "
@@ -225,7 +214,7 @@ class EngineCollector(Collector):
                 if queue is None:
                     continue
                 head = self._store.schedule_entries(level, queue.min_offset, 1)
-                first = max(head.handed_over + 1, queue.min_offset)
+                first = first_pending(head.handed_over, queue.min_offset)
                 backlog.add_metric([str(level)], max(0, queue.max_offset - first))
                 waiting_ms = 0
                 if first < queue.max_offset:

@@ -1,8 +1,7 @@
-"""Produce requests, framework-free: JSON bytes in, (status, JSON object) out.
-
-Shared by the Flask routes (``messages.py``) and the WSGI fast path (``fastpath.py``) so both
-answer identically. The whole request is checked before anything is stored; a batch with one bad
-message is refused as a whole, the error naming the message's index.
+"""Produce: the handlers of ``POST /v1/topics/{topic}/messages`` and ``.../messages/batch``,
+framework-free (every way in answers them through ``envelope.py``: the Flask view, the lean
+WSGI path, the worker's poller). The whole request is checked before anything is stored; a
+batch with one bad message is refused as a whole, the error naming the message's index.
 
 Checks here (the engine repeats the storage rules): the message's shape, types and ranges as
 :class:`clepsydra_core.wire.produce.ProduceMessage` defines them (``body`` xor ``bodyBase64``,
@@ -30,22 +29,21 @@ from clepsydra_core import naming, telemetry, validation
 from clepsydra_core import properties as P
 from clepsydra_core.errors import ClepsydraError, ValidationError
 from clepsydra_core.msgid import pack_host
+from clepsydra_core.validation import properties_settable
 from clepsydra_core.wire.produce import (
     MAX_BATCH,
     ProduceBatch,
     ProduceMessage,
 )
 from clepsydra_store.api.context import StoreContext
+from clepsydra_store.api.envelope import Call, Reply
 from clepsydra_store.api.observability import (
     BATCH_COUNT,
     DESTINATION,
     MESSAGE_ID,
 )
-from clepsydra_store.engine.batch_encoder import settable_properties
 from clepsydra_store.engine.types import PutRequest, PutResult, PutStatus
-from clepsydra_store.settings import MAX_REQUEST_BYTES_VAR
 from clepsydra_web import jsonio
-from clepsydra_web.errors import error_answer, too_large
 from clepsydra_web.tracing import parent_context
 
 STORED_TOPIC = telemetry.STORED_TOPIC
@@ -157,7 +155,7 @@ def parse_plain(msg: object, topic: str, max_body_bytes: int, host: bytes, now_m
     props = trace_props
     raw_props = get("properties")
     if raw_props is not None:
-        if type(raw_props) is not dict or not settable_properties(raw_props):
+        if type(raw_props) is not dict or not properties_settable(raw_props):
             return None
         props = dict(raw_props)
         if P.TRACEPARENT not in props:
@@ -243,9 +241,9 @@ def _acknowledge(c: StoreContext, results: list[PutResult],
             "queueOffset": queue_offset, "commitLogOffset": commitlog_offset,
             "storeTimestamp": store_timestamp, "offsetMsgId": offset_msg_id}
            for (_, msg_id, topic, queue_id, queue_offset, commitlog_offset, store_timestamp,
-                _, offset_msg_id) in results]
+                _, offset_msg_id, _) in results]
     for i in [i for i, r in enumerate(results) if r[2] == _TIMER_TOPIC]:
-        out[i]["deliverAt"] = requests[i].timer_deliver_at(results[i].store_timestamp)
+        out[i]["deliverAt"] = results[i].deliver_at  # T1: a time in the past is now
     if not _ALL_OK.issuperset(map(_STATUS, results)):
         raise FlushTimeout(f"{len(results)} message(s) appended but not flushed to disk in time; "
                            "not acknowledged", out)
@@ -254,9 +252,32 @@ def _acknowledge(c: StoreContext, results: list[PutResult],
     return out
 
 
-def message_parent(raw_props: object) -> Mapping[str, str] | None:
-    """A single message's properties, when they may carry the trace to continue."""
-    return raw_props if isinstance(raw_props, dict) else None
+def produce_message(c: StoreContext, call: Call) -> Reply:
+    """POST /v1/topics/{topic}/messages: 201 :class:`ProduceAnswer`, or raises."""
+    return 201, produce_one(c, call.args["topic"], call.json(), born_host(call.environ))
+
+
+def produce_messages(c: StoreContext, call: Call) -> Reply:
+    """POST /v1/topics/{topic}/messages/batch: 201 ``{results}``, or raises (nothing
+    stored)."""
+    return 201, produce_batch(c, call.args["topic"], call.json(), born_host(call.environ))
+
+
+def message_parent(call: Call) -> otel_context.Context | None:
+    """The span's parent of a single send: the ``traceparent`` header, else the message's own
+    ``traceparent`` property (O1); a body that does not read continues the header's."""
+    try:
+        payload = call.json()
+    except ClepsydraError:
+        return parent_context(call.environ)
+    raw_props = payload.get("properties")
+    return parent_context(call.environ, raw_props if isinstance(raw_props, dict) else None)
+
+
+def batch_parent(call: Call) -> otel_context.Context | None:
+    """The span's parent of a batch: the ``traceparent`` header (its messages keep their
+    own)."""
+    return parent_context(call.environ)
 
 
 def produce_one(c: StoreContext, topic: str, payload: dict[str, Any],
@@ -304,45 +325,6 @@ def produce_batch(c: StoreContext, topic: str, payload: dict[str, Any],
         span.set_attribute(DESTINATION, topic)
         span.set_attribute(BATCH_COUNT, len(out))
     return {"results": out}
-
-
-def produce_parent(environ: Mapping[str, Any], payload: object,
-                   batch: bool) -> otel_context.Context | None:
-    """Parent context for a produce span: the header, else a single message's traceparent."""
-    if batch or not isinstance(payload, dict):
-        return parent_context(environ)
-    return parent_context(environ, message_parent(payload.get("properties")))
-
-
-def serve(c: StoreContext, environ: Mapping[str, Any], topic: str, raw: bytes | None,
-          batch: bool) -> tuple[int, bytes]:
-    """Answer one produce request (span, metrics and errors included): (status, JSON body).
-    ``raw`` None means the request body was over the size limit."""
-    payload: dict[str, Any] | None = None
-    error: ClepsydraError | None = None
-    try:
-        if raw is None:
-            raise too_large(c.settings.max_request_bytes, MAX_REQUEST_BYTES_VAR)
-        payload = jsonio.loads_object(raw)
-    except ClepsydraError as exc:
-        error = exc
-    scope = c.obs.begin("produce_batch" if batch else "produce", environ,
-                        produce_parent(environ, payload, batch))
-    status = 500
-    try:
-        if error is not None:
-            raise error
-        assert payload is not None
-        host = born_host(environ)
-        out = (produce_batch(c, topic, payload, host) if batch
-               else produce_one(c, topic, payload, host))
-        status = 201
-        return status, jsonio.dumps(out)
-    except Exception as exc:  # as Flask's handlers answer
-        status, body = error_answer(exc)
-        return status, body
-    finally:
-        c.obs.end(scope, status)
 
 
 def _trace_props() -> dict[str, str]:

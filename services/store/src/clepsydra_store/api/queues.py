@@ -5,43 +5,27 @@ The schedule topic is never pulled by consumers (S3); `%RETRY%` and `%DLQ%` pull
 topic. An offset below the queue's minimum reads from the minimum; above its maximum, or a
 queueId the topic does not have, is 400 OFFSET_OUT_OF_RANGE.
 
-``waitMs`` (issue 14, the pull hold; 0 or absent: answer at once): when nothing at the offset
-matches, the pull is held until a message is appended to the queue (the engine's
-``Arrivals``, woken by the dispatcher) or the wait ends, then answers the page as usual (maybe
-empty). At most ``CLEPSYDRA_STORE_PULL_HOLD_MAX`` pulls are held at once; past that, and while
-the store stops, a pull answers at once. The store's lean path (api/fastpath.py) answers the
-route below Flask through :func:`serve`, in a server thread (never the poller).
+``waitMs`` (0 or absent: answer at once): when nothing at the offset matches, the pull is held
+until a message is appended to the queue or the wait ends, then answers the page as usual
+(maybe empty): the engine's pull hold (``MessageStore.pull``), at most
+``CLEPSYDRA_STORE_PULL_HOLD_MAX`` at once. A held pull waits in a server thread, never on the
+poller (the route is on the lean path, not the poller's).
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Mapping
-from typing import Any
-from urllib.parse import parse_qsl
-
-import werkzeug.urls  # noqa: F401  (registers the "werkzeug.url_quote" codec error handler)
-from flask import Blueprint, Response, request
-
 from clepsydra_core import telemetry, validation
-from clepsydra_core.auth import Action
 from clepsydra_core.errors import OffsetOutOfRange
 from clepsydra_core.wire.messages import DEFAULT_PULL, MAX_PULL, MAX_PULL_WAIT_MS
-from clepsydra_store.api import lean
-from clepsydra_store.api.context import StoreContext, ctx
+from clepsydra_store.api.answers import messages_json, with_body_arg
+from clepsydra_store.api.context import StoreContext
+from clepsydra_store.api.envelope import Call, Reply, trace_topic
 from clepsydra_store.api.observability import set_attribute
-from clepsydra_store.api.web import messages_json, trace_topic, with_body_arg
-from clepsydra_store.engine.types import QueueRead
 from clepsydra_web import jsonio
-from clepsydra_web.jsonio import JSON_TYPE
 from clepsydra_web.tracing import idle
-
-bp = Blueprint("queues", __name__)
 
 DEFAULT_MAX = DEFAULT_PULL
 MAX_MESSAGES = MAX_PULL
-PULL_OPERATION = "pull"
-"""The operation of a pull in the request metrics and spans (its view's name)."""
 
 
 def parse_tags(expression: str | None) -> frozenset[str] | None:
@@ -54,20 +38,13 @@ def parse_tags(expression: str | None) -> frozenset[str] | None:
     return tags
 
 
-@bp.get("/v1/topics/<topic>/queues/<queue_id>/messages")
-def pull(topic: str, queue_id: str) -> Response:
-    """The Flask view (``CLEPSYDRA_STORE_FAST_PATH=false``); the lean path calls :func:`serve`."""
-    body = jsonio.dumps(pull_page(ctx(), topic, queue_id, request.args))
-    return Response(body, mimetype=JSON_TYPE)
-
-
-def pull_page(c: StoreContext, topic: str, queue_id: str,
-              args: Mapping[str, str]) -> dict[str, Any]:
+def pull(c: StoreContext, call: Call) -> Reply:
     """The page a pull answers (C3, S3), held per ``waitMs``; ClepsydraError for bad input."""
+    topic, args = call.args["topic"], call.query
     validation.validate_topic_name(topic)
     validation.check_consumable(topic)
     trace_topic(topic)
-    qid = jsonio.path_int(queue_id, "queueId", maximum=jsonio.INT32_MAX,
+    qid = jsonio.path_int(call.args["queueId"], "queueId", maximum=jsonio.INT32_MAX,
                           code=OffsetOutOfRange.code)
     queue_offset = jsonio.query_int(args, "offset", 0, code=OffsetOutOfRange.code)
     max_count = jsonio.query_int(args, "max", DEFAULT_MAX, minimum=1, maximum=MAX_MESSAGES)
@@ -81,65 +58,14 @@ def pull_page(c: StoreContext, topic: str, queue_id: str,
     if queue_offset > queue.max_offset:
         raise OffsetOutOfRange(f"offset {queue_offset} is past the end of {topic!r} queue {qid} "
                                f"(maxOffset {queue.max_offset})")
-    tags = parse_tags(args.get("tags"))
-    read = store.read_queue(topic, qid, queue_offset, max_count, tags)
-    if wait_ms and _nothing_yet(read):
-        read = _held(c, topic, qid, read, max_count, tags, wait_ms)
+    read = store.pull(topic, qid, queue_offset, max_count, parse_tags(args.get("tags")),
+                      wait_ms, c.settings.pull_hold_max)
     if read.messages:
         set_attribute(telemetry.MESSAGING_SYSTEM, telemetry.SYSTEM)
         set_attribute(telemetry.OPERATION_TYPE, telemetry.RECEIVE)
         set_attribute(telemetry.BATCH_COUNT, len(read.messages))
     else:
-        idle()  # an empty (long-poll) pull: no span exported (issue 19)
-    return {"messages": messages_json(read.messages, with_body_arg(args)),
-            "nextOffset": read.next_offset, "minOffset": read.min_offset,
-            "maxOffset": read.max_offset}
-
-
-def _nothing_yet(read: QueueRead) -> bool:
-    """No message answered and none left to scan: only an append can change the page."""
-    return not read.messages and read.next_offset >= read.max_offset
-
-
-def _held(c: StoreContext, topic: str, qid: int, read: QueueRead, max_count: int,
-          tags: frozenset[str] | None, wait_ms: int) -> QueueRead:
-    """Wait for an append to the queue (or the end of ``wait_ms``, or the store's stop) and
-    read again from where ``read`` ended; ``read`` itself when no more pulls may be held.
-    An append of messages the tags do not match moves the read on and the wait goes on."""
-    arrivals = c.store.arrivals
-    held = arrivals.hold(topic, qid, c.settings.pull_hold_max)
-    if held is None:
-        return read
-    try:
-        deadline = time.monotonic() + wait_ms / 1000
-        while True:
-            held.event.clear()  # before the read: an append after it wakes the wait below
-            read = c.store.read_queue(topic, qid, read.next_offset, max_count, tags)
-            if not _nothing_yet(read) or arrivals.closed:
-                return read
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not held.wait(remaining):
-                return read
-    finally:
-        arrivals.release(held)
-
-
-def serve(c: StoreContext, environ: Mapping[str, Any], topic: str, queue_id: str) -> lean.Answer:
-    """Answer one pull below Flask (issue 14), as the view and Flask's hooks and error
-    handlers do: the request's span and metrics (operation ``pull``), ``PULL`` on the topic
-    checked first when access control is on, errors as ``ErrorAnswer`` with the same codes.
-    ``topic`` and ``queue_id`` are the path's segments, decoded. It may block (a held pull):
-    a worker thread calls it, never the poller."""
-    return lean.answer(c, environ, PULL_OPERATION, Action.PULL, topic,
-                       lambda: pull_page(c, topic, queue_id, query_args(environ)))
-
-
-def query_args(environ: Mapping[str, Any]) -> dict[str, str]:
-    """The query string's parameters as Flask's ``request.args.get`` reads them: decoded
-    the same way, the first value of a repeated name."""
-    raw: str = environ.get("QUERY_STRING", "")
-    args: dict[str, str] = {}
-    for name, value in parse_qsl(raw.encode("latin-1").decode(), keep_blank_values=True,
-                                 errors="werkzeug.url_quote"):
-        args.setdefault(name, value)
-    return args
+        idle()  # an empty (long-poll) pull: no span exported
+    return 200, {"messages": messages_json(read.messages, with_body_arg(args)),
+                 "nextOffset": read.next_offset, "minOffset": read.min_offset,
+                 "maxOffset": read.max_offset}

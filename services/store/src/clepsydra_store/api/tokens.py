@@ -1,5 +1,5 @@
 """Tokens through a running store (``clepsydra auth ...`` without ``--file``): list, create,
-revoke, admin only (api/access.py). They rewrite the store's tokens file
+revoke, admin only (the route table, contract.py). They rewrite the store's tokens file
 (CLEPSYDRA_AUTH_TOKENS_FILE) atomically through the store's own token table, so the store
 answers from the new tokens as soon as the route has answered; the other services reading that
 file accept a new token at once and refuse a revoked one within a second (DEC-tokens-at-once,
@@ -10,16 +10,12 @@ change. With auth off there are no tokens to manage: 404 ``AUTH_OFF``.
 
 from __future__ import annotations
 
-from flask import Blueprint, Response
-
 from clepsydra_core.auth import parse_role
 from clepsydra_core.auth_tokens import TokensFileReadOnly, TokenTable, read_entries
 from clepsydra_core.errors import ClepsydraError, NotFound, ValidationError
 from clepsydra_core.wire.auth import TokenCreate, TokenCreated, TokenInfo, TokenList, TokenRevoked
-from clepsydra_store.api.context import ctx
-from clepsydra_store.api.web import json_response, request_object
-
-bp = Blueprint("auth", __name__)
+from clepsydra_store.api.context import StoreContext
+from clepsydra_store.api.envelope import Call, Reply
 
 
 class AuthOff(ClepsydraError):
@@ -34,9 +30,9 @@ class ReadOnlyTokens(ClepsydraError):
     http_status = 409
 
 
-def _table() -> TokenTable:
+def _table(c: StoreContext) -> TokenTable:
     """The token table the store checks requests with, over its tokens file."""
-    guard = ctx().guard
+    guard = c.guard
     if guard is None or guard.tokens.path is None:
         raise AuthOff("access control is off (CLEPSYDRA_AUTH=off): there are no tokens to "
                       "manage; `clepsydra auth create --file PATH` writes a tokens file")
@@ -51,17 +47,15 @@ def _patterns(request: TokenCreate, which: str) -> tuple[str, ...]:
     return patterns
 
 
-@bp.get("/v1/auth/tokens")
-def list_tokens() -> Response:
-    path = _table().path
+def list_tokens(c: StoreContext, call: Call) -> Reply:
+    path = _table(c).path
     assert path is not None  # _table() refuses a table without a file
-    return json_response(TokenList([TokenInfo.of(e) for e in read_entries(path)]).to_json())
+    return 200, TokenList([TokenInfo.of(e) for e in read_entries(path)]).to_json()
 
 
-@bp.post("/v1/auth/tokens")
-def create() -> Response:
-    tokens = _table()
-    request = TokenCreate.from_json(request_object(), what="token", strict=True)
+def create(c: StoreContext, call: Call) -> Reply:
+    tokens = _table(c)
+    request = TokenCreate.from_json(call.json(), what="token", strict=True)
     try:
         entry, token = tokens.create(request.name, parse_role(request.role),
                                      topics=_patterns(request, "topics"),
@@ -69,15 +63,15 @@ def create() -> Response:
                                      rate_per_s=request.rate_per_s or 0.0)
     except TokensFileReadOnly as exc:
         raise ReadOnlyTokens(exc.message) from None
-    return json_response(TokenCreated.of(entry, token).to_json(), 201)
+    return 201, TokenCreated.of(entry, token).to_json()
 
 
-@bp.delete("/v1/auth/tokens/<name>")
-def revoke(name: str) -> Response:
+def revoke(c: StoreContext, call: Call) -> Reply:
+    name = call.args["name"]
     try:
-        found = _table().revoke(name)
+        found = _table(c).revoke(name)
     except TokensFileReadOnly as exc:
         raise ReadOnlyTokens(exc.message) from None
     if not found:
         raise NotFound(f"no token named {name!r}")
-    return json_response(TokenRevoked(name, True).to_json())
+    return 200, TokenRevoked(name, True).to_json()

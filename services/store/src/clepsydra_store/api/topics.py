@@ -4,31 +4,26 @@ are the store's own (S3)."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from flask import Blueprint, Response
-
 from clepsydra_core import naming, validation
 from clepsydra_core.errors import ClepsydraError, Forbidden, TopicNotFound
+from clepsydra_core.http import Json
 from clepsydra_core.wire.topics import TopicCreate, TopicDeleted, TopicUpdate
-from clepsydra_store.api.context import StoreContext, ctx
+from clepsydra_store.api.answers import topic_json
+from clepsydra_store.api.context import StoreContext
+from clepsydra_store.api.envelope import Call, Reply, trace_topic
 from clepsydra_store.api.fanout import everywhere, now_ms
-from clepsydra_store.api.web import json_response, request_object, topic_json, trace_topic
 from clepsydra_store.cluster import Cluster
 
-bp = Blueprint("topics", __name__)
 
-
-def _created(cluster: Cluster, _kwargs: dict[str, Any], answer: dict[str, Any] | None) -> None:
+def _created(cluster: Cluster, _call: Call, answer: Json | None) -> None:
     """A topic made (again) through a shard is no longer one it deleted (cluster/state.py)."""
     if answer is not None and isinstance(answer.get("name"), str):
         cluster.state.forget_deleted(answer["name"])
 
 
-def _deleted(cluster: Cluster, kwargs: dict[str, Any], _answer: dict[str, Any] | None) -> None:
+def _deleted(cluster: Cluster, call: Call, _answer: Json | None) -> None:
     """A topic deleted through a shard: it never takes it back from a peer (cluster/sync.py)."""
-    cluster.state.mark_deleted(kwargs["topic"], now_ms())
-
+    cluster.state.mark_deleted(call.args["topic"], now_ms())
 
 
 class TopicConflict(ClepsydraError):
@@ -38,10 +33,10 @@ class TopicConflict(ClepsydraError):
     http_status = 409
 
 
-def create(c: StoreContext, *, system: bool) -> Response:
+def create(c: StoreContext, call: Call, *, system: bool) -> Reply:
     """Shared by POST /v1/topics and the internal route (system topics)."""
     c.require_writable()
-    asked = TopicCreate.from_json(request_object(), what="topic", strict=True)
+    asked = TopicCreate.from_json(call.json(), what="topic", strict=True)
     name = validation.validate_topic_name(asked.name)
     queues = asked.queues
     trace_topic(name)
@@ -59,54 +54,50 @@ def create(c: StoreContext, *, system: bool) -> Response:
         raise TopicConflict(f"topic {name!r} exists with {len(existing.queues)} queues, "
                             f"not {queues}")
     info, created = c.store.create_topic(name, queues, system=system)
-    return json_response(topic_json(info), 201 if created else 200)
+    return (201 if created else 200), topic_json(info)
 
 
-@bp.post("/v1/topics")
 @everywhere(_created)
-def create_topic() -> Response:
-    return create(ctx(), system=False)
+def create_topic(c: StoreContext, call: Call) -> Reply:
+    return create(c, call, system=False)
 
 
-@bp.get("/v1/topics")
-def list_topics() -> Response:
-    topics = sorted(ctx().store.list_topics(), key=lambda t: t.name)
-    return json_response({"topics": [topic_json(t) for t in topics]})
+def list_topics(c: StoreContext, call: Call) -> Reply:
+    topics = sorted(c.store.list_topics(), key=lambda t: t.name)
+    return 200, {"topics": [topic_json(t) for t in topics]}
 
 
-@bp.get("/v1/topics/<topic>")
-def get_topic(topic: str) -> Response:
+def get_topic(c: StoreContext, call: Call) -> Reply:
+    topic = call.args["topic"]
     validation.validate_topic_name(topic)
     trace_topic(topic)
-    return json_response(topic_json(ctx().store.get_topic(topic)))
+    return 200, topic_json(c.store.get_topic(topic))
 
 
-@bp.put("/v1/topics/<topic>")
 @everywhere(_created)
-def update_topic(topic: str) -> Response:
+def update_topic(c: StoreContext, call: Call) -> Reply:
     """``{queues}``: grow (new empty queues) or shrink (refused while a hidden queue holds
     unconsumed messages, 409 TOPIC_NOT_DRAINED); 200 with the topic as it now is (A1). A
     missing topic is created (201), as RocketMQ's updateTopic does."""
-    c = ctx()
+    topic = call.args["topic"]
     c.require_writable()
     validation.validate_topic_name(topic)
     trace_topic(topic)
-    queues = TopicUpdate.from_json(request_object(), what="topic update", strict=True).queues
+    queues = TopicUpdate.from_json(call.json(), what="topic update", strict=True).queues
     try:
-        return json_response(topic_json(c.store.update_topic(topic, queues)))
+        return 200, topic_json(c.store.update_topic(topic, queues))
     except TopicNotFound:
         info, created = c.store.create_topic(topic, queues)
-        return json_response(topic_json(info), 201 if created else 200)
+        return (201 if created else 200), topic_json(info)
 
 
-@bp.delete("/v1/topics/<topic>")
 @everywhere(_deleted)
-def delete_topic(topic: str) -> Response:
+def delete_topic(c: StoreContext, call: Call) -> Reply:
     """200 ``{name, deleted: true}``; 404 when absent; 403 for a system topic (S3, A2)."""
-    c = ctx()
+    topic = call.args["topic"]
     c.require_writable()
     validation.validate_topic_name(topic)
     trace_topic(topic)
     if not c.store.delete_topic(topic):
         raise TopicNotFound(f"topic {topic} does not exist")
-    return json_response(TopicDeleted(topic, True).to_json())
+    return 200, TopicDeleted(topic, True).to_json()

@@ -22,7 +22,7 @@ from typing import Any
 
 from clepsydra_core import naming
 from clepsydra_core.errors import StoreError
-from clepsydra_store.engine.segment import write_file_atomic
+from clepsydra_store.engine.log.segment import write_file_atomic
 
 VERSION = 1
 

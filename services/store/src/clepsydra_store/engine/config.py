@@ -1,17 +1,20 @@
-"""EngineConfig: what the storage engine needs, with no environment reading."""
+"""EngineConfig: what the storage engine needs, with no environment reading. A base module:
+every layer of the engine may import it, and it imports none of them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from clepsydra_core import naming
 from clepsydra_core.levels import DelayLevels
-from clepsydra_store.engine import key_index
 
 TIMER_MAX_DELAY_VAR = "CLEPSYDRA_TIMER_MAX_DELAY"
 """The setting that caps a timer's delay (named in the 400 past it, SPEC T1)."""
 DEFAULT_TIMER_MAX_DELAY_MS = 365 * 86_400_000
 DEFAULT_TIMER_HANDOVER_GAP_MS = 3
+DEFAULT_KEY_INDEX_ENTRIES_PER_FILE = 2_000_000
+"""Entries of one key index file by default (40 MB of entries, 2 MB of slots)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +30,7 @@ class EngineConfig:
     delay_levels: DelayLevels = field(default_factory=DelayLevels.default)
     segment_size_bytes: int = 1 << 30
     cq_entries_per_file: int = 300_000
-    key_index_entries_per_file: int = key_index.ENTRIES_PER_FILE
+    key_index_entries_per_file: int = DEFAULT_KEY_INDEX_ENTRIES_PER_FILE
     """Entries of one key index file (issue 14); its slots are a quarter of that."""
     flush: str = "async"  # "async" | "sync"
     flush_interval_ms: int = 500
@@ -52,3 +55,38 @@ class EngineConfig:
     retry_topic_queues: int = 1
     """Queues of a %RETRY% topic created by a plain send (R9 fallback); the retry service
     creates it with the group's retryQueueNums first when it can (R3)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoreDirs:
+    """Where the store's files are, under ``root`` (``EngineConfig.data_dir``)."""
+
+    root: Path
+    consumequeue_root: Path | None = None
+    """The ConsumeQueue folder when it is not ``root/consumequeue`` (its own volume)."""
+
+    @classmethod
+    def of(cls, config: EngineConfig) -> StoreDirs:
+        return cls(config.data_dir, config.consumequeue_dir)
+
+    @property
+    def commitlog(self) -> Path:
+        return self.root / naming.COMMITLOG_DIR
+
+    @property
+    def consumequeue(self) -> Path:
+        if self.consumequeue_root is not None:
+            return self.consumequeue_root
+        return self.root / naming.CONSUMEQUEUE_DIR
+
+    @property
+    def index(self) -> Path:
+        return self.root / naming.INDEX_DIR
+
+    @property
+    def config(self) -> Path:
+        return self.root / naming.CONFIG_DIR
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.root / naming.CHECKPOINT_FILE

@@ -1,17 +1,24 @@
-"""MessageStore: the engine's one entry point (CommitLog + ConsumeQueues + dispatch + indexes).
+"""MessageStore: the engine's one entry point, composed of its parts (no inheritance, no
+callbacks up): the log (``log/``: CommitLog, checkpoint, group commit, disk guard), the indexes
+and their dispatcher (``index/``), the write path (``write/``: routing, encoder, writer), the
+hand-over, timers and retention (``schedule/``) and the metadata (``meta/``). Each part is
+given the parts below it when it is made; the API layer (``api/``) calls only this facade.
 
 Thread-safe: one writer lock serialises appends (validation and encoding happen before it);
 reads run concurrently. Dispatch is synchronous inside the append. Recovery (P3) runs in the
-constructor; background threads flush (async: every flush_interval_ms; sync: group commit) and
-keep house (group offsets and the disk guard each second, retention each minute; every second
-while the disk is past its warning level).
+constructor; background threads flush (async: every flush_interval_ms; sync: group commit, P2)
+and keep house (group offsets and the disk guard each second, retention each minute, P4; every
+second while the disk is past its warning level).
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
+import threading
 import time
+from collections import Counter
+from collections.abc import Callable, Sequence
 
 from clepsydra_core import naming
 from clepsydra_core import properties as P
@@ -24,32 +31,56 @@ from clepsydra_core.errors import (
 )
 from clepsydra_core.errors import ValidationError as _ValidationError
 from clepsydra_core.groups import GroupSettings, validate_settings
-from clepsydra_core.msgid import offset_msg_id
 from clepsydra_core.records import CommitLogRecord, tags_code
 from clepsydra_core.validation import check_consumable, validate_group_name, validate_topic_name
-from clepsydra_core.wire.copy import CopyItem, RangeCopy, SkippedCopy
-from clepsydra_core.wire.schedule import ScheduleEntries
-from clepsydra_store.engine.batch_encoder import BatchEncoder
-from clepsydra_store.engine.codec import Prepared
-from clepsydra_store.engine.config import EngineConfig
-from clepsydra_store.engine.consume_queue import ENTRY
-from clepsydra_store.engine.store_core import StoreCore
+from clepsydra_store.engine.config import EngineConfig, StoreDirs
+from clepsydra_store.engine.index import lookup
+from clepsydra_store.engine.index.arrivals import held_read, nothing_yet
+from clepsydra_store.engine.index.consume_queue import ENTRY
+from clepsydra_store.engine.index.dispatcher import Dispatcher
+from clepsydra_store.engine.index.lookup import Copies, Lookup
+from clepsydra_store.engine.index.recovery import recover
+from clepsydra_store.engine.log.commitlog import CommitLog
+from clepsydra_store.engine.log.disk_usage import DiskGuard, DiskLevel, quota_probe, volume_probe
+from clepsydra_store.engine.log.flush import Flusher, GroupCommit
+from clepsydra_store.engine.meta.group_offsets import GroupOffsets
+from clepsydra_store.engine.meta.group_settings import GroupSettingsRegistry
+from clepsydra_store.engine.meta.topics import TopicRegistry
+from clepsydra_store.engine.schedule.carry_forward import CarryForward, Retention
+from clepsydra_store.engine.schedule.drain import Drain
+from clepsydra_store.engine.schedule.fences import Fences
+from clepsydra_store.engine.schedule.handover import Handover
+from clepsydra_store.engine.schedule.timers import Timers
 from clepsydra_store.engine.types import (
+    CopyRequest,
     HandoverResult,
+    LevelEntries,
+    Outcome,
+    ParkedState,
     PutRequest,
     PutResult,
     QueueInfo,
     QueueRead,
+    RangeCopyRequest,
     RangeCopyResult,
+    SkippedCopy,
+    TimerBacklog,
+    TimerHandoverResult,
     TopicInfo,
 )
+from clepsydra_store.engine.write.codec import Prepared
+from clepsydra_store.engine.write.encoder import BatchEncoder
+from clepsydra_store.engine.write.preparer import Preparer
+from clepsydra_store.engine.write.writer import Writer
 
 logger = logging.getLogger(__name__)
 
+MAX_COPIES = lookup.MAX_COPIES
+"""A look-up by msgId returns at most this many copies (the newest)."""
 MAX_PULL_SCAN_FACTOR = 16
 """A tag-filtered pull scans at most this many entries per message asked for."""
-MAX_COPIES = 1000
-"""A look-up by msgId returns at most this many copies (the newest)."""
+HOUSEKEEPING_INTERVAL_S = 1.0
+RETENTION_INTERVAL_S = 60.0
 
 
 class TopicBusy(ClepsydraError):
@@ -63,10 +94,65 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class MessageStore(StoreCore):
+class MessageStore:
     def __init__(self, config: EngineConfig) -> None:
         """Recover (P3) from config.data_dir and start background threads (flush, retention)."""
-        super().__init__(config)
+        self.config = config
+        levels = self._levels = config.delay_levels
+        dirs = self._dirs = StoreDirs.of(config)
+        dirs.root.mkdir(parents=True, exist_ok=True)
+        self._counters: Counter[str] = Counter()
+        self._stop = threading.Event()
+        self._closed = False
+        self._topics = TopicRegistry(dirs.config)
+        self._groups = GroupOffsets(dirs.config)
+        self._group_settings = GroupSettingsRegistry(dirs.config)
+        cl = self._commitlog = CommitLog(dirs.commitlog, config.segment_size_bytes)
+        disp = self._dispatcher = Dispatcher(
+            dirs.consumequeue, dirs.index, config.cq_entries_per_file, levels,
+            key_index_entries=config.key_index_entries_per_file)
+        self._group_commit = GroupCommit(cl)
+        writer = self._writer = Writer(cl, disp, config.store_host,
+                                       sync_flush=config.flush == "sync",
+                                       group_commit=self._group_commit, counters=self._counters,
+                                       shard_id=config.shard_id)
+        self._preparer = Preparer(config, self._topics, self._group_settings)
+        self._lookup = Lookup(cl, disp.key_index)
+        self._drain = Drain(cl, self._topics, config.segment_size_bytes)
+        self.fences = Fences()
+        """The newest fencing token of each hand-over (DEC-scheduler-lease,
+        schedule/fences.py)."""
+        self._handover = Handover(writer, disp, self._drain, levels, self._counters,
+                                  self.fences)
+        self.timers = Timers(writer, disp, self._handover, self._preparer, levels, self._lookup,
+                             config.timer_handover_gap_ms)
+        """Timer messages (T1, T2): hand-over, cancel, reschedule, backlog."""
+        self.arrivals = disp.arrivals
+        """Pulls held until their queue has an append (index/arrivals.py)."""
+        self._retention = Retention(cl, disp, CarryForward(cl, disp, levels), writer.lock,
+                                    config.retention_hours, self._counters)
+        self._flusher = Flusher(cl, disp, writer.lock, dirs.checkpoint, self._group_commit,
+                                interval_ms=config.flush_interval_ms,
+                                sync=config.flush == "sync")
+        end = recover(cl, disp, self._topics.all(), dirs.consumequeue, dirs.checkpoint)
+        for cfg in self._topics.all():  # the round robin goes on where it was
+            total = sum(cq.max_offset for (t, _), cq in disp.queues.items() if t == cfg.name)
+            self._preparer.seed_round_robin(cfg.name, total)
+        logger.info("store opened data_dir=%s commitlog_max_offset=%d", dirs.root, end)
+        self.flush()
+        probe = (quota_probe([dirs.root, dirs.consumequeue], config.disk_capacity_bytes)
+                 if config.disk_capacity_bytes > 0 else volume_probe(dirs.commitlog))
+        self._disk = DiskGuard(probe, max_ratio=config.disk_max_ratio,
+                               warn_ratio=config.disk_warn_ratio)
+        self._disk.sample()
+        self._threads = [
+            threading.Thread(target=self._flusher.run, args=(self._stop,), name="store-flush",
+                             daemon=True),
+            threading.Thread(target=self._housekeeping_loop, name="store-housekeeping",
+                             daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
 
     # ---- topics ----------------------------------------------------------------------------
     def create_topic(self, name: str, queues: int, *,
@@ -105,7 +191,7 @@ class MessageStore(StoreCore):
         if isinstance(queues, bool) or not isinstance(queues, int) or not 1 <= queues <= 1024:
             raise _ValidationError(f"queues must be 1..1024, got {queues!r}",
                                    code="INVALID_REQUEST")
-        with self._lock:  # no append lands in a queue between the check and the change
+        with self._writer.lock:  # no append lands in a queue between the check and the change
             cfg = self._topics.get(name)
             if cfg is None:
                 raise TopicNotFound(f"topic {name} does not exist")
@@ -143,8 +229,8 @@ class MessageStore(StoreCore):
             raise Forbidden(f"cannot delete system topic {name!r}: {naming.SCHEDULE_TOPIC}, "
                             f"{naming.RETRY_PREFIX}<group>, {naming.DLQ_PREFIX}<group> and the "
                             f"store's other system topics are its own", rule="S3")
-        with self._lock:
-            self._force_checkpoint = True
+        with self._writer.lock:
+            self._flusher.force()
             if not self._topics.delete(name):
                 return False
             for cq in self._dispatcher.remove_topic(name):
@@ -192,10 +278,10 @@ class MessageStore(StoreCore):
         """All validated first; one bad message refuses the whole batch, nothing stored.
         Appended with one write (and one fsync with sync flush)."""
         ensure: dict[str, int] = {}
-        items = BatchEncoder(self._preparer, ensure).prepare(requests)
+        items = BatchEncoder(self._preparer, ensure, _now_ms()).prepare(requests)
         return self._store(items, ensure)
 
-    def copy(self, requests: list[CopyItem]) -> list[PutResult]:
+    def copy(self, requests: list[CopyRequest]) -> list[PutResult]:
         """Internal: copy stored messages into other topics (retry, DLQ, resend); topics other
         than ordinary ones (%RETRY%, %DLQ%) are created with 1 queue when missing."""
         ensure: dict[str, int] = {}
@@ -209,8 +295,8 @@ class MessageStore(StoreCore):
             items.append(self._preparer.copy(req, record, ensure))
         return self._store(items, ensure)
 
-    def copy_range(self, req: RangeCopy) -> RangeCopyResult:
-        """Internal: copy a range of a queue (see :class:`RangeCopy`); all checked
+    def copy_range(self, req: RangeCopyRequest) -> RangeCopyResult:
+        """Internal: copy a range of a queue (see :class:`RangeCopyRequest`); all checked
         before any is written, appended with one write."""
         read = self.read_queue(req.topic, req.queue_id, req.from_offset, req.max_count)
         ensure: dict[str, int] = {}
@@ -225,7 +311,7 @@ class MessageStore(StoreCore):
                 if why is not None:
                     skipped.append(SkippedCopy(record.queue_offset, record.offset_msg_id, why))
                     continue
-            items.append(self._preparer.copy(CopyItem(
+            items.append(self._preparer.copy(CopyRequest(
                 commitlog_offset=record.commitlog_offset, topic=target,
                 delay_level=req.delay_level, reconsume_times=req.reconsume_times,
                 remove_properties=req.remove_properties,
@@ -255,9 +341,7 @@ class MessageStore(StoreCore):
                 logger.info("topic auto-created topic=%s queues=%d", topic, queues)
         if not items:
             return []
-        with self._lock:
-            results, end = self._append_locked(items)
-        return self._acknowledge(results, end)
+        return self._writer.store(items)
 
     # ---- read --------------------------------------------------------------------------------
     def read_queue(self, topic: str, queue_id: int, queue_offset: int, max_count: int,
@@ -304,37 +388,26 @@ class MessageStore(StoreCore):
         """MessageNotFound if no record starts there (or its segment is deleted)."""
         return self._commitlog.read_record(commitlog_offset)
 
+    def pull(self, topic: str, queue_id: int, queue_offset: int, max_count: int,
+             tags: frozenset[str] | None, wait_ms: int, hold_max: int) -> QueueRead:
+        """:meth:`read_queue`, held up to ``wait_ms`` while nothing at the offset matches (the
+        pull hold: woken by an append to the queue; at most ``hold_max`` pulls held, past it
+        the pull answers at once)."""
+        read = self.read_queue(topic, queue_id, queue_offset, max_count, tags)
+        if not wait_ms or not nothing_yet(read):
+            return read
+
+        def read_from(offset: int) -> QueueRead:
+            return self.read_queue(topic, queue_id, offset, max_count, tags)
+
+        return held_read(self.arrivals, read_from, read, topic, queue_id, hold_max, wait_ms)
+
     def get_by_msg_id(self, msg_id: str, max_count: int = MAX_COPIES) -> list[CommitLogRecord]:
         """Every stored copy of a message, oldest first (issue 20.4): the records whose unique
         id (UNIQ_KEY) is ``msg_id``, in any topic - the parked copy, the delivered one, its
         retries, its dead letter, its resends - and, when ``msg_id`` is an offsetMsgId, the
         record stored there with every copy of its message. MessageNotFound when none."""
-        found: dict[int, CommitLogRecord] = {}
-        wanted = {msg_id, msg_id.upper()}
-        located = offset_msg_id(msg_id)
-        if located is not None:
-            try:
-                record = self._commitlog.read_record(located.commitlog_offset)
-            except MessageNotFound:
-                record = None
-            if record is not None and record.offset_msg_id == msg_id.upper():
-                found[record.commitlog_offset] = record
-                wanted.add(record.msg_id)
-        for uniq in wanted:
-            for commitlog_offset in self._dispatcher.key_index.newest(uniq):
-                if len(found) >= max_count:
-                    break
-                if commitlog_offset in found:
-                    continue
-                try:
-                    record = self._commitlog.read_record(commitlog_offset)
-                except MessageNotFound:
-                    continue  # its segment was deleted (retention)
-                if record.properties.get(P.UNIQ_KEY) == uniq:
-                    found[commitlog_offset] = record
-        if not found:
-            raise MessageNotFound(f"no message with msgId {msg_id}")
-        return [found[offset] for offset in sorted(found)]
+        return self._lookup.by_msg_id(msg_id, max_count)
 
     def topic_since(self, topic: str) -> int:
         """The CommitLog offset a topic was created at (older records: a deleted namesake)."""
@@ -344,75 +417,65 @@ class MessageStore(StoreCore):
     def get_by_key(self, topic: str, key: str, max_count: int = 32) -> list[CommitLogRecord]:
         """Messages of a topic whose KEYS contain ``key`` or whose UNIQ_KEY is ``key``: the
         newest ``max_count``, oldest first."""
-        found: list[CommitLogRecord] = []
-        cfg = self._topics.get(topic)
-        since = cfg.since if cfg is not None else 0
-        for commitlog_offset in self._dispatcher.key_index.newest(key):
-            if len(found) >= max_count or commitlog_offset < since:
-                break
-            try:
-                record = self._commitlog.read_record(commitlog_offset)
-            except MessageNotFound:
-                continue
-            if record.topic == topic and (key in record.keys
-                                          or record.properties.get(P.UNIQ_KEY) == key):
-                found.append(record)
-        found.reverse()
-        return found
-
-    def _copies_of(self, msg_id: str) -> list[CommitLogRecord]:
-        return self.get_by_msg_id(msg_id)
+        return self._lookup.by_key(topic, key, max_count, self.topic_since(topic))
 
     # ---- schedule (scheduler's hand-over) ------------------------------------------------
-    def schedule_entries(self, level: int, queue_offset: int, max_count: int) -> ScheduleEntries:
+    def schedule_entries(self, level: int, queue_offset: int, max_count: int) -> LevelEntries:
         """Deliver times (raw tagsCode) of a level's schedule queue from queue_offset (D3, D8
         done by caller; an offset below the minimum reads from the minimum)."""
         cq = self._handover.queue(level)
         start = min(max(queue_offset, cq.min_offset), cq.max_offset)
         raw = cq.read_raw(start, max(0, max_count))
         deliver_ts = [code for _, _, code in ENTRY.iter_unpack(raw)]
-        return ScheduleEntries(level, start, deliver_ts, cq.min_offset, cq.max_offset,
-                               self._dispatcher.mark(level))
+        return LevelEntries(level, start, deliver_ts, cq.min_offset, cq.max_offset,
+                            self._dispatcher.mark(level))
 
     def handover(self, level: int, from_offset: int, max_count: int,
                  now_ms: int | None = None, fence: int | None = None) -> HandoverResult:
-        """Deliver due entries [from_offset, from_offset+max_count) of a level into their real
-        topics (D3 correction, D4 rebuild, D5 stop at first not due, D7 park, D9 skip entries
-        at or below the level's handed-over mark). Durable and idempotent. A ``fence`` older
-        than one a hand-over of the level carried is refused (Fenced; DEC-scheduler-lease)."""
-        now = _now_ms() if now_ms is None else now_ms
-        end = None
-        with self._lock:
-            self._handover.check_level(level)
-            self.fences.admit(level, fence)
-            plan = self._handover.plan(level, from_offset, max_count, now)
-            stored_at = 0
-            if plan.items:
-                stored_at, end = self._append_copies(plan.items)
-            for queue_offset in plan.cancelled:
-                self._dispatcher.raise_mark(level, queue_offset)
-            handed_over = self._dispatcher.mark(level)
-        self._acknowledge([], end)
-        lateness: list[int] = []
-        delivered_messages: list[tuple[str, str, str | None, int]] = []
-        for item, ok, traceparent in zip(plan.items, plan.delivered, plan.traceparents,
-                                         strict=True):
-            if ok:
-                late = stored_at - item.deliver_ts
-                lateness.append(late)
-                delivered_messages.append((item.topic, item.uniq_key, traceparent, late))
-        delivered = len(lateness)
-        self._counters["schedule_delivered_total"] += delivered
-        self._counters["schedule_parked_total"] += len(plan.items) - delivered
-        self._counters["schedule_skipped_total"] += plan.skipped
-        if plan.items:
-            logger.info("schedule handover level=%d from_offset=%d next_offset=%d delivered=%d "
-                        "parked=%d skipped=%d", level, plan.start, plan.next_offset, delivered,
-                        len(plan.items) - delivered, plan.skipped)
-        return HandoverResult(level, plan.start, plan.next_offset, delivered,
-                              len(plan.items) - delivered, plan.skipped, plan.not_due,
-                              plan.next_deliver_ts, lateness, handed_over,
-                              delivered_messages=delivered_messages)
+        """Deliver the due entries of a level from the entry after its handed-over mark, up to
+        ``max_count`` (D3 correction, D4 rebuild, D5 stop at first not due, D7 park, D9 skip
+        entries at or below the mark), a chunk of the writer lock at a time
+        (``schedule/handover.py``). Durable and idempotent. A ``fence`` older than one a
+        hand-over of the level carried is refused (Fenced; DEC-scheduler-lease)."""
+        return self._handover.level(level, from_offset, max_count,
+                                    _now_ms() if now_ms is None else now_ms, fence)
+
+    def newest_fence(self, level: int) -> int | None:
+        """The newest fencing token a hand-over of ``level`` (``TIMER_LEVEL``: the timers')
+        carried since the store started (DEC-scheduler-lease)."""
+        return self.fences.newest(level)
+
+    def handover_timers(self, max_count: int, wait_ms: int,
+                        now: Callable[[], int] = _now_ms,
+                        fence: int | None = None) -> TimerHandoverResult:
+        """The scheduler's timer hand-over: the due timers, earliest first; when none is due,
+        wait up to ``wait_ms`` for one (T1, T2, D9); a stale ``fence`` refused before any wait
+        (DEC-scheduler-lease)."""
+        return self.timers.handover_wait(max_count, wait_ms, now, fence)
+
+    def timer_backlog(self, now_ms: int) -> TimerBacklog:
+        return self.timers.backlog(now_ms)
+
+    def timer_target(self, deliver_at: int | None, delay_ms: int | None) -> int:
+        """A reschedule's asked time, checked against the timer cap (T1)."""
+        return self.timers.target(deliver_at, delay_ms)
+
+    def copies_of(self, msg_id: str) -> Copies:
+        """msgId -> every stored copy of the message (:meth:`get_by_msg_id`), for a cancel or
+        reschedule (T2)."""
+        return {msg_id: self.get_by_msg_id(msg_id)}
+
+    def copies_by_key(self, topic: str, key: str) -> Copies:
+        """msgId -> stored copies of the messages of ``topic`` whose KEYS hold ``key`` or whose
+        UNIQ_KEY is ``key`` (T2 by key); TopicNotFound."""
+        self.get_topic(topic)
+        return self.timers.copies_by_key(topic, key, self.topic_since(topic))
+
+    def cancel_or_reschedule(self, copies: Copies, deliver_at: int | None) -> Outcome:
+        """Cancel (``deliver_at`` None) or reschedule the pending delayed messages whose
+        stored copies are ``copies`` (T2): durable like a produce, exactly one of a cancel and
+        the hand-over of the same entry happens."""
+        return self.timers.act(copies, deliver_at)
 
     # ---- consumer progress -------------------------------------------------------------------
     def commit_offset(self, group: str, topic: str, queue_id: int, queue_offset: int) -> None:
@@ -421,6 +484,11 @@ class MessageStore(StoreCore):
     def group_offsets(self, group: str, topic: str | None = None) -> dict[str, dict[int, int]]:
         """{topic: {queue_id: offset}}."""
         return self._groups.get(group, topic)
+
+    def parked_states(self, records: Sequence[CommitLogRecord]) -> dict[int, ParkedState]:
+        """Where each parked copy among ``records`` stands (pending, delivered, cancelled), by
+        CommitLog offset (a message's history)."""
+        return self.timers.parked_states(records)
 
     def topic_offsets(self, topic: str) -> dict[str, dict[int, int]]:
         """Every group's committed offsets on ``topic``: {group: {queue_id: offset}}."""
@@ -443,6 +511,75 @@ class MessageStore(StoreCore):
             logger.info("group created group=%s retry_queue_nums=%d retry_max_times=%d", group,
                         settings.retry_queue_nums, settings.retry_max_times)
         return settings, created
+
+    # ---- flushing ----------------------------------------------------------------------------
+    def flush(self) -> int:
+        """fsync the CommitLog, ConsumeQueues and key index, then write the checkpoint;
+        returns the checkpointed CommitLog offset."""
+        return self._flusher.flush()
+
+    def _housekeeping_loop(self) -> None:
+        next_retention = time.monotonic() + RETENTION_INTERVAL_S
+        while not self._stop.wait(HOUSEKEEPING_INTERVAL_S):
+            try:
+                self._groups.persist()
+                pressed = self._disk.sample() is not DiskLevel.OK
+                if pressed or time.monotonic() >= next_retention:
+                    # past the warning level, retention looks every second (12.8)
+                    next_retention = time.monotonic() + RETENTION_INTERVAL_S
+                    if self.delete_expired_segments() and pressed:
+                        self._disk.sample()
+            except Exception:
+                logger.exception("housekeeping failed data_dir=%s; continuing", self._dirs.root)
+
+    # ---- retention (SPEC P4) -----------------------------------------------------------------
+    def delete_expired_segments(self, now_ms: int | None = None) -> int:
+        """P4: delete whole segments older than retention (never the active one); undelivered
+        scheduled messages in them are carried forward first (schedule/carry_forward.py).
+        Returns how many segments were deleted."""
+        with self._flusher.lock:
+            removed = self._retention.delete_expired(_now_ms() if now_ms is None else now_ms)
+            if removed:
+                self._flusher.force()
+        if removed:
+            self.flush()
+        return removed
+
+    # ---- disk guard (issue 12.8) -------------------------------------------------------------
+    def check_disk(self) -> None:
+        """DiskFull (507) while the disk is past its high-water mark."""
+        self._disk.check()
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    def release_waits(self) -> None:
+        """The store stops: held pulls and the timers' waiting hand-over answer now, and no
+        request waits again (the graceful stop)."""
+        self.arrivals.close()
+        self.timers.release()
+
+    def close(self) -> None:
+        """Flush everything, write checkpoints, stop threads. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self.release_waits()
+        self._stop.set()
+        self._group_commit.stop()
+        for thread in self._threads:
+            thread.join()
+        self.flush()
+        self._groups.persist()
+        with self._writer.lock:
+            self._retention.close()
+            self._dispatcher.close()
+            self._commitlog.close()
+        logger.info("store closed data_dir=%s", self._dirs.root)
+
+    def __enter__(self) -> MessageStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # ---- observability -------------------------------------------------------------------
     def stats(self) -> dict[str, float]:

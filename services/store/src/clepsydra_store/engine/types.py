@@ -1,4 +1,6 @@
-"""Values the engine takes and returns (no Flask here)."""
+"""Values the engine takes and returns: its own types, never the HTTP layer's (``api/`` builds
+the wire answers from these). A base module: every layer of the engine may import it, and it
+imports none of them."""
 
 from __future__ import annotations
 
@@ -7,9 +9,10 @@ from enum import StrEnum
 from typing import NamedTuple
 
 from clepsydra_core.records import CommitLogRecord
-from clepsydra_core.wire.codec import wire_meta
-from clepsydra_core.wire.copy import RangeCopyAnswer
-from clepsydra_core.wire.schedule import HandoverAnswer
+
+TIMER_LEVEL = 0
+"""The "level" of the timer log: in a ``SCHEDULE_OFFSET`` or ``CANCEL_OF`` value, a mark, the
+level of a timer's hand-over."""
 
 
 class PutStatus(StrEnum):
@@ -45,15 +48,6 @@ class PutRequest:
     delay_ms: int | None = None
     """A timer message's delay from its store time, ms (SPEC T1)."""
 
-    def timer_deliver_at(self, store_timestamp: int) -> int | None:
-        """The effective delivery time of a timer message stored at ``store_timestamp`` (a
-        time in the past delivers now); None for any other message."""
-        if self.deliver_at is not None:
-            return max(self.deliver_at, store_timestamp)
-        if self.delay_ms is not None:
-            return store_timestamp + self.delay_ms
-        return None
-
 
 class PutResult(NamedTuple):
     """Where one message went (a named tuple: the writer builds one per message under its
@@ -72,6 +66,9 @@ class PutResult(NamedTuple):
     size: int
     offset_msg_id: str
     """Where this copy is stored (store host + CommitLog offset)."""
+    deliver_at: int | None = None
+    """A delayed message's deliver time as stored (S2; T1: a time in the past is its store
+    time); None for any other."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,19 +96,157 @@ class QueueRead:
     max_offset: int
 
 
-@dataclass(frozen=True, slots=True)
-class HandoverResult(HandoverAnswer):
-    """The wire answer of a hand-over, plus what the API layer needs and no client sees."""
-
-    delivered_messages: list[tuple[str, str, str | None, int]] = field(
-        default_factory=list, metadata=wire_meta(internal=True))
-    """(real topic, new msgId, producer's ``traceparent`` or None, lateness ms) of each
-    delivered message, in order: the API layer links a ``store.deliver`` span to the
-    producer's trace (O1, D10). Plain strings: the engine imports no OpenTelemetry."""
+Delivered = tuple[str, str, str | None, int]
+"""(real topic, new msgId, producer's ``traceparent`` or None, lateness ms) of a message a
+hand-over delivered: the API layer links a ``store.deliver`` span to the producer's trace (O1,
+D10). Plain strings: the engine imports no OpenTelemetry."""
 
 
 @dataclass(frozen=True, slots=True)
-class RangeCopyResult(RangeCopyAnswer):
-    """The wire answer of a range copy, plus the appends' results (for the flush check)."""
+class LevelEntries:
+    """Deliver times (raw tagsCode) of a level's schedule entries from ``queue_offset`` on,
+    with the queue's bounds and the level's handed-over mark (D3, D8, D9)."""
 
-    results: list[PutResult] = field(default_factory=list, metadata=wire_meta(internal=True))
+    level: int
+    queue_offset: int
+    deliver_ts: list[int]
+    min_offset: int
+    max_offset: int
+    handed_over: int
+
+
+@dataclass(frozen=True, slots=True)
+class HandoverResult:
+    """What a level's hand-over did (D4, D5, D7, D9, D10)."""
+
+    level: int
+    from_offset: int
+    """Where it really started: the entry after the level's handed-over mark."""
+    next_offset: int
+    delivered: int
+    parked: int
+    skipped: int
+    """Positions from the asked offset that were handed over before (D9)."""
+    not_due: bool
+    """Stopped at an entry not due yet (D5); ``next_deliver_ts`` is its time."""
+    next_deliver_ts: int | None
+    lateness_ms: list[int]
+    handed_over: int
+    delivered_messages: list[Delivered] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class TimerHandoverResult:
+    """What a timers' hand-over did (T1, T2, D10)."""
+
+    delivered: int = 0
+    parked: int = 0
+    lateness_ms: list[int] = field(default_factory=list)
+    next_due_at: int | None = None
+    delivered_messages: list[Delivered] = field(default_factory=list)
+
+
+class Fate(StrEnum):
+    """What a cancel or a reschedule did to a pending delayed message (T2)."""
+
+    CANCELLED = "cancelled"
+    RESCHEDULED = "rescheduled"
+
+
+class ParkedState(StrEnum):
+    """Where a parked copy of a message stands (a message's history)."""
+
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    """Handed over to its real topic."""
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a cancel or reschedule did: ``status``, the messages it acted on, and the new
+    delivery time of a reschedule."""
+
+    status: Fate
+    msg_ids: list[str]
+    deliver_at: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HourCount:
+    hour: int
+    """Hours ahead of now (0: due within the hour, or overdue)."""
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Lateness:
+    """Nearest-rank percentiles of recent timers' lateness, ms (D10)."""
+
+    p50: int
+    p99: int
+    max: int
+
+
+@dataclass(frozen=True, slots=True)
+class TimerBacklog:
+    """The pending timers by hour ahead, the next due time and recent lateness (T1)."""
+
+    pending: int
+    by_hour_ahead: list[HourCount]
+    handed_over: int
+    next_due_at: int | None
+    lateness: Lateness | None
+
+
+@dataclass(frozen=True, slots=True)
+class CopyRequest:
+    """Copy the message stored at ``commitlog_offset`` into ``topic`` (R3-R8, R16): body, flag,
+    properties, bornTimestamp, bornHost and sysFlag kept, the changes applied;
+    ``delay_level`` > 0 parks the copy (S1). ``append_properties``: name -> an entry (JSON text,
+    or text) appended to the JSON list that property holds."""
+
+    commitlog_offset: int
+    topic: str
+    queue_id: int | None = None
+    delay_level: int = 0
+    reconsume_times: int | None = None
+    set_properties: dict[str, str] = field(default_factory=dict)
+    remove_properties: tuple[str, ...] = ()
+    append_properties: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class RangeCopyRequest:
+    """Copy queue offsets ``[from_offset, from_offset + max_count)`` of ``topic``/``queue_id``
+    to ``target_topic`` (None: each message back to its ``RETRY_TOPIC``, R16), each as a
+    :class:`CopyRequest` would, with one write."""
+
+    topic: str
+    queue_id: int
+    from_offset: int
+    target_topic: str | None
+    max_count: int
+    delay_level: int = 0
+    reconsume_times: int | None = None
+    remove_properties: tuple[str, ...] = ()
+    append_properties: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedCopy:
+    queue_offset: int
+    msg_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RangeCopyResult:
+    copied: int
+    copied_msg_ids: list[str]
+    """offsetMsgIds of the source copies copied, in queue order."""
+    skipped: list[SkippedCopy]
+    next_offset: int
+    last_commitlog_offset: int | None
+    results: list[PutResult] = field(default_factory=list)
+    """The appends' results (for the flush check)."""

@@ -1,0 +1,214 @@
+"""One envelope around every answer of a store route, however the request came in (a Flask
+view, the lean WSGI path, the worker's poller): the access check (``Guard``, the route's
+``Need``), the request's span ``store.<operation>`` and metrics (O1, O2), the handler's JSON
+answer or the v1 error body of what it raised (``clepsydra_web.errors.error_answer``), and the
+status line. A route is a :class:`StoreRoute` of the one route table (``contract.py``); its
+handler is framework-free: it gets a :class:`Call` (environ, path arguments, query, body) and
+answers ``(status, JSON value)`` or raises.
+
+Order, the same on every way in: a route whose span may continue a message's own trace
+(produce, ``Trace.FROM_MESSAGE``) is checked before its span starts and its body is read (a
+refusal makes no span and is not counted); every other route starts its span, then is checked
+(a refusal is counted and traced)."""
+
+from __future__ import annotations
+
+import http
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from opentelemetry import context as otel_context
+
+from clepsydra_core.errors import ClepsydraError
+from clepsydra_store.api.context import StoreContext
+from clepsydra_store.api.observability import DESTINATION, set_attribute
+from clepsydra_store.settings import MAX_REQUEST_BYTES_VAR
+from clepsydra_web import jsonio
+from clepsydra_web.auth import REFUSALS, Need, refusal
+from clepsydra_web.errors import error_answer, request_too_large
+from clepsydra_web.jsonio import JSON_TYPE
+from clepsydra_web.openapi import Route
+
+Answer = tuple[int, list[tuple[str, str]], bytes]
+"""(status, headers, body) of an answer."""
+Reply = tuple[int, Any]
+"""A handler's answer: (status, its JSON value)."""
+
+
+class Trace(Enum):
+    """How a route's request is traced (O1; an idle stack exports almost nothing)."""
+
+    SPAN = "span"
+    """A span ``store.<operation>``, a child of the caller's ``traceparent``."""
+    IN_TRACE_ONLY = "in-trace-only"
+    """A poll that carries no message: a span only when the caller is inside a trace."""
+    UNTRACED = "untraced"
+    """No request span (counted all the same): the level table; the copy, which makes one
+    span per copied message instead."""
+    FROM_MESSAGE = "from-message"
+    """A produce: the span continues the caller's ``traceparent``, else a single message's
+    own ``traceparent`` property; checked before its body is read."""
+
+
+class Lane(Enum):
+    """The ways in that answer a route (every route is a Flask view too)."""
+
+    FLASK = "flask"
+    LEAN = "lean"
+    """Also the lean WSGI path in front of Flask (``fastpath.py``)."""
+    POLLER = "poller"
+    """Also the worker's poller thread on a kept-alive connection (``inline.py``): routes
+    that never block, with a plain path parameter."""
+
+
+class Call:
+    """One request as a handler sees it."""
+
+    __slots__ = ("_body", "_json", "_query", "args", "environ", "limit", "read")
+
+    def __init__(self, environ: Mapping[str, Any], args: Mapping[str, str],
+                 query: Callable[[], Mapping[str, str]], read: Callable[[], bytes | None],
+                 limit: int) -> None:
+        self.environ = environ
+        self.args = args
+        """The path's parameters, decoded."""
+        self._query: Callable[[], Mapping[str, str]] | Mapping[str, str] = query
+        self.read = read
+        """The body, None when it is over ``limit`` bytes."""
+        self.limit = limit
+        self._body: bytes | None = None
+        self._json: dict[str, Any] | ClepsydraError | None = None
+
+    @property
+    def query(self) -> Mapping[str, str]:
+        """The query string's parameters (the first value of a repeated name), read when first
+        asked for."""
+        query = self._query
+        if callable(query):
+            query = self._query = query()
+        return query
+
+    def body(self) -> bytes:
+        """The request body; 413 (P1) over the size limit."""
+        if self._body is None:
+            raw = self.read()
+            if raw is None:
+                raise request_too_large(self.limit, MAX_REQUEST_BYTES_VAR)
+            self._body = raw
+        return self._body
+
+    def json(self) -> dict[str, Any]:
+        """The body as a JSON object (400 INVALID_JSON otherwise, 413 over the limit); read
+        once, its error raised again."""
+        parsed = self._json
+        if parsed is None:
+            try:
+                parsed = self._json = jsonio.loads_object(self.body())
+            except ClepsydraError as exc:
+                self._json = exc
+                raise
+        elif isinstance(parsed, ClepsydraError):
+            raise parsed
+        return parsed
+
+    def header(self, name: str) -> str | None:
+        """A request header, by its WSGI name (``HTTP_AUTHORIZATION``)."""
+        value = self.environ.get(name)
+        return value if isinstance(value, str) else None
+
+
+Handler = Callable[[StoreContext, Call], Reply]
+Parent = Callable[[Call], otel_context.Context | None]
+
+
+@dataclass(frozen=True, slots=True)
+class StoreRoute:
+    """One route of the table: its OpenAPI operation (method, path, documents), its Flask
+    endpoint, its handler, the action it needs, how it is traced and counted, and its ways
+    in."""
+
+    doc: Route
+    endpoint: str
+    handler: Handler
+    need: Need
+    operation: str
+    """The ``operation`` of its span (``store.<operation>``) and metrics."""
+    trace: Trace = Trace.SPAN
+    lane: Lane = Lane.FLASK
+    parent: Parent | None = field(default=None)
+    """``Trace.FROM_MESSAGE``: the span's parent, from the call."""
+
+    @property
+    def method(self) -> str:
+        return self.doc.method
+
+    @property
+    def path(self) -> str:
+        return self.doc.path
+
+    def traced(self, environ: Mapping[str, Any]) -> bool:
+        if self.trace is Trace.IN_TRACE_ONLY:
+            return bool(environ.get("HTTP_TRACEPARENT"))
+        return self.trace is not Trace.UNTRACED
+
+
+_STATUS_LINES = {s.value: f"{s.value} {s.phrase}" for s in http.HTTPStatus}
+
+
+def status_line(status: int) -> str:
+    """``201 Created``: the status and its reason phrase (RFC 9110), on every way in."""
+    return _STATUS_LINES.get(status) or f"{status} Error"
+
+
+def answer(c: StoreContext, route: StoreRoute, call: Call) -> Answer:
+    """The answer of ``route`` to ``call``: access, span, metrics, the JSON body or the v1
+    error body (see the module's docstring for the order)."""
+    if route.trace is Trace.FROM_MESSAGE:
+        refused = _refused(c, route, call) if c.guard is not None else None
+        if refused is not None:
+            return refused
+        scope = c.obs.begin(route.operation, call.environ,
+                            route.parent(call) if route.parent is not None else None)
+    else:
+        scope = c.obs.begin(route.operation, call.environ, traced=route.traced(call.environ))
+    status = 500
+    try:
+        if route.trace is not Trace.FROM_MESSAGE and c.guard is not None:
+            refused = _refused(c, route, call)
+            if refused is not None:
+                status = refused[0]
+                return refused
+        status, value = route.handler(c, call)
+        body = jsonio.dumps(value)
+    except Exception as exc:  # the v1 error body; a broken chunked body is a 400
+        status, body = error_answer(exc)
+    finally:
+        c.obs.end(scope, status)
+    headers = [("Content-Type", JSON_TYPE), ("Content-Length", str(len(body)))]
+    if c.shards_header is not None:  # DEC-store-shards
+        headers.append(c.shards_header)
+    return status, headers, body
+
+
+def _refused(c: StoreContext, route: StoreRoute, call: Call) -> Answer | None:
+    """The 401, 403 or 429 answer when the request's token may not do what the route needs
+    (None: allowed, or access control off)."""
+    if c.guard is None:
+        return None
+    need = route.need
+    try:
+        c.guard.check(call.header("HTTP_AUTHORIZATION"), need.action,
+                      call.args[need.arg] if need.arg is not None else None)
+    except REFUSALS as exc:
+        status, headers, body = refusal(exc)
+        if c.shards_header is not None:  # DEC-store-shards
+            headers.append(c.shards_header)
+        return status, headers, body
+    return None
+
+
+def trace_topic(topic: str) -> None:
+    """Name the topic on the request span (messaging.destination.name)."""
+    set_attribute(DESTINATION, topic)
