@@ -58,11 +58,14 @@ class Cluster:
 
 @pytest.fixture
 def make_cluster(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
-    """Factory: make_cluster(retry=False, scheduler=False, **env) starts Redis and three store
-    shards (and the retry service, the scheduler); everything is stopped at the end."""
+    """Factory: make_cluster(retry=False, scheduler=False, console=False, **env) starts Redis
+    and three store shards (and the retry service, the scheduler, the web console given shard
+    0's address only, its cookie allowed over plain HTTP); everything is stopped at the
+    end."""
     stacks: list[Stack] = []
 
-    def make(*, retry: bool = False, scheduler: bool = False, **env: str) -> Cluster:
+    def make(*, retry: bool = False, scheduler: bool = False, console: bool = False,
+             **env: str) -> Cluster:
         stack = Stack(tmp_path / f"cluster{len(stacks)}",
                       env={"CLEPSYDRA_DELAY_LEVELS": LEVELS, **env})
         stacks.append(stack)
@@ -72,6 +75,8 @@ def make_cluster(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
         if scheduler:
             stack.with_scheduler(CLEPSYDRA_SCHEDULER_KEEPALIVE_S="1",
                                  CLEPSYDRA_SCHEDULER_BACKOFF_S="0.5")
+        if console:
+            stack.with_console(CLEPSYDRA_CONSOLE_COOKIE_SECURE="false")
         stack.start()
         return Cluster(stack)
 

@@ -190,7 +190,7 @@ class AdminClient:
                 pass
         return self.router.clustered
 
-    def _shard_stores(self) -> list[tuple[int, HttpClient]]:
+    def shard_stores(self) -> list[tuple[int, HttpClient]]:
         """Every shard's client (the one store with one shard)."""
         if not self.clustered:
             return [(0, self.store)]
@@ -293,7 +293,7 @@ class AdminClient:
     def offsets(self, group: str, topic: str | None = None) -> dict[MessageQueue, int]:
         """The group's committed offsets (on every shard, with more than one)."""
         out: dict[MessageQueue, int] = {}
-        for shard, http in self._shard_stores():
+        for shard, http in self.shard_stores():
             offsets = queue_offsets(read_answer(GroupOffsets, http.get(
                 http.path("/v1/groups/{}/offsets", group), {"topic": topic})), shard)
             out.update((q, o) for q, o in offsets.items() if topic is None or q.topic == topic)
@@ -436,7 +436,7 @@ class AdminClient:
 
     def levels_by_shard(self, now_ms: int | None = None) -> dict[int, list[LevelStatus]]:
         """:meth:`levels` of every store shard."""
-        return {shard: self.levels(now_ms, shard=shard) for shard, _ in self._shard_stores()}
+        return {shard: self.levels(now_ms, shard=shard) for shard, _ in self.shard_stores()}
 
     def _deliver_ts(self, store: HttpClient, level: int, offset: int) -> int | None:
         try:
@@ -458,5 +458,5 @@ class AdminClient:
 
     def timers_by_shard(self) -> dict[int, TimerBacklog]:
         """:meth:`timers` of every store shard."""
-        return {shard: self.timers(shard=shard) for shard, _ in self._shard_stores()}
+        return {shard: self.timers(shard=shard) for shard, _ in self.shard_stores()}
 

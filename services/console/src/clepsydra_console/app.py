@@ -37,12 +37,11 @@ SECURITY_HEADERS = {
 SESSION_HOURS = 12
 
 
-def _counters(clients: Clients, which: str, timeout_s: float) -> rates.Sampler:
-    http = clients.metrics_store if which == "store" else clients.metrics_retry
+def _counters(base_url: str, which: str, timeout_s: float) -> rates.Sampler:
     names = (rates.PRODUCED, rates.DELIVERED) if which == "store" \
         else (rates.SEND_BACKS, rates.DLQ_DEPTH)
     return rates.Sampler(lambda: rates.parse_metrics(
-        rates.fetch_text(http.base_url, "/metrics", timeout_s), names))
+        rates.fetch_text(base_url, "/metrics", timeout_s), names))
 
 
 def _ops(app: Flask, health: Callable[[], tuple[dict[str, Any], int]],
@@ -73,8 +72,10 @@ def create_app(settings: ConsoleSettings, *, clients: Clients | None = None) -> 
     clients = clients or Clients(settings.store_url, settings.retry_url,
                                  settings.analytics_url, settings.timeout_s)
     console = Console(settings, clients, SignIn(settings.common.auth),
-                      _counters(clients, "store", settings.timeout_s),
-                      _counters(clients, "retry", settings.timeout_s))
+                      _counters(clients.metrics_store.base_url, "store", settings.timeout_s),
+                      _counters(clients.metrics_retry.base_url, "retry", settings.timeout_s),
+                      rates.ShardSamplers(partial(_counters, which="store",
+                                                  timeout_s=settings.timeout_s)))
     app.extensions[EXTENSION] = console
     registry = CollectorRegistry(auto_describe=True)
     views = Counter("clepsydra_console_pages", "Pages served by endpoint and status",

@@ -16,9 +16,16 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from clepsydra_client.admin import AdminClient
+from clepsydra_client.message import MessageQueue
+from clepsydra_client.offsets import queue_offsets
+from clepsydra_client.rebalance import AverageStrategy, allocate_all
+from clepsydra_console.shards import LagRow, ShardRead
+from clepsydra_core import naming
 from clepsydra_core.auth import token_digest
 from clepsydra_core.errors import ClepsydraError, NotFound
 from clepsydra_core.http import HttpClient
+from clepsydra_core.wire.codec import read_answer
+from clepsydra_core.wire.groups import GroupOffsets
 
 T = TypeVar("T")
 _CLIENTS_MAX = 32
@@ -46,7 +53,73 @@ def look(read: Callable[[], T]) -> Lookup[T]:
     except NotFound:
         return Lookup(missing=True)
     except ClepsydraError as exc:
-        return Lookup(error=f"{exc.message} [{exc.code}]" if exc.code else exc.message)
+        return Lookup(error=_why(exc))
+
+
+def _why(exc: ClepsydraError) -> str:
+    return f"{exc.message} [{exc.code}]" if exc.code else exc.message
+
+
+def each_shard(admin: AdminClient,
+               read: Callable[[int, HttpClient], T]) -> list[ShardRead[T]]:
+    """``read(shard, its client)`` for every store shard, each shard's outcome on its own: a
+    shard that does not answer is a :class:`ShardRead` with its error, never a failure of the
+    whole page (DEC-console-shards). With one store: that store, as shard 0."""
+    out: list[ShardRead[T]] = []
+    for shard, http in admin.shard_stores():
+        try:
+            out.append(ShardRead(shard, read(shard, http)))
+        except ClepsydraError as exc:
+            out.append(ShardRead(shard, error=_why(exc)))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class GroupLag:
+    """A group's queues as (shard, queueId) rows; the shards that did not answer (their
+    queues listed without lag); the topics whose queues could not be listed, with why."""
+
+    rows: list[LagRow]
+    unreachable: list[int]
+    errors: list[str]
+
+
+def group_lag(admin: AdminClient, group: str) -> GroupLag:
+    """A group's queues on every shard as (shard, queueId) rows, with lag read from each
+    queue's shard (:class:`GroupLag`). The topics are those of :meth:`AdminClient.progress`:
+    the live members' subscriptions, those with committed offsets, the group's retry topic;
+    owners as the consumers compute them (SPEC C1, the average strategy)."""
+    members = admin.consumers(group)
+    committed: dict[MessageQueue, int] = {}
+    failed: set[int] = set()
+    for read in each_shard(admin, lambda _shard, http: read_answer(GroupOffsets, http.get(
+            http.path("/v1/groups/{}/offsets", group)), "offsets")):
+        if read.value is None:
+            failed.add(read.shard)
+        else:
+            committed.update(queue_offsets(read.value, read.shard))
+    names = set(members.topics) | {q.topic for q in committed}
+    names.add(naming.retry_topic(group))
+    broadcasting = any(c.message_model == "BROADCASTING" for c in members.consumers)
+    rows: list[LagRow] = []
+    errors: list[str] = []
+    for name in sorted(names):
+        try:
+            route = admin.route(name)
+        except NotFound:
+            continue
+        except ClepsydraError as exc:  # no shard that answered has it, some did not answer
+            errors.append(f"topic {name}: {_why(exc)}")
+            continue
+        failed.update(route.unreachable)
+        mqs = [MessageQueue(name, q.queue_id, q.shard) for q in route.queues]
+        owners = {} if broadcasting else allocate_all(AverageStrategy(), mqs, members.ids)
+        for q, mq in zip(route.queues, mqs, strict=True):
+            ok = q.reachable and q.shard not in failed
+            owner = "(every consumer)" if broadcasting and members.ids else owners.get(mq)
+            rows.append(LagRow(name, q.shard, q.queue_id, q.max_offset if ok else None,
+                               committed.get(mq), owner, ok))
+    return GroupLag(rows, sorted(failed), errors)
 
 
 class Clients:

@@ -11,7 +11,7 @@ from flask import abort, current_app, g, render_template
 from clepsydra_client.admin import AdminClient
 from clepsydra_console.backend import Clients
 from clepsydra_console.login import SignIn, User, csrf_token
-from clepsydra_console.rates import Sampler
+from clepsydra_console.rates import Sampler, ShardSamplers
 from clepsydra_console.settings import ConsoleSettings
 from clepsydra_core.http import HttpClient
 
@@ -25,6 +25,8 @@ class Console:
     sign_in: SignIn
     store_counters: Sampler
     retry_counters: Sampler
+    shard_counters: ShardSamplers
+    """The store's counters per store shard (more than one shard: DEC-console-shards)."""
 
 
 def console() -> Console:

@@ -10,7 +10,7 @@ import http.client
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -118,3 +118,43 @@ class Sampler:
     def value(self, name: str, **labels: str) -> float | None:
         reading = self.latest()
         return None if reading is None else total(reading.counters, name, **labels)
+
+
+class ShardSamplers:
+    """The store's counters per store shard (DEC-console-shards): one :class:`Sampler` per
+    shard address, made at its first use; rates and values summed over the shards asked."""
+
+    def __init__(self, make: Callable[[str], Sampler]) -> None:
+        self._make = make
+        self._lock = threading.Lock()
+        self._by_url: dict[str, Sampler] = {}
+
+    def of(self, url: str) -> Sampler:
+        with self._lock:
+            found = self._by_url.get(url)
+            if found is None:
+                found = self._by_url[url] = self._make(url)
+            return found
+
+    def rate(self, urls: Iterable[str], name: str, **labels: str) -> Summed:
+        """The rate summed over the shards at ``urls``: None while any shard that answers is
+        still measuring; the shards whose counters could not be read are left out and
+        named in ``errors``."""
+        total_rate: float | None = 0.0
+        errors: list[str] = []
+        for url in urls:
+            sampler = self.of(url)
+            value = sampler.rate(name, **labels)
+            if sampler.error is not None:
+                errors.append(f"{url}: {sampler.error}")
+            elif value is None:
+                total_rate = None
+            elif total_rate is not None:
+                total_rate += value
+        return Summed(total_rate, errors)
+
+
+@dataclass(frozen=True, slots=True)
+class Summed:
+    value: float | None
+    errors: list[str]

@@ -8,13 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from clepsydra_client.admin import AdminClient
+from clepsydra_console.shards import partial_text
 from clepsydra_console.views import Query
 from clepsydra_core import naming
 from clepsydra_core import properties as P
 from clepsydra_core.errors import ClepsydraError, NotFound
 from clepsydra_core.telemetry import trace_id_of
 from clepsydra_core.wire.codec import read_answer
-from clepsydra_core.wire.messages import MAX_PULL, PullAnswer, StoredMessage
+from clepsydra_core.wire.messages import MAX_PULL, MessageList, PullAnswer, StoredMessage
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,8 @@ class Found:
     looked_at: str = ""
     errors: list[str] = field(default_factory=list)
     partial: str | None = None
+    unreachable: list[int] = field(default_factory=list)
+    """Store shards that did not answer a look-up (DEC-console-shards)."""
 
     def add(self, m: StoredMessage) -> None:
         if all(x.msg_id != m.msg_id for x in self.matches):
@@ -44,16 +47,34 @@ def _failed(found: Found, what: str, exc: ClepsydraError) -> None:
     found.errors.append(f"{what}: {exc.message}")
 
 
+def _unreachable(found: Found, shards: list[int] | None) -> None:
+    """A look-up that some store shards did not answer (DEC-console-shards) says so."""
+    if shards:
+        found.unreachable = sorted(set(found.unreachable) | set(shards))
+        text = partial_text(shards, "matches") or ""
+        found.partial = f"{found.partial}; {text}" if found.partial else text
+
+
+def _look_up(admin: AdminClient, params: dict[str, str] | None, msg_id: str | None,
+             found: Found) -> list[StoredMessage]:
+    """``GET /v1/messages`` (by key) or ``/v1/messages/{msgId}``: the copies, the shards that
+    did not answer noted in ``found`` (raises the store's error)."""
+    path = admin.store.path("/v1/messages/{}", msg_id) if msg_id else "/v1/messages"
+    answer = read_answer(MessageList, admin.store.get(path, params), "message look-up")
+    _unreachable(found, answer.unreachable)
+    return answer.messages
+
+
 def by_id(admin: AdminClient, query: Query, found: Found) -> None:
     try:
-        copies = admin.message_copies(query.text)
+        copies = _look_up(admin, None, query.text, found)
     except NotFound:
         return
     except ClepsydraError as exc:
         _failed(found, f"msgId {query.text}", exc)
         return
-    m = copies[-1]
-    found.matches.append(Match(m.msg_id, m.topic, " ".join(m.keys), m.store_timestamp))
+    if copies:
+        found.add(copies[-1])
 
 
 def _topics(admin: AdminClient, topic: str | None, most: int, found: Found) -> list[str]:
@@ -75,9 +96,8 @@ def by_key(admin: AdminClient, key: str, topic: str | None, most_topics: int,
     names = _topics(admin, topic, most_topics, found)
     for name in names:
         try:
-            for m in admin.messages_by_key(name, key):
-                found.matches.append(Match(m.msg_id, m.topic, " ".join(m.keys),
-                                           m.store_timestamp))
+            for m in _look_up(admin, {"topic": name, "key": key}, None, found):
+                found.matches.append(Match(m.msg_id, m.topic, m.keys, m.store_timestamp))
         except NotFound:
             continue
         except ClepsydraError as exc:
@@ -93,7 +113,7 @@ def _parked_by_key(admin: AdminClient, key: str, topic: str | None, found: Found
     when one is given; the store's look-up by key does not read the timer log, so a pending
     ``deliverAt`` message is found by key only once delivered (by msgId always)."""
     try:
-        parked = admin.messages_by_key(naming.SCHEDULE_TOPIC, key)
+        parked = _look_up(admin, {"topic": naming.SCHEDULE_TOPIC, "key": key}, None, found)
     except NotFound:
         return
     except ClepsydraError as exc:
@@ -103,7 +123,21 @@ def _parked_by_key(admin: AdminClient, key: str, topic: str | None, found: Found
         real = m.properties.get(P.REAL_TOPIC, "")
         if (topic is None or real == topic) and all(x.msg_id != m.msg_id
                                                     for x in found.matches):
-            found.matches.append(Match(m.msg_id, real, " ".join(m.keys), m.store_timestamp))
+            found.matches.append(Match(m.msg_id, real, m.keys, m.store_timestamp))
+
+
+def _queues(admin: AdminClient, topic: str,
+            found: Found) -> list[tuple[int | None, int, int, int]]:
+    """(shard or None with one store, queueId, min offset, max offset) of each queue of
+    ``topic``; with more than one store shard each from its shard, those of a shard that did
+    not answer left out and noted."""
+    if not admin.clustered:
+        return [(None, q.queue_id, q.min_offset, q.max_offset)
+                for q in admin.topic(topic).queues]
+    route = admin.route(topic)
+    _unreachable(found, route.unreachable)
+    return [(q.shard, q.queue_id, q.min_offset or 0, q.max_offset or 0)
+            for q in route.queues if q.reachable]
 
 
 def by_trace(admin: AdminClient, trace: str, topic: str | None, most_topics: int,
@@ -112,21 +146,23 @@ def by_trace(admin: AdminClient, trace: str, topic: str | None, most_topics: int
     queues = 0
     for name in names:
         try:
-            info = admin.topic(name)
+            queues_of = _queues(admin, name, found)
         except ClepsydraError as exc:
             _failed(found, f"topic {name}", exc)
             continue
-        for q in info.queues:
+        for shard, queue_id, low, high in queues_of:
             queues += 1
-            start = max(q.min_offset, q.max_offset - per_queue)
-            while start < q.max_offset:
+            http = admin.router.client(shard) if shard is not None else admin.store
+            start = max(low, high - per_queue)
+            while start < high:
                 try:
-                    page = read_answer(PullAnswer, admin.store.get(
-                        admin.store.path("/v1/topics/{}/queues/{}/messages", name, q.queue_id),
-                        {"offset": start, "max": min(MAX_PULL, q.max_offset - start),
+                    page = read_answer(PullAnswer, http.get(
+                        http.path("/v1/topics/{}/queues/{}/messages", name, queue_id),
+                        {"offset": start, "max": min(MAX_PULL, high - start),
                          "body": "false"}))
                 except ClepsydraError as exc:
-                    _failed(found, f"{name} queue {q.queue_id}", exc)
+                    _failed(found, f"{name} queue {queue_id}" + (
+                        f" on shard {shard}" if shard is not None else ""), exc)
                     break
                 for m in page.messages:
                     if trace_id_of(m.properties) == trace:
