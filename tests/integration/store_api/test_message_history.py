@@ -69,11 +69,25 @@ def test_cancelled_and_rescheduled_messages(client: FlaskClient) -> None:
     later = _now() + 900_000
     assert client.patch(f"/v1/messages/{one['msgId']}",
                         json={"deliverAt": later}).status_code == 200
+    before = _now()
     assert client.delete(f"/v1/messages/{one['msgId']}").status_code == 200
+    after = _now()
     hist = _history(client, one["msgId"])
     assert [h.kind for h in hist.hops] == ["produced", "parked", "rescheduled", "cancelled"]
     assert hist.hops[1].state == "rescheduled" and hist.hops[2].state == "cancelled"
-    assert hist.hops[2].deliver_at == later and hist.hops[3].time is None
+    assert hist.hops[2].deliver_at == later
+    # the cancel's time: its tombstone's store time, found by the message's id
+    cancelled_at = hist.hops[3].time
+    assert cancelled_at is not None and before <= cancelled_at <= after
+    # a level message cancelled: the same, its tombstone names the level's entry
+    parked = client.post(PRODUCE, json={"body": "c", "delayLevel": 4}).get_json()
+    assert client.delete(f"/v1/messages/{parked['msgId']}").status_code == 200
+    gone = _history(client, parked["msgId"])
+    assert [h.kind for h in gone.hops] == ["produced", "parked", "cancelled"]
+    assert gone.hops[2].time is not None and gone.hops[2].time >= gone.hops[1].time
+    # a look-up by msgId lists the stored copies only, never the tombstone
+    copies = client.get(f"/v1/messages/{parked['msgId']}").get_json()["messages"]
+    assert [m["topic"] for m in copies] == [naming.SCHEDULE_TOPIC]
     level = client.post(PRODUCE, json={"body": "b", "delayLevel": 3}).get_json()
     hist = _history(client, level["msgId"])
     assert hist.hops[1].kind == "parked" and hist.hops[1].level == 3

@@ -92,6 +92,9 @@ def test_a_reschedule_then_a_cancel() -> None:
     assert [h.kind for h in hist.hops] == [H.PRODUCED, H.PARKED, H.RESCHEDULED, H.CANCELLED]
     assert [h.state for h in hist.hops[1:3]] == [H.RESCHEDULED, H.CANCELLED]
     assert hist.hops[2].deliver_at == 900 and hist.hops[3].time is None
+    known = history.build(history.Inputs(MSG, copies, {}, {0: H.CANCELLED, 60: H.CANCELLED},
+                                         lambda level: 0, cancelled_at={60: 777, 0: 555}))
+    assert known.hops[3].kind == H.CANCELLED and known.hops[3].time == 777  # the last cancel's
     pending = build(copies[:1], parked={0: H.PENDING})
     assert [h.kind for h in pending.hops] == [H.PRODUCED, H.PARKED]
     assert pending.hops[1].state == H.PENDING

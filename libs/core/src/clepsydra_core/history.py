@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from clepsydra_core import naming
@@ -74,7 +74,7 @@ class Inputs:
     """What the store reads for one message: its copies oldest first, ``complete`` False when
     the look-up stopped at its cap; the groups' offsets; each parked copy's state by CommitLog
     offset (:data:`clepsydra_core.wire.history.PARKED_STATES`; absent: not known); the delay of
-    a level (L1)."""
+    a level (L1); when each cancelled parked copy was cancelled."""
 
     msg_id: str
     copies: Sequence[StoredMessage]
@@ -82,6 +82,9 @@ class Inputs:
     parked: Mapping[int, str]
     delay_ms: Callable[[int], int]
     complete: bool = True
+    cancelled_at: Mapping[int, int] = field(default_factory=dict)
+    """When each cancelled parked copy was cancelled, by its CommitLog offset (its tombstone's
+    store time); absent: not known (a tombstone stored before the store indexed them)."""
 
 
 def _copy_fields(copy: StoredMessage) -> dict[str, Any]:
@@ -191,10 +194,10 @@ class _Reader:
         self.hops.append(Hop(kind=kind, **values))
 
     def cancelled(self) -> None:
-        """A cancelled parked copy: a ``cancelled`` hop after it (the store keeps no time a
-        cancel can be found by), unless another parked copy bound for the same topic came
-        after it (a reschedule is a cancel and a new parked copy, T1): then it reads as
-        rescheduled."""
+        """A cancelled parked copy: a ``cancelled`` hop after it, at its tombstone's time when
+        the store found it (``cancelled_at``), unless another parked copy bound for the same
+        topic came after it (a reschedule is a cancel and a new parked copy, T1): then it
+        reads as rescheduled."""
         last: dict[str, int] = {}
         for i in self.parked_hops:
             last[self.hops[i].real_topic or ""] = i
@@ -204,7 +207,8 @@ class _Reader:
                 hop = _replace_state(hop, H.RESCHEDULED)
             out.append(hop)
             if hop.state == H.CANCELLED:
-                out.append(Hop(kind=H.CANCELLED, time=None, real_topic=hop.real_topic))
+                out.append(Hop(kind=H.CANCELLED, real_topic=hop.real_topic,
+                               time=self.inputs.cancelled_at.get(hop.commitlog_offset or -1)))
         self.hops = out
 
 

@@ -66,9 +66,10 @@ class GroupState(WireValue):
 @dataclass(frozen=True, slots=True)
 class Hop(WireValue):
     """One step of a message's life. ``time`` is when it happened (epoch ms; the copy's store
-    time, the producer's send time for ``produced``, the resend's time for ``resent``; null when
-    the store keeps none, as for a cancel). The copy fields name the stored copy the hop is
-    (none for ``produced`` and ``cancelled``)."""
+    time, the producer's send time for ``produced``, the resend's time for ``resent``, the
+    cancel's store time for ``cancelled``; null when the store has none: a cancel stored before
+    the store indexed its record by the message's id). The copy fields name the stored copy the
+    hop is (none for ``produced`` and ``cancelled``)."""
 
     kind: str = field(metadata=wire_meta(schema={"enum": list(HOP_KINDS)}))
     time: int | None

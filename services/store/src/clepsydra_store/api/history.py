@@ -43,9 +43,11 @@ def message_history(c: StoreContext, msg_id: str) -> MessageHistory:
     MessageNotFound when the store holds no copy of it."""
     records = c.store.get_by_msg_id(msg_id)
     copies = [StoredMessage.from_json(m) for m in messages_json(records, with_body=False)]
+    parked = {offset: PARKED_STATES[state]
+              for offset, state in c.store.parked_states(records).items()}
+    cancelled = [r for r in records if parked.get(r.commitlog_offset) == history.H.CANCELLED]
     return history.build(history.Inputs(
-        msg_id=msg_id, copies=copies, offsets=_offsets(c, records),
-        parked={offset: PARKED_STATES[state]
-                for offset, state in c.store.parked_states(records).items()},
+        msg_id=msg_id, copies=copies, offsets=_offsets(c, records), parked=parked,
+        cancelled_at=c.store.cancel_times(cancelled) if cancelled else {},
         delay_ms=c.settings.common.delay_levels.delay_ms,
         complete=len(records) < MAX_COPIES))

@@ -490,6 +490,11 @@ class MessageStore:
         CommitLog offset (a message's history)."""
         return self.timers.parked_states(records)
 
+    def cancel_times(self, records: Sequence[CommitLogRecord]) -> dict[int, int]:
+        """When each cancelled parked copy among ``records`` was cancelled (its tombstone's
+        store time), by CommitLog offset; a copy whose tombstone is not found is left out."""
+        return self.timers.cancel_times(records)
+
     def topic_offsets(self, topic: str) -> dict[str, dict[int, int]]:
         """Every group's committed offsets on ``topic``: {group: {queue_id: offset}}."""
         return self._groups.topic_offsets(topic)

@@ -53,11 +53,16 @@ def key_hash_of(raw: bytes) -> int:
 
 
 def record_keys(props: dict[str, str]) -> list[str]:
-    """The index keys of a message: its KEYS (space-separated) and its UNIQ_KEY."""
+    """The index keys of a message: its KEYS (space-separated) and its UNIQ_KEY; a cancel
+    tombstone's: the msgId it cancels (``ORIGIN_MESSAGE_ID``), so a message's history finds
+    when it was cancelled (DEC-message-history). Readers check the key on the record: a look-up
+    by msgId or key never returns a tombstone (it has neither UNIQ_KEY nor KEYS)."""
     keys = props.get(P.KEYS, "").split()
     uniq = props.get(P.UNIQ_KEY)
     if uniq:
         keys.append(uniq)
+    elif P.CANCEL_OF in props and props.get(P.ORIGIN_MESSAGE_ID):
+        keys.append(props[P.ORIGIN_MESSAGE_ID])
     return keys
 
 

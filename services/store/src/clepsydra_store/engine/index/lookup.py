@@ -7,6 +7,9 @@ full-hash collision) and, by key, when its topic is the one asked. Any thread; n
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+from clepsydra_core import naming
 from clepsydra_core import properties as P
 from clepsydra_core.errors import MessageNotFound
 from clepsydra_core.msgid import offset_msg_id
@@ -60,6 +63,20 @@ class Lookup:
         if not found:
             raise MessageNotFound(f"no message with msgId {msg_id}")
         return [found[offset] for offset in sorted(found)]
+
+    def tombstones(self, msg_id: str) -> Iterator[CommitLogRecord]:
+        """The cancel tombstones of message ``msg_id`` (T2), newest first: the records of the
+        timer topic's cancel queue whose ``ORIGIN_MESSAGE_ID`` is ``msg_id`` (the key index
+        files them under it, :func:`~clepsydra_store.engine.index.key_index.record_keys`)."""
+        for commitlog_offset in self._keys.newest(msg_id):
+            try:
+                record = self._commitlog.read_record(commitlog_offset)
+            except MessageNotFound:
+                continue  # its segment was deleted (retention)
+            if (record.topic == naming.TIMER_TOPIC
+                    and record.queue_id == naming.TIMER_CANCEL_QUEUE
+                    and record.properties.get(P.ORIGIN_MESSAGE_ID) == msg_id):
+                yield record
 
     def by_key(self, topic: str, key: str, max_count: int, since: int) -> list[CommitLogRecord]:
         """Messages of ``topic`` (created at CommitLog offset ``since``) whose KEYS contain

@@ -32,7 +32,12 @@ from clepsydra_core.records import CommitLogRecord
 from clepsydra_store.engine.index.dispatcher import Dispatcher
 from clepsydra_store.engine.index.entry_states import CANCELLED, DELIVERED
 from clepsydra_store.engine.index.lookup import Copies, Lookup
-from clepsydra_store.engine.index.marks import TIMER_LEVEL, cancel_kind, schedule_offset
+from clepsydra_store.engine.index.marks import (
+    TIMER_LEVEL,
+    cancel_kind,
+    parse_schedule_offset,
+    schedule_offset,
+)
 from clepsydra_store.engine.index.timer_index import NO_TIMER
 from clepsydra_store.engine.schedule.handover import Handover
 from clepsydra_store.engine.types import (
@@ -187,6 +192,33 @@ class Timers:
                     out[record.commitlog_offset] = ParkedState.DELIVERED
                 elif message.pending:
                     out[record.commitlog_offset] = ParkedState.PENDING
+        return out
+
+    def cancel_times(self, records: Sequence[CommitLogRecord]) -> dict[int, int]:
+        """When each parked copy among ``records`` was cancelled, by CommitLog offset: the store
+        timestamp of the tombstone that cancelled its entry, found by the message's id in the
+        key index (DEC-message-history). A tombstone stored before the index held them is not
+        found: that copy is left out (its cancel has no known time)."""
+        entries: dict[tuple[int, int], int] = {}
+        for record in records:
+            if record.topic == naming.SCHEDULE_TOPIC:
+                level = self._levels.level_of_queue(record.queue_id)
+            elif record.topic == naming.TIMER_TOPIC and \
+                    record.queue_id == naming.TIMER_LOG_QUEUE:
+                level = TIMER_LEVEL
+            else:
+                continue
+            entries[(level, record.queue_offset)] = record.commitlog_offset
+        out: dict[int, int] = {}
+        for msg_id in {r.msg_id for r in records} if entries else ():
+            for tombstone in self._lookup.tombstones(msg_id):
+                target = parse_schedule_offset(tombstone.properties.get(P.CANCEL_OF))
+                parked = entries.get(target) if target is not None else None
+                if parked is not None and parked not in out:
+                    out[parked] = tombstone.store_timestamp
+                if len(out) == len(entries):
+                    return out
+        return out
         return out
 
     def _classify(self, records: list[CommitLogRecord], message: _Message) -> None:
