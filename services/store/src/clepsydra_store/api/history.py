@@ -8,7 +8,7 @@ from __future__ import annotations
 from clepsydra_core import history, naming
 from clepsydra_core.msgid import check_id
 from clepsydra_core.records import CommitLogRecord
-from clepsydra_core.wire.history import MessageHistory
+from clepsydra_core.wire.history import CANCELLED, MessageHistory
 from clepsydra_core.wire.messages import StoredMessage
 from clepsydra_store.api.answers import PARKED_STATES, messages_json
 from clepsydra_store.api.context import StoreContext
@@ -45,7 +45,7 @@ def message_history(c: StoreContext, msg_id: str) -> MessageHistory:
     copies = [StoredMessage.from_json(m) for m in messages_json(records, with_body=False)]
     parked = {offset: PARKED_STATES[state]
               for offset, state in c.store.parked_states(records).items()}
-    cancelled = [r for r in records if parked.get(r.commitlog_offset) == history.H.CANCELLED]
+    cancelled = [r for r in records if parked.get(r.commitlog_offset) == CANCELLED]
     return history.build(history.Inputs(
         msg_id=msg_id, copies=copies, offsets=_offsets(c, records), parked=parked,
         cancelled_at=c.store.cancel_times(cancelled) if cancelled else {},
