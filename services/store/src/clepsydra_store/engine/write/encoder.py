@@ -1,7 +1,7 @@
 """The produce encoder: produce requests encoded straight into records.
 
 Per request, in one pass with no intermediate objects: the plain checks of P1 (body, the
-producer's properties, tags, keys), the placement (``routing.route``: S1, T1, R10, L2, which
+producer's properties, tags, keys), the placement (``routing.router``: S1, T1, R10, L2, which
 raises what it refuses) and the record's tail (the codec's ``property_field`` and
 ``prepare``), with per-batch caches (a properties dict shared by several requests is encoded
 once; tags, few and repeated, are cached), for every kind of message: plain, parked at a
@@ -38,7 +38,7 @@ from clepsydra_store.engine.write.codec import (
     topic_field_of,
 )
 from clepsydra_store.engine.write.preparer import Preparer
-from clepsydra_store.engine.write.routing import Kind, RetryTarget, Target, route
+from clepsydra_store.engine.write.routing import Kind, RetryTarget, Router, Target, router
 
 _TAGS_SEEN: dict[str, tuple[bytes, int]] = {}
 """tags -> (the encoded TAGS property, tagsCode)."""
@@ -49,9 +49,9 @@ _CACHE_MAX_LEN = 256
 """The cache holds tags of at most this many bytes, and starts again when full (producers
 choose them)."""
 
-TargetFields = tuple[Target, bytes]
-"""A produce request's :class:`~clepsydra_store.engine.write.routing.Target` and the
-``topic_field`` of its topic."""
+TargetFields = tuple[Target, bytes, Router]
+"""A produce request's :class:`~clepsydra_store.engine.write.routing.Target`, the
+``topic_field`` of its topic and its ``routing.router`` (kept per target by the preparer)."""
 ProducerBlock = tuple[bytes, tuple[int, ...], str | None]
 """(the producer's properties block, the key hash of its UNIQ_KEY if it gives one, that
 UNIQ_KEY: None when absent, "" when given empty)."""
@@ -109,7 +109,14 @@ class BatchEncoder:
             retry = RetryTarget(group, settings.retry_max_times if settings is not None
                                 else DEFAULT_MAX_RECONSUME_TIMES, create_retry)
         target: Target = tuple.__new__(Target, (topic, queues, preparer.round_robin(topic), retry))
-        return target, topic_field(topic.encode())
+        routers = preparer.routers  # one per target (DEC-one-routing-decision), built once
+        place = routers.get(target)
+        if place is None:
+            if len(routers) >= _CACHE_MAX:
+                routers.clear()
+            place = routers[target] = router(target, self._levels, self._max_delay,
+                                             self._new_id)
+        return target, topic_field(topic.encode()), place
 
     def _encode(self, req: PutRequest, target: TargetFields) -> Prepared | None:
         """The record of a request; None, with nothing changed, when a plain check does not
@@ -167,8 +174,7 @@ class BatchEncoder:
             return None
         # plain checks done: from here on the request is stored or raises what it breaks
         (topic, queue_id, kind, added, placed_code, delay_ms, mark, reconsume, creates,
-         uniq_key) = route(req, target[0], self._levels, self._now, self._max_delay,
-                           self._new_id)
+         uniq_key) = target[2](req, self._now)
         if given:
             hashes += uniq
         else:  # the store gave it one

@@ -37,6 +37,7 @@ from clepsydra_store.engine.meta.topics import TopicRegistry
 from clepsydra_store.engine.types import CopyRequest, PutRequest
 from clepsydra_store.engine.write.codec import Prepared
 from clepsydra_store.engine.write.routing import (
+    Router,
     Target,
     apply,
     keep_uniq_key,
@@ -59,6 +60,9 @@ class Preparer:
         self._rr: dict[str, Iterator[int]] = {}
         self.ids = UniqIds(uniq_prefix(config.store_host.rpartition(":")[0]))
         """The unique ids (msgIds) the store gives messages whose producer gave none."""
+        self.routers: dict[Target, Router] = {}
+        """``routing.router`` of each target the produce encoder met (a target names its
+        topic's queue count, counter and %RETRY% settings: a change makes a new one)."""
 
     def seed_round_robin(self, topic: str, start: int) -> None:
         self._rr[topic] = itertools.count(start)

@@ -99,43 +99,70 @@ def route(request: PutRequest, target: Target, levels: DelayLevels, now_ms: int,
     that order; ``max_delay_ms``: T1's cap; ``new_id()``: a unique id for a message that
     brings none). Raises ValidationError (L2, R10, T1) or OffsetOutOfRange (a queue the topic
     does not have) naming what is wrong."""
-    level = request.delay_level
-    deliver_at, delay = request.deliver_at, request.delay_ms
+    return router(target, levels, max_delay_ms, new_id)(request, now_ms)
+
+
+Router = Callable[[PutRequest, int], Placement]
+"""``router(...)(request, now_ms)``: :func:`route` bound to one target."""
+
+
+def router(target: Target, levels: DelayLevels, max_delay_ms: int,
+           new_id: Callable[[], str]) -> Router:
+    """:func:`route` bound to one target: the produce encoder keeps one per target (the
+    preparer's ``routers``) and calls it per message with the batch's time, the same decision
+    (DEC-one-routing-decision) without passing six arguments and unpacking the target again
+    for each message; a plain send to a topic that is not ``%RETRY%`` is placed in one step."""
     topic, queues, counter, retry = target
-    if not level and retry is None and deliver_at is None and delay is None:  # plain
+    clamp = levels.clamp
+
+    def routed(request: PutRequest, now_ms: int) -> Placement:
+        level = request.delay_level
+        deliver_at, delay = request.deliver_at, request.delay_ms
+        if level:
+            level = clamp(level)  # L2
+        reconsume = request.reconsume_times
+        creates = _NONE
+        if retry is not None:
+            timer = deliver_at is not None or delay is not None
+            reconsume, max_times = retry_counts(request.properties, reconsume, retry.max_times)
+            # R10 reroutes plain sends only: a delayed copy (an R9 fallback's retry) is a
+            # retry, whose count reaches the max before its last attempt
+            if reconsume >= max_times and not level and not timer:
+                return dead_letter(retry.group, reconsume,
+                                   request.properties.get(_UNIQ_KEY) or new_id())
+            if retry.create:
+                creates = ((topic, queues),)
+        asked = request.queue_id
+        queue_id = next(counter) % queues if asked is None else pick_queue(topic, queues, asked)
+        uniq = request.properties.get(_UNIQ_KEY) or new_id()  # every message has its msgId
+        if (level or deliver_at is not None or delay is not None) \
+                and not is_transaction_prepared_or_rollback(request.sys_flag):
+            if deliver_at is not None or delay is not None:
+                timer_target(deliver_at, delay, now_ms, max_delay_ms)
+                placed = park_timer(topic, queue_id, deliver_at, delay, reconsume, uniq)
+            else:
+                placed = park_at_level(topic, queue_id, level, levels, reconsume, uniq)
+            if creates:  # (a delayed first send to a %RETRY% topic creates it)
+                parked, queue_out, kind, added, code, completion, mark, _, _, _ = placed
+                return (parked, queue_out, kind, added, code, completion, mark, reconsume,
+                        creates, uniq)
+            return placed
+        return topic, queue_id, _PLAIN, (), None, 0, None, reconsume, creates, uniq
+
+    if retry is not None:
+        return routed
+
+    def place(request: PutRequest, now_ms: int) -> Placement:
+        if request.delay_level or request.deliver_at is not None \
+                or request.delay_ms is not None:
+            return routed(request, now_ms)
+        # plain: the end of routed() without its checks (nothing to clamp, park or reroute)
         asked = request.queue_id
         return (topic, next(counter) % queues if asked is None else
                 pick_queue(topic, queues, asked), _PLAIN, (), None, 0, None,
                 request.reconsume_times, _NONE, request.properties.get(_UNIQ_KEY) or new_id())
-    if level:
-        level = levels.clamp(level)  # L2
-    reconsume = request.reconsume_times
-    creates = _NONE
-    if retry is not None:
-        timer = deliver_at is not None or delay is not None
-        reconsume, max_times = retry_counts(request.properties, reconsume, retry.max_times)
-        # R10 reroutes plain sends only: a delayed copy (an R9 fallback's retry) is a retry,
-        # whose count reaches the max before its last attempt
-        if reconsume >= max_times and not level and not timer:
-            return dead_letter(retry.group, reconsume,
-                               request.properties.get(_UNIQ_KEY) or new_id())
-        if retry.create:
-            creates = ((topic, queues),)
-    asked = request.queue_id
-    queue_id = next(counter) % queues if asked is None else pick_queue(topic, queues, asked)
-    uniq = request.properties.get(_UNIQ_KEY) or new_id()  # every message has its msgId
-    if (level or deliver_at is not None or delay is not None) \
-            and not is_transaction_prepared_or_rollback(request.sys_flag):
-        if deliver_at is not None or delay is not None:
-            timer_target(deliver_at, delay, now_ms, max_delay_ms)
-            placed = park_timer(topic, queue_id, deliver_at, delay, reconsume, uniq)
-        else:
-            placed = park_at_level(topic, queue_id, level, levels, reconsume, uniq)
-        if creates:  # (a delayed first send to a %RETRY% topic creates it)
-            parked, queue_out, kind, added, code, completion, mark, _, _, _ = placed
-            return parked, queue_out, kind, added, code, completion, mark, reconsume, creates, uniq
-        return placed
-    return topic, queue_id, _PLAIN, (), None, 0, None, reconsume, creates, uniq
+
+    return place
 
 
 def pick_queue(topic: str, queues: int, queue_id: int) -> int:
