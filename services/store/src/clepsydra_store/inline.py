@@ -90,6 +90,10 @@ class RequestLines:
         if line is None:
             return None
         endpoint, method, names, groups = self._lines[line.lastgroup]
+        if len(names) == 1:  # the produce routes' one {topic}: no comprehension per request
+            path, value = line.group(*groups)
+            return endpoint, method, path.decode("ascii"), {names[0]: value.decode("ascii")}, \
+                line.end()
         path, *values = line.group(*groups) if len(groups) > 1 else (line.group(groups[0]),)
         args = {name: value.decode("ascii") for name, value in zip(names, values, strict=True)}
         return endpoint, method, path.decode("ascii"), args, line.end()

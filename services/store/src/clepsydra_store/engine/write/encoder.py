@@ -60,8 +60,8 @@ UNIQ_KEY: None when absent, "" when given empty)."""
 class BatchEncoder:
     """Encodes one batch of produce requests, in order, at ``now_ms``."""
 
-    __slots__ = ("_encoded", "_ensure", "_levels", "_max_body", "_max_delay", "_max_size",
-                 "_new_id", "_now", "_preparer", "_props", "_targets")
+    __slots__ = ("_encoded", "_ensure", "_max_body", "_max_size", "_now", "_preparer",
+                 "_props", "_targets")
 
     def __init__(self, preparer: Preparer, ensure: dict[str, int], now_ms: int) -> None:
         self._preparer = preparer
@@ -76,9 +76,6 @@ class BatchEncoder:
         config = preparer.config
         self._max_body = config.max_body_bytes
         self._max_size = config.segment_size_bytes
-        self._max_delay = config.timer_max_delay_ms
-        self._levels = preparer.levels
-        self._new_id = preparer.ids.new
 
     def prepare(self, requests: Sequence[PutRequest]) -> list[Prepared]:
         rows: list[Prepared] = []
@@ -114,8 +111,9 @@ class BatchEncoder:
         if place is None:
             if len(routers) >= _CACHE_MAX:
                 routers.clear()
-            place = routers[target] = router(target, self._levels, self._max_delay,
-                                             self._new_id)
+            place = routers[target] = router(target, preparer.levels,
+                                             preparer.config.timer_max_delay_ms,
+                                             preparer.ids.new)
         return target, topic_field(topic.encode()), place
 
     def _encode(self, req: PutRequest, target: TargetFields) -> Prepared | None:
