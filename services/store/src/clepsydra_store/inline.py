@@ -64,9 +64,11 @@ class RequestLines:
     (``segment``, a regular expression: what needs no percent-decoding)."""
 
     def __init__(self, routes: Sequence[tuple[str, str, str]], segment: str) -> None:
-        self._lines: dict[str | None, tuple[str, str, tuple[str, ...], tuple[str, ...]]] = {}
+        self._lines: dict[str | None, tuple[str, str, tuple[str, ...], tuple[str, ...],
+                                            str | None]] = {}
         """The name of each route's last group -> (endpoint, method, its parameters' names,
-        the groups of its path and its parameters)."""
+        the groups of its path and its parameters, the name of its one parameter when it has
+        one and no other)."""
         alternatives = []
         for i, (endpoint, method, path) in enumerate(routes):
             pattern, at, names = "", 0, []
@@ -79,7 +81,8 @@ class RequestLines:
             alternatives.append(f"{re.escape(method)} (?P<u{i}>{pattern}) "
                                 f"HTTP/1\\.1\r\n(?P<r{i}>)")
             self._lines[f"r{i}"] = (endpoint, method, tuple(names),
-                                    (f"u{i}", *(f"p{i}_{name}" for name in names)))
+                                    (f"u{i}", *(f"p{i}_{name}" for name in names)),
+                                    names[0] if len(names) == 1 else None)
         self.pattern = re.compile("|".join(alternatives).encode())
 
     def match(self, buf: bytes, pos: int
@@ -89,10 +92,10 @@ class RequestLines:
         line = self.pattern.match(buf, pos)
         if line is None:
             return None
-        endpoint, method, names, groups = self._lines[line.lastgroup]
-        if len(names) == 1:  # the produce routes' one {topic}: no comprehension per request
+        endpoint, method, names, groups, single = self._lines[line.lastgroup]
+        if single is not None:  # the produce routes' one {topic}: no comprehension per request
             path, value = line.group(*groups)
-            return endpoint, method, path.decode("ascii"), {names[0]: value.decode("ascii")}, \
+            return endpoint, method, path.decode("ascii"), {single: value.decode("ascii")}, \
                 line.end()
         path, *values = line.group(*groups) if len(groups) > 1 else (line.group(groups[0]),)
         args = {name: value.decode("ascii") for name, value in zip(names, values, strict=True)}
@@ -149,23 +152,26 @@ def read_request(buf: bytes, pos: int, limit: int, remote: tuple[str, int],
     match = _FIELD.match
     while at < fields_end:
         field = match(buf, at)
-        if field is None or field.end() > fields_end:
+        if field is None:
             return _not_ours(buf, pos), pos
         at = field.end()
-        name = field.group(1).decode("ascii").upper()
-        value = field.group(2).decode("latin-1")
-        if name == "CONTENT-LENGTH":
-            if length >= 0 or not _DIGITS.fullmatch(value):
-                return _not_ours(buf, pos), pos
-            length = int(value)
-            key = "CONTENT_LENGTH"
-        elif name == "CONTENT-TYPE":
-            key = "CONTENT_TYPE"
-        elif name in _REFUSED_FIELDS or (name == "CONNECTION"
-                                         and value.strip().lower() != "keep-alive"):
+        if at > fields_end:
             return _not_ours(buf, pos), pos
-        else:
-            key = "HTTP_" + name.replace("-", "_")
+        raw_name, raw_value = field.groups()
+        value = raw_value.decode("latin-1")
+        key = _PLAIN_KEYS.get(raw_name)  # a common header as clients spell it
+        if key is None:
+            name = raw_name.decode("ascii").upper()
+            if name == "CONTENT-LENGTH":
+                if length >= 0 or not _DIGITS.fullmatch(value):
+                    return _not_ours(buf, pos), pos
+                length = int(value)
+                key = "CONTENT_LENGTH"
+            elif name in _REFUSED_FIELDS or (name == "CONNECTION"
+                                             and value.strip().lower() != "keep-alive"):
+                return _not_ours(buf, pos), pos
+            else:
+                key = _environ_key(name)
         if key in environ:  # a repeated header: gunicorn's rules for joining it
             return _not_ours(buf, pos), pos
         environ[key] = value
@@ -179,6 +185,21 @@ def read_request(buf: bytes, pos: int, limit: int, remote: tuple[str, int],
         return Verdict.INCOMPLETE, end  # read whole here, however large
     return PollerRequest(endpoint, args, environ,
                          None if length > limit else buf[body_start:end]), end
+
+
+def _environ_key(name: str) -> str:
+    """The WSGI environ key of a header field (its name upper-cased) that is taken as it
+    is: ``CONTENT_TYPE``, else ``HTTP_`` and the name with ``_`` for ``-`` (PEP 3333)."""
+    return "CONTENT_TYPE" if name == "CONTENT-TYPE" else "HTTP_" + name.replace("-", "_")
+
+
+_PLAIN_KEYS = {raw: _environ_key(raw.decode("ascii").upper()) for raw in (
+    b"Host", b"host", b"Content-Type", b"content-type", b"Accept", b"accept",
+    b"Accept-Encoding", b"accept-encoding", b"User-Agent", b"user-agent", b"traceparent",
+    b"tracestate", b"Authorization", b"authorization")}
+"""The environ keys of common header fields taken as they are, by their names as clients
+spell them (read without decoding and upper-casing the name; any other spelling takes the
+long way to the same key)."""
 
 
 def _not_ours(buf: bytes, pos: int) -> str:
@@ -218,13 +239,14 @@ def serve(buf: bytes, answer: AnswerFn, limit: int, remote: tuple[str, int],
             break
         pos = end
         status, headers, body = answer(request)
-        out.append(_head(status, headers, date))
-        out.append(body)
+        out += (_head(status, headers, date), body)
     return Served(b"".join(out), buf[pos:] if pos else buf, verdict, len(out) // 2, need)
 
 
 def _head(status: str, headers: list[tuple[str, str]], date: str) -> bytes:
-    head = f"HTTP/1.1 {status}\r\nDate: {date}\r\nConnection: keep-alive\r\n"
-    for name, value in headers:
-        head += f"{name}: {value}\r\n"
-    return (head + "\r\n").encode("latin-1")
+    return (f"HTTP/1.1 {status}\r\nDate: {date}\r\nConnection: keep-alive\r\n"
+            f"{''.join(map(_FIELD_LINE.__mod__, headers))}\r\n").encode("latin-1")
+
+
+_FIELD_LINE = "%s: %s\r\n"
+"""A header field of an answer, from its (name, value)."""

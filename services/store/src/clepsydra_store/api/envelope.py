@@ -25,10 +25,9 @@ from clepsydra_core.errors import ClepsydraError
 from clepsydra_store.api.context import StoreContext
 from clepsydra_store.api.observability import DESTINATION, set_attribute
 from clepsydra_store.settings import MAX_REQUEST_BYTES_VAR
-from clepsydra_web import jsonio
 from clepsydra_web.auth import REFUSALS, Need, refusal
 from clepsydra_web.errors import error_answer, request_too_large
-from clepsydra_web.jsonio import JSON_TYPE
+from clepsydra_web.jsonio import JSON_TYPE, dumps, loads_object
 from clepsydra_web.openapi import Route
 
 Answer = tuple[int, list[tuple[str, str]], bytes]
@@ -70,15 +69,14 @@ class Call:
 
     def __init__(self, environ: Mapping[str, Any], args: Mapping[str, str],
                  query: Callable[[], Mapping[str, str]], read: Callable[[], bytes | None],
-                 limit: int) -> None:
+                 limit: int, body: bytes | None = None) -> None:
+        # (comments, not attribute docstrings: each of those is an instruction per request)
         self.environ = environ
-        self.args = args
-        """The path's parameters, decoded."""
+        self.args = args  # the path's parameters, decoded
         self._query: Callable[[], Mapping[str, str]] | Mapping[str, str] = query
-        self.read = read
-        """The body, None when it is over ``limit`` bytes."""
+        self.read = read  # the body, None when it is over ``limit`` bytes
         self.limit = limit
-        self._body: bytes | None = None
+        self._body = body  # the body when it was read before (the poller's), else None
         self._json: dict[str, Any] | ClepsydraError | None = None
 
     @property
@@ -105,7 +103,8 @@ class Call:
         parsed = self._json
         if parsed is None:
             try:
-                parsed = self._json = jsonio.loads_object(self.body())
+                raw = self._body  # (the poller's, given: no call to body())
+                parsed = self._json = loads_object(raw if raw is not None else self.body())
             except ClepsydraError as exc:
                 self._json = exc
                 raise
@@ -154,6 +153,9 @@ class StoreRoute:
         return self.trace is not Trace.UNTRACED
 
 
+_FROM_MESSAGE = Trace.FROM_MESSAGE  # (read per request: one name, not an Enum's attribute)
+_CONTENT_TYPE = ("Content-Type", JSON_TYPE)
+
 _STATUS_LINES = {s.value: f"{s.value} {s.phrase}" for s in http.HTTPStatus}
 
 
@@ -165,28 +167,31 @@ def status_line(status: int) -> str:
 def answer(c: StoreContext, route: StoreRoute, call: Call) -> Answer:
     """The answer of ``route`` to ``call``: access, span, metrics, the JSON body or the v1
     error body (see the module's docstring for the order)."""
-    if route.trace is Trace.FROM_MESSAGE:
-        refused = _refused(c, route, call) if c.guard is not None else None
-        if refused is not None:
-            return refused
+    from_message = route.trace is _FROM_MESSAGE
+    if from_message:
+        if c.guard is not None:
+            refused = _refused(c, route, call)
+            if refused is not None:
+                return refused
+        parent = route.parent
         scope = c.obs.begin(route.operation, call.environ,
-                            route.parent(call) if route.parent is not None else None)
+                            parent(call) if parent is not None else None)
     else:
         scope = c.obs.begin(route.operation, call.environ, traced=route.traced(call.environ))
     status = 500
     try:
-        if route.trace is not Trace.FROM_MESSAGE and c.guard is not None:
+        if not from_message and c.guard is not None:
             refused = _refused(c, route, call)
             if refused is not None:
                 status = refused[0]
                 return refused
         status, value = route.handler(c, call)
-        body = jsonio.dumps(value)
+        body = dumps(value)
     except Exception as exc:  # the v1 error body; a broken chunked body is a 400
         status, body = error_answer(exc)
     finally:
         c.obs.end(scope, status)
-    headers = [("Content-Type", JSON_TYPE), ("Content-Length", str(len(body)))]
+    headers = [_CONTENT_TYPE, ("Content-Length", str(len(body)))]
     if c.shards_header is not None:  # DEC-store-shards
         headers.append(c.shards_header)
     return status, headers, body

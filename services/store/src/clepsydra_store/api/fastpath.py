@@ -87,8 +87,8 @@ class LeanPath:
     def answer_poller(self, request: PollerRequest) -> PollerAnswer:
         """The answer to a request of the poller lane whose body was read already (the
         worker's poller thread calls this, inline.py)."""
-        body = request.body
-        call = Call(request.environ, request.args, _no_query, lambda: body, self.limit)
+        call = Call(request.environ, request.args, _no_query, _over_limit, self.limit,
+                    request.body)
         status, headers, out = envelope.answer(self.context, self._poller[request.endpoint],
                                                call)
         return status_line(status), headers, out
@@ -113,6 +113,11 @@ class LeanPath:
 
 def _no_query() -> Mapping[str, str]:
     return _EMPTY
+
+
+def _over_limit() -> bytes | None:
+    """A poller request's body read, when it is not given: it was over the limit (413)."""
+    return None
 
 
 def query_args(environ: Mapping[str, Any]) -> Mapping[str, str]:

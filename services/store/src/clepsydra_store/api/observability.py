@@ -109,12 +109,12 @@ class Observability:
         """Count a request and its latency (every request, traced or not)."""
         key = (scope.operation, status)
         children = self._children.get(key)
-        if children is None:
-            children = (self.requests.labels(scope.operation, str(status)),
-                        self.latency.labels(scope.operation))
+        if children is None:  # the labelled children's inc and observe, bound once
+            children = (self.requests.labels(scope.operation, str(status)).inc,
+                        self.latency.labels(scope.operation).observe)
             self._children[key] = children
-        children[0].inc()
-        children[1].observe(time.perf_counter() - scope.started)
+        children[0]()
+        children[1](time.perf_counter() - scope.started)
 
 
 class BatchHistogram(Collector):

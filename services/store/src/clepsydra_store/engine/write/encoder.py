@@ -45,13 +45,16 @@ _TAGS_SEEN: dict[str, tuple[bytes, int]] = {}
 _LEVEL_SEEN: dict[tuple[tuple[str, str], ...], bytes] = {}
 """The properties a park at a level adds -> their encoded fields."""
 _CACHE_MAX = 4096
+_UNSEEN = object()
+"""No topic yet (a request's topic that is not a str is refused all the same)."""
 _CACHE_MAX_LEN = 256
 """The cache holds tags of at most this many bytes, and starts again when full (producers
 choose them)."""
 
 TargetFields = tuple[Target, bytes, Router]
 """A produce request's :class:`~clepsydra_store.engine.write.routing.Target`, the
-``topic_field`` of its topic and its ``routing.router`` (kept per target by the preparer)."""
+``topic_field`` of its topic and its ``routing.router`` (kept per target by the preparer's
+``routers``, built once)."""
 ProducerBlock = tuple[bytes, tuple[int, ...], str | None]
 """(the producer's properties block, the key hash of its UNIQ_KEY if it gives one, that
 UNIQ_KEY: None when absent, "" when given empty)."""
@@ -60,38 +63,121 @@ UNIQ_KEY: None when absent, "" when given empty)."""
 class BatchEncoder:
     """Encodes one batch of produce requests, in order, at ``now_ms``."""
 
-    __slots__ = ("_encoded", "_ensure", "_max_body", "_max_size", "_now", "_preparer",
-                 "_props", "_targets")
+    __slots__ = ("_ensure", "_now", "_preparer", "_targets")
 
     def __init__(self, preparer: Preparer, ensure: dict[str, int], now_ms: int) -> None:
         self._preparer = preparer
-        self._ensure = ensure
-        """Topics the batch creates (name -> queues), filled from the placements."""
+        self._ensure = ensure  # topics the batch creates (name -> queues), from placements
         self._now = now_ms
         self._targets: dict[str, TargetFields] = {}
-        self._props: object = None
-        self._encoded: ProducerBlock = (b"", (), None)
-        """The last properties dict encoded and its :data:`ProducerBlock`: the requests of a
-        batch often share one (the HTTP layer's trace context)."""
-        config = preparer.config
-        self._max_body = config.max_body_bytes
-        self._max_size = config.segment_size_bytes
 
     def prepare(self, requests: Sequence[PutRequest]) -> list[Prepared]:
+        """The records of ``requests``, in order. Each request in one pass of this loop (the
+        per-message work inline: DEC-one-routing-decision counts it); a request that does not
+        pass a plain check leaves the loop, with nothing changed, for :meth:`Preparer.refuse`,
+        which raises the error naming it."""
         rows: list[Prepared] = []
         add = rows.append
         targets = self._targets
-        encode = self._encode
+        now = self._now
+        config = self._preparer.config
+        max_body = config.max_body_bytes
+        max_size = config.segment_size_bytes
+        # the last properties dict encoded and its ProducerBlock: the requests of a batch
+        # often share one (the HTTP layer's trace context)
+        last_props: object = None
+        last_block: ProducerBlock = (b"", (), None)
+        name: object = _UNSEEN  # the topic of the request before, and its TargetFields:
+        target: Target  # a batch goes to one topic most often (one URL)
         for req in requests:
-            target = targets.get(req.topic)
-            if target is None:
-                target = targets[req.topic] = self._target(req.topic)
-            row = encode(req, target)
-            if row is None:
-                self._preparer.refuse(req, target[0], self._now)
-            else:
-                add(row)
-        return rows
+            if req.topic is not name:
+                name = req.topic
+                fields_of = targets.get(name)
+                if fields_of is None:
+                    fields_of = targets[name] = self._target(name)
+                target, topic_raw, place = fields_of
+            body = req.body
+            if type(body) is not bytes or len(body) > max_body:
+                break
+            fields: list[bytes] = []  # the properties block (codec.encode_tail)
+            given: str | None = None
+            props = req.properties
+            if props:
+                if props is last_props:
+                    block, uniq, given = last_block
+                else:
+                    if type(props) is not dict:
+                        break
+                    encoded = _producer_block(props)
+                    if encoded is None:
+                        break
+                    last_props, last_block = props, encoded
+                    block, uniq, given = encoded
+                fields.append(block)
+            code = 0
+            tags = req.tags
+            if tags:
+                if type(tags) is not str:
+                    break
+                seen = _TAGS_SEEN.get(tags) or _tags(tags)
+                if seen is None:
+                    break
+                block, code = seen
+                fields.append(block)
+            hashes: tuple[int, ...] = ()
+            keys = req.keys
+            if keys:
+                if type(keys) is not str:
+                    break
+                try:
+                    raw = keys.encode()
+                except UnicodeEncodeError:
+                    break
+                fields.append(property_field(_KEYS, raw))
+                # every whitespace character but the space is unprintable, so a printable text
+                # without a space is one key to str.split(), and raw is its bytes
+                if keys.isprintable() and " " not in keys:
+                    hashes = (key_hash_of(raw),)
+                else:
+                    hashes = tuple(map(key_hash, keys.split()))
+            level = req.delay_level
+            if level and type(level) is not int:
+                break
+            deliver_at, delay = req.deliver_at, req.delay_ms
+            if (deliver_at is not None and type(deliver_at) is not int) or (
+                    delay is not None and type(delay) is not int):
+                break
+            # plain checks done: from here on the request is stored or raises what it breaks
+            (topic, queue_id, kind, added, placed_code, delay_ms, mark, reconsume, creates,
+             uniq_key) = place(req, now)
+            if given:
+                hashes += uniq
+            else:  # the store gave it one
+                raw = uniq_key.encode()
+                if given is None:  # right after the producer's properties, where a dict has it
+                    fields.insert(1 if props else 0, property_field(_UNIQ_KEY, raw))
+                else:  # given empty: in its place
+                    encoded = _producer_block({**props, P.UNIQ_KEY: uniq_key})
+                    assert encoded is not None
+                    fields[0] = encoded[0]
+                hashes += (key_hash_of(raw),)
+            if added:
+                if kind is _LEVEL:  # few and repeated (topic, queue, level): encoded once
+                    fields.append(_LEVEL_SEEN.get(added) or _level_fields(added))
+                else:
+                    for name, value in added:
+                        fields.append(property_field(_NAMES[name], value.encode()))
+            if creates:
+                self._ensure.update(creates)
+            add(prepare(body, topic, queue_id,
+                        topic_raw if topic == name else
+                        TOPIC_FIELDS.get(topic) or topic_field_of(topic),
+                        fields, code if placed_code is None else placed_code, delay_ms,
+                        crc32(body), req.flag, req.sys_flag, req.born_timestamp, req.born_host,
+                        reconsume, hashes, mark, 0, uniq_key, max_size))
+        else:
+            return rows
+        self._preparer.refuse(req, target, now)  # a plain check did not pass: name it
 
     def _target(self, topic: str) -> TargetFields:
         """The topic's :data:`TargetFields`; raises what the topic is refused with (P1, S3, a
@@ -107,97 +193,16 @@ class BatchEncoder:
                                 else DEFAULT_MAX_RECONSUME_TIMES, create_retry)
         target: Target = tuple.__new__(Target, (topic, queues, preparer.round_robin(topic), retry))
         routers = preparer.routers  # one per target (DEC-one-routing-decision), built once
-        place = routers.get(target)
-        if place is None:
+        fields = routers.get(target)
+        if fields is None:
             if len(routers) >= _CACHE_MAX:
                 routers.clear()
-            place = routers[target] = router(target, preparer.levels,
-                                             preparer.config.timer_max_delay_ms,
-                                             preparer.ids.new)
-        return target, topic_field(topic.encode()), place
+            fields = routers[target] = (target, topic_field(topic.encode()),
+                                        router(target, preparer.levels,
+                                               preparer.config.timer_max_delay_ms,
+                                               preparer.ids.new))
+        return fields
 
-    def _encode(self, req: PutRequest, target: TargetFields) -> Prepared | None:
-        """The record of a request; None, with nothing changed, when a plain check does not
-        pass (:meth:`Preparer.refuse` then raises the right error)."""
-        body = req.body
-        if type(body) is not bytes or len(body) > self._max_body:
-            return None
-        fields: list[bytes] = []  # the properties block (codec.encode_tail)
-        given: str | None = None
-        props = req.properties
-        if props:
-            if props is self._props:
-                block, uniq, given = self._encoded
-            else:
-                if type(props) is not dict:
-                    return None
-                encoded = _producer_block(props)
-                if encoded is None:
-                    return None
-                self._props, self._encoded = props, encoded
-                block, uniq, given = encoded
-            fields.append(block)
-        code = 0
-        tags = req.tags
-        if tags:
-            if type(tags) is not str:
-                return None
-            seen = _TAGS_SEEN.get(tags) or _tags(tags)
-            if seen is None:
-                return None
-            block, code = seen
-            fields.append(block)
-        hashes: tuple[int, ...] = ()
-        keys = req.keys
-        if keys:
-            if type(keys) is not str:
-                return None
-            try:
-                raw = keys.encode()
-            except UnicodeEncodeError:
-                return None
-            fields.append(property_field(_KEYS, raw))
-            # every whitespace character but the space is unprintable, so a printable text
-            # without a space is one key to str.split(), and raw is its bytes
-            if keys.isprintable() and " " not in keys:
-                hashes = (key_hash_of(raw),)
-            else:
-                hashes = tuple(map(key_hash, keys.split()))
-        level = req.delay_level
-        if level and type(level) is not int:
-            return None
-        deliver_at, delay = req.deliver_at, req.delay_ms
-        if (deliver_at is not None and type(deliver_at) is not int) or (
-                delay is not None and type(delay) is not int):
-            return None
-        # plain checks done: from here on the request is stored or raises what it breaks
-        (topic, queue_id, kind, added, placed_code, delay_ms, mark, reconsume, creates,
-         uniq_key) = target[2](req, self._now)
-        if given:
-            hashes += uniq
-        else:  # the store gave it one
-            raw = uniq_key.encode()
-            if given is None:  # right after the producer's properties, where a dict has it
-                fields.insert(1 if props else 0, property_field(_UNIQ_KEY, raw))
-            else:  # given empty: in its place
-                encoded = _producer_block({**props, P.UNIQ_KEY: uniq_key})
-                assert encoded is not None
-                fields[0] = encoded[0]
-            hashes += (key_hash_of(raw),)
-        if added:
-            if kind is _LEVEL:  # few and repeated (topic, queue, level): encoded once
-                fields.append(_LEVEL_SEEN.get(added) or _level_fields(added))
-            else:
-                for name, value in added:
-                    fields.append(property_field(_NAMES[name], value.encode()))
-        if creates:
-            self._ensure.update(creates)
-        return prepare(body, topic, queue_id,
-                       target[1] if topic == req.topic else
-                       TOPIC_FIELDS.get(topic) or topic_field_of(topic),
-                       fields, code if placed_code is None else placed_code, delay_ms,
-                       crc32(body), req.flag, req.sys_flag, req.born_timestamp, req.born_host,
-                       reconsume, hashes, mark, 0, uniq_key, self._max_size)
 
 def _producer_block(props: dict[str, str]) -> ProducerBlock | None:
     """The :data:`ProducerBlock` of a producer's properties that ``validate_properties`` passes

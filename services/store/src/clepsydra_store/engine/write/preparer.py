@@ -60,9 +60,10 @@ class Preparer:
         self._rr: dict[str, Iterator[int]] = {}
         self.ids = UniqIds(uniq_prefix(config.store_host.rpartition(":")[0]))
         """The unique ids (msgIds) the store gives messages whose producer gave none."""
-        self.routers: dict[Target, Router] = {}
-        """``routing.router`` of each target the produce encoder met (a target names its
-        topic's queue count, counter and %RETRY% settings: a change makes a new one)."""
+        self.routers: dict[Target, tuple[Target, bytes, Router]] = {}
+        """The produce encoder's ``TargetFields`` of each target it met: the target, its
+        topic's ``topic_field`` and its ``routing.router`` (a target names its topic's queue
+        count, counter and %RETRY% settings: a change makes a new one)."""
 
     def seed_round_robin(self, topic: str, start: int) -> None:
         self._rr[topic] = itertools.count(start)
