@@ -20,7 +20,7 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 # kubernetes client (the scheduler's autoscaler, `clepsydra k8s`) ships an asyncio copy of
 # itself, kubernetes/aio (~70 MB with its bytecode), that nothing here imports, and grpcio-tools
 # (the protocol compiler, 8 MB) comes with the official RocketMQ client whose generated modules
-# the gateway takes: both left out, the service images stay under 300 MB (issue 21)
+# the gateway takes: both left out, the service images stay under 300 MB (docker/README.md)
 COPY build/wheelhouse/deps/ /wheels/deps/
 RUN python3 -m venv /opt/venv \
     && /opt/venv/bin/pip install --no-cache-dir --no-index --no-deps /wheels/deps/*.whl \

@@ -110,7 +110,7 @@ ANALYTICS = (ANALYTICS_EXPORT, ANALYTICS_API, ANALYTICS_SCHEDULE)
 LOCAL_ANALYTICS = (ANALYTICS_LOCAL,)
 EVERYTHING = (STORE, RETRY, SCHEDULER_WITH_BEAT, GATEWAY, *LOCAL_ANALYTICS, CONSOLE)
 """What ``make run`` starts (Redis aside), in start order: the scheduler one process, the
-gateway, the analytics one process (issue 14, the stack's memory at rest), the console."""
+gateway, the analytics one process (the stack's memory at rest), the console."""
 EVERYTHING_SEPARATE_BEAT = (STORE, RETRY, *SCHEDULER, GATEWAY, *LOCAL_ANALYTICS, CONSOLE)
 """The same with the scheduler's worker and beat two processes, as deployed
 (``python -m tools.stack --separate-beat``: the fault matrix kills each)."""

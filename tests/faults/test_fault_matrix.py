@@ -1,4 +1,4 @@
-"""The fault matrix (issue 16): under a steady load -- a producer sending immediate, delayed
+"""The fault matrix: under a steady load -- a producer sending immediate, delayed
 and timer messages, a consumer group that passes everything and one that fails a share into
 retries and the DLQ -- each process of the local stack is killed with SIGKILL at a random
 moment, twice, and comes back (the stack restarts its children; the test restarts the
@@ -95,7 +95,7 @@ def stack(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[RunningSta
     factory = stack_factory(tmp_path)
     start = next(factory)
     # a quota over the store's own files, so the disk-full fault needs no full disk; the
-    # services as deployed: the scheduler's beat apart, gunicorn's masters kept (issue 14)
+    # services as deployed: the scheduler's beat apart, gunicorn's masters kept
     shards = {} if request.param == 1 else {"CLEPSYDRA_STORE_SHARDS": str(request.param)}
     yield start("--max-restarts", "50", "--quiet", "--separate-beat",
                 CLEPSYDRA_STORE_DISK_CAPACITY_BYTES=str(DISK_QUOTA_BYTES),

@@ -92,7 +92,7 @@ def test_progress_survives_a_redis_restart(stack: SchedulerStack, tmp_path: Path
 
 def test_redis_restarted_empty_delivers_nothing_twice_and_nothing_lost(
         stack: SchedulerStack, tmp_path: Path) -> None:
-    # SPEC D2, D9 (issue 18, "Redis restarted empty"): the level offsets, leases and fence
+    # SPEC D2, D9 ("Redis restarted empty"): the level offsets, leases and fence
     # counters are gone; the worker goes on (or starts from 0 again: the store's handed-over
     # mark skips what was delivered); a fence counter started over is raised above the store's
     redis_dir = tmp_path / "redis-lost"

@@ -1,4 +1,4 @@
-"""The timers' delivery core with fakes (issue 15, SPEC T2, D6): the lease decides who runs
+"""The timers' delivery core with fakes (SPEC T2, D6): the lease decides who runs
 (taken, handed on and fenced as a level's: DEC-scheduler-lease), a failed store call backs off
 briefly and is tried again (nothing skipped; DEC-scheduler-store-retry), the run ends holding
 the lease for its successor, a stop releases it."""
@@ -133,9 +133,9 @@ class CountingLease(MemoryTimerLease):
 
 
 def test_the_lease_is_renewed_once_a_third_of_it_has_passed_not_before_every_call() -> None:
-    # issue 14 (SPEC D1): while timers fall due a call returns within a millisecond, so a
-    # renewal before every call was a Redis round trip per call; now one per third of the
-    # lease, and a lost lease still ends the run at the next renewal
+    # SPEC D1, DEC-timer-call-interval: while timers fall due a call returns within a
+    # millisecond, so a renewal before every call was a Redis round trip per call; now one per
+    # third of the lease, and a lost lease still ends the run at the next renewal
     clock = FakeClock()
     state = MemoryLevelState(clock.now_ms)
     store = FakeTimers(clock, [1] * 9_000, fail=set())  # 9 s of calls, 1 ms each

@@ -1,4 +1,4 @@
-"""The engine's held pulls (issue 14, engine/index/arrivals.py) and their bound's setting: an append
+"""The engine's held pulls (engine/index/arrivals.py) and their bound's setting: an append
 wakes the pulls held on its queue only, the bound refuses past it, a release frees a place,
 close wakes every held pull and refuses new ones; a live append through the MessageStore
 wakes a held pull of its queue."""

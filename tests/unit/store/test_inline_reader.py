@@ -1,7 +1,7 @@
 """The strict HTTP/1.1 reader of the produce requests the store worker's poller thread answers
-itself (issue 14, inline.py): the one shape it takes (the request lines of the route table's
-poller lane), everything else left to gunicorn, and nothing taken before it arrived whole
-(issue 16, slow clients)."""
+itself (inline.py, DEC-poller-produce): the one shape it takes (the request lines of the route
+table's poller lane), everything else left to gunicorn, and nothing taken before it arrived whole
+(slow clients)."""
 
 from __future__ import annotations
 
@@ -83,8 +83,9 @@ def test_anything_else_goes_to_gunicorn_once_whole(raw: bytes) -> None:
 
 
 def test_a_large_produce_request_is_read_whole_here() -> None:
-    """A batch larger than a thread's hand-over size stays on the poller (issue 14: gunicorn's
-    thread path cost ~3 us a message of a 100-message batch); ``need`` says how much to read."""
+    """A batch larger than a thread's hand-over size stays on the poller (DEC-poller-produce:
+    gunicorn's thread path cost ~3 us a message of a 100-message batch); ``need`` says how much
+    to read."""
     size = READY_BYTES * 2
     raw = request("/v1/topics/orders/messages/batch", body=b"x" * size)
     head = len(raw) - size

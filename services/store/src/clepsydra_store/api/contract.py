@@ -232,7 +232,7 @@ ROUTES: tuple[StoreRoute, ...] = (
                      Param("waitMs", {"type": "integer", "minimum": 0,
                                       "maximum": MAX_PULL_WAIT_MS, "default": 0},
                            "hold the pull while nothing at the offset matches: it answers when a "
-                           "message is appended to the queue or after this many ms (issue 14); "
+                           "message is appended to the queue or after this many ms; "
                            "0: at once. A store holding CLEPSYDRA_STORE_PULL_HOLD_MAX pulls "
                            "already, or stopping, answers at once")),
               errors=(403,)), lane=Lane.LEAN),
@@ -245,7 +245,8 @@ ROUTES: tuple[StoreRoute, ...] = (
                           "oldest first (at most 1000) - the parked copy in SCHEDULE_TOPIC_XXXX, "
                           "the delivered one, its %RETRY% copies, its dead letter, its resends - "
                           "found by the msgId they all keep (UNIQ_KEY). Given an offsetMsgId, the "
-                          "copy stored there and every copy of its message (issues 12.11, 20.4).")),
+                          "copy stored there and every copy of its message "
+                          "(DEC-message-history).")),
     _route("history.get_history", history.get_history, Need(Action.MESSAGE_READ),
         Route("GET", "/v1/messages/{msgId}/history", "message_history",
               "A message's lifecycle timeline: every copy read as a hop, in order, with each "
@@ -276,7 +277,7 @@ ROUTES: tuple[StoreRoute, ...] = (
                                "already (or was never delayed)"},
               description="Needs the producer's right on the message's topic. Durable like a "
                           "produce (a tombstone record); a cancel racing the hand-over: exactly "
-                          "one of them happens and the answer says which (issue 15). A message "
+                          "one of them happens and the answer says which (SPEC T2, D9). A message "
                           "cancelled before answers 200 again.")),
     _route("timers.reschedule_message", timers.reschedule_message, Need(Action.SEND),
         Route("PATCH", "/v1/messages/{msgId}", "reschedule_message",
@@ -397,7 +398,7 @@ ROUTES: tuple[StoreRoute, ...] = (
     _route("timers.timer_backlog", timers.timer_backlog, Need(Action.SCHEDULE_READ),
         Route("GET", "/v1/schedule/timers", "timer_backlog",
               "The timer backlog: pending timers by hour ahead, handed over, the next due time, "
-              "lateness (issue 15).",
+              "lateness (SPEC D10).",
               [Answer(200, "Backlog", TimerBacklog)])),
     _route("timers.timer_handover", timers.timer_handover, Need(Action.SCHEDULE_HANDOVER),
         Route("POST", "/v1/schedule/timers/handover", "timer_handover",

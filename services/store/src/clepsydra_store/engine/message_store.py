@@ -550,7 +550,7 @@ class MessageStore:
             self.flush()
         return removed
 
-    # ---- disk guard (issue 12.8) -------------------------------------------------------------
+    # ---- disk guard (SPEC P4) ----------------------------------------------------------------
     def check_disk(self) -> None:
         """DiskFull (507) while the disk is past its high-water mark."""
         self._disk.check()

@@ -96,8 +96,8 @@ class Timers:
         time (or for a timer parked due before it) and try again: the scheduler's call
         returns when there is something to hand over, never early (T1). A run that returns
         timers comes at least ``gap_ms`` after the last one that did, unless that one took a
-        full ``max_count`` (issue 14). A stale ``fence`` is refused at once, before any wait
-        (and again by each hand-over, under the writer lock)."""
+        full ``max_count`` (DEC-timer-call-interval). A stale ``fence`` is refused at once,
+        before any wait (and again by each hand-over, under the writer lock)."""
         self._handover.admit(TIMER_LEVEL, fence)
         deadline = time.monotonic() + wait_ms / 1000
         timers = self._disp.timers
@@ -135,7 +135,7 @@ class Timers:
 
     def release(self) -> None:
         """The store stops: a waiting hand-over answers now (empty) and none waits again,
-        so the graceful stop does not wait out the scheduler's long poll (issue 14)."""
+        so the graceful stop does not wait out the scheduler's long poll."""
         self._released = True
         self._disp.timers.wake.set()
 

@@ -246,7 +246,7 @@ def apply(placement: Placement, props: dict[str, str]) -> dict[str, str]:
 
 
 def keep_uniq_key(props: dict[str, str], offset_msg_id: str) -> dict[str, str]:
-    """Issue 20.4: a copy (a hand-over, a retry, a reschedule) of a stored record keeps its
+    """A copy (a hand-over, a retry, a reschedule) of a stored record keeps its
     unique id; a record from before unique ids keeps the msgId its producer got, its
     offsetMsgId. In place."""
     if not props.get(P.UNIQ_KEY):
