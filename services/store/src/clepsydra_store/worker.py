@@ -5,7 +5,7 @@ Plain gthread hands a keep-alive connection back to the main thread after every 
 main thread re-registers the socket with its poller, wakes when the next request arrives and
 submits it to the thread pool again. For small requests that round trip (a pipe write, two
 poller updates, a futures hand-off and several GIL hand-overs) costs more CPU than the request
-itself (README, "Where the time goes"). This worker lets the thread that answered a request
+itself (docs/performance.md, "Single produce"). This worker lets the thread that answered a request
 wait a little for the same client's next one and serve it directly; it gives the connection
 back to the poller when the client stays quiet for ``LINGER_S`` or when other connections are
 waiting for a thread, so they wait at most one linger. Like every service's worker, a thread
