@@ -1,4 +1,4 @@
-"""Analytics benchmark (issue 10): exporter rows/s, and the four jobs over generated rows.
+"""Analytics benchmark: exporter rows/s, and the four jobs over generated rows.
 
     .venv/bin/python -m bench.analytics [--export-rows 200000] [--job-rows 10000000]
                                         [--only export,jobs]

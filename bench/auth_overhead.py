@@ -1,4 +1,4 @@
-"""What access control costs on the store's produce path (issue 16).
+"""What access control costs on the store's produce path (DEC-tokens-at-once's figures).
 
     .venv/bin/python -m bench.auth_overhead [--requests 20000] [--rounds 5]
 

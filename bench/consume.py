@@ -5,7 +5,7 @@
 
 Everything runs as real processes on free ports under a temporary CLEPSYDRA_HOME: one
 redis-server, the store, the retry service, the scheduler's worker and beat, and every
-consumer as its own process (``PushConsumer``, clustering, FIRST). Phases (issue 5):
+consumer as its own process (``PushConsumer``, clustering, FIRST). Phases:
 
   produce  N messages (100-byte bodies) to an 8-queue topic, batches of 100 from 2 threads
   one      1 consumer drains them (its own group): N / (last consumed - consumer started)

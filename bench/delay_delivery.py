@@ -8,12 +8,12 @@ redis-server, the store (``python -m clepsydra_store``, default level table ``1s
 ...``), the scheduler's worker and beat (``python -m clepsydra_scheduler worker|beat``), and for
 the comparison a Celery worker (one process, solo pool) of a trivial task defined here.
 
-Phases (issue 3; targets on a 2-core machine):
+Phases (targets on a 2-core machine):
   lateness  N x 1 KiB messages, levels 1-4 round robin, HTTP batches of 100 from 2 threads:
             enqueue rate; lateness = storeTimestamp of the delivered copy - its DELIVER_TS,
             p50 <= 20 ms, p99 <= 50 ms; peak RSS of worker (<= 100 MB) and beat; beat's CPU.
   drain     N level-1 messages produced with the scheduler stopped, all due, then the worker
-            started: drain rate (first to last hand-over) >= 50,000 msgs/s (issue 14: 100,000).
+            started: drain rate (first to last hand-over) >= 50,000 msgs/s (later 100,000).
   engine    the drain's N messages handed over by the store engine alone, in this process:
             CPU per message (best and median of 3), the writer's cost without HTTP.
   celery    the lateness workload as Celery tasks with ``countdown`` (held in the worker's
@@ -373,7 +373,7 @@ def phase_pending(stack: DeliveryStack, n: int, report: Report) -> None:
 
 
 def engine_handover_cpu(kind: str, n: int, rounds: int = 3) -> tuple[float, float]:
-    """The store engine alone, in this process (issue 14): ``n`` 1 KiB level-1 messages
+    """The store engine alone, in this process: ``n`` 1 KiB level-1 messages
     (``kind`` "level") or timers due at once ("timer") put 100 at a time, then handed over
     the scheduler's way; (best, median) CPU µs (user + system) per message handed over, of
     ``rounds`` fresh stores. What the store's one writer process spends per message, without

@@ -1,4 +1,4 @@
-"""Spans an idle stack exports (issue 19.3): the local stack (``python -m tools.stack``), one
+"""Spans an idle stack exports: the local stack (``python -m tools.stack``), one
 push consumer long-polling an empty topic, health probes every 5 s and a metrics scrape every
 15 s on the store and the retry service, as Kubernetes and Prometheus would; every process writes
 its spans to one file (``CLEPSYDRA_OTEL_EXPORTER=file:<path>``). Prints spans per second over

@@ -1,5 +1,5 @@
-"""What each process of the local stack costs only to import its code (issue 14: "the whole
-local stack's memory: <= 200 MB RSS at rest").
+"""What each process of the local stack costs only to import its code (DEC-memory-at-rest: "the
+whole local stack's memory: <= 200 MB RSS at rest").
 
     .venv/bin/python -m bench.import_floor
 

@@ -1,4 +1,5 @@
-"""Key index benchmark (issue 14: the store's memory must not grow with the messages it holds).
+"""Key index benchmark (DEC-key-index-on-disk: the store's memory must not grow with the
+messages it holds).
 
     python -m bench.key_index [--messages 1000000] [--lookups 2000] [--threads 2]
 

@@ -1,4 +1,4 @@
-"""Clepsydra beside its Python peers on one workload anyone can rerun (issue 14):
+"""Clepsydra beside its Python peers on one workload anyone can rerun (docs/performance.md):
 
     .venv/bin/python -m bench.peers [--messages 10000] [--only clepsydra,zset,dramatiq,celery]
                                     [--no-kill] [--seed N] [--profile DIR]
@@ -17,7 +17,7 @@ sent one at a time from one producer thread; one consumer process records every 
 The systems, each on its own fresh Redis (AOF, fsync every second) or stack:
 
   clepsydra  the whole local stack (``python -m tools.stack``), ``Producer.send`` with
-             ``delay=`` (exact times, issue 15) or, where the SDK has no exact times, the next
+             ``delay=`` (exact times, SPEC T1) or, where the SDK has no exact times, the next
              delay level up (said in the output); a ``PushConsumer``;
   zset       a Redis sorted set scored by due time, popped by a Lua script polled every 1 ms;
   dramatiq   Dramatiq's Redis broker, ``send_with_options(delay=ms)``, one worker, 2 threads;
@@ -247,7 +247,7 @@ def clepsydra(work: Path, out: Path) -> Setup:
 
 def store_figures(stack: RunningStack) -> str:
     """The store's pulls (by answer: with messages or empty) and its worker's CPU seconds
-    since it started (issue 14: what the consumer's pulls cost the store)."""
+    since it started (what the consumer's pulls cost the store: DEC-pull-hold)."""
     raw = urllib.request.urlopen(stack.store_url + "/metrics", timeout=10).read().decode()
     pulls = sum(float(line.rsplit(" ", 1)[1]) for line in raw.splitlines()
                 if line.startswith('clepsydra_store_requests_total{operation="pull"'))

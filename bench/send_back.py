@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.send_back [--quick] [--seconds 5] [--only single,batch,resend]
                                         [--resend-count 100000] [--workers 2] [--profile]
 
-Scenarios (targets on a 2-core machine, issue 4):
+Scenarios (targets on a 2-core machine):
   single   POST /v1/groups/{g}/send-back, one message a request, 8 client threads   (no target)
   batch    POST /v1/groups/{g}/send-back/batch, 100 a request with pull hints
            (topic, queueId, queueOffset: one store pull reads a batch's headers),

@@ -1,4 +1,4 @@
-"""Soak: the whole local stack under a steady mixed load for a long time (issue 16).
+"""Soak: the whole local stack under a steady mixed load for a long time.
 
     .venv/bin/python -m bench.soak [--minutes 10] [--rate 200] [--retention-minutes 2]
 

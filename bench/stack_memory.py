@@ -1,4 +1,4 @@
-"""The local stack's memory at rest (issue 14: "the whole local stack's memory").
+"""The local stack's memory at rest (DEC-memory-at-rest).
 
     .venv/bin/python -m bench.stack_memory [--settle-s 20] [--separate-beat]
                                            [--gunicorn-masters] [--without-analytics]

@@ -3,20 +3,20 @@
     .venv/bin/python -m bench.store_produce [--seconds 5] [--only inproc,single1,...]
                                             [--profile] [--url http://127.0.0.1:8081]
 
-Scenarios (targets on a 2-core machine, issue 2):
+Scenarios (targets on a 2-core machine; later ones in brackets):
   inproc   in-process MessageStore.put_batch of 100, async flush       >= 150,000 msgs/s
   single1  HTTP single sends, 1 client thread                          (no target)
   single8  HTTP single sends, 8 client threads                         >= 2,500 msgs/s
   batch    HTTP batches of 100, 2 client threads                       >= 50,000 msgs/s
-                                                                       (issue 14: >= 100,000)
+                                                                       (later: >= 100,000)
   batchraw the same with raw-socket clients (cheaper than requests: shows the server)
   sync8    HTTP batches of 100, 8 client threads, CLEPSYDRA_FLUSH=sync  >= 20,000 msgs/s
-  sdk1     the SDK's Producer.send, one message per request, 1 thread   (issue 14: >= 5,000)
-  single1raw  HTTP single sends, 1 raw-socket client (the server's side)  (issue 14: >= 5,000)
-  sdk8     the SDK's Producer.send from 8 threads, one Producer         (issue 14: >= 10,000)
-  single8raw  HTTP single sends, 8 raw-socket clients                  (issue 14: >= 10,000)
-  lat1k    Producer.send paced at 1,000 msgs/s: latency p50/p99/max     (issue 14: p99 <= 2 ms)
-  sdkasync the SDK's Producer.send_async (automatic batching), 1 thread (issue 14: >= 80,000);
+  sdk1     the SDK's Producer.send, one message per request, 1 thread   (later: >= 5,000)
+  single1raw  HTTP single sends, 1 raw-socket client (the server's side)  (later: >= 5,000)
+  sdk8     the SDK's Producer.send from 8 threads, one Producer         (later: >= 10,000)
+  single8raw  HTTP single sends, 8 raw-socket clients                  (later: >= 10,000)
+  lat1k    Producer.send paced at 1,000 msgs/s: latency p50/p99/max     (later: p99 <= 2 ms)
+  sdkasync the SDK's Producer.send_async (automatic batching), 1 thread (later: >= 80,000);
            every future kept, as an application that reads its results does
 
 It starts its own store processes (``python -m clepsydra_store``) on free ports with a temporary
@@ -530,7 +530,7 @@ def print_table(rows: list[Row]) -> None:
     print("server us/msg: CPU time of the store's worker process per message (user + system);"
           "\n1e6 / us/msg is what one store process could take if the clients cost nothing."
           "\nclient us/msg: CPU time of this process (the clients, the SDK) per message."
-          f"\nlatency target (issue 14): p99 <= {LATENCY_TARGET_MS:g} ms at "
+          f"\nlatency target: p99 <= {LATENCY_TARGET_MS:g} ms at "
           f"{PACED_RATE:,} msgs/s offered.")
 
 

@@ -1,4 +1,5 @@
-"""The timers' steady state (issue 14): what each scheduler hand-over call costs the store.
+"""The timers' steady state: what each scheduler hand-over call costs the store
+(DEC-timer-handover-gap).
 
     .venv/bin/python -m bench.timer_calls [--rate 1700] [--span-s 10] [--rounds 1]
                                           [--gap-ms 0,3]

@@ -1,5 +1,5 @@
-"""Timer messages benchmark (issue 15, SPEC T1): exact delivery times through the store's timer
-index and the scheduler's ``deliver_timers`` task.
+"""Timer messages benchmark (SPEC T1, DEC-timer-slot-files): exact delivery times through the
+store's timer index and the scheduler's ``deliver_timers`` task.
 
     .venv/bin/python -m bench.timers [--pending N] [--drain N] [--cancel N] [--quick]
                                      [--skip lateness,drain,engine]
@@ -14,9 +14,9 @@ scheduler's worker and beat), as bench/delay_delivery.py runs them. Phases:
   drain     N timers all due at one instant (produced first, the scheduler running): drain
             rate from the due time to the last delivered copy.
   engine    N timers due at once handed over by the store engine alone, in this process: CPU
-            per message (best and median of 3), the writer's cost without HTTP (issue 14).
+            per message (best and median of 3), the writer's cost without HTTP.
   memory    N timers an hour ahead: RSS of the store's worker process and of the scheduler's
-            worker at rest and with them pending (issue 15: within 10 %).
+            worker at rest and with them pending (target: within 10 %).
   cancel    K of those cancelled by msgId over HTTP from 2 threads: cancels/s.
 
 ``--behind N`` parks N timers two hours ahead first, so every phase runs with them pending.
@@ -211,7 +211,7 @@ def main() -> int:
     parser.add_argument("--cancel", type=int, default=5_000)
     parser.add_argument("--behind", type=int, default=0,
                         help="timers parked two hours ahead before the phases run, so lateness "
-                             "and drain are measured with that many pending (issue 15: 1 M)")
+                             "and drain are measured with that many pending (target: 1 M)")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--skip", default="", help="phases to leave out: lateness,drain,engine")
     args = parser.parse_args()

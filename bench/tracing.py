@@ -1,5 +1,5 @@
-"""What tracing costs (issue 19, "cheap"): the SDK's produce rate (single messages and batches)
-and a push consumer's drain rate, with tracing off and on, in one run.
+"""What tracing costs (SPEC O1, DEC-hand-made-spans): the SDK's produce rate (single messages
+and batches) and a push consumer's drain rate, with tracing off and on, in one run.
 
     .venv/bin/python -m bench.tracing [--seconds 5] [--rounds 3] [--drain 3000] [--batch 100]
 

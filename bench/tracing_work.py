@@ -1,4 +1,4 @@
-"""The tracing work of one message, alone (issue 19, "cheap"; used by bench/tracing.py): the
+"""The tracing work of one message, alone (DEC-hand-made-spans; used by bench/tracing.py): the
 SDK's real produce and consume code with the HTTP round trip replaced by the store's request
 tracing in this process, so that only the tracing calls differ between modes. CPU time of this
 process (exporter thread included), the least of a few repeats: unlike a rate, it barely moves

@@ -1,4 +1,5 @@
-"""Write (or check) every service's ``openapi.json`` from its contract module (issue 12.10).
+"""Write (or check) every service's ``openapi.json`` from its contract module
+(docs/contracts.md, "The documents").
 
     python -m tools.openapi           # write the documents (make openapi)
     python -m tools.openapi --check   # exit 1, naming each, when a document is not up to date

@@ -1,4 +1,4 @@
-"""The one stack builder (issue 13.5): the parts of the stack, each defined once -- its
+"""The one stack builder: the parts of the stack, each defined once -- its
 command, the variable of its port, the address the others reach it at, when it is ready, where
 its data and log go -- and :class:`Stack`, which starts the parts one asks for. ``make run``
 (tools/stack.py) supervises a Stack of every part; the integration tests, the e2e and fault

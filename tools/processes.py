@@ -1,4 +1,4 @@
-"""Processes, the one toolkit of the local stack, the tests and the benches (issue 13.5): a
+"""Processes, the one toolkit of the local stack, the tests and the benches: a
 child in its own process group with its output in a log file, an echo of those logs to stdout,
 the probes that tell when a part is ready, free ports, a real redis-server and the services as
 processes health-checked over HTTP, stopped (SIGTERM) or killed (SIGKILL). Nothing here is a
@@ -32,7 +32,7 @@ HEALTH_READ_LIMIT = 1 << 20
 def http_ok(url: str) -> bool:
     """GET ``url`` answers 200 within a second. Plain ``http://`` is asked over a socket:
     urllib (with ssl, http.client and email) would be most of what the stack's supervisor
-    holds in memory (issue 14); other schemes go through urllib."""
+    holds in memory (DEC-memory-at-rest); other schemes go through urllib."""
     parsed = urllib.parse.urlsplit(url)
     if parsed.scheme != "http":
         from urllib.request import urlopen

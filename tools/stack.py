@@ -15,12 +15,12 @@ kept as ``<name>.log.1``) and echoed to stdout as ``name | line``:
     store             python -m clepsydra_store               ready: GET /healthz answers 200
     retry             python -m clepsydra_retry               ready: GET /healthz answers 200
                       (both, and the analytics: one process each, gunicorn's worker run
-                      without its master, CLEPSYDRA_SINGLE_PROCESS=true unless set: issue 14)
+                      without its master, CLEPSYDRA_SINGLE_PROCESS=true unless set)
     scheduler         python -m clepsydra_scheduler worker --beat
                                                               ready: GET /healthz answers 200
                       on CLEPSYDRA_SCHEDULER_PORT (0: its log says "scheduler worker ready");
                       beat runs on a thread of the worker, which also answers beat's
-                      /healthz on CLEPSYDRA_SCHEDULER_BEAT_PORT (one process: issue 14)
+                      /healthz on CLEPSYDRA_SCHEDULER_BEAT_PORT (one process)
     gateway           python -m clepsydra_gateway             ready: GET /healthz answers 200
                       on CLEPSYDRA_GATEWAY_HEALTH_PORT (8089); RocketMQ 5 gRPC on
                       CLEPSYDRA_GATEWAY_PORT (8088)
@@ -33,7 +33,7 @@ kept as ``<name>.log.1``) and echoed to stdout as ``name | line``:
                       on CLEPSYDRA_ANALYTICS_PORT: the API (gunicorn's worker in its own
                       process, as above), with the schedule's Celery worker (beat on a thread
                       of it) and the exporter (/healthz on CLEPSYDRA_ANALYTICS_EXPORTER_PORT,
-                      default the API's port + 1) on threads of it (one process: issue 14)
+                      default the API's port + 1) on threads of it (one process)
     (--without-analytics, ``make run-core``: no analytics; the core alone)
     console           python -m clepsydra_console             ready: GET /healthz answers 200
                       on CLEPSYDRA_CONSOLE_PORT (default 8087): the web console
@@ -192,7 +192,8 @@ class StackSettings:
         written out so each service sees the same addresses and folder."""
         c = self.common
         env = dict(base)
-        # the one-worker services without gunicorn's master, unless told otherwise (issue 14)
+        # the one-worker services without gunicorn's master unless told otherwise
+        # (DEC-memory-at-rest)
         env.setdefault(SINGLE_PROCESS, "true")
         env.update({
             "CLEPSYDRA_HOME": str(c.home),
@@ -390,7 +391,7 @@ class Supervisor:
     def _with_tokens(self, children: Sequence[Child]) -> list[Child]:
         auth = self.settings.common.auth
         tokens: dict[str, dict[str, str]] = {}
-        if auth.enabled:  # hashlib and the token file's code only then (issue 14: memory)
+        if auth.enabled:  # hashlib and the token file's code only then (DEC-memory-at-rest)
             from tools.stack_auth import console_secret, service_tokens
 
             tokens = service_tokens(auth, shards=self.settings.shards)

@@ -1,4 +1,4 @@
-"""Access control for the local stack (`make run` with ``CLEPSYDRA_AUTH=on``; issue 16): the
+"""Access control for the local stack (`make run` with ``CLEPSYDRA_AUTH=on``): the
 scheduler, the retry service and the analytics processes each need a token of their own role;
 the console a secret to sign its sign-in cookie (a fresh one each start unless
 ``CLEPSYDRA_CONSOLE_SECRET_KEY`` is set: sign in again after a restart).

@@ -1,4 +1,4 @@
-"""Who may call which route of the analytics API (issue 16; clepsydra_web.auth): reading
+"""Who may call which route of the analytics API (clepsydra_web.auth): reading
 reports and the export's status is an admin's and a viewer's, running a report an admin's."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The export folder is opened on the first request that needs it (``/v1/export/status``,
 ``/metrics``): its module imports pyarrow, ~45 MiB of the worker's memory that an API at rest
-does not need (issue 14)."""
+does not need (DEC-memory-at-rest)."""
 
 from __future__ import annotations
 

@@ -59,7 +59,7 @@ def create_celery(settings: AnalyticsSettings) -> Celery:
 
     def setup_logging(**_: Any) -> None:
         """Celery's own lines in the stack's format: with a receiver here Celery adds no
-        handler of its own (issue 20.7)."""
+        handler of its own."""
         settings.common.configure_logging(ANALYTICS_SERVICE)
         clogging.quiet_celery_root_warning()
 
@@ -92,7 +92,7 @@ def _scheduled_app(settings: AnalyticsSettings) -> Celery:
 
 def _worker_options(settings: AnalyticsSettings) -> dict[str, Any]:
     """The worker, without Celery's command line (clepsydra_core.celery_worker: 9.6 MiB less,
-    issue 14)."""
+    DEC-memory-at-rest)."""
     return {"pool": "solo", "concurrency": 1, "queues": [QUEUE],
             "loglevel": settings.common.log_level, "hostname": f"analytics@{naming.ANALYTICS_DIR}",
             "without_gossip": True, "without_mingle": True}

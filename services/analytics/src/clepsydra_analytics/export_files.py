@@ -12,8 +12,8 @@ pyarrow skip) and then renamed: a reader sees all of it or nothing. The names ar
 exporter's memory: the end of the highest range of a queue is where it resumes.
 
 A local folder (a path or ``file://``) is listed, probed and cleaned with the standard library;
-pyarrow is imported when a file is first written or read (issue 14: the exporter at rest holds
-no pyarrow). Any other URI opens its pyarrow filesystem at once.
+pyarrow is imported when a file is first written or read (DEC-memory-at-rest: the exporter at
+rest holds no pyarrow). Any other URI opens its pyarrow filesystem at once.
 """
 
 from __future__ import annotations

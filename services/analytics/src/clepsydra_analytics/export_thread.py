@@ -1,6 +1,6 @@
 """The exporter on a thread of the analytics API's process: ``python -m clepsydra_analytics serve
 --export``, what the local stack (``make run``) runs, one process where the exporter, the
-schedule and the API were three (issue 14, the stack's memory at rest; Kubernetes keeps the
+schedule and the API were three (DEC-memory-at-rest; Kubernetes keeps the
 exporter a Deployment of its own).
 
 The exporter runs as ``export`` does (its lock, its health port, the same loop) until the

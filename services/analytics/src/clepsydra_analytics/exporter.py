@@ -19,7 +19,7 @@ exporter's time: under a burst the export lags and catches up at full speed once
 stop. Its threads run niced, so the cores go to the services first.
 
 pyarrow is imported when the first file is written (a snapshot that changed, or rows): an
-exporter at rest holds none of it (issue 14; export_files.py, snapshots.py).
+exporter at rest holds none of it (DEC-memory-at-rest; export_files.py, snapshots.py).
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ GC_THRESHOLDS = (100_000, 50, 100)
 """The exporter allocates some thirty objects a row (the pulled JSON, the column values), none
 in a reference cycle, and holds up to a file's worth of them: with Python's default first
 threshold (700) the collector walked those buffers again and again, about half the CPU of the
-row conversion (issue 10's rows/s: 38k -> 46k in one run of bench.analytics)."""
+row conversion (the exporter's rows/s: 38k -> 46k in one run of bench.analytics)."""
 
 
 def tune_gc() -> None:

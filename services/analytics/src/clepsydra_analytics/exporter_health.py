@@ -4,7 +4,8 @@ CLEPSYDRA_ANALYTICS_EXPORTER_PORT, served by a thread beside the export loop.
 /healthz is 200 while the loop turns (a cycle ended, well or not, within the stale limit) and
 503 when it is stuck; a store that does not answer is reported in the body but keeps it 200,
 so a store outage does not get the exporter restarted. The standard library's HTTP server
-answers them (clepsydra_core.health_http): no Flask in the exporter's process (issue 14)."""
+answers them (clepsydra_core.health_http): no Flask in the exporter's process
+(DEC-memory-at-rest)."""
 
 from __future__ import annotations
 
@@ -85,6 +86,6 @@ def health_routes(exporter: AnyExporter) -> Routes:
 
 def health_server(exporter: AnyExporter, bind: str, port: int) -> HealthServer:
     """The exporter's endpoints on ``bind:port``, started (OSError when the port cannot be
-    bound). No access line per probe or scrape: an idle exporter writes nothing (issue 20.7)."""
+    bound). No access line per probe or scrape: an idle exporter writes nothing."""
     return HealthServer(bind, port, health_routes(exporter), name="exporter-health",
                         server_version="clepsydra-analytics-exporter").start()

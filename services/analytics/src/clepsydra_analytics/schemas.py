@@ -84,7 +84,7 @@ EXPORT_FIELDS: tuple[tuple[str, str, bool], ...] = (
 )
 """(name, type, nullable) of every column, in order: the Arrow schema (``EXPORT_SCHEMA``) is
 built from it when first used, so a process that only gathers rows (the exporter at rest)
-never imports pyarrow (issue 14, the stack's memory at rest)."""
+never imports pyarrow (DEC-memory-at-rest)."""
 
 COLUMNS = tuple(name for name, _type, _nullable in EXPORT_FIELDS)
 
@@ -175,7 +175,7 @@ def append_messages(cols: dict[str, list[Any]], messages: Sequence[dict[str, Any
                     with_body: bool, exported_at_ms: int) -> None:
     """Add messages (the store's v1 JSON view) to column lists, a column at a time: one loop
     per column costs about half of one loop per message appending to every column (the
-    exporter's hot path, issue 10's rows/s)."""
+    exporter's hot path, its rows/s)."""
     if not messages:
         return
     props = [m.get("properties") or {} for m in messages]

@@ -1,15 +1,16 @@
 """``python -m clepsydra_analytics serve``: the API under gunicorn (clepsydra_web's runner:
 JSON logs and JSON refusals), one worker with threads: a jobs run is a child process, so the
 threads only wait on it. The master imports neither Flask nor the app: the worker builds it
-after the fork (issue 14, the stack's memory at rest). With CLEPSYDRA_SINGLE_PROCESS
+after the fork (DEC-memory-at-rest). With CLEPSYDRA_SINGLE_PROCESS
 (``make run``) the worker runs in this process, without a master.
 
-``serve --schedule --export`` is the analytics of the local stack in one process (issue 14: it
-was two, 94 MiB RSS at rest): beside the API, the schedule's Celery worker (beat on a thread
-of it, celery_app.py) and the exporter (export_thread.py) run on threads of the API's worker
-process, started once it has booted (its signals are gunicorn's) and stopped when it exits:
-the schedule first (the job run in progress finishes), then the exporter (it writes what it
-has buffered). Either failing stops the process (exit status 1), and the stack restarts it.
+``serve --schedule --export`` is the analytics of the local stack in one process
+(DEC-memory-at-rest: it was two, 94 MiB RSS at rest): beside the API, the schedule's Celery
+worker (beat on a thread of it, celery_app.py) and the exporter (export_thread.py) run on
+threads of the API's worker process, started once it has booted (its signals are gunicorn's)
+and stopped when it exits: the schedule first (the job run in progress finishes), then the
+exporter (it writes what it has buffered). Either failing stops the process (exit status 1),
+and the stack restarts it.
 Kubernetes keeps the three apart: the API and the exporter Deployments, the jobs a CronJob.
 """
 

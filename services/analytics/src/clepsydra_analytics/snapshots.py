@@ -1,6 +1,7 @@
 """The exporter's two snapshots (``_snapshots/schedule_levels.parquet``, pending messages per
 delay level; ``consumer_lag.parquet``, every group's lag per queue), written only when a
-report would read something new in them (issue 14: the exporter at rest holds no pyarrow).
+report would read something new in them (DEC-memory-at-rest: the exporter at rest holds no
+pyarrow).
 
 A snapshot is rewritten when its rows (their ``snapshot_ms`` aside) differ from those it was
 last written with, or when a report dates what it holds by the hour it was taken (the lateness

@@ -76,7 +76,7 @@ def _worker(settings: SchedulerSettings, extra: list[str], *, beat: bool = False
                          "--without-gossip", "--without-mingle", "--without-heartbeat",
                          "-l", settings.common.log_level, *extra])
         return 0
-    # without Celery's command line: 9.6 MiB less (clepsydra_core.celery_worker, issue 14)
+    # without Celery's command line: 9.6 MiB less (clepsydra_core.celery_worker, DEC-memory-at-rest)
     run_worker(app, pool="threads", concurrency=settings.concurrency,
                queues=level_queues(settings), loglevel=settings.common.log_level,
                hostname=hostname, without_gossip=True, without_mingle=True,

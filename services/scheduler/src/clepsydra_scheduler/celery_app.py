@@ -31,7 +31,7 @@ _CHATTY_LOGGERS = ("celery.worker.strategy", "celery.app.trace", "celery.beat")
 
 def beat_schedule(settings: SchedulerSettings) -> dict[str, dict[str, Any]]:
     """One entry per level: ``deliver_level(n)`` on queue ``schedule.level.<n>``; one for the
-    timers: ``deliver_timers()`` on queue ``schedule.timers`` (issue 15)."""
+    timers: ``deliver_timers()`` on queue ``schedule.timers`` (SPEC T1)."""
     timers = {"deliver-timers": {
         "task": tasks.TIMER_TASK_NAME, "schedule": settings.keepalive_s,
         "options": {"queue": TIMER_QUEUE_NAME, "expires": settings.keepalive_s}}}

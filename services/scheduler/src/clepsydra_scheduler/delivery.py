@@ -80,7 +80,7 @@ class DeliveryConfig:
     lease_ms: int = 10_000
     batch: int = MAX_HANDOVER
     """Most entries read and handed over per store call: the store hands a large call over a
-    chunk at a time (issue 14), so a drain pays fewer round trips."""
+    chunk at a time (DEC-handover-lock-chunk), so a drain pays fewer round trips."""
     poll_ms: int = 1_000
     """Longest sleep when the queue is empty (also capped at half the level's delay, so an
     entry appended just after a read is seen before it falls due)."""
@@ -210,7 +210,7 @@ class LevelDelivery:
             self.release()
         report = self._report
         idle = not (report.delivered or report.parked or report.skipped)
-        # an idle level's run says nothing at INFO (issue 20.7: 18 levels, one run a minute)
+        # an idle level's run says nothing at INFO (18 levels, one run a minute each)
         logger.log(logging.DEBUG if idle else logging.INFO,
                    "run finished level=%d outcome=%s start_offset=%d end_offset=%d "
                    "delivered=%d parked=%d skipped=%d handovers=%d", level, outcome,
@@ -462,7 +462,7 @@ class LevelDelivery:
                 telemetry.BATCH_COUNT: result.delivered,
             })
             if not (result.delivered or result.parked or result.skipped):
-                telemetry.mark_idle(span)  # nothing was due: not exported (issue 19)
+                telemetry.mark_idle(span)  # nothing was due: not exported (SPEC O1)
         self._record_handover(result)
         advanced = result.next_offset - from_offset
         self._advance_window(result.next_offset)

@@ -67,7 +67,7 @@ class HttpHandoverApi:
 
     def timer_handover(self, max_count: int, wait_ms: int,
                        fence: int | None = None) -> TimerHandoverAnswer:
-        """The store's timer hand-over (issue 15); it may wait up to ``wait_ms`` in the store."""
+        """The store's timer hand-over (SPEC T1); it may wait up to ``wait_ms`` in the store."""
         asked = TimerHandoverRequest(max_count=max_count, wait_ms=wait_ms, fence=fence)
         return _answer(TimerHandoverAnswer, self._call("POST", "/v1/schedule/timers/handover",
                                                        json=asked.to_json()))

@@ -1,4 +1,4 @@
-"""The timers' delivery core (issue 15, SPEC T1-T2), like a level's (delivery.py) without the
+"""The timers' delivery core (SPEC T1-T2), like a level's (delivery.py) without the
 progress offset: the store's timer index knows what is due, and its hand-over is exactly-once
 by itself (a timer-log entry handed over is marked by its copy's append, D9).
 
@@ -6,8 +6,8 @@ A run holds the timers' lease (``naming.TIMER_LEASE_KEY``) and calls the store's
 hand-over in a loop. The call waits in the store, up to ``wait_ms``, until the next timer falls
 due (or one due earlier is parked), so the run needs no clock of its own to be on time: the
 store hands each timer over as soon as it is due and never before. Between calls the lease is
-renewed once a third of it has passed (``TimerConfig.renew_ms``; issue 14: not before every
-call); a failed call waits a short back-off, doubling up to ``backoff_s`` (D6,
+renewed once a third of it has passed (``TimerConfig.renew_ms``; not before every call,
+DEC-timer-handover-gap); a failed call waits a short back-off, doubling up to ``backoff_s`` (D6,
 DEC-scheduler-store-retry), and tries again (nothing is skipped: the store keeps every pending
 timer). The lease is taken, handed on and fenced as a level's (DEC-scheduler-lease): every call
 carries the lease's fencing token, and a call the store refuses as fenced re-fences the lease
@@ -81,9 +81,9 @@ class TimerConfig:
     @property
     def renew_ms(self) -> int:
         """The lease is renewed once a third of it has passed since it was last taken or
-        renewed (issue 14: not before every call, ~530 Redis round trips a second while timers
-        fall due). A call waits at most :attr:`wait_ms` (a quarter of the lease), so a run
-        renews with over a third of its lease left; the hand-over itself is exactly-once in
+        renewed (DEC-timer-handover-gap: not before every call, ~530 Redis round trips a second
+        while timers fall due). A call waits at most :attr:`wait_ms` (a quarter of the lease),
+        so a run renews with over a third of its lease left; the hand-over itself is exactly-once in
         the store (D9), the lease only keeps one run calling (D1)."""
         return self.lease_ms // 3
 

@@ -47,7 +47,7 @@ def _worker_exit(server: Any, worker: Any) -> None:
 
 def _app(settings: StoreSettings) -> Flask:
     """The app, built in the worker after the fork: the master never imports Flask nor the
-    engine (issue 14, the stack's memory at rest)."""
+    engine (DEC-memory-at-rest)."""
     from clepsydra_store.app import create_app
 
     return create_app(settings)

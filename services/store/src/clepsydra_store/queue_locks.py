@@ -1,4 +1,4 @@
-"""QueueLocks: the store-side lock of orderly consumption (issue 12.5), after RocketMQ's
+"""QueueLocks: the store-side lock of orderly consumption, after RocketMQ's
 ``RebalanceLockManager``.
 
 An orderly consumer in clustering mode consumes a queue only while it holds that queue's lock

@@ -73,16 +73,16 @@ class StoreSettings:
     behaviour as Flask's)."""
     inline_produce: bool = True
     """With the fast path and async flush: the worker's poller thread answers produce requests
-    on kept-alive connections itself (inline.py, issue 14)."""
+    on kept-alive connections itself (inline.py, DEC-poller-produce)."""
     poller_spin_us: int = DEFAULT_POLLER_SPIN_US
     """With inline produce: after answering one, the poller looks for the next request
-    without sleeping for this long (issue 14: a sleep and wake-up between a producer's calls
+    without sleeping for this long (DEC-poller-spin: a sleep and wake-up between a producer's calls
     cost as much as the answer)."""
     lock_expiry_ms: int = 60_000
     """An orderly consumer's queue lock not renewed for this long is free for another
-    consumer (issue 12.5; RocketMQ's 60 s)."""
+    consumer (RocketMQ's 60 s)."""
     pull_hold_max: int = DEFAULT_PULL_HOLD_MAX
-    """Most pulls held at once (``waitMs``, issue 14): each waits in one of the ``threads``
+    """Most pulls held at once (``waitMs``, DEC-pull-hold): each waits in one of the ``threads``
     server threads; past it a pull answers at once. 0: no pull is held."""
     cluster: ClusterShape = field(default_factory=ClusterShape)
     """Which store shard this is and where its peers answer (DEC-store-shards;

@@ -5,16 +5,16 @@ Plain gthread hands a keep-alive connection back to the main thread after every 
 main thread re-registers the socket with its poller, wakes when the next request arrives and
 submits it to the thread pool again. For small requests that round trip (a pipe write, two
 poller updates, a futures hand-off and several GIL hand-overs) costs more CPU than the request
-itself (README, "Where the time goes"). This worker lets the thread that answered a request
+itself (docs/performance.md, "Single produce"). This worker lets the thread that answered a request
 wait a little for the same client's next one and serve it directly; it gives the connection
 back to the poller when the client stays quiet for ``LINGER_S`` or when other connections are
 waiting for a thread, so they wait at most one linger. Like every service's worker, a thread
 takes only a request that arrived whole (clepsydra_web/slow_clients.py).
 
 Produce requests, single and batch, skip the thread pool altogether once their connection is
-kept alive (issue 14): when such a connection becomes readable, the poller thread reads what
-arrived without blocking (a batch's body whole, however many reads it takes), answers the
-produce requests in it itself (``inline.py``; the same envelope as every other way in,
+kept alive (DEC-poller-produce): when such a connection becomes readable, the poller thread
+reads what arrived without blocking (a batch's body whole, however many reads it takes),
+answers the produce requests in it itself (``inline.py``; the same envelope as every other way in,
 ``api/envelope.py``) and writes the answers in one ``send``; the connection stays registered
 with the poller. Whatever else arrives (another route, a request gunicorn must judge) goes to a
 thread as before once it arrived whole, after the answers before it were written. Off with
@@ -81,7 +81,7 @@ class InlineProduce:
     def of(cls, app: Any) -> InlineProduce | None:
         """For the store's Flask app, when its settings allow answering on the poller."""
         # imported here, in the worker after the fork: gunicorn's master loads this module
-        # (the worker class) and needs neither Flask nor the engine (issue 14, memory at rest)
+        # (the worker class) and needs neither Flask nor the engine (DEC-memory-at-rest)
         from clepsydra_store.api.context import EXTENSION
         from clepsydra_store.api.fastpath import LeanPath
 
@@ -111,8 +111,7 @@ def freeze_startup_objects() -> None:
     """Leave what the worker built at start (modules, the app, the opened store) out of the
     garbage collector's full passes (``gc.freeze``): they live as long as the process, and a
     500-message batch keeps enough objects alive for a while to set off full passes that walked
-    them all again (issue 14: the worker's CPU a message of the SDK's batches 13.4-15.3 µs
-    without, 10.9-13.1 with, five alternating runs; batches of 100 unchanged)."""
+    them all again (DEC-worker-gc-freeze)."""
     gc.collect()
     gc.freeze()
 
@@ -149,7 +148,7 @@ class StoreThreadWorker(JsonErrorsMixin, CompleteRequestsOnly, ThreadWorker):  #
 
     def wait_for_and_dispatch_events(self, timeout: float) -> None:
         """Right after answering a produce, look for the next request without sleeping, for
-        up to ``poller_spin_us`` (issue 14): a producer sending one message at a time waited
+        up to ``poller_spin_us`` (DEC-poller-spin): a producer sending one message at a time waited
         for this thread's sleep and wake-up between its calls as long as for the answer. Only
         while requests come that fast: once one came later than the spin after the answer
         before it (producers sending at their own pace), the poller sleeps as before, and spins
@@ -173,7 +172,7 @@ class StoreThreadWorker(JsonErrorsMixin, CompleteRequestsOnly, ThreadWorker):  #
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         """SIGTERM, the graceful stop: held pulls and the timers' waiting hand-over answer now
-        (issue 14), not at the end of their wait (the worker waits for its threads' requests
+        (DEC-pull-hold), not at the end of their wait (the worker waits for its threads' requests
         before it exits). In another
         thread: this signal handler runs on the poller thread, which may be inside the
         engine's ``Arrivals`` (waking pulls after an append) right now."""

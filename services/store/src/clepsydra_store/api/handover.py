@@ -38,7 +38,7 @@ def deliver_spans(tracer: trace.Tracer, level: int, delivered: list[Delivered]) 
     (parent = the message's ``traceparent``) with a link to the current ``store.handover``
     span when that one is sampled, or a child of that span when the message carries no trace
     context. A sampled message gets its span whether the batch's hand-over was sampled or not
-    (each trace is sampled on its own, issue 19).
+    (each trace is sampled on its own, SPEC O1).
 
     Cost is kept in proportion to what is kept: none when spans are not exported, and none
     for a message whose producer's trace was not sampled (the parent-based sampler would drop

@@ -65,7 +65,7 @@ def _copy_spans(tracer: trace.Tracer, call: Call, items: list[CopyItem]) -> list
     """One ``store.copy`` span per copied message (the request itself makes none): a child of
     the context the retry service wrote into the copy's properties (its ``retry.send_back``
     span), else of the request's ``traceparent`` header - so a batch of send-backs from
-    several traces puts each copy into its own message's trace (issue 19)."""
+    several traces puts each copy into its own message's trace (SPEC O1)."""
     if not telemetry.exporting():
         return []
     header = parent_context(call.environ)

@@ -1,4 +1,4 @@
-"""Queue locks of orderly consumers (issue 12.5; RocketMQ's lockBatchMQ / unlockBatchMQ):
+"""Queue locks of orderly consumers (RocketMQ's lockBatchMQ / unlockBatchMQ):
 
 - ``POST /v1/groups/{group}/locks`` ``{clientId, queues: [{topic, queueId}]}`` locks or renews
   each queue for the client: ``{locked: [{topic, queueId}], expiryMs}`` (the queues it now

@@ -73,11 +73,11 @@ class Observability:
                                 "producers over HTTP", registry=self.registry)
         self.poller_answered = Counter("clepsydra_store_poller_answered_requests", "Produce "
                                        "requests the worker's poller thread answered itself "
-                                       "(issue 14)", registry=self.registry)
+                                       "(DEC-poller-produce)", registry=self.registry)
         self.poller_spun = Counter("clepsydra_store_poller_spin_caught_requests", "Events "
                                    "(a producer's next request, mostly) the worker's poller "
                                    "found while it spun after answering a produce "
-                                   "(CLEPSYDRA_STORE_POLLER_SPIN_US, issue 14)",
+                                   "(CLEPSYDRA_STORE_POLLER_SPIN_US, DEC-poller-spin)",
                                    registry=self.registry)
         self.produced_bytes = Counter("clepsydra_store_produced_body_bytes", "Body bytes "
                                       "acknowledged to producers over HTTP",

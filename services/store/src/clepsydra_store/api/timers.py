@@ -1,4 +1,4 @@
-"""Timer messages' routes (issue 15, SPEC T1-T2): cancel and reschedule a pending delayed
+"""Timer messages' routes (SPEC T1-T2): cancel and reschedule a pending delayed
 message by msgId or by key, the timer backlog, and the scheduler's timer hand-over.
 
 Cancel and reschedule need the producer's right (``SEND``) on the message's topic: the route

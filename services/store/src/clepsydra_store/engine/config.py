@@ -31,7 +31,7 @@ class EngineConfig:
     segment_size_bytes: int = 1 << 30
     cq_entries_per_file: int = 300_000
     key_index_entries_per_file: int = DEFAULT_KEY_INDEX_ENTRIES_PER_FILE
-    """Entries of one key index file (issue 14); its slots are a quarter of that."""
+    """Entries of one key index file (DEC-key-index-on-disk); its slots are a quarter of that."""
     flush: str = "async"  # "async" | "sync"
     flush_interval_ms: int = 500
     retention_hours: float = 72
@@ -47,7 +47,7 @@ class EngineConfig:
     """Longest delay a timer message may ask for (``CLEPSYDRA_TIMER_MAX_DELAY``, SPEC T1)."""
     timer_handover_gap_ms: int = DEFAULT_TIMER_HANDOVER_GAP_MS
     """Least time between two hand-overs that return timers
-    (``CLEPSYDRA_STORE_TIMER_HANDOVER_GAP_MS``, issue 14): while timers fall due every
+    (``CLEPSYDRA_STORE_TIMER_HANDOVER_GAP_MS``, DEC-timer-handover-gap): while timers fall due every
     millisecond, each scheduler call takes what fell due in that time instead of one
     millisecond's worth (a call costs the one writer ~0.4 ms of CPU); a timer after a quiet
     spell is handed over at its millisecond. 0: every millisecond. Adds at most this much

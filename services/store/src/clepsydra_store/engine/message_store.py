@@ -403,7 +403,7 @@ class MessageStore:
         return held_read(self.arrivals, read_from, read, topic, queue_id, hold_max, wait_ms)
 
     def get_by_msg_id(self, msg_id: str, max_count: int = MAX_COPIES) -> list[CommitLogRecord]:
-        """Every stored copy of a message, oldest first (issue 20.4): the records whose unique
+        """Every stored copy of a message, oldest first: the records whose unique
         id (UNIQ_KEY) is ``msg_id``, in any topic - the parked copy, the delivered one, its
         retries, its dead letter, its resends - and, when ``msg_id`` is an offsetMsgId, the
         record stored there with every copy of its message. MessageNotFound when none."""
@@ -596,8 +596,8 @@ class MessageStore:
         out["commitlog_flushed_offset"] = cl.flushed_offset
         out["commitlog_segments"] = len(cl.segments)
         out["topics"] = len(self._topics.all()) + 1
-        out["timer_handed_over_total"] = self.timers.handed_over  # issue 15
-        out["held_pulls"] = self.arrivals.held  # issue 14, the pull hold
+        out["timer_handed_over_total"] = self.timers.handed_over  # SPEC T1
+        out["held_pulls"] = self.arrivals.held  # DEC-pull-hold
         out.update(self._disk.stats())
         out.update(self._dispatcher.key_index.stats())
         for level in self._levels.levels():

@@ -55,7 +55,7 @@ class PutResult(NamedTuple):
 
     status: PutStatus
     msg_id: str
-    """The message's unique id (issue 20.4): the same for every copy of it."""
+    """The message's unique id: the same for every copy of it."""
     topic: str
     """Where the message was stored: the schedule topic for delayed messages, the DLQ for an
     R10 reroute, else the topic asked for."""

@@ -1,4 +1,4 @@
-"""Arrivals: pulls held until a message is appended to their queue (issue 14, the pull hold).
+"""Arrivals: pulls held until a message is appended to their queue (DEC-pull-hold).
 
 A consumer's pull of a queue with nothing new answered at once, and the consumer pulled again
 after a back-off: thousands of empty pulls a second on the store's one worker, and the back-off

@@ -1,7 +1,7 @@
 """Dispatch: what follows a record into the indexes, synchronously under the writer lock —
 its ConsumeQueue entry, its keys in the key index, and the level's handed-over mark when it
 carries ``SCHEDULE_OFFSET`` (SPEC D9: the mark is exactly as durable as the append, and
-recovery re-derives it by re-dispatching from the checkpoint). Timers (issue 15) likewise: a
+recovery re-derives it by re-dispatching from the checkpoint). Timers (SPEC T1) likewise: a
 parked timer's pair goes into the timer index, a timer's hand-over copy (``SCHEDULE_OFFSET``
 ``0:<q>``) and a cancel tombstone (``CANCEL_OF``) set their entry's state.
 
@@ -100,7 +100,7 @@ class Dispatcher:
         self.states = EntryStates()
         self.timers = TimerIndex(timer_dir or index_dir.parent / naming.TIMER_SLOTS_DIR)
         self.arrivals = Arrivals()
-        """Pulls held until their queue has an append (issue 14): woken by :meth:`dispatch`."""
+        """Pulls held until their queue has an append (DEC-pull-hold): woken by :meth:`dispatch`."""
         self._replay: dict[ConsumeQueue, tuple[int, list[bytes]]] = {}
         self._replay_hashes: list[int] = []
         self._replay_offsets: list[int] = []
@@ -168,7 +168,7 @@ class Dispatcher:
         arrivals = self.arrivals
         for cq, first, packed in entries:
             cq.write(first, packed)
-            if arrivals.waiting:  # a pull held on this queue wakes (issue 14)
+            if arrivals.waiting:  # a pull held on this queue wakes (DEC-pull-hold)
                 arrivals.notify(cq.topic, cq.queue_id)
         index = self.key_index
         if key_hashes:
@@ -182,8 +182,9 @@ class Dispatcher:
     def apply_marks(self, marks: Iterable[tuple[Mark, int, int]]) -> None:
         """:meth:`apply_mark` of each ``(mark, its record's queue offset, its code)``, a batch
         at a time: a level's hand-over marks (D9) raise its handed-over mark once, to the
-        highest entry the batch hands over (issue 14: a drain's batch of thousands raised it
-        one record at a time); timer hand-overs, parked timers and cancels one by one."""
+        highest entry the batch hands over (DEC-drain-splice-shapes: a drain's batch of
+        thousands raised it one record at a time); timer hand-overs, parked timers and
+        cancels one by one."""
         top: dict[int, int] = {}
         get = top.get
         apply_mark = self.apply_mark

@@ -1,4 +1,4 @@
-"""Entry states (issue 15): a schedule entry (level queue or timer log) that was cancelled, or a
+"""Entry states (SPEC T1): a schedule entry (level queue or timer log) that was cancelled, or a
 timer-log entry that was handed over, has its tagsCode replaced by a negative sentinel. The
 change is derived from a CommitLog record (a cancel tombstone, a hand-over copy), so recovery
 re-derives it by re-dispatching those records.
@@ -6,7 +6,7 @@ re-derives it by re-dispatching those records.
 A sentinel reaches the ConsumeQueue file only at a flush, and only for records at or below the
 offset that flush checkpoints (:meth:`EntryStates.take` under the writer lock with that offset,
 :meth:`EntryStates.apply` after the CommitLog is fsync'd): a machine crash that loses the
-record's bytes can never leave its sentinel on disk (issue 18 item 2). Until then the sentinel
+record's bytes can never leave its sentinel on disk (SPEC P3). Until then the sentinel
 lives here, and every reader asks :meth:`EntryStates.code` (memory: the changes of one flush
 interval, not the pending timers).
 
@@ -60,7 +60,7 @@ class EntryStates:
         """The unwritten sentinels of these entries of ``cq`` (as :meth:`of_queue`, asked
         before the entries are read), looked up one by one: a timer drain sets one sentinel
         per entry handed over, so copying them all on each read would cost as much as the
-        reads (issue 14)."""
+        reads (DEC-drain-splice-shapes)."""
         pending = self._pending.get(cq) or {}
         applying = self._applying.get(cq) or {}
         out: dict[int, int] = {}

@@ -1,5 +1,5 @@
 """Key index: message keys (``KEYS``, space-separated) and ``UNIQ_KEY`` -> CommitLog offsets, on
-disk (issue 14; RocketMQ's IndexFile).
+disk (DEC-key-index-on-disk; RocketMQ's IndexFile).
 
 Files of hash slots and chained entries (``key_index_file.py``) under data_dir/index/keys/,
 rolled when full, read and written through the page cache, deleted with the CommitLog's

@@ -1,4 +1,4 @@
-"""One file of the on-disk key index (issue 14; RocketMQ's IndexFile): a header, a table of hash
+"""One file of the on-disk key index (DEC-key-index-on-disk): a header, a table of hash
 slots and chained entries, read and written with ``pread``/``pwrite`` through the page cache
 (nothing mapped, so the process's memory does not grow with the file).
 

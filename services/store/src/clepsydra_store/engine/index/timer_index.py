@@ -1,4 +1,4 @@
-"""The timer index (issue 15, SPEC T1): which timer-log entries fall due when, on disk.
+"""The timer index (SPEC T1, DEC-timer-slot-files): which timer-log entries fall due when, on disk.
 
 Time-bucketed slot files: one file per second of deliver time, ``<hour>/<second>`` under
 ``data_dir/timerslots/``, each an append-only list of 16-byte ``(timer-log queue offset,
@@ -126,8 +126,8 @@ class TimerIndex:
 
     def _known_hours(self) -> list[int]:
         """The hour folders from the floor's hour on, and the listings up to date (writer
-        lock). Issue 14: the hand-over listed the folders on every call (a dozen system
-        calls a call in the steady state); now a folder is listed when first walked."""
+        lock). DEC-timer-handover-gap: the hand-over listed the folders on every call (a dozen
+        system calls a call in the steady state); now a folder is listed when first walked."""
         if self._hours is None:
             try:
                 self._hours = sorted(int(h) for h in os.listdir(self.directory) if h.isdigit())
@@ -231,7 +231,7 @@ class TimerIndex:
         self._cache[slot] = cached
         if len(self._cache) > _CACHED_SLOTS:
             self._cache.popitem(last=False)
-        if cached.whole:  # issue 14: no open, seek, read and close of an unchanged file
+        if cached.whole:  # unchanged: no open, seek, read, close (DEC-timer-handover-gap)
             return cached
         try:
             with open(self._path(slot), "rb") as f:
@@ -263,8 +263,8 @@ class TimerIndex:
         returns: a slot's pairs are kept sorted in memory while it is near (the last few slots
         read: bounded by the timers of a few seconds, not by the pending ones), the prefix
         known to be stale is skipped, and the codes of the pairs are asked for a batch at a
-        time, only as far as the pairs taken and the next live one (issue 14: a backlog of
-        100k timers due in one second is not read again on every call)."""
+        time, only as far as the pairs taken and the next live one (DEC-drain-splice-shapes: a
+        backlog of 100k timers due in one second is not read again on every call)."""
         out: list[tuple[int, int]] = []
         prefix = True
         """Every slot so far is emptied (only a prefix of the slots is ever retired)."""
@@ -303,7 +303,8 @@ class TimerIndex:
         later: int | None = None
         step = 1
         """Pairs past the due ones asked for at once: one, then doubling up to _CODES_STEP
-        (issue 14: the next pair is nearly always live, and each code may be a read)."""
+        (DEC-timer-handover-gap: the next pair is nearly always live, and each code may be a
+        read)."""
         while pos < len(pairs) and later is None:
             # due pairs: as many as may be taken (and one), no further; past them, the next
             # live pair is looked for a few at a time
@@ -332,9 +333,9 @@ class TimerIndex:
 
     def confirm(self) -> None:
         """The hand-over of the pairs the last :meth:`due` took is appended (writer lock): those
-        pairs are stale from now on, skipped without asking for their codes again (issue 14:
-        the next call asked for them once more, ~9 % of a timer drain), and the slots it found
-        emptied are retired."""
+        pairs are stale from now on, skipped without asking for their codes again
+        (DEC-drain-splice-shapes: the next call asked for them once more, ~9 % of a timer
+        drain), and the slots it found emptied are retired."""
         for cached, taken in self._taken:
             if taken > cached.start:
                 cached.start = taken

@@ -1,5 +1,5 @@
-"""DiskGuard: the store's disk guard rails (issue 12.8; RocketMQ's diskSpaceWarningLevelRatio
-and the "disk full" flag its put path checks).
+"""DiskGuard: the store's disk guard rails (SPEC P4, DEC-disk-full-507; RocketMQ's
+diskSpaceWarningLevelRatio and the "disk full" flag its put path checks).
 
 The used share of the disk holding the CommitLog is sampled every second by the housekeeping
 thread (not on the put path: a put only reads a flag):
@@ -136,7 +136,7 @@ class DiskGuard:
                         "total_bytes=%d", *args)
 
     def check(self) -> None:
-        """DiskFull when writes are refused (issue 12.8)."""
+        """DiskFull when writes are refused (DEC-disk-full-507)."""
         if self.level is DiskLevel.FULL:
             last = self.last
             raise DiskFull(f"the store's disk is {100 * last.ratio:.1f}% used "

@@ -1,4 +1,4 @@
-"""Carry-forward of undelivered scheduled messages (SPEC P4 "Beyond", issue 12.8): before
+"""Carry-forward of undelivered scheduled messages (SPEC P4 "Beyond"): before
 retention deletes the CommitLog segments below ``cut``, every schedule entry not yet handed over
 whose record lies below ``cut`` gets a copy of that record at the end of the log, and its
 ConsumeQueue entry is pointed at the copy. The old segment can then go.
@@ -13,7 +13,7 @@ born fields - except its own CommitLog offset in the header. So:
 - D9 holds unchanged: the level's handed-over mark counts queue offsets, the entry is handed
   over once, from whichever record it points at; the old record is simply never read again;
 - only the offsetMsgId (store host + CommitLog offset) of the parked copy differs: its msgId,
-  the ``UNIQ_KEY`` every copy keeps, is the same (issue 20.4). (A record parked before unique
+  the ``UNIQ_KEY`` every copy keeps, is the same. (A record parked before unique
   ids has none: its msgId was its offsetMsgId, so a carried one is delivered with the carried
   copy's.)
 
@@ -82,7 +82,7 @@ class CarryForward:
     def pending_below(self, cut: int) -> list[_Pending]:
         """Schedule entries not handed over (nor cancelled) whose record starts below ``cut``,
         by CommitLog offset (a carried entry may point past later ones: every pending entry is
-        looked at); the timer log's too (issue 15: a year-ahead timer outlives retention)."""
+        looked at); the timer log's too (SPEC T1: a year-ahead timer outlives retention)."""
         out: list[_Pending] = []
         queues: list[tuple[ConsumeQueue, int]] = []
         for level in self.levels.levels():

@@ -119,7 +119,7 @@ class Drain:
         A run's bytes are read into the hand-over's one buffer (:attr:`_buffer`, valid until
         the next run is read; past the run's bytes it holds older ones): a new buffer of up to
         ``_SPAN_MAX`` bytes a run made the allocator take memory from the kernel and give it
-        back each time, ~0.8 page faults a message (issue 14)."""
+        back each time, ~0.8 page faults a message (DEC-drain-splice-shapes)."""
         segment_for = self.commitlog.segment_for
         i, n = 0, len(due)
         while i < n:

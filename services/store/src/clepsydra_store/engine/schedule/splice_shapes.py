@@ -1,4 +1,5 @@
-"""The hand-over's splice templates parsed once per shape of properties block (issue 14).
+"""The hand-over's splice templates parsed once per shape of properties block
+(DEC-drain-splice-shapes).
 
 Every parked message has its own ``UNIQ_KEY``, a message sent through the SDK its own
 ``TRACEPARENT`` (the producer's span) and a timer its own ``DELIVER_AT``, so no two stored
@@ -92,7 +93,7 @@ class SpliceShapes:
                ) -> Fields | None:
         """The D4 fields of ``block`` handed over from entry ``queue_offset`` of ``level``
         delivered at ``deliver_ts``: ``codec.splice_properties(codec.splice_template(block),
-        ...)`` (issue 14: for a block of a known shape, the learned pieces with the block's
+        ...)`` (for a block of a known shape, the learned pieces with the block's
         own hole values put in, no template built per block), with the values read, the
         ``UNIQ_KEY`` and the ``TRACEPARENT``. None when the block has no non-empty
         ``UNIQ_KEY`` or the codec cannot splice it."""

@@ -106,10 +106,10 @@ class Timers:
             if self._released:  # the store stops: answer now, nothing handed over
                 return TimerHandoverResult()
             wake.clear()
-            # issue 14: no hand-over run while the index knows nothing can be due yet (a call
-            # that came right after the last one, a wait woken before the due millisecond):
-            # each run takes the writer lock and reads codes. Read after the clear: add() of
-            # an earlier timer lowers next_due, then sets the event.
+            # no hand-over run while the index knows nothing can be due yet
+            # (DEC-timer-handover-gap; a call that came right after the last one, a wait woken
+            # before the due millisecond): each run takes the writer lock and reads codes. Read
+            # after the clear: add() of an earlier timer lowers next_due, then sets the event.
             next_due = timers.known_next_due
             if next_due == NO_TIMER:
                 next_due = None  # known: no timer pending; an add() wakes the wait

@@ -187,7 +187,7 @@ def prepare(body: bytes | memoryview, topic: str, queue_id: int, topic_raw: byte
 
 # ---- the D4 edit (hand-over) ------------------------------------------------------------------
 HANDOVER_DROPPED = (P.DELAY, P.DELIVER_AT, P.DELAY_MS)
-"""Properties a parked message loses when it is handed to its real topic (D4, issue 15)."""
+"""Properties a parked message loses when it is handed to its real topic (D4, T1)."""
 HANDOVER_READ = (P.REAL_TOPIC, P.REAL_QID, P.TAGS, P.KEYS, P.UNIQ_KEY, P.TRACEPARENT)
 """Properties whose values the hand-over reads."""
 
@@ -269,7 +269,7 @@ def splice_template(block: bytes) -> SpliceTemplate | None:
 _last_deliver: tuple[int, bytes] = (-1, b"")
 """The last ``DELIVER_TS`` field :func:`handover_fields` encoded, with its deliver time: a
 drain's entries come in runs of one deliver time (a producer's batch is stored in one
-millisecond), issue 14."""
+millisecond), DEC-drain-splice-shapes."""
 
 
 def handover_fields(level: int, queue_offset: int, deliver_ts: int) -> tuple[bytes, bytes]:
