@@ -35,9 +35,10 @@ CRD_KINDS = {"ScaledObject"}
 """Custom resources kubernetes-validate has no schema for (it warns and passes them)."""
 
 def known_settings() -> set[str]:
-    """Every CLEPSYDRA_* name the READMEs document (the configuration tables)."""
+    """Every CLEPSYDRA_* name the configuration tables document (docs/configuration.md, the
+    services' and libraries' READMEs)."""
     names: set[str] = set()
-    for readme in [ROOT / "README.md", *ROOT.glob("services/*/README.md"),
+    for readme in [ROOT / "docs" / "configuration.md", *ROOT.glob("services/*/README.md"),
                    *ROOT.glob("libs/*/README.md")]:
         names |= set(re.findall(r"\bCLEPSYDRA_[A-Z0-9_]*[A-Z0-9]\b", readme.read_text()))
     return names
