@@ -57,7 +57,7 @@ class Held(threading.Thread):
 
 
 def _held_count(app: Flask) -> int:
-    return context(app).store.arrivals.held
+    return context(app).store._arrivals.held
 
 
 def _hold(app: Flask, query: str, held_before: int = 0) -> Held:
@@ -145,7 +145,7 @@ def test_stopping_the_store_answers_held_pulls_at_once(app: Flask) -> None:
     # graceful stop: the held pulls answer now (an empty page), and no pull is held any more
     app.test_client().post("/v1/topics", json={"name": TOPIC, "queues": 1})
     pulls = [_hold(app, f"offset=0&waitMs={LONG_MS}", held) for held in range(2)]
-    context(app).store.arrivals.close()
+    context(app).store._arrivals.close()
     for pull in pulls:
         status, page = pull.result()
         assert status == 200 and page["messages"] == []

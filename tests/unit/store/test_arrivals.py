@@ -48,7 +48,7 @@ def test_a_live_append_wakes_a_pull_held_on_its_queue(open_store: OpenStore) -> 
     # the dispatcher notifies once it wrote the queue's entries: a woken pull reads them
     store = open_store()
     store.create_topic("T", 2)
-    held = store.arrivals.hold("T", 1, 4)
+    held = store._arrivals.hold("T", 1, 4)
     assert held is not None
     store.put(PutRequest("T", b"q0", queue_id=0))
     assert not held.event.is_set()
@@ -56,7 +56,7 @@ def test_a_live_append_wakes_a_pull_held_on_its_queue(open_store: OpenStore) -> 
     assert held.event.is_set()
     assert [r.body for r in store.read_queue("T", 1, 0, 10).messages] == [b"q1", b"q1b"]
     store.close()
-    assert store.arrivals.closed
+    assert store._arrivals.closed
 
 
 def test_the_hold_bound_is_a_setting_below_the_threads(tmp_path: Path) -> None:

@@ -357,7 +357,7 @@ def test_every_record_the_store_writes_has_the_reference_bytes(open_store: OpenS
                                  properties={P.UNIQ_KEY: "U-timer"}))
     assert_reference(store, timer.commitlog_offset, naming.TIMER_TOPIC, 0, {
         P.UNIQ_KEY: "U-timer", P.REAL_TOPIC: TOPIC, P.REAL_QID: "0", P.DELIVER_AT: str(far)})
-    store.timers.reschedule("U-timer", NOW)
+    store._timers.reschedule("U-timer", NOW)
     tombstone = store._dispatcher.queue(naming.TIMER_TOPIC, naming.TIMER_CANCEL_QUEUE).entry(0)
     assert tombstone is not None
     assert_reference(store, tombstone.commitlog_offset, naming.TIMER_TOPIC,
@@ -366,7 +366,7 @@ def test_every_record_the_store_writes_has_the_reference_bytes(open_store: OpenS
     again = store.get_by_msg_id("U-timer")[-1]
     assert_reference(store, again.commitlog_offset, naming.TIMER_TOPIC, 0, {
         P.UNIQ_KEY: "U-timer", P.REAL_TOPIC: TOPIC, P.REAL_QID: "0", P.DELIVER_AT: str(NOW)})
-    assert store.timers.handover(again.store_timestamp, 10).delivered == 1
+    assert store._timers.handover(again.store_timestamp, 10).delivered == 1
     handed = store.get_by_msg_id("U-timer")[-1]
     assert_reference(store, handed.commitlog_offset, TOPIC, 0, {
         P.UNIQ_KEY: "U-timer", P.REAL_TOPIC: TOPIC, P.REAL_QID: "0", P.SCHEDULE_OFFSET: "0:1",

@@ -114,14 +114,14 @@ def test_due_timers_are_spliced_and_a_park_is_still_rebuilt(
 
     monkeypatch.setattr(Drain, "_rebuild", counting)
     later = time.time_ns() // 1_000_000 + 60_000  # (times in the past deliver at store time)
-    result = store.timers.handover(later, 1_000)
+    result = store._timers.handover(later, 1_000)
     assert (result.delivered, result.parked) == (len(puts), 1)
     assert rebuilt == [len(puts)]  # only the park
     bodies = sorted(m.body for q in (0, 1) for m in store.read_queue(TOPIC, q, 0, 100).messages)
     assert bodies == sorted(p.body for p in puts)
     (parked,) = store.read_queue(naming.SCHEDULE_ERROR_TOPIC, 0, 0, 10).messages
     assert parked.body == b"lost" and parked.properties[P.SCHEDULE_OFFSET] == f"0:{len(puts)}"
-    assert store.timers.handover(later + 60_000, 1_000).delivered == 0  # D9: once
+    assert store._timers.handover(later + 60_000, 1_000).delivered == 0  # D9: once
 
 
 def test_a_due_backlog_is_not_read_again_on_every_hand_over(tmp_path: Path) -> None:
@@ -329,12 +329,12 @@ def test_timers_that_differ_in_their_deliver_at_share_a_shape(
         rebuilt = scheduler._rebuild(TIMER_LEVEL, q, offset, size, due + 7 * q)
         assert spliced is not None and spliced[0] == rebuilt[0], q
     assert len(parsed) == 3
-    result = store.timers.handover(due + 7 * 200, 1_000)
+    result = store._timers.handover(due + 7 * 200, 1_000)
     assert result.delivered == 200 and len(parsed) == 3
     messages = store.read_queue(TOPIC, 0, 0, 1_000).messages
     assert [m.body for m in messages] == [b"%d" % i for i in range(200)]
     assert all(P.DELIVER_AT not in m.properties for m in messages)
-    assert store.timers.handover(due + 7 * 400, 1_000).delivered == 0
+    assert store._timers.handover(due + 7 * 400, 1_000).delivered == 0
 
 
 def test_blocks_of_one_shape_are_parsed_once(open_store: OpenStore,
@@ -478,11 +478,11 @@ def test_a_large_timer_hand_over_is_done_a_lock_chunk_at_a_time(
 
     monkeypatch.setattr(store._writer, "append_copies", counting)
     later = time.time_ns() // 1_000_000 + 1_000
-    first = store.timers.handover(later, 25)
+    first = store._timers.handover(later, 25)
     assert appended == [7, 7, 7, 4]
     assert first.delivered == len(first.lateness_ms) == len(first.delivered_messages) == 25
-    assert store.timers.handover(later, 25).delivered == 5
-    assert store.timers.handover(later, 25).delivered == 0  # D9: once
+    assert store._timers.handover(later, 25).delivered == 5
+    assert store._timers.handover(later, 25).delivered == 0  # D9: once
     bodies = sorted(m.body for m in store.read_queue(TOPIC, 0, 0, 100).messages)
     assert bodies == sorted(b"%d" % i for i in range(30))
 
@@ -529,7 +529,7 @@ def test_a_hand_over_batch_raises_its_level_mark_once(open_store: OpenStore,
     assert store.handover(1, 0, 100, now_ms=now).delivered == 25
     assert raised == [(1, 24)] and disp.mark(1) == 24
     raised.clear()
-    assert store.timers.handover(now, 100).delivered == 5
+    assert store._timers.handover(now, 100).delivered == 5
     assert sorted(raised) == [(TIMER_LEVEL, q) for q in range(5)]
     states = disp.states.of_queue(disp.timer_log())
     assert [states.get(q) for q in range(5)] == [DELIVERED] * 5

@@ -242,10 +242,10 @@ def test_a_hand_over_with_an_older_fencing_token_is_refused_and_writes_nothing(
     with pytest.raises(Fenced, match=r"level 1 .* token 3 is older than 5"):
         store.handover(1, 4, 2, now_ms=now, fence=3)  # the superseded holder, too late
     assert store.get_topic("T").queues[0].max_offset == 4  # nothing written by it
-    assert store.fences.newest(1) == 5
+    assert store._fences.newest(1) == 5
     assert store.handover(1, 4, 2, now_ms=now, fence=5).delivered == 2  # the holder goes on
     assert store.handover(1, 6, 1, now_ms=now).delivered == 1  # no token: not checked
-    assert store.fences.newest(1) == 5
+    assert store._fences.newest(1) == 5
     assert store.handover(2, 0, 5, now_ms=now, fence=1).delivered == 1  # a fence per level
     assert store.handover(1, 7, 5, now_ms=now, fence=6).delivered == 1
     assert sorted(m.body for m in store.read_queue("T", 0, 0, 20).messages) == sorted(

@@ -39,7 +39,7 @@ def _unconsumed(store: MessageStore, info: TopicInfo) -> int:
 
 def pending_delayed(store: MessageStore, stats: dict[str, float]) -> int:
     levels = sum(int(v) for k, v in stats.items() if k.startswith("schedule_backlog_level_"))
-    return levels + store.timers.backlog(time.time_ns() // 1_000_000).pending
+    return levels + store.timer_backlog(time.time_ns() // 1_000_000).pending
 
 
 def shard_status(store: MessageStore, state: ClusterState, *, shard: int, url: str,

@@ -119,15 +119,15 @@ class MessageStore:
         self._preparer = Preparer(config, self._topics, self._group_settings)
         self._lookup = Lookup(cl, disp.key_index)
         self._drain = Drain(cl, self._topics, config.segment_size_bytes)
-        self.fences = Fences()
+        self._fences = Fences()
         """The newest fencing token of each hand-over (DEC-scheduler-lease,
         schedule/fences.py)."""
         self._handover = Handover(writer, disp, self._drain, levels, self._counters,
-                                  self.fences)
-        self.timers = Timers(writer, disp, self._handover, self._preparer, levels, self._lookup,
+                                  self._fences)
+        self._timers = Timers(writer, disp, self._handover, self._preparer, levels, self._lookup,
                              config.timer_handover_gap_ms)
         """Timer messages (T1, T2): hand-over, cancel, reschedule, backlog."""
-        self.arrivals = disp.arrivals
+        self._arrivals = disp.arrivals
         """Pulls held until their queue has an append (index/arrivals.py)."""
         self._retention = Retention(cl, disp, CarryForward(cl, disp, levels), writer.lock,
                                     config.retention_hours, self._counters)
@@ -400,7 +400,7 @@ class MessageStore:
         def read_from(offset: int) -> QueueRead:
             return self.read_queue(topic, queue_id, offset, max_count, tags)
 
-        return held_read(self.arrivals, read_from, read, topic, queue_id, hold_max, wait_ms)
+        return held_read(self._arrivals, read_from, read, topic, queue_id, hold_max, wait_ms)
 
     def get_by_msg_id(self, msg_id: str, max_count: int = MAX_COPIES) -> list[CommitLogRecord]:
         """Every stored copy of a message, oldest first: the records whose unique
@@ -443,7 +443,7 @@ class MessageStore:
     def newest_fence(self, level: int) -> int | None:
         """The newest fencing token a hand-over of ``level`` (``TIMER_LEVEL``: the timers')
         carried since the store started (DEC-scheduler-lease)."""
-        return self.fences.newest(level)
+        return self._fences.newest(level)
 
     def handover_timers(self, max_count: int, wait_ms: int,
                         now: Callable[[], int] = _now_ms,
@@ -451,14 +451,14 @@ class MessageStore:
         """The scheduler's timer hand-over: the due timers, earliest first; when none is due,
         wait up to ``wait_ms`` for one (T1, T2, D9); a stale ``fence`` refused before any wait
         (DEC-scheduler-lease)."""
-        return self.timers.handover_wait(max_count, wait_ms, now, fence)
+        return self._timers.handover_wait(max_count, wait_ms, now, fence)
 
     def timer_backlog(self, now_ms: int) -> TimerBacklog:
-        return self.timers.backlog(now_ms)
+        return self._timers.backlog(now_ms)
 
     def timer_target(self, deliver_at: int | None, delay_ms: int | None) -> int:
         """A reschedule's asked time, checked against the timer cap (T1)."""
-        return self.timers.target(deliver_at, delay_ms)
+        return self._timers.target(deliver_at, delay_ms)
 
     def copies_of(self, msg_id: str) -> Copies:
         """msgId -> every stored copy of the message (:meth:`get_by_msg_id`), for a cancel or
@@ -469,13 +469,13 @@ class MessageStore:
         """msgId -> stored copies of the messages of ``topic`` whose KEYS hold ``key`` or whose
         UNIQ_KEY is ``key`` (T2 by key); TopicNotFound."""
         self.get_topic(topic)
-        return self.timers.copies_by_key(topic, key, self.topic_since(topic))
+        return self._timers.copies_by_key(topic, key, self.topic_since(topic))
 
     def cancel_or_reschedule(self, copies: Copies, deliver_at: int | None) -> Outcome:
         """Cancel (``deliver_at`` None) or reschedule the pending delayed messages whose
         stored copies are ``copies`` (T2): durable like a produce, exactly one of a cancel and
         the hand-over of the same entry happens."""
-        return self.timers.act(copies, deliver_at)
+        return self._timers.act(copies, deliver_at)
 
     # ---- consumer progress -------------------------------------------------------------------
     def commit_offset(self, group: str, topic: str, queue_id: int, queue_offset: int) -> None:
@@ -488,12 +488,12 @@ class MessageStore:
     def parked_states(self, records: Sequence[CommitLogRecord]) -> dict[int, ParkedState]:
         """Where each parked copy among ``records`` stands (pending, delivered, cancelled), by
         CommitLog offset (a message's history)."""
-        return self.timers.parked_states(records)
+        return self._timers.parked_states(records)
 
     def cancel_times(self, records: Sequence[CommitLogRecord]) -> dict[int, int]:
         """When each cancelled parked copy among ``records`` was cancelled (its tombstone's
         store time), by CommitLog offset; a copy whose tombstone is not found is left out."""
-        return self.timers.cancel_times(records)
+        return self._timers.cancel_times(records)
 
     def topic_offsets(self, topic: str) -> dict[str, dict[int, int]]:
         """Every group's committed offsets on ``topic``: {group: {queue_id: offset}}."""
@@ -559,8 +559,8 @@ class MessageStore:
     def release_waits(self) -> None:
         """The store stops: held pulls and the timers' waiting hand-over answer now, and no
         request waits again (the graceful stop)."""
-        self.arrivals.close()
-        self.timers.release()
+        self._arrivals.close()
+        self._timers.release()
 
     def close(self) -> None:
         """Flush everything, write checkpoints, stop threads. Idempotent."""
@@ -596,8 +596,8 @@ class MessageStore:
         out["commitlog_flushed_offset"] = cl.flushed_offset
         out["commitlog_segments"] = len(cl.segments)
         out["topics"] = len(self._topics.all()) + 1
-        out["timer_handed_over_total"] = self.timers.handed_over  # SPEC T1
-        out["held_pulls"] = self.arrivals.held  # DEC-pull-hold
+        out["timer_handed_over_total"] = self._timers.handed_over  # SPEC T1
+        out["held_pulls"] = self._arrivals.held  # DEC-pull-hold
         out.update(self._disk.stats())
         out.update(self._dispatcher.key_index.stats())
         for level in self._levels.levels():
