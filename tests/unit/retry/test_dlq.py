@@ -46,11 +46,6 @@ def _dead(store: MemoryStore, origin: str | None = "invoices",
 
 
 @pytest.fixture
-def store() -> MemoryStore:
-    return MemoryStore()
-
-
-@pytest.fixture
 def groups() -> MemoryGroupStore:
     found = MemoryGroupStore()
     found.put(GROUP, GroupSettings(retry_queue_nums=2))

@@ -31,11 +31,6 @@ LEVELS = DelayLevels.default()
 
 
 @pytest.fixture
-def store() -> MemoryStore:
-    return MemoryStore()
-
-
-@pytest.fixture
 def groups() -> MemoryGroupStore:
     found = MemoryGroupStore()
     found.put(GROUP, GroupSettings(retry_queue_nums=3, retry_max_times=4))
