@@ -21,6 +21,8 @@ GROUP = "hostile-group"
 ARABIC_12 = "\u0661\u0662"  # twelve in Arabic-Indic digits
 FULLWIDTH_12 = "\uff11\uff12"  # twelve in fullwidth digits
 LIMIT_BYTES = 256 * 1024
+BODY_LIMIT_BYTES = 64 * 1024
+"""The store's largest message body, under its request limit: a send can break either."""
 
 
 @dataclass
@@ -33,7 +35,8 @@ class Services:
 def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
     home = tmp_path_factory.mktemp("hostile")
     builder = (Stack(home).with_redis()
-               .with_store(CLEPSYDRA_STORE_MAX_REQUEST_BYTES=str(LIMIT_BYTES))
+               .with_store(CLEPSYDRA_STORE_MAX_REQUEST_BYTES=str(LIMIT_BYTES),
+                           CLEPSYDRA_STORE_MAX_BODY_BYTES=str(BODY_LIMIT_BYTES))
                .with_retry(CLEPSYDRA_DELAY_LEVELS=LEVELS_1S,
                            CLEPSYDRA_RETRY_MAX_REQUEST_BYTES=str(LIMIT_BYTES)))
     with builder.start() as stack:
@@ -128,7 +131,7 @@ def test_over_long_request_line_and_headers_answer_json(services: Services) -> N
 
 def test_the_same_bad_request_gets_the_same_answer_from_every_service(
         services: Services) -> None:
-    # issue 13.1: one error table; the retry service had no body limit and other codes
+    # one error table (docs/contracts.md): the retry service had no body limit and other codes
     def answers(url: str, post_path: str) -> list[tuple[int, str]]:
         calls = [
             requests.get(f"{url}/nope", timeout=10),
@@ -145,10 +148,40 @@ def test_the_same_bad_request_gets_the_same_answer_from_every_service(
     store = answers(services.store, f"/v1/topics/{TOPIC}/messages")
     retry = answers(services.retry, f"/v1/groups/{GROUP}/send-back")
     assert store == retry == [(404, "NOT_FOUND"), (405, "METHOD_NOT_ALLOWED"),
-                              (400, "INVALID_JSON"), (413, "REQUEST_TOO_LARGE")]
+                              (400, "INVALID_JSON"), (413, "BODY_TOO_LARGE")]
     too_big = requests.post(f"{services.retry}/v1/groups/{GROUP}/send-back",
                             data=b"x" * (LIMIT_BYTES + 1), timeout=30).json()
     assert "CLEPSYDRA_RETRY_MAX_REQUEST_BYTES" in too_big["message"]
+    assert_up(services)
+
+
+def test_a_body_over_either_limit_is_413_body_too_large_everywhere(services: Services) -> None:
+    # SPEC P1, DEC-too-large-413: a message body over the store's largest (the request under
+    # its limit), a request over the store's limit, a request over the retry service's limit,
+    # a send-back batch over it: one status, one code, nothing stored or sent back
+    def parked() -> int:  # a send-back's copy is parked at a delay level (SPEC S1, R7)
+        levels = requests.get(f"{services.store}/v1/schedule/levels", timeout=10).json()
+        return sum(int(level["maxOffset"]) for level in levels["levels"])
+
+    before, parked_before = stored_count(services), parked()
+    calls = [
+        requests.post(f"{services.store}/v1/topics/{TOPIC}/messages",
+                      json={"body": "x" * (BODY_LIMIT_BYTES + 1)}, timeout=30),
+        requests.post(f"{services.store}/v1/topics/{TOPIC}/messages/batch",
+                      json={"messages": [{"body": "a"}, {"body": "x" * (BODY_LIMIT_BYTES + 1)}]},
+                      timeout=30),
+        requests.post(f"{services.store}/v1/topics/{TOPIC}/messages",
+                      json={"body": "x" * (LIMIT_BYTES + 1)}, timeout=30),
+        requests.post(f"{services.retry}/v1/groups/{GROUP}/send-back",
+                      json={"commitLogOffset": 0, "reason": "x" * LIMIT_BYTES}, timeout=30),
+        requests.post(f"{services.retry}/v1/groups/{GROUP}/send-back/batch",
+                      json={"items": [{"commitLogOffset": 0, "reason": "x" * LIMIT_BYTES}]},
+                      timeout=30),
+    ]
+    for resp in calls:
+        assert_json_error(resp, 413, "BODY_TOO_LARGE")
+        assert "SPEC P1" in resp.json()["message"], resp.text
+    assert (stored_count(services), parked()) == (before, parked_before)
     assert_up(services)
 
 

@@ -1,4 +1,4 @@
-"""Bad input (issue 2's list): each a 4xx JSON error naming the rule, nothing stored, the
+"""Bad input: each a 4xx JSON error naming the rule, nothing stored, the
 service still up. Produce cases run twice: through the WSGI fast path and through Flask."""
 
 from __future__ import annotations
@@ -49,13 +49,18 @@ def test_pull_of_unknown_topic_is_404(client: FlaskClient, before: int) -> None:
     still_up(client, before)
 
 
-def test_body_over_4_mib_is_refused(client: FlaskClient, before: int) -> None:
-    # SPEC P1: text and base64 bodies alike
+def test_body_over_4_mib_is_413_body_too_large(client: FlaskClient, before: int) -> None:
+    # SPEC P1, DEC-too-large-413: text and base64 bodies alike, single and batch, on the
+    # Flask view and the lean WSGI path (the fixture runs both): 413 BODY_TOO_LARGE
     big = 4 * 1024 * 1024 + 1
-    assert_error(client.post(PRODUCE, json={"body": "x" * big}), 400, "BODY_TOO_LARGE", "P1")
+    assert_error(client.post(PRODUCE, json={"body": "x" * big}), 413, "BODY_TOO_LARGE", "P1")
     encoded = base64.b64encode(b"\0" * big).decode()
-    assert_error(client.post(PRODUCE, json={"bodyBase64": encoded}), 400, "BODY_TOO_LARGE",
+    assert_error(client.post(PRODUCE, json={"bodyBase64": encoded}), 413, "BODY_TOO_LARGE",
                  "P1")
+    body = assert_error(client.post(BATCH, json={"messages": [{"body": "ok"},
+                                                              {"body": "x" * big}]}),
+                        413, "BODY_TOO_LARGE", "P1")
+    assert "messages[1]" in body["message"], body  # the batch refused whole, naming the message
     still_up(client, before)
 
 
@@ -65,17 +70,37 @@ def test_body_of_exactly_4_mib_is_stored(client: FlaskClient) -> None:
 
 
 @pytest.mark.parametrize("fast_path", ["true", "false"])
-def test_request_over_the_size_limit_is_413(make_app: Callable[..., Flask],
-                                            fast_path: str) -> None:
+def test_request_over_the_size_limit_is_413_body_too_large(make_app: Callable[..., Flask],
+                                                           fast_path: str) -> None:
+    # SPEC P1, DEC-too-large-413: the request limit answers as the message-body limit does
     app = make_app(CLEPSYDRA_STORE_MAX_REQUEST_BYTES="2048", CLEPSYDRA_STORE_FAST_PATH=fast_path)
     c = app.test_client()
     c.post("/v1/topics", json={"name": TOPIC, "queues": 1})
     before = stored_count(c)
-    assert_error(c.post(PRODUCE, json={"body": "x" * 4096}), 413, "REQUEST_TOO_LARGE")
+    body = assert_error(c.post(PRODUCE, json={"body": "x" * 4096}), 413, "BODY_TOO_LARGE", "P1")
+    assert "CLEPSYDRA_STORE_MAX_REQUEST_BYTES" in body["message"], body
     assert_error(c.post(BATCH, json={"messages": [{"body": "x" * 4096}]}), 413,
-                 "REQUEST_TOO_LARGE")
-    assert_error(c.post("/v1/topics", data=b"{" + b" " * 4096 + b"}"), 413, "REQUEST_TOO_LARGE")
+                 "BODY_TOO_LARGE", "P1")
+    assert_error(c.post("/v1/topics", data=b"{" + b" " * 4096 + b"}"), 413, "BODY_TOO_LARGE")
     assert stored_count(c) == before
+
+
+@pytest.mark.parametrize("fast_path", ["true", "false"])
+def test_both_limits_give_one_answer(make_app: Callable[..., Flask], fast_path: str) -> None:
+    # DEC-too-large-413: a message body over CLEPSYDRA_STORE_MAX_BODY_BYTES (the request under
+    # its limit) and a request over CLEPSYDRA_STORE_MAX_REQUEST_BYTES: the same status and code
+    app = make_app(CLEPSYDRA_STORE_MAX_REQUEST_BYTES="4096", CLEPSYDRA_STORE_MAX_BODY_BYTES="100",
+                   CLEPSYDRA_STORE_FAST_PATH=fast_path)
+    c = app.test_client()
+    c.post("/v1/topics", json={"name": TOPIC, "queues": 1})
+    before = stored_count(c)
+    message = assert_error(c.post(PRODUCE, json={"body": "x" * 101}), 413, "BODY_TOO_LARGE",
+                           "P1")
+    request = assert_error(c.post(PRODUCE, json={"body": "x" * 5000}), 413, "BODY_TOO_LARGE",
+                           "P1")
+    assert "at most 100" in message["message"] and "MAX_REQUEST_BYTES" in request["message"]
+    assert c.post(PRODUCE, json={"body": "x" * 100}).status_code == 201  # at the limit: stored
+    assert stored_count(c) == before + 1
 
 
 @pytest.mark.parametrize("raw", [b"{nope", b"", b"{\"body\": \"a\"", b"\xff\xfe", b"[1, 2]",
@@ -239,7 +264,6 @@ def test_a_batch_with_one_bad_message_is_refused_whole(client: FlaskClient, befo
                       ({"bodyBase64": "!!"}, "INVALID_BASE64"),
                       ({"body": "a", "bodyBase64": "YQ=="}, "BODY_AND_BASE64"),
                       ({"body": 3}, "INVALID_REQUEST"),
-                      ({"body": "x" * (4 * 1024 * 1024 + 1)}, "BODY_TOO_LARGE"),
                       ({"body": "a", "properties": {"REAL_TOPIC": "x"}}, "INVALID_PROPERTIES")]:
         body = assert_error(client.post(BATCH, json={"messages": [good, good, bad, good]}), 400,
                             code)

@@ -132,7 +132,8 @@ def test_pipelined_produce_is_answered_in_order_on_the_poller(
 
 def test_bad_requests_get_the_same_answers_on_the_poller(
         start_store: Callable[..., HttpService]) -> None:
-    url = start_store(env={"CLEPSYDRA_STORE_MAX_REQUEST_BYTES": "2048"}).url
+    url = start_store(env={"CLEPSYDRA_STORE_MAX_REQUEST_BYTES": "2048",
+                           "CLEPSYDRA_STORE_MAX_BODY_BYTES": "1000"}).url
     create_topic(url)
     talk = Conversation(url)
     talk.send(produce(b'{"body":"warm"}'))
@@ -140,17 +141,28 @@ def test_bad_requests_get_the_same_answers_on_the_poller(
     talk.send(produce(b"{oops"))
     status, _, body = talk.answer()
     assert (status, body["error"]) == (400, "INVALID_JSON")
+    # SPEC P1, DEC-too-large-413: the request over its limit, a message body over its limit
+    # (single or in a batch): one status and one code, nothing stored
     talk.send(produce(b'{"body":"' + b"x" * 3000 + b'"}'))
     status, _, body = talk.answer()
-    assert (status, body["error"]) == (413, "REQUEST_TOO_LARGE")
+    assert (status, body["error"]) == (413, "BODY_TOO_LARGE")
     assert "CLEPSYDRA_STORE_MAX_REQUEST_BYTES" in body["message"]
+    talk.send(produce(b'{"body":"' + b"x" * 1001 + b'"}'))
+    status, _, body = talk.answer()
+    assert (status, body["error"]) == (413, "BODY_TOO_LARGE") and "SPEC P1" in body["message"]
+    talk.send(produce(b'{"messages":[{"body":"a"},{"body":"' + b"x" * 1001 + b'"}]}',
+                      batch=True))
+    status, _, body = talk.answer()
+    assert (status, body["error"]) == (413, "BODY_TOO_LARGE") and "messages[1]" in body["message"]
     talk.send(produce(b'{"body":"x","delayLevel":-1}'))
     status, _, body = talk.answer()
     assert (status, body["error"]) == (400, "INVALID_DELAY_LEVEL")
     talk.send(produce(b'{"body":"still served"}'))
     assert talk.answer()[0] == 201
+    talk.send(get(f"/v1/topics/{TOPIC}"))
+    assert talk.answer()[2]["queues"][0]["maxOffset"] == 2  # "warm" and "still served" only
     talk.close()
-    assert poller_answers(url) == 4
+    assert poller_answers(url) == 6
 
 
 def test_access_control_on_the_poller(start_store: Callable[..., HttpService]) -> None:

@@ -169,7 +169,7 @@ def test_the_lean_path_answers_the_timer_handover(make_app: object) -> None:
     assert results["true"] == results["false"]
     (ok, _), (bad, unknown), (big, over), (again, _), (_, metrics) = results["true"]
     assert (ok, bad, unknown["error"], big, over["error"], again) == (
-        200, 400, "INVALID_REQUEST", 413, "REQUEST_TOO_LARGE", 200)
+        200, 400, "INVALID_REQUEST", 413, "BODY_TOO_LARGE", 200)  # DEC-too-large-413
     assert results["true"][0][1]["delivered"] == 1 and results["true"][3][1]["delivered"] == 0
     assert sorted(metrics["counted"]) == ["1.0", "1.0", "2.0"]  # type: ignore[call-overload]
     for fast in ("true", "false"):

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from clepsydra_core.errors import (
+    BodyTooLarge,
     Forbidden,
     GroupNotFound,
     MessageNotFound,
@@ -40,6 +41,7 @@ def test_topic_segments_are_percent_encoded() -> None:
     (400, "OFFSET_OUT_OF_RANGE", OffsetOutOfRange),
     (400, "INVALID_DELAY_LEVEL", ValidationError),
     (409, "TOPIC_CONFLICT", ValidationError),
+    (413, "BODY_TOO_LARGE", BodyTooLarge),  # DEC-too-large-413
     (404, "SOMETHING", NotFound),
     (503, None, Unavailable),
     (500, "SYSTEM_ERROR", RemoteError),

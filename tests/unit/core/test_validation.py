@@ -49,7 +49,7 @@ def test_body_at_most_4_mib() -> None:  # SPEC P1
     assert validate_body(b"") == b""
     with pytest.raises(ValidationError) as info:
         validate_body(body + b"\0")
-    assert info.value.code == "BODY_TOO_LARGE"
+    assert (info.value.code, info.value.http_status) == ("BODY_TOO_LARGE", 413)  # DEC-too-large-413
     with pytest.raises(ValidationError):
         validate_body(b"12345", max_body_bytes=4)
 

@@ -11,6 +11,7 @@ import pytest
 from clepsydra_core import properties as P
 from clepsydra_core.errors import (
     AlreadyDelivered,
+    BodyTooLarge,
     Forbidden,
     MessageNotFound,
     TopicNotFound,
@@ -18,6 +19,7 @@ from clepsydra_core.errors import (
     Unavailable,
     ValidationError,
 )
+from clepsydra_core.http import error_from_response
 from clepsydra_core.levels import DelayLevels
 from clepsydra_gateway.consume import _one_per_group
 from clepsydra_gateway.mapping import (
@@ -111,6 +113,10 @@ def test_backoff_is_the_retry_ladder_of_the_level_table() -> None:
     (Unauthorized("u"), Status.UNAUTHORIZED),
     (Forbidden("f"), Status.FORBIDDEN),
     (ValidationError("big", code="BODY_TOO_LARGE"), Status.MESSAGE_BODY_TOO_LARGE),
+    (BodyTooLarge("big", rule="P1"), Status.MESSAGE_BODY_TOO_LARGE),
+    # the store's 413 as the one HTTP client reads it (DEC-too-large-413)
+    (error_from_response(413, {"error": "BODY_TOO_LARGE", "message": "big"}, "store"),
+     Status.MESSAGE_BODY_TOO_LARGE),
     (ValidationError("deliverAt is far", rule="T1"), Status.ILLEGAL_DELIVERY_TIME),
     (ValidationError("p", code="INVALID_PROPERTIES"), Status.ILLEGAL_MESSAGE_PROPERTY_KEY),
     (ValidationError("x"), Status.BAD_REQUEST),

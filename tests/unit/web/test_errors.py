@@ -44,3 +44,23 @@ def test_a_5xx_clepsydra_error_is_logged(caplog: pytest.LogCaptureFixture) -> No
         status, _body = error_answer(err)
     assert status == err.http_status >= 500
     assert any("disk gone" in r.getMessage() for r in caplog.records)
+
+
+def test_a_body_over_either_limit_is_one_413_and_one_code() -> None:
+    # SPEC P1, DEC-too-large-413: the request limit's answer, the message limit's, Werkzeug's
+    # 413 and the OpenAPI documents' 413 all say BODY_TOO_LARGE
+    from clepsydra_core.errors import BodyTooLarge
+    from clepsydra_core.validation import validate_body
+    from clepsydra_web.errors import http_code, request_too_large
+    from clepsydra_web.openapi import ERROR_TEXT
+
+    over_request = request_too_large(2048, "CLEPSYDRA_STORE_MAX_REQUEST_BYTES")
+    with pytest.raises(BodyTooLarge) as info:
+        validate_body(b"12345", max_body_bytes=4)
+    answers = [error_answer(over_request), error_answer(info.value)]
+    assert [(status, orjson.loads(body)["error"]) for status, body in answers] == [
+        (413, "BODY_TOO_LARGE"), (413, "BODY_TOO_LARGE")]
+    assert all("SPEC P1" in orjson.loads(body)["message"] for _, body in answers)
+    assert "CLEPSYDRA_STORE_MAX_REQUEST_BYTES" in over_request.message
+    assert http_code(413) == BodyTooLarge.code and isinstance(over_request, ValidationError)
+    assert ERROR_TEXT[413].startswith("BODY_TOO_LARGE")

@@ -44,6 +44,16 @@ class ValidationError(ClepsydraError):
             self.code = code
 
 
+class BodyTooLarge(ValidationError):
+    """A body over its limit (SPEC P1): a message body over the largest message size, or a
+    whole HTTP request body over a service's request limit (the message names which limit,
+    and the setting that sets it). 413 with this one code from every service and every way
+    in; nothing was stored (DEC-too-large-413)."""
+
+    code = "BODY_TOO_LARGE"
+    http_status = 413
+
+
 class NotFound(ClepsydraError):
     """Base of the 404s."""
 

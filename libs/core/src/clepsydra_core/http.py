@@ -36,6 +36,7 @@ import orjson
 from clepsydra_core import telemetry
 from clepsydra_core.errors import (
     AlreadyDelivered,
+    BodyTooLarge,
     ClepsydraError,
     DiskFull,
     Forbidden,
@@ -65,10 +66,10 @@ Json = dict[str, Any]
 _BY_CODE: dict[str, type[ClepsydraError]] = {
     cls.code: cls for cls in (TopicNotFound, MessageNotFound, GroupNotFound, NoPermission,
                               Forbidden, OffsetOutOfRange, Unavailable, DiskFull,
-                              Unauthorized, RateLimited, AlreadyDelivered)}
+                              Unauthorized, RateLimited, AlreadyDelivered, BodyTooLarge)}
 _BY_STATUS: dict[int, type[ClepsydraError]] = {
     400: ValidationError, 401: Unauthorized, 403: Forbidden, 404: NotFound, 409: ValidationError,
-    413: ValidationError, 414: ValidationError, 422: ValidationError, 431: ValidationError,
+    413: BodyTooLarge, 414: ValidationError, 422: ValidationError, 431: ValidationError,
     429: RateLimited, 503: Unavailable,
 }
 _JSON_HEADERS = {"Content-Type": "application/json"}

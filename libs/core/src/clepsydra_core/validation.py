@@ -7,7 +7,7 @@ import re
 
 from clepsydra_core import naming
 from clepsydra_core import properties as P
-from clepsydra_core.errors import Forbidden, ValidationError
+from clepsydra_core.errors import BodyTooLarge, Forbidden, ValidationError
 
 TOPIC_MAX_LEN = 127
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -67,8 +67,7 @@ def check_consumable(topic: str) -> None:
 
 def validate_body(body: bytes, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> bytes:
     if len(body) > max_body_bytes:
-        raise ValidationError(f"body is {len(body)} bytes, at most {max_body_bytes}",
-                              rule="P1", code="BODY_TOO_LARGE")
+        raise BodyTooLarge(f"body is {len(body)} bytes, at most {max_body_bytes}", rule="P1")
     return body
 
 

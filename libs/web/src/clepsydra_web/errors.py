@@ -13,7 +13,7 @@ from flask import Flask, Response
 from gunicorn.http.errors import ParseException
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from clepsydra_core.errors import ClepsydraError, ValidationError
+from clepsydra_core.errors import BodyTooLarge, ClepsydraError, ValidationError
 
 logger = logging.getLogger(__name__)
 
@@ -25,7 +25,7 @@ HTTP_CODES: Mapping[int, str] = {
     403: "FORBIDDEN",
     404: "NOT_FOUND",
     405: "METHOD_NOT_ALLOWED",
-    413: "REQUEST_TOO_LARGE",
+    413: BodyTooLarge.code,  # one code for every body over a limit (DEC-too-large-413)
     414: "URI_TOO_LONG",
     415: "UNSUPPORTED_MEDIA_TYPE",
     417: "EXPECTATION_FAILED",
@@ -45,12 +45,12 @@ def error_body(status: int, message: str, code: str | None = None) -> bytes:
     return orjson.dumps({"error": code or http_code(status), "message": message})
 
 
-def request_too_large(limit_bytes: int, setting: str) -> ClepsydraError:
-    """The 413 for a request body over ``limit_bytes`` (the ``setting`` that sets it)."""
-    err = ClepsydraError(f"request body is larger than {limit_bytes} bytes ({setting})",
-                         rule="P1")
-    err.code, err.http_status = http_code(413), 413
-    return err
+def request_too_large(limit_bytes: int, setting: str) -> BodyTooLarge:
+    """The 413 for a request body over ``limit_bytes`` (the ``setting`` that sets it): the
+    same status and code as a message body over the largest message size
+    (DEC-too-large-413)."""
+    return BodyTooLarge(f"request body is larger than {limit_bytes} bytes ({setting})",
+                        rule="P1")
 
 
 def error_response(status: int, body: bytes) -> Response:

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from clepsydra_core.errors import BodyTooLarge
 from clepsydra_core.wire.codec import WireValue
 from clepsydra_core.wire.errors import ErrorAnswer
 from clepsydra_core.wire.schema import nested_types, object_schema
@@ -35,7 +36,8 @@ ERROR_TEXT: Mapping[int, str] = {
     404: "no such resource (topic, message, group, route), or a queue or offset the topic "
          "does not have (OFFSET_OUT_OF_RANGE)",
     409: "the resource exists with other settings",
-    413: "REQUEST_TOO_LARGE: the body is over the service's request limit",
+    413: f"{BodyTooLarge.code} (SPEC P1): a message body over the largest message size, or the "
+         "request body over the service's request limit; nothing was stored",
     414: "URI_TOO_LONG: the request line (path and query) is over the server's limit",
     502: "a service this one calls answered an error",
     503: "a service this one depends on did not answer; try again later",

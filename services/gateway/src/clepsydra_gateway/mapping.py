@@ -31,6 +31,7 @@ from clepsydra_core import naming
 from clepsydra_core import properties as P
 from clepsydra_core.errors import (
     AlreadyDelivered,
+    BodyTooLarge,
     ClepsydraError,
     DiskFull,
     Forbidden,
@@ -321,7 +322,7 @@ def status_of(error: ClepsydraError) -> Status:
     if isinstance(error, RateLimited):
         return Status.TOO_MANY_REQUESTS
     if isinstance(error, ValidationError) or 400 <= getattr(error, "http_status", 500) < 500:
-        if code == "BODY_TOO_LARGE":
+        if code == BodyTooLarge.code:
             return Status.MESSAGE_BODY_TOO_LARGE
         if error.rule == "T1" or "deliverAt" in error.message:
             return Status.ILLEGAL_DELIVERY_TIME

@@ -2,7 +2,7 @@
 
 The service is stateless (settings and DLQ state in Redis), so CLEPSYDRA_RETRY_WORKERS may be
 any number; each worker builds its own app after the fork (tracing initialised per process).
-The master imports neither Flask nor the app (issue 14, the stack's memory at rest). With
+The master imports neither Flask nor the app (the stack's memory at rest). With
 CLEPSYDRA_SINGLE_PROCESS (``make run``) and one worker, the worker runs in this process,
 without a master (clepsydra_web.server.GunicornServer.run_in_process).
 """

@@ -1,4 +1,4 @@
-"""Who may call which route of the retry service (issue 16; clepsydra_web.auth): a consumer
+"""Who may call which route of the retry service (clepsydra_web.auth): a consumer
 sends back for its groups, an admin manages groups and DLQs; the roles are clepsydra_core.auth's.
 """
 

@@ -135,7 +135,7 @@ dlq_bp = Blueprint("dlq", __name__)
 
 class DlqItemConverter(BaseConverter):
     """``/dlq/<msgId>``: any segment but the DLQ's own routes, so ``/dlq/purge`` is not also
-    a msgId whose GET would be advertised in its ``Allow`` (issue 12.10); a segment that is not
+    a msgId whose GET would be advertised in its ``Allow``; a segment that is not
     a msgId still reaches the route and is a 400 INVALID_MSG_ID."""
 
     regex = "(?!(?:purge|resend|audit)$)[^/]+"

@@ -60,7 +60,7 @@ def create_app(settings: RetrySettings, *, groups: GroupStore | None = None,
                                          registry=lambda: registry))
     app.before_request(api.start_timer)
     app.after_request(api.observe)
-    # A span per request, a child of the caller's traceparent (issue 19); the send-back
+    # A span per request, a child of the caller's traceparent (SPEC O1); the send-back
     # routes also make one retry.send_back span per message (sendback.py).
     ServerTracing("retry").install(app)
     auth.install(app, settings.common.auth, RETRY_ACCESS, service="retry service")

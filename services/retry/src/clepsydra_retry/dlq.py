@@ -10,7 +10,7 @@ list, and each resent message carries the resend in its ``RESEND_HISTORY``.
 
 A resend goes into the group's own retry topic by default (``%RETRY%<group>``, as RocketMQ
 redelivers through it): only that group consumes it again. ``target: "origin"`` puts it back on
-its original topic instead, where every group subscribed to that topic receives it (issue 20.5).
+its original topic instead, where every group subscribed to that topic receives it (SPEC R16).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ from clepsydra_retry import policy
 from clepsydra_retry.dlq_filter import DlqAction, matches, parse_action
 from clepsydra_retry.dlq_state import DlqState, Floor
 from clepsydra_retry.groups import GroupStore
-from clepsydra_retry.store_client import StoreClient, StoreShards
+from clepsydra_retry.ports import ShardStore, Stores
 
 logger = logging.getLogger(__name__)
 _E = TypeVar("_E", bound=WireValue)
@@ -63,7 +63,7 @@ _E = TypeVar("_E", bound=WireValue)
 
 class NoRetryTopic(ClepsydraError):
     """A resend into the retry topic of a group that has none (retryQueueNums 0, R2): the
-    request is well formed, the group's state refuses it (issue 12.10)."""
+    request is well formed, the group's state refuses it."""
 
     code = "NO_RETRY_TOPIC"
     http_status = 409
@@ -97,12 +97,12 @@ class DlqToolkit:
     shard's part written there, a shard that does not answer (or refuses writes, drained)
     named in the result's ``failed`` while the others are done."""
 
-    def __init__(self, store: StoreClient | StoreShards, groups: GroupStore, state: DlqState,
+    def __init__(self, stores: Stores, groups: GroupStore, state: DlqState,
                  levels: DelayLevels, *, batch: int = 1000, audit_max: int = 10_000,
                  rng: random.Random | None = None,
                  clock_ms: Callable[[], int] | None = None,
                  sleep: Callable[[float], None] = time.sleep) -> None:
-        self._stores = store if isinstance(store, StoreShards) else StoreShards(store)
+        self._stores = stores
         self._groups = groups
         self._state = state
         self._levels = levels
@@ -114,13 +114,13 @@ class DlqToolkit:
         self._prefetcher = ThreadPoolExecutor(max_workers=2, thread_name_prefix="dlq-prefetch")
 
     # ---- reading ---------------------------------------------------------------------------
-    def _shards(self) -> list[tuple[int, StoreClient]]:
+    def _shards(self) -> list[tuple[int, ShardStore]]:
         """Every store shard's (id, client); with one shard, the store's."""
         if not self._stores.clustered:
             return [(0, self._stores.of(0))]
         return [(shard, self._stores.of(shard)) for shard in self._stores.ids()]
 
-    def _bounds(self, group: str, store: StoreClient) -> tuple[int, int]:
+    def _bounds(self, group: str, store: ShardStore) -> tuple[int, int]:
         """(minOffset, maxOffset) of the DLQ queue; (0, 0) while the group has no DLQ."""
         info = store.topic(naming.dlq_topic(group))
         if info is None:
@@ -130,13 +130,13 @@ class DlqToolkit:
                 return queue.min_offset, queue.max_offset
         return 0, 0
 
-    def _pull(self, store: StoreClient, group: str, offset: int, end: int,
+    def _pull(self, store: ShardStore, group: str, offset: int, end: int,
               with_body: bool) -> tuple[list[StoredMessage], int]:
         page = store.pull(naming.dlq_topic(group), 0, offset, min(PULL_MAX, end - offset),
                           with_body=with_body)
         return [m for m in page.messages if m.queue_offset < end], page.next_offset
 
-    def _pages(self, store: StoreClient, group: str, start: int, end: int, *,
+    def _pages(self, store: ShardStore, group: str, start: int, end: int, *,
                prefetch: bool = False, with_body: bool = False
                ) -> Iterator[list[StoredMessage]]:
         """Raw DLQ messages of queue offsets [start, end), a pull at a time, headers only
@@ -206,7 +206,7 @@ class DlqToolkit:
                 return DlqPage(found, 0, 0, todo[position + 1], unreachable or None)
         return DlqPage(found, next_offset, high, None, unreachable or None)
 
-    def _list_shard(self, store: StoreClient, group: str, shard: int,
+    def _list_shard(self, store: ShardStore, group: str, shard: int,
                     queue_offset: int | None, max_count: int, flt: DlqFilter
                     ) -> tuple[list[DlqMessage], int, int]:
         floor = self._state.floor(group, shard)
@@ -321,7 +321,7 @@ class DlqToolkit:
                     [f.shard for f in failed], client)
         return result
 
-    def _resend_shard(self, store: StoreClient, shard: int, group: str,
+    def _resend_shard(self, store: ShardStore, shard: int, group: str,
                       settings: GroupSettings, action: DlqAction,
                       located: list[StoredMessage] | None, progress: _Progress,
                       history: dict[str, str]) -> None:
@@ -334,7 +334,7 @@ class DlqToolkit:
                                               settings.retry_queue_nums)
         self._resend(store, shard, group, action, located, retry_queues, progress, history)
 
-    def _resend(self, store: StoreClient, shard: int, group: str, action: DlqAction,
+    def _resend(self, store: ShardStore, shard: int, group: str, action: DlqAction,
                 located: list[StoredMessage] | None, retry_queues: int, progress: _Progress,
                 history: dict[str, str]) -> None:
         floor = self._state.floor(group, shard)
@@ -371,7 +371,7 @@ class DlqToolkit:
             if contiguous and high > 0:
                 self._raise_floor(store, shard, group, high)
 
-    def _resend_ranges(self, store: StoreClient, shard: int, group: str, action: DlqAction,
+    def _resend_ranges(self, store: ShardStore, shard: int, group: str, action: DlqAction,
                        floor: Floor, progress: _Progress, history: dict[str, str]) -> None:
         """Resend all, nothing hidden one by one, no rate limit: the store copies the DLQ a
         range at a time (``/v1/internal/copy-range``), no message crosses the wire. The floor
@@ -406,7 +406,7 @@ class DlqToolkit:
         if contiguous and high > 0:
             self._raise_floor(store, shard, group, high)
 
-    def _origin_problem(self, store: StoreClient, message: StoredMessage, action: DlqAction,
+    def _origin_problem(self, store: ShardStore, message: StoredMessage, action: DlqAction,
                         origins: dict[str, bool]) -> str | None:
         if action.target == "retry":
             return None
@@ -435,7 +435,7 @@ class DlqToolkit:
         return CopyItem(offset, props[P.RETRY_TOPIC], reconsume_times=0,
                         remove_properties=removes, append_properties=history)
 
-    def _resend_chunked(self, store: StoreClient, shard: int, group: str,
+    def _resend_chunked(self, store: ShardStore, shard: int, group: str,
                         messages: list[StoredMessage], action: DlqAction, retry_queues: int,
                         progress: _Progress, started: float, history: dict[str, str], *,
                         floor_up: bool = False) -> None:
@@ -483,7 +483,7 @@ class DlqToolkit:
                     [f.shard for f in failed], client)
         return PurgeResult(count, failed or None)
 
-    def _purge_shard(self, store: StoreClient, shard: int, group: str,
+    def _purge_shard(self, store: ShardStore, shard: int, group: str,
                      action: DlqAction) -> int:
         """One shard's purge; how many it hid (all: counted before, by ``depth``)."""
         floor = self._state.floor(group, shard)
@@ -499,7 +499,7 @@ class DlqToolkit:
             count += len(chosen)
         return count
 
-    def _raise_floor(self, store: StoreClient, shard: int, group: str, high: int) -> None:
+    def _raise_floor(self, store: ShardStore, shard: int, group: str, high: int) -> None:
         """Floor at ``high`` (one past the last entry seen), then forget hidden msgIds below."""
         if high <= 0:
             return

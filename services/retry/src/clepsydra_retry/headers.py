@@ -21,7 +21,7 @@ from clepsydra_core import naming
 from clepsydra_core.errors import ClepsydraError, MessageNotFound, Unavailable
 from clepsydra_core.wire.messages import StoredMessage
 from clepsydra_retry.policy import StoredHeaders
-from clepsydra_retry.store_client import StoreClient
+from clepsydra_retry.ports import MessageReader
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ def _runs(offsets: list[int]) -> list[tuple[int, int]]:
 
 
 class HeaderReader:
-    def __init__(self, store: StoreClient, parallel: int = 4,
+    def __init__(self, store: MessageReader, parallel: int = 4,
                  pool: ThreadPoolExecutor | None = None) -> None:
         """``pool``: the threads that read several headers at once (shared by the readers of
         several store shards); its own ``parallel`` ones when None."""

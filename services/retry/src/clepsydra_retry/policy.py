@@ -46,7 +46,7 @@ class StoredHeaders:
     """What the decision needs of the stored message (its headers; the body stays in the store)."""
 
     msg_id: str
-    """The message's unique id, the same in every copy (issue 20.4)."""
+    """The message's unique id, the same in every copy."""
     topic: str
     commitlog_offset: int
     reconsume_times: int

@@ -31,7 +31,7 @@ from clepsydra_retry import policy
 from clepsydra_retry.groups import GroupStore
 from clepsydra_retry.headers import HeaderReader, Locator, pick
 from clepsydra_retry.policy import Decision, Outcome, StoredHeaders
-from clepsydra_retry.store_client import StoreClient, StoreShards
+from clepsydra_retry.ports import ShardStore, Stores
 
 logger = logging.getLogger(__name__)
 _tracer = trace.get_tracer("clepsydra_retry")
@@ -65,7 +65,7 @@ def parse_request(body: object) -> tuple[Locator, SendBackRequest]:
         raise ValidationError("send-back needs msgId or commitLogOffset", rule="R1",
                               code="INVALID_REQUEST")
     if msg_id is not None:
-        # the message's msgId (its unique id, issue 20.4) or one copy's offsetMsgId; without
+        # the message's msgId (its unique id) or one copy's offsetMsgId; without
         # commitLogOffset the copy is found by the store's look-up by msgId (headers.pick)
         msg_id = check_id(msg_id)
     hint = (_text(request.topic, "topic", 127), request.queue_id, request.queue_offset)
@@ -85,7 +85,7 @@ def _start_span(headers: StoredHeaders, group: str, request: SendBackRequest, de
     """``retry.send_back``: a child of the consume attempt that failed - the item's
     ``traceparent`` (a batch gathers several consumers' send-backs), else the request's
     (``caller``), else the message's own context - linked to the message's own trace when
-    that is another one (SPEC O1, issue 19). Runs per message: properties parsed once."""
+    that is another one (SPEC O1). Runs per message: properties parsed once."""
     message = telemetry.extract(headers.properties)
     carried = trace.get_current_span(message).get_span_context()
     attempt = request.traceparent or caller
@@ -108,22 +108,22 @@ def _start_span(headers: StoredHeaders, group: str, request: SendBackRequest, de
 
 
 class SendBackService:
-    def __init__(self, groups: GroupStore, store: StoreClient | StoreShards, levels: DelayLevels,
+    def __init__(self, groups: GroupStore, stores: Stores, levels: DelayLevels,
                  *, history_max: int = policy.HISTORY_MAX_ENTRIES,
                  rng: random.Random | None = None,
                  clock_ms: Callable[[], int] | None = None,
                  auto_create_groups: bool = True) -> None:
         self._groups = groups
         self._auto_create = auto_create_groups
-        self._stores = store if isinstance(store, StoreShards) else StoreShards(store)
+        self._stores = stores
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="retry-headers")
-        self._readers: dict[int, tuple[StoreClient, HeaderReader]] = {}
+        self._readers: dict[int, tuple[ShardStore, HeaderReader]] = {}
         self._levels = levels
         self._history_max = history_max
         self._rng = rng or random.Random()
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
 
-    def _reader(self, store: StoreClient) -> HeaderReader:
+    def _reader(self, store: ShardStore) -> HeaderReader:
         """The header reader of one shard's store (one thread pool for all of them)."""
         known = self._readers.get(id(store))
         if known is None or known[0] is not store:
@@ -201,15 +201,19 @@ class SendBackService:
 
     def _placed(self, group: str, item: tuple[Locator, SendBackRequest]
                 ) -> tuple[int, tuple[Locator, SendBackRequest]]:
-        """The store shard an item's message is on (DEC-store-shards): the one it names, or
-        its offsetMsgId's; a msgId alone (the message's unique id) is looked up on every shard
-        and the copy the group consumed chosen (headers.pick), its offset then named."""
+        """The store shard an item's message is on (DEC-store-shards): the one it names; with
+        a commitLogOffset, the shard its offsetMsgId names (DEC-shard-in-msgid), else 0; a
+        msgId alone is looked up (the store sends an offsetMsgId's look-up straight to its
+        shard, a unique id's to every shard) and the copy the group consumed chosen
+        (headers.pick), its offset then named. A unique id is 32 hex digits too, its pid where
+        an offsetMsgId has the shard: read as an offsetMsgId it would name a shard at random
+        (a producer that is pid 1 in its container names shard 1)."""
         locator, request = item
         if request.shard is not None:
             return request.shard, item
-        named = shard_of_offset_msg_id(locator.msg_id or "")
-        if named is not None or locator.commitlog_offset is not None:
-            return named or 0, item
+        if locator.commitlog_offset is not None:
+            named = shard_of_offset_msg_id(locator.msg_id or "")
+            return (named if named in self._stores.ids() else 0), item
         copies = self._stores.bootstrap.copies(locator.msg_id or "")
         chosen = pick(copies, locator, group)
         if chosen is None:
@@ -217,7 +221,7 @@ class SendBackService:
         located = replace(locator, commitlog_offset=chosen.commitlog_offset)
         return chosen.shard or 0, (located, request)
 
-    def _on_shard(self, store: StoreClient, group: str, settings: GroupSettings,
+    def _on_shard(self, store: ShardStore, group: str, settings: GroupSettings,
                   parsed: list[tuple[Locator, SendBackRequest] | ClepsydraError], single: bool,
                   traceparent: str | None) -> list[SendBackAnswer | ErrorAnswer]:
         """R2 (2) on, for the items of one store shard, written there."""
@@ -260,7 +264,7 @@ class SendBackService:
         assert len(done) == len(results)  # every item has its answer or its error
         return done
 
-    def _write(self, store: StoreClient, group: str,
+    def _write(self, store: ShardStore, group: str,
                pending: list[tuple[int, StoredHeaders, SendBackRequest, Decision]],
                caller: str | None) -> list[tuple[int, SendBackAnswer]]:
         if any(d.outcome == Outcome.DLQ for _, _, _, d in pending):

@@ -29,7 +29,8 @@ class RetrySettings:
     audit_max: int
     """Audit records kept per group (oldest dropped)."""
     max_request_bytes: int
-    """Largest request body (413 REQUEST_TOO_LARGE above it, naming the variable)."""
+    """Largest request body (413 BODY_TOO_LARGE above it, naming the variable,
+    DEC-too-large-413)."""
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> RetrySettings:

@@ -2,8 +2,8 @@
 over the one HTTP client of clepsydra_core.http: a keep-alive session per request thread, the
 current span's trace context on every call, the store's ``{"error", "message"}`` answers as
 the matching ``ClepsydraError``; a store that does not answer is ``Unavailable`` (503). Every
-answer is read through the wire type the store writes it with (:mod:`clepsydra_core.wire`,
-issue 13.1); one that does not read is a ``RemoteError`` naming the field.
+answer is read through the wire type the store writes it with (:mod:`clepsydra_core.wire`);
+one that does not read is a ``RemoteError`` naming the field.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class StoreClient:
         """(status, JSON answer); the store's errors as the error tree (clepsydra_core.http),
         passed on with their code: a store 5xx other than 503 and 507 as 502 (the store
         failed, not this service); 507 DISK_FULL as it is (the store refuses writes past its
-        disk high-water mark, issue 12.8); a NO_PERMISSION answer also marks the store not
+        disk high-water mark); a NO_PERMISSION answer also marks the store not
         writable (R2)."""
         try:
             return self._http.request_status(method, path, params=params, json=json_body)

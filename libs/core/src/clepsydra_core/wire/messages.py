@@ -27,7 +27,7 @@ class StoredMessage(WireValue):
     neither with ``body=false``."""
 
     msg_id: str = field(metadata=wire_meta(doc="the message's unique id, the same in every "
-                                               "copy (issue 20.4)"))
+                                               "copy"))
     offset_msg_id: str = field(metadata=wire_meta(doc="this copy's place: store host + "
                                                       "CommitLog offset"))
     topic: str
@@ -57,7 +57,7 @@ class MessageList(WireValue):
     """Every stored message that matches, as a list even for a look-up by msgId (issue 12.11):
     one message has several stored copies - the copy parked in the schedule topic (S1) and the
     one delivered from it (D4), each retry of a send-back (R3), its dead letter (R6), its
-    resends - which keep the message's msgId (its ``UNIQ_KEY``, issue 20.4), so a look-up by
+    resends - which keep the message's msgId (its ``UNIQ_KEY``), so a look-up by
     msgId answers every copy, oldest first; each copy's own place is its ``offsetMsgId``."""
 
     messages: list[StoredMessage]

@@ -27,7 +27,7 @@ from opentelemetry import trace
 
 from clepsydra_core import naming, telemetry, validation
 from clepsydra_core import properties as P
-from clepsydra_core.errors import ClepsydraError, ValidationError
+from clepsydra_core.errors import BodyTooLarge, ClepsydraError, ValidationError
 from clepsydra_core.msgid import pack_host
 from clepsydra_core.validation import properties_settable
 from clepsydra_core.wire.produce import (
@@ -85,8 +85,7 @@ def decode_body(text: str | None, encoded: str | None, max_body_bytes: int) -> b
     and ``encoded``, valid base64, given); P1 size limit."""
     if encoded is not None:
         if len(encoded) > (max_body_bytes // 3 + 1) * 4 + 4:
-            raise ValidationError(f"body is more than {max_body_bytes} bytes", rule="P1",
-                                  code="BODY_TOO_LARGE")
+            raise BodyTooLarge(f"body is more than {max_body_bytes} bytes", rule="P1")
         try:
             body = base64.b64decode(encoded, validate=True)
         except (binascii.Error, ValueError) as exc:

@@ -26,7 +26,7 @@ from typing import NamedTuple
 from zlib import crc32
 
 from clepsydra_core import properties as P
-from clepsydra_core.errors import ValidationError
+from clepsydra_core.errors import BodyTooLarge
 from clepsydra_core.properties import NAME_LEN, VALUE_LEN, name_field
 from clepsydra_core.records import (
     HEADER_SIZE,
@@ -116,10 +116,10 @@ def relocated_header(raw: bytes, commitlog_offset: int) -> bytes:
                        born_ts, born_host, store_ts, store_host, reconsume, body_len)
 
 
-def record_too_large(size: int, segment_size_bytes: int) -> ValidationError:
+def record_too_large(size: int, segment_size_bytes: int) -> BodyTooLarge:
     """P1: a record that cannot fit a CommitLog segment (its end marker's room kept)."""
-    return ValidationError(f"message of {size} bytes does not fit a CommitLog segment of "
-                           f"{segment_size_bytes} bytes", rule="P1", code="BODY_TOO_LARGE")
+    return BodyTooLarge(f"message of {size} bytes does not fit a CommitLog segment of "
+                        f"{segment_size_bytes} bytes", rule="P1")
 
 
 class Prepared(NamedTuple):
