@@ -125,6 +125,14 @@ def test_look_ups_from_any_shard_find_a_message_where_it_is(cluster: Cluster) ->
         timeline = cluster.get(0, f"/v1/messages/{msg_id}/history")
         assert timeline.status_code == 200, timeline.text
         assert stored[2]["offsetMsgId"] in timeline.text
+    # a unique id shaped as an offsetMsgId of shard 2 (its pid field 0002), stored on shard 0:
+    # found though the shard it seems to name holds nothing
+    lookalike = "7F000001" + "0002" + "0" * 20
+    assert shard_of_offset_msg_id(lookalike) == 2
+    cluster.produce(0, TOPIC, body="pid 2", properties={"UNIQ_KEY": lookalike})
+    for asked in range(SHARDS):
+        found = cluster.get(asked, f"/v1/messages/{lookalike}").json()["messages"]
+        assert [(m["shard"], m["body"]) for m in found] == [(0, "pid 2")]
     by_key = cluster.get(2, "/v1/messages", params={"topic": TOPIC, "key": "k7"}).json()
     assert sorted(m["shard"] for m in by_key["messages"]) == [0, 1, 2]
     assert "unreachable" not in by_key

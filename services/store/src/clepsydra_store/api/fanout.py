@@ -192,11 +192,25 @@ def looked_up(handler: Handler) -> Handler:
 def _ask_holder(cluster: Cluster, handler: Handler, c: StoreContext, call: Call,
                 ) -> dict[int, Answer | ClepsydraError]:
     """The handler on the shard the request's offsetMsgId names (DEC-shard-in-msgid), else - a
-    unique msgId, a key, an id of no shard of this cluster - on every shard."""
+    unique msgId, a key, an id of no shard of this cluster - on every shard. A unique msgId
+    has the offsetMsgId's shape (its producer's pid where an offsetMsgId has the shard): when
+    the shard it seems to name holds nothing (or does not answer), the others are asked too."""
     named = shard_of_offset_msg_id(call.args.get("msgId") or "")
-    if named is not None and named not in (cluster.shard_id, *cluster.peers.ids):
-        named = None
-    return _ask(cluster, handler, c, call, None if named is None else [named])
+    if named is None or named not in (cluster.shard_id, *cluster.peers.ids):
+        return _ask(cluster, handler, c, call, None)
+    answers = _ask(cluster, handler, c, call, [named])
+    if any(map(_holds, answers.values())):
+        return answers
+    others = [s for s in (cluster.shard_id, *cluster.peers.ids) if s != named]
+    return {**_ask(cluster, handler, c, call, others), **answers}
+
+
+def _holds(answer: Answer | ClepsydraError) -> bool:
+    """An answer with a message in it (not a refusal, not an empty list of copies)."""
+    if isinstance(answer, ClepsydraError):
+        return False
+    body = answer[1]
+    return not (isinstance(body, dict) and body.get("messages") == [])
 
 
 def _ask(cluster: Cluster, handler: Handler, c: StoreContext, call: Call,
