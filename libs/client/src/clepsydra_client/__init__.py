@@ -25,7 +25,7 @@ from clepsydra_client.consumer.rebalance import (
 from clepsydra_client.message import Attempt, Message, MessageQueue, SendResult
 from clepsydra_client.producer import OutgoingMessage, Producer
 from clepsydra_client.settings import ClientSettings
-from clepsydra_core.wire.dlq import DlqFilter  # the wire's own: one definition
+from clepsydra_core.wire.dlq import DlqFilter  # defined once, with the wire types
 
 __all__ = [
     "AdminClient", "Attempt", "AverageByCircleStrategy", "AverageStrategy", "ClientSettings",
