@@ -2,7 +2,7 @@
 service. Pulling is decoupled from consuming: a loop pulls again at once while messages come,
 and holds back while the process queue is full (flow control).
 
-A pull asks for the store's pull hold (``waitMs``): with nothing new in the queue the
+A pull asks for the store's pull hold (``waitMs``, DEC-pull-hold): with nothing new in the queue the
 store answers when a message is appended to it, or after ``hold_ms`` with an empty page, and
 the loop pulls again at once. Each held pull keeps one of the loop's ``threads`` busy, so at
 most ``threads - 1`` pulls ask for it at once: one thread is always left for the other queues

@@ -94,8 +94,8 @@ class PushSettings:
     the queue again."""
     pull_hold_ms: int = DEFAULT_HOLD_MS
     """A pull asks the store to hold it up to this long while its queue has nothing new,
-    answering as soon as a message is appended; at most ``pull_threads - 1`` pulls
-    are held at once. 0: no hold (the back-off only)."""
+    answering as soon as a message is appended (DEC-pull-hold); at most
+    ``pull_threads - 1`` pulls are held at once. 0: no hold (the back-off only)."""
     pull_linger_ms: int = DEFAULT_LINGER_MS
     """After a pull that took its queue's last messages, the next pull waits this long, so
     that messages arriving meanwhile come in one pull (0: at once, one held pull woken per
