@@ -49,8 +49,8 @@ TARGET_FOUR = 10_000
 
 def run_worker(args: argparse.Namespace) -> int:
     """One consumer process: counts successes, fails every ``fail_every``-th message once."""
-    from clepsydra_client.listener import ConsumeFromWhere, ConsumeResult
-    from clepsydra_client.push import PushConsumer
+    from clepsydra_client.consumer.listener import ConsumeFromWhere, ConsumeResult
+    from clepsydra_client.consumer.push import PushConsumer
 
     lock = threading.Lock()
     counts = {"ok": 0, "failed": 0}

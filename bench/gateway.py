@@ -39,10 +39,10 @@ from rocketmq import (
     SimpleConsumer,
 )
 
-from clepsydra_client.listener import ConsumeFromWhere
+from clepsydra_client.consumer.listener import ConsumeFromWhere
+from clepsydra_client.consumer.push import PushConsumer as SdkPushConsumer
 from clepsydra_client.producer import OutgoingMessage
 from clepsydra_client.producer import Producer as SdkProducer
-from clepsydra_client.push import PushConsumer as SdkPushConsumer
 from clepsydra_core.http import HttpClient
 from tools import parts
 

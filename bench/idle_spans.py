@@ -59,7 +59,7 @@ def main() -> None:
         store, retry = f"http://127.0.0.1:{store_port}", f"http://127.0.0.1:{retry_port}"
         os.environ.update({"CLEPSYDRA_OTEL_EXPORTER": f"file:{spans_file}"})
         from clepsydra_client.admin import AdminClient
-        from clepsydra_client.push import PushConsumer
+        from clepsydra_client.consumer.push import PushConsumer
 
         AdminClient(store, retry).create_topic("Idle", queues=4)
         consumer = PushConsumer("IdleGroup", store, retry).subscribe("Idle")

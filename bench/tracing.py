@@ -47,9 +47,9 @@ from opentelemetry import trace
 from bench.store_produce import StoreProcess, process_cpu_s
 from bench.tracing_work import measure
 from clepsydra_client.admin import AdminClient
-from clepsydra_client.listener import ConsumeFromWhere
+from clepsydra_client.consumer.listener import ConsumeFromWhere
+from clepsydra_client.consumer.push import PushConsumer
 from clepsydra_client.producer import OutgoingMessage, Producer
-from clepsydra_client.push import PushConsumer
 from clepsydra_core import telemetry
 from tools.processes import free_port
 

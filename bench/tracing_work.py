@@ -14,7 +14,7 @@ from typing import Any
 
 from opentelemetry import trace
 
-from clepsydra_client.consume_service import ConsumeService
+from clepsydra_client.consumer.consume_service import ConsumeService
 from clepsydra_client.message import Message
 from clepsydra_client.producer import OutgoingMessage, Producer
 from clepsydra_core import properties as P

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 import requests
 
-from clepsydra_client.cli import main as cli_main
-from clepsydra_client.listener import ConsumeFromWhere, ConsumeResult
+from clepsydra_client.cli.main import main as cli_main
+from clepsydra_client.consumer.listener import ConsumeFromWhere, ConsumeResult
+from clepsydra_client.consumer.push import PushConsumer
 from clepsydra_client.message import Message
-from clepsydra_client.push import PushConsumer
 from tests.fixtures.stack import RunningStack
 from tools.processes import wait_until
 

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.e2e
 def _clepsydra(stack: RunningStack, *args: str) -> Any:
     env = {"CLEPSYDRA_STORE_URL": stack.store_url, "CLEPSYDRA_RETRY_URL": stack.retry_url,
            "PATH": ""}
-    out = subprocess.run([sys.executable, "-m", "clepsydra_client.cli", "--json", *args],
+    out = subprocess.run([sys.executable, "-m", "clepsydra_client.cli.main", "--json", *args],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
                          check=True)
     return json.loads(out.stdout)

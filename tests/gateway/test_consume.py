@@ -13,8 +13,8 @@ import pytest
 from rocketmq.grpc_protocol import definition_pb2 as d
 from rocketmq.grpc_protocol import service_pb2 as s
 
+from clepsydra_client.consumer.push import PushConsumer as SdkPushConsumer
 from clepsydra_client.producer import Producer as SdkProducer
-from clepsydra_client.push import PushConsumer as SdkPushConsumer
 from tests.gateway.conftest import Gw, Recorder, message, receive_until, wait_for
 
 pytestmark = pytest.mark.gateway

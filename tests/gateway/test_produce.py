@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from rocketmq.v5.exception import BadRequestException, NotFoundException
 
-from clepsydra_client.pull_consumer import PullConsumer
+from clepsydra_client.consumer.pull_consumer import PullConsumer
 from tests.gateway.conftest import Gw, message, receive_until
 
 pytestmark = pytest.mark.gateway

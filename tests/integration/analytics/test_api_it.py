@@ -16,7 +16,7 @@ from clepsydra_analytics import report
 from clepsydra_analytics.app import create_app
 from clepsydra_analytics.exporter import Exporter
 from clepsydra_analytics.settings import AnalyticsSettings
-from clepsydra_client.cli import main as cli_main
+from clepsydra_client.cli.main import main as cli_main
 from clepsydra_core import naming
 from tests.integration.analytics.conftest import create_topic, produce, settings_for
 from tools.parts import ANALYTICS_API, service

@@ -29,7 +29,7 @@ from urllib.parse import quote
 import pytest
 import requests
 
-from clepsydra_client.cli import main as cli_main
+from clepsydra_client.cli.main import main as cli_main
 from clepsydra_core import naming
 from clepsydra_core.auth import Role
 from clepsydra_core.auth_tokens import create_token

@@ -24,11 +24,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from clepsydra_client.admin import AdminClient
-from clepsydra_client.cli import main as cli_main
-from clepsydra_client.listener import ConsumeFromWhere
+from clepsydra_client.cli.main import main as cli_main
+from clepsydra_client.consumer.listener import ConsumeFromWhere
+from clepsydra_client.consumer.push import PushConsumer
 from clepsydra_client.message import Message
 from clepsydra_client.producer import Producer
-from clepsydra_client.push import PushConsumer
 from clepsydra_client.settings import ensure_tracing
 from clepsydra_core import telemetry
 from tests.fixtures.scheduler import SCHEDULER_TEST_ENV

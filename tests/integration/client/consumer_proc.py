@@ -18,9 +18,9 @@ import threading
 import time
 from pathlib import Path
 
-from clepsydra_client.listener import ConsumeFromWhere, ConsumeResult
+from clepsydra_client.consumer.listener import ConsumeFromWhere, ConsumeResult
+from clepsydra_client.consumer.push import PushConsumer
 from clepsydra_client.message import Message
-from clepsydra_client.push import PushConsumer
 from clepsydra_core import telemetry
 from clepsydra_core.logging import configure
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from clepsydra_client.listener import ConsumeResult
+from clepsydra_client.consumer.listener import ConsumeResult
 from clepsydra_client.producer import OutgoingMessage
 from clepsydra_core import naming
 from clepsydra_core import properties as P

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from clepsydra_client.cli import main as cli_main
+from clepsydra_client.cli.main import main as cli_main
 from tests.fixtures.kube_api import (
     KubeApi,
     cron_job,

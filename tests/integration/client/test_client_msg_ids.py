@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from clepsydra_client.listener import ConsumeResult
+from clepsydra_client.consumer.listener import ConsumeResult
 from clepsydra_core import naming
 from tools.processes import wait_until
 

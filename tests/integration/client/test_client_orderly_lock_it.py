@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from clepsydra_client.listener import ConsumeFromWhere, OrderlyResult
+from clepsydra_client.consumer.listener import ConsumeFromWhere, OrderlyResult
+from clepsydra_client.consumer.push import PushConsumer
 from clepsydra_client.message import MessageQueue
 from clepsydra_client.producer import OutgoingMessage, Producer
-from clepsydra_client.push import PushConsumer
 from clepsydra_core.http import HttpClient
 from tools.processes import HttpService, wait_until
 

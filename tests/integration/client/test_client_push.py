@@ -12,15 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from clepsydra_client.listener import (
+from clepsydra_client.consumer.listener import (
     ConsumeFromWhere,
     ConsumeResult,
     MessageModel,
     OrderlyResult,
 )
+from clepsydra_client.consumer.pull_consumer import PullConsumer
 from clepsydra_client.message import Message, MessageQueue
 from clepsydra_client.producer import OutgoingMessage
-from clepsydra_client.pull_consumer import PullConsumer
 from clepsydra_client.topics import fetch_topic_or_none
 from clepsydra_core import naming, telemetry
 from clepsydra_core import properties as P

@@ -12,17 +12,17 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from clepsydra_client.consumer.rebalance import AverageByCircleStrategy
 from clepsydra_client.producer import OutgoingMessage
-from clepsydra_client.rebalance import AverageByCircleStrategy
 from tools.processes import wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from clepsydra_client.admin import AdminClient
+    from clepsydra_client.consumer.push import PushConsumer
     from clepsydra_client.message import Message
     from clepsydra_client.producer import Producer
-    from clepsydra_client.push import PushConsumer
     from tests.integration.client.conftest import (
         Cli,
         ClientStack,

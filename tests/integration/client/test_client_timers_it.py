@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from clepsydra_client.consumer.pull_consumer import PullConsumer
 from clepsydra_client.ids import new_uniq_key
 from clepsydra_client.message import Message
-from clepsydra_client.pull_consumer import PullConsumer
 from clepsydra_core.errors import AlreadyDelivered, MessageNotFound
 from tools.processes import wait_until
 

@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from clepsydra_client import AdminClient, Producer, PushConsumer
-from clepsydra_client.listener import ConsumeFromWhere, ConsumeResult
+from clepsydra_client.consumer.listener import ConsumeFromWhere, ConsumeResult
 from clepsydra_core.wire.messages import MAX_PULL_WAIT_MS
 from tools.processes import HttpService, wait_until
 

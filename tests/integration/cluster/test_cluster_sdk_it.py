@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from clepsydra_client import AdminClient, ConsumeResult, Producer, PushConsumer
-from clepsydra_client.listener import OrderlyResult
+from clepsydra_client.consumer.listener import OrderlyResult
 from clepsydra_client.message import Message, MessageQueue
 from clepsydra_core import naming
 from clepsydra_core.errors import ClepsydraError

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 import requests
 
-from clepsydra_client.cli import main
+from clepsydra_client.cli.main import main
 from clepsydra_core.msgid import shard_of_offset_msg_id
 from clepsydra_core.wire.cluster import SHARDS_HEADER, ClusterAnswer, RouteAnswer
 from tests.integration.cluster.conftest import SHARDS, TOPIC, Cluster

@@ -25,10 +25,10 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
 from clepsydra_client.admin import AdminClient
-from clepsydra_client.listener import ConcurrentContext, ConsumeFromWhere, ConsumeResult
+from clepsydra_client.consumer.listener import ConcurrentContext, ConsumeFromWhere, ConsumeResult
+from clepsydra_client.consumer.push import PushConsumer
 from clepsydra_client.message import Message
 from clepsydra_client.producer import Producer
-from clepsydra_client.push import PushConsumer
 from clepsydra_core import naming, telemetry
 from clepsydra_core import properties as P
 from tests.fixtures.otlp import ReceivedSpan

@@ -8,15 +8,15 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from clepsydra_client.cli import build_parser, main
-from clepsydra_client.commands import parse_props
-from clepsydra_client.message import Message
-from clepsydra_client.render import (
+from clepsydra_client.cli.commands import parse_props
+from clepsydra_client.cli.main import build_parser, main
+from clepsydra_client.cli.render import (
     ProgressBar,
     format_duration_ms,
     render_fields,
     render_table,
 )
+from clepsydra_client.message import Message
 from clepsydra_core.errors import ValidationError
 from tools.processes import free_port
 

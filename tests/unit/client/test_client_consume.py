@@ -10,23 +10,23 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from clepsydra_client.consume_service import (
+from clepsydra_client.consumer.consume_service import (
     ConcurrentConsumeService,
     ConsumeSettings,
     OrderlyConsumeService,
     Stats,
 )
-from clepsydra_client.listener import (
+from clepsydra_client.consumer.listener import (
     ConcurrentContext,
     ConsumeResult,
     MessageModel,
     OrderlyContext,
     OrderlyResult,
 )
+from clepsydra_client.consumer.process_queue import ProcessQueue
+from clepsydra_client.consumer.sendback import SendBack
+from clepsydra_client.consumer.thread_pools import ScheduledPool, WorkerPool
 from clepsydra_client.message import Message, MessageQueue
-from clepsydra_client.process_queue import ProcessQueue
-from clepsydra_client.sendback import SendBack
-from clepsydra_client.timers import TimerPool, WorkerPool
 from clepsydra_core import properties as P
 from clepsydra_core.errors import Unavailable
 from tests.unit.client.fakes import FakeHttp, FakeRetry, as_http, failing, sent_back, stored
@@ -48,7 +48,7 @@ def msg(offset: int, body: str | None = None, reconsume: int = 0) -> Message:
 class Rig:
     def __init__(self) -> None:
         self.executor = WorkerPool(4, "test-consume")
-        self.timers = TimerPool(1, "test")
+        self.timers = ScheduledPool(1, "test")
         self.timers.start()
         self.retry = FakeRetry(lambda item: sent_back("RETRY", "%RETRY%g", item["delayLevel"],
                                                       "X"))
@@ -261,8 +261,8 @@ def test_a_pull_answered_after_the_queue_was_given_up_does_not_move_the_commit(
         rig: Rig, how: str) -> None:
     # SPEC C1, C4: a pull on the wire when its queue is dropped (rebalance) or the consumer
     # stops must not advance the offset: the last commit would skip messages nobody consumed
-    from clepsydra_client.pulling import PullSettings, QueuePuller
-    from clepsydra_client.tags import TagExpression
+    from clepsydra_client.consumer.pulling import PullSettings, QueuePuller
+    from clepsydra_client.consumer.tags import TagExpression
 
     asked, release = threading.Event(), threading.Event()
 

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from clepsydra_client.consumer.offsets import LocalOffsetStore, OffsetTracker, queue_offsets
+from clepsydra_client.consumer.process_queue import ProcessQueue
+from clepsydra_client.consumer.push import MessageModel, PushConsumer
 from clepsydra_client.message import Message, MessageQueue
-from clepsydra_client.offsets import LocalOffsetStore, OffsetTracker, queue_offsets
-from clepsydra_client.process_queue import ProcessQueue
-from clepsydra_client.push import MessageModel, PushConsumer
 from clepsydra_core.errors import ValidationError
 from clepsydra_core.wire.groups import GroupOffsets
 
@@ -174,7 +174,7 @@ def test_dropping_forgets_messages_not_yet_taken() -> None:
 def test_remote_store_commits_only_changes_and_keeps_going_after_a_refusal() -> None:
     import pytest
 
-    from clepsydra_client.offsets import RemoteOffsetStore
+    from clepsydra_client.consumer.offsets import RemoteOffsetStore
     from clepsydra_core.errors import OffsetOutOfRange
     from tests.unit.client.fakes import FakeHttp, as_http
 

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from clepsydra_client.consume_service import Stats
+from clepsydra_client.consumer.consume_service import Stats
+from clepsydra_client.consumer.process_queue import ProcessQueue
+from clepsydra_client.consumer.pulling import IDLE_MIN_S, PullSettings, QueuePuller
+from clepsydra_client.consumer.tags import TagExpression
 from clepsydra_client.message import Message, MessageQueue
-from clepsydra_client.process_queue import ProcessQueue
-from clepsydra_client.pulling import IDLE_MIN_S, PullSettings, QueuePuller
-from clepsydra_client.tags import TagExpression
 from tests.unit.client.fakes import FakeHttp, as_http
 from tools.processes import wait_until
 
@@ -45,7 +45,7 @@ def empty(queue_id: int, params: dict[str, Any]) -> dict[str, Any]:
 
 
 class ManualTimers:
-    """The loop's TimerPool, run by hand: each scheduled call with its delay."""
+    """The loop's ScheduledPool, run by hand: each scheduled call with its delay."""
 
     def __init__(self) -> None:
         self.due: list[tuple[float, Callable[[], None]]] = []
@@ -192,7 +192,7 @@ def test_at_most_threads_minus_one_pulls_ask_for_the_hold(timers: ManualTimers) 
 
 def test_stopping_waits_for_no_held_pull_and_drops_its_answer(timers: ManualTimers) -> None:
     # C4: a held pull answered after the stop neither dispatches nor moves the offset; the
-    # stop names its thread, which the TimerPool then does not wait for
+    # stop names its thread, which the ScheduledPool then does not wait for
     entered, release = threading.Event(), threading.Event()
 
     def answer(queue_id: int, params: dict[str, Any]) -> dict[str, Any]:

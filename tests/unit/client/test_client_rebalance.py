@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from clepsydra_client.message import MessageQueue
-from clepsydra_client.rebalance import (
+from clepsydra_client.consumer.rebalance import (
     AverageByCircleStrategy,
     AverageStrategy,
     ConfigStrategy,
@@ -18,11 +17,12 @@ from clepsydra_client.rebalance import (
     md5_hash,
     strategy_by_name,
 )
+from clepsydra_client.message import MessageQueue
 from clepsydra_core.errors import ConfigError
 
 if TYPE_CHECKING:
 
-    from clepsydra_client.rebalance import AllocateStrategy
+    from clepsydra_client.consumer.rebalance import AllocateStrategy
 
 def queues(n: int, topic: str = "T") -> list[MessageQueue]:
     return [MessageQueue(topic, i) for i in range(n)]

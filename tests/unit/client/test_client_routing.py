@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from clepsydra_client.message import MessageQueue
-from clepsydra_client.rebalance import (
+from clepsydra_client.consumer.rebalance import (
     AverageByCircleStrategy,
     AverageStrategy,
     ConfigStrategy,
@@ -18,6 +17,7 @@ from clepsydra_client.rebalance import (
     MachineRoomStrategy,
     allocate_all,
 )
+from clepsydra_client.message import MessageQueue
 from clepsydra_client.routing import AVOID_S, Router, hash_index, sent_elsewhere
 from clepsydra_core.errors import (
     ClepsydraError,

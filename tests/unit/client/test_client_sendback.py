@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from clepsydra_client.consumer.sendback import SendBack, failure_reason, fallback_properties
 from clepsydra_client.message import Message
-from clepsydra_client.sendback import SendBack, failure_reason, fallback_properties
 from clepsydra_client.settings import ensure_tracing
 from clepsydra_core import properties as P
 from clepsydra_core import telemetry

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from clepsydra_client.tags import TagExpression
+from clepsydra_client.consumer.tags import TagExpression
 from clepsydra_core.errors import ValidationError
 
 if TYPE_CHECKING:

@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 
-from clepsydra_client.cli import build_parser, hint, main
-from clepsydra_client.commands import Context
+from clepsydra_client.cli.commands import Context
+from clepsydra_client.cli.main import build_parser, hint, main
+from clepsydra_client.cli.render import format_due
+from clepsydra_client.cli.timer_commands import timers_text
 from clepsydra_client.delivery_time import (
     delay_ms,
     instant_ms,
@@ -21,8 +23,6 @@ from clepsydra_client.delivery_time import (
 )
 from clepsydra_client.message import ScheduleChange
 from clepsydra_client.producer import OutgoingMessage, Producer
-from clepsydra_client.render import format_due
-from clepsydra_client.timer_commands import timers_text
 from clepsydra_core.errors import AlreadyDelivered, MessageNotFound, ValidationError
 from clepsydra_core.http import error_from_response
 from clepsydra_core.wire.timers import TimerBacklog

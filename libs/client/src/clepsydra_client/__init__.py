@@ -5,7 +5,7 @@ rebalance, admin client) and the ``clepsydra`` command.
 """
 
 from clepsydra_client.admin import AdminClient
-from clepsydra_client.listener import (
+from clepsydra_client.consumer.listener import (
     ConcurrentContext,
     ConsumeFromWhere,
     ConsumeResult,
@@ -13,19 +13,19 @@ from clepsydra_client.listener import (
     OrderlyContext,
     OrderlyResult,
 )
-from clepsydra_client.message import Attempt, Message, MessageQueue, SendResult
-from clepsydra_client.producer import OutgoingMessage, Producer
-from clepsydra_client.pull_consumer import PullConsumer, PullResult, PullStatus
-from clepsydra_client.push import PushConsumer, PushSettings
-from clepsydra_client.rebalance import (
+from clepsydra_client.consumer.pull_consumer import PullConsumer, PullResult, PullStatus
+from clepsydra_client.consumer.push import PushConsumer, PushSettings
+from clepsydra_client.consumer.rebalance import (
     AverageByCircleStrategy,
     AverageStrategy,
     ConfigStrategy,
     ConsistentHashStrategy,
     MachineRoomStrategy,
 )
+from clepsydra_client.message import Attempt, Message, MessageQueue, SendResult
+from clepsydra_client.producer import OutgoingMessage, Producer
 from clepsydra_client.settings import ClientSettings
-from clepsydra_core.wire.dlq import DlqFilter  # one definition (issue 13.4)
+from clepsydra_core.wire.dlq import DlqFilter  # defined once, with the wire types
 
 __all__ = [
     "AdminClient", "Attempt", "AverageByCircleStrategy", "AverageStrategy", "ClientSettings",

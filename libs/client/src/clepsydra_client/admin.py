@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from clepsydra_client.consumer.offsets import queue_offsets
+from clepsydra_client.consumer.rebalance import AllocateStrategy, AverageStrategy, allocate_all
 from clepsydra_client.message import Message, MessageQueue
-from clepsydra_client.offsets import queue_offsets
-from clepsydra_client.rebalance import AllocateStrategy, AverageStrategy, allocate_all
 from clepsydra_client.routing import Router
 from clepsydra_client.topics import TopicInfo, list_topics
 from clepsydra_core import naming
@@ -235,7 +235,7 @@ class AdminClient:
 
     def message_copies(self, msg_id: str) -> list[Message]:
         """Every stored copy of a message, oldest first - parked, delivered, retried,
-        dead-lettered, resent (issue 20.4) - by its msgId or one copy's offsetMsgId;
+        dead-lettered, resent (DEC-message-history) - by its msgId or one copy's offsetMsgId;
         MessageNotFound when there is none."""
         found = read_answer(MessageList, self.store.get(
             self.store.path("/v1/messages/{}", msg_id)), "message look-up")
@@ -447,7 +447,7 @@ class AdminClient:
         ts = ScheduleEntries.from_json(raw).deliver_ts
         return int(ts[0]) if ts else None
 
-    # ---- timers (issue 15) ---------------------------------------------------------------
+    # ---- timers (SPEC T1) ----------------------------------------------------------------
 
     def timers(self, *, shard: int = 0) -> TimerBacklog:
         """The store's timer backlog: pending timers by hour ahead, handed over so far, the

@@ -1,4 +1,4 @@
-"""Asynchronous sends with automatic batching (issue 14): ``Producer.send_async`` returns a
+"""Asynchronous sends with automatic batching: ``Producer.send_async`` returns a
 future at once; a sender thread gathers what was accepted into batch requests, per topic, of at
 most ``batch_messages`` messages and ``batch_bytes`` bytes, waiting at most ``linger_ms`` for a
 batch to fill.
@@ -16,7 +16,7 @@ messages waiting) makes ``send_async`` wait for room instead of growing without 
 A message is checked when it is accepted; its JSON value is built on the sender thread and the
 batch request encoded in one ``orjson.dumps`` (encoding each message to its own bytes when
 accepted costs ten times more: each is a fresh allocation kept until its batch goes).
-Accepting is cheap on purpose (issue 14: the caller's thread and the sender threads share one
+Accepting is cheap on purpose (the caller's thread and the sender threads share one
 GIL, and the garbage collector's full passes follow every object that lives long enough): a
 waiting message is a flat tuple of plain values (:data:`Message`), which the collector stops
 following at its first pass, and its future (``futures.SendFuture``, one object) sits beside

@@ -1,4 +1,4 @@
-"""Delivery times of timer messages (issue 15, SPEC T1): what the SDK and the ``clepsydra``
+"""Delivery times of timer messages (SPEC T1): what the SDK and the ``clepsydra``
 command accept, turned into the wire's epoch milliseconds, in one place.
 
 - An instant: an aware ``datetime``, or epoch milliseconds (``int``); on the command line

@@ -4,7 +4,7 @@
 A plain ``Future`` makes a ``threading.Condition`` (with its lock and waiter deque) and two
 lists when it is created: five objects the garbage collector follows for every message an
 application sends, and keeps following while the application holds the futures. At 80,000
-messages a second they made the collector's full passes most of the SDK's CPU (issue 14).
+messages a second they made the collector's full passes most of the SDK's CPU.
 :class:`LeanFuture` shares one condition among all lean futures and makes its callback and
 waiter lists only when one is added. Its waits re-check their own future after every wake-up
 (a shared condition wakes them for any future), so ``result()``, ``exception()``,
@@ -142,7 +142,7 @@ Answer = dict[str, Any]
 object of plain values (text, numbers) is a dict the collector never tracks; the message's
 ``UNIQ_KEY`` is the future's own. (A tuple holding the dict stays tracked: the collector
 untracks a tuple only when none of its items is a container, so the answer was copied into
-one flat tuple of names and values, a copy per message, issue 14.)"""
+one flat tuple of names and values, a copy per message.)"""
 
 
 class SendFuture(LeanFuture[SendResult]):

@@ -77,7 +77,7 @@ class Message:
     retry topic the push consumer resets it to the original (``RETRY_TOPIC``, SPEC R15), while
     ``store_topic`` keeps where it was pulled from. ``msg_id`` is the message's unique id, the
     same in every copy (the one its producer was given); ``offset_msg_id`` is where this copy
-    is stored (issue 20.4)."""
+    is stored (DEC-message-history)."""
 
     msg_id: str
     topic: str
@@ -257,7 +257,7 @@ class SendResult:
     uniq_key: str | None = None
     offset_msg_id: str = ""
     deliver_at: int | None = None
-    """A timer message's delivery time as the store took it (epoch ms; issue 15), else None."""
+    """A timer message's delivery time as the store took it (epoch ms; SPEC T1), else None."""
 
     @classmethod
     def from_json(cls, raw: dict[str, Any], uniq_key: str | None = None) -> SendResult:
@@ -306,7 +306,7 @@ PAGE = PullAnswer.json_name_of()
 
 @dataclass(frozen=True, slots=True)
 class ScheduleChange:
-    """What a cancel or a reschedule did (issue 15): ``status`` ``"cancelled"`` or
+    """What a cancel or a reschedule did (SPEC T1): ``status`` ``"cancelled"`` or
     ``"rescheduled"``, the msgIds it acted on (one, or every pending message of the key) and,
     for a reschedule, the new delivery time in epoch ms. Read from the store's answer with
     its wire types (``clepsydra_core.wire.timers``)."""

@@ -1,5 +1,5 @@
 """Producer: send one message or a batch to the store, with tags, keys, properties and a delay
-level or an exact delivery time; cancel or reschedule a pending delayed message (issue 15).
+level or an exact delivery time; cancel or reschedule a pending delayed message (SPEC T1).
 Every message gets a ``UNIQ_KEY`` and, inside a ``client.produce`` span, the W3C trace context
 (``traceparent``) in its properties, so consumers continue its trace (SPEC O1).
 
@@ -74,7 +74,7 @@ class OutgoingMessage:
 
 
 DELAY_ARGUMENTS = ("delay_level", "deliver_at", "delay")
-"""The SDK's three ways to delay a message; one at most (SPEC T1, issue 15)."""
+"""The SDK's three ways to delay a message; one at most (SPEC T1)."""
 
 
 def delivery(delay_level: int = 0, deliver_at: datetime | int | None = None,
@@ -492,7 +492,7 @@ class Producer:
             return self.router.client(queue.shard).post(path, {**req, _QUEUE_ID: queue.queue_id})
         return self.router.send(topic, lambda h: h.post(path, req))[0]
 
-    # ---- pending delayed messages: cancel and reschedule (issue 15) ------------------------
+    # ---- pending delayed messages: cancel and reschedule (SPEC T1) -------------------------
 
     def cancel(self, msg_id: str | None = None, *, topic: str | None = None,
                key: str | None = None) -> ScheduleChange:

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from clepsydra_client.admin import AdminClient
+from clepsydra_client.consumer.offsets import queue_offsets
+from clepsydra_client.consumer.rebalance import AverageStrategy, allocate_all
 from clepsydra_client.message import MessageQueue
-from clepsydra_client.offsets import queue_offsets
-from clepsydra_client.rebalance import AverageStrategy, allocate_all
 from clepsydra_console.shards import LagRow, ShardRead
 from clepsydra_core import naming
 from clepsydra_core.auth import token_digest

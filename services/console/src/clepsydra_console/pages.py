@@ -14,8 +14,8 @@ from urllib.parse import urlsplit
 from flask import Blueprint, redirect, request, url_for
 
 from clepsydra_client.admin import AdminClient
-from clepsydra_client.history_commands import KIND_LABELS, STATE_LABELS, hop_detail
-from clepsydra_client.render import format_due, format_duration_ms, format_ts
+from clepsydra_client.cli.history_commands import KIND_LABELS, STATE_LABELS, hop_detail
+from clepsydra_client.cli.render import format_due, format_duration_ms, format_ts
 from clepsydra_console import rates, search, shards
 from clepsydra_console.backend import Lookup, each_shard, group_lag, look
 from clepsydra_console.context import admin, analytics, console, page

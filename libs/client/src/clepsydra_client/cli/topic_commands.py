@@ -1,14 +1,14 @@
 """``clepsydra topics list|create|show|update|delete`` (``topic`` is the same command): topics
-and their queues on the store (issue 20.1: a topic's queue count can change, and a topic can be
-deleted; system topics cannot, SPEC S3)."""
+and their queues on the store (a topic's queue count can change, SPEC A1, and a topic can be
+deleted, A2; system topics cannot, S3)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from clepsydra_client.commands import Context, Output, UsageError
-from clepsydra_client.render import render_fields, render_table
+from clepsydra_client.cli.commands import Context, Output, UsageError
+from clepsydra_client.cli.render import render_fields, render_table
 from clepsydra_client.topics import TopicInfo
 
 

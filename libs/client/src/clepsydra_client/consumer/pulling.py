@@ -2,7 +2,7 @@
 service. Pulling is decoupled from consuming: a loop pulls again at once while messages come,
 and holds back while the process queue is full (flow control).
 
-A pull asks for the store's pull hold (``waitMs``, issue 14): with nothing new in the queue the
+A pull asks for the store's pull hold (``waitMs``, DEC-pull-hold): with nothing new in the queue the
 store answers when a message is appended to it, or after ``hold_ms`` with an empty page, and
 the loop pulls again at once. Each held pull keeps one of the loop's ``threads`` busy, so at
 most ``threads - 1`` pulls ask for it at once: one thread is always left for the other queues
@@ -22,13 +22,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from clepsydra_client.consume_service import ConsumeService, Stats, wait_idle
+from clepsydra_client.consumer.consume_service import ConsumeService, Stats, wait_idle
+from clepsydra_client.consumer.offsets import OffsetTracker
+from clepsydra_client.consumer.process_queue import ProcessQueue
+from clepsydra_client.consumer.tags import TagExpression
+from clepsydra_client.consumer.thread_pools import ScheduledPool
 from clepsydra_client.message import PAGE, Message, MessageQueue
-from clepsydra_client.offsets import OffsetTracker
-from clepsydra_client.process_queue import ProcessQueue
 from clepsydra_client.routing import Router
-from clepsydra_client.tags import TagExpression
-from clepsydra_client.timers import TimerPool
 from clepsydra_client.topics import TopicInfo
 from clepsydra_core.errors import ClepsydraError, OffsetOutOfRange
 from clepsydra_core.http import HttpClient
@@ -63,14 +63,14 @@ class PullSettings:
     """A pull asks the store to hold it up to this long while the queue has nothing new
     (``waitMs``); 0: no hold, the back-off only."""
     threads: int = DEFAULT_THREADS
-    """The pull loops' threads (the TimerPool's): at most ``threads - 1`` pulls are held."""
+    """The pull loops' threads (the ScheduledPool's): at most ``threads - 1`` pulls are held."""
     linger_ms: int = DEFAULT_LINGER_MS
     """After a pull that took the queue's last messages, the next pull waits this long, so
     that messages arriving meanwhile come in one pull rather than in one held pull each."""
 
 
 class QueuePuller:
-    def __init__(self, store: HttpClient, timers: TimerPool, service: ConsumeService,
+    def __init__(self, store: HttpClient, timers: ScheduledPool, service: ConsumeService,
                  stats: Stats, settings: PullSettings, router: Router | None = None) -> None:
         self.store = store
         self.router = router
@@ -103,7 +103,7 @@ class QueuePuller:
                     start_offset: int, *, lock_valid_until: float | None = None
                     ) -> ProcessQueue:
         """Start pulling ``queue``; with ``lock_valid_until``, an orderly queue consumed only
-        while its store lock is held (issue 12.5)."""
+        while its store lock is held (DEC-orderly-queue-locks)."""
         pq = ProcessQueue(queue, start_offset)
         if lock_valid_until is not None:
             pq.locking = True
@@ -139,7 +139,7 @@ class QueuePuller:
     def stop(self) -> frozenset[threading.Thread]:
         """No more pulls, and no answer dispatched from now on (a held pull still on the
         wire included); the threads waiting in a held pull now, which need not be waited for
-        (``TimerPool.stop(skip=...)``)."""
+        (``ScheduledPool.stop(skip=...)``)."""
         with self._answering:
             self.stopped = True
             return frozenset(self._holding)

@@ -1,6 +1,14 @@
-"""TimerPool: a few threads running callables at given times (the pull loops, heartbeats,
-offset commits). A delayed call is not a sleeping thread, so a consumer with many queues
-needs few threads. WorkerPool: the consume threads."""
+"""The push consumer's two thread pools.
+
+- :class:`ScheduledPool`: a few threads running calls at given times, as Java's
+  ``ScheduledThreadPoolExecutor`` (the pull loops, heartbeats, lock renewals, offset commits,
+  the hand-over graces). A delayed call is an entry in a heap, not a sleeping thread, so a
+  consumer with many queues needs few threads.
+- :class:`WorkerPool`: threads running submitted calls in order: the consume pool.
+
+Neither has anything to do with timer messages (``deliverAt``, SPEC T1): these are the
+consumer's own threads.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +24,10 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 
-class TimerPool:
+class ScheduledPool:
+    """``threads`` threads running the calls given to :meth:`schedule` once each is due, the
+    earliest first; a call that raises is logged and not run again."""
+
     def __init__(self, threads: int, name: str) -> None:
         self._cond = threading.Condition()
         self._heap: list[tuple[float, int, Callable[[], None]]] = []
@@ -58,7 +69,7 @@ class TimerPool:
             try:
                 fn()
             except Exception:
-                logger.exception("timer task %s failed; it is not rescheduled", fn)
+                logger.exception("scheduled call %s failed; it is not run again", fn)
 
     def stop(self, timeout_s: float = 5.0,
              skip: Collection[threading.Thread] = ()) -> None:

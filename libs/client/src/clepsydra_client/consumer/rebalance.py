@@ -102,7 +102,7 @@ class ConsistentHashStrategy:
     the queues next to its nodes move. The same ring as RocketMQ's (virtual nodes
     ``<clientId>-<i>``, MD5, a later node on an equal hash replacing the earlier one) and the
     same queue keys (:func:`rocketmq_queue_key` with ``broker_name``), so a mixed fleet agrees
-    on ownership (issue 12.7)."""
+    on ownership (C1)."""
 
     name = "consistent-hash"
 
@@ -139,7 +139,7 @@ class ConsistentHashStrategy:
 
 class ConfigStrategy:
     """The queues this consumer was configured with, as given, whatever the others do and
-    whatever the topic holds now (RocketMQ ``AllocateMessageQueueByConfig``, issue 12.7); the
+    whatever the topic holds now (RocketMQ ``AllocateMessageQueueByConfig``); the
     operator keeps the configurations of a group disjoint and complete."""
 
     name = "config"

@@ -12,11 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TextIO
 
 from clepsydra_client.admin import AdminClient, LevelStatus, QueueProgress
-from clepsydra_client.message import Message
-from clepsydra_client.producer import OutgoingMessage, Producer
-from clepsydra_client.pull_consumer import PullConsumer
-from clepsydra_client.rebalance import DEFAULT_BROKER_NAME, strategy_by_name
-from clepsydra_client.render import (
+from clepsydra_client.cli.render import (
     ProgressBar,
     format_delay_ms,
     format_due,
@@ -25,7 +21,11 @@ from clepsydra_client.render import (
     render_fields,
     render_table,
 )
-from clepsydra_client.tags import TagExpression
+from clepsydra_client.consumer.pull_consumer import PullConsumer
+from clepsydra_client.consumer.rebalance import DEFAULT_BROKER_NAME, strategy_by_name
+from clepsydra_client.consumer.tags import TagExpression
+from clepsydra_client.message import Message
+from clepsydra_client.producer import OutgoingMessage, Producer
 from clepsydra_core import naming
 from clepsydra_core import properties as P
 from clepsydra_core.errors import (
@@ -273,7 +273,7 @@ def message_show(args: argparse.Namespace, ctx: Context) -> Output:
 
 def message_copies_show(admin: AdminClient, args: argparse.Namespace) -> Output:
     """``message show MSGID``: the message (its newest copy, or the copy whose offsetMsgId was
-    given) and every stored copy of it, oldest first (issue 20.4)."""
+    given) and every stored copy of it, oldest first (DEC-message-history)."""
     copies = admin.message_copies(args.msg_id)
     named = [m for m in copies if m.offset_msg_id.upper() == args.msg_id.upper()]
     m = (named or copies)[-1]

@@ -13,12 +13,12 @@ that no message is consumed by two consumers at once:
   committed. A queue whose previous owner left (unregistered or expired) starts at once.
 
 Orderly consumers in clustering mode rely on the store's queue locks instead of the grace
-(issue 12.5, :mod:`clepsydra_client.queue_lock`): a newly owned queue is locked before its
-committed offset is read (no lock: tried again a heartbeat later); every lock is renewed every
-``lock_renew_interval_s``; a queue given up is unlocked only once its listener has returned
-and its offset is committed (however long that takes; the lock is renewed meanwhile); a queue
-whose lock is lost (refused at renewal) is dropped without a commit, not consumed, and locked
-again when it can be.
+(DEC-orderly-queue-locks, :mod:`clepsydra_client.consumer.queue_lock`): a newly owned queue is
+locked before its committed offset is read (no lock: tried again a heartbeat later); every lock
+is renewed every ``lock_renew_interval_s``; a queue given up is unlocked only once its listener
+has returned and its offset is committed (however long that takes; the lock is renewed
+meanwhile); a queue whose lock is lost (refused at renewal) is dropped without a commit, not
+consumed, and locked again when it can be.
 """
 
 from __future__ import annotations
@@ -28,17 +28,19 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from clepsydra_client.consume_service import wait_idle
-from clepsydra_client.listener import ConsumeFromWhere
+from clepsydra_client.consumer.consume_service import Stats, wait_idle
+from clepsydra_client.consumer.listener import ConsumeFromWhere, MessageModel
+from clepsydra_client.consumer.offsets import OffsetStore
+from clepsydra_client.consumer.process_queue import ProcessQueue
+from clepsydra_client.consumer.pulling import QueuePuller
+from clepsydra_client.consumer.queue_lock import QueueLockClient
+from clepsydra_client.consumer.rebalance import AllocateStrategy, allocate_all
+from clepsydra_client.consumer.tags import TagExpression
+from clepsydra_client.consumer.thread_pools import ScheduledPool
 from clepsydra_client.message import MessageQueue
-from clepsydra_client.process_queue import ProcessQueue
-from clepsydra_client.pulling import QueuePuller
-from clepsydra_client.queue_lock import QueueLockClient
-from clepsydra_client.rebalance import allocate_all
-from clepsydra_client.tags import TagExpression
-from clepsydra_client.timers import TimerPool
+from clepsydra_client.routing import Router
 from clepsydra_client.topics import TopicInfo
 from clepsydra_core import naming
 from clepsydra_core.errors import ClepsydraError
@@ -46,13 +48,50 @@ from clepsydra_core.http import HttpClient
 from clepsydra_core.wire.codec import read_answer
 from clepsydra_core.wire.groups import Heartbeat, HeartbeatAnswer
 
-if TYPE_CHECKING:
-    from clepsydra_client.push import PushConsumer
-
 logger = logging.getLogger(__name__)
 
 DROP_POLL_S = 0.05
 START_RETRY_S = 1.0
+
+
+class RebalanceSettings(Protocol):
+    """The push consumer's settings the rebalance reads (``PushSettings`` is one)."""
+
+    @property
+    def message_model(self) -> MessageModel: ...
+    @property
+    def strategy(self) -> AllocateStrategy: ...
+    @property
+    def consume_from_where(self) -> ConsumeFromWhere: ...
+    @property
+    def young_queue_limit(self) -> int: ...
+    @property
+    def heartbeat_interval_s(self) -> float: ...
+    @property
+    def effective_grace_s(self) -> float: ...
+    @property
+    def effective_drop_wait_s(self) -> float: ...
+
+
+class GroupMember(Protocol):
+    """The part of a push consumer the rebalance service works for (``PushConsumer`` is one):
+    declared here, so that this module does not import :mod:`clepsydra_client.consumer.push`,
+    which imports it."""
+
+    group: str
+    client_id: str
+    store: HttpClient
+    router: Router
+    offset_store: OffsetStore
+    stats: Stats
+
+    @property
+    def settings(self) -> RebalanceSettings: ...
+    @property
+    def clustering(self) -> bool: ...
+    @property
+    def orderly(self) -> bool: ...
+    def all_subscriptions(self) -> dict[str, TagExpression]: ...
 
 
 @dataclass(slots=True)
@@ -66,7 +105,8 @@ class Claim:
 
 
 class RebalanceService:
-    def __init__(self, consumer: PushConsumer, puller: QueuePuller, timers: TimerPool) -> None:
+    def __init__(self, consumer: GroupMember, puller: QueuePuller,
+                 timers: ScheduledPool) -> None:
         self.consumer = consumer
         self.puller = puller
         self.timers = timers
@@ -81,7 +121,8 @@ class RebalanceService:
         self._finalizing: dict[MessageQueue, ProcessQueue] = {}
         self._routes: dict[str, TopicInfo] = {}
         self.locking = consumer.clustering and consumer.orderly
-        """Orderly clustering: queues are consumed under the store's queue locks (12.5)."""
+        """Orderly clustering: queues are consumed under the store's queue locks
+        (DEC-orderly-queue-locks)."""
         self.locks = QueueLockClient(self.store, consumer.group, consumer.client_id,
                                      self.router)
 
@@ -254,8 +295,8 @@ class RebalanceService:
         """The group's committed offset, else consume-from-where (retry topics: from the
         start, so that nothing sent back before this consumer came is skipped). LAST on a young
         queue - nothing deleted yet, at most ``young_queue_limit`` entries - starts at 0, as
-        RocketMQ's broker starts a new group while the queue's first message is still at hand
-        (issue 20.6): a group's first consumer sees what was sent just before it came."""
+        RocketMQ's broker starts a new group while the queue's first message is still at hand:
+        a group's first consumer sees what was sent just before it came."""
         c = self.consumer
         committed = c.offset_store.read(queue)
         if committed is not None and committed >= 0:
@@ -292,7 +333,7 @@ class RebalanceService:
             if pq.drop_final:
                 return
             if pq.locking:
-                # 12.5: the orderly thread holds this while it consumes; once taken here, no
+                # the orderly thread holds this while it consumes; once taken here, no
                 # listener of the queue runs again, and only then is its lock given back
                 if not pq.orderly_lock.acquire(blocking=False):
                     self.timers.schedule(finalize, DROP_POLL_S)
@@ -336,7 +377,7 @@ class RebalanceService:
         returned, waiting ``wait_s`` at most in all. The finalizing timers have stopped, so
         without this wait a listener returning after the stop would leave its queue committed
         behind it: the next owner would consume that message again. An orderly queue whose
-        listener still runs after the wait keeps its lock until it expires (12.5)."""
+        listener still runs after the wait keeps its lock until it expires."""
         deadline = time.monotonic() + wait_s
         with self._lock:
             pending = list(self._finalizing.items())
@@ -349,7 +390,7 @@ class RebalanceService:
             wait_idle(pq, left)
             self._commit_dropped(queue, pq)
 
-    # ---- queue locks (orderly, clustering; issue 12.5) -------------------------------------
+    # ---- queue locks (orderly, clustering; DEC-orderly-queue-locks) ------------------------
 
     def renew_locks(self) -> None:
         """Renew the lock of every queue consumed or being given up; a queue whose lock is

@@ -11,8 +11,8 @@ import threading
 import time
 from collections.abc import Iterable
 
+from clepsydra_client.consumer.offsets import OffsetTracker
 from clepsydra_client.message import Message, MessageQueue
-from clepsydra_client.offsets import OffsetTracker
 
 
 class ProcessQueue:
@@ -35,7 +35,7 @@ class ProcessQueue:
         """Orderly: ``time.monotonic()`` before which the queue is not consumed (R12)."""
         self.locking = False
         """Orderly in clustering mode: consumed only while the store's queue lock is held
-        (issue 12.5)."""
+        (DEC-orderly-queue-locks)."""
         self.lock_valid_until = 0.0
         """``time.monotonic()`` until which the queue lock may be trusted (renewals move it)."""
         self.last_pull_s = time.monotonic()

@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from clepsydra_client.commands import Context, Output
-from clepsydra_client.render import render_table
+from clepsydra_client.cli.commands import Context, Output
+from clepsydra_client.cli.render import render_table
 from clepsydra_core.wire.cluster import UNREACHABLE, ClusterAnswer, ShardStatus
 
 

@@ -30,17 +30,17 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from clepsydra_client import commands as c
-from clepsydra_client import k8s_commands
-from clepsydra_client.analytics_commands import AnalyticsUnavailable, add_analytics_commands
-from clepsydra_client.auth_commands import add_auth_commands
-from clepsydra_client.cluster_commands import add_cluster_commands
-from clepsydra_client.commands import UsageError
-from clepsydra_client.history_commands import add_history_command
-from clepsydra_client.rebalance import STRATEGIES
+from clepsydra_client.cli import commands as c
+from clepsydra_client.cli import k8s_commands
+from clepsydra_client.cli.analytics_commands import AnalyticsUnavailable, add_analytics_commands
+from clepsydra_client.cli.auth_commands import add_auth_commands
+from clepsydra_client.cli.cluster_commands import add_cluster_commands
+from clepsydra_client.cli.commands import UsageError
+from clepsydra_client.cli.history_commands import add_history_command
+from clepsydra_client.cli.timer_commands import add_time_options, add_timer_commands
+from clepsydra_client.cli.topic_commands import add_topic_commands
+from clepsydra_client.consumer.rebalance import STRATEGIES
 from clepsydra_client.settings import ClientSettings
-from clepsydra_client.timer_commands import add_time_options, add_timer_commands
-from clepsydra_client.topic_commands import add_topic_commands
 from clepsydra_core.errors import (
     AlreadyDelivered,
     ClepsydraError,

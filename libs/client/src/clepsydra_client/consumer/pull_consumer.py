@@ -15,11 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from clepsydra_client.consumer.offsets import RemoteOffsetStore
+from clepsydra_client.consumer.tags import TagExpression
 from clepsydra_client.message import PAGE, Message, MessageQueue
-from clepsydra_client.offsets import RemoteOffsetStore
 from clepsydra_client.routing import Router
 from clepsydra_client.settings import ensure_tracing
-from clepsydra_client.tags import TagExpression
 from clepsydra_client.topics import TopicInfo
 from clepsydra_core.errors import ConfigError, TopicNotFound
 from clepsydra_core.http import HttpClient

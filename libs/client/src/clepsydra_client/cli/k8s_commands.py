@@ -7,26 +7,26 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from clepsydra_client.commands import Context, Output
-from clepsydra_client.render import format_delay_ms, render_table
+from clepsydra_client.cli.commands import Context, Output
+from clepsydra_client.cli.render import format_delay_ms, render_table
 from clepsydra_core.errors import ClepsydraError, ValidationError
 
 if TYPE_CHECKING:
-    from clepsydra_client.cluster import Cluster
+    from clepsydra_client.cli.k8s_cluster import Cluster
 
 SCALABLE = {"workers": "clepsydra-scheduler-worker"}
 """What ``k8s scale`` may scale, by the name the user types."""
 
 
 def _connect(args: argparse.Namespace, ctx: Context) -> Cluster:
-    from clepsydra_client.cluster import Cluster
+    from clepsydra_client.cli.k8s_cluster import Cluster
 
     return Cluster.connect(kubeconfig=args.kubeconfig, context=args.context,
                            namespace=args.namespace, timeout_s=ctx.timeout_s)
 
 
 def status(args: argparse.Namespace, ctx: Context) -> Output:
-    from clepsydra_client.cluster import ClusterError
+    from clepsydra_client.cli.k8s_cluster import ClusterError
 
     cluster = _connect(args, ctx)
     try:
@@ -89,7 +89,7 @@ def scale(args: argparse.Namespace, ctx: Context) -> Output:
 
 
 def _autoscaler_runs(cluster: Cluster) -> bool:
-    from clepsydra_client.cluster import AUTOSCALER_DEPLOYMENT
+    from clepsydra_client.cli.k8s_cluster import AUTOSCALER_DEPLOYMENT
 
     try:
         return any(w.name == AUTOSCALER_DEPLOYMENT and w.replicas > 0
@@ -99,7 +99,7 @@ def _autoscaler_runs(cluster: Cluster) -> bool:
 
 
 def report_now(args: argparse.Namespace, ctx: Context) -> Output:
-    from clepsydra_client.cluster import REPORT_CRONJOB
+    from clepsydra_client.cli.k8s_cluster import REPORT_CRONJOB
 
     cluster = _connect(args, ctx)
     try:

@@ -1,5 +1,5 @@
-"""QueueLockClient: an orderly consumer's side of the store's queue locks (issue 12.5;
-RocketMQ's lockBatchMQ / unlockBatchMQ).
+"""QueueLockClient: an orderly consumer's side of the store's queue locks
+(DEC-orderly-queue-locks; RocketMQ's lockBatchMQ / unlockBatchMQ).
 
 In clustering mode an orderly consumer consumes a queue only while it holds the queue's lock
 at the store: it locks a newly owned queue before reading its committed offset, renews every

@@ -12,7 +12,7 @@ rebalances on every answer (C1); it subscribes to ``%RETRY%<group>`` itself (R15
 failed messages back (R1, R9). Broadcasting: every queue, progress in a local file (C2), no
 retries (R14). A pull loop per owned queue feeds a bounded process queue and the consume pool;
 the committed offset follows C4 and is written every ``persist_interval_s`` and when a queue
-is dropped. See :mod:`clepsydra_client.rebalance_service` for the hand-over rules.
+is dropped. See :mod:`clepsydra_client.consumer.rebalance_service` for the hand-over rules.
 """
 
 from __future__ import annotations
@@ -25,36 +25,36 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clepsydra_client.consume_service import (
+from clepsydra_client.consumer.consume_service import (
     ConcurrentConsumeService,
     ConsumeService,
     ConsumeSettings,
     OrderlyConsumeService,
     Stats,
 )
-from clepsydra_client.ids import local_ip, new_client_id
-from clepsydra_client.listener import (
+from clepsydra_client.consumer.listener import (
     ConcurrentListener,
     ConsumeFromWhere,
     MessageModel,
     OrderlyListener,
 )
-from clepsydra_client.message import MessageQueue
-from clepsydra_client.offsets import LocalOffsetStore, OffsetStore, RemoteOffsetStore
-from clepsydra_client.pulling import (
+from clepsydra_client.consumer.offsets import LocalOffsetStore, OffsetStore, RemoteOffsetStore
+from clepsydra_client.consumer.pulling import (
     DEFAULT_HOLD_MS,
     DEFAULT_LINGER_MS,
     DEFAULT_THREADS,
     PullSettings,
     QueuePuller,
 )
-from clepsydra_client.rebalance import AllocateStrategy, AverageStrategy
-from clepsydra_client.rebalance_service import RebalanceService
+from clepsydra_client.consumer.rebalance import AllocateStrategy, AverageStrategy
+from clepsydra_client.consumer.rebalance_service import RebalanceService
+from clepsydra_client.consumer.sendback import SendBack
+from clepsydra_client.consumer.tags import TagExpression
+from clepsydra_client.consumer.thread_pools import ScheduledPool, WorkerPool
+from clepsydra_client.ids import local_ip, new_client_id
+from clepsydra_client.message import MessageQueue
 from clepsydra_client.routing import Router
-from clepsydra_client.sendback import SendBack
 from clepsydra_client.settings import ensure_tracing
-from clepsydra_client.tags import TagExpression
-from clepsydra_client.timers import TimerPool, WorkerPool
 from clepsydra_core import naming
 from clepsydra_core.errors import ClepsydraError, ConfigError
 from clepsydra_core.http import HttpClient
@@ -94,8 +94,8 @@ class PushSettings:
     the queue again."""
     pull_hold_ms: int = DEFAULT_HOLD_MS
     """A pull asks the store to hold it up to this long while its queue has nothing new,
-    answering as soon as a message is appended (issue 14); at most ``pull_threads - 1`` pulls
-    are held at once. 0: no hold (the back-off only)."""
+    answering as soon as a message is appended (DEC-pull-hold); at most
+    ``pull_threads - 1`` pulls are held at once. 0: no hold (the back-off only)."""
     pull_linger_ms: int = DEFAULT_LINGER_MS
     """After a pull that took its queue's last messages, the next pull waits this long, so
     that messages arriving meanwhile come in one pull (0: at once, one held pull woken per
@@ -116,7 +116,8 @@ class PushSettings:
     lock_renew_interval_s: float = 20.0
     """Orderly, clustering: how often the store's queue locks are renewed (RocketMQ's 20 s;
     the store frees a lock after ``CLEPSYDRA_STORE_LOCK_EXPIRY_S``, 60 s, and the consumer
-    stops consuming a queue half of that after its last successful lock; issue 12.5)."""
+    stops consuming a queue half of that after its last successful lock;
+    DEC-orderly-queue-locks)."""
     instance_name: str | None = None
     """Names this consumer (its client id, and its broadcasting progress file)."""
     offset_dir: Path | None = None
@@ -180,8 +181,8 @@ class PushConsumer:
         self._started = False
         self._lock = threading.Lock()
         self.offset_store: OffsetStore = self._offset_store()
-        self._pull_timers = TimerPool(base.pull_threads, f"pull-{self.group}")
-        self._timers = TimerPool(1, f"consumer-{self.group}")
+        self._pull_timers = ScheduledPool(base.pull_threads, f"pull-{self.group}")
+        self._timers = ScheduledPool(1, f"consumer-{self.group}")
         self._executor: WorkerPool | None = None
         self.puller: QueuePuller | None = None
         self.rebalance: RebalanceService | None = None
@@ -201,7 +202,7 @@ class PushConsumer:
         if self.clustering:
             return RemoteOffsetStore(self.store, self.group, self.router)
         # keyed by a name that survives a restart (RocketMQ keeps instanceName DEFAULT in
-        # broadcasting mode), not by the client id, which carries the pid (issue 12.4)
+        # broadcasting mode), not by the client id, which carries the pid (C2)
         folder = self.settings.offset_dir or Path.home() / ".clepsydra" / "offsets"
         instance = self.settings.instance_name or BROADCASTING_DEFAULT_INSTANCE
         name = re.sub(r"[^A-Za-z0-9_.@-]", "_", f"{local_ip()}@{instance}")
@@ -283,9 +284,9 @@ class PushConsumer:
         self._started = True
         self._timers.schedule(self._heartbeat_tick)
         self._timers.schedule(self._persist_tick, s.persist_interval_s)
-        if self.rebalance.locking:  # issue 12.5
+        if self.rebalance.locking:  # DEC-orderly-queue-locks
             self._timers.schedule(self._lock_tick, s.lock_renew_interval_s)
-        if not orderly:  # R13 in both models (issue 12.6); broadcasting skips, R14
+        if not orderly:  # R13 in both models; broadcasting skips, R14
             self._timers.schedule(self._timeout_tick, self._timeout_scan_s)
         logger.info("consumer started group=%s client_id=%s model=%s subscriptions=%s",
                     self.group, self.client_id, s.message_model,
@@ -349,7 +350,7 @@ class PushConsumer:
         queues = []
         for pq in self.puller.active():
             if not pq.lock_held():
-                continue  # its lock lapsed: another consumer may own it now (issue 12.5)
+                continue  # its lock lapsed: another may own it now (DEC-orderly-queue-locks)
             self.offset_store.update(pq.queue, pq.committable())
             queues.append(pq.queue)
         self.offset_store.persist(queues)
@@ -392,7 +393,7 @@ class PushConsumer:
         except Exception:
             logger.exception("final offset commit failed group=%s", self.group)
         if self.rebalance is not None and committed:
-            self.rebalance.unlock_idle()  # uncommitted: the locks expire instead (12.5)
+            self.rebalance.unlock_idle()  # uncommitted: the locks expire instead
         if self._executor is not None:
             self._executor.shutdown(wait=False)
         if self.rebalance is not None:

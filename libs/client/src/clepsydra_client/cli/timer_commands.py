@@ -1,4 +1,4 @@
-"""``clepsydra message cancel|reschedule`` and ``clepsydra timers`` (issue 15): take back or move
+"""``clepsydra message cancel|reschedule`` and ``clepsydra timers`` (SPEC T1): take back or move
 a pending delayed message, by msgId or by key, and see the store's timer backlog; and the
 ``--at`` / ``--in`` options of ``clepsydra send`` (their forms: delivery_time.py)."""
 
@@ -8,11 +8,11 @@ import argparse
 import time
 from typing import Any
 
-from clepsydra_client.commands import Context, Output, UsageError
+from clepsydra_client.cli.commands import Context, Output, UsageError
+from clepsydra_client.cli.render import format_due, format_duration_ms, render_fields, render_table
 from clepsydra_client.delivery_time import parse_duration_ms, parse_instant_ms
 from clepsydra_client.message import ScheduleChange
 from clepsydra_client.producer import Producer
-from clepsydra_client.render import format_due, format_duration_ms, render_fields, render_table
 from clepsydra_core.wire.timers import TimerBacklog
 
 

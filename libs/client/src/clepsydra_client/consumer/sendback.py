@@ -260,7 +260,7 @@ class SendBack:
 
     def fallback(self, msg: Message, delay_level: int, max_reconsume_times: int,
                  reason: str) -> SendBackOutcome:
-        """R9 with the retry service's ladder (issue 12.2): dead-lettered when the service
+        """R9 with the retry service's ladder (R5, R6, R7): dead-lettered when the service
         would (reconsumeTimes >= max, or a level below 0: a plain send that R10 reroutes),
         else a new message to ``%RETRY%<group>`` with reconsumeTimes + 1, delayed by the
         listener's level or 3 + reconsumeTimes (R10 leaves delayed sends alone)."""

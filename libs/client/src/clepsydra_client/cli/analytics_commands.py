@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from clepsydra_client.render import format_ts, render_table
+from clepsydra_client.cli.render import format_ts, render_table
 from clepsydra_core.errors import Unavailable
 from clepsydra_core.http import HttpClient
 from clepsydra_core.wire.analytics import (
@@ -19,7 +19,7 @@ from clepsydra_core.wire.analytics import (
 from clepsydra_core.wire.codec import WireValue
 
 if TYPE_CHECKING:
-    from clepsydra_client.commands import Context, Output
+    from clepsydra_client.cli.commands import Context, Output
 
 RUN_TIMEOUT_S = 1800.0
 """How long ``report run`` waits for the jobs (the service has its own limit too)."""
@@ -84,7 +84,7 @@ def result_text(result: dict[str, Any]) -> str:
 
 
 def report_run(args: argparse.Namespace, ctx: Context) -> Output:
-    from clepsydra_client.commands import Output
+    from clepsydra_client.cli.commands import Output
 
     body = RunRequest(jobs=args.job or None, since=args.since or None)
     result = _read(RunResult, _call(ctx, "POST", "/v1/reports", body.to_json(),
@@ -95,7 +95,7 @@ def report_run(args: argparse.Namespace, ctx: Context) -> Output:
 
 
 def report_list(args: argparse.Namespace, ctx: Context) -> Output:
-    from clepsydra_client.commands import Output
+    from clepsydra_client.cli.commands import Output
 
     runs = _read(ReportList, _call(ctx, "GET", "/v1/reports")).reports
     rows = [(r.run_id, format_ts(r.now_ms), ",".join(r.ran), r.input_files, r.report)
@@ -106,7 +106,7 @@ def report_list(args: argparse.Namespace, ctx: Context) -> Output:
 
 
 def report_show(args: argparse.Namespace, ctx: Context) -> Output:
-    from clepsydra_client.commands import Output
+    from clepsydra_client.cli.commands import Output
 
     http = _http(ctx)
     result = _read(RunResult, _call(ctx, "GET", http.path("/v1/reports/{}", args.run_id))
@@ -115,7 +115,7 @@ def report_show(args: argparse.Namespace, ctx: Context) -> Output:
 
 
 def export_status(args: argparse.Namespace, ctx: Context) -> Output:
-    from clepsydra_client.commands import Output
+    from clepsydra_client.cli.commands import Output
 
     status = _read(ExportStatus, _call(ctx, "GET", "/v1/export/status"))
     lines = [f"{t.topic}  lag={t.lag} exported={t.exported_rows} queues={t.queues}"

@@ -18,7 +18,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from clepsydra_client.listener import (
+from clepsydra_client.consumer.listener import (
     ConcurrentContext,
     ConcurrentListener,
     ConsumeResult,
@@ -27,10 +27,10 @@ from clepsydra_client.listener import (
     OrderlyListener,
     OrderlyResult,
 )
+from clepsydra_client.consumer.process_queue import ProcessQueue
+from clepsydra_client.consumer.sendback import SendBack, failure_reason
+from clepsydra_client.consumer.thread_pools import ScheduledPool, WorkerPool
 from clepsydra_client.message import Message
-from clepsydra_client.process_queue import ProcessQueue
-from clepsydra_client.sendback import SendBack, failure_reason
-from clepsydra_client.timers import TimerPool, WorkerPool
 from clepsydra_core import telemetry
 from clepsydra_core.errors import ClepsydraError
 from clepsydra_core.retry_rules import (
@@ -102,7 +102,7 @@ class ConsumeService:
     """What both services share: the pool, the send-back, the trace span."""
 
     def __init__(self, settings: ConsumeSettings, *, executor: WorkerPool,
-                 timers: TimerPool, sendback: SendBack, stats: Stats) -> None:
+                 timers: ScheduledPool, sendback: SendBack, stats: Stats) -> None:
         self.settings = settings
         self.executor = executor
         self.timers = timers
@@ -278,7 +278,8 @@ class OrderlyConsumeService(ConsumeService):
     def _run(self, pq: ProcessQueue) -> None:
         """Holds ``pq.orderly_lock`` (taken by :meth:`_kick`) only while it consumes: released
         when the queue has nothing more to consume, is suspended (R12) or its store lock is not
-        held (issue 12.5), so whoever takes it knows that no listener of the queue runs."""
+        held (DEC-orderly-queue-locks), so whoever takes it knows that no listener of the queue
+        runs."""
         again_s: float | None = None
         try:
             while not (pq.dropped or self.stopped):
@@ -286,7 +287,7 @@ class OrderlyConsumeService(ConsumeService):
                 if wait_s > 0:
                     again_s = wait_s
                     break
-                if not pq.lock_held():  # issue 12.5: never without the queue lock
+                if not pq.lock_held():  # never without the queue lock (DEC-orderly-queue-locks)
                     self.stats.add("lock_waits")
                     again_s = LOCK_RECHECK_S
                     break

@@ -1,4 +1,4 @@
-"""``clepsydra auth create|list|revoke``: bearer tokens (issue 16; README, "Access control").
+"""``clepsydra auth create|list|revoke``: bearer tokens (README, "Access control").
 
 With ``--file PATH`` the command works on a tokens file directly (no service needed: the first
 tokens of a new deployment, or a Secret's content); without it, through the running store's
@@ -13,8 +13,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from clepsydra_client.commands import Context, Output
-from clepsydra_client.render import render_table
+from clepsydra_client.cli.commands import Context, Output
+from clepsydra_client.cli.render import render_table
 from clepsydra_core.auth import Role, parse_role
 from clepsydra_core.auth_tokens import create_token, read_entries, revoke_token
 from clepsydra_core.errors import NotFound, ValidationError
