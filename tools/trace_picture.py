@@ -1,4 +1,4 @@
-"""One message's trace as a picture (README "Tracing", SPEC O1): a Gantt-like tree, one row per
+"""One message's trace as a picture (docs/tracing.md, SPEC O1): a Gantt-like tree, one row per
 span in the order of the tree (each child under its parent, by start time), its bar from its
 start to its end, coloured by the process that made it.
 

@@ -129,7 +129,7 @@ class Consumption:
         give_up = time.monotonic() + ask.wait_s
         floors: dict[tuple[str, int], dict[int, int]] = {}
         fifo = self.is_fifo(ask.group)
-        with _untraced():  # polls make no span (README "Tracing"); the RPC's span says it all
+        with _untraced():  # polls make no span (docs/tracing.md); the RPC's span says it all
             return self._receive_loop(ask, info, give_up, floors, fifo, alive)
 
     def _receive_loop(self, ask: ReceiveAsk, info: TopicInfo, give_up: float,

@@ -1,4 +1,4 @@
-"""``clepsydra auth create|list|revoke``: bearer tokens (README, "Access control").
+"""``clepsydra auth create|list|revoke``: bearer tokens (docs/access-control.md).
 
 With ``--file PATH`` the command works on a tokens file directly (no service needed: the first
 tokens of a new deployment, or a Secret's content); without it, through the running store's
