@@ -4,8 +4,11 @@ given its ``now``)."""
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
+from clepsydra_store.engine.index import timer_index
 from clepsydra_store.engine.index.timer_index import NO_TIMER, SLOT_MS, TimerIndex
 
 BASE = 1_700_000_000_000
@@ -154,3 +157,52 @@ def test_slots_across_hours_stay_right_with_a_few_hours_listed_in_memory(
     assert list(index.slots(first + 2 * hour_slots + 1)) == sorted(
         s for s in [*wanted, late] if s > first + 2 * hour_slots)
     assert list(TimerIndex(tmp_path).slots()) == sorted([*wanted, late])
+
+
+def _fsyncs_of_files(monkeypatch) -> list[int]:  # type: ignore[no-untyped-def]
+    """The fds of the files (not directories) ``os.fsync`` is called on from now."""
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            synced.append(fd)
+        real_fsync(fd)
+    monkeypatch.setattr(os, "fsync", fsync)
+    return synced
+
+
+def test_timers_for_more_seconds_than_open_files_cost_no_fsync_until_the_flush(
+        tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # DEC-timer-slot-evict: a timer for a 65th second evicts a slot file; its fsync waits for
+    # the flush (before the checkpoint), which then closes it: no fsync under the writer lock
+    index = TimerIndex(tmp_path)
+    synced = _fsyncs_of_files(monkeypatch)
+    seconds = 3 * timer_index._OPEN_FILES
+    live = {q: BASE + q * SLOT_MS for q in range(seconds)}  # one timer a second
+    open_before = len(os.listdir("/proc/self/fd"))
+    for q, ts in live.items():
+        index.add(q, ts)
+    assert synced == []  # the writer's path fsyncs nothing
+    assert len(os.listdir("/proc/self/fd")) - open_before == seconds  # evicted ones wait
+    index.fsync()  # the flush
+    assert len(synced) == seconds  # every file written: 128 evicted, 64 open
+    assert len(os.listdir("/proc/self/fd")) - open_before == timer_index._OPEN_FILES
+    index.close()
+    reopened = TimerIndex(tmp_path)  # every pair on disk (SPEC T1)
+    assert reopened.due(BASE + seconds * SLOT_MS, 2 * seconds, _codes(live)) == sorted(
+        live.items(), key=lambda pair: pair[1])
+
+
+def test_past_the_bound_of_files_waiting_for_the_flush_the_writer_fsyncs_itself(
+        tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(timer_index, "_CLOSING_FILES", 2)
+    index = TimerIndex(tmp_path)
+    synced = _fsyncs_of_files(monkeypatch)
+    open_before = len(os.listdir("/proc/self/fd"))
+    for q in range(timer_index._OPEN_FILES + 5):
+        index.add(q, BASE + q * SLOT_MS)
+    assert len(synced) == 3  # 5 evicted: 2 wait for the flush, 3 fsync'd and closed at once
+    assert len(os.listdir("/proc/self/fd")) - open_before == timer_index._OPEN_FILES + 2
+    index.close()
+    assert len(os.listdir("/proc/self/fd")) == open_before

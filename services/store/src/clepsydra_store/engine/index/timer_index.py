@@ -31,7 +31,7 @@ import os
 import shutil
 import struct
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +45,9 @@ PAIR = struct.Struct("<qq")
 """(timer-log queue offset, deliver ts)."""
 _OPEN_FILES = 64
 """Slot files kept open for appending (the seconds timers are being written to)."""
+_CLOSING_FILES = 1024
+"""Evicted slot files left open for the next flush to fsync and close; past this many the
+writer fsyncs and closes one itself (DEC-timer-slot-evict)."""
 NO_TIMER = -1
 
 _CACHED_SLOTS = 4
@@ -86,6 +89,8 @@ class TimerIndex:
         self._fds: OrderedDict[int, int] = OrderedDict()
         """slot -> an fd open for appending (LRU)."""
         self._dirty: set[int] = set()
+        self._closing: deque[int] = deque()
+        """Evicted slot files' fds, fsync'd and closed by the next flush (:meth:`_evict`)."""
         self._floor = 0
         """Slots below this one are emptied and waiting to be unlinked: nothing is added
         to them (a late pair goes to the floor's slot)."""
@@ -187,11 +192,7 @@ class TimerIndex:
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             self._fds[slot] = fd
             if len(self._fds) > _OPEN_FILES:
-                old, old_fd = self._fds.popitem(last=False)
-                if old in self._dirty:
-                    os.fsync(old_fd)
-                    self._dirty.discard(old)
-                os.close(old_fd)
+                self._evict()
         else:
             self._fds.move_to_end(slot)
         os.write(fd, PAIR.pack(queue_offset, deliver_ts))
@@ -204,6 +205,19 @@ class TimerIndex:
             if self.known_next_due is not None:
                 self.known_next_due = deliver_ts
             self.wake.set()
+
+    def _evict(self) -> None:
+        """Close the least recently appended slot file: the next flush fsyncs and closes it
+        (its pairs are durable before the checkpoint that covers them, as an open one's), so
+        a timer for a 65th second costs an open, not an fsync, under the writer lock
+        (DEC-timer-slot-evict). The writer never closes a file the flush may be fsyncing."""
+        old, old_fd = self._fds.popitem(last=False)
+        self._dirty.discard(old)
+        if len(self._closing) < _CLOSING_FILES:
+            self._closing.append(old_fd)
+        else:
+            os.fsync(old_fd)
+            os.close(old_fd)
 
     def _note(self, slot: int) -> None:
         """A slot file is (perhaps newly) open for appending: in the known hours' lists."""
@@ -353,8 +367,10 @@ class TimerIndex:
 
     # ---- durability (flush) -----------------------------------------------------------------
     def fsync(self) -> None:
-        """fsync the slot files written since the last flush (the flush thread: a slot the
-        writer closed meanwhile was fsync'd at its eviction, or retired)."""
+        """fsync the slot files written since the last flush (the flush thread): the evicted
+        ones first, then closed; then the open ones written to (a slot retired meanwhile is
+        empty: its pairs are never read again)."""
+        self._drain_closing()
         for slot in list(self._dirty):
             self._dirty.discard(slot)
             fd = self._fds.get(slot)
@@ -363,6 +379,16 @@ class TimerIndex:
                     os.fsync(fd)
                 except OSError:
                     pass
+
+    def _drain_closing(self) -> None:
+        closing = self._closing
+        while closing:
+            fd = closing.popleft()  # (atomic: the writer appends meanwhile)
+            try:
+                os.fsync(fd)
+            except OSError:
+                pass
+            os.close(fd)
 
     def take_unlinks(self) -> list[int]:
         """Emptied slots to unlink once this flush's checkpoint is written (writer lock)."""
@@ -394,6 +420,7 @@ class TimerIndex:
         self._unlinked = []
 
     def close(self) -> None:
+        self._drain_closing()
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
