@@ -22,13 +22,14 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+from prometheus_client import CollectorRegistry, Counter, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from clepsydra_core import naming, telemetry
 from clepsydra_core.levels import DelayLevels
 from clepsydra_core.schedule_rules import first_pending
+from clepsydra_store.api.thread_metrics import RequestMetrics, ThreadCounter
 from clepsydra_web.tracing import ServerScope, ServerTracing
 
 RequestScope = ServerScope
@@ -64,24 +65,26 @@ class Observability:
         self.tracing = ServerTracing("store", self_traced=enveloped)
         self.tracer = self.tracing.tracer
         self.registry = CollectorRegistry(auto_describe=False)
-        self.requests = Counter("clepsydra_store_requests", "HTTP requests by operation and "
-                                "status", ["operation", "status"], registry=self.registry)
-        self.latency = Histogram("clepsydra_store_request_seconds", "HTTP request duration by "
-                                 "operation", ["operation"], buckets=_LATENCY_BUCKETS,
-                                 registry=self.registry)
-        self.produced = Counter("clepsydra_store_produced_messages", "Messages acknowledged to "
-                                "producers over HTTP", registry=self.registry)
-        self.poller_answered = Counter("clepsydra_store_poller_answered_requests", "Produce "
-                                       "requests the worker's poller thread answered itself "
-                                       "(DEC-poller-produce)", registry=self.registry)
-        self.poller_spun = Counter("clepsydra_store_poller_spin_caught_requests", "Events "
-                                   "(a producer's next request, mostly) the worker's poller "
-                                   "found while it spun after answering a produce "
-                                   "(CLEPSYDRA_STORE_POLLER_SPIN_US, DEC-poller-spin)",
-                                   registry=self.registry)
-        self.produced_bytes = Counter("clepsydra_store_produced_body_bytes", "Body bytes "
-                                      "acknowledged to producers over HTTP",
-                                      registry=self.registry)
+        # the per-request metrics are kept per thread (DEC-thread-metrics): no lock a request
+        self.requests = RequestMetrics(
+            ("clepsydra_store_requests", "HTTP requests by operation and status"),
+            ("clepsydra_store_request_seconds", "HTTP request duration by operation"),
+            _LATENCY_BUCKETS)
+        self.produced = ThreadCounter("clepsydra_store_produced_messages", "Messages "
+                                      "acknowledged to producers over HTTP")
+        self.poller_answered = ThreadCounter("clepsydra_store_poller_answered_requests",
+                                             "Produce requests the worker's poller thread "
+                                             "answered itself (DEC-poller-produce)")
+        self.poller_spun = ThreadCounter("clepsydra_store_poller_spin_caught_requests",
+                                         "Events (a producer's next request, mostly) the "
+                                         "worker's poller found while it spun after answering "
+                                         "a produce (CLEPSYDRA_STORE_POLLER_SPIN_US, "
+                                         "DEC-poller-spin)")
+        self.produced_bytes = ThreadCounter("clepsydra_store_produced_body_bytes", "Body bytes "
+                                            "acknowledged to producers over HTTP")
+        for collector in (self.requests, self.produced, self.poller_answered, self.poller_spun,
+                          self.produced_bytes):
+            self.registry.register(collector)
         self.delivered = Counter("clepsydra_store_schedule_delivered", "Scheduled messages "
                                  "handed over to their real topic (D4)", ["level"],
                                  registry=self.registry)
@@ -92,7 +95,6 @@ class Observability:
                                        _LATENESS_BUCKETS_MS)
         self.registry.register(self.lateness)
         self.registry.register(EngineCollector(store, levels, consumers))
-        self._children: dict[tuple[str, int], tuple[Any, Any]] = {}
 
     def begin(self, operation: str, environ: Mapping[str, Any],
               parent: otel_context.Context | None = None, *,
@@ -107,14 +109,7 @@ class Observability:
 
     def count(self, scope: RequestScope, status: int) -> None:
         """Count a request and its latency (every request, traced or not)."""
-        key = (scope.operation, status)
-        children = self._children.get(key)
-        if children is None:  # the labelled children's inc and observe, bound once
-            children = (self.requests.labels(scope.operation, str(status)).inc,
-                        self.latency.labels(scope.operation).observe)
-            self._children[key] = children
-        children[0]()
-        children[1](time.perf_counter() - scope.started)
+        self.requests.observe(scope.operation, status, time.perf_counter() - scope.started)
 
 
 class BatchHistogram(Collector):
