@@ -73,6 +73,8 @@ def test_the_console_shows_every_shards_data_and_marks_a_shard_down(
     assert total is not None and int(total.group(1)) == 9
     assert int(total.group(2)) >= SHARDS * QUEUES  # user, %RETRY% and %DLQ% queues
     assert 'id="shards-partial"' not in home
+    health = http.get(console + "/healthz", timeout=30).json()
+    assert health["store"] is True and health["storeShards"] == {"0": True, "1": True, "2": True}
     assert re.search(r'id="pending-delayed">9\b', home)
 
     # /timers : totals over every shard, each shard's own line
@@ -131,6 +133,10 @@ def test_the_console_shows_every_shards_data_and_marks_a_shard_down(
     home = _page(http, console, "/")
     shards = _rows(home, "shards")
     assert shards[(2,)]["state"] == "unreachable"
+    health = http.get(console + "/healthz", timeout=30)
+    assert health.status_code == 200  # the console runs: it names the shard down
+    assert health.json()["store"] is False
+    assert health.json()["storeShards"] == {"0": True, "1": True, "2": False}
     assert 'id="shards-partial"' in home and "shard 2 did not answer" in home
     total = re.search(r'id="shards-total" data-pending="(\d+)"', home)
     assert total is not None and int(total.group(1)) == 5  # shards 0 and 1 only

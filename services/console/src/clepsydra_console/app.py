@@ -16,10 +16,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, g
 from werkzeug.exceptions import HTTPException
 
 from clepsydra_console import actions, pages, rates
-from clepsydra_console.backend import Clients
+from clepsydra_console.backend import Clients, each_shard
 from clepsydra_console.context import EXTENSION, Console
 from clepsydra_console.login import ANONYMOUS, OPEN_ENDPOINTS, SignIn, csrf_ok, to_login
 from clepsydra_console.settings import ConsoleSettings
+from clepsydra_console.shards import ShardRead, unread
 from clepsydra_core import telemetry
 from clepsydra_web.auth import warn_if_off
 from clepsydra_web.tracing import ServerTracing
@@ -130,14 +131,22 @@ def _error_page(status: int, text: str) -> tuple[str, int]:
 
 
 def _health(console: Console) -> tuple[dict[str, Any], int]:
-    """``/healthz``: 200 while the console runs; says whether the store and the retry
-    service answer (the console shows their failures on its pages, it does not stop)."""
+    """``/healthz``: 200 while the console runs; says whether the store (every shard of it:
+    ``store`` is true when all answer, ``storeShards`` names each with more than one,
+    DEC-console-shards) and the retry service answer (the console shows their failures on its
+    pages, it does not stop)."""
     out: dict[str, Any] = {"status": "ok"}
-    for name, http in (("store", console.clients.metrics_store),
-                       ("retry", console.clients.metrics_retry)):
-        try:
-            http.get("/healthz", timeout_s=2.0)
-            out[name] = True
-        except Exception:
-            out[name] = False
+    try:
+        reads = each_shard(console.clients.admin(None),
+                           lambda _shard, http: http.get("/healthz", timeout_s=2.0))
+    except Exception:  # the shards could not even be listed: shard 0 is down
+        reads = [ShardRead(0, error="no answer")]
+    out["store"] = not unread(reads)
+    if len(reads) > 1:
+        out["storeShards"] = {str(r.shard): r.error is None for r in reads}
+    try:
+        console.clients.metrics_retry.get("/healthz", timeout_s=2.0)
+        out["retry"] = True
+    except Exception:
+        out["retry"] = False
     return out, 200
