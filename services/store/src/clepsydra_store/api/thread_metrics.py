@@ -100,6 +100,6 @@ class RequestMetrics(Collector):
             running, buckets = 0.0, []
             for bound, count in zip((*self.bounds, float("inf")), row[2:], strict=True):
                 running += count
-                buckets.append((floatToGoString(bound), running))
+                buckets.append((floatToGoString(bound), running))  # type: ignore[no-untyped-call]
             durations.add_metric([operation], buckets, row[1])
         yield durations
