@@ -1,6 +1,6 @@
 """In-process append benchmark (not a test): 1 KiB messages, batches of 100, async flush.
 
-    .venv/bin/python tests/unit/store/bench_append.py [messages] [--profile]
+    .venv/bin/python -m bench.store_append [messages] [--profile]
 
 On a shared machine compare the CPU figures (msgs per CPU second, us CPU/msg), and compare
 against the raw baseline of the same run.
