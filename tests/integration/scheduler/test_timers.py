@@ -17,6 +17,7 @@ import requests
 from clepsydra_core import naming
 from clepsydra_core import properties as P
 from tests.fixtures.scheduler import TOPIC, SchedulerStack, StoreApi, assert_each_once
+from tests.helpers import now_ms
 from tests.integration.scheduler.test_crash_store import _kill_all_at_once
 from tools.processes import RedisServer, wait_until
 
@@ -24,9 +25,6 @@ pytestmark = pytest.mark.integration
 
 N = 3_000
 
-
-def _now() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _produce_timers(stack: SchedulerStack, times: list[int]) -> list[dict[str, Any]]:
@@ -56,7 +54,7 @@ def test_timers_arrive_never_early_at_their_time_and_once(stack: SchedulerStack)
     # SPEC T1, T2: exact times (ms), spread over 3 s, in any arrival order
     stack.beat()
     stack.worker()
-    base = _now() + 1_500
+    base = now_ms() + 1_500
     times = [base + (i * 7919) % 3_000 for i in range(300)]
     answers = _produce_timers(stack, times)
     assert [a["deliverAt"] for a in answers] == times
@@ -79,7 +77,7 @@ def test_kill_9_of_the_worker_mid_delivery(stack: SchedulerStack) -> None:
     # SPEC T2 (D9): the timers' lease outlives the killed worker; the next run delivers the
     # rest, each once
     stack.beat()
-    _produce_timers(stack, [_now() + 500] * N)
+    _produce_timers(stack, [now_ms() + 500] * N)
     time.sleep(1.0)
     first = stack.worker(CLEPSYDRA_SCHEDULER_BATCH="10")
     wait_until(lambda: _count(stack) > 0, 30, interval_s=0.005, what="the first deliveries")
@@ -91,7 +89,7 @@ def test_kill_9_of_the_worker_mid_delivery(stack: SchedulerStack) -> None:
 
 def test_kill_9_of_the_store_mid_delivery(stack: SchedulerStack) -> None:
     # SPEC T2, P3: the store recovers its timer index from the CommitLog
-    _produce_timers(stack, [_now() + 500] * N)
+    _produce_timers(stack, [now_ms() + 500] * N)
     time.sleep(1.0)
     stack.beat()
     stack.worker(CLEPSYDRA_SCHEDULER_BATCH="10")
@@ -107,7 +105,7 @@ def test_kill_9_of_everything_at_once(stack: SchedulerStack, tmp_path: Path) -> 
     redis_dir = tmp_path / "redis-aof"
     durable = RedisServer(redis_dir, appendonly=True).start()
     try:
-        _produce_timers(stack, [_now() + 500] * N)
+        _produce_timers(stack, [now_ms() + 500] * N)
         time.sleep(1.0)
         stack.beat(CLEPSYDRA_REDIS_URL=durable.url)
         worker = stack.worker(redis_url=durable.url, CLEPSYDRA_SCHEDULER_BATCH="10")
@@ -129,7 +127,7 @@ def test_cancel_racing_the_hand_over_is_one_or_the_other(stack: SchedulerStack) 
     n = 400
     stack.beat()
     stack.worker(CLEPSYDRA_SCHEDULER_BATCH="5")
-    due = _now() + 1_500
+    due = now_ms() + 1_500
     ids = [a["msgId"] for a in _produce_timers(stack, [due] * n)]
     answers: dict[str, int] = {}
 
@@ -140,7 +138,7 @@ def test_cancel_racing_the_hand_over_is_one_or_the_other(stack: SchedulerStack) 
                                              timeout=30).status_code
         session.close()
 
-    while _now() < due - 20:
+    while now_ms() < due - 20:
         time.sleep(0.005)
     threads = [threading.Thread(target=cancel, args=(ids[i::4],)) for i in range(4)]
     for t in threads:
