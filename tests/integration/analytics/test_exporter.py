@@ -1,5 +1,5 @@
 """The exporter against a real store: every message exactly once in Parquet, new topics picked
-up without a restart, kill -9 at any point neither duplicates nor skips (issue 10)."""
+up without a restart, kill -9 at any point neither duplicates nor skips."""
 
 from __future__ import annotations
 

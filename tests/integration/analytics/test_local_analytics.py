@@ -1,4 +1,4 @@
-"""``python -m clepsydra_analytics serve --schedule --export`` (issue 14, the local stack's
+"""``python -m clepsydra_analytics serve --schedule --export`` (the local stack's
 memory): the analytics API, the schedule's Celery worker with its beat and the exporter in one
 process, as ``make run`` starts them. The API and the exporter answer their ports and the
 exporter exports; a stop writes what it buffered; beat is a thread, not a forked child; an
@@ -56,7 +56,7 @@ def test_one_process_serves_schedules_and_exports_and_writes_its_buffers_at_stop
         # the exporter buffers (flush every 60 s by default): nothing written yet, then the
         # stop makes it write, once
         assert sum(exported_ids(settings).values()) == 0
-        # issue 14: at rest (rows buffered, nothing written) the process holds neither Celery's
+        # at rest (rows buffered, nothing written) the process holds neither Celery's
         # command line nor pyarrow (its shared objects are not mapped)
         imported = re.findall(r"^import time:.*\|\s+([\w.]+)$", proc.log(), re.MULTILINE)
         assert "clepsydra_core.celery_worker" in imported

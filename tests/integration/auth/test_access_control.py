@@ -1,4 +1,4 @@
-"""Access control with real processes (issue 16, "Access control"): redis-server, the store,
+"""Access control with real processes: redis-server, the store,
 the retry service, the scheduler (worker + beat) and the analytics API on loopback, all with
 ``CLEPSYDRA_AUTH=on`` and one tokens file; each service calls the others with its own token
 (``CLEPSYDRA_TOKEN``).
@@ -258,7 +258,7 @@ def test_auth_create_on_the_file_and_through_the_store(stack: AuthStack, tmp_pat
 
 
 def test_token_routes_speak_their_wire_types(stack: AuthStack) -> None:
-    # issue 13.1: the store reads TokenCreate (a bad field named, nothing written) and answers
+    # the store reads TokenCreate (a bad field named, nothing written) and answers
     # TokenCreated, TokenList and TokenRevoked
     admin, url = stack.tokens["admin"], f"{stack.store.url}/v1/auth/tokens"
     before = stack.tokens_file.read_text()
@@ -337,7 +337,7 @@ def test_sdk_with_tokens_produces_consumes_and_retries(stack: AuthStack) -> None
 
 
 def test_a_token_over_its_rate_gets_429_and_others_go_on(stack: AuthStack) -> None:
-    # issue 16, "Limits": a token's ratePerS, written to the file, taken without a restart
+    # a token's ratePerS, written to the file, taken without a restart
     token = create_token(stack.tokens_file, "slow-producer", Role.PRODUCER, topics=("orders-*",),
                          rate_per_s=1)[1]
     url = f"{stack.store.url}/v1/topics/{enc(TOPIC)}/messages"
@@ -358,7 +358,7 @@ def test_a_token_over_its_rate_gets_429_and_others_go_on(stack: AuthStack) -> No
 
 def test_cancel_and_reschedule_need_the_producer_right_on_the_message_topic(
         stack: AuthStack) -> None:
-    # issue 15 with issue 16: SEND on the message's own topic, by msgId and by key; the timer
+    # SPEC T1 under access control: SEND on the message's own topic, by msgId and by key; the timer
     # backlog like the level table (the scheduler's and the admin's)
     mine = stack.as_("producer", "POST", f"/v1/topics/{TOPIC}/messages",
                      json={"body": "t", "delayMs": 3_600_000, "keys": "k-auth"}).json()["msgId"]

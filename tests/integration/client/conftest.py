@@ -168,7 +168,7 @@ def recorder() -> Callable[..., Recorder]:
 @pytest.fixture
 def memory_spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
     """Spans of this process's client: the SDK provider as ensure_tracing installs it, but
-    sampling every trace (the default samples 1 in 100, issue 19), with an in-memory exporter;
+    sampling every trace (the default samples 1 in 100, SPEC O1), with an in-memory exporter;
     the previous provider is put back afterwards. Ask for it before the fixtures that make
     tracers (``producer``)."""
     for module, attr in ((telemetry, "_provider"), (telemetry, "_memory"),

@@ -1,4 +1,4 @@
-"""``Producer.send_async`` against a real store (issue 14): futures with their own results,
+"""``Producer.send_async`` against a real store: futures with their own results,
 batches cut by count and flushed without waiting out the linger, a message the store refuses
 failing alone, nothing accepted lost on ``close()``, and a store that cannot be reached failing
 the futures instead of hanging them."""

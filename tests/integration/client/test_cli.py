@@ -171,7 +171,7 @@ def test_dlq_commands(cli: Cli, admin: AdminClient, producer: Producer, consumer
     one = cli("dlq", "resend", group, ids[0])
     assert one.code == 0 and "resent 1 messages" in one.out
     rec.wait_for(lambda seen: [m.text for m in seen].count("bad1") == 2, what="bad1 resent")
-    # issue 20.5: the resend reached this group alone (through its retry topic), counted from
+    # the resend reached this group alone (through its retry topic), counted from
     # 0 again, with the resend in its history; the topic itself got nothing new
     again = [m for m in rec.seen if m.text == "bad1"][-1]
     assert again.is_retry and again.topic == topic and again.reconsume_times == 0

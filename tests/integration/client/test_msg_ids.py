@@ -1,4 +1,4 @@
-"""A message keeps its id (issue 20.4), end to end through the SDK, the store, the scheduler
+"""A message keeps its id, end to end through the SDK, the store, the scheduler
 and the retry service: the msgId a producer gets for a delayed message is the id its consumer
 sees, the id of its retry after a send-back and the id of its dead letter, and `message show`
 with it finds every copy; each copy keeps its own place as offsetMsgId."""

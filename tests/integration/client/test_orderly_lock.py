@@ -1,4 +1,4 @@
-"""Orderly consumption under the store's queue locks (issue 12.5): consumers joining and leaving
+"""Orderly consumption under the store's queue locks (SPEC C1): consumers joining and leaving
 while per-queue sequences flow never consume a queue's message out of order, twice, or on two
 consumers at once, even when the listener is slower than the hand-over grace."""
 
@@ -74,7 +74,7 @@ class Intervals:
 def test_orderly_consumers_joining_and_leaving_never_overlap_or_reorder(
         stack: ClientStack, admin: AdminClient, producer: Producer, names: Names,
         consumers: Consumers) -> None:
-    # issue 12.5: a queue is consumed only under its store lock
+    # SPEC C1: a queue is consumed only under its store lock
     topic, group = names("t"), names("g")
     admin.create_topic(topic, QUEUES)
     intervals = Intervals()
@@ -135,7 +135,7 @@ def test_orderly_consumers_joining_and_leaving_never_overlap_or_reorder(
 def test_a_queue_given_up_while_consumed_is_committed_when_its_consumer_stops(
         stack: ClientStack, admin: AdminClient, producer: Producer, names: Names,
         consumers: Consumers) -> None:
-    # issue 12.5: a consumer stopping while a queue it gave up at a rebalance is still being
+    # SPEC C1: a consumer stopping while a queue it gave up at a rebalance is still being
     # consumed waits (shutdown_wait_s) for that listener, commits the queue and unlocks it: the
     # next owner starts after the message at once, instead of consuming it again after the
     # lock's expiry
@@ -185,7 +185,7 @@ def test_a_queue_given_up_while_consumed_is_committed_when_its_consumer_stops(
 
 def test_a_consumer_whose_lock_is_lost_stops_and_resumes_when_it_is_free(
         tmp_path: Path, start_store: Callable[..., HttpService]) -> None:
-    # issue 12.5: no lock, no consumption; a lock lost at renewal drops the queue uncommitted
+    # SPEC C1: no lock, no consumption; a lock lost at renewal drops the queue uncommitted
     store = start_store(tmp_path / "home", env={"CLEPSYDRA_STORE_LOCK_EXPIRY_S": "1"})
     topic, group = "locked", "g-locked"
     with Producer(store.url) as producer, closing(HttpClient(store.url)) as http:

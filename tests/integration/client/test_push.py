@@ -292,7 +292,7 @@ def test_consume_timeout_applies_in_broadcasting_too(stack: ClientStack, admin: 
                                                      producer: Producer, consumers: Consumers,
                                                      recorder: Recorders, names: Names,
                                                      tmp_path: Path) -> None:
-    # SPEC R13, R14 (issue 12.6): a held message frees its slot (skipped, never retried)
+    # SPEC R13, R14: a held message frees its slot (skipped, never retried)
     topic, group = names("t"), names("g")
     admin.create_topic(topic, 1)
     release = threading.Event()
@@ -324,7 +324,7 @@ def test_consume_from_where_and_committed_offsets(stack: ClientStack, admin: Adm
     last, first, young = recorder(), recorder(), recorder()
     c_last = consumers(names("last"), topic, last, young_queue_limit=0,
                        consume_from_where=ConsumeFromWhere.LAST)
-    # issue 20.6: LAST on a young queue (nothing deleted, few entries) starts at 0, as
+    # LAST on a young queue (nothing deleted, few entries) starts at 0, as
     # RocketMQ's broker does for a new group: "send, then consume" shows the messages
     consumers(names("young"), topic, young, consume_from_where=ConsumeFromWhere.LAST)
     consumers(names("first"), topic, first, consume_from_where=ConsumeFromWhere.FIRST)

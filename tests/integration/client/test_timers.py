@@ -1,4 +1,4 @@
-"""Issue 15 (SPEC T1, T2) through the SDK and the `clepsydra` command on a real stack (store,
+"""Timers (SPEC T1, T2) through the SDK and the `clepsydra` command on a real stack (store,
 scheduler worker and beat, Redis): a timer sent with `--in` arrives, never before its time; a
 cancelled one never arrives; a rescheduled one moves; a delivered one answers 409
 ALREADY_DELIVERED and an unknown one 404; `clepsydra timers` shows the backlog.
@@ -47,7 +47,7 @@ def wait_for_body(stack: ClientStack, topic: str, body: str) -> Message:
 
 def test_send_in_2s_arrives_not_before_its_time_then_cancel_answers_409(
         stack: ClientStack, cli: Cli, admin: AdminClient, names: Names) -> None:
-    # issue 15: `clepsydra send --in`, delivered no earlier than the time; 409 once delivered
+    # SPEC T1: `clepsydra send --in`, delivered no earlier than the time; 409 once delivered
     topic = names("t")
     admin.create_topic(topic, 1)
     before_ms = int(datetime.now(UTC).timestamp() * 1000)

@@ -1,4 +1,4 @@
-"""Topics can be changed (issue 20.1): the admin client's update_topic / delete_topic and
+"""Topics can be changed (SPEC A1): the admin client's update_topic / delete_topic and
 `clepsydra topic update|delete` on a real stack, and push consumers rebalancing onto the new
 queues through their ordinary heartbeat path."""
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.integration
 def test_admin_update_grows_and_consumers_rebalance_onto_the_new_queues(
         admin: AdminClient, producer: Producer, consumers: Consumers, recorder: Recorders,
         names: Names) -> None:
-    # issue 20.1: the quick start's one-queue topic becomes the tour's four-queue topic
+    # SPEC A1: the quick start's one-queue topic becomes the tour's four-queue topic
     topic, group = names("t"), names("g")
     admin.create_topic(topic, 1)
     seen = recorder()

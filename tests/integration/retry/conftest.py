@@ -88,14 +88,14 @@ class RetryStack:
         return result
 
     def copies(self, msg_id: str) -> list[dict[str, Any]]:
-        """Every stored copy of the message, oldest first (issue 20.4)."""
+        """Every stored copy of the message, oldest first."""
         resp = self.http.get(f"{self.store.url}/v1/messages/{msg_id}")
         assert resp.status_code == 200, resp.text
         found: list[dict[str, Any]] = resp.json()["messages"]
         return found
 
     def by_msg_id(self, msg_id: str) -> dict[str, Any]:
-        """The newest copy of the message (issue 20.4: a msgId names every copy of it)."""
+        """The newest copy of the message (a msgId names every copy of it)."""
         resp = self.http.get(f"{self.store.url}/v1/messages/{msg_id}")
         assert resp.status_code == 200, resp.text
         found: dict[str, Any] = resp.json()
@@ -225,7 +225,7 @@ OTLP_TEST_RESOURCE = "deployment.environment.name=trace-test"
 @pytest.fixture(scope="module")
 def traced_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TracedStack]:
     """Its own Redis, store, retry service and scheduler (worker + beat), every one exporting
-    its spans over OTLP/HTTP to an :class:`OtlpReceiver` (issue 19)."""
+    its spans over OTLP/HTTP to an :class:`OtlpReceiver` (SPEC O1)."""
     root = tmp_path_factory.mktemp("traced-stack")
     receiver = OtlpReceiver().start()
     otel = {"CLEPSYDRA_OTEL_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,

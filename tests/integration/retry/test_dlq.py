@@ -116,7 +116,7 @@ def test_show_one_with_history(dlq: Dlq) -> None:  # SPEC R16
     assert resp.status_code == 404 and resp.json()["error"] == "NOT_IN_DLQ"
     assert sent["msgId"] in resp.json()["message"]
     assert dlq.stack.http.get(f"{dlq.base}/not a msgid").status_code == 400
-    # issue 20.4: any id a producer gave is a msgId; one nobody has is just not there
+    # any id a producer gave is a msgId; one nobody has is just not there
     assert dlq.stack.http.get(f"{dlq.base}/not-a-msgid").status_code == 404
 
 
@@ -303,7 +303,7 @@ def test_resend_all_is_done_by_the_store_a_range_at_a_time(dlq: Dlq) -> None:  #
 
 
 def test_a_resend_reaches_only_its_group(dlq: Dlq, names: Names) -> None:
-    # issue 20.5: two groups on one topic; G's dead letter resent reaches G alone (through
+    # two groups on one topic; G's dead letter resent reaches G alone (through
     # %RETRY%G, as RocketMQ redelivers), counted from 0 again, the resend in its history
     other_group = names("H")
     dlq.stack.put_group(other_group)

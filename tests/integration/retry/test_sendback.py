@@ -79,7 +79,7 @@ def test_send_back_by_msg_id(stack: RetryStack, setup: tuple[str, str]) -> None:
     result = stack.ok_send_back(group, msgId=sent["msgId"], delayLevel=2)
     assert (result["outcome"], result["delayLevel"]) == ("RETRY", 2)
     assert stack.by_msg_id(result["msgId"])["properties"][P.DELAY] == "2"
-    # issue 20.4: the msgId names every copy; by itself it means the copy the group consumed
+    # the msgId names every copy; by itself it means the copy the group consumed
     # (not the parked retry copy), and an offsetMsgId names one copy exactly
     assert result["msgId"] == sent["msgId"]
     again = stack.ok_send_back(group, msgId=sent["msgId"], delayLevel=1)
@@ -123,7 +123,7 @@ def test_unknown_group_is_refused_first_when_groups_are_not_auto_created(
 
 def test_a_group_is_created_with_defaults_on_its_first_send_back(
         stack: RetryStack, names: Names) -> None:
-    # issue 12.2: as RocketMQ's broker does; the SDK no longer falls back for a new group
+    # as RocketMQ's broker does; the SDK no longer falls back for a new group
     group, topic = names("newgroup"), names("T")
     stack.create_topic(topic)
     sent = stack.produce(topic, "first failure")
@@ -213,7 +213,7 @@ def test_max_reconsume_times_from_request_else_group(stack: RetryStack, names: N
                                maxReconsumeTimes=5)
     assert (again["outcome"], again["delayLevel"]) == ("RETRY", 5)  # 3 + 2
     assert stack.by_msg_id(again["msgId"])["properties"][P.MAX_RECONSUME_TIMES] == "5"
-    # issue 12.1: -1 is RocketMQ's "the default" (the group's 2 here), not "dead-letter now"
+    # SPEC R5: -1 is RocketMQ's "the default" (the group's 2 here), not "dead-letter now"
     default = stack.ok_send_back(group, commitLogOffset=twice["commitLogOffset"],
                                  maxReconsumeTimes=-1)
     assert default["outcome"] == "DLQ"
@@ -242,7 +242,7 @@ def test_negative_level_goes_to_the_dlq_at_once(stack: RetryStack, setup: tuple[
     assert info is not None and len(info["queues"]) == 1
     history = json.loads(dead["properties"][P.FAILURE_HISTORY])
     assert history[0]["reason"] == "ValueError: nope" and history[0]["consumer"] == "c-1"
-    # issue 12.3: any level below 0 dead-letters (RocketMQ's rule), -2 was a 400
+    # SPEC R6: any level below 0 dead-letters (RocketMQ's rule), -2 was a 400
     other = stack.produce(topic, "also to the dlq")
     minus_two = stack.ok_send_back(group, commitLogOffset=other["commitLogOffset"],
                                    delayLevel=-2)
@@ -290,7 +290,7 @@ def test_plain_send_at_max_goes_to_the_dlq(stack: RetryStack, names: Names) -> N
     default_max = stack.produce(naming.retry_topic(group), properties={
         P.RECONSUME_TIME: "16", P.RETRY_TOPIC: topic})
     assert default_max["topic"] == naming.dlq_topic(group)
-    # issue 12.1: a max of -1 is the default (16), not "dead-letter at once"
+    # SPEC R5: a max of -1 is the default (16), not "dead-letter at once"
     minus_one = stack.produce(naming.retry_topic(group), properties={
         P.RECONSUME_TIME: "3", P.MAX_RECONSUME_TIMES: "-1", P.RETRY_TOPIC: topic})
     assert minus_one["topic"] == naming.retry_topic(group)
@@ -313,7 +313,7 @@ def test_batch_send_back_answers_each_item(stack: RetryStack, setup: tuple[str, 
 
 def test_batch_body_and_answer_are_the_wire_types(stack: RetryStack,
                                                  setup: tuple[str, str]) -> None:
-    # issue 13.1: the batch is read as SendBackItems (each item on its own) and answered as
+    # the batch is read as SendBackItems (each item on its own) and answered as
     # SendBackResults; a body that is not one is a 400 naming the field, nothing sent back
     group, topic = setup
     sent = stack.produce(topic)
@@ -354,7 +354,7 @@ def test_batch_with_pull_hints_reads_the_store_not_the_client(stack: RetryStack,
     assert [r.get("outcome") for r in results] == ["RETRY"] * 5 + [None, "RETRY"]
     assert results[5]["error"] == "SYSTEM_ERROR" and str(10**12) in results[5]["message"]
     for n, result in enumerate(results[:5]):
-        assert result["msgId"] == sent[n]["msgId"]  # issue 20.4: the message keeps its id
+        assert result["msgId"] == sent[n]["msgId"]  # the message keeps its id
         [copy] = [c for c in stack.copies(result["msgId"])
                   if P.FAILURE_HISTORY in c["properties"] and json.loads(
                       c["properties"][P.FAILURE_HISTORY])[0]["reason"] == f"r{n}"]
@@ -388,7 +388,7 @@ def test_send_back_span_continues_the_messages_trace(stack: RetryStack,
 
 def test_send_back_span_is_a_child_of_the_failed_attempt(stack: RetryStack,
                                                          setup: tuple[str, str]) -> None:
-    # issue 19: the caller's traceparent (header, or a batch item's own) is the parent; the
+    # SPEC O1: the caller's traceparent (header, or a batch item's own) is the parent; the
     # message's trace, when another one, is linked
     group, topic = setup
     sent = stack.produce(topic)
@@ -478,7 +478,7 @@ def test_metrics_count_send_backs_and_dlq_depth(stack: RetryStack, setup: tuple[
 def test_dependencies_down_answer_503(stack: RetryStack) -> None:
     # The store not answering is SERVICE_UNAVAILABLE, never a 500 or a hang. Redis not
     # answering costs the health check and the counters only: group settings are durable in
-    # the store (issue 18.3) and Redis is their cache
+    # the store and Redis is their cache
     dead_port = free_port()
     no_redis = create_app(RetrySettings.for_test(stack.store.url,
                                                  f"redis://127.0.0.1:{dead_port}/0"))

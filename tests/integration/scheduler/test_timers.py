@@ -1,4 +1,4 @@
-"""Timer messages delivered by the real scheduler (SPEC T1, T2; issue 15): redis-server, the
+"""Timer messages delivered by the real scheduler (SPEC T1, T2): redis-server, the
 store process, Celery worker and beat. Never early, on time (the delivered copy's store
 timestamp is at or after its time; how soon after is the benchmark's, bench/timers.py), once;
 after kill -9 of the worker, of the store, of everything at once, mid-delivery; cancel racing
@@ -122,7 +122,7 @@ def test_kill_9_of_everything_at_once(stack: SchedulerStack, tmp_path: Path) -> 
 
 
 def test_cancel_racing_the_hand_over_is_one_or_the_other(stack: SchedulerStack) -> None:
-    # issue 15: a cancel sent as the timer falls due: either 200 cancelled (never delivered)
+    # SPEC T1: a cancel sent as the timer falls due: either 200 cancelled (never delivered)
     # or 409 ALREADY_DELIVERED (delivered once); the answer says which
     n = 400
     stack.beat()

@@ -1,4 +1,4 @@
-"""The on-disk key index behind the look-up routes, in the real store process (issue 14): the
+"""The on-disk key index behind the look-up routes, in the real store process: the
 msgId and key look-ups answer across rolled index files, after a clean restart and after
 kill -9."""
 
@@ -34,7 +34,7 @@ def _check_lookups(url: str, sent: dict[str, tuple[str, str]]) -> None:
 
 def test_lookups_answer_the_same_across_files_restart_and_kill_9(
         tmp_path: Path, start_store: Callable[..., HttpService]) -> None:
-    # issue 14: look-up by msgId and by key from the index on disk; kill -9 of the store, then
+    # look-up by msgId and by key from the index on disk; kill -9 of the store, then
     # every acknowledged message is found again (SPEC P3)
     home = tmp_path / "home"
     port = free_port()

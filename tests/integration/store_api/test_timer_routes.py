@@ -1,4 +1,4 @@
-"""The timer routes over HTTP (issue 15, SPEC T1): produce with deliverAt/delayMs and the answer's
+"""The timer routes over HTTP (SPEC T1): produce with deliverAt/delayMs and the answer's
 deliverAt, cancel and reschedule by msgId and by key with their 200/404/409 answers, the timer
 backlog, the timer hand-over; both produce paths (fast and Flask)."""
 
@@ -61,7 +61,7 @@ def test_produce_answers_the_effective_delivery_time(client: FlaskClient) -> Non
 
 
 def test_cancel_and_reschedule_by_msg_id(client: FlaskClient) -> None:
-    # issue 15: 200 cancelled / rescheduled, 409 ALREADY_DELIVERED, 404 unknown
+    # SPEC T1: 200 cancelled / rescheduled, 409 ALREADY_DELIVERED, 404 unknown
     timer = client.post(PRODUCE, json={"body": "t", "delayMs": 60_000}).get_json()["msgId"]
     level = client.post(PRODUCE, json={"body": "l", "delayLevel": 3}).get_json()["msgId"]
     plain = client.post(PRODUCE, json={"body": "p"}).get_json()["msgId"]
@@ -94,7 +94,7 @@ def test_reschedule_body_needs_exactly_one_time_within_the_cap(client: FlaskClie
 
 
 def test_by_key_cancel_and_reschedule(client: FlaskClient) -> None:
-    # issue 15: every pending delayed message of the topic with the key; 409 / 404
+    # SPEC T1: every pending delayed message of the topic with the key; 409 / 404
     ids = [r["msgId"] for r in client.post(BATCH, json={"messages": [
         {"body": "a", "delayMs": 60_000, "keys": "cart-9"},
         {"body": "b", "delayLevel": 3, "keys": ["cart-9", "x"]},
@@ -148,11 +148,11 @@ def _answers(app: Flask, seen: list[str | None]) -> list[tuple[int, dict[str, ob
 
 
 def test_the_lean_path_answers_the_timer_handover(make_app: object) -> None:
-    # issue 14 (leanhand): the scheduler's POST /v1/schedule/timers/handover is answered below
+    # the scheduler's POST /v1/schedule/timers/handover is answered below
     # Flask by the store's lean path (Flask's hooks do not run for it) with the answers Flask's
     # view gives: the hand-over (T1, D9: once), 400 for an unknown field, 413 over the size
     # limit, the request metrics; read-only store refused (R2); access control (401, 403 for
-    # a token without SCHEDULE_HANDOVER, issue 16)
+    # a token without SCHEDULE_HANDOVER)
     assert callable(make_app)
     results = {}
     for fast in ("true", "false"):

@@ -48,7 +48,7 @@ def test_parser_reads_dlq_resend_selections() -> None:
     args = build_parser().parse_args(["dlq", "resend", "g", "--reason", "timeout"])
     assert args.msg_ids == [] and args.reason == "timeout" and not args.to_origin
     args = build_parser().parse_args(["dlq", "resend", "g", "--all", "--to-origin"])
-    assert args.to_origin  # issue 20.5: the original topic only when asked for
+    assert args.to_origin  # the original topic only when asked for
 
 
 def test_global_flags_come_before_the_command() -> None:
@@ -88,7 +88,7 @@ def test_purge_asks_for_confirmation_before_calling_anything() -> None:
 
 
 def test_purge_without_a_selection_is_refused_saying_how_to_select() -> None:
-    # issue 20.2: with no ids, filter or --all it emptied the whole DLQ
+    # with no ids, filter or --all it emptied the whole DLQ
     for argv in (("dlq", "purge", "g", "--yes"), ("dlq", "purge", "g", "--all", "--key", "k")):
         code, _, err = run(*argv, env_store=f"http://127.0.0.1:{free_port()}")
         assert code == 2 and "msgIds, a filter (--topic, --key, --reason) or --all" in err

@@ -291,7 +291,7 @@ def test_a_pull_answered_after_the_queue_was_given_up_does_not_move_the_commit(
 
 
 def test_orderly_max_zero_dead_letters_the_first_failure(rig: Rig) -> None:
-    # SPEC R5, R12 (issue 12.1): 0 means no retry; it used to mean "unlimited" here
+    # SPEC R5, R12: 0 means no retry; it used to mean "unlimited" here
     seen: list[str] = []
 
     def listener(ms: list[Message], ctx: OrderlyContext) -> OrderlyResult:
@@ -311,7 +311,7 @@ def test_orderly_max_zero_dead_letters_the_first_failure(rig: Rig) -> None:
 
 
 def test_max_of_minus_one_is_the_default_for_both_modes(rig: Rig) -> None:
-    # SPEC R5 (issue 12.1): -1 is RocketMQ's "the default": 16 concurrent, unlimited orderly
+    # SPEC R5: -1 is RocketMQ's "the default": 16 concurrent, unlimited orderly
     def never(*_args: Any) -> Any:
         raise AssertionError("not called")
 

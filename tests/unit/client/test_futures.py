@@ -1,4 +1,4 @@
-"""``LeanFuture``, the future of each ``Producer.send_async`` message (issue 14: "a future per
+"""``LeanFuture``, the future of each ``Producer.send_async`` message ("a future per
 message with its own result or error"): one shared condition and no lists until used, and
 still a ``concurrent.futures.Future`` in every way an application uses one."""
 
@@ -99,7 +99,7 @@ def test_concurrent_futures_wait_and_as_completed_take_lean_futures() -> None:
 
 
 def test_a_lean_future_holds_no_condition_or_lists_of_its_own() -> None:
-    """What makes it lean (issue 14: the collector followed five objects per plain future)."""
+    """What makes it lean (the collector followed five objects per plain future)."""
     a: LeanFuture[int] = LeanFuture()
     b: LeanFuture[int] = LeanFuture()
     assert a._condition is b._condition
@@ -111,7 +111,7 @@ def test_a_lean_future_holds_no_condition_or_lists_of_its_own() -> None:
 
 def test_a_send_future_keeps_the_answer_and_makes_its_result_when_asked() -> None:
     """What ``send_async`` returns: the store's answer kept as decoded, a dict of plain values
-    the collector never tracks (issue 14), the ``SendResult`` made on the first ``result()``,
+    the collector never tracks, the ``SendResult`` made on the first ``result()``,
     the same one after; an accepted message cannot be cancelled."""
     raw = {"msgId": "M1", "topic": "t", "queueId": 1, "queueOffset": 2,
            "commitLogOffset": 3, "storeTimestamp": 4, "offsetMsgId": "O1"}

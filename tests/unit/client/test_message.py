@@ -60,7 +60,7 @@ def test_uniq_keys_are_unique_32_hex() -> None:
 
 
 def test_uniq_keys_from_many_threads_are_unique_and_carry_the_time() -> None:
-    """Issue 14: ids are made without a lock (one ``itertools.count`` step each, the prefix
+    """Ids are made without a lock (one ``itertools.count`` step each, the prefix
     and time text made once a millisecond): eight threads at once still get distinct ids, and
     each id's time digits are the millisecond it was made in."""
     made: list[list[tuple[int, str, int]]] = [[] for _ in range(8)]
@@ -123,7 +123,7 @@ def test_keys_with_spaces_are_refused() -> None:
     OutgoingMessage("later", keys="k", deliver_at=4_102_444_800_000),
 ])
 def test_produce_request_is_the_wire_types_json(message: OutgoingMessage) -> None:
-    """Issue 13.1: the SDK's produce body is a ProduceMessage's JSON, not a dict of its own:
+    """The SDK's produce body is a ProduceMessage's JSON, not a dict of its own:
     the store's wire type reads it back (strictly) to the same JSON."""
     req = message_request(message, "UK")
     read = ProduceMessage.from_json(req, strict=True)
@@ -133,7 +133,7 @@ def test_produce_request_is_the_wire_types_json(message: OutgoingMessage) -> Non
 
 
 def test_send_result_reads_every_field_of_the_wire_answer() -> None:
-    # issue 13.1: the SDK reads the produce answer by the wire type's JSON names
+    # the SDK reads the produce answer by the wire type's JSON names
     answer = ProduceAnswer(msg_id="M", topic="T", queue_id=3, queue_offset=7,
                            commitlog_offset=1234, store_timestamp=99, offset_msg_id="O",
                            deliver_at=4321)

@@ -84,7 +84,7 @@ def test_tracker_is_consistent_under_threads() -> None:  # SPEC C4
     assert t.committable() == 2000
 
 
-def test_group_offsets_are_read_with_the_stores_wire_type() -> None:  # issue 13.1
+def test_group_offsets_are_read_with_the_stores_wire_type() -> None:
     raw = {"group": "g", "offsets": {"T": {"0": 5, "3": 7}, "%RETRY%g": {"0": 1}}}
     assert queue_offsets(GroupOffsets.from_json(raw)) == {
         MessageQueue("T", 0): 5, MessageQueue("T", 3): 7, MessageQueue("%RETRY%g", 0): 1}
@@ -200,7 +200,7 @@ def test_remote_store_commits_only_changes_and_keeps_going_after_a_refusal() -> 
 
 
 def test_broadcasting_progress_file_survives_a_restart(tmp_path: Path) -> None:
-    # SPEC C2 (issue 12.4): the file was named after the client id, which carries the pid, so
+    # SPEC C2: the file was named after the client id, which carries the pid, so
     # a restarted consumer started over from "last"; RocketMQ keeps instanceName DEFAULT
     def path(**kw: Any) -> Path:
         consumer = PushConsumer("g", "http://127.0.0.1:1", message_model=MessageModel.BROADCASTING,

@@ -1,5 +1,5 @@
-"""The requests the SDK's producer writes, read by a real HTTP/1.1 server on loopback (issue 14:
-the per-call work of ``Producer.send`` and ``send_async`` was cut; what goes on the wire is
+"""The requests the SDK's producer writes, read by a real HTTP/1.1 server on loopback
+(the per-call work of ``Producer.send`` and ``send_async`` was cut; what goes on the wire is
 what it was): the message's trace context is the request's, made once; a batch answer that is
 not what the store answers fails its futures with the store's error, not a crash."""
 
@@ -31,7 +31,7 @@ def _answer(ex: Exchange) -> bool:
 
 def test_a_sent_message_and_its_request_carry_one_trace_context(
         serve: Callable[[Handler], Server]) -> None:
-    """Issue 14, SPEC O1: the request's ``traceparent`` header is the message's (the header is
+    """SPEC O1: the request's ``traceparent`` header is the message's (the header is
     no longer made a second time), with no current span, inside the application's span, and
     when the message brings its own (then the request carries the current span's)."""
     server = serve(_answer)

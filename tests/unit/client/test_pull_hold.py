@@ -1,4 +1,4 @@
-"""The pull loop with the store's pull hold (issue 14): a pull asks for it (``waitMs``, the read
+"""The pull loop with the store's pull hold: a pull asks for it (``waitMs``, the read
 timeout stretched by it), a pull held the whole wait pulls again at once,
 one the store answered at once backs off as before, at most ``threads - 1`` pulls are held,
 and a stop does not wait for a held pull (its answer is dropped, C4)."""
@@ -87,7 +87,7 @@ def timers() -> ManualTimers:
 
 
 def test_a_pull_asks_for_the_hold_and_backs_off_when_not_held(timers: ManualTimers) -> None:
-    # issue 14: the pull asks the store to hold it, its read timeout stretched by the hold; a
+    # the pull asks the store to hold it, its read timeout stretched by the hold; a
     # store that answers it at once with nothing (no hold: its bound reached, an older store)
     # leaves the loop on the back-off as before, still asking for the hold
     store = Store(empty)

@@ -98,7 +98,7 @@ def test_md5_hash_is_rocketmq_compatible_first_four_bytes() -> None:
 
 
 def test_config_strategy_returns_the_configured_list_as_given() -> None:
-    # issue 12.7: RocketMQ's AllocateMessageQueueByConfig returns its list unchanged
+    # SPEC C1: RocketMQ's AllocateMessageQueueByConfig returns its list unchanged
     s = ConfigStrategy([MessageQueue("T", 1), MessageQueue("T", 9), MessageQueue("T", 0)])
     assert ids(s.allocate("any", queues(4), CONSUMERS)) == [1, 9, 0]
 
@@ -114,7 +114,7 @@ def test_config_strategy_returns_the_configured_list_as_given() -> None:
 ])
 def test_consistent_hash_agrees_with_rocketmq(broker: str, topic: str, count: int,
                                               consumers: list[str], owners: str) -> None:
-    # SPEC C1 (issue 12.7): the queue key is MessageQueue.toString(), with the broker name
+    # SPEC C1: the queue key is MessageQueue.toString(), with the broker name
     s = ConsistentHashStrategy(broker_name=broker)
     qs = [MessageQueue(topic, i) for i in range(count)]
     got = allocate_all(s, qs, consumers)

@@ -183,7 +183,7 @@ def test_fallback_properties_trim_history() -> None:
 
 
 def test_fallback_keeps_a_max_of_zero_and_reads_minus_one_as_the_default() -> None:
-    # SPEC R5, R9 (issue 12.1): 0 stayed 16 before, -1 went out as -1 (dead-letter at once)
+    # SPEC R5, R9: 0 stayed 16 before, -1 went out as -1 (dead-letter at once)
     store = FakeHttp(store_answer())
     sb = SendBack("g", "c", store=as_http(store), retry=None)
     sb.send_back(MSG, 0, 0, "r")
@@ -193,7 +193,7 @@ def test_fallback_keeps_a_max_of_zero_and_reads_minus_one_as_the_default() -> No
 
 
 def test_fallback_gives_the_services_ladder() -> None:
-    # SPEC R5, R6, R9, R10 (issue 12.2): the service dead-letters when reconsumeTimes >= max
+    # SPEC R5, R6, R9, R10: the service dead-letters when reconsumeTimes >= max
     # (the group's retryMaxTimes, read from the store); the fallback did one retry less
     def at(reconsume: int) -> Message:
         return Message(**{**{f: getattr(MSG, f) for f in Message.__dataclass_fields__},

@@ -1,4 +1,4 @@
-"""Issue 15 (SPEC T1), the SDK and CLI side without services: delivery times and durations as
+"""Timers (SPEC T1), the SDK and CLI side without services: delivery times and durations as
 the SDK and `clepsydra` take them, the one-of-three delay rule checked before any request, the
 request bodies of sends, cancels and reschedules, their answers and errors, and the
 `clepsydra timers` text."""
@@ -124,7 +124,7 @@ def test_an_answer_without_deliver_at_leaves_it_none() -> None:
     ({"deliver_at": JAN_1_2027_9H_UTC, "delay": timedelta(0)}, "deliver_at and delay")])
 def test_two_delays_are_refused_naming_them_before_any_request(kw: dict[str, Any],
                                                                 named: str) -> None:
-    # issue 15: "giving two of them is a 400 naming the fields" -- the SDK says it first
+    # SPEC T1: "giving two of them is a 400 naming the fields" -- the SDK says it first
     fake = FakeHttp(lambda m, p, b: ANSWER)
     producer = producer_with(fake)
     with pytest.raises(ValueError, match=named):

@@ -57,8 +57,8 @@ def test_every_service_target_runs_as_uid_10001_with_its_command() -> None:
 
 
 def test_every_service_target_has_a_healthcheck() -> None:
-    """Issue 11 (images): a HEALTHCHECK where the process serves one; every service target does,
-    the analytics exporter included (its own /healthz, issue 10)."""
+    """Images: a HEALTHCHECK where the process serves one; every service target does,
+    the analytics exporter included (its own /healthz)."""
     text = (DOCKER / "service.Dockerfile").read_text()
     stages = re.split(r"^(?=FROM )", text, flags=re.M)
     for stage in stages:
@@ -106,7 +106,7 @@ def _pins(path: Path) -> dict[str, str]:
 
 
 def test_every_analytics_dependency_is_pinned_for_the_images() -> None:
-    # issue 21: the images are reproducible from the pinned requirements -- the analytics
+    # the images are reproducible from the pinned requirements -- the analytics
     # images' wheelhouse is made from requirements/images-analytics.txt, beside images.txt
     import tomllib
 

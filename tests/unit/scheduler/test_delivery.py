@@ -116,7 +116,7 @@ def test_store_failure_keeps_progress_and_retries_after_backoff(
 def test_a_run_that_moved_nothing_says_so_at_debug_only(
         clock: FakeClock, store: FakeStore, delivery: Make,
         caplog: pytest.LogCaptureFixture) -> None:
-    # issue 20.7: an idle level's run (one a minute per level) writes nothing at INFO; a run
+    # an idle level's run (one a minute per level) writes nothing at INFO; a run
     # that delivered something still reports at INFO
     def finished(level: int) -> list[int]:
         return [r.levelno for r in caplog.records
@@ -145,7 +145,7 @@ def test_progress_outside_the_queue_is_corrected_and_logged(
         clock: FakeClock, store: FakeStore, offsets: MemoryLevelState, delivery: Make,
         caplog: pytest.LogCaptureFixture, saved: int, expected: int) -> None:
     # SPEC D8: below the minimum -> minimum; logged. Ahead of the store's handed-over mark
-    # (inside the queue or past its end) -> back to the entry after the mark (D9, issue 18.2):
+    # (inside the queue or past its end) -> back to the entry after the mark (D9):
     # nothing is skipped
     for i in range(10):
         store.park(2, f"m{i}", deliver_ts=clock.now + 60_000)  # far, and "corrected" to due
@@ -177,7 +177,7 @@ def test_entries_already_handed_over_are_not_asked_for_again(
 
 def test_progress_ahead_of_a_recovered_store_steps_back(
         clock: FakeClock, store: FakeStore, offsets: MemoryLevelState, delivery: Make) -> None:
-    # SPEC D9 (issue 18.2): the store came back from a machine crash with its last hand-over
+    # SPEC D9: the store came back from a machine crash with its last hand-over
     # copies lost and its mark re-derived; Redis progress, saved after them, is ahead
     for i in range(8):
         store.park(1, f"m{i}", deliver_ts=clock.now - 1)

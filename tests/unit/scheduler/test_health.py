@@ -80,7 +80,7 @@ def test_beat_needs_only_redis() -> None:
 
 
 def test_beat_embedded_in_a_worker_needs_its_thread_running() -> None:
-    # issue 14: `worker --beat` (the local stack) runs beat on a thread of the worker
+    # `worker --beat` (the local stack) runs beat on a thread of the worker
     _, offsets, _ = _parts()
     running = check_beat(offsets, beat_thread_alive=True)
     assert running.ok and json.loads(report_response(running)[2])["embedded"] is True

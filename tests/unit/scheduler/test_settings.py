@@ -16,7 +16,7 @@ def test_defaults_need_no_configuration() -> None:
     settings = SchedulerSettings.from_env({})
     assert settings.levels.max_level == 18
     assert (settings.keepalive_s, settings.lease_ms, settings.run_s) == (5.0, 10_000, 60.0)
-    # issue 14: a whole hand-over request (the store takes it 2,000 at a time)
+    # a whole hand-over request (the store takes it 2,000 at a time)
     # DEC-scheduler-store-retry: store errors retried after 0.1 s, doubling to 0.5 s at most
     assert (settings.batch, settings.poll_ms, settings.backoff_s) == (10_000, 1_000, 0.5)
     assert settings.worker_name.endswith("/worker") and settings.worker_id == "worker"
@@ -44,9 +44,9 @@ def test_scheduler_variables_are_read(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("name", "value"), [
     ("CLEPSYDRA_SCHEDULER_BATCH", "0"), ("CLEPSYDRA_SCHEDULER_POLL_MS", "fast"),
-    ("CLEPSYDRA_SCHEDULER_BATCH", "10001"),  # past the store's largest hand-over (issue 14)
+    ("CLEPSYDRA_SCHEDULER_BATCH", "10001"),  # past the store's largest hand-over
     ("CLEPSYDRA_SCHEDULER_CONCURRENCY", "3"), ("CLEPSYDRA_DELAY_LEVELS", "1s 2x"),
-    ("CLEPSYDRA_SCHEDULER_CONCURRENCY", "4"),  # 3 levels + the timers' run (issue 15)
+    ("CLEPSYDRA_SCHEDULER_CONCURRENCY", "4"),  # 3 levels + the timers' run (SPEC T1)
     ("CLEPSYDRA_SCHEDULER_WORKER_ID", "a b"), ("CLEPSYDRA_SCHEDULER_POD_NAME", "x" * 128),
     ("CLEPSYDRA_SCHEDULER_BACKOFF_S", "0"),  # a failing store would be called in a spin
 ])
@@ -59,7 +59,7 @@ def test_beat_has_one_expiring_keepalive_per_level_on_its_own_queue() -> None:
     settings = SchedulerSettings.from_env({"CLEPSYDRA_DELAY_LEVELS": "1s 5s 2h",
                                            "CLEPSYDRA_SCHEDULER_KEEPALIVE_S": "5"})
     schedule = beat_schedule(settings)
-    assert len(schedule) == 4  # the three levels and the timers (issue 15)
+    assert len(schedule) == 4  # the three levels and the timers (SPEC T1)
     assert schedule["deliver-timers"]["options"] == {"queue": "schedule.timers", "expires": 5.0}
     for level in (1, 2, 3):
         entry = schedule[f"deliver-level-{level}"]

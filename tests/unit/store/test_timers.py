@@ -1,4 +1,4 @@
-"""Timer messages in the engine (SPEC T1, T2; issue 15): exact delivery times through the timer
+"""Timer messages in the engine (SPEC T1, T2): exact delivery times through the timer
 index, never early, once; cancel and reschedule (level and timer messages), durable across a
 reopen and a kill; the cap; carry-forward past retention. Time is a virtual clock: every
 hand-over is given its ``now``."""
@@ -75,7 +75,7 @@ def test_due_timers_go_earliest_first_whatever_their_arrival(open_store: OpenSto
 
 
 def test_a_time_in_the_past_delivers_now(open_store: OpenStore) -> None:
-    # issue 15: "a time in the past delivers now"
+    # SPEC T1: "a time in the past delivers now"
     store = _store(open_store)
     answer = store.put(PutRequest(TOPIC, b"x", deliver_at=1_000))
     result = store._timers.handover(answer.store_timestamp, 10)
@@ -83,7 +83,7 @@ def test_a_time_in_the_past_delivers_now(open_store: OpenStore) -> None:
 
 
 def test_the_cap_is_a_setting_and_its_400_names_it(open_store: OpenStore) -> None:
-    # SPEC T1, issue 15: at the cap accepted, just past refused naming the setting and limit
+    # SPEC T1: at the cap accepted, just past refused naming the setting and limit
     store = _store(open_store, timer_max_delay_ms=30 * DAY_MS)
     store.put(PutRequest(TOPIC, b"ok", delay_ms=30 * DAY_MS))
     with pytest.raises(ValidationError) as caught:
@@ -94,7 +94,7 @@ def test_the_cap_is_a_setting_and_its_400_names_it(open_store: OpenStore) -> Non
 
 
 def test_cancel_a_timer_and_a_level_message(open_store: OpenStore) -> None:
-    # issue 15: a cancelled message is never delivered; a second cancel answers cancelled
+    # SPEC T1: a cancelled message is never delivered; a second cancel answers cancelled
     store = _store(open_store, levels="1s 2s")
     timer = store.put(PutRequest(TOPIC, b"t", delay_ms=1_000))
     level = store.put(PutRequest(TOPIC, b"l", delay_level=1))
@@ -124,7 +124,7 @@ def test_a_plain_message_is_already_delivered(open_store: OpenStore) -> None:
 
 def test_reschedule_keeps_the_msg_id_and_a_level_message_becomes_a_timer(
         open_store: OpenStore) -> None:
-    # issue 15: reschedule by msgId; the level entry is passed over, the timer delivers
+    # SPEC T1: reschedule by msgId; the level entry is passed over, the timer delivers
     store = _store(open_store, levels="1s 2s")
     level = store.put(PutRequest(TOPIC, b"l", delay_level=2, keys="order-7"))
     at = now_ms() + 60_000
@@ -206,7 +206,7 @@ os.kill(os.getpid(), 9)
 
 
 def test_a_year_ahead_timer_is_carried_past_retention(open_store: OpenStore) -> None:
-    # SPEC P4 / issue 15: a timer due after retention is carried forward, never lost
+    # SPEC P4, T1: a timer due after retention is carried forward, never lost
     store = _store(open_store, retention_hours=0.01)
     far = now_ms() + 300 * DAY_MS
     timer = store.put(PutRequest(TOPIC, b"far", deliver_at=far, keys="year"))
@@ -241,7 +241,7 @@ def test_backlog_by_hour_ahead(open_store: OpenStore) -> None:
 
 def test_torn_timer_copy_under_a_later_checkpoint_is_handed_over_again(
         open_store: OpenStore) -> None:
-    # SPEC T2, issue 18 item 2: the checkpoint (and the handed-over sentinels it covers) counts
+    # SPEC T2: the checkpoint (and the handed-over sentinels it covers) counts
     # a copy the CommitLog lost; the reopened store hands that timer over again, once
     store = _store(open_store)
     at = now_ms() - 10
@@ -264,7 +264,7 @@ def test_torn_timer_copy_under_a_later_checkpoint_is_handed_over_again(
 
 
 def test_a_thirty_day_timer_under_a_virtual_clock(open_store: OpenStore) -> None:
-    # SPEC T1 ("max delay at least 30 days"), issue 15: not a day early, then once
+    # SPEC T1 ("max delay at least 30 days"): not a day early, then once
     store = _store(open_store)
     answer = store.put(PutRequest(TOPIC, b"month", delay_ms=30 * DAY_MS))
     due = answer.store_timestamp + 30 * DAY_MS
@@ -276,7 +276,7 @@ def test_a_thirty_day_timer_under_a_virtual_clock(open_store: OpenStore) -> None
 
 
 def test_hand_overs_racing_the_flush_deliver_each_timer_once(open_store: OpenStore) -> None:
-    # SPEC T2 / D9 (issue 15): the flush writes handed-over sentinels into the timer log while
+    # SPEC T2 / D9: the flush writes handed-over sentinels into the timer log while
     # hand-overs read it; a reader that looked at the file before the sentinels could see
     # neither and hand a timer over twice (bench/timers.py found it). Small batches, a flush
     # thread at full speed: every timer arrives once.
@@ -305,7 +305,7 @@ def test_hand_overs_racing_the_flush_deliver_each_timer_once(open_store: OpenSto
 
 
 def test_a_cancel_survives_kill_9_before_any_flush(tmp_path: Path) -> None:
-    # issue 15: "a cancelled message is never delivered, even across a crash at any moment":
+    # SPEC T1: "a cancelled message is never delivered, even across a crash at any moment":
     # the child cancels (and reschedules) and is killed -9 before any flush or checkpoint
     data = tmp_path / "data"
     script = tmp_path / "child.py"
@@ -342,7 +342,7 @@ os.kill(os.getpid(), 9)
 
 def test_reschedules_racing_the_hand_over_deliver_each_message_once(
         open_store: OpenStore) -> None:
-    # issue 15: a reschedule racing the hand-over: 200 (delivered later, from the new timer)
+    # SPEC T1: a reschedule racing the hand-over: 200 (delivered later, from the new timer)
     # or 409 ALREADY_DELIVERED (delivered from the first one); never both, never neither
     store = _store(open_store)
     n = 400
@@ -375,10 +375,10 @@ def test_reschedules_racing_the_hand_over_deliver_each_message_once(
 
 def test_a_waiting_hand_over_runs_only_when_something_can_be_due(
         open_store: OpenStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    # issue 14 (SPEC T1): while timers fall due a call came every ~2 ms and ran the hand-over
-    # (writer lock, the index, the codes) on arrival and again after each wait, with a 1 ms
-    # floor; now a call runs it only once the index's known next due time has come (an
-    # earlier timer added wakes the wait), and it waits until that millisecond, never early
+    # SPEC T1, DEC-timer-call-interval: while timers fall due a call came every ~2 ms and ran the
+    # hand-over (writer lock, the index, the codes) on arrival and again after each wait, with a 1
+    # ms floor; now a call runs it only once the index's known next due time has come (an earlier
+    # timer added wakes the wait), and it waits until that millisecond, never early
     store = _store(open_store)
     runs: list[int] = []
     handover = store._timers.handover
@@ -404,10 +404,10 @@ def test_a_waiting_hand_over_runs_only_when_something_can_be_due(
 
 def test_a_waiting_hand_over_comes_no_sooner_than_the_gap_after_the_last(
         open_store: OpenStore) -> None:
-    # issue 14 (SPEC T1): under a steady stream of due timers the scheduler called ~530 times a
-    # second, each call handing over ~2 timers at ~0.4 ms of the one writer's CPU; a run that
-    # returns timers now comes at least timer_handover_gap_ms after the last one that did (a
-    # first timer, or one after a quiet spell, at its own millisecond); never early
+    # SPEC T1, DEC-timer-call-interval: under a steady stream of due timers the scheduler called
+    # ~530 times a second, each call handing over ~2 timers at ~0.4 ms of the one writer's CPU; a
+    # run that returns timers now comes at least timer_handover_gap_ms after the last one that did
+    # (a first timer, or one after a quiet spell, at its own millisecond); never early
     store = _store(open_store, timer_handover_gap_ms=60_000)
     store.put_batch([PutRequest(TOPIC, b"a", deliver_at=now_ms() + 20)])
     first = store._timers.handover_wait(10, 5_000, now_ms)
@@ -452,7 +452,7 @@ def test_the_hand_over_gap_is_a_store_setting_bounded_by_the_precision_target(
 
 
 def test_stopping_the_store_answers_a_waiting_hand_over_at_once(open_store: OpenStore) -> None:
-    # issue 14 (graceful stop): the scheduler's hand-over waited out its long poll while the
+    # graceful stop: the scheduler's hand-over waited out its long poll while the
     # store stopped, then ran on a closed store; now it answers empty at once, as held pulls do
     store = _store(open_store)
     store.put_batch([PutRequest(TOPIC, b"later", deliver_at=now_ms() + 3_600_000)])

@@ -1,5 +1,5 @@
 """The store worker leaves what it built at start out of the garbage collector's full passes
-(issue 14: a 500-message batch set off full passes that walked the whole startup heap again;
+(a 500-message batch set off full passes that walked the whole startup heap again;
 ``worker.freeze_startup_objects``)."""
 
 from __future__ import annotations
