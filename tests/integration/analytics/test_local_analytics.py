@@ -1,8 +1,8 @@
-"""``python -m clepsydra_analytics serve --schedule --export`` (the local stack's
-memory): the analytics API, the schedule's Celery worker with its beat and the exporter in one
-process, as ``make run`` starts them. The API and the exporter answer their ports and the
-exporter exports; a stop writes what it buffered; beat is a thread, not a forked child; an
-exporter or a schedule worker that stops unasked takes the process down. Also
+"""``python -m clepsydra_analytics serve --schedule --export`` (the local stack's memory,
+DEC-memory-at-rest): the analytics API, the schedule's Celery worker with its beat and the exporter
+in one process, as ``make run`` starts them. The API and the exporter answer their ports and the
+exporter exports; a stop writes what it buffered; beat is a thread, not a forked child; an exporter
+or a schedule worker that stops unasked takes the process down. Also
 :class:`clepsydra_core.celery_worker.WorkerThread` against a real Redis."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Orderly consumption under the store's queue locks (SPEC C1): consumers joining and leaving
+"""Orderly consumption under the store's queue locks (SPEC C1,
+DEC-orderly-queue-locks): consumers joining and leaving
 while per-queue sequences flow never consume a queue's message out of order, twice, or on two
 consumers at once, even when the listener is slower than the hand-over grace."""
 

@@ -1,4 +1,4 @@
-"""``python -m clepsydra_scheduler worker --beat`` (the local stack's memory): beat
+"""``python -m clepsydra_scheduler worker --beat`` (DEC-memory-at-rest): beat
 runs on a thread of the worker, one process instead of two. Its keep-alives must still reach
 the levels: once a level's chain of runs is broken, only a keep-alive starts it again."""
 

@@ -1,5 +1,5 @@
 """The store's disk guard rails and the carry-forward of scheduled messages (SPEC
-P4), on a real store process over real files: a small configured capacity
+P4, DEC-disk-full-507), on a real store process over real files: a small configured capacity
 (CLEPSYDRA_STORE_DISK_CAPACITY_BYTES) stands for a small disk.
 
 Past the high-water mark produce answers 507 DISK_FULL naming the setting and stores nothing,

@@ -288,7 +288,7 @@ SPUN = b"clepsydra_store_poller_spin_caught_requests_total"
 def test_the_poller_spins_for_a_producer_in_a_loop_only(
         start_store: Callable[..., HttpService], spin_us: int, pause_s: float,
         spins: bool) -> None:
-    # after answering a produce the poller looks for the next request without
+    # DEC-poller-spin: after answering a produce the poller looks for the next request without
     # sleeping (CLEPSYDRA_STORE_POLLER_SPIN_US), but only while requests come within the spin
     # of the answer before: a producer at its own pace (here 20 ms apart, 2 ms spin) or a spin
     # of 0 leaves the poller asleep between requests

@@ -1,6 +1,6 @@
-"""The on-disk key index behind the look-up routes, in the real store process: the
-msgId and key look-ups answer across rolled index files, after a clean restart and after
-kill -9."""
+"""The on-disk key index behind the look-up routes, in the real store process
+(DEC-key-index-on-disk): the msgId and key look-ups answer across rolled index files, after a clean
+restart and after kill -9."""
 
 from __future__ import annotations
 

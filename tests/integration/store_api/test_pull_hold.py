@@ -1,4 +1,4 @@
-"""The pull hold (``waitMs`` on the v1 pull route, C3): a held pull answers when a
+"""The pull hold (DEC-pull-hold; ``waitMs`` on the v1 pull route, C3): a held pull answers when a
 message is appended to its queue, an empty one after its wait, at once past the store's bound
 (``CLEPSYDRA_STORE_PULL_HOLD_MAX``), at once when the store stops; the lean path answers every
 pull as Flask does. Events are ordered through the store's own count of held pulls, never

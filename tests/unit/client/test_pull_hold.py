@@ -1,7 +1,7 @@
-"""The pull loop with the store's pull hold: a pull asks for it (``waitMs``, the read
-timeout stretched by it), a pull held the whole wait pulls again at once,
-one the store answered at once backs off as before, at most ``threads - 1`` pulls are held,
-and a stop does not wait for a held pull (its answer is dropped, C4)."""
+"""The pull loop with the store's pull hold (DEC-pull-hold): a pull asks for it (``waitMs``, the
+read timeout stretched by it), a pull held the whole wait pulls again at once, one the store
+answered at once backs off as before, at most ``threads - 1`` pulls are held, and a stop does not
+wait for a held pull (its answer is dropped, C4)."""
 
 from __future__ import annotations
 

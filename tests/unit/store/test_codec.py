@@ -1,4 +1,4 @@
-"""The record codec, once: random produce requests taken at the HTTP layer's
+"""The record codec, once (DEC-one-record-codec): random produce requests taken at the HTTP layer's
 parser (``api.produce.parse_messages``: the fast parser and the wire type) and appended by the
 engine round-trip every field, and their stored bytes and ConsumeQueue entries equal a
 reference encoding written plainly here from the formats of SPEC S1, S2, R10, T1 and

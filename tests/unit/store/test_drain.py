@@ -1,7 +1,7 @@
-"""Draining a due backlog: timers take the levels' splice path, a backlog of due
-timers is not read again on every hand-over, the sentinels of the entries handed over are
-looked up one by one, and splice templates are parsed once per shape of properties block.
-Every speed-up keeps D4 (the same bytes as the rebuild) and D9 (once)."""
+"""Draining a due backlog (DEC-drain-splice-shapes): timers take the levels' splice path, a backlog
+of due timers is not read again on every hand-over, the sentinels of the entries handed over are
+looked up one by one, and splice templates are parsed once per shape of properties block. Every
+speed-up keeps D4 (the same bytes as the rebuild) and D9 (once)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The on-disk key index ("the store's memory must not grow with the messages it
-holds"): slots and chained entries in rolled files, collisions, retention, torn files,
-restarts, and the store's look-ups over it."""
+"""The on-disk key index (DEC-key-index-on-disk: "the store's memory must not grow with the messages
+it holds"): slots and chained entries in rolled files, collisions, retention, torn files, restarts,
+and the store's look-ups over it."""
 
 from __future__ import annotations
 

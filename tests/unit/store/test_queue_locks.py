@@ -1,5 +1,5 @@
-"""The store-side queue lock table of orderly consumers (SPEC C1; RocketMQ's
-RebalanceLockManager): lock a batch, renew, expiry, other clients refused, unlock."""
+"""The store-side queue lock table of orderly consumers (SPEC C1, DEC-orderly-queue-locks;
+RocketMQ's RebalanceLockManager): lock a batch, renew, expiry, other clients refused, unlock."""
 
 from __future__ import annotations
 

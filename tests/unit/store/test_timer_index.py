@@ -1,6 +1,6 @@
-"""The timer index alone (SPEC T1): slot files, order, duplicates, stale pairs, emptied slots
-unlinked only after confirmation and the checkpoint's flush; a fake clock (every call is
-given its ``now``)."""
+"""The timer index alone (SPEC T1, DEC-timer-slot-files): slot files, order, duplicates, stale
+pairs, emptied slots unlinked only after confirmation and the checkpoint's flush; a fake clock
+(every call is given its ``now``)."""
 
 from __future__ import annotations
 

@@ -375,7 +375,7 @@ def test_reschedules_racing_the_hand_over_deliver_each_message_once(
 
 def test_a_waiting_hand_over_runs_only_when_something_can_be_due(
         open_store: OpenStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    # SPEC T1, DEC-timer-call-interval: while timers fall due a call came every ~2 ms and ran the
+    # SPEC T1, DEC-timer-handover-gap: while timers fall due a call came every ~2 ms and ran the
     # hand-over (writer lock, the index, the codes) on arrival and again after each wait, with a 1
     # ms floor; now a call runs it only once the index's known next due time has come (an earlier
     # timer added wakes the wait), and it waits until that millisecond, never early
@@ -404,7 +404,7 @@ def test_a_waiting_hand_over_runs_only_when_something_can_be_due(
 
 def test_a_waiting_hand_over_comes_no_sooner_than_the_gap_after_the_last(
         open_store: OpenStore) -> None:
-    # SPEC T1, DEC-timer-call-interval: under a steady stream of due timers the scheduler called
+    # SPEC T1, DEC-timer-handover-gap: under a steady stream of due timers the scheduler called
     # ~530 times a second, each call handing over ~2 timers at ~0.4 ms of the one writer's CPU; a
     # run that returns timers now comes at least timer_handover_gap_ms after the last one that did
     # (a first timer, or one after a quiet spell, at its own millisecond); never early

@@ -1,10 +1,9 @@
-"""The whole local stack's memory at rest: a parent process imports only what it
-needs. The stack's supervisor (tools.stack) starts and watches processes. A gunicorn master
-(preload off) loads its entry point and its worker class, never Flask, OpenTelemetry, the
-store's engine, pyarrow or pyspark: the worker imports the app after the fork (every module a
-master holds is resident twice, in it and in its forked worker). Each check runs in a fresh
-interpreter, doing what the process does before it forks or idles, and lists the heavy modules
-it ended up with."""
+"""The whole local stack's memory at rest (DEC-memory-at-rest): a parent process imports only what
+it needs. The stack's supervisor (tools.stack) starts and watches processes. A gunicorn master
+(preload off) loads its entry point and its worker class, never Flask, OpenTelemetry, the store's
+engine, pyarrow or pyspark: the worker imports the app after the fork (every module a master holds
+is resident twice, in it and in its forked worker). Each check runs in a fresh interpreter, doing
+what the process does before it forks or idles, and lists the heavy modules it ended up with."""
 
 from __future__ import annotations
 

@@ -107,7 +107,7 @@ def test_the_separate_beat_stack_runs_beat_as_a_process_as_deployed(tmp_path: Pa
 
 def test_make_run_runs_the_one_worker_services_without_a_gunicorn_master(
         tmp_path: Path) -> None:
-    """The stack's memory at rest: make run gives every child
+    """DEC-memory-at-rest: make run gives every child
     CLEPSYDRA_SINGLE_PROCESS=true, so the store, the retry service and the analytics API each
     run gunicorn's worker in their own process; a value the user set wins (the fault matrix
     keeps the masters, as deployed)."""
@@ -125,7 +125,7 @@ def test_make_run_runs_the_one_worker_services_without_a_gunicorn_master(
 
 
 def test_make_run_core_starts_no_analytics_part(tmp_path: Path) -> None:
-    # memory at rest: `make run-core` (--without-analytics) is the core alone,
+    # DEC-memory-at-rest: `make run-core` (--without-analytics) is the core alone,
     # with the console (it needs no Java either)
     env = {"CLEPSYDRA_HOME": str(tmp_path), "CLEPSYDRA_REDIS_URL": "redis://127.0.0.1:1/0",
            "PATH": "/usr/bin"}
