@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import unique_name
 from tools.parts import store_service
 from tools.processes import HttpService, RedisServer
 
@@ -35,3 +36,12 @@ def start_store(tmp_path: Path) -> Iterator[Callable[..., HttpService]]:
     yield start
     for service in started:
         service.stop()
+
+
+@pytest.fixture
+def names(request: pytest.FixtureRequest) -> Callable[[str], str]:
+    """Unique topic/group names for one test: ``names("topic")`` is ``topic-<test>-<serial>``,
+    the same name for the same kind within the test."""
+    stem = unique_name(request.node.name.replace("test_", "").replace("[", "_")
+                       .replace("]", "")[:40])
+    return lambda kind: f"{kind}-{stem}"

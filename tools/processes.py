@@ -280,11 +280,14 @@ def redis_argv(binary: str, *, port: int, data_dir: Path, appendonly: bool) -> l
 
 
 def wait_until(predicate, timeout_s: float = 20.0,  # type: ignore[no-untyped-def]
-               interval_s: float = 0.05, what: str = "") -> None:
+               interval_s: float = 0.05, what: str = ""):
+    """Call ``predicate`` every ``interval_s`` until it returns something true, and return
+    that; ``TimeoutError`` after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if predicate():
-            return
+        value = predicate()
+        if value:
+            return value
         time.sleep(interval_s)
     raise TimeoutError(f"timed out after {timeout_s}s waiting for {what or predicate}")
 

@@ -1,7 +1,7 @@
 """The analytics service on the real local stack (`python -m tools.stack`): a known workload of
 delayed messages, messages failing once and messages failing until the DLQ with a reason →
 export → jobs → the report's numbers equal the workload exactly; the schedule makes a report
-on its own (issue 10)."""
+on its own."""
 
 from __future__ import annotations
 

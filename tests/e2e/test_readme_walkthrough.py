@@ -1,4 +1,4 @@
-"""Issue 20's "Done when": a newcomer's first hour, on a fresh stack started as `make run` starts
+"""A newcomer's first hour, on a fresh stack started as `make run` starts
 it (`python -m tools.stack`). The top README's quick start, then the client README's tour and the
 commands after it, step by step, with the commands and the code taken from the READMEs' code
 blocks (so the docs cannot drift from what runs), asserting what the READMEs say they show.
@@ -107,7 +107,7 @@ def test_readme_quick_start_then_the_client_tour(
     assert message["body"] == "charge order 42"
     assert {"DELIVER_TS", "REAL_TOPIC"} <= set(message["properties"])
     assert message["storeTimestamp"] >= sent["storeTimestamp"] + 10_000  # level 3, never early
-    # "with the msgId the send answered; every copy of it" (issue 20.4)
+    # "with the msgId the send answered; every copy of it"
     assert message["msgId"] == sent["msgId"] != message["offsetMsgId"]
     copies = shell.json(one(quick, "/v1/messages/<msgId>").replace("<msgId>", sent["msgId"]))
     assert [(c["topic"], c["msgId"]) for c in copies["messages"]] == [
@@ -144,7 +144,7 @@ def test_readme_quick_start_then_the_client_tour(
     assert final, out
     dead_id = final.group(1)
     assert time.monotonic() - started < 240
-    # the tour gave the quick start's one-queue topic its four queues (issue 20.1)
+    # the tour gave the quick start's one-queue topic its four queues (SPEC A1)
     assert len(shell.json("curl -s localhost:8081/v1/topics/orders")["queues"]) == 4
 
     # ---- the commands after the tour -----------------------------------------------------

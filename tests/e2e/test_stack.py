@@ -79,7 +79,7 @@ def test_stack_stops_every_process_on_sigterm(start_stack: Callable[..., Running
 
 
 def test_a_dead_child_is_restarted_alone(start_stack: Callable[..., RunningStack]) -> None:
-    # issue 18.5: kill -9 of the retry service restarts it; the store and its data stay
+    # kill -9 of the retry service restarts it; the store and its data stay
     stack = start_stack()
     store_pid, retry_pid = child_pid(stack, "clepsydra_store"), child_pid(stack, "clepsydra_retry")
     _json(requests.post(stack.store_url + "/v1/topics", json={"name": "heal", "queues": 1},
@@ -100,7 +100,7 @@ def test_a_dead_child_is_restarted_alone(start_stack: Callable[..., RunningStack
 
 def test_a_child_that_keeps_dying_is_given_up_on(
         start_stack: Callable[..., RunningStack]) -> None:
-    # issue 18.5: past --max-restarts within the window: a distinct exit code naming it
+    # past --max-restarts within the window: a distinct exit code naming it
     stack = start_stack("--max-restarts", "1", "--restart-window-s", "300")
     os.kill(child_pid(stack, "clepsydra_retry"), signal.SIGKILL)
     wait_until(lambda: "clepsydra: retry restarted" in stack.output(), 30,

@@ -1,4 +1,4 @@
-"""One log format, quiet when idle (issue 20.7): every process the stack starts (store, retry
+"""One log format, quiet when idle: every process the stack starts (store, retry
 and analytics API under gunicorn, the latter with the analytics schedule's Celery worker and
 the exporter on threads; the scheduler's worker with its beat embedded) writes the same JSON
 lines - or the same fields as text with CLEPSYDRA_LOG_FORMAT=text - no warning on a clean
@@ -73,7 +73,7 @@ def test_every_process_logs_json_and_an_idle_stack_says_nothing(
             assert isinstance(out, dict) and list(out)[:5] == FIELDS, f"{name}: {line}"
             assert out["service"].startswith("clepsydra-"), f"{name}: {line}"
             # ... and a clean start warns about nothing (Celery's root warning included) but
-            # the one warning meant to be there: access control is off (issue 16)
+            # the one warning meant to be there: access control is off
             assert out["level"] in ("INFO", "DEBUG") or _auth_off(out), f"{name}: {line}"
     [inside] = [json.loads(line) for line in logs["store"] if TRACE_ID in line]
     assert inside["trace_id"] == TRACE_ID and re.fullmatch(r"[0-9a-f]{16}", inside["span_id"])

@@ -11,7 +11,6 @@ consumers are 1 s steps; groups matching ``fifo-*`` are FIFO groups.
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -37,6 +36,7 @@ from rocketmq import (
 from rocketmq.grpc_protocol import MessagingServiceStub
 
 from clepsydra_core.http import HttpClient
+from tests.helpers import unique_name
 from tools import parts
 
 LEVELS = " ".join(["1s"] * 8)
@@ -49,11 +49,6 @@ GATEWAY_ENV = {
     "CLEPSYDRA_SCHEDULER_POLL_MS": "100",
     "CLEPSYDRA_SCHEDULER_BACKOFF_S": "1",
 }
-_names = itertools.count()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{next(_names)}-{int(time.time() * 1000) % 100_000}"
 
 
 @dataclass
@@ -81,12 +76,12 @@ class Gw:
         return ClientConfiguration(self.endpoint, credentials or self.credentials)
 
     def topic(self, queues: int = 2) -> str:
-        name = unique("gt")
+        name = unique_name("gt")
         self.store.post("/v1/topics", {"name": name, "queues": queues})
         return name
 
     def group(self, prefix: str = "gg", retry_max_times: int | None = None) -> str:
-        name = unique(prefix)
+        name = unique_name(prefix)
         if retry_max_times is not None:
             self.retry.put(self.retry.path("/v1/groups/{}", name),
                            {"retryMaxTimes": retry_max_times})
@@ -209,18 +204,6 @@ def receive_until(consumer: SimpleConsumer, count: int, *, invisible_s: int = 10
                 consumer.ack(m)
         got += batch
     return got
-
-
-def wait_for(predicate: Callable[[], Any], timeout_s: float = 30.0, step_s: float = 0.2,
-             what: str = "condition") -> Any:
-    give_up = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > give_up:
-            raise AssertionError(f"{what} not met in {timeout_s} s")
-        time.sleep(step_s)
 
 
 class Recorder:

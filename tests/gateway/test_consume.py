@@ -15,7 +15,8 @@ from rocketmq.grpc_protocol import service_pb2 as s
 
 from clepsydra_client.consumer.push import PushConsumer as SdkPushConsumer
 from clepsydra_client.producer import Producer as SdkProducer
-from tests.gateway.conftest import Gw, Recorder, message, receive_until, wait_for
+from tests.gateway.conftest import Gw, Recorder, message, receive_until
+from tools.processes import wait_until
 
 pytestmark = pytest.mark.gateway
 
@@ -30,7 +31,7 @@ def test_receive_then_ack_each_message_once_and_progress_is_committed(gw: Gw) ->
     assert Counter(m.message_id for m in got) == Counter(sent)
     assert all(m.delivery_attempt == 1 for m in got)
     # C4: the group's progress reaches the store (flushed every 0.5 s), past every acked one
-    assert wait_for(lambda: gw.committed(group, topic) == 12, what="progress committed")
+    assert wait_until(lambda: gw.committed(group, topic) == 12, 30, 0.2, what="progress committed")
 
 
 def test_not_acked_comes_back_through_retry_with_attempt_plus_one(gw: Gw) -> None:
@@ -76,7 +77,7 @@ def test_after_the_groups_max_attempts_it_is_in_the_dlq(gw: Gw) -> None:
         attempts = [m.delivery_attempt for m in receive_until(consumer, 2, invisible_s=1,
                                                               ack=False, timeout_s=20)]
         assert attempts == [1, 2]
-        dead = wait_for(lambda: gw.dlq(group), what="a dead letter")
+        dead = wait_until(lambda: gw.dlq(group), 30, 0.2, what="a dead letter")
         assert consumer.receive(32, 10) == []
     assert [d["msgId"] for d in dead] == [msg_id]
 
@@ -89,7 +90,7 @@ def test_push_consumer_failing_listener_backs_off_then_dead_letters(gw: Gw) -> N
         bad = producer.send(message(topic, "bad")).message_id
         good = producer.send(message(topic, "good")).message_id
     with gw.push(group, topic, recorder):
-        wait_for(lambda: gw.dlq(group), timeout_s=40, what="the failing message in the DLQ")
+        wait_until(lambda: gw.dlq(group), 40, 0.2, what="the failing message in the DLQ")
         time.sleep(1)
     calls = [(t, m) for t, m in recorder.calls if m.message_id == bad]
     assert [m.delivery_attempt for _t, m in calls] == [1, 2, 3]
@@ -105,7 +106,7 @@ def test_push_consumer_that_succeeds_consumes_each_message_once(gw: Gw) -> None:
     with gw.producer(topic) as producer:
         sent = [producer.send(message(topic, f"p{i}")).message_id for i in range(20)]
         with gw.push(group, topic, recorder):
-            wait_for(lambda: len(recorder.calls) >= 20, what="20 messages consumed")
+            wait_until(lambda: len(recorder.calls) >= 20, 30, 0.2, what="20 messages consumed")
             time.sleep(2)
     assert Counter(m.message_id for _t, m in recorder.calls) == Counter(sent)
 
@@ -120,7 +121,8 @@ def test_the_sdk_and_the_official_client_share_a_groups_progress(gw: Gw) -> None
     with gw.simple(group, topic) as consumer:  # the official SimpleConsumer receives it
         [got] = receive_until(consumer, 1)
     assert got.message_id == from_sdk and got.body == b"from the SDK"
-    wait_for(lambda: gw.committed(group, topic) == 1, what="the ack committed to the store")
+    wait_until(lambda: gw.committed(group, topic) == 1, 30, 0.2,
+               what="the ack committed to the store")
     with gw.producer(topic) as producer:
         from_official = producer.send(message(topic, "from RocketMQ")).message_id
     seen: list[str] = []
@@ -134,7 +136,7 @@ def test_the_sdk_and_the_official_client_share_a_groups_progress(gw: Gw) -> None
     consumer.register_concurrent(listener)
     consumer.start()
     try:
-        wait_for(lambda: seen, what="the SDK consumer's first message")
+        wait_until(lambda: seen, 30, 0.2, what="the SDK consumer's first message")
         time.sleep(1)
     finally:
         consumer.shutdown()

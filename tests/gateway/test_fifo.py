@@ -11,7 +11,8 @@ from collections import defaultdict
 import pytest
 from rocketmq import Message
 
-from tests.gateway.conftest import Gw, Recorder, message, receive_until, wait_for
+from tests.gateway.conftest import Gw, Recorder, message, receive_until
+from tools.processes import wait_until
 
 pytestmark = pytest.mark.gateway
 
@@ -70,8 +71,9 @@ def test_push_consumer_in_order_failure_retried_locally_then_dead_lettered(gw: G
     sent = _send_groups(gw, topic, groups=3, each=4)
     recorder = Recorder(decide=lambda m: m.body != b"g1-1")  # always fails
     with gw.push(group, topic, recorder):
-        wait_for(lambda: gw.dlq(group), timeout_s=40, what="g1-1 in the DLQ")
-        wait_for(lambda: len(set(recorder.bodies())) >= 12, what="every message consumed")
+        wait_until(lambda: gw.dlq(group), 40, 0.2, what="g1-1 in the DLQ")
+        wait_until(lambda: len(set(recorder.bodies())) >= 12, 30, 0.2,
+                   what="every message consumed")
         time.sleep(1)
     # in send order per group; g1-1 attempted max attempts (3) times before g1-2
     firsts: dict[str, list[bytes]] = defaultdict(list)

@@ -18,7 +18,8 @@ from rocketmq.grpc_protocol import service_pb2 as s
 from clepsydra_client.producer import Producer as SdkProducer
 from clepsydra_core import properties as P
 from clepsydra_gateway.backend import Backend
-from tests.gateway.conftest import SHARDS, Gw, Gw3, message, receive_until, wait_for
+from tests.gateway.conftest import SHARDS, Gw, Gw3, message, receive_until
+from tools.processes import wait_until
 
 pytestmark = pytest.mark.gateway
 
@@ -87,8 +88,8 @@ def test_a_consumer_receives_every_message_of_every_shard_once_and_commits_on_ea
     assert Counter(m.message_id for m in got) == Counter(sent)
     handles = {m.receipt_handle[:4] for m in got}
     assert handles == {"cg1.", "cg2."}  # shard 0's in today's format, the others' with it
-    wait_for(lambda: [gw3.committed_on(group, topic, i) for i in range(SHARDS)] == counts,
-             what="progress committed on every shard")
+    wait_until(lambda: [gw3.committed_on(group, topic, i) for i in range(SHARDS)] == counts,
+               30, 0.2, what="progress committed on every shard")
 
 
 def test_a_message_not_acked_comes_back_through_retry_on_its_shard(gw3: Gw3) -> None:
@@ -109,8 +110,8 @@ def test_a_message_not_acked_comes_back_through_retry_on_its_shard(gw3: Gw3) -> 
         assert consumer.receive(32, 10) == []
     retried = [c for c in gw3.messages(on_shard_2) if c["topic"] == f"%RETRY%{group}"]
     assert [(c.get("shard"), c["reconsumeTimes"]) for c in retried] == [(2, 1)]
-    wait_for(lambda: gw3.committed_on(group, f"%RETRY%{group}", 2) == 1,
-             what="the retry copy's ack committed on shard 2")
+    wait_until(lambda: gw3.committed_on(group, f"%RETRY%{group}", 2) == 1,
+               30, 0.2, what="the retry copy's ack committed on shard 2")
 
 
 def test_a_scheduled_message_of_any_shard_is_recalled(gw3: Gw3) -> None:
@@ -169,7 +170,7 @@ def test_after_max_attempts_the_dead_letter_is_on_the_messages_shard(gw3: Gw3) -
         attempts = [m.delivery_attempt for m in receive_until(consumer, 2, invisible_s=1,
                                                               ack=False, timeout_s=20)]
         assert attempts == [1, 2]
-        dead = wait_for(lambda: gw3.dlq(group), what="a dead letter")
+        dead = wait_until(lambda: gw3.dlq(group), 30, 0.2, what="a dead letter")
     assert [(m["msgId"], m.get("shard")) for m in dead] == [(on_shard_1, 1)]
     copies = [c for c in gw3.messages(on_shard_1) if c["topic"] == f"%DLQ%{group}"]
     assert [c.get("shard") for c in copies] == [1]

@@ -1,4 +1,4 @@
-"""The stack from its container images (issue 21), end to end on a real Docker engine:
+"""The stack from its container images, end to end on a real Docker engine:
 ``make images`` (built once per run; a second build must reuse every layer), the stack up on
 host networking with its own compose project, CLEPSYDRA_* ports and a short level table, then
 messages through the containerised store and SDK consumers, a dead letter, and a kill -9 of the
@@ -44,7 +44,7 @@ STACK_SERVICES = ("redis", "store", "retry", "console", "scheduler-worker", "sch
                   *(("analytics-exporter",) if ANALYTICS else ()))
 TOPIC = "orders"
 MAX_IMAGE_BYTES = 300_000_000
-"""Issue 21: the Python service images stay under 300 MB (docker/README.md has each size). The
+"""The Python service images stay under 300 MB (docker/README.md has each size). The
 shared service image carries the kubernetes client the scheduler's autoscaler needs, without
 its unused asyncio copy (service.Dockerfile). The analytics images are over it (pyarrow,
 PySpark): the README says why."""
@@ -161,7 +161,7 @@ def test_images_are_small_and_a_second_build_reuses_every_layer(built: dict[str,
         config = json.loads(docker("image", "inspect", "-f", "{{json .Config}}",
                                    f"clepsydra/{name}:dev"))
         assert config["User"] == "10001:10001"
-        if name == "analytics-exporter":  # a process that serves /healthz (issue 11)
+        if name == "analytics-exporter":  # a process that serves /healthz
             assert config["Healthcheck"]["Test"]
             size = int(docker("image", "inspect", "-f", "{{.Size}}", f"clepsydra/{name}:dev"))
             assert size < MAX_EXPORTER_BYTES, f"clepsydra/{name} is {size / 1e6:.0f} MB"
@@ -297,7 +297,7 @@ def test_the_analytics_job_runs_once_over_the_export(stack: dict[str, str]) -> N
     causes = [line for line in (proc.stdout + proc.stderr).splitlines()
               if "Caused by" in line or "Error" in line or "Exception" in line]
     assert proc.returncode == 0, "\n".join(causes[:20]) + proc.stderr[-2000:]
-    # over the exported data (issue 21): the job container read what the exporter container
+    # over the exported data: the job container read what the exporter container
     # wrote from the store container, every message of the topic and the dead letter
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert in_store > 0

@@ -1,4 +1,4 @@
-"""Hostile requests against both HTTP services as real processes (issue 18.4): numbers in
+"""Hostile requests against both HTTP services as real processes: numbers in
 other scripts' digits, JSON nested past what a reader takes, a request line and headers over the
 HTTP server's limits. Each gets a 4xx in the v1 JSON error shape, nothing is written, and the
 service stays up."""
@@ -69,7 +69,7 @@ def stored_count(services: Services) -> int:
 
 @pytest.mark.parametrize("digits", [ARABIC_12, FULLWIDTH_12, "+12", " 12", "1_2"])
 def test_numbers_are_ascii_digits_only(services: Services, digits: str) -> None:
-    # issue 18.4: int() takes all of these; an offset, count or queue id must not
+    # int() takes all of these; an offset, count or queue id must not
     store, retry = services.store, services.retry
     pull = f"{store}/v1/topics/{TOPIC}/queues/0/messages"
     assert_json_error(requests.get(pull, params={"offset": digits}, timeout=10), 400,
@@ -94,7 +94,7 @@ def test_numbers_are_ascii_digits_only(services: Services, digits: str) -> None:
 
 
 def test_deeply_nested_json_is_a_400_from_both_services(services: Services) -> None:
-    # issue 18.4: one JSON reader; the retry service answered 500 here
+    # one JSON reader; the retry service answered 500 here
     before = stored_count(services)
     deep = b"[" * 100_000 + b"]" * 100_000
     deep_object = b'{"a":' * 5_000 + b"1" + b"}" * 5_000
@@ -116,7 +116,7 @@ def test_deeply_nested_json_is_a_400_from_both_services(services: Services) -> N
 
 
 def test_over_long_request_line_and_headers_answer_json(services: Services) -> None:
-    # issue 18.4: gunicorn's own 414 and 431 came as HTML pages
+    # gunicorn's own 414 and 431 came as HTML pages
     for url in (services.store, services.retry):
         long_line = requests.get(f"{url}/v1/topics/{'x' * 9_000}", timeout=10)
         assert_json_error(long_line, 414, "URI_TOO_LONG")

@@ -126,7 +126,7 @@ def test_document_holds_against_the_running_service(stack: Services, service: st
 
 
 def test_the_run_caps_a_generated_pull_hold_but_not_an_invalid_one() -> None:
-    # issue 14: a valid waitMs may hold a pull 30 s, the run's request timeout; the hook sends
+    # a valid waitMs may hold a pull 30 s, the run's request timeout; the hook sends
     # it as a short hold, and leaves a value past the maximum alone (its 400 is checked)
     from types import SimpleNamespace
 
@@ -141,7 +141,7 @@ def test_the_run_caps_a_generated_pull_hold_but_not_an_invalid_one() -> None:
 
 
 def test_the_run_counts_the_servers_own_refusals_as_rejecting_an_invalid_request() -> None:
-    # issue 18.4: a request line or headers over gunicorn's limits are refused before the app
+    # a request line or headers over gunicorn's limits are refused before the app
     # (414, 431; a body over the limit 413): schemathesis's own list leaves them out, and a
     # long generated query was reported as "schema-violating request accepted"
     from schemathesis.config import SchemathesisConfig

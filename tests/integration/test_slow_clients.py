@@ -1,4 +1,4 @@
-"""Slow clients may not stall the others (issue 16, "Bad input"): with more connections
+"""Slow clients may not stall the others: with more connections
 trickling half a request than a service has threads, the store and the retry service still
 answer everyone else, and a request that arrives a few bytes at a time is still served whole.
 Both services run as real processes with two threads each. Before the guard

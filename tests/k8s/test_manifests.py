@@ -1,4 +1,4 @@
-"""Policy over what every overlay renders (k8s/overlays/*): the rules of issue 11 and k8s/README.md,
+"""Policy over what every overlay renders (k8s/overlays/*): the rules of k8s/README.md,
 checked on the objects a cluster would receive, not on the source files."""
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ def test_images_are_pinned_to_the_package_version(rendered: Rendered) -> None:
 
 
 def test_clepsydra_images_are_the_ones_make_images_builds(rendered: Rendered) -> None:
-    """Issue 21, "Done when": the overlays reference the same image names and tags as
+    """The overlays reference the same image names and tags as
     `make images` builds (tools/images.py: clepsydra/<name>:<version>)."""
     built = {image.tag(images.version()) for image in images.IMAGES}
     for name, spec in rendered.pod_specs():
@@ -386,7 +386,7 @@ TOKEN_USERS = {
 
 
 def test_prod_turns_access_control_on_with_tokens_from_a_secret(rendered: Rendered) -> None:
-    """Issue 16, "Done when": access control on in the prod overlays (staging builds on prod),
+    """Access control on in the prod overlays (staging builds on prod),
     the tokens file a mounted Secret, each service's own token from that Secret; dev keeps it
     off like `make run`."""
     settings = settings_data(rendered)

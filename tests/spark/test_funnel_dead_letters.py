@@ -129,7 +129,7 @@ def test_consumer_lag_takes_the_newest_snapshot(spark: SparkSession) -> None:
 
 
 def test_dead_letters_of_one_message(spark: SparkSession) -> None:
-    """Issue 10, tests: one message, retried to the DLQ, is one row naming its reason."""
+    """One message, retried to the DLQ, is one row naming its reason."""
     rows = [message("m1", "orders", T0 - 9_000), retry_copy("r1", "m1", 1, at=T0 - 6_000),
             dlq_copy("d1", "m1", "KeyError: sku", at=T0 - 3_000)]
     actual = dead_letters(export_frame(spark, rows), now_ms=T0)
@@ -139,7 +139,7 @@ def test_dead_letters_of_one_message(spark: SparkSession) -> None:
 
 
 def test_throughput_and_consumer_lag_of_empty_input(spark: SparkSession) -> None:
-    """Issue 10, tests: empty input gives no rows (and no error) in the throughput job."""
+    """Empty input gives no rows (and no error) in the throughput job."""
     assert throughput(export_frame(spark, [])).count() == 0
     assert consumer_lag(lag(spark)).count() == 0
 

@@ -53,7 +53,7 @@ def test_run_writes_tables_report_and_camel_case_rows(settings: AnalyticsSetting
     assert jobs_run(settings, jobs=None, since="1h", output="json", export_first=False,
                     out=out) == 0
     result = json.loads(out.getvalue())
-    # issue 13.1: the real rows are what the API's wire type reads (a null column left out)
+    # the real rows are what the API's wire type reads (a null column left out)
     assert RunResult.from_json(result).to_json() == _without_nulls(result)
     assert Path(result["report"]).name == naming.REPORT_HTML and Path(result["report"]).exists()
     [lateness] = result["jobs"]["lateness"]
@@ -119,7 +119,7 @@ def test_corrupt_parquet_file_is_named_and_nothing_else_lost(
 
 
 def test_the_export_is_read_from_a_uri(tmp_path: Path, spark: SparkSession) -> None:
-    """Issue 10, "where files go": CLEPSYDRA_ANALYTICS_EXPORT_URI takes a URI that pyarrow (the
+    """CLEPSYDRA_ANALYTICS_EXPORT_URI takes a URI that pyarrow (the
     exporter's writes) and Spark (the jobs' reads) both understand; here a file:// one."""
     uri = (tmp_path / "shared" / "export").as_uri()
     settings = AnalyticsSettings.from_env({"CLEPSYDRA_HOME": str(tmp_path / "home"),

@@ -1,7 +1,7 @@
-"""The exporter at rest holds no pyarrow and no Flask (issue 14, the whole local stack's memory
-at rest): it lists, probes and cleans a local export folder with the standard library, answers
-/healthz and /metrics on the standard library's HTTP server, and writes a snapshot only when a
-report would read something new in it. pyarrow is loaded by the first export, which writes as
+"""The exporter at rest holds no pyarrow and no Flask (the whole local stack's memory at rest,
+DEC-memory-at-rest): it lists, probes and cleans a local export folder with the standard library,
+answers /healthz and /metrics on the standard library's HTTP server, and writes a snapshot only when
+a report would read something new in it. pyarrow is loaded by the first export, which writes as
 before."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """kill -9 of the exporter process in the middle of an export, several times, then a restart:
-the Parquet rows equal the messages, no msgId twice, none missing (issue 10)."""
+the Parquet rows equal the messages, no msgId twice, none missing."""
 
 from __future__ import annotations
 

@@ -8,10 +8,8 @@ silent consumer after 3 s."""
 from __future__ import annotations
 
 import io
-import itertools
 import json
 import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +39,6 @@ EXPIRY_MS = 3000
 FAST = {"heartbeat_interval_s": 0.3, "persist_interval_s": 0.3, "pull_idle_max_s": 0.05,
         "consume_threads": 4}
 """Push consumer settings for tests: quick heartbeats, commits and idle pulls."""
-_serial = itertools.count()
 
 
 @dataclass
@@ -89,14 +86,6 @@ def client_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClientSta
 @pytest.fixture
 def stack(client_stack: ClientStack) -> ClientStack:
     return client_stack
-
-
-@pytest.fixture
-def names(request: pytest.FixtureRequest) -> Callable[[str], str]:
-    """Unique topic/group names for one test."""
-    base = request.node.name.replace("test_", "").replace("[", "_").replace("]", "")[:40]
-    serial = next(_serial)
-    return lambda kind: f"{kind}-{base}-{serial}".replace(".", "_")
 
 
 @pytest.fixture
@@ -179,7 +168,7 @@ def recorder() -> Callable[..., Recorder]:
 @pytest.fixture
 def memory_spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
     """Spans of this process's client: the SDK provider as ensure_tracing installs it, but
-    sampling every trace (the default samples 1 in 100, issue 19), with an in-memory exporter;
+    sampling every trace (the default samples 1 in 100, SPEC O1), with an in-memory exporter;
     the previous provider is put back afterwards. Ask for it before the fixtures that make
     tracers (``producer``)."""
     for module, attr in ((telemetry, "_provider"), (telemetry, "_memory"),
@@ -285,7 +274,3 @@ Recorders = Callable[..., Recorder]
 Cli = Callable[..., CliResult]
 ConsumerProcs = Callable[..., ConsumerProcess]
 """Types of the factory fixtures, for test signatures."""
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)

@@ -1,4 +1,4 @@
-"""The SDK's producer under a ratio sampler (issue 19, "cheap"; SPEC O1): every message of a
+"""The SDK's producer under a ratio sampler (SPEC O1): every message of a
 batch gets its own trace context, sampled or not; a ``client.produce`` span is made only for
 the sampled ones, and its trace is the one its message carries."""
 
@@ -67,7 +67,7 @@ def test_each_message_of_a_batch_carries_its_own_decision(
 def test_each_async_message_carries_its_own_decision(
         tmp_path: Path, start_store: Callable[..., HttpService],
         half_sampled: InMemorySpanExporter) -> None:
-    """``send_async`` makes a span object only for a sampled message (issue 14: the others
+    """``send_async`` makes a span object only for a sampled message (the others
     get their ``traceparent`` alone); each span ends with its future, naming its msgId."""
     url = start_store(env={"CLEPSYDRA_DELAY_LEVELS": "1s"}).url
     assert requests.post(f"{url}/v1/topics", json={"name": TOPIC, "queues": 1},
@@ -97,7 +97,7 @@ def test_each_async_message_carries_its_own_decision(
 def test_async_messages_sent_inside_a_span_continue_its_trace(
         tmp_path: Path, start_store: Callable[..., HttpService],
         half_sampled: InMemorySpanExporter) -> None:
-    """New traces are drawn 64 at a time for ``send_async`` (issue 14), but only while no span
+    """New traces are drawn 64 at a time for ``send_async``, but only while no span
     is current: a message sent inside one is that span's child, before and after the stock."""
     url = start_store(env={"CLEPSYDRA_DELAY_LEVELS": "1s"}).url
     assert requests.post(f"{url}/v1/topics", json={"name": TOPIC, "queues": 1},

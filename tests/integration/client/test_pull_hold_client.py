@@ -1,4 +1,4 @@
-"""A push consumer's pull loop uses the store's pull hold (issue 14), against a real store
+"""A push consumer's pull loop uses the store's pull hold (DEC-pull-hold), against a real store
 process: an idle consumer's pulls are held in the store (its ``held_pulls`` gauge), a message
 produced then is consumed, and the consumer's shutdown does not wait for a held pull."""
 

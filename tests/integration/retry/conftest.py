@@ -9,10 +9,8 @@ machine); every test works in its own group and topic, so tests do not see each 
 
 from __future__ import annotations
 
-import itertools
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +28,6 @@ from tools import parts
 from tools.processes import HttpService, Process, RedisServer, wait_until
 
 LEVELS_1S = " ".join(["1s"] * 18)
-_names = itertools.count()
 
 
 def enc(topic: str) -> str:
@@ -91,14 +88,14 @@ class RetryStack:
         return result
 
     def copies(self, msg_id: str) -> list[dict[str, Any]]:
-        """Every stored copy of the message, oldest first (issue 20.4)."""
+        """Every stored copy of the message, oldest first."""
         resp = self.http.get(f"{self.store.url}/v1/messages/{msg_id}")
         assert resp.status_code == 200, resp.text
         found: list[dict[str, Any]] = resp.json()["messages"]
         return found
 
     def by_msg_id(self, msg_id: str) -> dict[str, Any]:
-        """The newest copy of the message (issue 20.4: a msgId names every copy of it)."""
+        """The newest copy of the message (a msgId names every copy of it)."""
         resp = self.http.get(f"{self.store.url}/v1/messages/{msg_id}")
         assert resp.status_code == 200, resp.text
         found: dict[str, Any] = resp.json()
@@ -228,7 +225,7 @@ OTLP_TEST_RESOURCE = "deployment.environment.name=trace-test"
 @pytest.fixture(scope="module")
 def traced_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TracedStack]:
     """Its own Redis, store, retry service and scheduler (worker + beat), every one exporting
-    its spans over OTLP/HTTP to an :class:`OtlpReceiver` (issue 19)."""
+    its spans over OTLP/HTTP to an :class:`OtlpReceiver` (SPEC O1)."""
     root = tmp_path_factory.mktemp("traced-stack")
     receiver = OtlpReceiver().start()
     otel = {"CLEPSYDRA_OTEL_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
@@ -245,14 +242,6 @@ def traced_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TracedSta
 
 
 @pytest.fixture
-def names(request: pytest.FixtureRequest) -> Callable[[str], str]:
-    """Unique group/topic names for one test (letters, digits, _ and -)."""
-    base = request.node.name.replace("[", "_").replace("]", "").replace("test_", "")[:40]
-    serial = next(_names)
-    return lambda kind: f"{kind}-{base}-{serial}".replace(".", "_")
-
-
-@pytest.fixture
 def app_client(stack: RetryStack) -> Iterator[FlaskClient]:
     """The retry app in this process (Flask test client) over the stack's Redis and store:
     for bad input, and to read what it left in Redis."""
@@ -262,11 +251,3 @@ def app_client(stack: RetryStack) -> Iterator[FlaskClient]:
     yield app.test_client()
     app.extensions["clepsydra_retry"].store.close()
     app.extensions["clepsydra_retry"].redis.close()
-
-
-def wait_for(predicate: Callable[[], bool], timeout_s: float = 10.0, what: str = "") -> None:
-    wait_until(predicate, timeout_s, 0.05, what=what)
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)

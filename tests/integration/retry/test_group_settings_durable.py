@@ -1,5 +1,5 @@
-"""Consumer-group settings are durable in the store; Redis is only their cache (SPEC R3, R5,
-issue 18.3). Own processes: this test restarts Redis and the store."""
+"""Consumer-group settings are durable in the store; Redis is only their cache (SPEC R3,
+R5). Own processes: this test restarts Redis and the store."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def test_group_settings_survive_redis_restarted_empty_and_a_store_restart(
 
 
 def test_groups_an_earlier_version_kept_in_redis_move_to_the_store(tmp_path: Path) -> None:
-    # issue 18.3: upgrading keeps the groups that lived only in Redis
+    # upgrading keeps the groups that lived only in Redis
     redis_server = RedisServer(tmp_path / "redis").start()
     store = store_service(tmp_path / "home", env={"CLEPSYDRA_DELAY_LEVELS": LEVELS_1S}).start()
     client = redis.Redis(port=redis_server.port, decode_responses=True)

@@ -1,4 +1,4 @@
-"""One trace per message, from send to dead letter (SPEC O1, issue 19), as a collector sees it:
+"""One trace per message, from send to dead letter (SPEC O1), as a collector sees it:
 the store, the retry service and the scheduler run as processes exporting OTLP/HTTP to a
 receiver in this process, the producer and the push consumer run here and export there too.
 

@@ -110,7 +110,7 @@ def test_kill_9_of_everything_at_once_then_restart(stack: SchedulerStack,
 
 def test_torn_handover_copy_after_a_machine_crash_is_delivered_once(
         stack: SchedulerStack) -> None:
-    # SPEC D9, P3 (issue 18.2): the machine crashed after the checkpoint counted the last
+    # SPEC D9, P3: the machine crashed after the checkpoint counted the last
     # hand-over copies as written, but the CommitLog lost them (cut inside the last copy). The
     # store re-derives its handed-over mark from the copies present; the scheduler, whose Redis
     # progress is past them, steps back; every message arrives exactly once

@@ -239,7 +239,7 @@ def test_pulling_the_schedule_topic_is_forbidden(client: FlaskClient, before: in
 
 
 def test_offset_or_queue_id_out_of_range(client: FlaskClient, before: int) -> None:
-    # issue 12.10: a well-formed queue id or offset the topic does not have is a position that
+    # a well-formed queue id or offset the topic does not have is a position that
     # does not exist (404); a negative one is malformed (400); the code is the same
     pull = f"/v1/topics/{TOPIC}/queues"
     assert_error(client.get(f"{pull}/2/messages"), 404, "OFFSET_OUT_OF_RANGE")
@@ -272,7 +272,7 @@ def test_a_batch_with_one_bad_message_is_refused_whole(client: FlaskClient, befo
 
 
 def test_two_delays_or_past_the_cap_are_refused(client: FlaskClient, before: int) -> None:
-    # SPEC T1, issue 15: two of delayLevel/deliverAt/delayMs name both; past the cap names it
+    # SPEC T1: two of delayLevel/deliverAt/delayMs name both; past the cap names it
     for extra, names in (({"delayMs": 5000, "delayLevel": 1}, ("delayLevel", "delayMs")),
                          ({"deliverAt": 1, "delayMs": 1}, ("deliverAt", "delayMs"))):
         body = assert_error(client.post(PRODUCE, json={"body": "a", **extra}), 400,

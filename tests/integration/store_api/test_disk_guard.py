@@ -1,5 +1,5 @@
-"""The store's disk guard rails and the carry-forward of scheduled messages (issue 12.8, SPEC
-P4), on a real store process over real files: a small configured capacity
+"""The store's disk guard rails and the carry-forward of scheduled messages (SPEC
+P4, DEC-disk-full-507), on a real store process over real files: a small configured capacity
 (CLEPSYDRA_STORE_DISK_CAPACITY_BYTES) stands for a small disk.
 
 Past the high-water mark produce answers 507 DISK_FULL naming the setting and stores nothing,
@@ -61,7 +61,7 @@ def produce(http: requests.Session, store: HttpService, topic: str,
 def test_disk_high_water_mark_refuses_writes_and_carry_forward_frees_segments(
         tmp_path: Path, http: requests.Session, redis_server: RedisServer,
         start_store: Callable[..., HttpService]) -> None:
-    # issue 12.8, SPEC P4 (Beyond), D9
+    # SPEC P4 (Beyond), D9
     home = tmp_path / "home"
     store = start_store(home, env={
         "CLEPSYDRA_DELAY_LEVELS": LEVELS, "CLEPSYDRA_STORE_SEGMENT_BYTES": str(SEGMENT_BYTES),

@@ -1,4 +1,4 @@
-"""Consumer-group settings kept by the store (SPEC R2, R3, R5; issue 18.3)."""
+"""Consumer-group settings kept by the store (SPEC R2, R3, R5)."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def test_bad_group_settings_are_refused_and_change_nothing(
 
 def test_a_first_heartbeat_creates_the_group_unless_turned_off(
         make_app: Callable[..., Flask]) -> None:
-    # issue 12.2: RocketMQ creates a subscription group the first time it is seen
+    # RocketMQ creates a subscription group the first time it is seen
     client = make_app().test_client()
     beat = {"clientId": "c1", "subscriptions": {"orders": "*"}}
     assert client.post("/v1/groups/fresh/heartbeat", json=beat).status_code == 200

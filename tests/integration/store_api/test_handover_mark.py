@@ -1,4 +1,4 @@
-"""The hand-over route lets no caller skip an entry (SPEC D9, issue 18.1)."""
+"""The hand-over route lets no caller skip an entry (SPEC D9)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,10 @@
-"""Produce answered on the store worker's poller thread (issue 14, worker.py + inline.py), with
-the real process: once a connection is kept alive its produce requests are answered without a
-pool thread, pipelined ones in order and in one write, with the same answers as gunicorn's path
-(bad JSON, the request size limit naming its setting, access control); whatever else arrives on
-the connection is still gunicorn's; half a request never holds a thread (issue 16). The count
-of poller answers is ``clepsydra_store_poller_answered_requests_total`` (0 with
-``CLEPSYDRA_STORE_INLINE_PRODUCE=false``, which answers the same).
-"""
+"""Produce answered on the store worker's poller thread (worker.py + inline.py; DEC-poller-produce),
+with the real process: once a connection is kept alive its produce requests are answered without a
+pool thread, pipelined ones in order and in one write, with the same answers as gunicorn's path (bad
+JSON, the request size limit naming its setting, access control); whatever else arrives on the
+connection is still gunicorn's; half a request never holds a thread. The count of poller answers is
+``clepsydra_store_poller_answered_requests_total`` (0 with ``CLEPSYDRA_STORE_INLINE_PRODUCE=false``,
+which answers the same)."""
 
 from __future__ import annotations
 
@@ -216,7 +215,7 @@ def _large_batch(count: int) -> bytes:
 
 def test_a_large_batch_is_answered_on_the_poller(
         start_store: Callable[..., HttpService]) -> None:
-    """Issue 14 (HTTP batch >= 100,000 msg/s): a batch of any size within the request limit
+    """A batch of any size within the request limit
     is read whole and answered by the poller, not by gunicorn's thread path; every message is
     stored, in order."""
     url = start_store().url
@@ -237,8 +236,8 @@ def test_a_large_batch_is_answered_on_the_poller(
 
 
 def test_half_a_large_batch_holds_no_thread(start_store: Callable[..., HttpService]) -> None:
-    """A large batch stays on the poller until it arrived whole (issue 16's guard): clients that
-    stop half-way through one hold no pool thread."""
+    """A large batch stays on the poller until it arrived whole (the slow-client guard): clients
+    that stop half-way through one hold no pool thread."""
     url = start_store(env={"CLEPSYDRA_STORE_THREADS": "2"}).url
     create_topic(url)
     raw = produce(_large_batch(200), batch=True)
@@ -289,7 +288,7 @@ SPUN = b"clepsydra_store_poller_spin_caught_requests_total"
 def test_the_poller_spins_for_a_producer_in_a_loop_only(
         start_store: Callable[..., HttpService], spin_us: int, pause_s: float,
         spins: bool) -> None:
-    # issue 14: after answering a produce the poller looks for the next request without
+    # DEC-poller-spin: after answering a produce the poller looks for the next request without
     # sleeping (CLEPSYDRA_STORE_POLLER_SPIN_US), but only while requests come within the spin
     # of the answer before: a producer at its own pace (here 20 ms apart, 2 ms spin) or a spin
     # of 0 leaves the poller asleep between requests

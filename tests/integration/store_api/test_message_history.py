@@ -14,15 +14,13 @@ from flask.testing import FlaskClient
 from clepsydra_core import naming
 from clepsydra_core.levels import DelayLevels
 from clepsydra_core.wire.history import MessageHistory
+from tests.helpers import now_ms
 from tests.integration.store_api.helpers import LEVELS, TOPIC, assert_error
 
 pytestmark = pytest.mark.integration
 
 PRODUCE = f"/v1/topics/{TOPIC}/messages"
 
-
-def _now() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _history(client: FlaskClient, msg_id: str) -> MessageHistory:
@@ -34,7 +32,7 @@ def _history(client: FlaskClient, msg_id: str) -> MessageHistory:
 def test_a_timer_message_parked_handed_over_then_consumed(client: FlaskClient) -> None:
     # SPEC T1, D10, C4: parked with its deliverAt, handed over with its lateness, consumed
     # once the group's committed offset passes the copy
-    at = _now() + 300
+    at = now_ms() + 300
     sent = client.post(PRODUCE, json={"body": "x", "keys": "k1", "deliverAt": at,
                                       "queueId": 1}).get_json()
     msg_id = sent["msgId"]
@@ -65,13 +63,13 @@ def test_a_timer_message_parked_handed_over_then_consumed(client: FlaskClient) -
 
 def test_cancelled_and_rescheduled_messages(client: FlaskClient) -> None:
     # T1: a reschedule replaces the parked copy; a cancel ends the timeline
-    one = client.post(PRODUCE, json={"body": "a", "deliverAt": _now() + 600_000}).get_json()
-    later = _now() + 900_000
+    one = client.post(PRODUCE, json={"body": "a", "deliverAt": now_ms() + 600_000}).get_json()
+    later = now_ms() + 900_000
     assert client.patch(f"/v1/messages/{one['msgId']}",
                         json={"deliverAt": later}).status_code == 200
-    before = _now()
+    before = now_ms()
     assert client.delete(f"/v1/messages/{one['msgId']}").status_code == 200
-    after = _now()
+    after = now_ms()
     hist = _history(client, one["msgId"])
     assert [h.kind for h in hist.hops] == ["produced", "parked", "rescheduled", "cancelled"]
     assert hist.hops[1].state == "rescheduled" and hist.hops[2].state == "cancelled"

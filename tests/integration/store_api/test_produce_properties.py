@@ -1,4 +1,4 @@
-"""Produce at the public seam, property-based (issue 13.3; SPEC S1, R10, P1): random produce
+"""Produce at the public seam, property-based (SPEC S1, R10, P1): random produce
 requests — plain, Unicode, binary bodies, tags, keys, properties, delay levels, plain sends to a
 `%RETRY%` topic below and at their max — go through the HTTP API, once through the produce fast
 path and once through Flask's routes. Every field comes back as sent, the message lands where
@@ -141,7 +141,7 @@ def test_random_produce_requests_round_trip_and_match_the_reference_encoding(
         props = dict(message["properties"])
         assert props.pop(P.TRACEPARENT, "").startswith("00-")  # the produce span's (O1)
         want = {**sent.properties, **added}
-        if not want.get(P.UNIQ_KEY):  # issue 20.4: the store gives the message its unique id
+        if not want.get(P.UNIQ_KEY):  # the store gives the message its unique id
             assert re.fullmatch(r"[0-9A-F]{32}", result["msgId"])
             want[P.UNIQ_KEY] = result["msgId"]
         assert message["offsetMsgId"] == result["offsetMsgId"] != result["msgId"]

@@ -1,4 +1,4 @@
-"""The pull hold (issue 14, ``waitMs`` on the v1 pull route, C3): a held pull answers when a
+"""The pull hold (DEC-pull-hold; ``waitMs`` on the v1 pull route, C3): a held pull answers when a
 message is appended to its queue, an empty one after its wait, at once past the store's bound
 (``CLEPSYDRA_STORE_PULL_HOLD_MAX``), at once when the store stops; the lean path answers every
 pull as Flask does. Events are ordered through the store's own count of held pulls, never
@@ -75,7 +75,7 @@ def _bodies(page: dict[str, Any]) -> list[str]:
 
 
 def test_a_held_pull_answers_when_a_message_arrives(app: Flask, client: FlaskClient) -> None:
-    # issue 14: nothing at the offset, so the pull waits; the append wakes it (not the wait's
+    # nothing at the offset, so the pull waits; the append wakes it (not the wait's
     # end) and it answers the page from its offset
     pull = _hold(app, f"offset=0&waitMs={LONG_MS}")
     assert client.post(PRODUCE, json={"body": "m0", "queueId": 0}).status_code == 201
@@ -219,10 +219,10 @@ def _answers(app: Flask, seen: list[str | None]) -> list[tuple[int, Any]]:
 
 def test_the_lean_path_answers_pulls_as_flask_does(make_app: Callable[..., Flask],
                                                    tmp_path: Path) -> None:
-    # issue 14: the pull is answered below Flask by the store's lean path (Flask's hooks do
+    # the pull is answered below Flask by the store's lean path (Flask's hooks do
     # not run for it) with the answers Flask's view gives: pages, C3 tags, body=false, 400
     # for bad input, OFFSET_OUT_OF_RANGE, 404, S3, a held pull, the request metrics; access
-    # control (401, 403 without PULL on the topic, issue 16)
+    # control (401, 403 without PULL on the topic)
     results = {}
     for fast in ("true", "false"):
         app = make_app(CLEPSYDRA_STORE_FAST_PATH=fast)

@@ -308,7 +308,7 @@ def test_internal_copy_range_sends_each_message_to_its_origin_or_a_topic(
             ({"topic": "%DLQ%G3", "queueId": 0, "fromOffset": 0, "target": "origin",
               "max": 1001}, "INVALID_REQUEST", 400),
             ({"topic": "%DLQ%G3", "queueId": 0, "fromOffset": 99, "target": "origin"},
-             "OFFSET_OUT_OF_RANGE", 404),  # a position the queue lacks (issue 12.10)
+             "OFFSET_OUT_OF_RANGE", 404),  # a position the queue lacks
             ({"topic": "%DLQ%G3", "queueId": 3, "fromOffset": 0, "target": "origin"},
              "OFFSET_OUT_OF_RANGE", 404),
             ({"topic": "absent", "queueId": 0, "fromOffset": 0, "target": "origin"},

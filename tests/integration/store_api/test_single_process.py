@@ -1,4 +1,4 @@
-"""The store with CLEPSYDRA_SINGLE_PROCESS (what ``make run`` sets, issue 14: the stack's
+"""The store with CLEPSYDRA_SINGLE_PROCESS (what ``make run`` sets: the stack's
 memory at rest): its gunicorn worker runs in the service's own process, without a master
 (clepsydra_web.server.GunicornServer.run_in_process), and behaves as under the master."""
 
@@ -24,7 +24,7 @@ SINGLE = {"CLEPSYDRA_SINGLE_PROCESS": "true"}
 
 def test_one_process_takes_a_produce_stops_gracefully_and_a_restart_finds_it(
         tmp_path: Path, start_store: Callable[..., HttpService]) -> None:
-    """Issue 14: one process (no master, no forked worker) answers health and produce (on the
+    """One process (no master, no forked worker) answers health and produce (on the
     poller's inline path too: a second request on the kept-alive connection); SIGTERM stops it
     with exit 0 after closing the MessageStore (worker_exit), and a store started again on the
     same data finds the message."""

@@ -1,10 +1,8 @@
-"""The timer routes over HTTP (issue 15, SPEC T1): produce with deliverAt/delayMs and the answer's
+"""The timer routes over HTTP (SPEC T1): produce with deliverAt/delayMs and the answer's
 deliverAt, cancel and reschedule by msgId and by key with their 200/404/409 answers, the timer
 backlog, the timer hand-over; both produce paths (fast and Flask)."""
 
 from __future__ import annotations
-
-import time
 
 import pytest
 from flask import Flask, request
@@ -19,6 +17,7 @@ from clepsydra_core.wire.timers import (
     TimerBacklog,
     TimerHandoverAnswer,
 )
+from tests.helpers import now_ms
 from tests.integration.store_api.helpers import TOPIC, assert_error
 
 pytestmark = pytest.mark.integration
@@ -29,9 +28,6 @@ PRODUCE = f"/v1/topics/{TOPIC}/messages"
 BATCH = f"/v1/topics/{TOPIC}/messages/batch"
 HANDOVER = "/v1/schedule/timers/handover"
 
-
-def _now() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @pytest.fixture
@@ -51,7 +47,7 @@ def _pulled(client: FlaskClient) -> list[str]:
 
 def test_produce_answers_the_effective_delivery_time(client: FlaskClient) -> None:
     # SPEC T1: single and batch; a time in the past delivers now
-    at = _now() + 60_000
+    at = now_ms() + 60_000
     one = client.post(PRODUCE, json={"body": "a", "deliverAt": at}).get_json()
     assert one["deliverAt"] == at and one["topic"] == naming.TIMER_TOPIC
     results = client.post(BATCH, json={"messages": [
@@ -65,14 +61,14 @@ def test_produce_answers_the_effective_delivery_time(client: FlaskClient) -> Non
 
 
 def test_cancel_and_reschedule_by_msg_id(client: FlaskClient) -> None:
-    # issue 15: 200 cancelled / rescheduled, 409 ALREADY_DELIVERED, 404 unknown
+    # SPEC T1: 200 cancelled / rescheduled, 409 ALREADY_DELIVERED, 404 unknown
     timer = client.post(PRODUCE, json={"body": "t", "delayMs": 60_000}).get_json()["msgId"]
     level = client.post(PRODUCE, json={"body": "l", "delayLevel": 3}).get_json()["msgId"]
     plain = client.post(PRODUCE, json={"body": "p"}).get_json()["msgId"]
     resp = client.delete(f"/v1/messages/{timer}")
     assert MessageCancelled.from_json(resp.get_json()) == MessageCancelled("cancelled", timer)
     assert client.delete(f"/v1/messages/{timer}").status_code == 200  # idempotent
-    at = _now() - 1  # in the past: due now
+    at = now_ms() - 1  # in the past: due now
     resp = client.patch(f"/v1/messages/{level}", json={"deliverAt": at})
     answer = MessageRescheduled.from_json(resp.get_json())
     assert answer.status == "rescheduled" and answer.msg_id == level and answer.deliver_at >= at
@@ -98,13 +94,13 @@ def test_reschedule_body_needs_exactly_one_time_within_the_cap(client: FlaskClie
 
 
 def test_by_key_cancel_and_reschedule(client: FlaskClient) -> None:
-    # issue 15: every pending delayed message of the topic with the key; 409 / 404
+    # SPEC T1: every pending delayed message of the topic with the key; 409 / 404
     ids = [r["msgId"] for r in client.post(BATCH, json={"messages": [
         {"body": "a", "delayMs": 60_000, "keys": "cart-9"},
         {"body": "b", "delayLevel": 3, "keys": ["cart-9", "x"]},
         {"body": "c", "delayMs": 60_000, "keys": "other"}]}).get_json()["results"]]
     url = f"/v1/messages?topic={TOPIC}&key=cart-9"
-    at = _now() + 120_000
+    at = now_ms() + 120_000
     moved = KeyRescheduled.from_json(client.patch(url, json={"deliverAt": at}).get_json())
     assert sorted(moved.msg_ids) == sorted(ids[:2]) and moved.deliver_at == at
     gone = KeyCancelled.from_json(client.delete(url).get_json())
@@ -122,7 +118,7 @@ def test_by_key_cancel_and_reschedule(client: FlaskClient) -> None:
 
 def test_timer_handover_waits_for_the_next_due_time(client: FlaskClient) -> None:
     # SPEC T1: a hand-over call waits in the store until the timer is due, never early
-    at = _now() + 300
+    at = now_ms() + 300
     client.post(PRODUCE, json={"body": "w", "deliverAt": at})
     answer = client.post(HANDOVER, json={"max": 10, "waitMs": 2_000}).get_json()
     assert answer["delivered"] == 1 and answer["latenessMs"][0] >= 0
@@ -152,11 +148,11 @@ def _answers(app: Flask, seen: list[str | None]) -> list[tuple[int, dict[str, ob
 
 
 def test_the_lean_path_answers_the_timer_handover(make_app: object) -> None:
-    # issue 14 (leanhand): the scheduler's POST /v1/schedule/timers/handover is answered below
+    # the scheduler's POST /v1/schedule/timers/handover is answered below
     # Flask by the store's lean path (Flask's hooks do not run for it) with the answers Flask's
     # view gives: the hand-over (T1, D9: once), 400 for an unknown field, 413 over the size
     # limit, the request metrics; read-only store refused (R2); access control (401, 403 for
-    # a token without SCHEDULE_HANDOVER, issue 16)
+    # a token without SCHEDULE_HANDOVER)
     assert callable(make_app)
     results = {}
     for fast in ("true", "false"):

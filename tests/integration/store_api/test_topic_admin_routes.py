@@ -1,4 +1,4 @@
-"""PUT and DELETE /v1/topics/{topic} (issue 20.1; rules A1, A2, S3 of docs/semantics.md)
+"""PUT and DELETE /v1/topics/{topic} (rules A1, A2, S3 of docs/semantics.md)
 through Flask's test client over a real MessageStore, and the real store process across a
 restart."""
 
@@ -54,7 +54,7 @@ def test_bad_updates_are_refused(client: FlaskClient, payload: dict[str, Any]) -
 
 
 def test_update_creates_a_missing_topic_and_delete_of_one_is_404(client: FlaskClient) -> None:
-    # issue 20.1: PUT is RocketMQ's updateTopic, which creates or updates
+    # SPEC A1: PUT is RocketMQ's updateTopic, which creates or updates
     resp = client.put("/v1/topics/fresh", json={"queues": 2})
     assert resp.status_code == 201, resp.get_json()
     assert [q["queueId"] for q in resp.get_json()["queues"]] == [0, 1]
@@ -78,7 +78,7 @@ def test_delete_then_create_again_starts_empty(client: FlaskClient) -> None:
 @pytest.mark.parametrize("topic", [naming.SCHEDULE_TOPIC, naming.retry_topic("billing"),
                                    naming.dlq_topic("billing")])
 def test_system_topics_are_refused_naming_the_rule(client: FlaskClient, topic: str) -> None:
-    # issue 20.1: deleteTopic refuses SCHEDULE_TOPIC_XXXX, %RETRY%*, %DLQ%* (S3)
+    # deleteTopic refuses SCHEDULE_TOPIC_XXXX, %RETRY%*, %DLQ%* (S3)
     if topic != naming.SCHEDULE_TOPIC:
         assert client.post("/v1/internal/topics",
                            json={"name": topic, "queues": 1}).status_code == 201
@@ -97,7 +97,7 @@ def test_read_only_store_refuses_changes(make_app: Callable[..., Any]) -> None:
 
 def test_changes_survive_a_store_kill_and_restart(
         tmp_path: Path, start_store: Callable[..., HttpService]) -> None:
-    # issue 20.1: the topic config is written durably before the answer
+    # SPEC A1: the topic config is written durably before the answer
     home, port = tmp_path / "topics-home", free_port()
     store = start_store(home, port=port)
     url = store.url

@@ -1,4 +1,4 @@
-"""Sampling in the store (issue 19, "cheap"): the OpenTelemetry sampler settings are honoured,
+"""Sampling in the store (SPEC O1): the OpenTelemetry sampler settings are honoured,
 the decision made where the trace started travels in ``traceparent`` (a sampled producer's
 message is traced here whatever this process's own ratio; an unsampled one makes no span), and
 the context still reaches the stored message either way (SPEC O1)."""

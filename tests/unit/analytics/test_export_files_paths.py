@@ -1,4 +1,4 @@
-"""A local export folder is listed, probed and cleaned with the standard library (issue 14: the
+"""A local export folder is listed, probed and cleaned with the standard library (the
 exporter at rest holds no pyarrow); any other URI through pyarrow's filesystem. Both give the
 same answers: the same ranges, the temp files removed, the small stamp files written, read and
 removed."""

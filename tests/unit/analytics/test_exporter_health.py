@@ -1,6 +1,6 @@
 """The exporter's /healthz: 200 while its loop turns (a failing store only reported), 503 when
 it is stuck; /metrics counts rows and failed cycles. Served by the standard library's HTTP
-server on loopback (issue 14: no Flask in the exporter's process), with the v1 error shape for
+server on loopback (no Flask in the exporter's process), with the v1 error shape for
 what is not a route."""
 
 from __future__ import annotations

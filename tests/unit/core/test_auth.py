@@ -1,4 +1,4 @@
-"""Access control's pure rules (issue 16, "Access control"): what each role may do, patterns,
+"""Access control's pure rules: what each role may do, patterns,
 system topics written only by the services that own them (even with a ``*`` pattern), tokens
 kept as SHA-256 digests."""
 

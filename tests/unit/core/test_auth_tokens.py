@@ -1,4 +1,4 @@
-"""The tokens file (issue 16, "Access control"): digests only on disk, a token added or revoked
+"""The tokens file: digests only on disk, a token added or revoked
 is picked up without a restart, a broken edit keeps the last good tokens, an unwritable file
 (a Kubernetes Secret) is said so."""
 

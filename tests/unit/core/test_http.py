@@ -100,7 +100,7 @@ print("requests" in sys.modules, "urllib3" in sys.modules, client._pool is not N
     ({"HTTP_PROXY": "http://127.0.0.1:9", "NO_PROXY": "127.0.0.1"}, True, True)])
 def test_requests_is_loaded_only_for_a_proxied_or_https_service(
         env: dict[str, str], loaded: bool, lean: bool) -> None:
-    # issue 14 (memory at rest): requests and urllib3 were ~9 MiB of every process with an
+    # DEC-memory-at-rest: requests and urllib3 were ~9 MiB of every process with an
     # HttpClient; a plain http:// service without a proxy goes through the lean connections
     import os
     import subprocess

@@ -1,4 +1,4 @@
-"""HttpClient's lean keep-alive connections (issue 14, http_connections.py), against a real
+"""HttpClient's lean keep-alive connections (http_connections.py), against a real
 HTTP/1.1 server on loopback whose answers each test scripts: the framings an answer may have,
 one write per request, a connection per thread, a connection the service closed while idle,
 the one safe resend, and errors mapped to ``Unavailable``."""
@@ -256,7 +256,7 @@ def test_a_service_that_does_not_answer_in_time_raises_unavailable(
 
 def test_timeouts_are_the_kernels_on_a_blocking_socket(
         serve: Callable[[Handler], Server]) -> None:
-    """Issue 14: no poll before each send and receive (a Python socket timeout's), the
+    """No poll before each send and receive (a Python socket timeout's), the
     kernel's SO_RCVTIMEO/SO_SNDTIMEO instead, set again when a call asks for another timeout;
     a call's own timeout still raises Unavailable (TimeoutError) when no answer comes."""
     server = serve(lambda ex: ex.json(200, b"{}") if ex.target == "/fast" else True)
@@ -278,7 +278,7 @@ def test_timeouts_are_the_kernels_on_a_blocking_socket(
 
 def test_a_large_body_is_written_with_its_head_uncopied(
         serve: Callable[[Handler], Server]) -> None:
-    """Issue 14: a body of GATHER_BYTES or more goes out with its head in one ``sendmsg`` (a
+    """A body of GATHER_BYTES or more goes out with its head in one ``sendmsg`` (a
     batch is not copied behind its head first); the service reads the same request."""
     server = serve(lambda ex: ex.json(201, b'{"ok": true}'))
     http = HttpClient(server.url)
@@ -340,8 +340,8 @@ def _spun(http: HttpClient) -> int:
 
 def test_a_caller_in_a_loop_spins_for_quick_answers_and_no_one_else_does(
         serve: Callable[[Handler], Server]) -> None:
-    """Issue 14: a call reads without blocking, for up to spin_us, only while the last answer
-    came within it and the call came within it after that answer (a loop sending message
+    """DEC-client-spin-off: a call reads without blocking, for up to spin_us, only while the last
+    answer came within it and the call came within it after that answer (a loop sending message
     after message); a caller at its own pace, or a slow service, sleeps in recv as before."""
     import time
 

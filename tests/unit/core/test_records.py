@@ -173,7 +173,7 @@ def test_message_json_view_has_every_word_and_the_body_form() -> None:
 
 
 def test_a_record_without_a_unique_id_reads_as_before() -> None:
-    # issue 20.4: the layout is unchanged (still MAGIC_V1): a record written before unique ids
+    # the layout is unchanged (still MAGIC_V1): a record written before unique ids
     # decodes alike, and its msgId is its offsetMsgId (store host + CommitLog offset)
     old = full_record()
     raw = old.encode()

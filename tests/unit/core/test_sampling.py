@@ -1,4 +1,4 @@
-"""The sampler and what a span that will not be recorded costs (issue 19, "cheap"): the
+"""The sampler and what a span that will not be recorded costs (SPEC O1): the
 default sampler per exporter, ``OTEL_TRACES_SAMPLER`` honoured, the decision taken where a
 trace starts and carried in ``traceparent``'s flags to every later hop, and no SDK span (nor
 its attributes) for a span nobody will see."""
@@ -63,7 +63,7 @@ def install(monkeypatch: pytest.MonkeyPatch) -> Iterator[Install]:
     ("file:/tmp/x", sampling.ParentBased(sampling.ALWAYS_ON).get_description()),
 ])
 def test_default_sampler_per_exporter(monkeypatch: pytest.MonkeyPatch, exporter: str,
-                                      description: str) -> None:  # issue 19: default sampler
+                                      description: str) -> None:  # SPEC O1: default sampler
     monkeypatch.delenv(telemetry.SAMPLER_VAR, raising=False)
     assert telemetry.default_sampler(exporter).get_description() == description
 
@@ -199,7 +199,7 @@ def test_without_an_exporter_new_traces_carry_the_default_decision(
 @pytest.mark.parametrize("state", [None, "vendor=abc,other=1"])
 def test_trace_context_is_read_as_the_w3c_propagator_reads_it(header: str,
                                                               state: str | None) -> None:
-    # O1: telemetry.remote_context is the propagator's extract, made cheaper (issue 19)
+    # O1: telemetry.remote_context is the propagator's extract, made cheaper
     carrier = {P.TRACEPARENT: header, **({P.TRACESTATE: state} if state else {})}
     expected = trace.get_current_span(TraceContextTextMapPropagator().extract(carrier))
     got = trace.get_current_span(telemetry.remote_context(header, state))
@@ -234,7 +234,7 @@ def test_every_standard_sampler_decides_as_the_sdk_documents(
 
 
 def test_a_batch_gets_one_context_per_message_decided_once_each(install: Install) -> None:
-    # issue 19: a batch's contexts drawn at once - context-only ones as traceparents, the
+    # SPEC O1: a batch's contexts drawn at once - context-only ones as traceparents, the
     # sampled new traces as trace ids whose spans are then started with them
     _, memory = install("none", "parentbased_traceidratio", "0.5")
     tracer = telemetry.tracer("test")

@@ -106,7 +106,7 @@ def test_common_settings_refuse_bad_values_naming_them(name: str, value: str) ->
 
 
 def test_auth_settings_off_by_default_and_on_needs_tokens(tmp_path: Path) -> None:
-    """Issue 16: CLEPSYDRA_AUTH off by default; on needs a tokens file or an admin token."""
+    """CLEPSYDRA_AUTH off by default; on needs a tokens file or an admin token."""
     from clepsydra_core.settings import AuthSettings
 
     off = AuthSettings.from_env({}, tmp_path)

@@ -147,7 +147,7 @@ def _record(msg: str, *args: object, exc: bool = False) -> logging.LogRecord:
 
 
 def test_json_log_line_carries_the_trace_id_inside_a_span(spans: InMemorySpanExporter) -> None:
-    # issue 20.7: time, level, service, logger, message; trace_id and span_id inside a span
+    # time, level, service, logger, message; trace_id and span_id inside a span
     formatter = JsonFormatter("clepsydra-test")
     outside = json.loads(formatter.format(_record("idle")))
     assert list(outside) == ["time", "level", "service", "logger", "message"]
@@ -200,7 +200,7 @@ def test_configure_sends_json_lines_to_stdout(capsys: pytest.CaptureFixture[str]
 @pytest.mark.usefixtures("own_logging")
 def test_text_format_is_one_readable_line(capsys: pytest.CaptureFixture[str],
                                           spans: InMemorySpanExporter) -> None:
-    # issue 20.7: CLEPSYDRA_LOG_FORMAT=text, the same fields for people
+    # CLEPSYDRA_LOG_FORMAT=text, the same fields for people
     def emit() -> None:
         log = logging.getLogger("clepsydra.test")
         log.info("plain %d", 1)
@@ -220,7 +220,7 @@ def test_text_format_is_one_readable_line(capsys: pytest.CaptureFixture[str],
 
 @pytest.mark.usefixtures("own_logging")
 def test_python_warnings_become_log_lines(capsys: pytest.CaptureFixture[str]) -> None:
-    # issue 20.7: a warning is a log line like any other, not plain text on stderr
+    # a warning is a log line like any other, not plain text on stderr
     def emit() -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("always")
@@ -234,7 +234,7 @@ def test_python_warnings_become_log_lines(capsys: pytest.CaptureFixture[str]) ->
 
 @pytest.mark.usefixtures("own_logging")
 def test_celery_root_warning_is_left_out(capsys: pytest.CaptureFixture[str]) -> None:
-    # issue 20.7: the workers accept JSON only and run as the stack's user, as intended (see
+    # the workers accept JSON only and run as the stack's user, as intended (see
     # quiet_celery_root_warning); other warnings still show
     from celery.exceptions import SecurityWarning
     from celery.platforms import ROOT_DISCOURAGED
@@ -253,7 +253,7 @@ def test_celery_root_warning_is_left_out(capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_without_an_exporter_spans_carry_context_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    # issue 19: exporter none costs (almost) nothing, yet traceparent still flows
+    # SPEC O1: exporter none costs (almost) nothing, yet traceparent still flows
     for module, attr in ((telemetry, "_provider"), (telemetry, "_memory"),
                          (telemetry, "_exporting"), (trace, "_TRACER_PROVIDER"),
                          (trace, "_TRACER_PROVIDER_SET_ONCE")):

@@ -1,4 +1,4 @@
-"""The wire codec (clepsydra_core.wire, issue 13.1): one definition of each HTTP value, the
+"""The wire codec (clepsydra_core.wire): one definition of each HTTP value, the
 camelCase names in one place, a validation error that names the field."""
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ def test_level_backlog_starts_after_the_mark_and_never_below_the_minimum() -> No
     assert LevelInfo(1, 1_000, 0, 0, 0, -1).backlog == 0
 
 
-# ---- the contracts the OpenAPI documents come from (issue 12.10, 13.1) ----------------------
+# ---- the contracts the OpenAPI documents come from ----------------------
 
 def _matches(pattern: str, text: str) -> bool:
     """JSON Schema's reading of a pattern (ECMA-262: ``$`` is the very end)."""
@@ -288,7 +288,7 @@ def test_a_dlq_filter_selects_something() -> None:
 
 
 def test_a_batch_of_encoded_messages_is_the_batch_of_their_values() -> None:
-    """``ProduceBatch.of_encoded`` (the SDK's send_async, issue 14) joins messages encoded in
+    """``ProduceBatch.of_encoded`` (the SDK's send_async) joins messages encoded in
     chunks into the same request as ``of_json``; an empty chunk adds nothing."""
     messages = [ProduceMessage.json_of(body=f"m{i}", keys=f"k{i}", properties={"a": "b"})
                 for i in range(5)]

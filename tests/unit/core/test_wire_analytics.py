@@ -1,4 +1,4 @@
-"""The analytics API's values as wire types (issue 13.1): each round-trips through
+"""The analytics API's values as wire types: each round-trips through
 to_json/from_json, a bad value is refused naming the field, and a run request names the
 unknown job."""
 

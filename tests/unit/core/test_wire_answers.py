@@ -1,5 +1,5 @@
-"""The last values the route tables wrote as hand-made JSON Schemas, now wire types (issue 13.1
-item 1): the store's tokens (issue 16) and health, the error body, the retry service's batch
+"""The last values the route tables wrote as hand-made JSON Schemas, now wire types:
+the store's tokens and health, the error body, the retry service's batch
 send-back as it reads it and its mixed results. Each round-trips, names a bad field, and its
 schema (what the OpenAPI documents say) accepts what it writes and refuses what it refuses."""
 
@@ -176,7 +176,7 @@ def test_an_unexpected_answer_is_a_bad_gateway_naming_the_field() -> None:
 
 def test_the_compiled_reader_takes_and_refuses_what_the_checks_do() -> None:
     # from_json reads field by field with an inline test of the usual type, the field's check
-    # for anything else (issue 13.1: the answers the retry service reads at speed)
+    # for anything else (the answers the retry service reads at speed)
     view = {"msgId": "AB", "offsetMsgId": "CD", "topic": "T", "queueId": 0.0, "queueOffset": 1,
             "commitLogOffset": 2, "tags": None, "keys": "", "flag": 0, "properties": {"a": "b"},
             "storeTimestamp": 3, "bornTimestamp": 4, "bornHost": "h:1", "storeHost": "h:2",

@@ -1,4 +1,4 @@
-"""The store's consumer views as wire types (issue 13.1, SPEC C1, C5): heartbeat answer,
+"""The store's consumer views as wire types (SPEC C1, C5): heartbeat answer,
 consumer list with mismatches, offsets map, unregister answer round-trip and name a bad
 field."""
 

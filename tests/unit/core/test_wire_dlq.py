@@ -1,4 +1,4 @@
-"""The DLQ toolkit's and the retry service's values as wire types (issue 13.1, SPEC R16):
+"""The DLQ toolkit's and the retry service's values as wire types (SPEC R16):
 each round-trips through to_json/from_json, and a bad value is refused naming the field."""
 
 from __future__ import annotations

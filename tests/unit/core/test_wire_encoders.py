@@ -1,4 +1,4 @@
-"""The wire codec's compiled encoders (issue 13.1): ``to_json`` and ``json_of`` written out
+"""The wire codec's compiled encoders: ``to_json`` and ``json_of`` written out
 per class give exactly the JSON the field-by-field rule gives (None optionals left out,
 nested values and lists encoded)."""
 

@@ -1,4 +1,4 @@
-"""The docs stand on their own (issue 20.3): every relative link in every Markdown file of the
+"""The docs stand on their own: every relative link in every Markdown file of the
 repository points inside it, to a file that exists, and to a heading that exists when it names
 one; no link leaves the repository for files its users do not have."""
 
@@ -47,7 +47,7 @@ def test_every_relative_link_resolves_inside_the_repository(path: Path) -> None:
 
 
 def test_no_markdown_sends_readers_to_the_reference_docs_outside_the_repository() -> None:
-    # issue 20.3: SPEC.md, DESIGN.md, FACTS.md and STYLE.md live outside the repository
+    # SPEC.md, DESIGN.md, FACTS.md and STYLE.md live outside the repository
     outside = ("SPEC.md", "DESIGN.md", "FACTS.md", "STYLE.md", "shared/")
     hits = [f"{p.relative_to(REPO)}:{n}: {line.strip()}"
             for p in FILES for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)

@@ -1,4 +1,4 @@
-"""Every rule an error answer or a log line cites is explained in the repository (issue 20.3):
+"""Every rule an error answer or a log line cites is explained in the repository:
 each id the source cites as "SPEC <id>" (in a message, a docstring or a comment) or passes as
 ``rule="<id>"`` to an error — and each one the Markdown cites — has a row in the rule index of
 docs/semantics.md."""

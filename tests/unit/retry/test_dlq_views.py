@@ -1,4 +1,4 @@
-"""The DLQ toolkit answers through its wire types (issue 13.1, SPEC R16): a dead letter's view
+"""The DLQ toolkit answers through its wire types (SPEC R16): a dead letter's view
 is the store's message view plus the DLQ's fields, its histories typed, an entry that cannot be
 read kept as text."""
 

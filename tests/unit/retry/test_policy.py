@@ -128,7 +128,7 @@ def test_zero_max_dead_letters_the_first_failure() -> None:  # SPEC R5, R6
 
 
 def test_max_of_minus_one_means_the_group_default() -> None:
-    # SPEC R5 (issue 12.1): RocketMQ's -1 is "the default", not "dead-letter at once"
+    # SPEC R5: RocketMQ's -1 is "the default", not "dead-letter at once"
     settings = GroupSettings(retry_max_times=5)
     asked = SendBackRequest(max_reconsume_times=-1)
     assert run(asked, headers(0), settings=settings).outcome == Outcome.RETRY
@@ -138,7 +138,7 @@ def test_max_of_minus_one_means_the_group_default() -> None:
     assert run(asked, headers(15)).outcome == Outcome.RETRY  # default group: 16
 
 
-def test_any_negative_level_dead_letters() -> None:  # SPEC R6 (issue 12.3)
+def test_any_negative_level_dead_letters() -> None:  # SPEC R6
     for level in (-1, -2, -(2**31)):
         decision = run(SendBackRequest(delay_level=level))
         assert decision.outcome == Outcome.DLQ
@@ -235,7 +235,7 @@ def test_dead_letter_carries_history_and_retry_topic() -> None:  # SPEC R6, R4, 
 
 
 def _view(**fields: object) -> StoredMessage:
-    """The store's message view (headers only) as the retry service reads it (issue 13.1)."""
+    """The store's message view (headers only) as the retry service reads it."""
     return StoredMessage.from_json({
         "msgId": "AB", "offsetMsgId": "AB", "topic": "T", "queueId": 0, "queueOffset": 0,
         "commitLogOffset": 12, "tags": None, "keys": "", "flag": 0, "properties": {},

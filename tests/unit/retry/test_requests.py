@@ -62,7 +62,7 @@ def test_send_back_by_offset_or_msg_id() -> None:  # SPEC R1
     assert request.delay_level == 0 and request.max_reconsume_times is None
     locator, _ = parse_request({"msgId": msg_id(42).lower(), "commitLogOffset": 42})
     assert locator.commitlog_offset == 42 and locator.msg_id == msg_id(42).lower()
-    # issue 20.4: a msgId alone (the unique id, or an offsetMsgId) is found by the store's
+    # a msgId alone (the unique id, or an offsetMsgId) is found by the store's
     # look-up by msgId; any id a producer may give
     locator, _ = parse_request({"msgId": "ORDER-1-UNIQ", "topic": "T", "queueId": 0,
                                 "queueOffset": 3})
@@ -78,7 +78,7 @@ def test_send_back_full_body() -> None:
 
 
 def test_any_negative_level_and_a_max_of_minus_one_are_taken() -> None:
-    # SPEC R5, R6 (issue 12.1, 12.3): RocketMQ's rules; -2 was a 400, -1 as max too
+    # SPEC R5, R6: RocketMQ's rules; -2 was a 400, -1 as max too
     _, request = parse_request({"commitLogOffset": 1, "delayLevel": -2, "maxReconsumeTimes": -1})
     assert (request.delay_level, request.max_reconsume_times) == (-2, -1)
 
@@ -98,14 +98,14 @@ def test_malformed_send_back_is_refused(body: Any) -> None:
 
 
 def test_integral_numbers_are_integers() -> None:
-    # issue 12.10: JSON Schema's integer, which the document says, takes 1.0
+    # JSON Schema's integer, which the document says, takes 1.0
     assert parse_request({"commitLogOffset": 1.0})[1].commitlog_offset == 1
 
 
 # ---- DLQ actions and filters ---------------------------------------------------------------
 def test_resend_action_shapes() -> None:  # SPEC R16
     one = parse_action({"msgIds": [msg_id(1), msg_id(1)]}, resend=True, max_level=18)
-    # deduplicated; issue 20.5: by default into the group's own retry topic
+    # deduplicated: by default into the group's own retry topic
     assert one.msg_ids == (msg_id(1),) and one.target == "retry"
     every = parse_action({"all": True, "target": "retry", "delayLevel": 2,
                           "maxPerSecond": 50}, resend=True, max_level=18)
@@ -164,8 +164,8 @@ def test_filter_matches_each_field() -> None:  # SPEC R16
 
 
 def test_empty_window_selects_none() -> None:
-    # issue 12.10: toMs at or before fromMs is a window with nothing in it, not a 400 (the
-    # document cannot say "after fromMs"; one shared DlqFilter, issue 13.4)
+    # toMs at or before fromMs is a window with nothing in it, not a 400 (the
+    # document cannot say "after fromMs"; one shared DlqFilter)
     flt = parse_action({"filter": {"fromMs": 5, "toMs": 5}}, resend=True, max_level=18).filter
     assert flt == DlqFilter(from_ms=5, to_ms=5)
     assert not matches(flt, dead(stored_ms=5))
@@ -174,7 +174,7 @@ def test_empty_window_selects_none() -> None:
 def test_query_filter_parses_text() -> None:
     flt = parse_query({"fromMs": "10", "toMs": None, "key": None})
     assert flt == DlqFilter(from_ms=10)
-    for bad in ("ten", "", str(2**63)):  # issue 12.10: the document says int64
+    for bad in ("ten", "", str(2**63)):  # the document says int64
         with pytest.raises(ValidationError):
             parse_query({"fromMs": bad})
 

@@ -1,4 +1,4 @@
-"""The record codec, once (issue 13 item 3): random produce requests taken at the HTTP layer's
+"""The record codec, once (DEC-one-record-codec): random produce requests taken at the HTTP layer's
 parser (``api.produce.parse_messages``: the fast parser and the wire type) and appended by the
 engine round-trip every field, and their stored bytes and ConsumeQueue entries equal a
 reference encoding written plainly here from the formats of SPEC S1, S2, R10, T1 and
@@ -113,7 +113,7 @@ def reference(msg: dict[str, Any], topic: str, result: PutResult) -> tuple[str, 
     """(stored topic, queue id, reconsume times, properties, ConsumeQueue code) the SPEC
     gives for a message sent to ``topic`` and stored at ``result``."""
     props = dict(msg.get("properties", {}))
-    if not props.get(P.UNIQ_KEY):  # issue 20.4: the store gives one
+    if not props.get(P.UNIQ_KEY):  # the store gives one
         props[P.UNIQ_KEY] = result.msg_id
     if msg.get("tags"):
         props[P.TAGS] = msg["tags"]
@@ -189,7 +189,7 @@ def entries(store: MessageStore, placed: list[tuple[str, int, PutResult]]) -> li
     lambda topic: st.tuples(st.just(topic), st.lists(messages(topic), min_size=1, max_size=6))))
 def test_produce_round_trips_every_field_and_equals_the_reference_bytes(
         case: tuple[str, list[dict[str, Any]]]) -> None:
-    """Issue 13.3: produce -> codec -> writer -> CommitLog -> indexes, then read back."""
+    """Produce -> codec -> writer -> CommitLog -> indexes, then read back."""
     topic, batch = case
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = Path(tmp)
@@ -247,7 +247,7 @@ _PROPERTY_NAMES = st.sampled_from([P.DELAY, P.DELIVER_AT, P.DELAY_MS, P.SCHEDULE
 def test_the_splice_gives_the_bytes_of_the_dict_rebuild(props: dict[str, str], level: int,
                                                          queue_offset: int,
                                                          deliver_ts: int) -> None:
-    """D4 (issue 13.3): the hand-over's splice of a stored block equals its dict rebuild."""
+    """D4: the hand-over's splice of a stored block equals its dict rebuild."""
     template = splice_template(reference_properties(props))
     assert template is not None
     rebuilt = handover_properties(dict(props), level, queue_offset, deliver_ts)
@@ -272,7 +272,7 @@ LAYOUT_WRITERS = ("VALUE_LEN.pack", "NAME_LEN.pack", "I32.pack", "U8.pack", "REC
 
 
 def test_record_bytes_are_written_by_the_codec_alone() -> None:
-    """Issue 13.3: one encoder. The properties layout and the record tail are written in
+    """One encoder. The properties layout and the record tail are written in
     engine/write/codec.py only (``property_field``, ``encode_tail``), the header by
     ``records.pack_header`` in the writer (``Writer._place``) and the codec
     (``relocated_header``): no other module of the store writes a second copy of them."""
@@ -316,7 +316,7 @@ def assert_reference(store: MessageStore, commitlog_offset: int, topic: str, que
 
 
 def test_every_record_the_store_writes_has_the_reference_bytes(open_store: OpenStore) -> None:
-    """Issue 13.3: copies (R-ladder), the level park and hand-over (S1, D4 splice, D7 park),
+    """Copies (R-ladder), the level park and hand-over (S1, D4 splice, D7 park),
     timers (T1: park, tombstone, reschedule, hand-over through the dict rebuild) are all
     encoded as the SPEC's layout with the properties the rules give, in order."""
     store = open_store(levels="1s 2s 3s")
@@ -374,7 +374,7 @@ def test_every_record_the_store_writes_has_the_reference_bytes(open_store: OpenS
 
 
 def test_a_carried_record_is_the_stored_one_placed_by_dispatch(open_store: OpenStore) -> None:
-    """Issue 13.3, SPEC P4: carry-forward writes the parked record byte for byte but its own
+    """SPEC P4: carry-forward writes the parked record byte for byte but its own
     CommitLog offset, and its entry and keys are placed as a live append's (dispatch)."""
     store = open_store(levels="1s 2s 3s")
     store.create_topic(TOPIC, 1)

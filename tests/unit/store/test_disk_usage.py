@@ -1,4 +1,4 @@
-"""The disk guard (issue 12.8): levels from a sample, the 507 answer naming the setting, the
+"""The disk guard (DEC-disk-full-507): levels from a sample, the 507 answer naming the setting, the
 quota probe over real files, and the settings that bound it."""
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ class Disk:
 
 
 def test_levels_follow_the_warning_and_high_water_ratios() -> None:
-    # issue 12.8
     disk = Disk()
     guard = DiskGuard(disk, max_ratio=0.9, warn_ratio=0.85)
     assert guard.sample() is DiskLevel.OK and guard.writable
@@ -54,7 +53,7 @@ def test_levels_follow_the_warning_and_high_water_ratios() -> None:
 
 
 def test_quota_probe_counts_the_files_under_its_folders(tmp_path: Path) -> None:
-    # issue 12.8: a configured capacity measured on real files
+    # a configured capacity measured on real files
     (tmp_path / "a" / "b").mkdir(parents=True)
     (tmp_path / "a" / "x").write_bytes(b"1" * 300)
     (tmp_path / "a" / "b" / "y").write_bytes(b"2" * 200)
@@ -65,7 +64,7 @@ def test_quota_probe_counts_the_files_under_its_folders(tmp_path: Path) -> None:
 
 
 def test_volume_probe_counts_as_df_does(tmp_path: Path) -> None:
-    # issue 12.8: used over used + available (reserved blocks are neither)
+    # used over used + available (reserved blocks are neither)
     st = os.statvfs(tmp_path)
     used = (st.f_blocks - st.f_bfree) * st.f_frsize
     expected = used / (used + st.f_bavail * st.f_frsize)
@@ -73,13 +72,13 @@ def test_volume_probe_counts_as_df_does(tmp_path: Path) -> None:
 
 
 def test_disk_settings_are_ratios_and_warning_is_not_above_the_mark(tmp_path: Path) -> None:
-    # issue 12.8: a bad value stops start-up naming the variable
+    # a bad value stops start-up naming the variable
     base = {"CLEPSYDRA_HOME": str(tmp_path)}
     settings = StoreSettings.from_env(base)
     assert (settings.engine.disk_max_ratio, settings.engine.disk_warn_ratio,
             settings.engine.disk_capacity_bytes) == (0.90, 0.85, 0)
     assert settings.lock_expiry_ms == 60_000
-    assert settings.poller_spin_us == 150  # issue 14
+    assert settings.poller_spin_us == 150  # DEC-poller-spin
     for env, named in ((dict(CLEPSYDRA_STORE_DISK_MAX_RATIO="1.5"), "DISK_MAX_RATIO"),
                        (dict(CLEPSYDRA_STORE_DISK_WARN_RATIO="0"), "DISK_WARN_RATIO"),
                        (dict(CLEPSYDRA_STORE_DISK_MAX_RATIO="0.8"), "DISK_WARN_RATIO"),

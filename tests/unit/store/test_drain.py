@@ -1,7 +1,7 @@
-"""Draining a due backlog (issue 14): timers take the levels' splice path, a backlog of due
-timers is not read again on every hand-over, the sentinels of the entries handed over are
-looked up one by one, and splice templates are parsed once per shape of properties block.
-Every speed-up keeps D4 (the same bytes as the rebuild) and D9 (once)."""
+"""Draining a due backlog (DEC-drain-splice-shapes): timers take the levels' splice path, a backlog
+of due timers is not read again on every hand-over, the sentinels of the entries handed over are
+looked up one by one, and splice templates are parsed once per shape of properties block. Every
+speed-up keeps D4 (the same bytes as the rebuild) and D9 (once)."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def parsed(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
 
 
 def test_a_timer_splice_builds_exactly_what_the_rebuild_builds(open_store: OpenStore) -> None:
-    # SPEC D4, T2 (issue 14): a timer's hand-over copy spliced from its stored bytes equals,
+    # SPEC D4, T2: a timer's hand-over copy spliced from its stored bytes equals,
     # field by field and byte for byte, the decode + re-encode rebuild it used to take
     store = open_store()
     store.create_topic(TOPIC, 2)
@@ -96,7 +96,7 @@ def test_a_timer_splice_builds_exactly_what_the_rebuild_builds(open_store: OpenS
 
 def test_due_timers_are_spliced_and_a_park_is_still_rebuilt(
         open_store: OpenStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    # issue 14: the timer hand-over takes the splice path (it rebuilt every timer before);
+    # the timer hand-over takes the splice path (it rebuilt every timer before);
     # D7: a timer whose real topic is gone is parked through the rebuild, as before
     store = open_store()
     store.create_topic(TOPIC, 2)
@@ -125,7 +125,7 @@ def test_due_timers_are_spliced_and_a_park_is_still_rebuilt(
 
 
 def test_a_due_backlog_is_not_read_again_on_every_hand_over(tmp_path: Path) -> None:
-    # issue 14: 5,000 timers due in one second, handed over 100 at a time; each call asks for
+    # 5,000 timers due in one second, handed over 100 at a time; each call asks for
     # the codes of the pairs it takes and the next one, not of the whole due backlog (which
     # made a drain cost grow with the backlog: 5,000 + 4,900 + ... codes)
     index = TimerIndex(tmp_path)
@@ -156,7 +156,7 @@ def test_a_due_backlog_is_not_read_again_on_every_hand_over(tmp_path: Path) -> N
 
 
 def test_pairs_a_confirmed_hand_over_took_are_never_asked_for_again(tmp_path: Path) -> None:
-    # issue 14 (third pass), T2: the pairs a hand-over took are stale once it is confirmed
+    # SPEC T2: the pairs a hand-over took are stale once it is confirmed
     # (appended); the next call skips them without asking for their codes (it asked for them
     # all once more: ~9 % of a timer drain). Unconfirmed, they are asked again (never lost).
     index = TimerIndex(tmp_path)
@@ -187,7 +187,7 @@ def test_pairs_a_confirmed_hand_over_took_are_never_asked_for_again(tmp_path: Pa
 
 
 def test_overrides_are_the_sentinels_of_the_entries_asked(tmp_path: Path) -> None:
-    # issue 15's read order kept (sentinels before entries), without copying them all
+    # the read order kept (sentinels before entries), without copying them all
     from clepsydra_store.engine.index.consume_queue import ConsumeQueue
 
     cq = ConsumeQueue(tmp_path / "cq", naming.TIMER_TOPIC, 0, 64)
@@ -245,7 +245,7 @@ _DELIVER_ATS = st.none() | _VALUES | st.integers(BASE, BASE + 10 ** 9).map(str)
 def test_fields_by_shape_are_the_codec_fields(props: dict[str, str], uniqs: list[str],
                                               traces: list[str | None],
                                               deliver_ats: list[str | None]) -> None:
-    # SPEC D4 (issue 14): a block of a learned shape gets its D4 fields straight from the
+    # SPEC D4: a block of a learned shape gets its D4 fields straight from the
     # shape's pieces with its own UNIQ_KEY and TRACEPARENT values put between them and its
     # own DELIVER_AT dropped (no template built and joined per block): exactly the bytes of
     # codec.splice_properties over codec.splice_template's template, with the same values;
@@ -284,7 +284,7 @@ def test_fields_by_shape_are_the_codec_fields(props: dict[str, str], uniqs: list
 
 def test_blocks_that_differ_in_their_traceparent_share_a_shape(
         open_store: OpenStore, parsed: list[bytes]) -> None:
-    # issue 14 (third pass): the SDK gives every message its own traceparent (its send span),
+    # the SDK gives every message its own traceparent (its send span),
     # so blocks differed in two values and every one was parsed whole; the traceparent is a
     # hole of the shape like UNIQ_KEY: two parses and a check per shape, the copies the
     # rebuild's byte for byte (D4), each with its own traceparent for its deliver span (O1)
@@ -308,7 +308,7 @@ def test_blocks_that_differ_in_their_traceparent_share_a_shape(
 
 def test_timers_that_differ_in_their_deliver_at_share_a_shape(
         open_store: OpenStore, parsed: list[bytes]) -> None:
-    # issue 14 (leanhand): each parked timer keeps its own DELIVER_AT in its properties block,
+    # each parked timer keeps its own DELIVER_AT in its properties block,
     # so two timers falling due rarely shared a shape and most were parsed whole; DELIVER_AT
     # is a hole of the shape like UNIQ_KEY (D4 drops it): two parses and a check per shape,
     # the copies the rebuild's byte for byte (D4), each handed over once (D9)
@@ -339,7 +339,7 @@ def test_timers_that_differ_in_their_deliver_at_share_a_shape(
 
 def test_blocks_of_one_shape_are_parsed_once(open_store: OpenStore,
                                             parsed: list[bytes]) -> None:
-    # issue 14: every parked message has its own UNIQ_KEY, so its properties block is new; the
+    # every parked message has its own UNIQ_KEY, so its properties block is new; the
     # codec parses two blocks per shape (plus one check), not one per message, and the copies
     # are the rebuild's, byte for byte (D4)
     store = open_store(levels="1s 2s")
@@ -358,7 +358,7 @@ def test_blocks_of_one_shape_are_parsed_once(open_store: OpenStore,
 
 def test_runs_of_records_are_read_into_one_buffer(open_store: OpenStore,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    # issue 14 (third pass): each run of due records was read into a new bytes object of up to
+    # each run of due records was read into a new bytes object of up to
     # 8 MiB, which the allocator took from the kernel and gave back every time (~0.8 page
     # faults a message); runs are now read into the hand-over's one buffer. A shorter run
     # after a longer one leaves older bytes past its end, never read as its records: every
@@ -399,7 +399,7 @@ def test_runs_of_records_are_read_into_one_buffer(open_store: OpenStore,
 
 def test_a_flush_writes_sentinels_a_run_at_a_time(tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    # issue 14 (issue 18 item 2's order kept: only at a flush): the sentinels of a drain are
+    # SPEC D9, T2: sentinels written only at a flush, as before; the sentinels of a drain are
     # consecutive entries; each run is read and written once, across the queue's files, and
     # only the codes change
     from clepsydra_store.engine.index.consume_queue import ConsumeQueue
@@ -430,8 +430,8 @@ def test_a_flush_writes_sentinels_a_run_at_a_time(tmp_path: Path,
 
 def test_a_large_level_hand_over_is_done_a_lock_chunk_at_a_time(
         open_store: OpenStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    # issue 14, D9: one request hands over up to its max, a LOCK_CHUNK per hold of the writer
-    # lock, and answers for the whole range; every entry once, in order
+    # SPEC D9, DEC-handover-lock-chunk: one request hands over up to its max, a LOCK_CHUNK per hold
+    # of the writer lock, and answers for the whole range; every entry once, in order
     from clepsydra_store.engine.schedule import handover as chunked
 
     monkeypatch.setattr(chunked, "LOCK_CHUNK", 7)
@@ -462,7 +462,8 @@ def test_a_large_level_hand_over_is_done_a_lock_chunk_at_a_time(
 
 def test_a_large_timer_hand_over_is_done_a_lock_chunk_at_a_time(
         open_store: OpenStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    # issue 14, T2: the same for timers: appended a LOCK_CHUNK at a time, answered as one
+    # SPEC T2, DEC-handover-lock-chunk: the same for timers: appended a LOCK_CHUNK at a time,
+    # answered as one
     from clepsydra_store.engine.schedule import handover as chunked
 
     monkeypatch.setattr(chunked, "LOCK_CHUNK", 7)
@@ -488,7 +489,7 @@ def test_a_large_timer_hand_over_is_done_a_lock_chunk_at_a_time(
 
 
 def test_a_hand_over_asks_for_no_codes_of_pairs_far_from_due(tmp_path: Path) -> None:
-    # issue 14: a large batch size must not make each call read the codes of the slot's pairs
+    # a large batch size must not make each call read the codes of the slot's pairs
     # that are not due (timers falling due a few at a time: the scheduler asks for 10,000)
     index = TimerIndex(tmp_path)
     live = {q: BASE + q for q in range(1_000)}  # one slot, a pair every millisecond
@@ -502,12 +503,12 @@ def test_a_hand_over_asks_for_no_codes_of_pairs_far_from_due(tmp_path: Path) -> 
 
     assert index.due(BASE + 9, 10_000, codes) == [(q, BASE + q) for q in range(10)]
     assert index.next_due == BASE + 10
-    assert len(asked) == 10 + 1  # the due ones, then the next (live): issue 14, not 64 more
+    assert len(asked) == 10 + 1  # the due ones, then the next (live): not 64 more
 
 
 def test_a_hand_over_batch_raises_its_level_mark_once(open_store: OpenStore,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    # SPEC D9 (issue 14): the records of one hand-over batch raise their level's handed-over
+    # SPEC D9: the records of one hand-over batch raise their level's handed-over
     # mark once, to the highest entry handed over (not once per record); timers' copies in
     # the same dispatch still set each entry's DELIVERED sentinel
     store = open_store(levels="1s 2s")
@@ -537,7 +538,7 @@ def test_a_hand_over_batch_raises_its_level_mark_once(open_store: OpenStore,
 
 
 def test_the_deliver_ts_field_kept_between_entries_is_each_entrys_own() -> None:
-    # SPEC D4 (issue 14): splice_properties keeps the last DELIVER_TS field it encoded for a
+    # SPEC D4: splice_properties keeps the last DELIVER_TS field it encoded for a
     # run of entries of one deliver time; an entry of another time gets its own, every time
     template = splice_template(encode_properties({P.REAL_TOPIC: TOPIC, P.UNIQ_KEY: "u"}))
     assert template is not None

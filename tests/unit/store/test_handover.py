@@ -140,7 +140,7 @@ def test_retry_topic_works_as_real_destination(open_store: OpenStore) -> None:
 
 
 def test_progress_above_max_starts_after_the_mark_not_at_max(open_store: OpenStore) -> None:
-    # SPEC D8, D9 (issue 18.1): a position past the queue's end skips no entry
+    # SPEC D8, D9: a position past the queue's end skips no entry
     store = open_store(levels=LEVELS)
     store.create_topic("T", 1)
     put = store.put(PutRequest("T", b"x", delay_level=1))
@@ -206,7 +206,7 @@ def test_splice_builds_exactly_what_the_rebuild_builds(open_store: OpenStore) ->
 
 
 def test_a_handover_asked_to_start_ahead_skips_nothing(open_store: OpenStore) -> None:
-    # SPEC D9, issue 18.1: the handed-over mark only advances one entry after another
+    # SPEC D9: the handed-over mark only advances one entry after another
     store = open_store(levels=LEVELS)
     store.create_topic("T", 1)
     results = store.put_batch([PutRequest("T", b"%d" % i, delay_level=3) for i in range(100)])

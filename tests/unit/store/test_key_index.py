@@ -1,6 +1,6 @@
-"""The on-disk key index (issue 14, "the store's memory must not grow with the messages it
-holds"): slots and chained entries in rolled files, collisions, retention, torn files,
-restarts, and the store's look-ups over it."""
+"""The on-disk key index (DEC-key-index-on-disk: "the store's memory must not grow with the messages
+it holds"): slots and chained entries in rolled files, collisions, retention, torn files, restarts,
+and the store's look-ups over it."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def _fill(index: KeyIndex, first: int, count: int, *, step: int = 100) -> dict[i
 # ---- the index on its own ---------------------------------------------------------------------
 
 def test_keys_sharing_a_slot_or_a_hash_are_all_found_newest_first(tmp_path: Path) -> None:
-    # issue 14: a hash only narrows the search; several keys per slot and several records
+    # a hash only narrows the search; several keys per slot and several records
     # per hash chain through the entries
     index = KeyIndex(tmp_path, entries_per_file=400)  # 100 slots for 300 keys: shared slots
     placed = _fill(index, 0, 300)
@@ -68,7 +68,7 @@ def test_keys_sharing_a_slot_or_a_hash_are_all_found_newest_first(tmp_path: Path
 
 
 def test_files_roll_when_full_and_lookups_span_them(tmp_path: Path) -> None:
-    # issue 14: fixed-size files rolled when full, each named by its first CommitLog offset
+    # fixed-size files rolled when full, each named by its first CommitLog offset
     index = KeyIndex(tmp_path, entries_per_file=16)
     placed = _fill(index, 1_000, 50)
     index.add(["k1000"], 9_000)  # the same key again, in the last file
@@ -87,7 +87,7 @@ def test_files_roll_when_full_and_lookups_span_them(tmp_path: Path) -> None:
 
 def test_retention_deletes_files_whose_newest_entry_is_below_the_commitlog_min(
         tmp_path: Path) -> None:
-    # issue 14, SPEC P4: a file whose newest offset is below the oldest kept CommitLog offset
+    # SPEC P4: a file whose newest offset is below the oldest kept CommitLog offset
     index = KeyIndex(tmp_path, entries_per_file=16)
     placed = _fill(index, 0, 40)  # files [0..1500], [1600..3100], [3200..3900]
     assert index.drop_below(3_100) == 1  # the second file still holds 3100
@@ -109,7 +109,7 @@ def test_retention_deletes_files_whose_newest_entry_is_below_the_commitlog_min(
 @pytest.mark.parametrize("entries_per_file", [16, 80_000])  # 80,000: slots in two chunks
 def test_clean_restart_keeps_every_entry_and_appends_after_them(tmp_path: Path,
                                                               entries_per_file: int) -> None:
-    # issue 14: restart
+    # restart
     index = KeyIndex(tmp_path, entries_per_file=entries_per_file)
     placed = _fill(index, 0, 200)
     index.close()
@@ -126,7 +126,7 @@ def test_clean_restart_keeps_every_entry_and_appends_after_them(tmp_path: Path,
 
 
 def test_crash_keeps_the_durable_point_and_drops_what_followed(tmp_path: Path) -> None:
-    # issue 14 (crash safety): entries after the last flush are not trusted; the slots of a
+    # crash safety: entries after the last flush are not trusted; the slots of a
     # file not closed cleanly are rebuilt from its entries
     index = KeyIndex(tmp_path, entries_per_file=64)
     placed = _fill(index, 0, 20)
@@ -147,7 +147,7 @@ def test_crash_keeps_the_durable_point_and_drops_what_followed(tmp_path: Path) -
 
 
 def test_torn_file_is_cut_at_its_last_whole_entry_and_the_rest_rebuilt(tmp_path: Path) -> None:
-    # issue 14: a torn index file is repaired, and recovery derives the rest from the
+    # a torn index file is repaired, and recovery derives the rest from the
     # CommitLog (rebuild_from)
     index = KeyIndex(tmp_path, entries_per_file=64)
     _fill(index, 0, 30)
@@ -166,7 +166,7 @@ def test_torn_file_is_cut_at_its_last_whole_entry_and_the_rest_rebuilt(tmp_path:
 
 
 def test_garbage_entries_and_a_broken_header_are_not_trusted(tmp_path: Path) -> None:
-    # issue 14: entries out of CommitLog order end a file; a file whose header is not ours
+    # entries out of CommitLog order end a file; a file whose header is not ours
     # goes with every later one
     index = KeyIndex(tmp_path, entries_per_file=16)
     _fill(index, 0, 40)
@@ -188,7 +188,7 @@ def test_garbage_entries_and_a_broken_header_are_not_trusted(tmp_path: Path) -> 
 
 
 def test_entries_past_the_commitlog_end_are_removed(tmp_path: Path) -> None:
-    # issue 14, SPEC P3: the index is never trusted past the recovered CommitLog end
+    # SPEC P3: the index is never trusted past the recovered CommitLog end
     index = KeyIndex(tmp_path, entries_per_file=16)
     _fill(index, 0, 40)
     index.close()
@@ -205,7 +205,7 @@ def test_entries_past_the_commitlog_end_are_removed(tmp_path: Path) -> None:
 
 
 def test_old_format_file_is_deleted_and_the_index_rebuilt(tmp_path: Path) -> None:
-    # issue 14: keys.idx of the previous format is not migrated: deleted, rebuilt from the
+    # keys.idx of the previous format is not migrated: deleted, rebuilt from the
     # CommitLog (rebuild_from 0)
     (tmp_path / naming.KEY_INDEX_FILE).write_bytes(b"\0" * 32)
     index = KeyIndex(tmp_path)
@@ -217,7 +217,7 @@ def test_old_format_file_is_deleted_and_the_index_rebuilt(tmp_path: Path) -> Non
 # ---- the store over it ---------------------------------------------------------------------
 
 def test_store_lookups_verify_the_record_behind_a_colliding_entry(open_store: OpenStore) -> None:
-    # issue 14: readers verify by reading the record (collisions) and filter by topic
+    # readers verify by reading the record (collisions) and filter by topic
     store = open_store(key_index_entries_per_file=16)
     store.create_topic("T", 1)
     store.create_topic("U", 1)
@@ -234,7 +234,7 @@ def test_store_lookups_verify_the_record_behind_a_colliding_entry(open_store: Op
 
 
 def test_store_lookups_span_rolled_files_and_survive_reopen(open_store: OpenStore) -> None:
-    # issue 14: same answers as before the index moved to disk, newest max_count first
+    # same answers as before the index moved to disk, newest max_count first
     store = open_store(key_index_entries_per_file=16)
     store.create_topic("T", 2)
     results = store.put_batch([PutRequest("T", b"m%d" % i, keys=f"a{i % 5} all")
@@ -251,7 +251,7 @@ def test_store_lookups_span_rolled_files_and_survive_reopen(open_store: OpenStor
 
 def test_store_rebuilds_a_lost_or_torn_index_from_the_commitlog(open_store: OpenStore,
                                                                 data_dir: Path) -> None:
-    # issue 14 (crash safety), SPEC P3: index files lost or damaged behind the checkpoint
+    # crash safety, SPEC P3: index files lost or damaged behind the checkpoint
     store = open_store(key_index_entries_per_file=16)
     store.create_topic("T", 1)
     results = store.put_batch([PutRequest("T", b"m%d" % i, keys=f"k{i}") for i in range(40)])
@@ -274,7 +274,7 @@ def test_store_rebuilds_a_lost_or_torn_index_from_the_commitlog(open_store: Open
 
 def test_store_retention_deletes_index_files_with_the_segments(open_store: OpenStore,
                                                               data_dir: Path) -> None:
-    # issue 14, SPEC P4: index files go with the CommitLog segments they point into
+    # SPEC P4: index files go with the CommitLog segments they point into
     store = open_store(key_index_entries_per_file=16)
     store.create_topic("T", 1)
     old = store.put_batch([PutRequest("T", b"a" * 1000, keys=f"old{i}") for i in range(130)])
@@ -292,7 +292,7 @@ def test_store_retention_deletes_index_files_with_the_segments(open_store: OpenS
 
 def test_every_acknowledged_message_is_found_by_key_and_msg_id_after_kill_9(
         open_store: OpenStore, data_dir: Path) -> None:
-    # issue 14 (crash safety), SPEC P2, P3: kill -9 of a writer at random instants, then every
+    # crash safety, SPEC P2, P3: kill -9 of a writer at random instants, then every
     # acknowledged message is found by its key and by its msgId
     rng = random.Random(14)
     acked: list[int] = []
@@ -311,7 +311,7 @@ def test_every_acknowledged_message_is_found_by_key_and_msg_id_after_kill_9(
 
 
 def test_a_file_is_never_longer_than_what_it_holds(tmp_path: Path) -> None:
-    # issue 14 and 12.8: no sparse hole in an index file counts against a disk quota
+    # no sparse hole in an index file counts against a disk quota
     # (CLEPSYDRA_STORE_DISK_CAPACITY_BYTES sums file sizes)
     index = KeyIndex(tmp_path, entries_per_file=4_000)
     _fill(index, 0, 10)
@@ -331,7 +331,7 @@ def test_a_file_is_never_longer_than_what_it_holds(tmp_path: Path) -> None:
 
 def test_index_files_below_the_commitlog_at_start_are_deleted(open_store: OpenStore,
                                                              data_dir: Path) -> None:
-    # issue 14, SPEC P4: segments gone while their index files stayed (a crash between the
+    # SPEC P4: segments gone while their index files stayed (a crash between the
     # two deletions) -> the files go at start
     store = open_store(key_index_entries_per_file=16)
     store.create_topic("T", 1)
@@ -352,7 +352,7 @@ def test_index_files_below_the_commitlog_at_start_are_deleted(open_store: OpenSt
 
 
 def test_a_file_of_another_format_version_is_rebuilt(tmp_path: Path) -> None:
-    # issue 14: the format is versioned; a file this store cannot read is not trusted
+    # the format is versioned; a file this store cannot read is not trusted
     index = KeyIndex(tmp_path, entries_per_file=16)
     _fill(index, 0, 20)
     index.close()

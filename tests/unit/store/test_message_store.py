@@ -45,7 +45,7 @@ def test_put_then_read_round_trips_every_field(open_store: OpenStore) -> None:
     assert (record.flag, record.born_timestamp, record.born_host) == (7, 123, BORN_HOST)
     assert record.commitlog_offset == result.commitlog_offset
     assert record.store_timestamp == result.store_timestamp
-    assert record.msg_id == result.msg_id == "u-1"  # issue 20.4: the unique id
+    assert record.msg_id == result.msg_id == "u-1"  # the unique id
     assert record.offset_msg_id == result.offset_msg_id
     assert store.get_by_msg_id(result.msg_id) == [record]
     assert store.get_by_msg_id(result.offset_msg_id) == [record]
@@ -233,7 +233,7 @@ def test_copy_keeps_message_and_applies_changes(open_store: OpenStore) -> None:
 
 
 def test_copy_appends_to_a_list_property(open_store: OpenStore) -> None:
-    # issue 20.5: a DLQ resend is appended to the message's RESEND_HISTORY by the copy
+    # a DLQ resend is appended to the message's RESEND_HISTORY by the copy
     store = open_store()
     store.create_topic("T", 1)
     original = store.put(PutRequest("T", b"x"))
@@ -278,7 +278,7 @@ def test_create_topic_is_idempotent_and_lists_schedule_topic(open_store: OpenSto
 
 
 def test_r10_takes_plain_sends_only_and_the_groups_settings(open_store: OpenStore) -> None:
-    # SPEC R3, R5, R10 (issue 12.2): a delayed copy to %RETRY% (an R9 fallback's last retry)
+    # SPEC R3, R5, R10: a delayed copy to %RETRY% (an R9 fallback's last retry)
     # is parked, not dead-lettered; the group's retryMaxTimes and retryQueueNums apply
     store = open_store()
     store.put_group_settings("G", {"retryMaxTimes": 3, "retryQueueNums": 2})

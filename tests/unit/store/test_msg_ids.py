@@ -1,4 +1,4 @@
-"""A message keeps its id (issue 20.4): the msgId a producer gets is the message's unique id
+"""A message keeps its id: the msgId a producer gets is the message's unique id
 (UNIQ_KEY, made by the store when the producer gave none), kept by every copy - parked,
 delivered, retried, dead-lettered - and the look-up by msgId finds them all; each record's own
 place is its offsetMsgId. Records from before unique ids (no UNIQ_KEY) keep theirs."""

@@ -1,4 +1,4 @@
-"""The produce hot path and the wire type agree (issue 12.10, 13.1): ``parse_plain`` (the fast
+"""The produce hot path and the wire type agree: ``parse_plain`` (the fast
 parser, no validation objects) takes only messages that ``ProduceMessage`` reads, and reads them
 to the same PutRequest as the slow path; the answers carry the wire type's names."""
 

@@ -1,5 +1,5 @@
-"""The store-side queue lock table of orderly consumers (issue 12.5; RocketMQ's
-RebalanceLockManager): lock a batch, renew, expiry, other clients refused, unlock."""
+"""The store-side queue lock table of orderly consumers (SPEC C1, DEC-orderly-queue-locks;
+RocketMQ's RebalanceLockManager): lock a batch, renew, expiry, other clients refused, unlock."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ class Clock:
 
 
 def test_lock_batch_grants_free_queues_and_refuses_another_clients() -> None:
-    # issue 12.5: a queue is held by one client of a group at a time
+    # SPEC C1: a queue is held by one client of a group at a time
     clock = Clock()
     locks = QueueLocks(60_000, clock)
     assert locks.lock("g", "a", [("T", 0), ("T", 1)]) == [("T", 0), ("T", 1)]
@@ -27,7 +27,7 @@ def test_lock_batch_grants_free_queues_and_refuses_another_clients() -> None:
 
 
 def test_renewal_keeps_the_lock_past_the_first_expiry() -> None:
-    # issue 12.5: renewed every 20 s, a lock never lapses
+    # SPEC C1: renewed every 20 s, a lock never lapses
     clock = Clock()
     locks = QueueLocks(60_000, clock)
     locks.lock("g", "a", [("T", 0)])
@@ -39,7 +39,7 @@ def test_renewal_keeps_the_lock_past_the_first_expiry() -> None:
 
 
 def test_an_expired_lock_goes_to_the_next_client() -> None:
-    # issue 12.5: 60 s without renewal frees the queue
+    # SPEC C1: 60 s without renewal frees the queue
     clock = Clock()
     locks = QueueLocks(60_000, clock)
     locks.lock("g", "a", [("T", 0)])
@@ -60,7 +60,7 @@ def test_expired_locks_are_not_listed() -> None:
 
 
 def test_unlock_releases_only_the_clients_own_queues() -> None:
-    # issue 12.5: unlocked on drop; another client's lock is left alone
+    # SPEC C1: unlocked on drop; another client's lock is left alone
     clock = Clock()
     locks = QueueLocks(60_000, clock)
     locks.lock("g", "a", [("T", 0)])

@@ -118,7 +118,7 @@ def test_consume_queue_entries_past_commitlog_end_are_cut(open_store: OpenStore)
 
 def test_torn_handover_copy_under_a_later_checkpoint_is_handed_over_again(
         open_store: OpenStore) -> None:
-    # SPEC D9, P3 (issue 18.2): a machine crash cut the CommitLog inside the last hand-over
+    # SPEC D9, P3: a machine crash cut the CommitLog inside the last hand-over
     # copy, but the checkpoint (written after it) says it was handed over
     store = open_store(levels="1s 2s")
     store.create_topic("T", 1)

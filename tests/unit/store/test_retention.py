@@ -19,7 +19,7 @@ def _fill(store: MessageStore, n: int, body: bytes) -> None:
 
 def test_retention_carries_undelivered_schedule_forward_and_deletes_old_segments(
         open_store: OpenStore) -> None:
-    # SPEC P4 (Beyond), D9; issue 12.8: a lagging scheduler no longer pins old segments
+    # SPEC P4 (Beyond), D9: a lagging scheduler no longer pins old segments
     store = open_store(levels="1s 2s 3s")
     store.create_topic("T", 2)
     _fill(store, 130, b"a" * 1000)  # ~2 segments

@@ -1,6 +1,6 @@
-"""The timer index alone (issue 15): slot files, order, duplicates, stale pairs, emptied slots
-unlinked only after confirmation and the checkpoint's flush; a fake clock (every call is
-given its ``now``)."""
+"""The timer index alone (SPEC T1, DEC-timer-slot-files): slot files, order, duplicates, stale
+pairs, emptied slots unlinked only after confirmation and the checkpoint's flush; a fake clock
+(every call is given its ``now``)."""
 
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def _counting(monkeypatch, files: _Files) -> None:  # type: ignore[no-untyped-de
 
 def test_a_hand_over_with_nothing_new_lists_no_directory_and_opens_no_slot_file(
         tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    # issue 14: in the steady state a call came every ~2 ms and listed the slot directories
+    # in the steady state a call came every ~2 ms and listed the slot directories
     # and opened, read and closed the current slot file each time; the index now keeps the
     # list of slots and reads a slot file again only when add() appended to it
     index = TimerIndex(tmp_path)
@@ -123,7 +123,7 @@ def test_a_hand_over_with_nothing_new_lists_no_directory_and_opens_no_slot_file(
 
 
 def test_next_due_is_known_only_after_a_confirmed_due(tmp_path: Path) -> None:
-    # issue 14: a hand-over call skips its run while now < next_due, so next_due must be a
+    # a hand-over call skips its run while now < next_due, so next_due must be a
     # lower bound of every pending timer: not after a restart (pairs no add() saw), not
     # between due() and confirm() (taken pairs whose hand-over may still fail)
     index = TimerIndex(tmp_path)
@@ -142,7 +142,7 @@ def test_next_due_is_known_only_after_a_confirmed_due(tmp_path: Path) -> None:
 
 def test_slots_across_hours_stay_right_with_a_few_hours_listed_in_memory(
         tmp_path: Path) -> None:
-    # issue 14: the listings kept in memory are a few hours' (memory bounded however far ahead
+    # the listings kept in memory are a few hours' (memory bounded however far ahead
     # timers are); an hour walked again, or added to after its listing was dropped, is right
     hour_slots = 3_600_000 // SLOT_MS
     index = TimerIndex(tmp_path)

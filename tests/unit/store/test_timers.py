@@ -1,4 +1,4 @@
-"""Timer messages in the engine (SPEC T1, T2; issue 15): exact delivery times through the timer
+"""Timer messages in the engine (SPEC T1, T2): exact delivery times through the timer
 index, never early, once; cancel and reschedule (level and timer messages), durable across a
 reopen and a kill; the cap; carry-forward past retention. Time is a virtual clock: every
 hand-over is given its ``now``."""
@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -19,14 +18,12 @@ from clepsydra_core import properties as P
 from clepsydra_core.errors import AlreadyDelivered, Fenced, MessageNotFound, ValidationError
 from clepsydra_store.engine.message_store import MessageStore
 from clepsydra_store.engine.types import PutRequest
+from tests.helpers import now_ms
 from tests.unit.store.conftest import OpenStore, engine_config
 
 TOPIC = "orders"
 DAY_MS = 86_400_000
 
-
-def _now() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _store(open_store: OpenStore, **overrides: object) -> MessageStore:
@@ -45,7 +42,7 @@ def _bodies(store: MessageStore) -> list[bytes]:
 def test_a_timer_is_delivered_at_its_time_never_before_and_once(open_store: OpenStore) -> None:
     # SPEC T1, T2: never early, on time, once
     store = _store(open_store)
-    base = _now()
+    base = now_ms()
     answers = store.put_batch([
         PutRequest(TOPIC, b"late", deliver_at=base + 5_000, keys="k1"),
         PutRequest(TOPIC, b"soon", delay_ms=2_000),
@@ -69,7 +66,7 @@ def test_a_timer_is_delivered_at_its_time_never_before_and_once(open_store: Open
 
 def test_due_timers_go_earliest_first_whatever_their_arrival(open_store: OpenStore) -> None:
     store = _store(open_store)
-    base = _now() + 10_000
+    base = now_ms() + 10_000
     store.put_batch([PutRequest(TOPIC, str(i).encode(), deliver_at=base + (7 - i) * 300,
                                 queue_id=0) for i in range(8)])
     assert store._timers.handover(base + 10_000, 100).delivered == 8
@@ -78,7 +75,7 @@ def test_due_timers_go_earliest_first_whatever_their_arrival(open_store: OpenSto
 
 
 def test_a_time_in_the_past_delivers_now(open_store: OpenStore) -> None:
-    # issue 15: "a time in the past delivers now"
+    # SPEC T1: "a time in the past delivers now"
     store = _store(open_store)
     answer = store.put(PutRequest(TOPIC, b"x", deliver_at=1_000))
     result = store._timers.handover(answer.store_timestamp, 10)
@@ -86,18 +83,18 @@ def test_a_time_in_the_past_delivers_now(open_store: OpenStore) -> None:
 
 
 def test_the_cap_is_a_setting_and_its_400_names_it(open_store: OpenStore) -> None:
-    # SPEC T1, issue 15: at the cap accepted, just past refused naming the setting and limit
+    # SPEC T1: at the cap accepted, just past refused naming the setting and limit
     store = _store(open_store, timer_max_delay_ms=30 * DAY_MS)
     store.put(PutRequest(TOPIC, b"ok", delay_ms=30 * DAY_MS))
     with pytest.raises(ValidationError) as caught:
         store.put(PutRequest(TOPIC, b"no", delay_ms=30 * DAY_MS + 1))
     assert "CLEPSYDRA_TIMER_MAX_DELAY" in str(caught.value) and "30d" in str(caught.value)
     with pytest.raises(ValidationError):
-        store.put(PutRequest(TOPIC, b"no", deliver_at=_now() + 31 * DAY_MS))
+        store.put(PutRequest(TOPIC, b"no", deliver_at=now_ms() + 31 * DAY_MS))
 
 
 def test_cancel_a_timer_and_a_level_message(open_store: OpenStore) -> None:
-    # issue 15: a cancelled message is never delivered; a second cancel answers cancelled
+    # SPEC T1: a cancelled message is never delivered; a second cancel answers cancelled
     store = _store(open_store, levels="1s 2s")
     timer = store.put(PutRequest(TOPIC, b"t", delay_ms=1_000))
     level = store.put(PutRequest(TOPIC, b"l", delay_level=1))
@@ -105,7 +102,7 @@ def test_cancel_a_timer_and_a_level_message(open_store: OpenStore) -> None:
     assert store._timers.cancel(timer.msg_id).status == "cancelled"
     assert store._timers.cancel(level.msg_id).msg_ids == [level.msg_id]
     assert store._timers.cancel(timer.msg_id).status == "cancelled"  # idempotent
-    later = _now() + 10_000
+    later = now_ms() + 10_000
     assert store._timers.handover(later, 10).delivered == 0
     handed = store.handover(1, 0, 10, now_ms=later)
     assert handed.delivered == 1
@@ -127,10 +124,10 @@ def test_a_plain_message_is_already_delivered(open_store: OpenStore) -> None:
 
 def test_reschedule_keeps_the_msg_id_and_a_level_message_becomes_a_timer(
         open_store: OpenStore) -> None:
-    # issue 15: reschedule by msgId; the level entry is passed over, the timer delivers
+    # SPEC T1: reschedule by msgId; the level entry is passed over, the timer delivers
     store = _store(open_store, levels="1s 2s")
     level = store.put(PutRequest(TOPIC, b"l", delay_level=2, keys="order-7"))
-    at = _now() + 60_000
+    at = now_ms() + 60_000
     outcome = store._timers.reschedule(level.msg_id, at)
     assert outcome.status == "rescheduled" and outcome.deliver_at == at
     assert store.handover(2, 0, 10, now_ms=at).delivered == 0  # the level entry: cancelled
@@ -150,11 +147,11 @@ def test_by_key_acts_on_every_pending_message_of_the_topic(open_store: OpenStore
     store.put(PutRequest("other", b"c", delay_ms=6_000, keys="cart-1"))
     copies = store._timers.copies_by_key(TOPIC, "cart-1")
     assert set(copies) == {a.msg_id, b.msg_id}
-    outcome = store._timers.act(copies, _now() + 100_000)
+    outcome = store._timers.act(copies, now_ms() + 100_000)
     assert sorted(outcome.msg_ids) == sorted([a.msg_id, b.msg_id])
-    later = _now() + 20_000
+    later = now_ms() + 20_000
     assert store._timers.handover(later, 10).delivered == 1  # only "other"'s
-    assert store._timers.handover(_now() + 100_000, 10).delivered == 2
+    assert store._timers.handover(now_ms() + 100_000, 10).delivered == 2
     with pytest.raises(AlreadyDelivered):
         store._timers.act(store._timers.copies_by_key(TOPIC, "cart-1"), None)
 
@@ -162,7 +159,7 @@ def test_by_key_acts_on_every_pending_message_of_the_topic(open_store: OpenStore
 def test_cancel_and_timers_survive_a_reopen(open_store: OpenStore) -> None:
     # SPEC T2: survives restarts; a cancel is durable
     store = _store(open_store)
-    base = _now() + 50_000
+    base = now_ms() + 50_000
     keep = store.put(PutRequest(TOPIC, b"keep", deliver_at=base))
     gone = store.put(PutRequest(TOPIC, b"gone", deliver_at=base))
     store._timers.cancel(gone.msg_id)
@@ -201,7 +198,7 @@ os.kill(os.getpid(), 9)
     assert done.stdout.split() == ["25"]
     store = MessageStore(engine_config(data))
     try:
-        assert store._timers.handover(_now() + 1_000, 1000).delivered == 25
+        assert store._timers.handover(now_ms() + 1_000, 1000).delivered == 25
         assert store.read_queue(TOPIC, 0, 0, 1000).max_offset == 50
         assert len({m.body for m in store.read_queue(TOPIC, 0, 0, 1000).messages}) == 50
     finally:
@@ -209,16 +206,16 @@ os.kill(os.getpid(), 9)
 
 
 def test_a_year_ahead_timer_is_carried_past_retention(open_store: OpenStore) -> None:
-    # SPEC P4 / issue 15: a timer due after retention is carried forward, never lost
+    # SPEC P4, T1: a timer due after retention is carried forward, never lost
     store = _store(open_store, retention_hours=0.01)
-    far = _now() + 300 * DAY_MS
+    far = now_ms() + 300 * DAY_MS
     timer = store.put(PutRequest(TOPIC, b"far", deliver_at=far, keys="year"))
     cancelled = store.put(PutRequest(TOPIC, b"never", deliver_at=far))
     store._timers.cancel(cancelled.msg_id)
     filler = b"f" * 4000
     for _ in range(40):  # several segments of 64 KiB
         store.put_batch([PutRequest(TOPIC, filler) for _ in range(4)])
-    deleted = store.delete_expired_segments(now_ms=_now() + 3_600_000)
+    deleted = store.delete_expired_segments(now_ms=now_ms() + 3_600_000)
     assert deleted > 0
     assert store.stats()["schedule_carried_total"] == 1  # the cancelled one is not carried
     result = store._timers.handover(far, 10)
@@ -228,7 +225,7 @@ def test_a_year_ahead_timer_is_carried_past_retention(open_store: OpenStore) -> 
 
 def test_backlog_by_hour_ahead(open_store: OpenStore) -> None:
     store = _store(open_store)
-    now = _now()
+    now = now_ms()
     store.put_batch([PutRequest(TOPIC, b"a", delay_ms=1_000),
                      PutRequest(TOPIC, b"b", delay_ms=2 * 3_600_000 + 5_000),
                      PutRequest(TOPIC, b"c", delay_ms=2 * 3_600_000 + 9_000)])
@@ -244,30 +241,30 @@ def test_backlog_by_hour_ahead(open_store: OpenStore) -> None:
 
 def test_torn_timer_copy_under_a_later_checkpoint_is_handed_over_again(
         open_store: OpenStore) -> None:
-    # SPEC T2, issue 18 item 2: the checkpoint (and the handed-over sentinels it covers) counts
+    # SPEC T2: the checkpoint (and the handed-over sentinels it covers) counts
     # a copy the CommitLog lost; the reopened store hands that timer over again, once
     store = _store(open_store)
-    at = _now() - 10
+    at = now_ms() - 10
     store.put_batch([PutRequest(TOPIC, b"m%d" % i, deliver_at=at, queue_id=0)
                      for i in range(5)])
-    assert store._timers.handover(_now(), 10).delivered == 5
+    assert store._timers.handover(now_ms(), 10).delivered == 5
     copies = store.read_queue(TOPIC, 0, 0, 10).messages
     store.close()  # checkpoint after every copy; the sentinels are in the timer log's file
     last = sorted((store.config.data_dir / naming.COMMITLOG_DIR).iterdir())[-1]
     with open(last, "r+b") as f:
         f.truncate(copies[-1].commitlog_offset - int(last.name) + 10)
     store = open_store()
-    assert store._timers.backlog(_now()).pending == 1
-    assert store._timers.handover(_now(), 10).delivered == 1
+    assert store._timers.backlog(now_ms()).pending == 1
+    assert store._timers.handover(now_ms(), 10).delivered == 1
     bodies = [m.body for m in store.read_queue(TOPIC, 0, 0, 10).messages]
     assert sorted(bodies) == [b"m0", b"m1", b"m2", b"m3", b"m4"]  # each exactly once
     store.close()
     store = open_store()
-    assert store._timers.handover(_now(), 10).delivered == 0
+    assert store._timers.handover(now_ms(), 10).delivered == 0
 
 
 def test_a_thirty_day_timer_under_a_virtual_clock(open_store: OpenStore) -> None:
-    # SPEC T1 ("max delay at least 30 days"), issue 15: not a day early, then once
+    # SPEC T1 ("max delay at least 30 days"): not a day early, then once
     store = _store(open_store)
     answer = store.put(PutRequest(TOPIC, b"month", delay_ms=30 * DAY_MS))
     due = answer.store_timestamp + 30 * DAY_MS
@@ -279,7 +276,7 @@ def test_a_thirty_day_timer_under_a_virtual_clock(open_store: OpenStore) -> None
 
 
 def test_hand_overs_racing_the_flush_deliver_each_timer_once(open_store: OpenStore) -> None:
-    # SPEC T2 / D9 (issue 15): the flush writes handed-over sentinels into the timer log while
+    # SPEC T2 / D9: the flush writes handed-over sentinels into the timer log while
     # hand-overs read it; a reader that looked at the file before the sentinels could see
     # neither and hand a timer over twice (bench/timers.py found it). Small batches, a flush
     # thread at full speed: every timer arrives once.
@@ -297,18 +294,18 @@ def test_hand_overs_racing_the_flush_deliver_each_timer_once(open_store: OpenSto
     try:
         delivered = 0
         while delivered < n:
-            got = store._timers.handover(_now(), 7).delivered
+            got = store._timers.handover(now_ms(), 7).delivered
             assert got, "a due timer was not handed over"
             delivered += got
     finally:
         stop.set()
         flusher.join()
-    assert store._timers.handover(_now(), 1000).delivered == 0
+    assert store._timers.handover(now_ms(), 1000).delivered == 0
     assert store.read_queue(TOPIC, 0, 0, 1).max_offset == n
 
 
 def test_a_cancel_survives_kill_9_before_any_flush(tmp_path: Path) -> None:
-    # issue 15: "a cancelled message is never delivered, even across a crash at any moment":
+    # SPEC T1: "a cancelled message is never delivered, even across a crash at any moment":
     # the child cancels (and reschedules) and is killed -9 before any flush or checkpoint
     data = tmp_path / "data"
     script = tmp_path / "child.py"
@@ -334,9 +331,9 @@ os.kill(os.getpid(), 9)
     moved = done.stdout.split()[0]
     store = MessageStore(engine_config(data))
     try:
-        assert store._timers.handover(_now(), 100).delivered == 1  # the rescheduled one, now
+        assert store._timers.handover(now_ms(), 100).delivered == 1  # the rescheduled one, now
         assert store.get_by_msg_id(moved)[-1].topic == TOPIC
-        assert store._timers.handover(_now() + 700_000, 100).delivered == 4  # not the 5
+        assert store._timers.handover(now_ms() + 700_000, 100).delivered == 4  # not the 5
         bodies = sorted(m.body for m in store.read_queue(TOPIC, 0, 0, 100).messages)
         assert bodies == [b"m5", b"m6", b"m7", b"m8", b"m9"]
     finally:
@@ -345,7 +342,7 @@ os.kill(os.getpid(), 9)
 
 def test_reschedules_racing_the_hand_over_deliver_each_message_once(
         open_store: OpenStore) -> None:
-    # issue 15: a reschedule racing the hand-over: 200 (delivered later, from the new timer)
+    # SPEC T1: a reschedule racing the hand-over: 200 (delivered later, from the new timer)
     # or 409 ALREADY_DELIVERED (delivered from the first one); never both, never neither
     store = _store(open_store)
     n = 400
@@ -364,9 +361,9 @@ def test_reschedules_racing_the_hand_over_deliver_each_message_once(
     racer = threading.Thread(target=reschedule)
     racer.start()
     while racer.is_alive():
-        store._timers.handover(_now(), 3)
+        store._timers.handover(now_ms(), 3)
     racer.join()
-    while store._timers.handover(_now(), 1000).delivered:
+    while store._timers.handover(now_ms(), 1000).delivered:
         pass
     copies = store.read_queue(TOPIC, 0, 0, 1000).messages
     assert len(copies) == n and len({m.msg_id for m in copies}) == n  # each once
@@ -378,10 +375,10 @@ def test_reschedules_racing_the_hand_over_deliver_each_message_once(
 
 def test_a_waiting_hand_over_runs_only_when_something_can_be_due(
         open_store: OpenStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    # issue 14 (SPEC T1): while timers fall due a call came every ~2 ms and ran the hand-over
-    # (writer lock, the index, the codes) on arrival and again after each wait, with a 1 ms
-    # floor; now a call runs it only once the index's known next due time has come (an
-    # earlier timer added wakes the wait), and it waits until that millisecond, never early
+    # SPEC T1, DEC-timer-handover-gap: while timers fall due a call came every ~2 ms and ran the
+    # hand-over (writer lock, the index, the codes) on arrival and again after each wait, with a 1
+    # ms floor; now a call runs it only once the index's known next due time has come (an earlier
+    # timer added wakes the wait), and it waits until that millisecond, never early
     store = _store(open_store)
     runs: list[int] = []
     handover = store._timers.handover
@@ -391,15 +388,15 @@ def test_a_waiting_hand_over_runs_only_when_something_can_be_due(
         return handover(now_ms, max_count, fence)
 
     monkeypatch.setattr(store._timers, "handover", counted)
-    assert store._timers.handover_wait(10, 20, _now).delivered == 0
+    assert store._timers.handover_wait(10, 20, now_ms).delivered == 0
     assert len(runs) == 1  # the first: nothing known yet (a restart leaves pairs on disk)
-    assert store._timers.handover_wait(10, 20, _now).delivered == 0
+    assert store._timers.handover_wait(10, 20, now_ms).delivered == 0
     assert len(runs) == 1  # known: no timer at all; the wait ran nothing
-    base = _now()
+    base = now_ms()
     store.put_batch([PutRequest(TOPIC, b"a", deliver_at=base + 150),
                      PutRequest(TOPIC, b"b", deliver_at=base + 300)])
     for at in (base + 150, base + 300):
-        result = store._timers.handover_wait(10, 5_000, _now)
+        result = store._timers.handover_wait(10, 5_000, now_ms)
         assert result.delivered == 1 and min(result.lateness_ms) >= 0  # never early
         assert runs[-1] >= at
     assert len(runs) == 3  # one run a timer, none on arrival or at a wake before its time
@@ -407,37 +404,37 @@ def test_a_waiting_hand_over_runs_only_when_something_can_be_due(
 
 def test_a_waiting_hand_over_comes_no_sooner_than_the_gap_after_the_last(
         open_store: OpenStore) -> None:
-    # issue 14 (SPEC T1): under a steady stream of due timers the scheduler called ~530 times a
-    # second, each call handing over ~2 timers at ~0.4 ms of the one writer's CPU; a run that
-    # returns timers now comes at least timer_handover_gap_ms after the last one that did (a
-    # first timer, or one after a quiet spell, at its own millisecond); never early
+    # SPEC T1, DEC-timer-handover-gap: under a steady stream of due timers the scheduler called
+    # ~530 times a second, each call handing over ~2 timers at ~0.4 ms of the one writer's CPU; a
+    # run that returns timers now comes at least timer_handover_gap_ms after the last one that did
+    # (a first timer, or one after a quiet spell, at its own millisecond); never early
     store = _store(open_store, timer_handover_gap_ms=60_000)
-    store.put_batch([PutRequest(TOPIC, b"a", deliver_at=_now() + 20)])
-    first = store._timers.handover_wait(10, 5_000, _now)
+    store.put_batch([PutRequest(TOPIC, b"a", deliver_at=now_ms() + 20)])
+    first = store._timers.handover_wait(10, 5_000, now_ms)
     assert first.delivered == 1 and min(first.lateness_ms) >= 0
-    due = _now() + 20
+    due = now_ms() + 20
     store.put_batch([PutRequest(TOPIC, b"b", deliver_at=due)])
-    held = store._timers.handover_wait(10, 200, _now)  # b falls due in the wait: held back
+    held = store._timers.handover_wait(10, 200, now_ms)  # b falls due in the wait: held back
     assert held.delivered == 0 and held.next_due_at == due
-    assert store._timers.handover(_now(), 10).delivered == 1  # b was pending all along
+    assert store._timers.handover(now_ms(), 10).delivered == 1  # b was pending all along
     assert _bodies(store) == [b"a", b"b"]
 
     store.close()
     eager = open_store(timer_handover_gap_ms=0)  # the same files, no gap
-    eager.put_batch([PutRequest(TOPIC, b"c", deliver_at=_now() + 20)])
-    assert eager._timers.handover_wait(10, 5_000, _now).delivered == 1
-    eager.put_batch([PutRequest(TOPIC, b"d", deliver_at=_now() + 20)])
-    assert eager._timers.handover_wait(10, 5_000, _now).delivered == 1
+    eager.put_batch([PutRequest(TOPIC, b"c", deliver_at=now_ms() + 20)])
+    assert eager._timers.handover_wait(10, 5_000, now_ms).delivered == 1
+    eager.put_batch([PutRequest(TOPIC, b"d", deliver_at=now_ms() + 20)])
+    assert eager._timers.handover_wait(10, 5_000, now_ms).delivered == 1
 
     # a full batch leaves more due: the next call takes it at once (a backlog drains at full
     # speed whatever the gap)
     eager.close()
     drain = open_store(timer_handover_gap_ms=60_000)
-    due = _now() + 20
+    due = now_ms() + 20
     drain.put_batch([PutRequest(TOPIC, b"e", deliver_at=due),
                      PutRequest(TOPIC, b"f", deliver_at=due)])
-    assert drain._timers.handover_wait(1, 5_000, _now).delivered == 1  # a full batch of one
-    assert drain._timers.handover_wait(1, 200, _now).delivered == 1  # so no gap before f
+    assert drain._timers.handover_wait(1, 5_000, now_ms).delivered == 1  # a full batch of one
+    assert drain._timers.handover_wait(1, 200, now_ms).delivered == 1  # so no gap before f
     assert _bodies(drain) == [b"a", b"b", b"c", b"d", b"e", b"f"]
 
 
@@ -455,19 +452,19 @@ def test_the_hand_over_gap_is_a_store_setting_bounded_by_the_precision_target(
 
 
 def test_stopping_the_store_answers_a_waiting_hand_over_at_once(open_store: OpenStore) -> None:
-    # issue 14 (graceful stop): the scheduler's hand-over waited out its long poll while the
+    # graceful stop: the scheduler's hand-over waited out its long poll while the
     # store stopped, then ran on a closed store; now it answers empty at once, as held pulls do
     store = _store(open_store)
-    store.put_batch([PutRequest(TOPIC, b"later", deliver_at=_now() + 3_600_000)])
+    store.put_batch([PutRequest(TOPIC, b"later", deliver_at=now_ms() + 3_600_000)])
     answers: list[int] = []
     waiting = threading.Thread(
-        target=lambda: answers.append(store._timers.handover_wait(10, 60_000, _now).delivered))
+        target=lambda: answers.append(store._timers.handover_wait(10, 60_000, now_ms).delivered))
     waiting.start()
     store.release_waits()
     waiting.join(30)  # far less than the wait's 60 s: released, not timed out
     assert not waiting.is_alive() and answers == [0]
-    assert store._timers.handover_wait(10, 60_000, _now).delivered == 0  # no wait any more
-    assert store._timers.backlog(_now()).pending == 1  # nothing was handed over or lost
+    assert store._timers.handover_wait(10, 60_000, now_ms).delivered == 0  # no wait any more
+    assert store._timers.backlog(now_ms()).pending == 1  # nothing was handed over or lost
 
 
 def test_a_timer_hand_over_with_an_older_fencing_token_is_refused_at_once(
@@ -475,14 +472,14 @@ def test_a_timer_hand_over_with_an_older_fencing_token_is_refused_at_once(
     # SPEC T2, D9, DEC-scheduler-lease: the timers' hand-over is fenced as a level's is; a
     # superseded holder's long poll is refused before it waits
     store = _store(open_store)
-    base = _now()
+    base = now_ms()
     store.put_batch([PutRequest(TOPIC, b"a", deliver_at=base - 10),
                      PutRequest(TOPIC, b"b", deliver_at=base + 60_000)])
     assert store._timers.handover(base, 10, fence=7).delivered == 1
     asked: list[int] = []
 
     def now() -> int:
-        asked.append(_now())
+        asked.append(now_ms())
         return asked[-1]
 
     with pytest.raises(Fenced, match=r"the timers .* token 6 is older than 7"):

@@ -1,4 +1,4 @@
-"""Changing and removing topics in the engine (issue 20.1; rules A1, A2 and S3 of
+"""Changing and removing topics in the engine (rules A1, A2 and S3 of
 docs/semantics.md): real files, restarts included."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def _max_offsets(store: object, topic: str) -> list[int]:
 
 def test_growing_adds_empty_queues_that_take_messages_and_survive_a_restart(
         open_store: OpenStore) -> None:
-    # issue 20.1, A1: grow
+    # SPEC A1: grow
     store = open_store()
     store.create_topic("orders", 1)
     store.put(PutRequest("orders", b"before"))
@@ -42,7 +42,7 @@ def test_growing_adds_empty_queues_that_take_messages_and_survive_a_restart(
 
 def test_shrinking_is_refused_while_a_hidden_queue_holds_unconsumed_messages(
         open_store: OpenStore) -> None:
-    # issue 20.1, A1: shrink only what every group has consumed
+    # SPEC A1: shrink only what every group has consumed
     store = open_store()
     store.create_topic("orders", 3)
     store.put(PutRequest("orders", b"q2", queue_id=2))
@@ -74,7 +74,7 @@ def test_shrinking_is_refused_while_a_hidden_queue_holds_unconsumed_messages(
 
 
 def test_shrinking_past_empty_queues_needs_no_consumer(open_store: OpenStore) -> None:
-    # issue 20.1, A1: queues that never held a message go at once
+    # SPEC A1: queues that never held a message go at once
     store = open_store()
     store.create_topic("orders", 4)
     store.put(PutRequest("orders", b"x", queue_id=0))
@@ -83,7 +83,7 @@ def test_shrinking_past_empty_queues_needs_no_consumer(open_store: OpenStore) ->
 
 def test_delete_removes_queues_and_progress_and_a_new_topic_of_that_name_starts_empty(
         open_store: OpenStore) -> None:
-    # issue 20.1, A2
+    # SPEC A2
     store = open_store()
     store.create_topic("orders", 2)
     old = store.put_batch([PutRequest("orders", b"old%d" % i, keys="k") for i in range(6)])
@@ -115,7 +115,7 @@ def test_delete_removes_queues_and_progress_and_a_new_topic_of_that_name_starts_
 
 
 def test_deleted_topic_stays_deleted_after_a_restart(open_store: OpenStore) -> None:
-    # issue 20.1, A2: the topic config is persisted
+    # SPEC A2: the topic config is persisted
     store = open_store()
     store.create_topic("orders", 2)
     store.put(PutRequest("orders", b"x"))
@@ -128,7 +128,7 @@ def test_deleted_topic_stays_deleted_after_a_restart(open_store: OpenStore) -> N
 @pytest.mark.parametrize("topic", [naming.SCHEDULE_TOPIC, naming.retry_topic("billing"),
                                    naming.dlq_topic("billing"), naming.SCHEDULE_ERROR_TOPIC])
 def test_system_topics_cannot_be_changed_or_deleted(open_store: OpenStore, topic: str) -> None:
-    # issue 20.1, S3
+    # SPEC S3
     store = open_store()
     if topic != naming.SCHEDULE_TOPIC:
         store.create_topic(topic, 1, system=True)

@@ -1,6 +1,6 @@
 """The store worker leaves what it built at start out of the garbage collector's full passes
-(issue 14: a 500-message batch set off full passes that walked the whole startup heap again;
-``worker.freeze_startup_objects``)."""
+(DEC-worker-gc-freeze: a 500-message batch set off full passes that walked the whole startup heap
+again; ``worker.freeze_startup_objects``)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
-"""Issue 14, the whole local stack's memory at rest: a parent process imports only what it
-needs. The stack's supervisor (tools.stack) starts and watches processes. A gunicorn master
-(preload off) loads its entry point and its worker class, never Flask, OpenTelemetry, the
-store's engine, pyarrow or pyspark: the worker imports the app after the fork (every module a
-master holds is resident twice, in it and in its forked worker). Each check runs in a fresh
-interpreter, doing what the process does before it forks or idles, and lists the heavy modules
-it ended up with."""
+"""The whole local stack's memory at rest (DEC-memory-at-rest): a parent process imports only what
+it needs. The stack's supervisor (tools.stack) starts and watches processes. A gunicorn master
+(preload off) loads its entry point and its worker class, never Flask, OpenTelemetry, the store's
+engine, pyarrow or pyspark: the worker imports the app after the fork (every module a master holds
+is resident twice, in it and in its forked worker). Each check runs in a fresh interpreter, doing
+what the process does before it forks or idles, and lists the heavy modules it ended up with."""
 
 from __future__ import annotations
 
@@ -93,7 +92,7 @@ if {status!r}:  # no store here: the answer is an error, after the folder was op
 
 def test_the_analytics_api_lists_a_local_export_folder_without_pyarrow(tmp_path: Path) -> None:
     # the API's worker answers health and the reports without pyarrow (~45 MiB); a status
-    # request lists a local export folder with the standard library (issue 14: export_files.py
+    # request lists a local export folder with the standard library (export_files.py
     # imports pyarrow when it reads or writes a file)
     at_rest = heavy_modules(ANALYTICS_API.format(status=False), tmp_path)
     assert "pyarrow" not in at_rest and "pyspark" not in at_rest

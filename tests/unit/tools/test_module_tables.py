@@ -1,6 +1,6 @@
 """Each service's README and the client's have a "Modules" table (`module | owns`) that
-matches the code: every module of the package is named, and every name is a module (issue 13,
-"Done when"). A module added or renamed without its row fails here.
+matches the code: every module of the package is named, and every name is a module.
+A module added or renamed without its row fails here.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The one stack builder (issue 13.5): each part is defined once in tools/parts.py, and
+"""The one stack builder: each part is defined once in tools/parts.py, and
 ``make run`` (tools/stack.py) starts exactly those definitions; no process is started here."""
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def test_make_run_starts_the_builders_parts(tmp_path: Path) -> None:
     # the parts' environment is make run's: the resolved settings, one home for all
     assert all(c.env["CLEPSYDRA_HOME"] == str(tmp_path) for c in children)
     assert all(c.env["CLEPSYDRA_REDIS_URL"] == "redis://127.0.0.1:1/0" for c in children)
-    # issue 14: the scheduler is one process, its beat a thread of its worker, answering the
+    # the scheduler is one process, its beat a thread of its worker, answering the
     # worker's health port and beat's
     scheduler = {c.name: c for c in children}["scheduler"]
     assert scheduler.argv[1:] == ["-m", "clepsydra_scheduler", "worker", "--beat"]
@@ -107,7 +107,7 @@ def test_the_separate_beat_stack_runs_beat_as_a_process_as_deployed(tmp_path: Pa
 
 def test_make_run_runs_the_one_worker_services_without_a_gunicorn_master(
         tmp_path: Path) -> None:
-    """Issue 14 (the stack's memory at rest): make run gives every child
+    """DEC-memory-at-rest: make run gives every child
     CLEPSYDRA_SINGLE_PROCESS=true, so the store, the retry service and the analytics API each
     run gunicorn's worker in their own process; a value the user set wins (the fault matrix
     keeps the masters, as deployed)."""
@@ -125,7 +125,7 @@ def test_make_run_runs_the_one_worker_services_without_a_gunicorn_master(
 
 
 def test_make_run_core_starts_no_analytics_part(tmp_path: Path) -> None:
-    # issue 14 (memory at rest): `make run-core` (--without-analytics) is the core alone,
+    # DEC-memory-at-rest: `make run-core` (--without-analytics) is the core alone,
     # with the console (it needs no Java either)
     env = {"CLEPSYDRA_HOME": str(tmp_path), "CLEPSYDRA_REDIS_URL": "redis://127.0.0.1:1/0",
            "PATH": "/usr/bin"}

@@ -1,4 +1,4 @@
-"""`make run` with CLEPSYDRA_AUTH=on (issue 16, "one setting locally"): each child that calls
+"""`make run` with CLEPSYDRA_AUTH=on: each child that calls
 another service gets a token of its own role, fresh at every start; the user's tokens stay."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The local stack's restart policy (issue 18.5): a child that dies is restarted after a
+"""The local stack's restart policy: a child that dies is restarted after a
 back-off that doubles, and given up on after too many deaths within the window."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The README's trace picture (issue 19, "shows one trace as a picture"): tools/trace_picture.py
+"""The README's trace picture (SPEC O1): tools/trace_picture.py
 draws a trace captured by the file exporter as a tree of bars, one row per span."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The edge check every Flask service shares (issue 16, "Access control"): 401 with
+"""The edge check every Flask service shares: 401 with
 ``WWW-Authenticate: Bearer`` for a missing or unknown token, 403 naming what the role lacks,
 probes open, a route nobody decided about refused at start, remembered decisions dropped when
 the tokens change."""

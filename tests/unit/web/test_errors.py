@@ -1,6 +1,6 @@
 """clepsydra_web.errors.error_answer: the one mapping of a request's exception to a v1 error
 answer, for Flask's handlers and the store's lean paths below Flask (DESIGN "HTTP contract",
-issue 16 for a broken body)."""
+and a broken body)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The OpenAPI documents are generated and cannot drift (issue 12.10, 13.1): each checked-in
+"""The OpenAPI documents are generated and cannot drift: each checked-in
 ``openapi.json`` equals what its service's route table and the wire types make, each names every
 route its app serves, and the generator adds what every route of a shape can answer."""
 
@@ -95,7 +95,7 @@ def test_generator_adds_the_shape_errors_and_closes_requests() -> None:
 
 
 def test_the_bearer_scheme_is_described_with_its_answers() -> None:
-    """Issue 16, access control: the bearer scheme of CLEPSYDRA_AUTH=on is in every document,
+    """Access control: the bearer scheme of CLEPSYDRA_AUTH=on is in every document,
     its 401 and 403 described once."""
     api = Api("t", "1", "d", [
         Route("GET", "/v1/things", "listThings", "List", [Answer(200, "ok")]),

@@ -1,4 +1,4 @@
-"""Requests a second per token (issue 16, "Limits"): the token bucket of clepsydra_web."""
+"""Requests a second per token: the token bucket of clepsydra_web."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Request spans the same way in every HTTP service (clepsydra_web.tracing, issue 19): the
+"""Request spans the same way in every HTTP service (clepsydra_web.tracing, SPEC O1): the
 caller's traceparent continued, ops routes and idle requests not exported, polls traced only
 inside a caller's trace."""
 
