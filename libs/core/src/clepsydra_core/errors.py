@@ -146,6 +146,11 @@ class DiskFull(ClepsydraError):
     http_status = 507
 
 
+class RemoteError(ClepsydraError):
+    """A service answered with an error its client has no closer class for, or an answer
+    that does not read as the wire type expected (then a 502)."""
+
+
 class StoreError(ClepsydraError):
     """The store's files failed (I/O error, a broken invariant)."""
 

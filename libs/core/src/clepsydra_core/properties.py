@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Mapping
 from typing import Any
 
 from clepsydra_core.errors import CorruptRecordError
@@ -87,6 +88,12 @@ def append_to_list(raw: str | None, entry: Any, max_entries: int = LIST_MAX_ENTR
         items = parsed if isinstance(parsed, list) else [{"unparsed": raw[:UNPARSED_MAX_CHARS]}]
     items.append(entry)
     return json.dumps(items[-max_entries:], ensure_ascii=False, separators=(",", ":"))
+
+
+def trace_id_of(props: Mapping[str, str]) -> str | None:
+    """The 32-hex trace id in a message's ``traceparent`` (SPEC O1), or None."""
+    parts = props.get(TRACEPARENT, "").split("-")
+    return parts[1] if len(parts) >= 4 else None
 
 
 NAME_LEN = struct.Struct(">H")

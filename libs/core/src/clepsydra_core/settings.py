@@ -12,11 +12,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from clepsydra_core import logging as clogging
 from clepsydra_core.errors import ConfigError
 from clepsydra_core.levels import DEFAULT_LEVELS, DelayLevels, duration_ms
 
 Env = Mapping[str, str]
+
+LOG_JSON = "json"
+LOG_TEXT = "text"
+LOG_FORMATS = (LOG_JSON, LOG_TEXT)
+"""The values of CLEPSYDRA_LOG_FORMAT (``clepsydra_core.runtime.logging`` writes them)."""
 
 
 def env_str(env: Env, name: str, default: str) -> str:
@@ -151,8 +155,8 @@ class CommonSettings:
     delay_levels: DelayLevels
     otel_exporter: str
     log_level: str
-    log_format: str = clogging.JSON
-    """CLEPSYDRA_LOG_FORMAT: ``json`` lines (the default) or ``text`` for people (issue 20.7)."""
+    log_format: str = LOG_JSON
+    """CLEPSYDRA_LOG_FORMAT: ``json`` lines (the default) or ``text`` for people."""
     auto_create_groups: bool = True
     """A consumer group is created with default settings the first time it is seen (a
     heartbeat or a send-back), as RocketMQ's broker does by default (issue 12.2)."""
@@ -179,17 +183,12 @@ class CommonSettings:
             delay_levels=env_levels(env),
             otel_exporter=env_str(env, "CLEPSYDRA_OTEL_EXPORTER", "none"),
             log_level=env_str(env, "CLEPSYDRA_LOG_LEVEL", "INFO").upper(),
-            log_format=env_choice(env, "CLEPSYDRA_LOG_FORMAT", clogging.JSON, clogging.FORMATS),
+            log_format=env_choice(env, "CLEPSYDRA_LOG_FORMAT", LOG_JSON, LOG_FORMATS),
             auto_create_groups=env_bool(env, "CLEPSYDRA_AUTO_CREATE_GROUPS", True),
             auth=AuthSettings.from_env(env, home),
             token=client_token(env),
             single_process=env_bool(env, SINGLE_PROCESS, False),
         )
-
-    def configure_logging(self, service: str) -> None:
-        """This process's log lines: CLEPSYDRA_LOG_LEVEL and CLEPSYDRA_LOG_FORMAT, named
-        ``service``."""
-        clogging.configure(self.log_level, service=service, fmt=self.log_format)
 
     @property
     def effective_redis_url(self) -> str:

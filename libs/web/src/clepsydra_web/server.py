@@ -38,7 +38,7 @@ from gunicorn.errors import AppImportError
 from gunicorn.glogging import Logger as GunicornLogger
 from gunicorn.workers.gthread import ThreadWorker
 
-from clepsydra_core import logging as clogging
+from clepsydra_core.runtime import logging as clogging
 from clepsydra_web.slow_clients import CompleteRequestsOnly
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ JSON_THREAD_WORKER = f"{__name__}.JsonThreadWorker"
 
 class JsonGunicornLogger(GunicornLogger):  # type: ignore[misc]
     """gunicorn's own log lines in the service's format (JSON, or CLEPSYDRA_LOG_FORMAT=text),
-    like every other line of the service (``clepsydra_core.logging``)."""
+    like every other line of the service (``clepsydra_core.runtime.logging``)."""
 
     def setup(self, cfg: Any) -> None:
         super().setup(cfg)

@@ -33,7 +33,6 @@ from urllib.parse import quote, urlencode, urlsplit
 
 import orjson
 
-from clepsydra_core import telemetry
 from clepsydra_core.errors import (
     AlreadyDelivered,
     BodyTooLarge,
@@ -47,14 +46,16 @@ from clepsydra_core.errors import (
     NotSent,
     OffsetOutOfRange,
     RateLimited,
+    RemoteError,
     TopicNotFound,
     Unauthorized,
     Unavailable,
     ValidationError,
 )
-from clepsydra_core.http_connections import DEFAULT_SPIN_US, ConnectionPool
-from clepsydra_core.http_connections import NotSent as ConnectionNotSent
 from clepsydra_core.properties import TRACEPARENT
+from clepsydra_core.runtime import telemetry
+from clepsydra_core.runtime.http_connections import DEFAULT_SPIN_US, ConnectionPool
+from clepsydra_core.runtime.http_connections import NotSent as ConnectionNotSent
 from clepsydra_core.settings import client_token, env_int
 from clepsydra_core.wire.cluster import SHARDS_HEADER
 
@@ -89,10 +90,6 @@ def _proxied(base_url: str) -> bool:
     import requests
 
     return bool(requests.utils.get_environ_proxies(base_url))
-
-
-class RemoteError(ClepsydraError):
-    """A service answered with an error the client has no closer class for."""
 
 
 def segment(value: str | int) -> str:

@@ -1,5 +1,5 @@
 """Context-only spans for what will not be recorded, and the sampler that decides (issue 19,
-"cheap"; re-exported by clepsydra_core.telemetry, which installs them).
+"cheap"; re-exported by clepsydra_core.runtime.telemetry, which installs them).
 
 The sampler is ``OTEL_TRACES_SAMPLER`` (and ``OTEL_TRACES_SAMPLER_ARG``) when set; otherwise
 (:func:`default_sampler`) parent-based, with one new trace in a hundred for ``otlp`` (the

@@ -19,10 +19,10 @@ import time
 import warnings
 from typing import IO, Any
 
-JSON = "json"
-TEXT = "text"
-FORMATS = (JSON, TEXT)
-"""The values of CLEPSYDRA_LOG_FORMAT."""
+from clepsydra_core.settings import LOG_FORMATS as FORMATS
+from clepsydra_core.settings import LOG_JSON as JSON
+from clepsydra_core.settings import LOG_TEXT as TEXT
+from clepsydra_core.settings import CommonSettings
 
 _current: dict[str, str] = {"service": "clepsydra", "format": JSON}
 """What :func:`configure` chose for this process (a formatter made later, e.g. by gunicorn's
@@ -114,6 +114,12 @@ def configure(level: str = "INFO", *, service: str | None = None, fmt: str = JSO
     root.handlers[:] = [handler]
     root.setLevel(level)
     logging.captureWarnings(True)
+
+
+def configure_from(settings: CommonSettings, service: str) -> None:
+    """This process's log lines as its settings say (CLEPSYDRA_LOG_LEVEL,
+    CLEPSYDRA_LOG_FORMAT), named ``service``."""
+    configure(settings.log_level, service=service, fmt=settings.log_format)
 
 
 CELERY_ROOT_WARNING = r"You're running the worker with superuser privileges"

@@ -1,5 +1,6 @@
-"""Keep-alive HTTP/1.1 connections, one per thread, for :class:`clepsydra_core.http.HttpClient`'s
-calls to a plain ``http://`` service without a proxy (issue 14).
+"""Keep-alive HTTP/1.1 connections, one per thread, for
+:class:`clepsydra_core.runtime.http.HttpClient`'s calls to a plain ``http://`` service without a
+proxy (issue 14).
 
 A call through ``requests`` costs its caller 0.4-0.9 ms of CPU (sessions, adapters, urllib3's
 pool and retry objects, cookie and hook machinery), more than the store spends answering a

@@ -16,7 +16,7 @@ need the main thread; it stops as Celery's own signal handler stops a worker, by
 shutdown flag of ``celery.worker.state`` (the loop sees it within a second), and returns after
 the task in progress.
 
-Like :mod:`clepsydra_core.celery_beat`, this module imports Celery only when called
+Like :mod:`clepsydra_core.runtime.celery_beat`, this module imports Celery only when called
 (clepsydra_core does not depend on Celery).
 """
 
