@@ -1,4 +1,4 @@
-"""Access control (issue 16): who a bearer token is, and what its role lets it do. Pure: no
+"""Access control (README): who a bearer token is, and what its role lets it do. Pure: no
 I/O here (the tokens file is ``auth_tokens``, the HTTP edge is ``clepsydra_web.auth``).
 
 A token is a high-entropy random string (``clp_`` + 256 random bits) shown once, when it is

@@ -112,7 +112,7 @@ TOKEN_VAR = "CLEPSYDRA_TOKEN"
 
 @dataclass(frozen=True, slots=True)
 class AuthSettings:
-    """Access control at a service's edge (issue 16; README, "Access control")."""
+    """Access control at a service's edge (README "Access control")."""
 
     enabled: bool = False
     tokens_file: Path | None = None
@@ -159,14 +159,15 @@ class CommonSettings:
     """CLEPSYDRA_LOG_FORMAT: ``json`` lines (the default) or ``text`` for people."""
     auto_create_groups: bool = True
     """A consumer group is created with default settings the first time it is seen (a
-    heartbeat or a send-back), as RocketMQ's broker does by default (issue 12.2)."""
+    heartbeat or a send-back), as RocketMQ's broker does by default."""
     auth: AuthSettings = AuthSettings()
-    """Who may call this service (issue 16)."""
+    """Who may call this service (README "Access control")."""
     token: str | None = field(default=None, repr=False)
     """The token this part sends on its own calls (CLEPSYDRA_TOKEN)."""
     single_process: bool = False
     """CLEPSYDRA_SINGLE_PROCESS: the store, the retry service and the analytics API run their
-    one gunicorn worker in their own process, without a master (``make run``; issue 14)."""
+    one gunicorn worker in their own process, without a master (``make run``;
+    DEC-memory-at-rest)."""
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> CommonSettings:

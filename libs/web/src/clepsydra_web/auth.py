@@ -1,4 +1,5 @@
-"""Access control at the edge of every HTTP service (issue 16), the same way everywhere.
+"""Access control at the edge of every HTTP service (README, "Access control"),
+the same way everywhere.
 
 Each service gives a table: endpoint -> :class:`Need` (the action, and the view argument that
 names its topic or group). :func:`install` adds one ``before_request`` hook that answers:

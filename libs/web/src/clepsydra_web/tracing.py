@@ -1,4 +1,4 @@
-"""Server spans, the same way in every HTTP service (issue 19): each request is one span
+"""Server spans, the same way in every HTTP service (SPEC O1): each request is one span
 ``<service>.<operation>``, a child of the caller's W3C ``traceparent`` header when it sends
 one, current while the view runs (so the service's own calls carry it on,
 clepsydra_core.runtime.http).

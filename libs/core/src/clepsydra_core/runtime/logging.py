@@ -1,7 +1,7 @@
 """Log lines of every process, configured once by each entry point (library code adds no
 handlers).
 
-Every process of the stack writes the same lines (issue 20.7): by default one JSON object per
+Every process of the stack writes the same lines: by default one JSON object per
 line with ``time``, ``level``, ``service``, ``logger``, ``message`` and, inside a span,
 ``trace_id`` and ``span_id`` (and ``exc`` for an exception), so a trace id printed in a log line
 finds the message's whole life. ``CLEPSYDRA_LOG_FORMAT=text`` writes the same fields as one
@@ -130,7 +130,7 @@ CELERY_SERIALIZERS = {"accept_content": ["json"], "task_serializer": "json",
 
 
 def quiet_celery_root_warning() -> None:
-    """Leave out Celery's warning about a worker running as root (issue 20.7).
+    """Leave out Celery's warning about a worker running as root.
 
     The stack runs its workers as the user who starts it, as intended: uid 10001 in the
     images and on Kubernetes, the developer locally (root in a container or a CI machine).
