@@ -106,21 +106,21 @@ class OffsetOutOfRange(ClepsydraError):
 
 class Forbidden(ClepsydraError):
     """The caller may not do this to this resource (a system topic, SPEC S3; a token whose
-    role does not cover the action, README "Access control")."""
+    role does not cover the action, docs/access-control.md)."""
 
     code = "FORBIDDEN"
     http_status = 403
 
 
 class Unauthorized(ClepsydraError):
-    """No bearer token, or one the service does not know (README "Access control")."""
+    """No bearer token, or one the service does not know (docs/access-control.md)."""
 
     code = "UNAUTHORIZED"
     http_status = 401
 
 
 class RateLimited(ClepsydraError):
-    """A token sent more requests a second than its limit (README "Access control"); the
+    """A token sent more requests a second than its limit (docs/access-control.md); the
     answer carries ``Retry-After`` (whole seconds)."""
 
     code = "RATE_LIMITED"

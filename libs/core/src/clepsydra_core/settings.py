@@ -1,5 +1,5 @@
-"""Reading settings from the environment, and the settings every part agrees on (README.md,
-Configuration).
+"""Reading settings from the environment, and the settings every part agrees on
+(docs/configuration.md).
 
 Each service has one frozen settings dataclass built once by ``from_env()``; these helpers read
 one variable each and raise ConfigError naming the variable. Nothing else reads os.environ.
@@ -112,7 +112,7 @@ TOKEN_VAR = "CLEPSYDRA_TOKEN"
 
 @dataclass(frozen=True, slots=True)
 class AuthSettings:
-    """Access control at a service's edge (README "Access control")."""
+    """Access control at a service's edge (docs/access-control.md)."""
 
     enabled: bool = False
     tokens_file: Path | None = None
@@ -145,7 +145,7 @@ SINGLE_PROCESS = "CLEPSYDRA_SINGLE_PROCESS"
 
 @dataclass(frozen=True, slots=True)
 class CommonSettings:
-    """The settings shared by every part (README.md, Configuration)."""
+    """The settings shared by every part (docs/configuration.md)."""
 
     home: Path
     store_url: str
@@ -161,7 +161,7 @@ class CommonSettings:
     """A consumer group is created with default settings the first time it is seen (a
     heartbeat or a send-back), as RocketMQ's broker does by default."""
     auth: AuthSettings = AuthSettings()
-    """Who may call this service (README "Access control")."""
+    """Who may call this service (docs/access-control.md)."""
     token: str | None = field(default=None, repr=False)
     """The token this part sends on its own calls (CLEPSYDRA_TOKEN)."""
     single_process: bool = False

@@ -5,7 +5,7 @@ clepsydra_core.runtime.http).
 
 Spans are started by hand (two calls per request) rather than by
 opentelemetry-instrumentation-flask, whose middleware costs several times more per request on
-the produce path (store README, "Where the time goes").
+the produce path (docs/performance.md, DEC-hand-made-spans).
 
 What makes no span, so that an idle stack exports (almost) nothing:
 

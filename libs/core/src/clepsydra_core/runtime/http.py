@@ -12,7 +12,7 @@ the URL.
 
 Every call carries ``Authorization: Bearer <token>`` when the client has a token: the one it
 is given, else ``CLEPSYDRA_TOKEN`` (so the SDK, the CLI and the services' own calls authenticate
-here, in one place; README "Access control"). The token is never logged nor put in an error.
+here, in one place; docs/access-control.md). The token is never logged nor put in an error.
 
 ``HttpClient("http://127.0.0.1:8081").get("/v1/topics/{}", "%RETRY%G")`` percent-encodes each
 path argument as one segment (``%25RETRY%25G``).
