@@ -43,7 +43,7 @@ from clepsydra_client.consumer.listener import ConsumeFromWhere
 from clepsydra_client.consumer.push import PushConsumer as SdkPushConsumer
 from clepsydra_client.producer import OutgoingMessage
 from clepsydra_client.producer import Producer as SdkProducer
-from clepsydra_core.http import HttpClient
+from clepsydra_core.runtime.http import HttpClient
 from tools import parts
 
 BODY = "x" * 100

@@ -139,7 +139,7 @@ def run_raw(store_url: str, seconds: float, body_bytes: int, *,
 def run_sdk(store_url: str, seconds: float, body_bytes: int,
             spin_us: int | None = None) -> tuple[int, float]:
     from clepsydra_client import Producer
-    from clepsydra_core.http import HttpClient
+    from clepsydra_core.runtime.http import HttpClient
 
     body = "x" * body_bytes
     http = None if spin_us is None else HttpClient(store_url, service="store", spin_us=spin_us)

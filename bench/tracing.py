@@ -10,7 +10,7 @@ Modes (the client in this process, the store as its own process):
   none     no exporter set (CLEPSYDRA_OTEL_EXPORTER=none, the default): context-only spans,
            trace ids in messages; target: within 1 % of ``off``
   default  CLEPSYDRA_OTEL_EXPORTER=otlp at the default sampler (parent-based, one new trace in
-           a hundred: clepsydra_core.telemetry.DEFAULT_RATIO), client and store exporting
+           a hundred: clepsydra_core.runtime.telemetry.DEFAULT_RATIO), client and store exporting
            OTLP/HTTP (batch span processor) to a local receiver that decodes and counts the
            spans; target: within 5 % of ``off``
   always   the same with OTEL_TRACES_SAMPLER=parentbased_always_on: every message traced
@@ -50,7 +50,7 @@ from clepsydra_client.admin import AdminClient
 from clepsydra_client.consumer.listener import ConsumeFromWhere
 from clepsydra_client.consumer.push import PushConsumer
 from clepsydra_client.producer import OutgoingMessage, Producer
-from clepsydra_core import telemetry
+from clepsydra_core.runtime import telemetry
 from tools.processes import free_port
 
 MODES = ("off", "none", "default", "always")

@@ -18,8 +18,8 @@ from clepsydra_client.consumer.consume_service import ConsumeService
 from clepsydra_client.message import Message
 from clepsydra_client.producer import OutgoingMessage, Producer
 from clepsydra_core import properties as P
-from clepsydra_core import telemetry
-from clepsydra_core.http import HttpClient
+from clepsydra_core.runtime import telemetry
+from clepsydra_core.runtime.http import HttpClient
 from clepsydra_web.tracing import ServerTracing
 
 BODY = "x" * 100

@@ -5,9 +5,9 @@ start to its end, coloured by the process that made it.
     python -m tools.trace_picture SPANS.jsonl OUT.png [--trace TRACE_ID ...]
 
 ``SPANS.jsonl`` holds one span a line in the format of ``CLEPSYDRA_OTEL_EXPORTER=file:<path>``
-(clepsydra_core.telemetry.JsonLinesSpanExporter: name, service, traceId, spanId, parentSpanId,
-links, attributes, start, end). Every trace whose root is a ``client.produce`` span is drawn
-(or the ``--trace`` ones), one panel each, titled with what happened to its message. The
+(clepsydra_core.runtime.telemetry.JsonLinesSpanExporter: name, service, traceId, spanId,
+parentSpanId, links, attributes, start, end). Every trace whose root is a ``client.produce`` span is
+drawn (or the ``--trace`` ones), one panel each, titled with what happened to its message. The
 README's picture is redone with
 
     CLEPSYDRA_TRACE_OUT=docs/trace pytest -p tools.pytest_plugin -m integration \\
@@ -28,7 +28,7 @@ from typing import Any
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from clepsydra_core import telemetry
+from clepsydra_core.runtime import telemetry
 
 COLOURS = {telemetry.CLIENT_SERVICE: "#4C72B0", telemetry.STORE_SERVICE: "#DD8452",
            telemetry.RETRY_SERVICE: "#55A868", telemetry.SCHEDULER_SERVICE: "#8172B3"}

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from clepsydra_core import naming
-from clepsydra_core.http import HttpClient
+from clepsydra_core.runtime.http import HttpClient
 from clepsydra_core.wire.history import MessageHistory
 from clepsydra_core.wire.messages import PullAnswer
 from tests.browser.conftest import Browser, browser_for, stack_with_console

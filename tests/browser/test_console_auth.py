@@ -21,7 +21,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from clepsydra_core.auth import Role
 from clepsydra_core.auth_tokens import create_token
-from clepsydra_core.http import HttpClient
+from clepsydra_core.runtime.http import HttpClient
 from tests.browser.conftest import Browser, browser_for, stack_with_console
 from tools.parts import Stack
 

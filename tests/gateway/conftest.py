@@ -35,7 +35,7 @@ from rocketmq import (
 )
 from rocketmq.grpc_protocol import MessagingServiceStub
 
-from clepsydra_core.http import HttpClient
+from clepsydra_core.runtime.http import HttpClient
 from tests.helpers import unique_name
 from tools import parts
 

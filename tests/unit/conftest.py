@@ -8,7 +8,7 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from clepsydra_core import telemetry
+from clepsydra_core.runtime import telemetry
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@ DEC-memory-at-rest): the analytics API, the schedule's Celery worker with its be
 in one process, as ``make run`` starts them. The API and the exporter answer their ports and the
 exporter exports; a stop writes what it buffered; beat is a thread, not a forked child; an exporter
 or a schedule worker that stops unasked takes the process down. Also
-:class:`clepsydra_core.celery_worker.WorkerThread` against a real Redis."""
+:class:`clepsydra_core.runtime.celery_worker.WorkerThread` against a real Redis."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 import requests
 from celery import Celery
 
-from clepsydra_core.celery_worker import WorkerThread
+from clepsydra_core.runtime.celery_worker import WorkerThread
 from tests.fixtures.stack import descendants
 from tests.integration.analytics.conftest import create_topic, exported_ids, produce, settings_for
 from tools.parts import ANALYTICS_LOCAL, Stack
@@ -59,7 +59,7 @@ def test_one_process_serves_schedules_and_exports_and_writes_its_buffers_at_stop
         # at rest (rows buffered, nothing written) the process holds neither Celery's
         # command line nor pyarrow (its shared objects are not mapped)
         imported = re.findall(r"^import time:.*\|\s+([\w.]+)$", proc.log(), re.MULTILINE)
-        assert "clepsydra_core.celery_worker" in imported
+        assert "clepsydra_core.runtime.celery_worker" in imported
         assert not [m for m in imported if m.split(".")[0] in (
             "prompt_toolkit", "pygments", "click_repl") or m.startswith("celery.bin")]
         assert "/pyarrow/" not in Path(f"/proc/{proc.pid}/maps").read_text()

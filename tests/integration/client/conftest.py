@@ -28,7 +28,7 @@ from clepsydra_client.consumer.push import PushConsumer
 from clepsydra_client.message import Message
 from clepsydra_client.producer import Producer
 from clepsydra_client.settings import ensure_tracing
-from clepsydra_core import telemetry
+from clepsydra_core.runtime import telemetry
 from tests.fixtures.scheduler import SCHEDULER_TEST_ENV
 from tests.integration.retry.conftest import LEVELS_1S
 from tools import parts

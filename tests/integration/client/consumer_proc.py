@@ -21,8 +21,8 @@ from pathlib import Path
 from clepsydra_client.consumer.listener import ConsumeFromWhere, ConsumeResult
 from clepsydra_client.consumer.push import PushConsumer
 from clepsydra_client.message import Message
-from clepsydra_core import telemetry
-from clepsydra_core.logging import configure
+from clepsydra_core.runtime import telemetry
+from clepsydra_core.runtime.logging import configure
 
 
 def main() -> int:

@@ -20,7 +20,7 @@ from clepsydra_client.consumer.listener import ConsumeFromWhere, OrderlyResult
 from clepsydra_client.consumer.push import PushConsumer
 from clepsydra_client.message import MessageQueue
 from clepsydra_client.producer import OutgoingMessage, Producer
-from clepsydra_core.http import HttpClient
+from clepsydra_core.runtime.http import HttpClient
 from tools.processes import HttpService, wait_until
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from clepsydra_client.producer import OutgoingMessage, Producer
-from clepsydra_core import telemetry
+from clepsydra_core.runtime import telemetry
 from tools.processes import HttpService
 
 pytestmark = pytest.mark.integration

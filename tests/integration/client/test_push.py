@@ -22,8 +22,9 @@ from clepsydra_client.consumer.pull_consumer import PullConsumer
 from clepsydra_client.message import Message, MessageQueue
 from clepsydra_client.producer import OutgoingMessage
 from clepsydra_client.topics import fetch_topic_or_none
-from clepsydra_core import naming, telemetry
+from clepsydra_core import naming
 from clepsydra_core import properties as P
+from clepsydra_core.runtime import telemetry
 from tools.processes import wait_until
 
 if TYPE_CHECKING:

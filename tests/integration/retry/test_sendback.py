@@ -14,8 +14,9 @@ import pytest
 import redis
 from flask.testing import FlaskClient
 
-from clepsydra_core import naming, telemetry
+from clepsydra_core import naming
 from clepsydra_core import properties as P
+from clepsydra_core.runtime import telemetry
 from clepsydra_core.wire.errors import ErrorAnswer
 from clepsydra_core.wire.retry import SendBackAnswer, SendBackResults
 from clepsydra_retry.app import create_app

@@ -29,8 +29,9 @@ from clepsydra_client.consumer.listener import ConcurrentContext, ConsumeFromWhe
 from clepsydra_client.consumer.push import PushConsumer
 from clepsydra_client.message import Message
 from clepsydra_client.producer import Producer
-from clepsydra_core import naming, telemetry
+from clepsydra_core import naming
 from clepsydra_core import properties as P
+from clepsydra_core.runtime import telemetry
 from tests.fixtures.otlp import ReceivedSpan
 from tools.processes import wait_until
 
@@ -327,7 +328,7 @@ def _assert_trees(spans: list[ReceivedSpan], delayed_id: str, doomed_id: str, gr
 
 def file_record(span: ReceivedSpan) -> dict[str, object]:
     """A received span in the JSON-lines format of CLEPSYDRA_OTEL_EXPORTER=file:<path>
-    (clepsydra_core.telemetry.JsonLinesSpanExporter), which tools/trace_picture.py reads."""
+    (clepsydra_core.runtime.telemetry.JsonLinesSpanExporter), which tools/trace_picture.py reads."""
     return {"name": span.name, "service": span.service, "traceId": span.trace_id,
             "spanId": span.span_id, "parentSpanId": span.parent_span_id,
             "links": [trace_id for trace_id, _ in span.links], "attributes": span.attributes,

@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from clepsydra_core import naming, telemetry
+from clepsydra_core import naming
 from clepsydra_core import properties as P
 from clepsydra_core.naming import delay_offset_key
+from clepsydra_core.runtime import telemetry
 from tests.fixtures.scheduler import TOPIC, SchedulerStack, assert_each_once
 from tools.processes import free_port, wait_until
 

@@ -13,7 +13,7 @@ import requests
 from flask.testing import FlaskClient
 
 from clepsydra_core import naming
-from clepsydra_core.http import segment
+from clepsydra_core.runtime.http import segment
 from tests.integration.store_api.helpers import TOPIC, assert_error, stored_count
 from tools.processes import HttpService, free_port
 

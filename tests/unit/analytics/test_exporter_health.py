@@ -15,7 +15,7 @@ import pytest
 from clepsydra_analytics.exporter import Exporter
 from clepsydra_analytics.exporter_health import health_server
 from clepsydra_analytics.settings import AnalyticsSettings
-from clepsydra_core.health_http import HealthServer
+from clepsydra_core.runtime.health_http import HealthServer
 
 
 class Clock:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from clepsydra_core.errors import ClepsydraError
-from clepsydra_core.http import HttpClient, segment
+from clepsydra_core.runtime.http import HttpClient, segment
 from clepsydra_core.wire.produce import ProduceAnswer
 from clepsydra_core.wire.retry import SendBackAnswer
 

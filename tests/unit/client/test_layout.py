@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.store.test_layers import imports, module_name
+from tests.unit.import_walk import imports, module_name
 from tools.processes import REPO
 
 PACKAGE = REPO / "libs" / "client" / "src" / "clepsydra_client"

@@ -13,7 +13,7 @@ from opentelemetry import trace
 
 from clepsydra_client import Producer
 from clepsydra_core import properties as P
-from clepsydra_core.http import RemoteError
+from clepsydra_core.errors import RemoteError
 from tests.unit.core.test_http_connections import Exchange, Handler, Server, serve
 
 __all__ = ["serve"]  # the fixture

@@ -27,8 +27,8 @@ from clepsydra_core.errors import (
     Unavailable,
     ValidationError,
 )
-from clepsydra_core.http import HttpClient, segment
-from clepsydra_core.shard_map import REFRESH_S
+from clepsydra_core.runtime.http import HttpClient, segment
+from clepsydra_core.runtime.shard_map import REFRESH_S
 
 SHARDS = 3
 QUEUES = 2

@@ -9,8 +9,8 @@ from clepsydra_client.consumer.sendback import SendBack, failure_reason, fallbac
 from clepsydra_client.message import Message
 from clepsydra_client.settings import ensure_tracing
 from clepsydra_core import properties as P
-from clepsydra_core import telemetry
 from clepsydra_core.errors import Unavailable
+from clepsydra_core.runtime import telemetry
 from tests.unit.client.fakes import FakeHttp, FakeRetry, as_http, failing, sent_back, stored
 
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ from clepsydra_client.delivery_time import (
 from clepsydra_client.message import ScheduleChange
 from clepsydra_client.producer import OutgoingMessage, Producer
 from clepsydra_core.errors import AlreadyDelivered, MessageNotFound, ValidationError
-from clepsydra_core.http import error_from_response
+from clepsydra_core.runtime.http import error_from_response
 from clepsydra_core.wire.timers import TimerBacklog
 from tests.unit.client.fakes import FakeHttp, as_http
 

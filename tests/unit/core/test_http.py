@@ -14,11 +14,12 @@ from clepsydra_core.errors import (
     NoPermission,
     NotFound,
     OffsetOutOfRange,
+    RemoteError,
     TopicNotFound,
     Unavailable,
     ValidationError,
 )
-from clepsydra_core.http import HttpClient, RemoteError, error_from_response, segment
+from clepsydra_core.runtime.http import HttpClient, error_from_response, segment
 from tools.processes import free_port
 
 if TYPE_CHECKING:
@@ -82,7 +83,7 @@ def test_proxies_come_from_the_environment_once_and_netrc_is_not_read(
 _LOADS_REQUESTS = """
 import sys
 from clepsydra_core.errors import Unavailable
-from clepsydra_core.http import HttpClient
+from clepsydra_core.runtime.http import HttpClient
 client = HttpClient(sys.argv[1], timeout_s=1.0)
 try:
     client.get("/healthz")

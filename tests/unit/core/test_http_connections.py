@@ -15,8 +15,13 @@ import orjson
 import pytest
 
 from clepsydra_core.errors import NotSent, TopicNotFound, Unavailable
-from clepsydra_core.http import HttpClient
-from clepsydra_core.http_connections import GATHER_BYTES, Connection, _send_gathered, _timeval
+from clepsydra_core.runtime.http import HttpClient
+from clepsydra_core.runtime.http_connections import (
+    GATHER_BYTES,
+    Connection,
+    _send_gathered,
+    _timeval,
+)
 
 Handler = Callable[["Exchange"], bool]
 """Answers one request; False closes the connection after it."""
@@ -374,7 +379,7 @@ def test_a_caller_in_a_loop_spins_for_quick_answers_and_no_one_else_does(
 
 def test_the_spin_is_a_client_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     from clepsydra_core.errors import ConfigError
-    from clepsydra_core.http_connections import DEFAULT_SPIN_US
+    from clepsydra_core.runtime.http_connections import DEFAULT_SPIN_US
 
     def spin() -> int:
         pool = HttpClient("http://127.0.0.1:1")._pool

@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from clepsydra_core import properties as P
-from clepsydra_core import telemetry
+from clepsydra_core.runtime import telemetry
 from clepsydra_web.tracing import ServerTracing
 
 SAMPLED = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"

@@ -16,11 +16,11 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from clepsydra_core import logging as clogging
 from clepsydra_core import properties as P
-from clepsydra_core import telemetry
 from clepsydra_core.errors import ConfigError
-from clepsydra_core.logging import (
+from clepsydra_core.runtime import logging as clogging
+from clepsydra_core.runtime import telemetry
+from clepsydra_core.runtime.logging import (
     CELERY_SERIALIZERS,
     JsonFormatter,
     configure,
@@ -58,15 +58,15 @@ def test_link_from_and_trace_id_of(spans: InMemorySpanExporter) -> None:  # SPEC
     producer, linked = spans.get_finished_spans()
     producer_trace = f"{producer.context.trace_id:032x}"
     assert [f"{link.context.trace_id:032x}" for link in linked.links] == [producer_trace]
-    assert telemetry.trace_id_of(props) == producer_trace
+    assert P.trace_id_of(props) == producer_trace
 
 
 def test_no_context_means_no_link_and_no_trace_id(spans: InMemorySpanExporter) -> None:
     assert telemetry.inject({}) == {}  # no active span: nothing written
     assert telemetry.link_from({}) == []
     assert telemetry.link_from({P.TRACEPARENT: "garbage"}) == []
-    assert telemetry.trace_id_of({}) is None
-    assert telemetry.trace_id_of({P.TRACEPARENT: "garbage"}) is None
+    assert P.trace_id_of({}) is None
+    assert P.trace_id_of({P.TRACEPARENT: "garbage"}) is None
     assert not trace.get_current_span(telemetry.extract({"other": "x"})).get_span_context(
     ).is_valid
 

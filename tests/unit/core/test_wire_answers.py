@@ -12,8 +12,7 @@ import pytest
 
 from clepsydra_core.auth import Role
 from clepsydra_core.auth_tokens import TokenEntry
-from clepsydra_core.errors import ClepsydraError, GroupNotFound, ValidationError
-from clepsydra_core.http import RemoteError
+from clepsydra_core.errors import ClepsydraError, GroupNotFound, RemoteError, ValidationError
 from clepsydra_core.wire.auth import (
     TokenCreate,
     TokenCreated,

@@ -19,8 +19,8 @@ from clepsydra_core.errors import (
     Unavailable,
     ValidationError,
 )
-from clepsydra_core.http import error_from_response
 from clepsydra_core.levels import DelayLevels
+from clepsydra_core.runtime.http import error_from_response
 from clepsydra_gateway.consume import _one_per_group
 from clepsydra_gateway.mapping import (
     GatewayError,

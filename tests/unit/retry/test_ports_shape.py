@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.store.test_layers import imports
+from tests.unit.import_walk import imports
 from tools.processes import REPO
 
 PACKAGE = REPO / "services" / "retry" / "src" / "clepsydra_retry"
 THROUGH_PORTS = ("sendback", "dlq", "headers", "policy", "dlq_filter")
 FORBIDDEN = ("clepsydra_retry.store_client", "clepsydra_retry.app", "clepsydra_retry.api",
-             "flask", "werkzeug", "gunicorn", "requests", "clepsydra_core.http")
+             "flask", "werkzeug", "gunicorn", "requests", "clepsydra_core.runtime.http")
 
 
 def refused(path: Path, root: Path = PACKAGE) -> list[str]:

@@ -6,7 +6,7 @@ restart takes its own leases back at once, DEC-scheduler-lease)."""
 from __future__ import annotations
 
 from clepsydra_core.errors import Unavailable
-from clepsydra_core.shard_map import Member
+from clepsydra_core.runtime.shard_map import Member
 from clepsydra_scheduler.ports import LeaseToken, WorkerIdentity
 from clepsydra_scheduler.runtime import SchedulerRuntime
 from clepsydra_scheduler.settings import SchedulerSettings, default_concurrency
@@ -19,7 +19,7 @@ def _token(name: str, incarnation: int) -> str:
 
 
 class _Members:
-    """The membership a worker reads (clepsydra_core.shard_map.ShardMap's ``members``)."""
+    """The membership a worker reads (clepsydra_core.runtime.shard_map.ShardMap's ``members``)."""
 
     def __init__(self, ids: list[int] | None) -> None:
         self.ids = ids

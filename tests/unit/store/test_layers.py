@@ -7,11 +7,11 @@ types only."""
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
 
+from tests.unit.import_walk import imports, module_name
 from tools.processes import REPO
 
 PACKAGE = REPO / "services" / "store" / "src" / "clepsydra_store"
@@ -22,7 +22,7 @@ BASE = frozenset({"config", "types"})
 """Modules every layer may import; they import no other part of the engine."""
 FORBIDDEN = ("flask", "werkzeug", "gunicorn", "opentelemetry", "prometheus_client",
              "requests", "celery", "redis", "orjson", "clepsydra_web", "clepsydra_core.wire",
-             "clepsydra_core.http", "clepsydra_core.telemetry", "clepsydra_store.api",
+             "clepsydra_core.runtime", "clepsydra_store.api",
              "clepsydra_store.app", "clepsydra_store.settings", "clepsydra_store.worker",
              "clepsydra_store.inline", "clepsydra_store.consumers",
              "clepsydra_store.queue_locks")
@@ -32,29 +32,8 @@ API_MAY_USE = frozenset({f"{ENGINE}.message_store", f"{ENGINE}.types"})
 """All ``api/`` imports of the engine: the facade and the values it takes and returns."""
 
 
-def module_name(path: Path, package: Path = PACKAGE) -> str:
-    parts = path.relative_to(package.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def imports(path: Path, root: Path = PACKAGE) -> list[str]:
-    """Every module a file of the package at ``root`` imports (``from x import y``: ``x`` and
-    ``x.y``, as y may be a module), relative imports resolved."""
-    tree = ast.parse(path.read_text(), filename=str(path))
-    name = module_name(path, root)
-    package = name.rsplit(".", 1)[0] if path.name != "__init__.py" else name
-    found: list[str] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found += [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
-                base = ".".join([*anchor, base] if base else anchor)
-            found.append(base)
-            found += [f"{base}.{alias.name}" for alias in node.names]
-    return found
+def name(path: Path) -> str:
+    return module_name(path, PACKAGE)
 
 
 def part(module: str) -> str | None:
@@ -69,17 +48,17 @@ def engine_files() -> list[Path]:
 
 
 def test_every_engine_module_has_a_layer() -> None:
-    unplaced = [module_name(p) for p in engine_files()
-                if module_name(p) != ENGINE
-                and part(module_name(p)) not in LAYERS.keys() | BASE]
+    unplaced = [name(p) for p in engine_files()
+                if name(p) != ENGINE
+                and part(name(p)) not in LAYERS.keys() | BASE]
     assert unplaced == []
 
 
-@pytest.mark.parametrize("path", engine_files(), ids=lambda p: module_name(p))
+@pytest.mark.parametrize("path", engine_files(), ids=name)
 def test_no_engine_module_imports_a_higher_layer(path: Path) -> None:
-    own = part(module_name(path))
+    own = part(name(path))
     wrong = []
-    for imported in imports(path):
+    for imported in imports(path, PACKAGE):
         other = part(imported)
         if other is None or other == own:
             continue
@@ -87,12 +66,12 @@ def test_no_engine_module_imports_a_higher_layer(path: Path) -> None:
             wrong.append(imported)  # a base module imports no part of the engine
         elif other not in BASE and own in LAYERS and LAYERS.get(other, 99) > LAYERS[own]:
             wrong.append(imported)
-    assert wrong == [], f"{module_name(path)} ({own}) imports a higher layer"
+    assert wrong == [], f"{name(path)} ({own}) imports a higher layer"
 
 
-@pytest.mark.parametrize("path", engine_files(), ids=lambda p: module_name(p))
+@pytest.mark.parametrize("path", engine_files(), ids=name)
 def test_the_engine_imports_no_framework_nor_wire_contract(path: Path) -> None:
-    wrong = [m for m in imports(path)
+    wrong = [m for m in imports(path, PACKAGE)
              if any(m == f or m.startswith(f + ".") for f in FORBIDDEN)]
     assert wrong == []
 
@@ -100,12 +79,12 @@ def test_the_engine_imports_no_framework_nor_wire_contract(path: Path) -> None:
 def test_the_api_reaches_the_engine_through_the_facade_only() -> None:
     wrong = {}
     for path in sorted((PACKAGE / "api").rglob("*.py")):
-        used = {m for m in imports(path) if m.startswith(ENGINE + ".")}
+        used = {m for m in imports(path, PACKAGE) if m.startswith(ENGINE + ".")}
         # "from clepsydra_store.engine import types" names the module types: allowed
         outside = sorted(m for m in used if not any(m == a or m.startswith(a + ".")
                                                     for a in API_MAY_USE))
         if outside:
-            wrong[module_name(path)] = outside
+            wrong[name(path)] = outside
     assert wrong == {}
 
 

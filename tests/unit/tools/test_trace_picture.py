@@ -10,7 +10,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from clepsydra_core import telemetry
+from clepsydra_core.runtime import telemetry
 from tools import trace_picture
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -27,7 +27,7 @@ from clepsydra_core.errors import (
     TopicNotFound,
     ValidationError,
 )
-from clepsydra_core.http import HttpClient
+from clepsydra_core.runtime.http import HttpClient
 from clepsydra_core.wire import dlq as wire_dlq
 from clepsydra_core.wire.cluster import ClusterAnswer, RouteAnswer, ShardStatus
 from clepsydra_core.wire.codec import read_answer

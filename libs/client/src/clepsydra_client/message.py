@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from clepsydra_core import naming, telemetry
+from clepsydra_core import naming
 from clepsydra_core import properties as P
 from clepsydra_core.msgid import shard_of_offset_msg_id
 from clepsydra_core.wire import timers
@@ -186,7 +186,7 @@ class Message:
 
     @property
     def trace_id(self) -> str | None:
-        return telemetry.trace_id_of(self.properties)
+        return P.trace_id_of(self.properties)
 
     @property
     def failure_history(self) -> list[Attempt]:

@@ -36,9 +36,9 @@ from clepsydra_client.message import ScheduleChange, SendResult
 from clepsydra_client.routing import Router
 from clepsydra_client.settings import ensure_tracing
 from clepsydra_core import properties as P
-from clepsydra_core import telemetry
-from clepsydra_core.errors import ValidationError
-from clepsydra_core.http import HttpClient, Json, RemoteError, segment
+from clepsydra_core.errors import RemoteError, ValidationError
+from clepsydra_core.runtime import telemetry
+from clepsydra_core.runtime.http import HttpClient, Json, segment
 from clepsydra_core.wire.produce import ProduceBatch, ProduceMessage
 from clepsydra_core.wire.timers import RescheduleRequest
 

@@ -1,7 +1,7 @@
 """Where a topic's queues are and which store shard a send goes to (DEC-store-shards): the
 SDK's side of a cluster of stores, over one bootstrap address.
 
-- :class:`Router` keeps the cluster's membership (``clepsydra_core.shard_map``) and each
+- :class:`Router` keeps the cluster's membership (``clepsydra_core.runtime.shard_map``) and each
   topic's route (``GET /v1/routes/{topic}``: every (shard, queueId) with its shard's address),
   read again every ``refresh_s`` (30 s) and at once after a failure.
 - A plain send goes to the shards in turn (each shard's store then spreads it over its own
@@ -42,8 +42,8 @@ from clepsydra_core.errors import (
     Unavailable,
     ValidationError,
 )
-from clepsydra_core.http import HttpClient
-from clepsydra_core.shard_map import REFRESH_S, Member, ShardMap
+from clepsydra_core.runtime.http import HttpClient
+from clepsydra_core.runtime.shard_map import REFRESH_S, Member, ShardMap
 from clepsydra_core.wire.cluster import RouteAnswer
 from clepsydra_core.wire.codec import read_answer
 

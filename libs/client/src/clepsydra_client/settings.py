@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from opentelemetry import trace
 
 from clepsydra_client.consumer.rebalance import DEFAULT_BROKER_NAME
-from clepsydra_core import telemetry
+from clepsydra_core.runtime import telemetry
 from clepsydra_core.settings import Env, env_float, env_int, env_str
 
 SERVICE_NAME = telemetry.CLIENT_SERVICE

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from clepsydra_client.message import MessageQueue
 from clepsydra_core.errors import TopicNotFound
-from clepsydra_core.http import HttpClient
+from clepsydra_core.runtime.http import HttpClient
 from clepsydra_core.wire.cluster import ShardsApplied
 from clepsydra_core.wire.codec import read_answer
 from clepsydra_core.wire.topics import TopicAnswer, TopicList

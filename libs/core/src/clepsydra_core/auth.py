@@ -1,5 +1,6 @@
-"""Access control (issue 16): who a bearer token is, and what its role lets it do. Pure: no
-I/O here (the tokens file is ``auth_tokens``, the HTTP edge is ``clepsydra_web.auth``).
+"""Access control (docs/access-control.md): who a bearer token is, and what its role lets it
+do. Pure: no I/O here (the tokens file is ``auth_tokens``, the HTTP edge is
+``clepsydra_web.auth``).
 
 A token is a high-entropy random string (``clp_`` + 256 random bits) shown once, when it is
 created; only its SHA-256 is kept. A fast unsalted hash is enough because the token is not a
@@ -7,7 +8,7 @@ password: with 256 random bits there is nothing to guess from a dictionary and n
 from a salt, and a slow hash (bcrypt, scrypt) would cost milliseconds on every request of the
 produce path, where the lookup is one dict access by digest.
 
-Roles (README, "Access control"):
+Roles (docs/access-control.md):
 
 - ``producer``: send to topics matching its topic patterns;
 - ``consumer``: pull topics matching its topic patterns, and for groups matching its group

@@ -80,7 +80,7 @@ class GroupNotFound(NotFound):
 
 
 class AlreadyDelivered(ClepsydraError):
-    """A cancel or reschedule of a delayed message already handed to its topic (issue 15)."""
+    """A cancel or reschedule of a delayed message already handed to its topic (SPEC T1)."""
 
     code = "ALREADY_DELIVERED"
     http_status = 409
@@ -97,7 +97,7 @@ class Fenced(ClepsydraError):
 
 class OffsetOutOfRange(ClepsydraError):
     """A queue offset or queue id outside what the queue holds: a 404, the position does not
-    exist (a request can be well formed and still name one; issue 12.10). A negative offset or
+    exist (a request can be well formed and still name one). A negative offset or
     queue id is malformed: a 400 with the same code."""
 
     code = "OFFSET_OUT_OF_RANGE"
@@ -106,22 +106,22 @@ class OffsetOutOfRange(ClepsydraError):
 
 class Forbidden(ClepsydraError):
     """The caller may not do this to this resource (a system topic, SPEC S3; a token whose
-    role does not cover the action, issue 16)."""
+    role does not cover the action, docs/access-control.md)."""
 
     code = "FORBIDDEN"
     http_status = 403
 
 
 class Unauthorized(ClepsydraError):
-    """No bearer token, or one the service does not know (issue 16)."""
+    """No bearer token, or one the service does not know (docs/access-control.md)."""
 
     code = "UNAUTHORIZED"
     http_status = 401
 
 
 class RateLimited(ClepsydraError):
-    """A token sent more requests a second than its limit (issue 16); the answer carries
-    ``Retry-After`` (whole seconds)."""
+    """A token sent more requests a second than its limit (docs/access-control.md); the
+    answer carries ``Retry-After`` (whole seconds)."""
 
     code = "RATE_LIMITED"
     http_status = 429
@@ -140,10 +140,15 @@ class NoPermission(ClepsydraError):
 
 class DiskFull(ClepsydraError):
     """The store's disk is used past its high-water mark (``CLEPSYDRA_STORE_DISK_MAX_RATIO``):
-    writes are refused, nothing of the request was stored (issue 12.8)."""
+    writes are refused, nothing of the request was stored."""
 
     code = "DISK_FULL"
     http_status = 507
+
+
+class RemoteError(ClepsydraError):
+    """A service answered with an error its client has no closer class for, or an answer
+    that does not read as the wire type expected (then a 502)."""
 
 
 class StoreError(ClepsydraError):

@@ -25,7 +25,6 @@ from typing import Any
 
 from clepsydra_core import naming
 from clepsydra_core import properties as P
-from clepsydra_core.telemetry import trace_id_of
 from clepsydra_core.wire import history as H
 from clepsydra_core.wire.history import GroupState, Hop, MessageHistory
 from clepsydra_core.wire.messages import StoredMessage
@@ -91,7 +90,7 @@ def _copy_fields(copy: StoredMessage) -> dict[str, Any]:
     return {"time": copy.store_timestamp, "topic": copy.topic, "queue_id": copy.queue_id,
             "queue_offset": copy.queue_offset, "commitlog_offset": copy.commitlog_offset,
             "offset_msg_id": copy.offset_msg_id, "attempt": copy.reconsume_times,
-            "trace_id": trace_id_of(copy.properties)}
+            "trace_id": P.trace_id_of(copy.properties)}
 
 
 def _readers(copy: StoredMessage, offsets: Offsets) -> list[GroupState]:
@@ -234,7 +233,7 @@ def build(inputs: Inputs) -> MessageHistory:
     if first is not None:
         reader.hops.append(Hop(kind=H.PRODUCED, time=first.born_timestamp,
                                topic=first.properties.get(P.REAL_TOPIC) or first.topic,
-                               host=first.born_host, trace_id=trace_id_of(first.properties)))
+                               host=first.born_host, trace_id=P.trace_id_of(first.properties)))
     for copy in copies:
         reader.read(copy)
     reader.cancelled()

@@ -1,4 +1,4 @@
-"""The two ids of a message (issue 20.4, as RocketMQ's msgId and offsetMsgId).
+"""The two ids of a message (as RocketMQ's msgId and offsetMsgId).
 
 - The **msgId** is the message's unique id, its ``UNIQ_KEY`` property: made by the client when
   it sends (or by the store when a producer gives none), 32 hex digits - IPv4, pid,
@@ -129,7 +129,7 @@ class UniqIds:
     process and sortable by time within it. Thread-safe: ``next`` of an ``itertools.count``
     is one step under the interpreter's lock, and the id's first 24 digits (prefix and time)
     are made once per millisecond, kept as one (time, text) pair (the SDK makes one id per
-    message sent: a lock and three formats were 0.66 µs of it, issue 14)."""
+    message sent: a lock and three formats were 0.66 µs of it)."""
 
     def __init__(self, prefix: bytes) -> None:
         if len(prefix) != 6:

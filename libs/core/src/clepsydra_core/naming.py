@@ -7,7 +7,7 @@ from urllib.parse import quote, unquote
 
 # ---- service names (OpenTelemetry resource ``service.name``, log lines' ``service``) --------
 # here, not in telemetry.py, so a process that only names itself (a gunicorn master) does not
-# import OpenTelemetry (issue 14, the stack's memory at rest); telemetry re-exports them
+# import OpenTelemetry (DEC-memory-at-rest); runtime.telemetry re-exports them
 STORE_SERVICE = "clepsydra-store"
 SCHEDULER_SERVICE = "clepsydra-scheduler"
 RETRY_SERVICE = "clepsydra-retry"
@@ -20,7 +20,7 @@ SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 """System topic with one queue per delay level (SPEC S1, L3)."""
 
 TIMER_TOPIC = "TIMER_TOPIC_XXXX"
-"""System topic of timer messages (SPEC T1, issue 15): queue ``TIMER_LOG_QUEUE`` is the timer
+"""System topic of timer messages (SPEC T1): queue ``TIMER_LOG_QUEUE`` is the timer
 log (one entry per parked timer message, tagsCode = its deliver time), queue
 ``TIMER_CANCEL_QUEUE`` holds the cancel tombstones."""
 TIMER_LOG_QUEUE = 0
@@ -85,12 +85,12 @@ TOPICS_FILE = "topics.json"
 GROUP_OFFSETS_FILE = "group_offsets.json"
 GROUP_SETTINGS_FILE = "group_settings.json"
 KEY_INDEX_DIR = "keys"
-"""The key index files (issue 14), under INDEX_DIR."""
+"""The key index files, under INDEX_DIR."""
 KEY_INDEX_FILE = "keys.idx"
-"""The key index of the format before issue 14 (one file loaded whole into memory): removed at
+"""The key index's former format (one file loaded whole into memory): removed at
 start, the index is rebuilt from the CommitLog."""
 TIMER_SLOTS_DIR = "timerslots"
-"""The timer index's time-bucketed slot files (issue 15), under the store's data folder."""
+"""The timer index's time-bucketed slot files (SPEC T2), under the store's data folder."""
 
 
 def segment_file_name(start_offset: int) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Mapping
 from typing import Any
 
 from clepsydra_core.errors import CorruptRecordError
@@ -33,10 +34,10 @@ DELIVER_TS = "DELIVER_TS"
 """Set by the store when a scheduled message is handed to its real topic: its deliver time."""
 SCHEDULE_OFFSET = "SCHEDULE_OFFSET"
 """`<level>:<queueOffset>` of the schedule entry a delivered message came from (SPEC D9);
-level 0 is the timer log (issue 15)."""
+level 0 is the timer log (SPEC T2)."""
 CANCEL_OF = "CANCEL_OF"
 """`<level>:<queueOffset>` (level 0: the timer log) of the entry a cancel tombstone takes back
-(issue 15)."""
+(SPEC T1)."""
 SCHEDULE_ERROR = "SCHEDULE_ERROR"
 """Why a scheduled message was parked in `%SCHEDULE_ERROR%` (SPEC D7)."""
 TRANSACTION_PREPARED = "TRAN_MSG"
@@ -46,7 +47,7 @@ DLQ_REASON = "DLQ_REASON"
 """Why a message was dead-lettered: `max_reconsume_times` or `level_negative`."""
 RESEND_HISTORY = "RESEND_HISTORY"
 """JSON list of the DLQ resends of a message ({time, client, group, from}), oldest first
-(R16; issue 20.5): set by the store's copy when the retry service resends a dead letter."""
+(SPEC R16): set by the store's copy when the retry service resends a dead letter."""
 
 SHARDING_KEY = "__SHARDINGKEY"
 """A RocketMQ 5 ``message_group`` (FIFO): RocketMQ's own property name for it, so the gateway
@@ -87,6 +88,12 @@ def append_to_list(raw: str | None, entry: Any, max_entries: int = LIST_MAX_ENTR
         items = parsed if isinstance(parsed, list) else [{"unparsed": raw[:UNPARSED_MAX_CHARS]}]
     items.append(entry)
     return json.dumps(items[-max_entries:], ensure_ascii=False, separators=(",", ":"))
+
+
+def trace_id_of(props: Mapping[str, str]) -> str | None:
+    """The 32-hex trace id in a message's ``traceparent`` (SPEC O1), or None."""
+    parts = props.get(TRACEPARENT, "").split("-")
+    return parts[1] if len(parts) >= 4 else None
 
 
 NAME_LEN = struct.Struct(">H")

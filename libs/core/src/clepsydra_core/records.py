@@ -116,7 +116,7 @@ class CommitLogRecord:
     @property
     def msg_id(self) -> str:
         """The message's unique id (``UNIQ_KEY``), the same in every copy; the offsetMsgId
-        for a record without one (issue 20.4)."""
+        for a record stored before unique ids."""
         return self.properties.get(P.UNIQ_KEY) or self.offset_msg_id
 
     def with_(self, **changes: Any) -> CommitLogRecord:

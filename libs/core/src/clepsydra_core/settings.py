@@ -1,5 +1,5 @@
-"""Reading settings from the environment, and the settings every part agrees on (README.md,
-Configuration).
+"""Reading settings from the environment, and the settings every part agrees on
+(docs/configuration.md).
 
 Each service has one frozen settings dataclass built once by ``from_env()``; these helpers read
 one variable each and raise ConfigError naming the variable. Nothing else reads os.environ.
@@ -12,11 +12,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from clepsydra_core import logging as clogging
 from clepsydra_core.errors import ConfigError
 from clepsydra_core.levels import DEFAULT_LEVELS, DelayLevels, duration_ms
 
 Env = Mapping[str, str]
+
+LOG_JSON = "json"
+LOG_TEXT = "text"
+LOG_FORMATS = (LOG_JSON, LOG_TEXT)
+"""The values of CLEPSYDRA_LOG_FORMAT (``clepsydra_core.runtime.logging`` writes them)."""
 
 
 def env_str(env: Env, name: str, default: str) -> str:
@@ -108,7 +112,7 @@ TOKEN_VAR = "CLEPSYDRA_TOKEN"
 
 @dataclass(frozen=True, slots=True)
 class AuthSettings:
-    """Access control at a service's edge (issue 16; README, "Access control")."""
+    """Access control at a service's edge (docs/access-control.md)."""
 
     enabled: bool = False
     tokens_file: Path | None = None
@@ -141,7 +145,7 @@ SINGLE_PROCESS = "CLEPSYDRA_SINGLE_PROCESS"
 
 @dataclass(frozen=True, slots=True)
 class CommonSettings:
-    """The settings shared by every part (README.md, Configuration)."""
+    """The settings shared by every part (docs/configuration.md)."""
 
     home: Path
     store_url: str
@@ -151,18 +155,19 @@ class CommonSettings:
     delay_levels: DelayLevels
     otel_exporter: str
     log_level: str
-    log_format: str = clogging.JSON
-    """CLEPSYDRA_LOG_FORMAT: ``json`` lines (the default) or ``text`` for people (issue 20.7)."""
+    log_format: str = LOG_JSON
+    """CLEPSYDRA_LOG_FORMAT: ``json`` lines (the default) or ``text`` for people."""
     auto_create_groups: bool = True
     """A consumer group is created with default settings the first time it is seen (a
-    heartbeat or a send-back), as RocketMQ's broker does by default (issue 12.2)."""
+    heartbeat or a send-back), as RocketMQ's broker does by default."""
     auth: AuthSettings = AuthSettings()
-    """Who may call this service (issue 16)."""
+    """Who may call this service (docs/access-control.md)."""
     token: str | None = field(default=None, repr=False)
     """The token this part sends on its own calls (CLEPSYDRA_TOKEN)."""
     single_process: bool = False
     """CLEPSYDRA_SINGLE_PROCESS: the store, the retry service and the analytics API run their
-    one gunicorn worker in their own process, without a master (``make run``; issue 14)."""
+    one gunicorn worker in their own process, without a master (``make run``;
+    DEC-memory-at-rest)."""
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> CommonSettings:
@@ -179,17 +184,12 @@ class CommonSettings:
             delay_levels=env_levels(env),
             otel_exporter=env_str(env, "CLEPSYDRA_OTEL_EXPORTER", "none"),
             log_level=env_str(env, "CLEPSYDRA_LOG_LEVEL", "INFO").upper(),
-            log_format=env_choice(env, "CLEPSYDRA_LOG_FORMAT", clogging.JSON, clogging.FORMATS),
+            log_format=env_choice(env, "CLEPSYDRA_LOG_FORMAT", LOG_JSON, LOG_FORMATS),
             auto_create_groups=env_bool(env, "CLEPSYDRA_AUTO_CREATE_GROUPS", True),
             auth=AuthSettings.from_env(env, home),
             token=client_token(env),
             single_process=env_bool(env, SINGLE_PROCESS, False),
         )
-
-    def configure_logging(self, service: str) -> None:
-        """This process's log lines: CLEPSYDRA_LOG_LEVEL and CLEPSYDRA_LOG_FORMAT, named
-        ``service``."""
-        clogging.configure(self.log_level, service=service, fmt=self.log_format)
 
     @property
     def effective_redis_url(self) -> str:

@@ -1,4 +1,5 @@
-"""Access control at the edge of every HTTP service (issue 16), the same way everywhere.
+"""Access control at the edge of every HTTP service (docs/access-control.md),
+the same way everywhere.
 
 Each service gives a table: endpoint -> :class:`Need` (the action, and the view argument that
 names its topic or group). :func:`install` adds one ``before_request`` hook that answers:
@@ -133,7 +134,7 @@ def refusal(exc: Refusal) -> tuple[int, list[tuple[str, str]], bytes]:
 def warn_if_off(settings: AuthSettings, service: str) -> None:
     if not settings.enabled:
         logger.warning("access control is off: the %s answers anyone who reaches its port "
-                       "(%s=off; set it to on with a tokens file, README \"Access control\")",
+                       "(%s=off; set it to on with a tokens file, docs/access-control.md)",
                        service, AUTH_VAR)
 
 

@@ -92,7 +92,7 @@ def error_answer(exc: BaseException) -> tuple[int, bytes]:
     handlers above answer and what the store's lean paths (below Flask) answer too.
     ``ClepsydraError`` with its code and status (logged when a 5xx); a broken request body
     gunicorn met while the route read it (a chunk size that is not hex, a missing terminator)
-    a 400, the client's fault (issue 16); anything else a 500 ``SYSTEM_ERROR``, logged with
+    a 400, the client's fault; anything else a 500 ``SYSTEM_ERROR``, logged with
     its traceback."""
     if isinstance(exc, ClepsydraError):
         if exc.http_status >= 500:

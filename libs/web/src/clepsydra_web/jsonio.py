@@ -1,6 +1,6 @@
 """JSON in and out of the HTTP layer, and the type checks every route of every service shares.
 
-One reader for every service (issue 18.4): orjson parses the body, so anything it cannot read
+One reader for every service: orjson parses the body, so anything it cannot read
 (invalid UTF-8, a number out of range, nesting deeper than it allows) is a 400 ``INVALID_JSON``,
 never a 500. A field of the wrong type is a 400 naming the field. Booleans are not integers here.
 Numbers in paths and query strings are ASCII digits only: Python's ``int()`` also takes Arabic-Indic
@@ -129,7 +129,7 @@ def query_int(args: Mapping[str, str], name: str, default: int, *, minimum: int 
               maximum: int = INT64_MAX, rule: str | None = None,
               code: str = "INVALID_REQUEST") -> int:
     """An integer query parameter; a missing one is ``default``, an empty one is not an integer
-    (the documents say integer; issue 12.10)."""
+    (the documents say integer)."""
     raw = args.get(name)
     if raw is None:
         return default

@@ -1,4 +1,4 @@
-"""The OpenAPI 3.1 documents, generated (issue 12.10, 13.1): a service's route table (its
+"""The OpenAPI 3.1 documents, generated: a service's route table (its
 ``contract`` module: one :class:`Route` per operation) plus the wire types of
 :mod:`clepsydra_core.wire` (their JSON Schema from :mod:`clepsydra_core.wire.schema`) make its
 ``openapi.json``; ``make openapi`` writes them (``python -m tools.openapi``) and a unit test
@@ -48,18 +48,18 @@ BEARER = "bearerAuth"
 BEARER_SCHEME: dict[str, Any] = {
     "type": "http", "scheme": "bearer",
     "description": "With CLEPSYDRA_AUTH=on every /v1 route needs a token whose role covers it "
-                   "(README \"Access control\"): missing or unknown, 401 UNAUTHORIZED; a role "
+                   "(docs/access-control.md): missing or unknown, 401 UNAUTHORIZED; a role "
                    "that does not cover the route, 403 FORBIDDEN naming what is missing; a "
                    "token over its requests a second (its ratePerS, else "
                    "CLEPSYDRA_AUTH_RATE_PER_S), 429 RATE_LIMITED with Retry-After. The "
                    "ops routes (/healthz, /metrics, /openapi.json) stay open. With "
                    "CLEPSYDRA_AUTH=off (the local default) no token is needed."}
-"""Access control (issue 16): the scheme a deployment with ``CLEPSYDRA_AUTH=on`` uses on every
-``/v1`` operation, its 401 and 403 described here once. The documents declare no security
-requirement and no per-operation 401/403: whether they apply is the deployment's setting (off
-locally), and the conformance run (services with auth off) would otherwise expect refusals or,
-with the extra answers, meet schemathesis's percent-decoding of generated topics (see
-tests/fixtures/schemathesis_hooks.py)."""
+"""Access control (docs/access-control.md): the scheme a deployment with ``CLEPSYDRA_AUTH=on``
+uses on every ``/v1`` operation, its 401 and 403 described here once. The documents declare no
+security requirement and no per-operation 401/403: whether they apply is the deployment's
+setting (off locally), and the conformance run (services with auth off) would otherwise expect
+refusals or, with the extra answers, meet schemathesis's percent-decoding of generated topics
+(see tests/fixtures/schemathesis_hooks.py)."""
 
 Body = type[WireValue] | str | Mapping[str, Any]
 """A wire type, the name of a schema in the contract's ``schemas``, or an inline schema."""

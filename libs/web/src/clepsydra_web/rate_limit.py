@@ -1,4 +1,4 @@
-"""Requests a second per token (issue 16, "Limits"): a token bucket per principal, holding at
+"""Requests a second per token (docs/access-control.md): a token bucket per principal, holding at
 most one second's worth, refilled continuously. Past it a request gets ``429 RATE_LIMITED``
 with ``Retry-After`` and is not served; nothing else changes. A token's own ``ratePerS`` (tokens
 file) wins over the service's ``CLEPSYDRA_AUTH_RATE_PER_S``; 0 means no limit; the service

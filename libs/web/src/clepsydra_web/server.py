@@ -7,20 +7,20 @@ machine would fight over it).
 
 gunicorn answers what never reaches the app — a request line over its limit (414), headers
 over their limits (431), a malformed request line or header (400) — with an HTML page. Every
-error a client of ours sees is ``{"error": CODE, "message": text}`` (issue 18.4), so each
+error a client of ours sees is ``{"error": CODE, "message": text}``, so each
 service's worker installs :func:`write_json_error` in place of gunicorn's writer, in the worker
 process only.
 
 This module is what gunicorn's master imports (the worker classes live here): it stays free
-of Flask and of every service's app, which each worker imports after the fork (issue 14, the
-stack's memory at rest).
+of Flask and of every service's app, which each worker imports after the fork
+(DEC-memory-at-rest).
 
 :meth:`GunicornServer.run_in_process` runs a one-worker service without the master: the
 service's own process opens the listeners and runs the worker class itself, as the arbiter's
 ``spawn_worker`` would in the forked child (the same app, hooks, signals, graceful stop and
 logs), one process where there were two (CLEPSYDRA_SINGLE_PROCESS, what ``make run`` sets:
-issue 14, a gunicorn master held 26 MiB). Nothing restarts a worker that dies then: the
-process exits and the local stack's supervisor starts it again (issue 18.5).
+DEC-memory-at-rest). Nothing restarts a worker that dies then: the
+process exits and the local stack's supervisor starts it again.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from gunicorn.errors import AppImportError
 from gunicorn.glogging import Logger as GunicornLogger
 from gunicorn.workers.gthread import ThreadWorker
 
-from clepsydra_core import logging as clogging
+from clepsydra_core.runtime import logging as clogging
 from clepsydra_web.slow_clients import CompleteRequestsOnly
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ JSON_THREAD_WORKER = f"{__name__}.JsonThreadWorker"
 
 class JsonGunicornLogger(GunicornLogger):  # type: ignore[misc]
     """gunicorn's own log lines in the service's format (JSON, or CLEPSYDRA_LOG_FORMAT=text),
-    like every other line of the service (``clepsydra_core.logging``)."""
+    like every other line of the service (``clepsydra_core.runtime.logging``)."""
 
     def setup(self, cfg: Any) -> None:
         super().setup(cfg)

@@ -1,4 +1,4 @@
-"""A slow client may not hold a thread (issue 16, "Bad input").
+"""A slow client may not hold a thread (bad input loses nothing and the service stays up).
 
 gunicorn's gthread worker hands a connection to a pool thread as soon as its first bytes
 arrive, and the thread then reads the request with a blocking socket: a client that sends half a

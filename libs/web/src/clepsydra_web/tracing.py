@@ -1,10 +1,11 @@
-"""Server spans, the same way in every HTTP service (issue 19): each request is one span
+"""Server spans, the same way in every HTTP service (SPEC O1): each request is one span
 ``<service>.<operation>``, a child of the caller's W3C ``traceparent`` header when it sends
-one, current while the view runs (so the service's own calls carry it on, clepsydra_core.http).
+one, current while the view runs (so the service's own calls carry it on,
+clepsydra_core.runtime.http).
 
 Spans are started by hand (two calls per request) rather than by
 opentelemetry-instrumentation-flask, whose middleware costs several times more per request on
-the produce path (store README, "Where the time goes").
+the produce path (docs/performance.md, DEC-hand-made-spans).
 
 What makes no span, so that an idle stack exports (almost) nothing:
 
@@ -13,7 +14,7 @@ What makes no span, so that an idle stack exports (almost) nothing:
 - ``in_trace_only`` endpoints: polls traced only when the caller is inside a trace (the store's
   schedule entries, read by the scheduler between hand-overs);
 - a view that says it carried nothing (:func:`idle`: an empty long-poll pull) - its span is
-  made but not exported (clepsydra_core.telemetry.DropIdle);
+  made but not exported (clepsydra_core.runtime.telemetry.DropIdle);
 - ``self_traced`` endpoints start their own spans (one per message, or a parent taken from a
   message's properties).
 """
@@ -31,7 +32,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from clepsydra_core import properties as P
-from clepsydra_core import telemetry
+from clepsydra_core.runtime import telemetry
 
 OPS_ENDPOINTS = frozenset({"ops.healthz", "ops.metrics", "ops.openapi"})
 """The routes of clepsydra_web.ops: never traced."""

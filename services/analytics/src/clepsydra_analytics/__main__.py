@@ -26,6 +26,7 @@ from types import FrameType
 from clepsydra_analytics.settings import AnalyticsSettings
 from clepsydra_core.errors import ClepsydraError, ConfigError
 from clepsydra_core.naming import ANALYTICS_SERVICE
+from clepsydra_core.runtime import logging as clogging
 
 PROG = "clepsydra analytics"
 
@@ -75,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:  # a bad setting stops start-up, naming the variable
         print(f"{PROG}: {exc.message}", file=sys.stderr)
         return 2
-    settings.common.configure_logging(ANALYTICS_SERVICE)
+    clogging.configure_from(settings.common, ANALYTICS_SERVICE)
     if args.command == "jobs":  # stdout carries the summary (or JSON): logs go to stderr
         for handler in logging.getLogger().handlers:
             if isinstance(handler, logging.StreamHandler):

@@ -18,7 +18,7 @@ from clepsydra_analytics.metrics import AnalyticsCollector, build_registry
 from clepsydra_analytics.reports import Reports
 from clepsydra_analytics.settings import MAX_REQUEST_BYTES_VAR, AnalyticsSettings
 from clepsydra_analytics.store_reader import StoreReader
-from clepsydra_core import telemetry
+from clepsydra_core.runtime import telemetry
 from clepsydra_web import auth
 from clepsydra_web.errors import register_error_handlers
 from clepsydra_web.ops import ops_blueprint

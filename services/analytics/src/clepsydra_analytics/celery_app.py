@@ -1,10 +1,10 @@
 """The local schedule: a small Celery app whose beat sends one ``run_jobs`` task every
 CLEPSYDRA_ANALYTICS_SCHEDULE_S (hourly by default); the task runs
 ``python -m clepsydra_analytics jobs run`` as a child process, so the JVM's memory is returned
-after each run. ``python -m clepsydra_analytics schedule`` runs it as one Celery worker process with
-beat on a thread of it (one beat for the stack; clepsydra_core.celery_beat: Celery's own ``-B``
-would fork a second process). ``serve --schedule`` runs the same worker on a thread of the
-API's process instead (the local stack, server.py). On Kubernetes a CronJob runs ``jobs run``
+after each run. ``python -m clepsydra_analytics schedule`` runs it as one Celery worker process
+with beat on a thread of it (one beat for the stack; clepsydra_core.runtime.celery_beat: Celery's
+own ``-B`` would fork a second process). ``serve --schedule`` runs the same worker on a thread of
+the API's process instead (the local stack, server.py). On Kubernetes a CronJob runs ``jobs run``
 instead."""
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from typing import Any
 from celery import Celery, signals
 
 from clepsydra_analytics.settings import AnalyticsSettings
-from clepsydra_core import logging as clogging
 from clepsydra_core import naming
-from clepsydra_core.celery_beat import embed_beat
-from clepsydra_core.celery_worker import WorkerThread, run_worker
-from clepsydra_core.telemetry import ANALYTICS_SERVICE
+from clepsydra_core.runtime import logging as clogging
+from clepsydra_core.runtime.celery_beat import embed_beat
+from clepsydra_core.runtime.celery_worker import WorkerThread, run_worker
+from clepsydra_core.runtime.telemetry import ANALYTICS_SERVICE
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ def create_celery(settings: AnalyticsSettings) -> Celery:
     def setup_logging(**_: Any) -> None:
         """Celery's own lines in the stack's format: with a receiver here Celery adds no
         handler of its own."""
-        settings.common.configure_logging(ANALYTICS_SERVICE)
+        clogging.configure_from(settings.common, ANALYTICS_SERVICE)
         clogging.quiet_celery_root_warning()
 
     signals.setup_logging.disconnect(dispatch_uid="clepsydra-analytics-setup_logging")
@@ -91,8 +91,8 @@ def _scheduled_app(settings: AnalyticsSettings) -> Celery:
 
 
 def _worker_options(settings: AnalyticsSettings) -> dict[str, Any]:
-    """The worker, without Celery's command line (clepsydra_core.celery_worker: 9.6 MiB less,
-    DEC-memory-at-rest)."""
+    """The worker, without Celery's command line (clepsydra_core.runtime.celery_worker: 9.6 MiB
+    less, DEC-memory-at-rest)."""
     return {"pool": "solo", "concurrency": 1, "queues": [QUEUE],
             "loglevel": settings.common.log_level, "hostname": f"analytics@{naming.ANALYTICS_DIR}",
             "without_gossip": True, "without_mingle": True}

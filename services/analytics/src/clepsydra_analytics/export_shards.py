@@ -20,7 +20,7 @@ from clepsydra_analytics.exporter import CycleResult, Exporter, catch_up_cycles
 from clepsydra_analytics.settings import AnalyticsSettings
 from clepsydra_analytics.store_reader import StoreReader
 from clepsydra_core.errors import ClepsydraError
-from clepsydra_core.shard_map import ShardMap
+from clepsydra_core.runtime.shard_map import ShardMap
 
 logger = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ JOIN_TIMEOUT_S = 60.0
 class ExporterThread:
     """``start()`` the exporter beside the API; ``stop()`` it (and wait) at the process's exit.
     ``on_stopped`` is called (on its thread) when it stops without being asked to, as
-    :class:`clepsydra_core.celery_worker.WorkerThread` does."""
+    :class:`clepsydra_core.runtime.celery_worker.WorkerThread` does."""
 
     def __init__(self, settings: AnalyticsSettings, on_stopped: Callable[[], None]) -> None:
         self.settings = settings

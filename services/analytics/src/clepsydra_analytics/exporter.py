@@ -42,8 +42,9 @@ from clepsydra_analytics.settings import AnalyticsSettings
 from clepsydra_analytics.snapshots import SnapshotWriter
 from clepsydra_analytics.store_reader import StoreReader
 from clepsydra_client.topics import TopicInfo
-from clepsydra_core import naming, telemetry
+from clepsydra_core import naming
 from clepsydra_core.errors import ClepsydraError, ConfigError
+from clepsydra_core.runtime import telemetry
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -4,7 +4,7 @@ CLEPSYDRA_ANALYTICS_EXPORTER_PORT, served by a thread beside the export loop.
 /healthz is 200 while the loop turns (a cycle ended, well or not, within the stale limit) and
 503 when it is stuck; a store that does not answer is reported in the body but keeps it 200,
 so a store outage does not get the exporter restarted. The standard library's HTTP server
-answers them (clepsydra_core.health_http): no Flask in the exporter's process
+answers them (clepsydra_core.runtime.health_http): no Flask in the exporter's process
 (DEC-memory-at-rest)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 
 from clepsydra_analytics.export_shards import ShardedExporter
 from clepsydra_analytics.exporter import Exporter
-from clepsydra_core.health_http import JSON, HealthServer, Response, Routes
+from clepsydra_core.runtime.health_http import JSON, HealthServer, Response, Routes
 
 AnyExporter = Exporter | ShardedExporter
 """One store's exporter, or every shard's (export_shards.py)."""

@@ -29,7 +29,7 @@ from clepsydra_web.server import GunicornServer
 if TYPE_CHECKING:
     from flask import Flask
 
-    from clepsydra_core.celery_worker import WorkerThread
+    from clepsydra_core.runtime.celery_worker import WorkerThread
 
 logger = logging.getLogger(__name__)
 

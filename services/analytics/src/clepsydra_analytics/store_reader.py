@@ -1,7 +1,7 @@
 """What the exporter asks of the store, through its public HTTP API only: topics and their
 queues, pulls (parsed with orjson, the hot path), the export group's offsets, every group's
 offsets (for lag) and the schedule levels (for pending counts), through the one HTTP client
-(clepsydra_core.http, orjson)."""
+(clepsydra_core.runtime.http, orjson)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 from clepsydra_client.routing import Router
 from clepsydra_client.topics import TopicInfo, list_topics
 from clepsydra_core.errors import ClepsydraError
-from clepsydra_core.http import HttpClient
+from clepsydra_core.runtime.http import HttpClient
 
 
 class StoreReader:

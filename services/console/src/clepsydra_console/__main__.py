@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from clepsydra_console.settings import ConsoleSettings
 from clepsydra_core.errors import ConfigError
 from clepsydra_core.naming import CONSOLE_SERVICE
+from clepsydra_core.runtime import logging as clogging
 from clepsydra_web.server import GunicornServer
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ def main() -> int:
     except ConfigError as exc:  # a bad setting stops start-up, naming the variable
         print(f"clepsydra console: {exc.message}", file=sys.stderr)
         return 2
-    settings.common.configure_logging(CONSOLE_SERVICE)
+    clogging.configure_from(settings.common, CONSOLE_SERVICE)
     return server(settings).serve(in_process=settings.common.single_process)
 
 

@@ -21,7 +21,7 @@ from clepsydra_console.context import EXTENSION, Console
 from clepsydra_console.login import ANONYMOUS, OPEN_ENDPOINTS, SignIn, csrf_ok, to_login
 from clepsydra_console.settings import ConsoleSettings
 from clepsydra_console.shards import ShardRead, unread
-from clepsydra_core import telemetry
+from clepsydra_core.runtime import telemetry
 from clepsydra_web.auth import warn_if_off
 from clepsydra_web.tracing import ServerTracing
 

@@ -23,7 +23,7 @@ from clepsydra_console.shards import LagRow, ShardRead
 from clepsydra_core import naming
 from clepsydra_core.auth import token_digest
 from clepsydra_core.errors import ClepsydraError, NotFound
-from clepsydra_core.http import HttpClient
+from clepsydra_core.runtime.http import HttpClient
 from clepsydra_core.wire.codec import read_answer
 from clepsydra_core.wire.groups import GroupOffsets
 

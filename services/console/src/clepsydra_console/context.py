@@ -13,7 +13,7 @@ from clepsydra_console.backend import Clients
 from clepsydra_console.login import SignIn, User, csrf_token
 from clepsydra_console.rates import Sampler, ShardSamplers
 from clepsydra_console.settings import ConsoleSettings
-from clepsydra_core.http import HttpClient
+from clepsydra_core.runtime.http import HttpClient
 
 EXTENSION = "clepsydra_console"
 

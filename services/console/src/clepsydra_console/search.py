@@ -13,7 +13,7 @@ from clepsydra_console.views import Query
 from clepsydra_core import naming
 from clepsydra_core import properties as P
 from clepsydra_core.errors import ClepsydraError, NotFound
-from clepsydra_core.telemetry import trace_id_of
+from clepsydra_core.properties import trace_id_of
 from clepsydra_core.wire.codec import read_answer
 from clepsydra_core.wire.messages import MAX_PULL, MessageList, PullAnswer, StoredMessage
 

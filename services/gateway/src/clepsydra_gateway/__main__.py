@@ -12,6 +12,7 @@ from types import FrameType
 
 from clepsydra_core.errors import ConfigError
 from clepsydra_core.naming import GATEWAY_SERVICE
+from clepsydra_core.runtime import logging as clogging
 from clepsydra_gateway.settings import GatewaySettings
 
 
@@ -21,7 +22,7 @@ def main() -> int:
     except ConfigError as exc:  # a bad setting stops start-up, naming the variable
         print(f"clepsydra gateway: {exc.message}", file=sys.stderr)
         return 2
-    settings.common.configure_logging(GATEWAY_SERVICE)
+    clogging.configure_from(settings.common, GATEWAY_SERVICE)
     from clepsydra_gateway.server import create_server  # grpc and the stubs: only to serve
 
     gateway = create_server(settings)

@@ -1,5 +1,5 @@
 """The gateway's calls to the store and the retry service, over their v1 HTTP APIs with the
-project's one HTTP client (clepsydra_core.http), as every other part makes them.
+project's one HTTP client (clepsydra_core.runtime.http), as every other part makes them.
 
 A call made for a client carries that client's token (``Authorization: Bearer``), so the store
 and the retry service check its role as they check the SDK's; the gateway's own calls (the
@@ -23,7 +23,7 @@ from clepsydra_core.errors import (
     Unavailable,
 )
 from clepsydra_core.groups import GroupSettings
-from clepsydra_core.http import HttpClient, Json
+from clepsydra_core.runtime.http import HttpClient, Json
 
 if TYPE_CHECKING:
     from clepsydra_client.routing import Router

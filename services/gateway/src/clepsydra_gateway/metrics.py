@@ -1,5 +1,5 @@
 """The gateway's Prometheus families and its health routes (``/healthz``, ``/livez``,
-``/metrics`` on ``CLEPSYDRA_GATEWAY_HEALTH_PORT``, served by clepsydra_core.health_http)."""
+``/metrics`` on ``CLEPSYDRA_GATEWAY_HEALTH_PORT``, served by clepsydra_core.runtime.health_http)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from clepsydra_core.health_http import JSON, Response
+from clepsydra_core.runtime.health_http import JSON, Response
 
 PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
 

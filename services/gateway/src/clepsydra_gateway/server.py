@@ -9,9 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import redis
 
-from clepsydra_core import telemetry
-from clepsydra_core.health_http import HealthServer, Response
 from clepsydra_core.naming import GATEWAY_SERVICE
+from clepsydra_core.runtime import telemetry
+from clepsydra_core.runtime.health_http import HealthServer, Response
 from clepsydra_gateway.access import Access
 from clepsydra_gateway.backend import Backend
 from clepsydra_gateway.consume import Consumption

@@ -21,10 +21,10 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from opentelemetry import trace
 
 from clepsydra_core import properties as P
-from clepsydra_core import telemetry
 from clepsydra_core.auth import Action, Principal
 from clepsydra_core.errors import ClepsydraError
-from clepsydra_core.http import Json
+from clepsydra_core.runtime import telemetry
+from clepsydra_core.runtime.http import Json
 from clepsydra_gateway.access import Access
 from clepsydra_gateway.backend import Backend
 from clepsydra_gateway.consume import CLIENT_TTL_S, Consumption, Handed, ReceiveAsk, now_ms

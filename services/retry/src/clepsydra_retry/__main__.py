@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from clepsydra_core.errors import ConfigError
 from clepsydra_core.naming import RETRY_SERVICE
+from clepsydra_core.runtime import logging as clogging
 from clepsydra_retry.settings import RetrySettings
 from clepsydra_web.server import GunicornServer
 
@@ -47,7 +48,7 @@ def main() -> int:
     except ConfigError as exc:  # a bad setting stops start-up, naming the variable
         print(f"clepsydra retry: {exc.message}", file=sys.stderr)
         return 2
-    settings.common.configure_logging(RETRY_SERVICE)
+    clogging.configure_from(settings.common, RETRY_SERVICE)
     return server(settings).serve(in_process=settings.common.single_process)
 
 

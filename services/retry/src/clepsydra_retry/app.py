@@ -7,7 +7,7 @@ import logging
 import redis
 from flask import Flask
 
-from clepsydra_core import telemetry
+from clepsydra_core.runtime import telemetry
 from clepsydra_retry import api
 from clepsydra_retry.access import RETRY_ACCESS
 from clepsydra_retry.dlq import DlqToolkit

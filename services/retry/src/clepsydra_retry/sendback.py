@@ -18,12 +18,13 @@ from dataclasses import replace
 
 from opentelemetry import trace
 
-from clepsydra_core import naming, telemetry
+from clepsydra_core import naming
 from clepsydra_core import properties as P
 from clepsydra_core.errors import ClepsydraError, MessageNotFound, NoPermission, ValidationError
 from clepsydra_core.groups import GroupSettings
 from clepsydra_core.levels import DelayLevels
 from clepsydra_core.msgid import check_id, shard_of_offset_msg_id
+from clepsydra_core.runtime import telemetry
 from clepsydra_core.wire.copy import CopyItem
 from clepsydra_core.wire.errors import ErrorAnswer
 from clepsydra_core.wire.retry import SendBackAnswer, SendBackRequest

@@ -1,9 +1,9 @@
-"""The retry service's calls to the store (DESIGN "Store", docs/contracts.md internal routes),
-over the one HTTP client of clepsydra_core.http: a keep-alive session per request thread, the
-current span's trace context on every call, the store's ``{"error", "message"}`` answers as
-the matching ``ClepsydraError``; a store that does not answer is ``Unavailable`` (503). Every
-answer is read through the wire type the store writes it with (:mod:`clepsydra_core.wire`);
-one that does not read is a ``RemoteError`` naming the field.
+"""The retry service's calls to the store (DESIGN "Store", docs/contracts.md internal routes), over
+the one HTTP client of clepsydra_core.runtime.http: a keep-alive session per request thread, the
+current span's trace context on every call, the store's ``{"error", "message"}`` answers as the
+matching ``ClepsydraError``; a store that does not answer is ``Unavailable`` (503). Every answer is
+read through the wire type the store writes it with (:mod:`clepsydra_core.wire`); one that does not
+read is a ``RemoteError`` naming the field.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from clepsydra_core.errors import (
     Unavailable,
 )
 from clepsydra_core.groups import GroupSettings
-from clepsydra_core.http import HttpClient, segment
-from clepsydra_core.shard_map import ShardMap
+from clepsydra_core.runtime.http import HttpClient, segment
+from clepsydra_core.runtime.shard_map import ShardMap
 from clepsydra_core.wire.codec import read_answer
 from clepsydra_core.wire.copy import CopyBatch, CopyItem, RangeCopy, RangeCopyAnswer
 from clepsydra_core.wire.groups import GroupSettingsList
@@ -67,10 +67,10 @@ class StoreClient:
 
     def _call_status(self, method: str, path: str, *, json_body: Any = None,
                      params: dict[str, Any] | None = None) -> tuple[int, Any]:
-        """(status, JSON answer); the store's errors as the error tree (clepsydra_core.http),
-        passed on with their code: a store 5xx other than 503 and 507 as 502 (the store
-        failed, not this service); 507 DISK_FULL as it is (the store refuses writes past its
-        disk high-water mark); a NO_PERMISSION answer also marks the store not
+        """(status, JSON answer); the store's errors as the error tree
+        (clepsydra_core.runtime.http), passed on with their code: a store 5xx other than 503 and 507
+        as 502 (the store failed, not this service); 507 DISK_FULL as it is (the store refuses
+        writes past its disk high-water mark); a NO_PERMISSION answer also marks the store not
         writable (R2)."""
         try:
             return self._http.request_status(method, path, params=params, json=json_body)

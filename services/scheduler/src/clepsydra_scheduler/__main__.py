@@ -3,8 +3,8 @@
 - ``worker``: a Celery worker with a thread pool consuming every level queue (concurrency >
   number of levels, so each level's run and the keep-alives all get a thread). Extra arguments
   go to Celery (``worker -n name@%h``). ``worker --beat``: beat runs inside it, on a thread
-  (clepsydra_core.celery_beat; one process, what the local stack runs: there must be only one
-  beat, so never with several workers); it then also serves beat's health endpoint.
+  (clepsydra_core.runtime.celery_beat; one process, what the local stack runs: there must be only
+  one beat, so never with several workers); it then also serves beat's health endpoint.
 - ``beat``: Celery beat, one keep-alive per level; schedule file and pid file under
   ``$CLEPSYDRA_HOME/scheduler/``.
 - Both serve their health endpoint (``health.py``) on ``CLEPSYDRA_SCHEDULER_PORT`` (worker,
@@ -24,13 +24,13 @@ import sys
 import threading
 from typing import TYPE_CHECKING
 
-from clepsydra_core import logging as clepsydra_logging
-from clepsydra_core import telemetry
 from clepsydra_core.errors import ConfigError
+from clepsydra_core.runtime import logging as clepsydra_logging
+from clepsydra_core.runtime import telemetry
 from clepsydra_scheduler.settings import SchedulerSettings
 
 if TYPE_CHECKING:
-    from clepsydra_core.celery_beat import EmbeddedBeat
+    from clepsydra_core.runtime.celery_beat import EmbeddedBeat
 
 
 def _serve_health(settings: SchedulerSettings, role: str,
@@ -55,8 +55,8 @@ def _serve_health(settings: SchedulerSettings, role: str,
 
 
 def _worker(settings: SchedulerSettings, extra: list[str], *, beat: bool = False) -> int:
-    from clepsydra_core.celery_beat import embed_beat
-    from clepsydra_core.celery_worker import run_worker
+    from clepsydra_core.runtime.celery_beat import embed_beat
+    from clepsydra_core.runtime.celery_worker import run_worker
     from clepsydra_scheduler.celery_app import create_celery, level_queues
 
     ready = threading.Event()  # set by the worker once it consumes its queues
@@ -76,7 +76,8 @@ def _worker(settings: SchedulerSettings, extra: list[str], *, beat: bool = False
                          "--without-gossip", "--without-mingle", "--without-heartbeat",
                          "-l", settings.common.log_level, *extra])
         return 0
-    # without Celery's command line: 9.6 MiB less (clepsydra_core.celery_worker, DEC-memory-at-rest)
+    # without Celery's command line: 9.6 MiB less (clepsydra_core.runtime.celery_worker,
+    # DEC-memory-at-rest)
     run_worker(app, pool="threads", concurrency=settings.concurrency,
                queues=level_queues(settings), loglevel=settings.common.log_level,
                hostname=hostname, without_gossip=True, without_mingle=True,
@@ -128,7 +129,7 @@ def _autoscale() -> int:
     except ConfigError as exc:
         print(f"clepsydra scheduler autoscale: {exc.message}", file=sys.stderr)
         return 2
-    settings.common.configure_logging(telemetry.SCHEDULER_SERVICE)
+    clepsydra_logging.configure_from(settings.common, telemetry.SCHEDULER_SERVICE)
     from clepsydra_scheduler.autoscaler import run_service
 
     return run_service(settings)

@@ -16,9 +16,9 @@ from typing import Any
 
 from celery import Celery, signals
 
-from clepsydra_core import logging as clepsydra_logging
-from clepsydra_core import telemetry
 from clepsydra_core.naming import TIMER_QUEUE_NAME, schedule_queue_name
+from clepsydra_core.runtime import logging as clepsydra_logging
+from clepsydra_core.runtime import telemetry
 from clepsydra_scheduler import tasks
 from clepsydra_scheduler.runtime import SchedulerRuntime
 from clepsydra_scheduler.settings import SchedulerSettings
@@ -86,7 +86,7 @@ def _connect_signals(app: Celery, runtime: SchedulerRuntime) -> None:
     settings = runtime.settings
 
     def setup_logging(**_: Any) -> None:
-        settings.common.configure_logging(SERVICE_NAME)
+        clepsydra_logging.configure_from(settings.common, SERVICE_NAME)
         clepsydra_logging.quiet_celery_root_warning()
         if logging.getLogger().level > logging.DEBUG:
             # One line per keep-alive received / finished / sent is noise (18 levels every

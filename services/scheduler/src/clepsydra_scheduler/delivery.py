@@ -29,8 +29,8 @@ from enum import StrEnum
 
 from opentelemetry import trace
 
-from clepsydra_core import telemetry
 from clepsydra_core.naming import schedule_queue_name
+from clepsydra_core.runtime import telemetry
 from clepsydra_core.schedule_rules import (
     corrected_deliver_ts,
     due_count,

@@ -1,5 +1,5 @@
 """HTTP client of the store's schedule hand-over routes (docs/contracts.md), over the one HTTP
-client of clepsydra_core.http (keep-alive sessions per thread, timeouts, trace context, the
+client of clepsydra_core.runtime.http (keep-alive sessions per thread, timeouts, trace context, the
 error tree). Every failure - connection refused, timeout, 5xx, 4xx, a body that does not fit
 its wire type - is a StoreCallFailed, which the delivery loop answers with a back-off (D6).
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from clepsydra_core.errors import ClepsydraError, ValidationError
-from clepsydra_core.http import HttpClient
+from clepsydra_core.runtime.http import HttpClient
 from clepsydra_core.wire.codec import WireValue
 from clepsydra_core.wire.schedule import (
     HandoverAnswer,

@@ -1,5 +1,5 @@
 """The scheduler's health endpoints: a small stdlib HTTP server on a daemon thread
-(clepsydra_core.health_http; the scheduler stays Flask-free), for ``make run``'s readiness
+(clepsydra_core.runtime.health_http; the scheduler stays Flask-free), for ``make run``'s readiness
 check, the images' HEALTHCHECK and the Kubernetes probes.
 
 Worker, on ``CLEPSYDRA_SCHEDULER_PORT`` (default 8083; 0: none):
@@ -35,14 +35,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from clepsydra_core.health_http import JSON, HealthServer, Response
 from clepsydra_core.levels import DelayLevels
+from clepsydra_core.runtime.health_http import JSON, HealthServer, Response
 from clepsydra_scheduler.ports import HandoverApi, LevelStateUnavailable, StoreCallFailed
 from clepsydra_scheduler.settings import SchedulerSettings
 from clepsydra_scheduler.stats import LevelStats
 
 if TYPE_CHECKING:
-    from clepsydra_core.celery_beat import EmbeddedBeat
+    from clepsydra_core.runtime.celery_beat import EmbeddedBeat
 
 logger = logging.getLogger(__name__)
 

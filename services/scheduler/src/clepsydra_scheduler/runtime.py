@@ -9,8 +9,8 @@ import threading
 from collections.abc import Callable
 
 from clepsydra_core.errors import ClepsydraError
-from clepsydra_core.http import HttpClient
-from clepsydra_core.shard_map import ShardMap
+from clepsydra_core.runtime.http import HttpClient
+from clepsydra_core.runtime.shard_map import ShardMap
 from clepsydra_scheduler.delivery import (
     DeliveryConfig,
     LevelDelivery,

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from clepsydra_core.errors import ConfigError
 from clepsydra_core.naming import STORE_SERVICE
+from clepsydra_core.runtime import logging as clogging
 from clepsydra_store.settings import StoreSettings
 from clepsydra_web.server import GunicornServer
 
@@ -76,7 +77,7 @@ def main() -> int:
     except ConfigError as exc:
         print(f"clepsydra-store: {exc.message}", file=sys.stderr)
         return 2
-    settings.common.configure_logging(STORE_SERVICE)
+    clogging.configure_from(settings.common, STORE_SERVICE)
     logger.info("starting store bind=%s port=%d threads=%d flush=%s data_dir=%s",
                 settings.bind, settings.port, settings.threads, settings.engine.flush,
                 settings.engine.data_dir)

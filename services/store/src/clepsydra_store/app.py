@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from flask import Flask, Response, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from clepsydra_core.telemetry import STORE_SERVICE, init_tracing
+from clepsydra_core.runtime.telemetry import STORE_SERVICE, init_tracing
 from clepsydra_core.wire.cluster import SHARDS_HEADER
 from clepsydra_core.wire.health import OK, StoreHealth
 from clepsydra_store.api import envelope

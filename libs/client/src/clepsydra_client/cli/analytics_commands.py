@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from clepsydra_client.cli.render import format_ts, render_table
 from clepsydra_core.errors import Unavailable
-from clepsydra_core.http import HttpClient
+from clepsydra_core.runtime.http import HttpClient
 from clepsydra_core.wire.analytics import (
     JOB_NAMES,
     ExportStatus,

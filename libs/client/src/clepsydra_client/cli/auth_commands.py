@@ -18,7 +18,7 @@ from clepsydra_client.cli.render import render_table
 from clepsydra_core.auth import Role, parse_role
 from clepsydra_core.auth_tokens import create_token, read_entries, revoke_token
 from clepsydra_core.errors import NotFound, ValidationError
-from clepsydra_core.http import HttpClient
+from clepsydra_core.runtime.http import HttpClient
 from clepsydra_core.wire.auth import TokenCreate, TokenCreated, TokenInfo, TokenList, TokenRevoked
 from clepsydra_core.wire.codec import read_answer
 

@@ -31,7 +31,6 @@ from clepsydra_client.consumer.process_queue import ProcessQueue
 from clepsydra_client.consumer.sendback import SendBack, failure_reason
 from clepsydra_client.consumer.thread_pools import ScheduledPool, WorkerPool
 from clepsydra_client.message import Message
-from clepsydra_core import telemetry
 from clepsydra_core.errors import ClepsydraError
 from clepsydra_core.retry_rules import (
     CONSUME_TIMEOUT_LEVEL,
@@ -39,6 +38,7 @@ from clepsydra_core.retry_rules import (
     ORDERLY_MAX_RECONSUME_TIMES,
     max_reconsume_times_or,
 )
+from clepsydra_core.runtime import telemetry
 
 logger = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from typing import Protocol
 from clepsydra_client.message import MessageQueue
 from clepsydra_client.routing import Router
 from clepsydra_core.errors import ClepsydraError, Unavailable, ValidationError
-from clepsydra_core.http import HttpClient
+from clepsydra_core.runtime.http import HttpClient
 from clepsydra_core.wire.codec import read_answer
 from clepsydra_core.wire.groups import GroupOffsets, OffsetCommit
 

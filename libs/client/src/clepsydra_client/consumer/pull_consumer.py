@@ -22,7 +22,7 @@ from clepsydra_client.routing import Router
 from clepsydra_client.settings import ensure_tracing
 from clepsydra_client.topics import TopicInfo
 from clepsydra_core.errors import ConfigError, TopicNotFound
-from clepsydra_core.http import HttpClient
+from clepsydra_core.runtime.http import HttpClient
 from clepsydra_core.validation import check_consumable, validate_group_name
 
 

@@ -31,7 +31,7 @@ from clepsydra_client.message import PAGE, Message, MessageQueue
 from clepsydra_client.routing import Router
 from clepsydra_client.topics import TopicInfo
 from clepsydra_core.errors import ClepsydraError, OffsetOutOfRange
-from clepsydra_core.http import HttpClient
+from clepsydra_core.runtime.http import HttpClient
 from clepsydra_core.wire.codec import read_answer
 from clepsydra_core.wire.topics import TopicAnswer
 

@@ -57,7 +57,7 @@ from clepsydra_client.routing import Router
 from clepsydra_client.settings import ensure_tracing
 from clepsydra_core import naming
 from clepsydra_core.errors import ClepsydraError, ConfigError
-from clepsydra_core.http import HttpClient
+from clepsydra_core.runtime.http import HttpClient
 from clepsydra_core.wire.messages import MAX_PULL_WAIT_MS
 
 logger = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from clepsydra_client.message import MessageQueue
 from clepsydra_client.routing import Router
 from clepsydra_core.errors import ClepsydraError
-from clepsydra_core.http import HttpClient
+from clepsydra_core.runtime.http import HttpClient
 from clepsydra_core.wire.codec import read_answer
 from clepsydra_core.wire.locks import LockAnswer, LockRequest, QueueRef
 

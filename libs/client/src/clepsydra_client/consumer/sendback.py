@@ -20,16 +20,17 @@ from opentelemetry import trace
 from clepsydra_client.message import Attempt, Message, append_failure
 from clepsydra_client.producer import body_fields
 from clepsydra_client.routing import Router, sent_elsewhere
-from clepsydra_core import naming, telemetry
+from clepsydra_core import naming
 from clepsydra_core import properties as P
-from clepsydra_core.errors import ClepsydraError, GroupNotFound, NoPermission, NotFound
+from clepsydra_core.errors import ClepsydraError, GroupNotFound, NoPermission, NotFound, RemoteError
 from clepsydra_core.groups import GroupSettings
-from clepsydra_core.http import HttpClient, RemoteError, error_from_response
 from clepsydra_core.retry_rules import (
     DEFAULT_MAX_RECONSUME_TIMES,
     max_reconsume_times_or,
     retry_level_for,
 )
+from clepsydra_core.runtime import telemetry
+from clepsydra_core.runtime.http import HttpClient, error_from_response
 from clepsydra_core.wire.codec import read_answer
 from clepsydra_core.wire.errors import ErrorAnswer
 from clepsydra_core.wire.produce import ProduceAnswer, ProduceMessage

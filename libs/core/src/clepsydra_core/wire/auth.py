@@ -1,4 +1,4 @@
-"""The store's token routes (issue 16; README "Access control"), spoken by the store and the
+"""The store's token routes (docs/access-control.md), spoken by the store and the
 ``clepsydra auth ... --store`` commands:
 
 - ``GET /v1/auth/tokens`` -> :class:`TokenList`

@@ -26,7 +26,7 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Self
 
-from clepsydra_core.errors import ValidationError
+from clepsydra_core.errors import RemoteError, ValidationError
 
 INT64_MAX = (1 << 63) - 1
 INT64_MIN = -(1 << 63)
@@ -494,8 +494,6 @@ def read_answer(cls: type[_W], doc: Any, what: str | None = None) -> _W:
     try:
         return cls.from_json(doc, what=what)
     except ValidationError as exc:
-        from clepsydra_core.http import RemoteError  # the HTTP client needs no wire types
-
         error = RemoteError(f"unexpected answer: {exc.message}")
         error.http_status = BAD_GATEWAY
         raise error from exc

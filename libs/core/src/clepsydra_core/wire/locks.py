@@ -1,4 +1,5 @@
-"""The store's orderly queue locks (issue 12.5; RocketMQ's lockBatchMQ / unlockBatchMQ):
+"""The store's orderly queue locks (SPEC R12, DEC-orderly-queue-locks;
+RocketMQ's lockBatchMQ / unlockBatchMQ):
 
 - ``POST /v1/groups/{group}/locks`` :class:`LockRequest` -> :class:`LockAnswer` (the queues
   the client now holds; the others are held by another client whose lock has not expired)

@@ -17,7 +17,7 @@ DEFAULT_PULL = 32
 MAX_PULL = 1000
 """Most messages one pull, or one look-up by key, answers."""
 MAX_PULL_WAIT_MS = 30_000
-"""The longest a pull may ask the store to hold it (``waitMs``, issue 14): with nothing at its
+"""The longest a pull may ask the store to hold it (``waitMs``): with nothing at its
 offset, the store answers when a message is appended to the queue or when the wait ends."""
 
 
@@ -54,11 +54,12 @@ class StoredMessage(WireValue):
 
 @dataclass(frozen=True, slots=True)
 class MessageList(WireValue):
-    """Every stored message that matches, as a list even for a look-up by msgId (issue 12.11):
-    one message has several stored copies - the copy parked in the schedule topic (S1) and the
-    one delivered from it (D4), each retry of a send-back (R3), its dead letter (R6), its
-    resends - which keep the message's msgId (its ``UNIQ_KEY``), so a look-up by
-    msgId answers every copy, oldest first; each copy's own place is its ``offsetMsgId``."""
+    """Every stored message that matches, as a list even for a look-up by msgId
+    (DEC-message-history): one message has several stored copies - the copy parked in the
+    schedule topic (S1) and the one delivered from it (D4), each retry of a send-back (R3), its
+    dead letter (R6), its resends - which keep the message's msgId (its ``UNIQ_KEY``), so a
+    look-up by msgId answers every copy, oldest first; each copy's own place is its
+    ``offsetMsgId``."""
 
     messages: list[StoredMessage]
     unreachable: list[int] | None = field(default=None, metadata=wire_meta(

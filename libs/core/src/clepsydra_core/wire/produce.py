@@ -135,7 +135,7 @@ class ProduceAnswer(WireValue):
         "the message's unique id (its UNIQ_KEY, made by the client, or by the store when the "
         "producer gave none): the id its consumers see, kept by every copy (parked, delivered, "
         "retried, dead-lettered, resent), and the id GET /v1/messages/{msgId} finds them all "
-        "by (issue 20.4)")))
+        "by")))
     topic: str
     queue_id: int
     queue_offset: int

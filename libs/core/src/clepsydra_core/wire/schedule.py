@@ -78,7 +78,7 @@ class ScheduleEntries(WireValue):
 @dataclass(frozen=True, slots=True)
 class HandoverRequest(WireValue):
     """Hand over up to ``max_count`` due entries. The store continues after the level's
-    handed-over mark whatever ``from_offset`` says (issue 18.1): it only tells the store where
+    handed-over mark whatever ``from_offset`` says (SPEC D9): it only tells the store where
     the caller believes it stands."""
 
     from_offset: int = field(metadata=wire_meta(minimum=0))

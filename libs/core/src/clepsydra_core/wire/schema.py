@@ -1,6 +1,6 @@
 """JSON Schema (draft 2020-12, as OpenAPI 3.1 reads it) of the wire types: the same fields,
 types, bounds, patterns and exclusive fields that :meth:`WireValue.from_json` checks, so the
-OpenAPI documents (``clepsydra_web.openapi``) say what the servers validate (issue 12.10)."""
+OpenAPI documents (``clepsydra_web.openapi``) say what the servers validate."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The store's timer routes (SPEC T1-T2, issue 15), spoken by the store, the scheduler and the
+"""The store's timer routes (SPEC T1-T2), spoken by the store, the scheduler and the
 client SDK and CLI:
 
 - ``DELETE /v1/messages/{msgId}`` -> 200 :class:`MessageCancelled`; 409 ``ALREADY_DELIVERED``;

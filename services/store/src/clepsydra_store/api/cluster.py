@@ -13,7 +13,7 @@ from clepsydra_core.errors import (
     Unavailable,
     ValidationError,
 )
-from clepsydra_core.http import segment
+from clepsydra_core.runtime.http import segment
 from clepsydra_core.wire.cluster import (
     UNREACHABLE,
     ClusterAnswer,

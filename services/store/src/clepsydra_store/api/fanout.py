@@ -27,8 +27,8 @@ from urllib.parse import quote
 import orjson
 
 from clepsydra_core.errors import AlreadyDelivered, ClepsydraError, NotFound, Unavailable
-from clepsydra_core.http import Json
 from clepsydra_core.msgid import shard_of_offset_msg_id
+from clepsydra_core.runtime.http import Json
 from clepsydra_core.wire.cluster import LOCAL, SCOPE_HEADER, ShardFailure, ShardsApplied
 from clepsydra_store.api.context import StoreContext
 from clepsydra_store.api.envelope import Call, Handler, Reply

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from opentelemetry import trace
 
-from clepsydra_core import naming, telemetry
+from clepsydra_core import naming
 from clepsydra_core import properties as P
+from clepsydra_core.runtime import telemetry
 from clepsydra_core.wire.schedule import (
     DEFAULT_ENTRIES,
     MAX_ENTRIES,

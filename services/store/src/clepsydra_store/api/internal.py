@@ -9,8 +9,9 @@ from typing import Any
 from opentelemetry import trace
 
 from clepsydra_core import properties as P
-from clepsydra_core import telemetry, validation
+from clepsydra_core import validation
 from clepsydra_core.errors import ClepsydraError
+from clepsydra_core.runtime import telemetry
 from clepsydra_core.wire.copy import CopyBatch, CopyItem, RangeCopy
 from clepsydra_store.api.answers import copy_request, range_copy_answer, range_copy_request
 from clepsydra_store.api.context import StoreContext

@@ -26,8 +26,9 @@ from prometheus_client import CollectorRegistry, Counter, disable_created_metric
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from clepsydra_core import naming, telemetry
+from clepsydra_core import naming
 from clepsydra_core.levels import DelayLevels
+from clepsydra_core.runtime import telemetry
 from clepsydra_core.schedule_rules import first_pending
 from clepsydra_store.api.thread_metrics import RequestMetrics, ThreadCounter
 from clepsydra_web.tracing import ServerScope, ServerTracing

@@ -25,10 +25,11 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from clepsydra_core import naming, telemetry, validation
+from clepsydra_core import naming, validation
 from clepsydra_core import properties as P
 from clepsydra_core.errors import BodyTooLarge, ClepsydraError, ValidationError
 from clepsydra_core.msgid import pack_host
+from clepsydra_core.runtime import telemetry
 from clepsydra_core.validation import properties_settable
 from clepsydra_core.wire.produce import (
     MAX_BATCH,

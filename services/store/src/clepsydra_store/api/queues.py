@@ -14,8 +14,9 @@ poller (the route is on the lean path, not the poller's).
 
 from __future__ import annotations
 
-from clepsydra_core import telemetry, validation
+from clepsydra_core import validation
 from clepsydra_core.errors import OffsetOutOfRange
+from clepsydra_core.runtime import telemetry
 from clepsydra_core.wire.messages import DEFAULT_PULL, MAX_PULL, MAX_PULL_WAIT_MS
 from clepsydra_store.api.answers import messages_json, with_body_arg
 from clepsydra_store.api.context import StoreContext

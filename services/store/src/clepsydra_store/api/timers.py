@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import time
 
-from clepsydra_core import naming, telemetry, validation
+from clepsydra_core import naming, validation
 from clepsydra_core import properties as P
 from clepsydra_core.auth import Action
 from clepsydra_core.errors import MessageNotFound, ValidationError
 from clepsydra_core.msgid import check_id
 from clepsydra_core.records import CommitLogRecord
+from clepsydra_core.runtime import telemetry
 from clepsydra_core.wire.timers import (
     KeyCancelled,
     KeyRescheduled,

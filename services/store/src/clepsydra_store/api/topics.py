@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from clepsydra_core import naming, validation
 from clepsydra_core.errors import ClepsydraError, Forbidden, TopicNotFound
-from clepsydra_core.http import Json
+from clepsydra_core.runtime.http import Json
 from clepsydra_core.wire.topics import TopicCreate, TopicDeleted, TopicUpdate
 from clepsydra_store.api.answers import topic_json
 from clepsydra_store.api.context import StoreContext

@@ -1,6 +1,6 @@
 """A store shard's calls to its peers (DEC-store-shards): one HTTP client per peer (the one
-client of ``clepsydra_core.http``), every call marked ``X-Clepsydra-Scope: local`` so the peer
-answers from its own data and never asks the others in turn, several peers asked at once.
+client of ``clepsydra_core.runtime.http``), every call marked ``X-Clepsydra-Scope: local`` so
+the peer answers from its own data and never asks the others in turn, several peers asked at once.
 
 A call forwards the caller's ``Authorization`` when there is one (the peer checks the same
 token: every shard reads the same tokens); the shard's own calls (a new shard reading the topics
@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from clepsydra_core.errors import ClepsydraError, Unavailable
-from clepsydra_core.http import HttpClient, Json
+from clepsydra_core.runtime.http import HttpClient, Json
 from clepsydra_core.shards import ClusterShape
 from clepsydra_core.wire.cluster import LOCAL, SCOPE_HEADER
 

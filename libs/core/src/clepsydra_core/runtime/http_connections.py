@@ -1,5 +1,6 @@
-"""Keep-alive HTTP/1.1 connections, one per thread, for :class:`clepsydra_core.http.HttpClient`'s
-calls to a plain ``http://`` service without a proxy (issue 14).
+"""Keep-alive HTTP/1.1 connections, one per thread, for
+:class:`clepsydra_core.runtime.http.HttpClient`'s calls to a plain ``http://`` service without a
+proxy (DEC-lean-http-client).
 
 A call through ``requests`` costs its caller 0.4-0.9 ms of CPU (sessions, adapters, urllib3's
 pool and retry objects, cookie and hook machinery), more than the store spends answering a
@@ -33,7 +34,7 @@ caller pays at most ``spin_us`` of CPU a call.
 
 Timeouts are the kernel's (``SO_RCVTIMEO``, ``SO_SNDTIMEO``) on a blocking socket, not
 Python's: a socket with a Python timeout polls before every ``send`` and ``recv``, five system
-calls a call with the idle check, each releasing the interpreter's lock (issue 14: 8 threads
+calls a call with the idle check, each releasing the interpreter's lock (8 threads
 sending through one client spent more CPU in the kernel than in Python); now three. Either way a
 wait without progress longer than the timeout raises ``TimeoutError``. Where the options cannot
 be set, Python's timeout is kept.

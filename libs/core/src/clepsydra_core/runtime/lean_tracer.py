@@ -1,5 +1,5 @@
-"""Context-only spans for what will not be recorded, and the sampler that decides (issue 19,
-"cheap"; re-exported by clepsydra_core.telemetry, which installs them).
+"""Context-only spans for what will not be recorded, and the sampler that decides
+(DEC-unrecorded-spans; re-exported by clepsydra_core.runtime.telemetry, which installs them).
 
 The sampler is ``OTEL_TRACES_SAMPLER`` (and ``OTEL_TRACES_SAMPLER_ARG``) when set; otherwise
 (:func:`default_sampler`) parent-based, with one new trace in a hundred for ``otlp`` (the
@@ -46,8 +46,8 @@ class LeanTracer(trace.Tracer):
     context-only span is a non-recording one with a fresh span id in its parent's trace (a new
     trace id when there is none) and its parent's flags: trace context still flows -
     ``traceparent`` in message properties and headers, the sampled decision in its flags, trace
-    ids in log lines - at a few microseconds instead of the SDK span's tens (issue 19: tracing
-    without an exporter costs < 1 %, unsampled messages almost nothing)."""
+    ids in log lines - at a few microseconds instead of the SDK span's tens (DEC-unrecorded-spans:
+    tracing without an exporter costs < 1 %, unsampled messages almost nothing)."""
 
     def __init__(self, sdk: trace.Tracer, provider: LeanTracerProvider) -> None:
         self._sdk = sdk
@@ -93,7 +93,7 @@ class LeanTracer(trace.Tracer):
         ``traceparent`` of a context-only span where it would not be recorded; the trace id
         of a new trace that is sampled (start its span with :func:`start_decided`); None where
         the SDK decides (start its span as usual). Ids are drawn at once: a fraction of what
-        one :meth:`unrecorded` each costs (a batch's messages, issue 19)."""
+        one :meth:`unrecorded` each costs (a batch's messages)."""
         provider = self._provider
         parent = trace.get_current_span().get_span_context()
         if parent.is_valid:

@@ -1,7 +1,7 @@
 """A process's small health server: GET routes (``/healthz``, ``/livez``, ``/metrics``)
 answered by daemon threads of the standard library's HTTP server, for the parts that serve no
 other HTTP (the scheduler's worker and beat, the analytics exporter): no Flask in those
-processes (issue 14, the stack's memory at rest).
+processes (DEC-memory-at-rest).
 
 Every answer that is not a route's is JSON in the v1 error shape: an unknown path 404
 ``NOT_FOUND``, another method than GET or HEAD 405 ``METHOD_NOT_ALLOWED``, a route that raised

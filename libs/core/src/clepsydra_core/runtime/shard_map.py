@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from clepsydra_core.errors import ClepsydraError, NotFound
-from clepsydra_core.http import HttpClient
+from clepsydra_core.runtime.http import HttpClient
 from clepsydra_core.wire.cluster import UP, ClusterAnswer
 from clepsydra_core.wire.codec import read_answer
 

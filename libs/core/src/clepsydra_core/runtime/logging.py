@@ -1,7 +1,7 @@
 """Log lines of every process, configured once by each entry point (library code adds no
 handlers).
 
-Every process of the stack writes the same lines (issue 20.7): by default one JSON object per
+Every process of the stack writes the same lines: by default one JSON object per
 line with ``time``, ``level``, ``service``, ``logger``, ``message`` and, inside a span,
 ``trace_id`` and ``span_id`` (and ``exc`` for an exception), so a trace id printed in a log line
 finds the message's whole life. ``CLEPSYDRA_LOG_FORMAT=text`` writes the same fields as one
@@ -19,10 +19,10 @@ import time
 import warnings
 from typing import IO, Any
 
-JSON = "json"
-TEXT = "text"
-FORMATS = (JSON, TEXT)
-"""The values of CLEPSYDRA_LOG_FORMAT."""
+from clepsydra_core.settings import LOG_FORMATS as FORMATS
+from clepsydra_core.settings import LOG_JSON as JSON
+from clepsydra_core.settings import LOG_TEXT as TEXT
+from clepsydra_core.settings import CommonSettings
 
 _current: dict[str, str] = {"service": "clepsydra", "format": JSON}
 """What :func:`configure` chose for this process (a formatter made later, e.g. by gunicorn's
@@ -116,6 +116,12 @@ def configure(level: str = "INFO", *, service: str | None = None, fmt: str = JSO
     logging.captureWarnings(True)
 
 
+def configure_from(settings: CommonSettings, service: str) -> None:
+    """This process's log lines as its settings say (CLEPSYDRA_LOG_LEVEL,
+    CLEPSYDRA_LOG_FORMAT), named ``service``."""
+    configure(settings.log_level, service=service, fmt=settings.log_format)
+
+
 CELERY_ROOT_WARNING = r"You're running the worker with superuser privileges"
 """The start of Celery's SecurityWarning for a worker whose uid or gid is 0."""
 CELERY_SERIALIZERS = {"accept_content": ["json"], "task_serializer": "json",
@@ -124,7 +130,7 @@ CELERY_SERIALIZERS = {"accept_content": ["json"], "task_serializer": "json",
 
 
 def quiet_celery_root_warning() -> None:
-    """Leave out Celery's warning about a worker running as root (issue 20.7).
+    """Leave out Celery's warning about a worker running as root.
 
     The stack runs its workers as the user who starts it, as intended: uid 10001 in the
     images and on Kubernetes, the developer locally (root in a container or a CI machine).

@@ -1,4 +1,4 @@
-"""A Celery worker started without Celery's command line (issue 14, the local stack's memory).
+"""A Celery worker started without Celery's command line (DEC-memory-at-rest).
 
 ``app.worker_main(["worker", ...])`` goes through ``celery.bin.celery``, which imports every
 ``celery`` sub-command to build its command group: the ``amqp`` shell's REPL (click_repl and
@@ -10,13 +10,13 @@ converts them (pool name, log level, ``%h`` in the node name), every other optio
 app's configuration as the command line leaves it.
 
 :class:`WorkerThread` runs the same worker on a thread of a process whose main thread serves
-something else (the analytics API in ``make run``: issue 14). It is Celery's ``WorkController``
+something else (the analytics API in ``make run``). It is Celery's ``WorkController``
 without the command line's ``Worker`` subclass, whose signal handlers, banner and logging set-up
 need the main thread; it stops as Celery's own signal handler stops a worker, by the warm
 shutdown flag of ``celery.worker.state`` (the loop sees it within a second), and returns after
 the task in progress.
 
-Like :mod:`clepsydra_core.celery_beat`, this module imports Celery only when called
+Like :mod:`clepsydra_core.runtime.celery_beat`, this module imports Celery only when called
 (clepsydra_core does not depend on Celery).
 """
 

@@ -17,7 +17,7 @@ the OpenTelemetry SDK documents (``OTEL_SERVICE_NAME`` wins over a ``service.nam
 attributes).
 
 The sampler, and the context-only spans made for what it does not record, are
-clepsydra_core.lean_tracer's (re-exported here): by default parent-based, one new trace in a
+clepsydra_core.runtime.lean_tracer's (re-exported here): by default parent-based, one new trace in a
 hundred with ``otlp`` and ``none``, every one with the local exporters; ``OTEL_TRACES_SAMPLER``
 wins.
 
@@ -51,22 +51,22 @@ from opentelemetry.util._once import Once
 
 from clepsydra_core import properties as P
 from clepsydra_core.errors import ConfigError
-from clepsydra_core.lean_tracer import DEFAULT_RATIO as DEFAULT_RATIO
-from clepsydra_core.lean_tracer import SAMPLER_ARG_VAR as SAMPLER_ARG_VAR
-from clepsydra_core.lean_tracer import SAMPLER_VAR as SAMPLER_VAR
-from clepsydra_core.lean_tracer import LeanTracer as LeanTracer
-from clepsydra_core.lean_tracer import LeanTracerProvider as LeanTracerProvider
-from clepsydra_core.lean_tracer import batch_contexts as batch_contexts
-from clepsydra_core.lean_tracer import default_sampler as default_sampler
-from clepsydra_core.lean_tracer import start_decided as start_decided
-from clepsydra_core.lean_tracer import traceparent
-from clepsydra_core.lean_tracer import unrecorded as unrecorded
 from clepsydra_core.naming import ANALYTICS_SERVICE as ANALYTICS_SERVICE
 from clepsydra_core.naming import CLIENT_SERVICE as CLIENT_SERVICE
 from clepsydra_core.naming import CONSOLE_SERVICE as CONSOLE_SERVICE
 from clepsydra_core.naming import RETRY_SERVICE as RETRY_SERVICE
 from clepsydra_core.naming import SCHEDULER_SERVICE as SCHEDULER_SERVICE
 from clepsydra_core.naming import STORE_SERVICE as STORE_SERVICE
+from clepsydra_core.runtime.lean_tracer import DEFAULT_RATIO as DEFAULT_RATIO
+from clepsydra_core.runtime.lean_tracer import SAMPLER_ARG_VAR as SAMPLER_ARG_VAR
+from clepsydra_core.runtime.lean_tracer import SAMPLER_VAR as SAMPLER_VAR
+from clepsydra_core.runtime.lean_tracer import LeanTracer as LeanTracer
+from clepsydra_core.runtime.lean_tracer import LeanTracerProvider as LeanTracerProvider
+from clepsydra_core.runtime.lean_tracer import batch_contexts as batch_contexts
+from clepsydra_core.runtime.lean_tracer import default_sampler as default_sampler
+from clepsydra_core.runtime.lean_tracer import start_decided as start_decided
+from clepsydra_core.runtime.lean_tracer import traceparent
+from clepsydra_core.runtime.lean_tracer import unrecorded as unrecorded
 
 # ---- span attributes: OpenTelemetry messaging conventions, then ours -------------------------
 MESSAGING_SYSTEM = "messaging.system"
@@ -305,8 +305,3 @@ def link_from(props: Mapping[str, str]) -> list[trace.Link]:
     span_ctx = trace.get_current_span(extract(props)).get_span_context()
     return [trace.Link(span_ctx)] if span_ctx.is_valid else []
 
-
-def trace_id_of(props: Mapping[str, str]) -> str | None:
-    """The 32-hex trace id in a message's `traceparent`, or None."""
-    parts = props.get(P.TRACEPARENT, "").split("-")
-    return parts[1] if len(parts) >= 4 else None

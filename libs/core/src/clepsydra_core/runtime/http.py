@@ -1,25 +1,25 @@
 """One JSON-over-HTTP client for every caller of the store and the retry service: the client
-SDK, the retry service's store calls, the scheduler's hand-over calls (issue 13.1).
+SDK, the retry service's store calls, the scheduler's hand-over calls.
 
 It holds once what each of them did its own way: a keep-alive connection per thread (a lean
-one for a plain ``http://`` service without a proxy, ``http_connections.py``, issue 14; a
-``requests.Session`` for ``https://`` or through a proxy), timeouts, orjson bodies, the W3C
-trace context of the current span on every call (SPEC O1), and
-the mapping of error answers onto the ``clepsydra_core.errors`` tree, chosen by the wire
+one for a plain ``http://`` service without a proxy, ``http_connections.py``,
+DEC-lean-http-client; a ``requests.Session`` for ``https://`` or through a proxy), timeouts,
+orjson bodies, the W3C trace context of the current span on every call (SPEC O1), and the
+mapping of error answers onto the ``clepsydra_core.errors`` tree, chosen by the wire
 ``code`` (a 404 ``TOPIC_NOT_EXIST`` raises :class:`TopicNotFound`, a 403 ``NO_PERMISSION``
 :class:`NoPermission`, ...). A service that does not answer raises :class:`Unavailable` naming
 the URL.
 
 Every call carries ``Authorization: Bearer <token>`` when the client has a token: the one it
 is given, else ``CLEPSYDRA_TOKEN`` (so the SDK, the CLI and the services' own calls authenticate
-here, in one place; issue 16). The token is never logged nor put in an error.
+here, in one place; docs/access-control.md). The token is never logged nor put in an error.
 
 ``HttpClient("http://127.0.0.1:8081").get("/v1/topics/{}", "%RETRY%G")`` percent-encodes each
 path argument as one segment (``%25RETRY%25G``).
 
 ``requests`` (with urllib3, ~9 MiB of a process) is imported only by a client that needs it:
 an ``https://`` service, or proxy variables in the environment of a client that takes them
-(issue 14: the services' processes at rest never load it).
+(DEC-lean-http-client: the services' processes at rest never load it).
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from urllib.parse import quote, urlencode, urlsplit
 
 import orjson
 
-from clepsydra_core import telemetry
 from clepsydra_core.errors import (
     AlreadyDelivered,
     BodyTooLarge,
@@ -47,14 +46,16 @@ from clepsydra_core.errors import (
     NotSent,
     OffsetOutOfRange,
     RateLimited,
+    RemoteError,
     TopicNotFound,
     Unauthorized,
     Unavailable,
     ValidationError,
 )
-from clepsydra_core.http_connections import DEFAULT_SPIN_US, ConnectionPool
-from clepsydra_core.http_connections import NotSent as ConnectionNotSent
 from clepsydra_core.properties import TRACEPARENT
+from clepsydra_core.runtime import telemetry
+from clepsydra_core.runtime.http_connections import DEFAULT_SPIN_US, ConnectionPool
+from clepsydra_core.runtime.http_connections import NotSent as ConnectionNotSent
 from clepsydra_core.settings import client_token, env_int
 from clepsydra_core.wire.cluster import SHARDS_HEADER
 
@@ -89,10 +90,6 @@ def _proxied(base_url: str) -> bool:
     import requests
 
     return bool(requests.utils.get_environ_proxies(base_url))
-
-
-class RemoteError(ClepsydraError):
-    """A service answered with an error the client has no closer class for."""
 
 
 def segment(value: str | int) -> str:

@@ -1,4 +1,4 @@
-"""Celery beat embedded in a worker as a thread of it (issue 14, the local stack's memory).
+"""Celery beat embedded in a worker as a thread of it (DEC-memory-at-rest).
 
 Celery's own ``worker -B`` runs the embedded beat as a second process (a fork of the worker,
 ``celery.beat._Process``): a whole interpreter's worth of memory more. :func:`embed_beat`
