@@ -70,3 +70,16 @@ def test_a_first_heartbeat_creates_the_group_unless_turned_off(
     assert manual.post("/v1/groups/fresh/heartbeat", json=beat).status_code == 200
     assert_error(manual.get("/v1/groups/fresh/settings"), 404,
                  "SUBSCRIPTION_GROUP_NOT_EXIST", "R2")
+
+
+def test_a_body_left_out_keeps_the_settings_and_whitespace_is_not_json(
+        client: FlaskClient) -> None:
+    # the body may be left out (no bytes: the current settings, or the defaults); a body of
+    # whitespace is a body, and not a JSON object (the fuzzer's "\r")
+    client.put("/v1/groups/g/settings", json={"retryMaxTimes": 5})
+    kept = client.put("/v1/groups/g/settings", data=b"", content_type="application/json")
+    assert kept.status_code == 200 and kept.get_json()["retryMaxTimes"] == 5
+    for blank in (b"\r", b" \n"):
+        assert_error(client.put("/v1/groups/g/settings", data=blank,
+                                content_type="application/json"), 400, "INVALID_JSON")
+    assert client.get("/v1/groups/g/settings").get_json()["retryMaxTimes"] == 5

@@ -48,6 +48,12 @@ def loads_object(raw: bytes, what: str = "request body") -> dict[str, Any]:
     return obj
 
 
+def loads_object_or_empty(raw: bytes, what: str = "request body") -> dict[str, Any]:
+    """:func:`loads_object`, or ``{}`` for a body left out (no bytes at all) where a route
+    allows that; whitespace alone is a body, and not JSON (400 INVALID_JSON)."""
+    return loads_object(raw, what) if raw else {}
+
+
 def check_fields(obj: Mapping[str, Any], allowed: frozenset[str], what: str) -> None:
     """Refuse unknown fields (a misspelt ``delaylevel`` must not be silently ignored)."""
     if obj.keys() <= allowed:

@@ -18,7 +18,7 @@ from clepsydra_analytics.store_reader import StoreReader
 from clepsydra_core import naming
 from clepsydra_core.errors import ClepsydraError
 from clepsydra_core.wire.analytics import AnalyticsHealth, ExportStatus, ReportList, RunRequest
-from clepsydra_web.jsonio import loads_object
+from clepsydra_web.jsonio import loads_object_or_empty
 
 if TYPE_CHECKING:
     from clepsydra_analytics.export_files import ExportFiles
@@ -42,7 +42,7 @@ def services() -> Services:
 def _run_request() -> RunRequest:
     """The body (which may be left out), read with its wire type: unknown fields refused."""
     raw = request.get_data(cache=True)
-    return RunRequest.from_json(loads_object(raw) if raw.strip() else {}, what="run",
+    return RunRequest.from_json(loads_object_or_empty(raw), what="run",
                                 strict=True)
 
 

@@ -58,8 +58,8 @@ def json_body(*, empty_ok: bool = False) -> Any:
     """The request's JSON (400 INVALID_JSON when it cannot be read; ``{}`` for an empty body
     when allowed). The one reader every service uses (clepsydra_web.jsonio)."""
     raw = request.get_data(cache=True)
-    if empty_ok and not raw.strip():
-        return {}
+    if empty_ok:
+        return jsonio.loads_object_or_empty(raw)
     return jsonio.loads_json(raw)
 
 

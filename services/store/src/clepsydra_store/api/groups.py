@@ -50,7 +50,7 @@ def put_group_settings(c: StoreContext, call: Call) -> Reply:
     group = call.args["group"]
     validation.validate_group_name(group)
     raw = call.body()
-    body = jsonio.loads_object(raw) if raw.strip() else {}
+    body = jsonio.loads_object_or_empty(raw)
     settings, created = c.store.put_group_settings(group, body)
     return (201 if created else 200), _settings_answer(group, settings).to_json()
 
