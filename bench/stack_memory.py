@@ -50,6 +50,8 @@ def part_of(argv: list[bytes]) -> str:
         return "redis"
     if "tools.stack" in text:
         return "supervisor"
+    if "tools.zygote" in text:
+        return "zygote"
     for module in ("clepsydra_store", "clepsydra_retry", "clepsydra_scheduler",
                    "clepsydra_gateway", "clepsydra_analytics", "clepsydra_console"):
         if module in text:
