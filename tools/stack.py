@@ -3,12 +3,15 @@ Celery worker with beat on a thread) and the analytics, as processes on this mac
 every file under CLEPSYDRA_HOME.
 
     python -m tools.stack [--quiet] [--separate-beat] [--without-analytics]
-                          [--ready-timeout-s 90] [--grace-s 30]
+                          [--ready-timeout-s 90] [--grace-s 30] [--no-fork]
 
 The parts are those of the one stack builder, tools/parts.py (their commands, ports and
 readiness checks are defined there); this module supervises them. Each child runs in its own
 process group, with its output in ``CLEPSYDRA_HOME/logs/<name>.log`` (the previous run's log is
-kept as ``<name>.log.1``) and echoed to stdout as ``name | line``:
+kept as ``<name>.log.1``) and echoed to stdout as ``name | line``. The Python services are
+forked from the zygote, a process that imported what they share, and adopted by this one (a
+child subreaper), so each is still this process's child with its own command line; with
+``--no-fork`` (``CLEPSYDRA_STACK_FORK=off``) each is exec'd (tools/zygote.py, DEC-stack-zygote):
 
     redis             redis-server on CLEPSYDRA_REDIS_PORT, append-only file in HOME/redis
                       (not started when CLEPSYDRA_REDIS_URL names an existing Redis)
