@@ -89,7 +89,15 @@ from tools.processes import (
     port_free,
     redis_ping,
 )
-from tools.zygote import FORK_VAR, Zygote, argv_bytes, become_subreaper, forkable, reap_orphans
+from tools.zygote import (
+    FORK_VAR,
+    Zygote,
+    argv_bytes,
+    become_subreaper,
+    env_bytes,
+    forkable,
+    reap_orphans,
+)
 
 READY_LINE = "clepsydra: ready"
 POLL_S = 0.1
@@ -369,6 +377,7 @@ class Supervisor:
             return
         self.zygote = Zygote(self.settings.log_dir / "zygote.log",
                              room=max(len(argv_bytes(child.argv)) for child in forked),
+                             env_room=max(len(env_bytes(child.env)) for child in forked),
                              note=self.console.line, ready_timeout_s=self.ready_timeout_s,
                              stopping=lambda: bool(self.signals))
         self.zygote.launch(self.env, self.settings.common.home, self._preexec)

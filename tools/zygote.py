@@ -83,6 +83,10 @@ import at start, never one only one of them uses (grpcio, pyarrow, a service's o
 Importing them starts no thread (the zygote refuses to start otherwise; tests/unit/tools/
 test_zygote.py)."""
 
+ROOM_VAR = "CLEPSYDRA_ZYGOTE_ROOM"
+ENV_SLACK = 16384
+"""Bytes of room in the zygote's environment beyond the services' own settings known when it
+starts (the tokens the stack adds later)."""
 MAX_MESSAGE = 1 << 20
 REPLY_TIMEOUT_S = 60.0
 START_TIMEOUT_S = 30.0
@@ -116,15 +120,31 @@ def argv_bytes(argv: Sequence[str]) -> bytes:
     return b"".join(os.fsencode(arg) + b"\0" for arg in argv)
 
 
-def write_command_line(argv: Sequence[str]) -> bool:
-    """Write ``argv`` over this process's command-line area (``/proc/self/cmdline``, ``ps``),
-    NUL-separated and NUL-padded, so it reads as that command line; False when it does not
-    fit (the area is the size of the command line this process was started with)."""
+def env_bytes(env: Mapping[str, str]) -> bytes:
+    """An environment as the kernel keeps it: each ``NAME=value`` NUL-terminated."""
+    return b"".join(os.fsencode(f"{k}={v}") + b"\0" for k, v in env.items())
+
+
+def _area(first: int) -> tuple[int, int]:
+    """This process's command-line (``first`` 45: arg_start, arg_end, /proc/pid/stat fields 48
+    and 49) or environment area (47: env_start, env_end, fields 50 and 51)."""
+    stat = Path("/proc/self/stat").read_text()
+    fields = stat[stat.rindex(")") + 2:].split()
+    return int(fields[first]), int(fields[first + 1])
+
+
+def area_room(first: int) -> int:
+    """The bytes of this process's command-line (45) or environment (47) area; 0 unknown."""
     try:
-        stat = Path("/proc/self/stat").read_text()
-        fields = stat[stat.rindex(")") + 2:].split()
-        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (fields 48, 49)
-        raw = argv_bytes(argv)
+        start, end = _area(first)
+    except (OSError, ValueError, IndexError):
+        return 0
+    return end - start
+
+
+def _write_area(first: int, raw: bytes) -> bool:
+    try:
+        start, end = _area(first)
         if len(raw) > end - start:
             return False
         with open("/proc/self/mem", "r+b", buffering=0) as mem:
@@ -133,6 +153,24 @@ def write_command_line(argv: Sequence[str]) -> bool:
     except (OSError, ValueError, IndexError):
         return False
     return True
+
+
+ARGS, ENVIRON = 45, 47
+
+
+def write_command_line(argv: Sequence[str]) -> bool:
+    """Write ``argv`` over this process's command-line area (``/proc/self/cmdline``, ``ps``),
+    NUL-separated and NUL-padded, so it reads as that command line; False when it does not
+    fit (the area is the size of the command line this process was started with)."""
+    return _write_area(ARGS, argv_bytes(argv))
+
+
+def write_environment(env: Mapping[str, str]) -> bool:
+    """Write ``env`` over this process's environment area (``/proc/self/environ``: what
+    ``ps e`` and the tests read a service's settings from, e.g. its store shard), NUL-padded;
+    False when it does not fit. Only once the C library's environment no longer points into
+    that area (``os.environ`` cleared and set again)."""
+    return _write_area(ENVIRON, env_bytes(env))
 
 
 def reap_orphans(known: Collection[int]) -> int:
@@ -196,12 +234,16 @@ class Zygote(Child):
 
     MAX_DEATHS = 3
 
-    def __init__(self, log_path: Path, *, room: int, note: Callable[[str], None],
+    def __init__(self, log_path: Path, *, room: int, env_room: int = 0,
+                 note: Callable[[str], None],
                  ready_timeout_s: float = 90.0,
                  stopping: Callable[[], bool] = lambda: False) -> None:
         super().__init__("zygote", [], log_path, lambda child: child.exit_code() is None)
         self.room = room
         """Bytes of its command line: room for the longest service's command line."""
+        self.env[ROOM_VAR] = " " * (env_room + ENV_SLACK)
+        """Room in its environment for a service's own settings beside the stack's (its
+        tokens, its store shard): a service's environment is written over the zygote's."""
         self.note = note
         self.ready_timeout_s = ready_timeout_s
         self.stopping = stopping
@@ -391,6 +433,11 @@ def serve(sock: socket.socket, supervisor: int) -> Service | None:
                 raise ValueError("a request carries its log file's descriptor")
             if threads() != 1:
                 raise ValueError(f"the zygote has {threads()} threads: it forks only alone")
+            for what, first, size in (("command line", ARGS, len(argv_bytes(argv))),
+                                      ("environment", ENVIRON, len(env_bytes(env)))):
+                if size > area_room(first):
+                    raise ValueError(f"its {what} ({size} bytes) does not fit in the "
+                                     f"zygote's ({area_room(first)})")
             forked = _fork(Service(argv, env, cwd), fds[0], sock, supervisor, pdeath)
         except (OSError, ValueError) as exc:
             _send(sock, error=str(exc))
@@ -467,6 +514,7 @@ def _become(service: Service, log_fd: int, said: int, sock: socket.socket,
     os.chdir(service.cwd)
     os.environ.clear()
     os.environ.update(service.env)
+    write_environment(service.env)  # /proc/<pid>/environ: the service's, as when exec'd
     if sys.path and sys.path[0] == str(REPO):  # python -m puts its working directory first
         sys.path[0] = service.cwd
     sys.argv = ["-m", *service.argv[3:]]  # runpy writes the module's path over "-m"

@@ -62,7 +62,7 @@ def _forked(pid: int, zygote: int) -> bool:
 
 def test_services_forked_by_the_zygote_are_the_supervisors_children(
         start_stack: Callable[..., RunningStack]) -> None:
-    stack = start_stack("--without-analytics")
+    stack = start_stack("--without-analytics", CLEPSYDRA_STORE_SHARDS="2")
     zygote = _zygote_pid(stack)
     assert zygote is not None, stack.output()[-3000:]
     assert _ppid(zygote) == stack.proc.pid
@@ -73,10 +73,20 @@ def test_services_forked_by_the_zygote_are_the_supervisors_children(
         assert os.getpgid(pid) == pid and os.getsid(pid) == pid  # a session of its own
         assert _cmdline(pid)[:3] == [sys.executable, "-m", module]
         assert _forked(pid, zygote), f"{module} was exec'd, not forked"
-    store_log = (stack.home / "logs" / "store.log")
-    assert store_log.stat().st_size > 0
-    fd1 = os.readlink(f"/proc/{child_pid(stack, 'clepsydra_store')}/fd/1")
-    assert fd1 == str(store_log)
+        # its environment as /proc shows it is its own, not the zygote's
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        assert f"CLEPSYDRA_HOME={stack.home}".encode() in environ
+        assert not any(var.startswith(b"CLEPSYDRA_ZYGOTE_ROOM=") for var in environ)
+    # each store shard its own settings (DEC-store-shards) and its own log file
+    shards = {}
+    for pid in descendants(stack.proc.pid):
+        if _ppid(pid) == stack.proc.pid and "clepsydra_store" in _cmdline(pid):
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            shard = [v for v in environ if v.startswith(b"CLEPSYDRA_STORE_SHARD_ID=")]
+            shards[shard[0].split(b"=")[1].decode()] = os.readlink(f"/proc/{pid}/fd/1")
+    logs = stack.home / "logs"
+    assert shards == {"0": str(logs / "store.log"), "1": str(logs / "store-1.log")}
+    assert (logs / "store.log").stat().st_size > 0
     assert "started as a new interpreter" not in stack.output()
 
     # a killed forked service is restarted by the supervisor, forked again

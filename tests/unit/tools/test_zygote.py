@@ -46,3 +46,18 @@ def test_only_python_modules_of_this_interpreter_are_forkable() -> None:
     assert not forkable(["/usr/bin/python3.9", "-m", "clepsydra_retry"]) or \
         sys.executable == "/usr/bin/python3.9"
     assert argv_bytes(["a", "bc"]) == b"a\0bc\0"
+
+
+def test_an_environment_is_written_over_the_processes_own() -> None:
+    code = ("import os\n"
+            "from tools.zygote import write_environment\n"
+            "new = {'CLEPSYDRA_STORE_SHARD_ID': '2', 'PATH': '/bin'}\n"
+            "os.environ.clear(); os.environ.update(new)\n"
+            "assert write_environment(new)\n"
+            "assert not write_environment({'X': 'y' * 100_000})\n"
+            "print(open('/proc/self/environ', 'rb').read().rstrip(b'\\0').split(b'\\0'))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=60, check=False,
+                          env={"PATH": "/usr/bin:/bin", "PAD": " " * 200})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == repr([b"CLEPSYDRA_STORE_SHARD_ID=2", b"PATH=/bin"])
