@@ -12,7 +12,8 @@ it (``waitpid``) and restarts it as any other child; a killed zygote leaves the 
 running and is started again. The service then, before its module runs: has its own session
 (process group), stdin /dev/null and stdout/stderr on its log file (sent by the supervisor with
 the request), no other descriptor of the zygote's, SIGTERM when the supervisor dies, the
-interpreter's own signal handlers, its environment, working directory and ``sys.argv``, and
+interpreter's own signal handlers, its environment (``/proc/<pid>/environ`` too: the
+zygote keeps room in its own, :data:`ROOM_VAR`), working directory and ``sys.argv``, and
 its command line (``/proc/<pid>/cmdline``, what ``ps`` shows and the tests and benches find
 it by) written over the zygote's: ``python -m clepsydra_store``. Its module runs as
 ``__main__`` (``runpy``) and its exit is the interpreter's (atexit, threads joined).
