@@ -53,9 +53,9 @@ PROTOCOL = 1
 PRELOAD = (
     # every service: the shared library (domain, wire types, settings, logging, telemetry,
     # the HTTP client), OpenTelemetry's SDK, Prometheus' client
-    "clepsydra_core.auth", "clepsydra_core.groups", "clepsydra_core.health_http",
-    "clepsydra_core.http", "clepsydra_core.logging", "clepsydra_core.msgid",
-    "clepsydra_core.retry_rules", "clepsydra_core.settings", "clepsydra_core.telemetry",
+    "clepsydra_core.auth", "clepsydra_core.groups", "clepsydra_core.runtime.health_http",
+    "clepsydra_core.runtime.http", "clepsydra_core.runtime.logging", "clepsydra_core.msgid",
+    "clepsydra_core.retry_rules", "clepsydra_core.settings", "clepsydra_core.runtime.telemetry",
     "clepsydra_core.validation", "clepsydra_core.wire.analytics", "clepsydra_core.wire.codec",
     "clepsydra_core.wire.copy", "clepsydra_core.wire.dlq", "clepsydra_core.wire.errors",
     "clepsydra_core.wire.groups", "clepsydra_core.wire.health", "clepsydra_core.wire.history",
@@ -71,7 +71,7 @@ PRELOAD = (
     # the callers of Redis (retry, scheduler, analytics, gateway)
     "redis",
     # the Celery workers with beat (scheduler, analytics)
-    "clepsydra_core.celery_beat", "clepsydra_core.celery_worker", "celery.app.base",
+    "clepsydra_core.runtime.celery_beat", "clepsydra_core.runtime.celery_worker", "celery.app.base",
     "celery.beat", "celery.worker.consumer", "celery.worker.control", "celery.worker.loops",
     "celery.worker.pidbox", "celery.events.receiver", "kombu.transport.redis", "kombu.pools",
     "celery.app.routes", "celery.backends.base", "celery.loaders.base", "kombu.mixins",
