@@ -25,7 +25,9 @@ process in ``make run``, two with ``--separate-beat``) and the whole stack (plus
 the analytics processes, the console and the supervisor). ``--separate-beat`` is passed on
 to ``tools.stack``; ``--gunicorn-masters`` runs the store, retry and analytics API as
 deployed, each a gunicorn master and its worker (``CLEPSYDRA_SINGLE_PROCESS=false``);
-``--without-analytics`` is ``make run-core``'s stack.
+``--without-analytics`` is ``make run-core``'s stack. The zygote the services are forked from
+(DEC-stack-zygote) is a part of its own, in the whole stack's total; ``--set
+CLEPSYDRA_STACK_FORK=off`` measures the services exec'd instead.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ def part_of(argv: list[bytes]) -> str:
         return "redis"
     if "tools.stack" in text:
         return "supervisor"
+    if "tools.zygote" in text:
+        return "zygote"
     for module in ("clepsydra_store", "clepsydra_retry", "clepsydra_scheduler",
                    "clepsydra_gateway", "clepsydra_analytics", "clepsydra_console"):
         if module in text:

@@ -20,7 +20,7 @@ import time
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import IO, Protocol, TextIO
 
 REPO = Path(__file__).resolve().parents[1]
 LOG_TAIL_LINES = 25
@@ -114,6 +114,23 @@ class Console:
                 pass
 
 
+class Proc(Protocol):
+    """What the stack keeps of a started process: :class:`subprocess.Popen`'s ``pid``,
+    ``returncode``, ``poll()`` and ``wait()`` (or a forked one's: tools/zygote.py)."""
+
+    pid: int
+    returncode: int | None
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+Spawner = Callable[[Sequence[str], Mapping[str, str], Path, IO[bytes]], Proc | None]
+"""Starts ``argv`` with an environment, a working directory and its log file, in a session
+of its own, otherwise than by exec: a process, or None to exec it after all."""
+
+
 class Child:
     """One process of the stack, in its own process group, output to its log file."""
 
@@ -125,7 +142,11 @@ class Child:
         """Added to the stack's environment for this child only (its own token)."""
         self.log_path = log_path
         self.ready = ready
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: Proc | None = None
+        self.spawner: Spawner | None = None
+        """How it starts when not exec'd (the local stack's zygote: DEC-stack-zygote)."""
+        self.pass_fds: tuple[int, ...] = ()
+        """Descriptors an exec'd process keeps (beside stdin, stdout and stderr)."""
 
     def launch(self, env: Mapping[str, str], cwd: Path, preexec: Callable[[], None] | None,
               *, restart: bool = False) -> None:
@@ -134,10 +155,12 @@ class Child:
         if self.log_path.exists() and not restart:
             self.log_path.replace(self.log_path.with_name(self.log_path.name + ".1"))
         with open(self.log_path, "ab" if restart else "wb") as log:
-            self.proc = subprocess.Popen(self.argv, env={**env, **self.env}, cwd=cwd,
-                                         stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True,
-                                         preexec_fn=preexec)
+            full = {**env, **self.env}
+            forked = self.spawner(self.argv, full, cwd, log) if self.spawner else None
+            self.proc = forked or subprocess.Popen(
+                self.argv, env=full, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=preexec,
+                pass_fds=self.pass_fds)
 
     @property
     def pid(self) -> int:

@@ -3,12 +3,15 @@ Celery worker with beat on a thread) and the analytics, as processes on this mac
 every file under CLEPSYDRA_HOME.
 
     python -m tools.stack [--quiet] [--separate-beat] [--without-analytics]
-                          [--ready-timeout-s 90] [--grace-s 30]
+                          [--ready-timeout-s 90] [--grace-s 30] [--no-fork]
 
 The parts are those of the one stack builder, tools/parts.py (their commands, ports and
 readiness checks are defined there); this module supervises them. Each child runs in its own
 process group, with its output in ``CLEPSYDRA_HOME/logs/<name>.log`` (the previous run's log is
-kept as ``<name>.log.1``) and echoed to stdout as ``name | line``:
+kept as ``<name>.log.1``) and echoed to stdout as ``name | line``. The Python services are
+forked from the zygote, a process that imported what they share, and adopted by this one (a
+child subreaper), so each is still this process's child with its own command line; with
+``--no-fork`` (``CLEPSYDRA_STACK_FORK=off``) each is exec'd (tools/zygote.py, DEC-stack-zygote):
 
     redis             redis-server on CLEPSYDRA_REDIS_PORT, append-only file in HOME/redis
                       (not started when CLEPSYDRA_REDIS_URL names an existing Redis)
@@ -67,7 +70,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from types import FrameType
@@ -75,7 +78,7 @@ from typing import IO
 
 from clepsydra_core import shards as shard_rules
 from clepsydra_core.errors import ConfigError
-from clepsydra_core.settings import SINGLE_PROCESS, CommonSettings, Env, env_int
+from clepsydra_core.settings import SINGLE_PROCESS, CommonSettings, Env, env_bool, env_int
 from tools import parts
 from tools.parts import ANALYTICS_API, CONSOLE
 from tools.processes import (
@@ -85,6 +88,15 @@ from tools.processes import (
     parent_death_signal,
     port_free,
     redis_ping,
+)
+from tools.zygote import (
+    FORK_VAR,
+    Zygote,
+    argv_bytes,
+    become_subreaper,
+    env_bytes,
+    forkable,
+    reap_orphans,
 )
 
 READY_LINE = "clepsydra: ready"
@@ -150,6 +162,9 @@ class StackSettings:
     shards: int = 1
     """CLEPSYDRA_STORE_SHARDS: store shards to start (DEC-store-shards)."""
     shard_port_step: int = shard_rules.DEFAULT_PORT_STEP
+    fork: bool = True
+    """The Python services forked by the zygote (``CLEPSYDRA_STACK_FORK``, DEC-stack-zygote);
+    False: each exec'd, a new interpreter."""
 
     @classmethod
     def from_env(cls, env: Env) -> StackSettings:
@@ -165,6 +180,7 @@ class StackSettings:
             gateway_health_port=env_int(env, "CLEPSYDRA_GATEWAY_HEALTH_PORT", 8089, minimum=1),
             shards=shard_rules.shard_count(env),
             shard_port_step=shard_rules.port_step(env),
+            fork=env_bool(env, FORK_VAR, True),
         )
         settings.shard_ports()  # a port past 65535: ConfigError, exit 2
         return settings
@@ -253,6 +269,8 @@ class Supervisor:
         self.grace_s = grace_s
         self.echo_enabled = echo
         self.children: list[Child] = []
+        self.zygote: Zygote | None = None
+        """The fork server of the services (DEC-stack-zygote); None with ``--no-fork``."""
         self.signals: list[int] = []
         self._lock_file: IO[str] | None = None
         self._echo: LogEcho | None = None
@@ -309,6 +327,7 @@ class Supervisor:
         except RuntimeError as exc:  # no redis-server binary
             raise StackRefused(f"{exc}, or set CLEPSYDRA_REDIS_URL to an existing Redis") \
                 from exc
+        self._start_zygote(children)
         if s.own_redis:
             redis = children.pop(0)
             self.children.append(redis)
@@ -324,7 +343,7 @@ class Supervisor:
             self.children.append(child)
             child.launch(self.env, s.common.home, preexec)
         if self.echo_enabled:
-            self._echo = LogEcho(self.children, self.console)
+            self._echo = LogEcho([*self.children, *self._zygote()], self.console)
             self._echo.start()
         for child in services:
             self._wait_until(partial(child.ready, child), self.ready_timeout_s,
@@ -345,7 +364,37 @@ class Supervisor:
             self._heal(time.monotonic())
             time.sleep(POLL_S)
 
+    def _start_zygote(self, children: Sequence[Child]) -> None:
+        """The fork server of the services that run a Python module (DEC-stack-zygote), started
+        before Redis so it imports meanwhile; the services' parent stays this process (a child
+        subreaper adopts them)."""
+        forked = [child for child in children if forkable(child.argv)]
+        if not self.settings.fork or not forked:
+            return
+        if not become_subreaper():
+            self.console.line("clepsydra: services start as new interpreters: this system "
+                              "cannot make the stack adopt forked ones")
+            return
+        self.zygote = Zygote(self.settings.log_dir / "zygote.log",
+                             room=max(len(argv_bytes(child.argv)) for child in forked),
+                             env_room=max(len(env_bytes(child.env)) for child in forked),
+                             note=self.console.line, ready_timeout_s=self.ready_timeout_s,
+                             stopping=lambda: bool(self.signals))
+        self.zygote.launch(self.env, self.settings.common.home, self._preexec)
+        self.zygote.adopt(forked)
+
+    def _zygote(self) -> list[Child]:
+        return [] if self.zygote is None else [self.zygote]
+
+    def _reap(self) -> None:
+        """What forked services leave behind is this process's to reap (a subreaper's)."""
+        if self.zygote is not None:
+            reap_orphans({c.proc.pid for c in [*self.children, self.zygote] if c.proc})
+
     def _heal(self, now_s: float) -> None:
+        if self.zygote is not None:
+            self.zygote.heal()
+        self._reap()
         for child in self.children:
             due = self._restart_at.get(child.name)
             if due is not None:
@@ -377,7 +426,9 @@ class Supervisor:
         if self.signals:
             self.console.line(f"clepsydra: stopping ({signal.Signals(self.signals[0]).name})")
         services = [c for c in self.children if c.name != "redis"]
-        self._terminate(services)
+        self._terminate([*self._zygote(), *services])
+        if self.zygote is not None:
+            self.zygote.close()
         self._terminate([c for c in self.children if c.name == "redis"])
         if self._echo is not None:
             self._echo.stop()
@@ -476,6 +527,7 @@ class Supervisor:
         while True:
             if self.signals:
                 raise Interrupted
+            self._reap()
             self._check_children()
             if ready():
                 return
@@ -502,6 +554,7 @@ class Supervisor:
         while (any(c.running() for c in live) and time.monotonic() < deadline
                and len(self.signals) < 2):
             time.sleep(0.05)
+            self._reap()
         for child in live:
             if child.running():
                 self.console.line(f"clepsydra: {child.name} did not stop in "
@@ -530,6 +583,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="how long each service may take to become ready (default 90)")
     parser.add_argument("--grace-s", type=float, default=30.0,
                         help="how long children may take to stop before SIGKILL (default 30)")
+    parser.add_argument("--no-fork", action="store_true",
+                        help="start every service as a new interpreter (python -m ...), not "
+                             f"forked by the zygote ({FORK_VAR}=off; DEC-stack-zygote)")
     parser.add_argument("--max-restarts", type=int, default=5,
                         help="restarts of one child within the window before giving up, exit 3 "
                              "(default 5)")
@@ -542,6 +598,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         console.line(f"clepsydra: {exc.message}")
         return 2
+    if args.no_fork:
+        settings = replace(settings, fork=False)
     stack = Supervisor(settings, env=os.environ, console=console, echo=not args.quiet,
                   ready_timeout_s=args.ready_timeout_s, grace_s=args.grace_s,
                   max_restarts=args.max_restarts, restart_window_s=args.restart_window_s,
