@@ -30,7 +30,7 @@ from clepsydra_core import naming
 from clepsydra_core.levels import DelayLevels
 from clepsydra_core.runtime import telemetry
 from clepsydra_core.schedule_rules import first_pending
-from clepsydra_store.api.thread_metrics import RequestMetrics, ThreadCounter
+from clepsydra_store.api.thread_metrics import RequestMetrics, ThreadCounter, cumulative_buckets
 from clepsydra_web.tracing import ServerScope, ServerTracing
 
 RequestScope = ServerScope
@@ -146,16 +146,8 @@ class BatchHistogram(Collector):
         with self._lock:
             snapshot = [(k, list(c), t[0]) for k, (c, t) in sorted(self._series.items())]
         for label_value, counts, total in snapshot:
-            cumulative, running = [], 0
-            for bound, count in zip((*self.bounds, float("inf")), counts, strict=True):
-                running += count
-                cumulative.append((_bucket_label(bound), running))
-            family.add_metric([label_value], cumulative, total)
+            family.add_metric([label_value], cumulative_buckets(self.bounds, counts), total)
         yield family
-
-
-def _bucket_label(bound: float) -> str:
-    return "+Inf" if bound == float("inf") else repr(bound)
 
 
 class EngineCollector(Collector):

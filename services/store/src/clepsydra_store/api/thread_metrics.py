@@ -97,9 +97,16 @@ class RequestMetrics(Collector):
         yield counts
         durations = HistogramMetricFamily(*self.seconds, labels=["operation"])
         for operation, row in sorted(by_operation.items()):
-            running, buckets = 0.0, []
-            for bound, count in zip((*self.bounds, float("inf")), row[2:], strict=True):
-                running += count
-                buckets.append((floatToGoString(bound), running))  # type: ignore[no-untyped-call]
-            durations.add_metric([operation], buckets, row[1])
+            durations.add_metric([operation], cumulative_buckets(self.bounds, row[2:]), row[1])
         yield durations
+
+
+def cumulative_buckets(bounds: Sequence[float], counts: Sequence[float]
+                       ) -> list[tuple[str, float]]:
+    """A histogram's ``(le, count at or below)`` pairs from its count per bucket (the last one
+    +Inf), labelled as prometheus_client labels its own."""
+    running, out = 0.0, []
+    for bound, count in zip((*bounds, float("inf")), counts, strict=True):
+        running += count
+        out.append((floatToGoString(bound), running))  # type: ignore[no-untyped-call]
+    return out
