@@ -4,11 +4,16 @@ this counts everything in user space: the interpreter, its C objects, ``orjson``
 excluded).
 
     .venv/bin/python -m bench.instructions [--base /path/to/other/worktree] [--sends 2000]
+                                           [--shape raw|sdk|sdk-delay]
 
 Starts ``python -m clepsydra_store`` under ``valgrind --tool=callgrind`` (apt's ``valgrind``)
 with a temporary CLEPSYDRA_HOME, creates a topic of 4 queues, sends 300 single 1 KiB produces
 from one raw keep-alive socket (``bench.store_produce.RawConnection``: the poller's path) to warm
 up, zeroes the counters, sends ``--sends`` more, and prints the worker's instructions a send.
+``--shape`` says what a send is: ``raw`` (default) the produce bench's message (1 KiB body, tags,
+keys); ``sdk`` what ``Producer.send`` puts on the wire (a 16-byte body, its own ``UNIQ_KEY`` and
+an unsampled ``traceparent`` in the properties and in the header); ``sdk-delay`` the same with
+``delayMs`` (a timer, as ``send(delay=)`` sends it: the peers workload's producer).
 With ``--base`` the same is counted with another worktree's store and libs sources first on
 ``PYTHONPATH``, and new/base is printed. Two runs of one tree agreed within 0.15 % here.
 
@@ -40,8 +45,30 @@ WARM_UP = 300
 NO_H1C = "raise ImportError('hidden from callgrind: SSE 4.2')\n"
 
 
-def count(tree: Path, sends: int) -> float:
-    """The store worker's instructions a single produce, ``tree``'s sources."""
+SHAPES = ("raw", "sdk", "sdk-delay")
+
+
+def requests_of(shape: str, host: str, sends: int) -> list[bytes]:
+    """The request bytes of ``sends`` single produces of ``shape`` (one each: the SDK's ids and
+    trace ids differ from one message to the next)."""
+    path = f"/v1/topics/{TOPIC}/messages"
+    if shape == "raw":
+        payload = json.dumps(message(0)).encode()
+        return [RawConnection.request_bytes(host, path, payload)] * sends
+    out = []
+    for i in range(sends):
+        traceparent = f"00-{i + 1:032x}-{i + 1:016x}-00"
+        fields: dict[str, object] = {"body": "x" * 16, "properties": {
+            "UNIQ_KEY": f"C0000202{i:024X}", "traceparent": traceparent}}
+        if shape == "sdk-delay":
+            fields["delayMs"] = 5000
+        out.append(RawConnection.request_bytes(host, path, json.dumps(fields).encode(),
+                                               {"traceparent": traceparent}))
+    return out
+
+
+def count(tree: Path, sends: int, shape: str = "raw") -> float:
+    """The store worker's instructions a single produce of ``shape``, ``tree``'s sources."""
     with tempfile.TemporaryDirectory(prefix="clepsydra-instructions-") as tmp:
         hide = Path(tmp) / "hide" / "gunicorn_h1c"
         hide.mkdir(parents=True)
@@ -62,14 +89,14 @@ def count(tree: Path, sends: int) -> float:
             url = f"http://127.0.0.1:{port}"
             _wait_up(url)
             requests.post(f"{url}/v1/topics", json={"name": TOPIC, "queues": 4}, timeout=120)
-            conn = RawConnection(url, f"/v1/topics/{TOPIC}/messages",
-                                 json.dumps(message(0)).encode())
-            for _ in range(WARM_UP):
-                conn.send()
+            conn = RawConnection(url, f"/v1/topics/{TOPIC}/messages", b"")
+            warm = requests_of(shape, conn.host, WARM_UP + sends)
+            for request in warm[:WARM_UP]:
+                conn.send(request)
             worker = Path(f"/proc/{store.pid}/task/{store.pid}/children").read_text().split()[0]
             subprocess.run(["callgrind_control", "-z", worker], check=True, capture_output=True)
-            for _ in range(sends):
-                conn.send()
+            for request in warm[WARM_UP:]:
+                conn.send(request)
             subprocess.run(["callgrind_control", "-d", worker], check=True, capture_output=True)
             conn.close()
             dumps = sorted(out.glob(f"cg.{worker}.*"))
@@ -97,16 +124,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", type=Path, help="another worktree to count against")
     parser.add_argument("--sends", type=int, default=2000)
+    parser.add_argument("--shape", choices=SHAPES, default="raw")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind not found: apt-get install valgrind")
-    new = count(REPO, args.sends)
+    new = count(REPO, args.sends, args.shape)
+    what = f"single produce, {args.shape} (poller path)"
     if args.base is None:
-        print(f"single produce (poller path): {new:,.0f} instructions a send")
+        print(f"{what}: {new:,.0f} instructions a send")
         return 0
-    base = count(args.base.resolve(), args.sends)
-    print(f"single produce (poller path): base {base:,.0f}, new {new:,.0f} instructions a "
-          f"send, new/base {new / base:.4f}")
+    base = count(args.base.resolve(), args.sends, args.shape)
+    print(f"{what}: base {base:,.0f}, new {new:,.0f} instructions a send, "
+          f"new/base {new / base:.4f}")
     return 0
 
 

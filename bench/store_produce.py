@@ -158,16 +158,23 @@ class RawConnection:
     cheapest Python client, to show what the server does when the client is not the limit."""
 
     def __init__(self, url: str, path: str, payload: bytes) -> None:
-        host, _, port = url.removeprefix("http://").partition(":")
-        self.sock = socket.create_connection((host, int(port)))
+        self.host, _, port = url.removeprefix("http://").partition(":")
+        self.sock = socket.create_connection((self.host, int(port)))
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.request = (f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: "
-                        f"application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
-                        ).encode() + payload
+        self.request = self.request_bytes(self.host, path, payload)
         self.buf = b""
 
-    def send(self) -> None:
-        self.sock.sendall(self.request)
+    @staticmethod
+    def request_bytes(host: str, path: str, payload: bytes,
+                      headers: dict[str, str] | None = None) -> bytes:
+        """A POST of ``payload`` as JSON, with ``headers`` besides the usual ones."""
+        extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
+        return (f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                f"{extra}Content-Length: {len(payload)}\r\n\r\n").encode() + payload
+
+    def send(self, request: bytes | None = None) -> None:
+        """Send the pre-built request (or ``request``) and read its 201 answer."""
+        self.sock.sendall(request or self.request)
         while b"\r\n\r\n" not in self.buf:
             self.buf += self._recv()
         head, _, rest = self.buf.partition(b"\r\n\r\n")

@@ -36,6 +36,7 @@ from clepsydra_core.wire.produce import (
     ProduceBatch,
     ProduceMessage,
 )
+from clepsydra_core.wire.timers import MAX_DELAY_MS, MAX_DELIVER_AT
 from clepsydra_store.api.context import StoreContext
 from clepsydra_store.api.envelope import Call, Reply
 from clepsydra_store.api.observability import (
@@ -48,8 +49,7 @@ from clepsydra_web import jsonio
 from clepsydra_web.tracing import parent_context
 
 STORED_TOPIC = telemetry.STORED_TOPIC
-TIMER_FIELDS = ("deliverAt", "delayMs")
-PLAIN_FIELDS = frozenset(ProduceMessage.json_names()) - {"bodyBase64", *TIMER_FIELDS}
+PLAIN_FIELDS = frozenset(ProduceMessage.json_names()) - {"bodyBase64"}
 """Fields of a message that :func:`parse_plain` takes; others go through parse_message."""
 BATCH_FIELDS = frozenset(ProduceBatch.json_names())
 _ALL_OK = frozenset({PutStatus.OK})
@@ -174,6 +174,19 @@ def parse_plain(msg: object, topic: str, max_body_bytes: int, host: bytes, now_m
         present += 1
     if present == len(msg):  # nothing else given
         return PutRequest(topic, body, tags, keys, props, None, 0, 0, now_ms, host)
+    deliver_at = get("deliverAt")
+    delay_ms = get("delayMs")
+    if deliver_at is not None or delay_ms is not None:  # SPEC T1: send(delay=), (deliver_at=)
+        if (deliver_at is not None) + (delay_ms is not None) + (get("delayLevel") is not None) > 1:
+            return None  # more than one way of being delayed: parse_message names the rule
+        if deliver_at is not None:
+            if type(deliver_at) is not int or not 0 <= deliver_at <= MAX_DELIVER_AT:
+                return None
+        elif type(delay_ms) is not int or not 0 <= delay_ms <= MAX_DELAY_MS:
+            return None
+        if present + 1 == len(msg):  # nothing else given
+            return PutRequest(topic, body, tags, keys, props, None, 0, 0, now_ms, host,
+                              deliver_at=deliver_at, delay_ms=delay_ms)
     level = get("delayLevel")
     if level is None:
         level = 0
@@ -193,7 +206,8 @@ def parse_plain(msg: object, topic: str, max_body_bytes: int, host: bytes, now_m
         born = now_ms
     elif type(born) is not int or not 0 <= born <= jsonio.INT64_MAX:
         return None
-    return PutRequest(topic, body, tags, keys, props, queue_id, level, flag, born, host)
+    return PutRequest(topic, body, tags, keys, props, queue_id, level, flag, born, host,
+                      deliver_at=deliver_at, delay_ms=delay_ms)
 
 
 def _encodes(text: str) -> bool:
