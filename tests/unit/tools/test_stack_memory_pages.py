@@ -19,6 +19,8 @@ def test_a_forked_process_pages_are_shared_copied_or_new() -> None:
     inherited = mmap.mmap(-1, 64 * PAGE, flags=mmap.MAP_PRIVATE)
     inherited.write(b"z" * (64 * PAGE))  # resident in the parent before the fork
     start = _address(inherited)
+    parent = anonymous_pages(os.getpid())  # before the fork: the parent's other threads may
+    # map memory after it where the child maps its own (the zygote has no other thread)
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: writes 8 of the inherited pages, maps 4 new ones
@@ -28,7 +30,6 @@ def test_a_forked_process_pages_are_shared_copied_or_new() -> None:
                 inherited[i * PAGE] = ord("c")
             fresh = mmap.mmap(-1, 4 * PAGE, flags=mmap.MAP_PRIVATE)
             fresh.write(b"n" * (4 * PAGE))
-            parent = anonymous_pages(os.getppid())
             mine = anonymous_pages(os.getpid())
             ours = {a: f for a, f in mine.items() if start <= a < start + 64 * PAGE}
             theirs = {a: f for a, f in parent.items() if start <= a < start + 64 * PAGE}
