@@ -28,15 +28,25 @@ deployed, each a gunicorn master and its worker (``CLEPSYDRA_SINGLE_PROCESS=fals
 ``--without-analytics`` is ``make run-core``'s stack. The zygote the services are forked from
 (DEC-stack-zygote) is a part of its own, in the whole stack's total; ``--set
 CLEPSYDRA_STACK_FORK=off`` measures the services exec'd instead.
+
+``--pages`` adds where each forked service's private memory comes from (DEC-memory-cow): of
+its resident anonymous pages (the C heap, pymalloc's arenas, thread stacks), those it still
+shares with the zygote, those it copied from the zygote on a write (copy-on-write: a
+reference count, a code object's warm-up counters, an allocation into a free block of the
+zygote's) and those it allocated anew; and how many of the zygote's pages 1, 2, ... every
+service copied (a page every service copied is held once more by the zygote, for nothing).
+It reads the physical page of every virtual page (``/proc/<pid>/pagemap``: root only).
 """
 
 from __future__ import annotations
 
 import argparse
+import struct
 import sys
 import tempfile
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.fixtures.stack import RunningStack, descendants, launch_stack, stop_stack
@@ -87,6 +97,97 @@ def memory_by_part(stack: RunningStack) -> dict[str, dict[str, int]]:
     return {name: dict(values) for name, values in parts.items()}
 
 
+PAGE = 4096
+PRESENT = 1 << 63
+PFN_MASK = (1 << 55) - 1
+
+
+def anonymous_pages(pid: int) -> dict[int, int]:
+    """Virtual address -> physical page number of every resident page of ``pid``'s writable
+    anonymous mappings (the C heap, pymalloc's arenas, thread stacks). The physical numbers
+    read 0 without root (``/proc/<pid>/pagemap``)."""
+    pages: dict[int, int] = {}
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/pagemap", "rb") as pagemap:
+        for line in maps:
+            fields = line.split()
+            name = fields[5] if len(fields) > 5 else ""
+            if "w" not in fields[1] or name not in ("", "[heap]", "[stack]"):
+                continue
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            pagemap.seek(start // PAGE * 8)
+            raw = pagemap.read((end - start) // PAGE * 8)
+            for i, (entry,) in enumerate(struct.iter_unpack("<Q", raw)):
+                if entry & PRESENT:
+                    pages[start + i * PAGE] = entry & PFN_MASK
+    return pages
+
+
+@dataclass
+class Sharing:
+    """A forked process's resident anonymous pages against its parent's, by page."""
+
+    shared: int = 0
+    """Pages it still shares with its parent (the same physical page)."""
+    copied: int = 0
+    """Pages its parent has at the same address on another physical page: copied on a write."""
+    new: int = 0
+    """Pages at addresses its parent has no page at: allocated after the fork."""
+    copied_at: set[int] = field(default_factory=set)
+
+
+def sharing(child: dict[int, int], parent: dict[int, int]) -> Sharing:
+    """``child``'s pages (:func:`anonymous_pages`) against its ``parent``'s."""
+    found = Sharing()
+    for address, frame in child.items():
+        theirs = parent.get(address)
+        if theirs is None:
+            found.new += 1
+        elif theirs == frame:
+            found.shared += 1
+        else:
+            found.copied += 1
+            found.copied_at.add(address)
+    return found
+
+
+def print_pages(stack: RunningStack) -> None:
+    """``--pages``: each forked service's anonymous pages against the zygote's."""
+    named = {}
+    for pid in descendants(stack.proc.pid):
+        try:
+            named[pid] = part_of(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"))
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    zygote = next((pid for pid, name in named.items() if name == "zygote"), None)
+    if zygote is None:
+        print("\n--pages: no zygote (the services were exec'd)")
+        return
+    parent = anonymous_pages(zygote)
+    if parent and not any(parent.values()):
+        print("\n--pages: /proc/<pid>/pagemap gives no physical pages (not root)")
+        return
+    mib = PAGE / 2**20
+    print(f"\nanonymous pages of each forked service against the zygote's "
+          f"({len(parent) * mib:.1f} MiB resident), MiB:")
+    print(f"  {'part':<36} {'shared':>7} {'copied':>7} {'new':>7}")
+    copies: Counter[int] = Counter()
+    services = 0
+    for pid, name in sorted(named.items(), key=lambda item: item[1]):
+        if name in ("zygote", "supervisor", "redis", "other"):
+            continue
+        try:
+            found = sharing(anonymous_pages(pid), parent)
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        services += 1
+        copies.update(found.copied_at)
+        print(f"  {name:<36} {found.shared * mib:>7.1f} {found.copied * mib:>7.1f} "
+              f"{found.new * mib:>7.1f}")
+    by_count = Counter(copies.values())
+    print("  the zygote's pages copied by k services (k: MiB): " + ", ".join(
+        f"{k}: {by_count[k] * mib:.1f}" for k in range(1, services + 1)))
+
+
 def rss_by_part(stack: RunningStack) -> dict[str, int]:
     """Resident memory (KiB) of each part of the stack."""
     return {name: values["rss"] for name, values in memory_by_part(stack).items()}
@@ -116,6 +217,9 @@ def main() -> int:
                              "gunicorn master and its worker, as deployed")
     parser.add_argument("--without-analytics", action="store_true",
                         help="make run-core's stack: no analytics parts (tools.stack's flag)")
+    parser.add_argument("--pages", action="store_true",
+                        help="each forked service's anonymous pages: shared with the zygote, "
+                             "copied from it, new (root: /proc/<pid>/pagemap)")
     parser.add_argument("--set", action="append", default=[], metavar="VAR=VALUE",
                         help="a setting for the stack's processes; repeatable")
     args = parser.parse_args()
@@ -141,6 +245,8 @@ def main() -> int:
         print(window.table())
         print("  store requests in that window: " + ", ".join(
             f"{op} {n:,}" for op, n in calls.most_common() if n))
+        if args.pages:
+            print_pages(stack)
     finally:
         stop_stack(stack)
     return 0

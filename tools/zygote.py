@@ -76,6 +76,9 @@ PRELOAD = (
     "celery.worker.pidbox", "celery.events.receiver", "kombu.transport.redis", "kombu.pools",
     "celery.app.routes", "celery.backends.base", "celery.loaders.base", "kombu.mixins",
     "kombu.transport.native_delayed_delivery", "billiard.pool", "dbm.dumb",
+    # what two services imported after the fork (DEC-memory-cow): the Celery workers' bootsteps
+    # and beat's shelve's codec (scheduler, analytics), the shards' rules (store, scheduler)
+    "celery.worker.components", "encodings.latin_1", "clepsydra_core.shards",
     # the SDK (analytics, console; the gateway its topics)
     "clepsydra_client",
 )

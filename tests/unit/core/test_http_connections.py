@@ -434,3 +434,37 @@ def test_the_cluster_size_an_answer_names_is_kept(serve: Callable[[Handler], Ser
     http.get("/c")
     assert http.shards_hint == 3  # kept until another answer names another size
     http.close()
+
+
+def _resident_pages(view: memoryview) -> int:
+    """Pages of ``view``'s memory that are resident (``/proc/self/pagemap``'s present bit,
+    readable without root)."""
+    import ctypes
+
+    page = 4096
+    start = ctypes.addressof(ctypes.c_char.from_buffer(view)) // page * page
+    end = start + len(view)
+    with open("/proc/self/pagemap", "rb") as pagemap:
+        pagemap.seek(start // page * 8)
+        raw = pagemap.read((end - start + page - 1) // page * 8)
+    return sum(1 for (entry,) in struct.iter_unpack("<Q", raw) if entry >> 63)
+
+
+def test_a_connection_holds_only_the_receive_buffer_its_answers_reached(
+        serve: Callable[[Handler], Server]) -> None:
+    """DEC-memory-cow: a kept-alive connection's 256 KiB receive buffer is resident only where
+    answers reached (a scheduler keeps ~20 connections open for small answers); a large
+    answer still reads whole through it."""
+    large = b'"' + b"x" * (200 * 1024) + b'"'
+    server = serve(lambda ex: ex.json(200, large if ex.target == "/large" else b"{}"))
+    conn = Connection("127.0.0.1", int(server.url.rsplit(":", 1)[1]))
+    conn.connect(5.0)
+    conn.send("GET", "/small", None, {})
+    assert conn.receive() == (200, b"{}")
+    view = conn._view
+    assert view is not None and len(view) == 256 * 1024
+    assert _resident_pages(view) <= 2
+    conn.send("GET", "/large", None, {})
+    assert conn.receive() == (200, large)
+    assert conn._view is view  # the same buffer, allocated once
+    conn.close()

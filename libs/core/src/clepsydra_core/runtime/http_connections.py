@@ -43,6 +43,7 @@ be set, Python's timeout is kept.
 from __future__ import annotations
 
 import http.client
+import mmap
 import select
 import socket
 import struct
@@ -57,6 +58,8 @@ _SHARDS = SHARDS_HEADER.lower()
 MAX_HEAD_BYTES = 64 * 1024
 """An answer whose head is longer is refused (``http.client.LineTooLong``)."""
 _RECV_BYTES = 256 * 1024
+"""A connection's receive buffer (:meth:`Connection._recv`): anonymous memory of its own, of
+which only the pages an answer reached are resident (DEC-memory-cow)."""
 DEFAULT_SPIN_US = 0
 """How long a call reads without blocking before it sleeps, while answers come that fast: 0,
 never (DEC-client-spin-off; 200 µs pays on a machine with a core to spare for the caller)."""
@@ -214,10 +217,13 @@ class Connection:
 
     def _recv(self) -> bytes:
         """What arrived, read into the connection's own buffer (a ``recv`` of 256 KiB
-        allocates that much for every answer: a ``mmap`` and ``munmap`` each time)."""
+        allocates that much for every answer: a ``mmap`` and ``munmap`` each time). The
+        buffer is mapped, not a ``bytearray`` (which writes zeros over all of it): a
+        connection that only ever gets small answers holds a page or two of it, not 256 KiB
+        (a scheduler's ~20 kept-alive connections held 5 MiB so; DEC-memory-cow)."""
         view = self._view
         if view is None:
-            view = self._view = memoryview(bytearray(_RECV_BYTES))
+            view = self._view = receive_buffer()
         if self._fast:
             sock = self._socket()
             end = self._sent_at + self.spin_s
@@ -364,6 +370,12 @@ class ConnectionPool:
             conns = list(self._all)
         for conn in conns:
             conn.close()
+
+
+def receive_buffer(size: int = _RECV_BYTES) -> memoryview:
+    """``size`` bytes of anonymous memory, resident only where written (an anonymous
+    ``mmap``: the kernel's zero pages until a ``recv_into`` reaches them)."""
+    return memoryview(mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE))
 
 
 def _send_gathered(sock: socket.socket, head: bytes, body: bytes) -> None:
