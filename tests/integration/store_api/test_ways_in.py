@@ -101,6 +101,18 @@ def scenario() -> list[Step]:
              query={"offset": "0", "max": "10"}),
         Step("queues.pull", "GET", "/v1/topics/orders/queues/0/messages",
              query={"max": "0", "body": "false"}),
+        Step("queues.pull", "GET", "/v1/topics/orders/queues/0/messages",
+             query={"offset": "1", "max": "1", "waitMs": "50"}),  # there: cannot wait
+        Step("queues.pull", "GET", "/v1/topics/orders/queues/0/messages",
+             query={"offset": "0", "waitMs": "0", "body": "false"}),
+        Step("queues.pull", "GET", "/v1/topics/orders/queues/0/messages",
+             query={"tags": "none", "waitMs": "1"}),  # a tag filter: may hold (it does, 1 ms)
+        Step("queues.pull", "GET", "/v1/topics/orders/queues/0/messages",
+             query={"offset": "99", "waitMs": "1"}),  # past the end: may hold
+        Step("queues.pull", "GET", "/v1/topics/orders/queues/0/messages",
+             query={"waitMs": "x"}),
+        Step("queues.pull", "GET", "/v1/topics/orders/queues/0/messages",
+             query={"tags": "t || u", "max": "2"}),  # percent-encoded: "t+%7C%7C+u"
         Step("messages.get_message", "GET", "/v1/messages/u-plain"),
         Step("messages.get_message", "GET", "/v1/messages/unknown-id"),
         Step("history.get_history", "GET", "/v1/messages/u-plain/history"),
@@ -259,6 +271,10 @@ def by_wsgi(app: Flask, step: Step) -> Answered:
     return out["status"], out["headers"], body
 
 
+ON_POLLER: list[Step] = []
+"""The steps the poller answered (by_poller)."""
+
+
 def by_poller(app: Flask, step: Step) -> Answered:
     """The poller's answer when its reader takes the request (the worker's answer function and
     request lines), else a thread's (the WSGI app)."""
@@ -266,8 +282,10 @@ def by_poller(app: Flask, step: Step) -> Answered:
     assert isinstance(lean, LeanPath)
     environ = environ_of(step)
     body = environ["wsgi.input"].read()
-    head = [f"{step.method} {step.path} HTTP/1.1", "Host: store", "Connection: keep-alive",
-            f"Content-Length: {len(body)}"]
+    target = f"{step.path}?{urlencode(step.query)}" if step.query else step.path
+    head = [f"{step.method} {target} HTTP/1.1", "Host: store", "Connection: keep-alive"]
+    if body or step.method != "GET":
+        head.append(f"Content-Length: {len(body)}")
     if step.token:
         head.append(f"Authorization: Bearer {step.token}")
     raw = ("\r\n".join(head) + "\r\n\r\n").encode() + body
@@ -278,6 +296,7 @@ def by_poller(app: Flask, step: Step) -> Answered:
         environ["wsgi.input"] = io.BytesIO(body)
         return by_wsgi(app, step)
     assert served.count == 1 and served.rest == b"", step
+    ON_POLLER.append(step)
     head_bytes, _, answer = served.out.partition(b"\r\n\r\n")
     status_line, *fields = head_bytes.decode("latin-1").split("\r\n")
     headers = [tuple(f.split(": ", 1)) for f in fields]
@@ -323,6 +342,7 @@ def test_every_route_answers_alike_on_every_way_in(tmp_path: Path,
         return make
 
     apps: list[Flask] = []
+    ON_POLLER.clear()
     try:
         ways = {"flask": list(answers(maker(False), by_wsgi, clock)),
                 "lean": list(answers(maker(True), by_wsgi, clock)),
@@ -346,7 +366,13 @@ def test_every_route_answers_alike_on_every_way_in(tmp_path: Path,
         "403 Forbidden"  # a drained shard takes no new message (DEC-shard-drain)
     assert by_path["POST", "/v1/cluster/shards/7/drain", False] == "404 Not Found"
     poller_routes = {r.endpoint for r in ROUTES if r.lane is Lane.POLLER}
-    assert poller_routes == {"messages.produce_message", "messages.produce_batch"}
+    assert poller_routes == {"messages.produce_message", "messages.produce_batch", "queues.pull"}
+    # DEC-poller-pull: the poller answers a pull that cannot wait, a thread one that may
+    pulls = [(s.query, s.token is not None, s in ON_POLLER)
+             for s in steps if s.endpoint == "queues.pull"]
+    assert [on_poller for *_, on_poller in pulls] == [True, True, True, True, True, False,
+                                                      False, True, True], pulls
+    assert ON_POLLER.count(steps[-1]) == 0  # the rest were Flask's or the lean path's
 
 
 STEADY_CALLS = {"groups.commit_offset", "groups.heartbeat", "schedule.entries"}
@@ -361,7 +387,7 @@ def test_the_steady_calls_are_answered_below_flask(tmp_path: Path) -> None:
     # (Flask's hooks do not run for them); with it off, Flask's views do, with the same
     # answers (test_every_route_answers_alike_on_every_way_in compares them byte for byte)
     lean = {r.endpoint for r in ROUTES if r.lane is Lane.LEAN}
-    assert STEADY_CALLS <= lean
+    assert lean >= STEADY_CALLS
     answered: dict[bool, list[tuple[int, Any]]] = {}
     for fast in (True, False):
         home = tmp_path / f"home-{fast}"

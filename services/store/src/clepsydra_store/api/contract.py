@@ -92,7 +92,7 @@ from clepsydra_store.api import (
     tokens,
     topics,
 )
-from clepsydra_store.api.envelope import Handler, Lane, Parent, StoreRoute, Trace
+from clepsydra_store.api.envelope import Handler, Holds, Lane, Parent, StoreRoute, Trace
 from clepsydra_web.auth import Need, PermissionTable
 from clepsydra_web.openapi import ERROR, Answer, Api, Param, Route, ops_routes
 
@@ -156,11 +156,11 @@ def _offset(doc: str) -> Param:
 
 def _route(endpoint: str, handler: Handler, need: Need, doc: Route, *,
            operation: str | None = None, trace: Trace = Trace.SPAN, lane: Lane = Lane.FLASK,
-           parent: Parent | None = None) -> StoreRoute:
+           parent: Parent | None = None, holds: Holds | None = None) -> StoreRoute:
     """A route of the table; its operation (span and metrics) is its endpoint's view name
     unless named."""
     return StoreRoute(doc, endpoint, handler, need, operation or endpoint.rpartition(".")[2],
-                      trace, lane, parent)
+                      trace, lane, parent, holds)
 
 
 ROUTES: tuple[StoreRoute, ...] = (
@@ -235,7 +235,7 @@ ROUTES: tuple[StoreRoute, ...] = (
                            "message is appended to the queue or after this many ms; "
                            "0: at once. A store holding CLEPSYDRA_STORE_PULL_HOLD_MAX pulls "
                            "already, or stopping, answers at once")),
-              errors=(403,)), lane=Lane.LEAN),
+              errors=(403,)), lane=Lane.POLLER, holds=queues.may_hold),
     _route("messages.get_message", messages.get_message, Need(Action.MESSAGE_READ),
         Route("GET", "/v1/messages/{msgId}", "get_message",
               "Every stored copy of a message, by its msgId or one copy's offsetMsgId.",
