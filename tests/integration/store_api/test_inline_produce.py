@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.integration.store_api.helpers import TOPIC
-from tools.processes import HttpService
+from tools.processes import HttpService, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -305,3 +305,60 @@ def test_the_poller_spins_for_a_producer_in_a_loop_only(
     assert poller_answers(url) == 19  # the first came on a new connection: gunicorn's
     caught = poller_answers(url, metric=SPUN)
     assert caught >= 10 if spins else caught == 0
+
+
+def metric(url: str, name: str) -> float:
+    """A sample of the store's /metrics (0 when it has none yet)."""
+    talk = Conversation(url)
+    try:
+        talk.send(get("/metrics").replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n"))
+        data = b""
+        while chunk := talk.sock.recv(65536):
+            data += chunk
+    finally:
+        talk.close()
+    found = re.search(rb"^" + re.escape(name.encode()) + rb" (\S+)$", data, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def pull(offset: int, wait_ms: int | None = None, max_count: int = 32) -> bytes:
+    query = f"offset={offset}&max={max_count}&tags=%2A" + (
+        f"&waitMs={wait_ms}" if wait_ms is not None else "")
+    return get(f"/v1/topics/{TOPIC}/queues/0/messages?{query}")
+
+
+@pytest.mark.parametrize("inline", [True, False])
+def test_a_pull_that_cannot_wait_is_answered_on_the_poller_and_one_that_may_by_a_thread(
+        start_store: Callable[..., HttpService], inline: bool) -> None:
+    # DEC-poller-pull, DEC-pull-hold, SPEC C3: a kept-alive consumer's pull with messages
+    # there (or no waitMs) is answered on the poller; one at the queue's end waits in a
+    # thread, the poller meanwhile answering produces, and is woken by one; the answers, the
+    # pull's metrics and the hold are the same with the poller's answers off
+    url = start_store(env={"CLEPSYDRA_STORE_INLINE_PRODUCE": str(inline).lower()}).url
+    create_topic(url)
+    producer, consumer = Conversation(url), Conversation(url)
+    for body in (b'{"body":"m0"}', b'{"body":"m1"}', b'{"body":"m2"}'):
+        producer.send(produce(body))
+        assert producer.answer()[0] == 201  # the first by a thread, then on the poller
+    consumer.send(pull(0, max_count=1))  # a new connection: a thread answers
+    first = consumer.answer()
+    assert first[0] == 200 and [m["body"] for m in first[2]["messages"]] == ["m0"]
+    consumer.send(pull(1, wait_ms=30_000))  # messages there: it cannot wait
+    there = consumer.answer()
+    assert [m["body"] for m in there[2]["messages"]] == ["m1", "m2"]
+    assert there[2]["nextOffset"] == 3
+    consumer.send(pull(3, wait_ms=30_000))  # at the end: held, in a thread
+    wait_until(lambda: metric(url, "clepsydra_store_engine_held_pulls") == 1, ANSWER_S,
+               what="the pull held")
+    producer.send(produce(b'{"body":"late"}'))  # answered while the pull is held
+    assert producer.answer()[0] == 201
+    held = consumer.answer()  # woken by the append (a held poller would answer in 30 s)
+    assert held[0] == 200 and [m["body"] for m in held[2]["messages"]] == ["late"]
+    consumer.send(pull(0, wait_ms=0, max_count=1) + pull(4, max_count=1))  # pipelined
+    again = [consumer.answer(), consumer.answer()]
+    assert [(a[0], len(a[2]["messages"])) for a in again] == [(200, 1), (200, 0)]
+    assert metric(url, "clepsydra_store_engine_held_pulls") == 0
+    pulls = metric(url, 'clepsydra_store_requests_total{operation="pull",status="200"}')
+    assert pulls == 5  # each pull counted once, the one handed to a thread too
+    # on the poller: m1, m2, late (produces), the pull with messages there, the last two
+    assert poller_answers(url) == (6 if inline else 0)

@@ -22,7 +22,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import pytest
-from flask import Flask
+from flask import Flask, request
 from werkzeug.test import EnvironBuilder
 
 from clepsydra_core import auth_tokens
@@ -101,6 +101,18 @@ def scenario() -> list[Step]:
              query={"offset": "0", "max": "10"}),
         Step("queues.pull", "GET", "/v1/topics/orders/queues/0/messages",
              query={"max": "0", "body": "false"}),
+        Step("queues.pull", "GET", "/v1/topics/orders/queues/0/messages",
+             query={"offset": "1", "max": "1", "waitMs": "50"}),  # there: cannot wait
+        Step("queues.pull", "GET", "/v1/topics/orders/queues/0/messages",
+             query={"offset": "0", "waitMs": "0", "body": "false"}),
+        Step("queues.pull", "GET", "/v1/topics/orders/queues/0/messages",
+             query={"tags": "none", "waitMs": "1"}),  # a tag filter: may hold (it does, 1 ms)
+        Step("queues.pull", "GET", "/v1/topics/orders/queues/0/messages",
+             query={"offset": "99", "waitMs": "1"}),  # past the end: may hold
+        Step("queues.pull", "GET", "/v1/topics/orders/queues/0/messages",
+             query={"waitMs": "x"}),
+        Step("queues.pull", "GET", "/v1/topics/orders/queues/0/messages",
+             query={"tags": "t || u", "max": "2"}),  # percent-encoded: "t+%7C%7C+u"
         Step("messages.get_message", "GET", "/v1/messages/u-plain"),
         Step("messages.get_message", "GET", "/v1/messages/unknown-id"),
         Step("history.get_history", "GET", "/v1/messages/u-plain/history"),
@@ -131,10 +143,28 @@ def scenario() -> list[Step]:
              {"topic": "orders", "queueId": 0, "offset": 1}),
         Step("groups.commit_offset", "PUT", "/v1/groups/g/offsets",
              {"topic": "orders", "queueId": 9, "offset": 1}),
+        Step("groups.commit_offset", "PUT", "/v1/groups/g/offsets",
+             {"topic": "orders", "queueId": 0, "offset": 99}),  # past maxOffset
+        Step("groups.commit_offset", "PUT", "/v1/groups/g/offsets",
+             {"topic": "SCHEDULE_TOPIC_XXXX", "queueId": 0, "offset": 0}),  # S3
+        Step("groups.commit_offset", "PUT", "/v1/groups/g/offsets",
+             {"topic": "orders", "queueId": 0}),  # a field missing
+        Step("groups.commit_offset", "PUT", "/v1/groups/b%20d/offsets",
+             {"topic": "orders", "queueId": 0, "offset": 1}),  # not a group name
+        Step("groups.commit_offset", "PUT", "/v1/groups/g/offsets", raw=b"{nope"),
+        Step("groups.commit_offset", "PUT", "/v1/groups/g/offsets", raw=b"x" * 5000),
         Step("groups.get_offsets", "GET", "/v1/groups/g/offsets"),
         Step("groups.heartbeat", "POST", "/v1/groups/g/heartbeat",
              {"clientId": "c1", "subscriptions": {"orders": "*"},
               "messageModel": "CLUSTERING"}),
+        Step("groups.heartbeat", "POST", "/v1/groups/g/heartbeat",
+             {"clientId": "c2", "subscriptions": {"orders": "a||b"}}),  # C5: not consistent
+        Step("groups.heartbeat", "POST", "/v1/groups/g/heartbeat",
+             {"clientId": "c3", "subscriptions": {"SCHEDULE_TOPIC_XXXX": "*"}}),  # S3
+        Step("groups.heartbeat", "POST", "/v1/groups/g/heartbeat", {"subscriptions": {}}),
+        Step("groups.heartbeat", "POST", "/v1/groups/g/heartbeat", raw=b"[1]"),
+        Step("groups.heartbeat", "POST", "/v1/groups/g/heartbeat", raw=b"x" * 5000),
+        Step("groups.unregister_consumer", "DELETE", "/v1/groups/g/consumers/c2"),
         Step("groups.list_consumers", "GET", "/v1/groups/g/consumers"),
         Step("groups.unregister_consumer", "DELETE", "/v1/groups/g/consumers/c1"),
         Step("locks.lock_queues", "POST", "/v1/groups/g/locks",
@@ -146,6 +176,12 @@ def scenario() -> list[Step]:
         Step("schedule.entries", "GET", "/v1/schedule/levels/1/entries",
              query={"offset": "0", "max": "10"}),
         Step("schedule.entries", "GET", "/v1/schedule/levels/99/entries"),
+        Step("schedule.entries", "GET", "/v1/schedule/levels/1/entries",
+             query={"offset": "1", "max": "1"}),
+        Step("schedule.entries", "GET", "/v1/schedule/levels/1/entries",
+             query={"offset": "x"}),
+        Step("schedule.entries", "GET", "/v1/schedule/levels/1/entries", query={"max": "0"}),
+        Step("schedule.entries", "GET", "/v1/schedule/levels/x/entries"),
         Step("schedule.handover", "POST", "/v1/schedule/levels/1/handover",
              {"fromOffset": 0, "max": 10}, token=SCHEDULER, advance_ms=2_000),
         Step("schedule.handover", "POST", "/v1/schedule/levels/1/handover", {"max": 10},
@@ -235,6 +271,10 @@ def by_wsgi(app: Flask, step: Step) -> Answered:
     return out["status"], out["headers"], body
 
 
+ON_POLLER: list[Step] = []
+"""The steps the poller answered (by_poller)."""
+
+
 def by_poller(app: Flask, step: Step) -> Answered:
     """The poller's answer when its reader takes the request (the worker's answer function and
     request lines), else a thread's (the WSGI app)."""
@@ -242,8 +282,10 @@ def by_poller(app: Flask, step: Step) -> Answered:
     assert isinstance(lean, LeanPath)
     environ = environ_of(step)
     body = environ["wsgi.input"].read()
-    head = [f"{step.method} {step.path} HTTP/1.1", "Host: store", "Connection: keep-alive",
-            f"Content-Length: {len(body)}"]
+    target = f"{step.path}?{urlencode(step.query)}" if step.query else step.path
+    head = [f"{step.method} {target} HTTP/1.1", "Host: store", "Connection: keep-alive"]
+    if body or step.method != "GET":
+        head.append(f"Content-Length: {len(body)}")
     if step.token:
         head.append(f"Authorization: Bearer {step.token}")
     raw = ("\r\n".join(head) + "\r\n\r\n").encode() + body
@@ -254,6 +296,7 @@ def by_poller(app: Flask, step: Step) -> Answered:
         environ["wsgi.input"] = io.BytesIO(body)
         return by_wsgi(app, step)
     assert served.count == 1 and served.rest == b"", step
+    ON_POLLER.append(step)
     head_bytes, _, answer = served.out.partition(b"\r\n\r\n")
     status_line, *fields = head_bytes.decode("latin-1").split("\r\n")
     headers = [tuple(f.split(": ", 1)) for f in fields]
@@ -299,6 +342,7 @@ def test_every_route_answers_alike_on_every_way_in(tmp_path: Path,
         return make
 
     apps: list[Flask] = []
+    ON_POLLER.clear()
     try:
         ways = {"flask": list(answers(maker(False), by_wsgi, clock)),
                 "lean": list(answers(maker(True), by_wsgi, clock)),
@@ -322,4 +366,51 @@ def test_every_route_answers_alike_on_every_way_in(tmp_path: Path,
         "403 Forbidden"  # a drained shard takes no new message (DEC-shard-drain)
     assert by_path["POST", "/v1/cluster/shards/7/drain", False] == "404 Not Found"
     poller_routes = {r.endpoint for r in ROUTES if r.lane is Lane.POLLER}
-    assert poller_routes == {"messages.produce_message", "messages.produce_batch"}
+    assert poller_routes == {"messages.produce_message", "messages.produce_batch", "queues.pull"}
+    # DEC-poller-pull: the poller answers a pull that cannot wait, a thread one that may
+    pulls = [(s.query, s.token is not None, s in ON_POLLER)
+             for s in steps if s.endpoint == "queues.pull"]
+    assert [on_poller for *_, on_poller in pulls] == [True, True, True, True, True, False,
+                                                      False, True, True], pulls
+    assert ON_POLLER.count(steps[-1]) == 0  # the rest were Flask's or the lean path's
+
+
+STEADY_CALLS = {"groups.commit_offset", "groups.heartbeat", "schedule.entries"}
+"""The calls a running stack makes of the store all the time besides produce and pull: the
+consumer's offset commit and heartbeat, the scheduler's level entries read
+(DEC-lean-steady-calls)."""
+
+
+def test_the_steady_calls_are_answered_below_flask(tmp_path: Path) -> None:
+    # DEC-lean-steady-calls, SPEC C1 (heartbeat), D3 (entries): with the fast path on, the
+    # lean path answers the consumer's commit and heartbeat and the scheduler's entries read
+    # (Flask's hooks do not run for them); with it off, Flask's views do, with the same
+    # answers (test_every_route_answers_alike_on_every_way_in compares them byte for byte)
+    lean = {r.endpoint for r in ROUTES if r.lane is Lane.LEAN}
+    assert lean >= STEADY_CALLS
+    answered: dict[bool, list[tuple[int, Any]]] = {}
+    for fast in (True, False):
+        home = tmp_path / f"home-{fast}"
+        home.mkdir()
+        app = create_app(settings_for(home, CLEPSYDRA_STORE_FAST_PATH=str(fast).lower()))
+        try:
+            seen: list[str | None] = []
+            app.before_request(lambda seen=seen: seen.append(request.endpoint))
+            client = app.test_client()
+            assert client.post("/v1/topics", json={"name": "orders", "queues": 1}
+                               ).status_code == 201
+            answers = [client.put("/v1/groups/g/offsets",
+                                  json={"topic": "orders", "queueId": 0, "offset": 0}),
+                       client.post("/v1/groups/g/heartbeat",
+                                   json={"clientId": "c1", "subscriptions": {"orders": "*"}}),
+                       client.get("/v1/schedule/levels/1/entries?offset=0&max=5"),
+                       client.get("/v1/groups/g/offsets")]
+            answered[fast] = [(a.status_code, a.get_json()) for a in answers]
+            assert seen[0] == "topics.create_topic" and seen[-1] == "groups.get_offsets"
+            assert (set(seen) & STEADY_CALLS) == (set() if fast else STEADY_CALLS), seen
+        finally:
+            context(app).close()
+    assert answered[True] == answered[False]
+    assert [status for status, _ in answered[True]] == [200, 200, 200, 200]
+    assert answered[True][1][1]["consumers"] == ["c1"]
+    assert answered[True][3][1]["offsets"] == {"orders": {"0": 0}}

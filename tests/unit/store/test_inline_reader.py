@@ -137,3 +137,50 @@ def test_serve_answers_in_order_and_stops_at_the_first_request_not_its_own() -> 
     partial = serve(request() + request()[:20], answer, LIMIT, REMOTE, "DATE")
     assert partial.count == 1 and partial.verdict == Verdict.INCOMPLETE
     assert partial.rest == request()[:20]
+
+
+PULL = "queues.pull"
+"""The endpoint of the poller lane's pull (DEC-poller-pull)."""
+
+
+def pull(target: str = "/v1/topics/orders/queues/1/messages?offset=3&max=32&tags=%2A&waitMs=500",
+         fields: str = "Host: x\r\n") -> bytes:
+    return f"GET {target} HTTP/1.1\r\n{fields}\r\n".encode()
+
+
+def test_a_pull_is_read_with_its_query_string_and_no_body() -> None:
+    # DEC-poller-pull: a GET of the lane, no Content-Length, its query kept as it came (C3)
+    raw = pull() + pull("/v1/topics/orders/queues/0/messages")
+    got, end = read_request(raw, 0, LIMIT, REMOTE)
+    assert isinstance(got, PollerRequest) and got.endpoint == PULL and got.body == b""
+    assert got.args == {"topic": "orders", "queueId": "1"}
+    assert got.environ["QUERY_STRING"] == "offset=3&max=32&tags=%2A&waitMs=500"
+    assert got.environ["PATH_INFO"] == "/v1/topics/orders/queues/1/messages"
+    second, end2 = read_request(raw, end, LIMIT, REMOTE)
+    assert isinstance(second, PollerRequest) and second.environ["QUERY_STRING"] == ""
+    assert end2 == len(raw)
+
+
+@pytest.mark.parametrize("raw", [
+    pull("/v1/topics/orders/queues/1/messages?a=1#frag"),   # a fragment: gunicorn's
+    pull("/v1/topics/orders/queues/1/messages?a=b c"),      # a space: not a request line
+    pull("/v1/topics/%25RETRY%25G/queues/0/messages"),      # percent-encoded path
+    pull(fields="Host: x\r\nTransfer-Encoding: chunked\r\n") + b"0\r\n\r\n",
+    b"POST /v1/topics/orders/queues/1/messages HTTP/1.1\r\nHost: x\r\n\r\n",
+])
+def test_a_pull_of_another_shape_goes_to_gunicorn(raw: bytes) -> None:
+    assert read_request(raw, 0, LIMIT, REMOTE) == (Verdict.HANDOVER, 0)
+
+
+def test_a_request_the_answer_declines_goes_to_a_thread_from_its_first_byte() -> None:
+    # DEC-poller-pull: a pull that may wait is a thread's, untouched, after the answers before it
+    def answer(request: PollerRequest) -> tuple[str, list[tuple[str, str]], bytes] | None:
+        if request.endpoint == PULL and "waitMs" in request.environ["QUERY_STRING"]:
+            return None
+        return "200 OK", [("Content-Length", "2")], b"{}"
+
+    quick = pull("/v1/topics/orders/queues/1/messages?offset=0")
+    served = serve(request() + quick + pull() + request(), answer, LIMIT, REMOTE, "DATE")
+    assert served.count == 2 and served.verdict == Verdict.HANDOVER
+    assert served.rest == pull() + request()
+    assert served.out.count(b"HTTP/1.1 200 OK\r\n") == 2

@@ -1,5 +1,6 @@
 """Requests answered on the store worker's poller thread: the routes of the table's poller
-lane (``api/contract.py``: produce, single and batch; DEC-poller-produce).
+lane (``api/contract.py``: produce, single and batch, DEC-poller-produce; the pull that cannot
+wait, DEC-poller-pull).
 
 A single produce costs the store less than gunicorn's own handling of a request: handing the
 connection to a pool thread, its parser, the WSGI environ and response objects. So once a
@@ -16,8 +17,13 @@ A produce request is read whole here however large its body (a batch: up to
 :attr:`Served.need` says how many bytes the poller reads at once for the rest, and the same
 deadline as for any request (``HEAD_DEADLINE_S``) drops a connection that trickles it.
 
+A pull (a ``GET``: its query string taken as it came, no body needed) is answered here only when
+it cannot wait (the route's ``holds`` says so before anything of its answer begins); one that
+may hold is a thread's, from its first byte, as if the poller had not read it.
+
 Anything else goes to gunicorn unchanged, once it arrived whole (``slow_clients.py``): another
-method or route, a percent-encoded path parameter, a query string, ``Transfer-Encoding``,
+method or route, a percent-encoded path parameter, a query string but a pull's,
+``Transfer-Encoding``,
 ``Expect``, ``Connection: close``, a repeated or unusual header, a head too large for one read,
 a body over ``CLEPSYDRA_STORE_MAX_REQUEST_BYTES``. gunicorn's limits and error pages, and
 Flask, answer those as before. A store with ``CLEPSYDRA_FLUSH=sync`` does not use this path:
@@ -41,6 +47,8 @@ MAX_HEAD_BYTES = 8190
 bytes of request line, 8190 of a header field)."""
 
 _PARAM = re.compile(r"\{(\w+)\}")
+_QUERY = "[!\"$-~]*"
+"""A query string the poller takes: visible ASCII but ``#`` (a fragment: gunicorn's)."""
 # RFC 9110 token characters but "_" (gunicorn drops such headers); a value of visible
 # characters, spaces, tabs and obs-text, its surrounding white space not part of it
 _FIELD = re.compile(rb"([!#$%&'*+.^`|~0-9A-Za-z-]+):[ \t]*([\t\x20-\x7e\x80-\xff]*?)[ \t]*\r\n")
@@ -61,14 +69,16 @@ class Verdict:
 class RequestLines:
     """The request lines the poller reads: ``<METHOD> <path> HTTP/1.1``, one per route given
     as ``(endpoint, method, path template)``, each ``{parameter}`` of the path a plain segment
-    (``segment``, a regular expression: what needs no percent-decoding)."""
+    (``segment``, a regular expression: what needs no percent-decoding); a ``GET`` route's
+    path may be followed by a query string (``?`` and visible ASCII but ``#``: kept as it
+    came, ``QUERY_STRING``, as gunicorn does)."""
 
     def __init__(self, routes: Sequence[tuple[str, str, str]], segment: str) -> None:
         self._lines: dict[str | None, tuple[str, str, tuple[str, ...], tuple[str, ...],
-                                            str | None]] = {}
+                                            str | None, str | None]] = {}
         """The name of each route's last group -> (endpoint, method, its parameters' names,
         the groups of its path and its parameters, the name of its one parameter when it has
-        one and no other)."""
+        one and no other, the group of its query string when it takes one)."""
         alternatives = []
         for i, (endpoint, method, path) in enumerate(routes):
             pattern, at, names = "", 0, []
@@ -78,28 +88,33 @@ class RequestLines:
                 names.append(param.group(1))
                 at = param.end()
             pattern += re.escape(path[at:])
-            alternatives.append(f"{re.escape(method)} (?P<u{i}>{pattern}) "
-                                f"HTTP/1\\.1\r\n(?P<r{i}>)")
+            query = f"q{i}" if method == "GET" else None
+            alternatives.append(f"{re.escape(method)} (?P<u{i}>{pattern})"
+                                + (f"(?:\\?(?P<{query}>{_QUERY}))?" if query else "")
+                                + f" HTTP/1\\.1\r\n(?P<r{i}>)")
             self._lines[f"r{i}"] = (endpoint, method, tuple(names),
                                     (f"u{i}", *(f"p{i}_{name}" for name in names)),
-                                    names[0] if len(names) == 1 else None)
+                                    names[0] if len(names) == 1 and query is None else None,
+                                    query)
         self.pattern = re.compile("|".join(alternatives).encode())
 
     def match(self, buf: bytes, pos: int
-              ) -> tuple[str, str, str, dict[str, str], int] | None:
-        """(endpoint, method, path, path arguments, where the line ends) of the request line
-        at ``buf[pos]``; None when it is not one of the routes'."""
+              ) -> tuple[str, str, str, dict[str, str], str, int] | None:
+        """(endpoint, method, path, path arguments, query string, where the line ends) of the
+        request line at ``buf[pos]``; None when it is not one of the routes'."""
         line = self.pattern.match(buf, pos)
         if line is None:
             return None
-        endpoint, method, names, groups, single = self._lines[line.lastgroup]
+        endpoint, method, names, groups, single, query = self._lines[line.lastgroup]
         if single is not None:  # the produce routes' one {topic}: no comprehension per request
             path, value = line.group(*groups)
             return endpoint, method, path.decode("ascii"), {single: value.decode("ascii")}, \
-                line.end()
+                "", line.end()
         path, *values = line.group(*groups) if len(groups) > 1 else (line.group(groups[0]),)
         args = {name: value.decode("ascii") for name, value in zip(names, values, strict=True)}
-        return endpoint, method, path.decode("ascii"), args, line.end()
+        raw_query = line.group(query) if query is not None else None
+        return endpoint, method, path.decode("ascii"), args, \
+            raw_query.decode("ascii") if raw_query else "", line.end()
 
 
 _TABLE: list[RequestLines] = []
@@ -127,7 +142,9 @@ class PollerRequest:
     """None: over the request size limit (answered 413 by the envelope)."""
 
 
-AnswerFn = Callable[[PollerRequest], PollerAnswer]
+AnswerFn = Callable[[PollerRequest], PollerAnswer | None]
+"""The answer to a request of the lane, or None: a thread must answer it (a pull that may
+wait, DEC-poller-pull)."""
 
 
 def read_request(buf: bytes, pos: int, limit: int, remote: tuple[str, int],
@@ -143,10 +160,10 @@ def read_request(buf: bytes, pos: int, limit: int, remote: tuple[str, int],
         else None
     if line is None:
         return _not_ours(buf, pos), pos
-    endpoint, method, path, args, at = line
+    endpoint, method, path, args, query, at = line
     environ: dict[str, Any] = {
         "REQUEST_METHOD": method, "SERVER_PROTOCOL": "HTTP/1.1", "PATH_INFO": path,
-        "QUERY_STRING": "", "REMOTE_ADDR": remote[0], "REMOTE_PORT": str(remote[1])}
+        "QUERY_STRING": query, "REMOTE_ADDR": remote[0], "REMOTE_PORT": str(remote[1])}
     length = -1
     fields_end = head_end + 2
     match = _FIELD.match
@@ -176,7 +193,9 @@ def read_request(buf: bytes, pos: int, limit: int, remote: tuple[str, int],
             return _not_ours(buf, pos), pos
         environ[key] = value
     if length < 0:
-        return _not_ours(buf, pos), pos
+        if method != "GET":
+            return _not_ours(buf, pos), pos
+        length = 0  # a pull: no body
     body_start = head_end + 4
     end = body_start + length
     if end > len(buf):
@@ -237,8 +256,12 @@ def serve(buf: bytes, answer: AnswerFn, limit: int, remote: tuple[str, int],
             if end > pos:
                 need = end - pos
             break
+        answered = answer(request)
+        if answered is None:  # a thread answers it, from its first byte
+            verdict = Verdict.HANDOVER
+            break
         pos = end
-        status, headers, body = answer(request)
+        status, headers, body = answered
         out += (_head(status, headers, date), body)
     return Served(b"".join(out), buf[pos:] if pos else buf, verdict, len(out) // 2, need)
 

@@ -16,8 +16,10 @@ kept alive (DEC-poller-produce): when such a connection becomes readable, the po
 reads what arrived without blocking (a batch's body whole, however many reads it takes),
 answers the produce requests in it itself (``inline.py``; the same envelope as every other way in,
 ``api/envelope.py``) and writes the answers in one ``send``; the connection stays registered
-with the poller. Whatever else arrives (another route, a request gunicorn must judge) goes to a
-thread as before once it arrived whole, after the answers before it were written. Off with
+with the poller. A pull that cannot wait (no ``waitMs``, or entries past its offset) is answered
+there too; one that may hold goes to a thread (DEC-poller-pull). Whatever else arrives (another
+route, a request gunicorn must judge) goes to a thread as before once it arrived whole, after
+the answers before it were written. Off with
 ``CLEPSYDRA_STORE_INLINE_PRODUCE=false``, with the fast path off, and with sync flush (an
 acknowledgement that waits for an fsync must not hold the poller).
 """
@@ -66,7 +68,8 @@ def cached_http_date(timestamp: float | None = None) -> str:
 
 @dataclass(frozen=True, slots=True)
 class InlineProduce:
-    """What the poller thread needs to answer produce requests itself."""
+    """What the poller thread needs to answer the poller lane's requests itself (produce, the
+    pull that cannot wait)."""
 
     lean: LeanPath
     limit: int
@@ -96,15 +99,18 @@ class InlineProduce:
         return cls(lean, settings.max_request_bytes, context.obs.poller_answered,
                    settings.poller_spin_us / 1e6, context.obs.poller_spun)
 
+    def takes(self, method: str, path: str) -> bool:
+        """Whether a request of this method and path (its query aside) is of the poller's
+        lane: its connection then goes back to the poller after a thread answered it."""
+        return self.lean.lines.match(f"{method} {path} HTTP/1.1\r\n".encode("latin-1"),
+                                     0) is not None
+
     def serve(self, buf: bytes, remote: tuple[str, int]) -> inline.Served:
         served = inline.serve(buf, self.lean.answer_poller, self.limit, remote,
                               cached_http_date(), self.lean.lines)
         if served.count:
             self.answered.inc(served.count)
         return served
-
-
-_PRODUCE_PATHS = ("/messages", "/messages/batch")
 
 
 def freeze_startup_objects() -> None:
@@ -185,10 +191,11 @@ class StoreThreadWorker(JsonErrorsMixin, CompleteRequestsOnly, ThreadWorker):  #
                              daemon=True).start()
 
     def handle_request(self, req: Any, conn: Any) -> Any:
-        # a produce request's connection goes back to the poller, which answers the next ones
+        # the connection of a request of the poller's lane (a produce, a pull: one that held, or
+        # the first on its connection) goes back to the poller, which answers the next ones
         # (batches too: it reads a body whole however large, inline.py)
-        conn.to_poller = (self.on_poller is not None and req.method == "POST"
-                          and req.path.endswith(_PRODUCE_PATHS))
+        on_poller = self.on_poller
+        conn.to_poller = on_poller is not None and on_poller.takes(req.method, req.path)
         return super().handle_request(req, conn)
 
     def handle(self, conn: Any) -> Any:

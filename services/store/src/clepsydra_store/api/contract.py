@@ -92,7 +92,7 @@ from clepsydra_store.api import (
     tokens,
     topics,
 )
-from clepsydra_store.api.envelope import Handler, Lane, Parent, StoreRoute, Trace
+from clepsydra_store.api.envelope import Handler, Holds, Lane, Parent, StoreRoute, Trace
 from clepsydra_web.auth import Need, PermissionTable
 from clepsydra_web.openapi import ERROR, Answer, Api, Param, Route, ops_routes
 
@@ -156,11 +156,11 @@ def _offset(doc: str) -> Param:
 
 def _route(endpoint: str, handler: Handler, need: Need, doc: Route, *,
            operation: str | None = None, trace: Trace = Trace.SPAN, lane: Lane = Lane.FLASK,
-           parent: Parent | None = None) -> StoreRoute:
+           parent: Parent | None = None, holds: Holds | None = None) -> StoreRoute:
     """A route of the table; its operation (span and metrics) is its endpoint's view name
     unless named."""
     return StoreRoute(doc, endpoint, handler, need, operation or endpoint.rpartition(".")[2],
-                      trace, lane, parent)
+                      trace, lane, parent, holds)
 
 
 ROUTES: tuple[StoreRoute, ...] = (
@@ -235,7 +235,7 @@ ROUTES: tuple[StoreRoute, ...] = (
                            "message is appended to the queue or after this many ms; "
                            "0: at once. A store holding CLEPSYDRA_STORE_PULL_HOLD_MAX pulls "
                            "already, or stopping, answers at once")),
-              errors=(403,)), lane=Lane.LEAN),
+              errors=(403,)), lane=Lane.POLLER, holds=queues.may_hold),
     _route("messages.get_message", messages.get_message, Need(Action.MESSAGE_READ),
         Route("GET", "/v1/messages/{msgId}", "get_message",
               "Every stored copy of a message, by its msgId or one copy's offsetMsgId.",
@@ -333,7 +333,8 @@ ROUTES: tuple[StoreRoute, ...] = (
         Route("PUT", "/v1/groups/{group}/offsets", "commit_offset",
               "Commit a group's progress on one queue.",
               [Answer(200, "Committed", OffsetCommitted)],
-              request=OffsetCommit, errors=(403,)), trace=Trace.IN_TRACE_ONLY),
+              request=OffsetCommit, errors=(403,)),
+        trace=Trace.IN_TRACE_ONLY, lane=Lane.LEAN),
     _route("groups.get_offsets", groups.get_offsets, Need(Action.GROUP_READ, "group"),
         Route("GET", "/v1/groups/{group}/offsets", "get_offsets",
               "A group's committed offsets (empty when it committed none).",
@@ -343,7 +344,7 @@ ROUTES: tuple[StoreRoute, ...] = (
         Route("POST", "/v1/groups/{group}/heartbeat", "heartbeat",
               "Register or refresh a consumer (C1); reports subscription mismatches (C5).",
               [Answer(200, "The group's live consumers", HeartbeatAnswer)], request=Heartbeat,
-              errors=(403,)), trace=Trace.IN_TRACE_ONLY),
+              errors=(403,)), trace=Trace.IN_TRACE_ONLY, lane=Lane.LEAN),
     _route("locks.lock_queues", locks.lock_queues, Need(Action.GROUP_CONSUME, "group"),
         Route("POST", "/v1/groups/{group}/locks", "lock_queues",
               "Lock or renew a batch of queues for an orderly consumer (RocketMQ lockBatchMQ): an "
@@ -383,7 +384,8 @@ ROUTES: tuple[StoreRoute, ...] = (
               "Deliver timestamps of a level's schedule entries from an offset (D3).",
               [Answer(200, "Entries", ScheduleEntries)],
               query=(_offset("schedule queue offset to read from"),
-                     _max(DEFAULT_ENTRIES, MAX_ENTRIES))), trace=Trace.IN_TRACE_ONLY),
+                     _max(DEFAULT_ENTRIES, MAX_ENTRIES))),
+        trace=Trace.IN_TRACE_ONLY, lane=Lane.LEAN),
     _route("schedule.handover", handover.handover, Need(Action.SCHEDULE_HANDOVER),
         Route("POST", "/v1/schedule/levels/{level}/handover", "handover",
               "Hand due entries over to their real topics (D4-D9): never early, never twice.",

@@ -59,17 +59,18 @@ class Lane(Enum):
     """Also the lean WSGI path in front of Flask (``fastpath.py``)."""
     POLLER = "poller"
     """Also the worker's poller thread on a kept-alive connection (``inline.py``): routes
-    that never block, with a plain path parameter."""
+    with plain path parameters that never block, or that say which calls may
+    (:attr:`StoreRoute.holds`: those go to a thread)."""
 
 
 class Call:
     """One request as a handler sees it."""
 
-    __slots__ = ("_body", "_json", "_query", "args", "environ", "limit", "read")
+    __slots__ = ("_body", "_json", "_query", "args", "environ", "limit", "poller", "read")
 
     def __init__(self, environ: Mapping[str, Any], args: Mapping[str, str],
                  query: Callable[[], Mapping[str, str]], read: Callable[[], bytes | None],
-                 limit: int, body: bytes | None = None) -> None:
+                 limit: int, body: bytes | None = None, poller: bool = False) -> None:
         # (comments, not attribute docstrings: each of those is an instruction per request)
         self.environ = environ
         self.args = args  # the path's parameters, decoded
@@ -78,6 +79,7 @@ class Call:
         self.limit = limit
         self._body = body  # the body when it was read before (the poller's), else None
         self._json: dict[str, Any] | ClepsydraError | None = None
+        self.poller = poller  # answered on the worker's poller thread: it must never wait
 
     @property
     def query(self) -> Mapping[str, str]:
@@ -120,6 +122,7 @@ class Call:
 
 Handler = Callable[[StoreContext, Call], Reply]
 Parent = Callable[[Call], otel_context.Context | None]
+Holds = Callable[[StoreContext, Call], bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +141,10 @@ class StoreRoute:
     lane: Lane = Lane.FLASK
     parent: Parent | None = field(default=None)
     """``Trace.FROM_MESSAGE``: the span's parent, from the call."""
+    holds: Holds | None = field(default=None)
+    """``Lane.POLLER``, a route whose call may wait (the pull's hold): True when this call
+    may, read before its answer begins; the poller then hands the request to a thread
+    untouched, which answers it as any other way in (DEC-poller-pull)."""
 
     @property
     def method(self) -> str:

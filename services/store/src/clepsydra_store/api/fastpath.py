@@ -1,15 +1,18 @@
 """The lean WSGI path in front of Flask (DEC-one-envelope): the routes of the table's lean and
-poller lanes (``contract.py``: produce single and batch, the pull, the timers' hand-over)
-answered below Flask, through the same envelope as Flask's views (``envelope.py``: access,
+poller lanes (``contract.py``: produce single and batch, the pull, the timers' hand-over, the
+consumer's offset commit and heartbeat, the scheduler's level entries read) answered below
+Flask, through the same envelope as Flask's views (``envelope.py``: access,
 span, metrics, errors, status line); every other request goes to Flask.
 
 Flask's request and response objects, routing and hooks cost more than a produce itself, and
 these are the hot routes: the producers', the consumers' pull (a held pull waits in the worker
-thread) and the scheduler's timers' hand-over (a long poll, hundreds of calls a second while
-timers fall due). ``CLEPSYDRA_STORE_FAST_PATH=false`` turns it off (Flask's views then answer);
-the test-suite runs the cases both ways and compares the answers byte for byte
-(tests/integration/store_api/test_ways_in.py). The worker's poller answers the poller lane's
-requests on kept-alive connections through :meth:`LeanPath.answer_poller` (``inline.py``).
+thread), commit and heartbeat, the scheduler's timers' hand-over (a long poll, hundreds of calls
+a second while timers fall due) and its level runs' entries reads (about once a second each, at
+rest too; DEC-lean-steady-calls). ``CLEPSYDRA_STORE_FAST_PATH=false`` turns it off (Flask's
+views then answer); the test-suite runs the cases both ways and compares the answers byte for
+byte (tests/integration/store_api/test_ways_in.py). The worker's poller answers the poller lane's
+requests on kept-alive connections through :meth:`LeanPath.answer_poller` (``inline.py``): the
+produces, and the pulls that cannot wait (DEC-poller-pull).
 """
 
 from __future__ import annotations
@@ -84,13 +87,22 @@ class LeanPath:
                 return [body]
         return self.app(environ, start_response)
 
-    def answer_poller(self, request: PollerRequest) -> PollerAnswer:
+    def answer_poller(self, request: PollerRequest) -> PollerAnswer | None:
         """The answer to a request of the poller lane whose body was read already (the
-        worker's poller thread calls this, inline.py)."""
-        call = Call(request.environ, request.args, _no_query, _over_limit, self.limit,
-                    request.body)
-        status, headers, out = envelope.answer(self.context, self._poller[request.endpoint],
-                                               call)
+        worker's poller thread calls this, inline.py); None for a call that may wait (its
+        route's ``holds``): a thread answers it (DEC-poller-pull)."""
+        route = self._poller[request.endpoint]
+        holds = route.holds
+        if holds is None:  # a produce: no query string (only a GET's is read, inline.py)
+            call = Call(request.environ, request.args, _no_query, _over_limit, self.limit,
+                        request.body, True)
+        else:
+            environ = request.environ
+            call = Call(environ, request.args, lambda: query_args(environ), _over_limit,
+                        self.limit, request.body, True)
+            if holds(self.context, call):
+                return None
+        status, headers, out = envelope.answer(self.context, route, call)
         return status_line(status), headers, out
 
     def _read(self, environ: dict[str, Any]) -> bytes | None:

@@ -74,8 +74,9 @@ class Observability:
         self.produced = ThreadCounter("clepsydra_store_produced_messages", "Messages "
                                       "acknowledged to producers over HTTP")
         self.poller_answered = ThreadCounter("clepsydra_store_poller_answered_requests",
-                                             "Produce requests the worker's poller thread "
-                                             "answered itself (DEC-poller-produce)")
+                                             "Requests the worker's poller thread answered "
+                                             "itself: produces (DEC-poller-produce) and pulls "
+                                             "that could not wait (DEC-poller-pull)")
         self.poller_spun = ThreadCounter("clepsydra_store_poller_spin_caught_requests",
                                          "Events (a producer's next request, mostly) the "
                                          "worker's poller found while it spun after answering "

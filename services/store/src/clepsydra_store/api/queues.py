@@ -9,13 +9,15 @@ queueId the topic does not have, is 400 OFFSET_OUT_OF_RANGE.
 until a message is appended to the queue or the wait ends, then answers the page as usual
 (maybe empty): the engine's pull hold (``MessageStore.pull``), at most
 ``CLEPSYDRA_STORE_PULL_HOLD_MAX`` at once. A held pull waits in a server thread, never on the
-poller (the route is on the lean path, not the poller's).
+poller: the route is on the poller's lane, but the poller answers only a pull that cannot wait
+(:func:`may_hold` false: no ``waitMs``, or entries past its offset and no tag filter) and hands
+any other to a thread untouched (DEC-poller-pull).
 """
 
 from __future__ import annotations
 
 from clepsydra_core import validation
-from clepsydra_core.errors import OffsetOutOfRange
+from clepsydra_core.errors import ClepsydraError, OffsetOutOfRange
 from clepsydra_core.runtime import telemetry
 from clepsydra_core.wire.messages import DEFAULT_PULL, MAX_PULL, MAX_PULL_WAIT_MS
 from clepsydra_store.api.answers import messages_json, with_body_arg
@@ -39,6 +41,26 @@ def parse_tags(expression: str | None) -> frozenset[str] | None:
     return tags
 
 
+def may_hold(c: StoreContext, call: Call) -> bool:
+    """Whether this pull may wait (the poller hands it to a thread then, DEC-poller-pull):
+    False only when it surely answers at once: no ``waitMs`` (or 0), or no tag filter and
+    entries in the queue past its offset. Any doubt (bad input, a tag filter) says True: the
+    thread answers as before. Reads no message and records nothing."""
+    args = call.query
+    wait = args.get("waitMs")
+    if wait is None or wait == "0":
+        return False
+    if parse_tags(args.get("tags")) is not None:
+        return True  # the entries past the offset may all be filtered out
+    try:
+        queue_offset = jsonio.query_int(args, "offset", 0, code=OffsetOutOfRange.code)
+        qid = jsonio.path_int(call.args["queueId"], "queueId", maximum=jsonio.INT32_MAX,
+                              code=OffsetOutOfRange.code)
+    except ClepsydraError:
+        return True
+    return queue_offset >= c.store.queue_end(call.args["topic"], qid)
+
+
 def pull(c: StoreContext, call: Call) -> Reply:
     """The page a pull answers (C3, S3), held per ``waitMs``; ClepsydraError for bad input."""
     topic, args = call.args["topic"], call.query
@@ -59,8 +81,10 @@ def pull(c: StoreContext, call: Call) -> Reply:
     if queue_offset > queue.max_offset:
         raise OffsetOutOfRange(f"offset {queue_offset} is past the end of {topic!r} queue {qid} "
                                f"(maxOffset {queue.max_offset})")
+    # on the poller (may_hold said it answers at once) it never waits: should the queue have
+    # changed in between, it answers as a store holding its most pulls already does
     read = store.pull(topic, qid, queue_offset, max_count, parse_tags(args.get("tags")),
-                      wait_ms, c.settings.pull_hold_max)
+                      wait_ms, 0 if call.poller else c.settings.pull_hold_max)
     if read.messages:
         set_attribute(telemetry.MESSAGING_SYSTEM, telemetry.SYSTEM)
         set_attribute(telemetry.OPERATION_TYPE, telemetry.RECEIVE)

@@ -388,6 +388,13 @@ class MessageStore:
         """MessageNotFound if no record starts there (or its segment is deleted)."""
         return self._commitlog.read_record(commitlog_offset)
 
+    def queue_end(self, topic: str, queue_id: int) -> int:
+        """A queue's max offset (where the next append goes), as :meth:`read_queue` reads it;
+        0 for a queue that has no entries or does not exist. Nothing is checked: the pull on
+        the poller asks it to tell whether a read would find entries (DEC-poller-pull)."""
+        cq = self._dispatcher.existing_queue(topic, queue_id)
+        return cq.max_offset if cq is not None else 0
+
     def pull(self, topic: str, queue_id: int, queue_offset: int, max_count: int,
              tags: frozenset[str] | None, wait_ms: int, hold_max: int) -> QueueRead:
         """:meth:`read_queue`, held up to ``wait_ms`` while nothing at the offset matches (the
