@@ -16,13 +16,13 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 import requests
 
+from bench.scratch import scratch_dir
 from tools.processes import free_port
 
 REPO = Path(__file__).resolve().parent.parent
@@ -39,7 +39,7 @@ def main() -> None:
     parser.add_argument("--warmup-s", type=float, default=10.0)
     parser.add_argument("--window-s", type=float, default=30.0)
     args = parser.parse_args()
-    home = Path(tempfile.mkdtemp(prefix="clepsydra-idle-"))
+    home = scratch_dir("clepsydra-idle-")
     spans_file = home / "spans.jsonl"
     store_port, retry_port, redis_port = free_port(), free_port(), free_port()
     env = {**os.environ, "CLEPSYDRA_HOME": str(home), "CLEPSYDRA_STORE_PORT": str(store_port),

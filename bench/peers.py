@@ -42,7 +42,6 @@ import inspect
 import os
 import random
 import sys
-import tempfile
 import time
 import urllib.request
 import warnings
@@ -54,6 +53,7 @@ from pathlib import Path
 import redis
 
 from bench.peers_apps import ZSET_KEY, celery_app, dramatiq_actor, now_ms
+from bench.scratch import scratch_dir
 from bench.stack_cpu import CpuWindow, Profile, Profiles, stack_processes, store_requests
 from tests.fixtures.stack import RunningStack, launch_stack, stop_stack, store_worker_pid
 from tools.processes import Process, RedisServer, wait_until
@@ -355,7 +355,7 @@ def main() -> int:
         STACK_SETTINGS[var] = os.environ[var] = value
     rng = random.Random(args.seed)
     delays_ms = [rng.randint(2_000, 12_000) for _ in range(args.messages)]
-    root = Path(tempfile.mkdtemp(prefix="clepsydra-peers-"))
+    root = scratch_dir("clepsydra-peers-")
     print(f"peers: {args.messages:,} messages, delays uniform in 2-12 s (seed {args.seed}), "
           f"one producer, one consumer; work under {root}"
           + (f"; settings {' '.join(args.set)}" if args.set else ""), flush=True)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import threading
 import time
 from collections import defaultdict
@@ -25,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.scratch import scratch_dir
 from bench.stack_memory import rss_by_part
 from clepsydra_client import (
     AdminClient,
@@ -119,7 +119,7 @@ def main() -> int:
     parser.add_argument("--retention-minutes", type=float, default=2.0)
     parser.add_argument("--segment-mb", type=int, default=4)
     args = parser.parse_args()
-    home = Path(tempfile.mkdtemp(prefix="clepsydra-soak-")) / "home"
+    home = scratch_dir("clepsydra-soak-") / "home"
     stack = launch_stack(home, "--quiet", CLEPSYDRA_OTEL_EXPORTER="none",
                          CLEPSYDRA_STORE_SEGMENT_BYTES=str(args.segment_mb << 20),
                          CLEPSYDRA_STORE_RETENTION_HOURS=str(args.retention_minutes / 60))

@@ -43,12 +43,12 @@ from __future__ import annotations
 import argparse
 import struct
 import sys
-import tempfile
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.scratch import scratch_dir
 from tests.fixtures.stack import RunningStack, descendants, launch_stack, stop_stack
 
 CORE = ("redis", "store", "retry", "scheduler worker", "scheduler beat", "scheduler worker --beat")
@@ -224,7 +224,7 @@ def main() -> int:
                         help="a setting for the stack's processes; repeatable")
     args = parser.parse_args()
     settings = dict(item.partition("=")[::2] for item in args.set)
-    home = Path(tempfile.mkdtemp(prefix="clepsydra-memory-")) / "home"
+    home = scratch_dir("clepsydra-memory-") / "home"
     flags = (*(("--separate-beat",) if args.separate_beat else ()),
              *(("--without-analytics",) if args.without_analytics else ()))
     masters = {"CLEPSYDRA_SINGLE_PROCESS": "false"} if args.gunicorn_masters else {}

@@ -40,7 +40,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from collections.abc import Callable
@@ -49,6 +48,7 @@ from pathlib import Path
 
 import redis
 
+from bench.scratch import scratch_dir
 from bench.stack_cpu import CpuWindow, Profiles, stack_processes
 from bench.store_produce import RawConnection
 from tests.fixtures.stack import RunningStack, launch_stack, stop_stack
@@ -363,7 +363,7 @@ def main() -> int:
         var, _, value = item.partition("=")
         settings[var] = os.environ[var] = value
     only = args.only.split(",")
-    home = Path(tempfile.mkdtemp(prefix="clepsydra-stack-produce-")) / "home"
+    home = scratch_dir("clepsydra-stack-produce-") / "home"
     flags = ("--without-analytics",) if args.without_analytics else ()
     stack = launch_stack(home, "--quiet", *flags, CLEPSYDRA_OTEL_EXPORTER="none", **settings)
     rows: list[list[Result]] = []

@@ -34,11 +34,10 @@ import http.client
 import json
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 
+from bench.scratch import scratch_dir
 from bench.stack_cpu import process_cpu
 from tools.parts import store_service
 
@@ -157,7 +156,7 @@ def main() -> int:
     for item in args.set:
         var, _, value = item.partition("=")
         env[var] = value
-    home = Path(tempfile.mkdtemp(prefix="clepsydra-calls-"))
+    home = scratch_dir("clepsydra-calls-")
     store = store_service(home, env=env).start(60)
     try:
         print(f"store_calls: the store alone, {args.calls:,} calls each (batch100 and pull1000: "

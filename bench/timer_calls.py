@@ -20,13 +20,13 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
 import requests
 
+from bench.scratch import scratch_dir
 from clepsydra_client import AdminClient
 from clepsydra_core.wire.timers import TimerBacklog
 from tests.fixtures.stack import (
@@ -58,7 +58,7 @@ def _metric(stack: RunningStack, prefix: str) -> float:
 
 
 def one_round(rate: int, span_s: int, gap_ms: str | None = None) -> str:
-    work = Path(tempfile.mkdtemp(prefix="clepsydra-bench-timer-calls"))
+    work = scratch_dir("clepsydra-bench-timer-calls")
     gap = {} if gap_ms is None else {"CLEPSYDRA_STORE_TIMER_HANDOVER_GAP_MS": gap_ms}
     stack = launch_stack(work / "home", "--quiet", output_path=None,
                          CLEPSYDRA_OTEL_EXPORTER="none", **gap)

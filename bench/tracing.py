@@ -35,15 +35,14 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
 from collections.abc import Callable
-from pathlib import Path
 
 from opentelemetry import trace
 
+from bench.scratch import scratch_dir
 from bench.store_produce import StoreProcess, process_cpu_s
 from bench.tracing_work import measure
 from clepsydra_client.admin import AdminClient
@@ -200,7 +199,7 @@ def main() -> int:
     parser.add_argument("--work", type=int, default=5000,
                         help="messages per repeat of the in-process tracing work")
     args = parser.parse_args()
-    home = Path(tempfile.mkdtemp(prefix="clepsydra-bench-tracing-"))
+    home = scratch_dir("clepsydra-bench-tracing-")
     receiver_port = free_port()
     receiver = subprocess.Popen([sys.executable, "-c", RECEIVER, str(receiver_port)])
     os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{receiver_port}"
