@@ -97,9 +97,11 @@ class _Slot:
     written only by a spill, whose pairs were read from memory already), so the next load
     opens no file."""
     buf: bytearray | None = None
-    """The slot's in-memory pairs last merged (DEC-timer-pair-journal) ..."""
+    """The slot's held pairs last merged (DEC-timer-pair-journal) ..."""
     buf_read: int = 0
-    """... and how many bytes of them."""
+    """... and how many bytes of them; the same of the pairs of a spill under way:"""
+    spill_buf: bytearray | None = None
+    spill_read: int = 0
 
 
 CodesOf = Callable[[list[int]], list[int | None]]
@@ -282,15 +284,22 @@ class TimerIndex:
             if raw:
                 cached.read += len(raw)
                 self._merge(raw, seen, new)
-        for held in in_memory:
-            # the pairs not in the file yet (DEC-timer-pair-journal): only the bytes added
-            # since the last load (a spill's are read once more, as its file's are)
-            if held is not None:
-                start = cached.buf_read if held is cached.buf else 0
-                end = len(held)
-                if end > start:
-                    self._merge(bytes(held[start:end]), seen, new)
-                cached.buf, cached.buf_read = held, end
+        spilling, held = in_memory
+        # the pairs not in the file yet (DEC-timer-pair-journal): only the bytes added since
+        # the last load (a spill's buffer is the held one of before)
+        if spilling is not None:
+            start = (cached.buf_read if spilling is cached.buf
+                     else cached.spill_read if spilling is cached.spill_buf else 0)
+            end = len(spilling)
+            if end > start:
+                self._merge(bytes(spilling[start:end]), seen, new)
+            cached.spill_buf, cached.spill_read = spilling, end
+        if held is not None:
+            start = cached.buf_read if held is cached.buf else 0
+            end = len(held)
+            if end > start:
+                self._merge(bytes(held[start:end]), seen, new)
+            cached.buf, cached.buf_read = held, end
         if new:
             cached.pairs = sorted(cached.pairs[cached.start:] + new)  # two sorted runs
             cached.start = 0
