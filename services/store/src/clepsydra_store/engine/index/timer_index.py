@@ -19,8 +19,9 @@ A new pair is not written to its slot file at once (DEC-timer-pair-journal): :me
 keeps it in memory, by slot, and each flush appends the pairs added since the last one to one
 file, the pair journal (``data_dir/timerslots/journal``), fsync'd before the checkpoint that
 covers their records. Once ``SPILL_PAIRS`` pairs (or ``SPILL_SLOTS`` slots) are held, a flush
-spreads them into their slot files (an open and a write a slot, not a timer), makes those
-durable with one ``syncfs`` and empties the journal. A hand-over reads a slot's file and its
+renames the journal ``journal.spilling``, starts a new one, and a thread of its own spreads
+those pairs into their slot files (an open and a write a slot, not a timer), makes them durable
+with one ``syncfs`` and removes ``journal.spilling``. A hand-over reads a slot's file and its
 pairs held in memory alike. Recovery reads the journal back (the pairs up to the checkpoint);
 the re-dispatch of the CommitLog from the checkpoint adds the pairs of the parked records after
 it again (``Dispatcher.redispatch``), as it rewrites ConsumeQueue entries. A store written
