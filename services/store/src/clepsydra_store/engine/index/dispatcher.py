@@ -37,7 +37,7 @@ from clepsydra_store.engine.index.marks import (
     entry_code,
     parse_schedule_offset,
 )
-from clepsydra_store.engine.index.timer_index import TimerIndex
+from clepsydra_store.engine.index.timer_index import TimerIndex, TimerPoint
 from clepsydra_store.engine.log.flush import IndexPoint
 from clepsydra_store.engine.log.segment import Segment
 
@@ -80,6 +80,7 @@ def _timer_asked(props: dict[str, str]) -> tuple[int, int]:
 class _Pending(NamedTuple):
     states: dict[ConsumeQueue, dict[int, int]]
     unlinks: list[int]
+    timers: TimerPoint
 
 
 class Dispatcher:
@@ -237,13 +238,15 @@ class Dispatcher:
         queue ranges for the checkpoint, the entry states to write, the emptied timer slots to
         unlink after it."""
         return IndexPoint(dict(self.handed_over), self.ranges(),
-                          _Pending(self.states.take(), self.timers.take_unlinks()))
+                          _Pending(self.states.take(), self.timers.take_unlinks(),
+                                   self.timers.take()))
 
     def make_durable(self, point: IndexPoint) -> None:
         """After the CommitLog fsync: the sentinels of records at or below the checkpointed
         offset written (entry_states.py), then every index file fsync'd."""
         assert isinstance(point.pending, _Pending)
         self.states.apply(point.pending.states)
+        self.timers.make_durable(point.pending.timers)  # DEC-timer-pair-journal
         self.flush()
 
     def checkpointed(self, point: IndexPoint) -> None:
@@ -256,7 +259,6 @@ class Dispatcher:
         for cq in list(self.queues.values()):
             cq.fsync()
         self.key_index.fsync()
-        self.timers.fsync()
 
     def ranges(self) -> dict[str, dict[int, tuple[int, int]]]:
         out: dict[str, dict[int, tuple[int, int]]] = {}

@@ -54,7 +54,9 @@ def recover(commitlog: CommitLog, dispatcher: Dispatcher, topics: Iterable[Topic
     logger.info("store recovery commitlog=%s checkpoint_offset=%s redispatch_from=%d "
                 "rebuild=%s key_index_rebuild_from=%s", cl.directory,
                 ckpt and ckpt.commitlog_offset, start, missing, rebuild)
-    end = cl.recover(start, start, disp.redispatch)
+    trusted_to = ckpt.commitlog_offset if ckpt and trusted and start == ckpt.commitlog_offset \
+        else None  # DEC-recovery-from-checkpoint: no walk of the records it covers
+    end = cl.recover(start, start, disp.redispatch, trusted_to=trusted_to)
     if ckpt is not None and end < ckpt.commitlog_offset:
         _rederive_marks(cl, disp, ckpt, end, dispatched=not trusted)
     elif ckpt is not None and not trusted:

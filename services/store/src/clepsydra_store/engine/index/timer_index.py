@@ -13,9 +13,19 @@ Memory stays flat in the number of pending timers: nothing is held per timer; a 
 reads the due slot files (one second each), and the next due time is one integer. A slot file
 whose pairs are all done is unlinked only after the flush that checkpoints the hand-over copies
 that emptied it (:meth:`TimerIndex.take_unlinks`, :meth:`TimerIndex.unlink`), so a crash never
-loses the pairs of timers whose copies it lost. Recovery needs no file of its own: the
-re-dispatch of the CommitLog from the checkpoint appends the pairs of the parked records again
-(``Dispatcher.redispatch``), as it rewrites ConsumeQueue entries.
+loses the pairs of timers whose copies it lost.
+
+A new pair is not written to its slot file at once (DEC-timer-pair-journal): :meth:`TimerIndex.add`
+keeps it in memory, by slot, and each flush appends the pairs added since the last one to one
+file, the pair journal (``data_dir/timerslots/journal``), fsync'd before the checkpoint that
+covers their records. Once ``SPILL_PAIRS`` pairs (or ``SPILL_SLOTS`` slots) are held, a flush
+renames the journal ``journal.spilling``, starts a new one, and a thread of its own spreads
+those pairs into their slot files (an open and a write a slot, not a timer), makes them durable
+with one ``syncfs`` and removes ``journal.spilling``. A hand-over reads a slot's file and its
+pairs held in memory alike. Recovery reads the journal back (the pairs up to the checkpoint);
+the re-dispatch of the CommitLog from the checkpoint adds the pairs of the parked records after
+it again (``Dispatcher.redispatch``), as it rewrites ConsumeQueue entries. A store written
+before the journal has slot files only: they read as they did.
 
 Why slots and not a wheel: RocketMQ 5's wheel (RIP-43) holds one slot per tick of a fixed span
 (3 days by default) and re-queues what lies beyond; a year at millisecond precision would need
@@ -27,27 +37,39 @@ small enough to sort in memory when it falls due.
 from __future__ import annotations
 
 import bisect
+import ctypes
+import logging
 import os
 import shutil
 import struct
 import threading
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from clepsydra_store.engine.log.segment import fsync_dir
+from clepsydra_store.engine.log.segment import fsync_dir, pwrite_all
+
+logger = logging.getLogger(__name__)
 
 SLOT_MS = 1000
 """Deliver times one slot file covers."""
 HOUR_MS = 3_600_000
 PAIR = struct.Struct("<qq")
 """(timer-log queue offset, deliver ts)."""
-_OPEN_FILES = 64
-"""Slot files kept open for appending (the seconds timers are being written to)."""
-_CLOSING_FILES = 1024
-"""Evicted slot files left open for the next flush to fsync and close; past this many the
-writer fsyncs and closes one itself (DEC-timer-slot-evict)."""
+SPILL_PAIRS = 65_536
+"""Pairs held in memory (and in the journal) past which a flush spreads them into their slot
+files (DEC-timer-pair-journal): 1 MiB of pairs, and the journal recovery reads back."""
+SPILL_SLOTS = 16_384
+"""Slots held in memory past which a flush spreads them (each holds a buffer of its own: the
+memory of timers each due in a second of its own stays bounded, ~2-3 MiB)."""
+JOURNAL_NAME = "journal"
+SPILLING_NAME = "journal.spilling"
+"""The journal of the pairs a spill is spreading into their slot files, until it is done."""
+JOURNAL_HEADER = struct.Struct("<4sI")
+"""The pair journal's header: magic, format version; then pairs (:data:`PAIR`)."""
+JOURNAL_MAGIC = b"CTPJ"
+JOURNAL_VERSION = 1
 NO_TIMER = -1
 
 _CACHED_SLOTS = 4
@@ -72,8 +94,15 @@ class _Slot:
     taken: int = 0
     """Where the leading pairs stale or taken by the last :meth:`TimerIndex.due` end."""
     whole: bool = False
-    """Every pair of the file is read: nothing was added to the slot since (the file is
-    written only by :meth:`TimerIndex.add`), so the next load opens no file."""
+    """Every pair of the file is read: nothing was spread into the slot file since (it is
+    written only by a spill, whose pairs were read from memory already), so the next load
+    opens no file."""
+    buf: bytearray | None = None
+    """The slot's held pairs last merged (DEC-timer-pair-journal) ..."""
+    buf_read: int = 0
+    """... and how many bytes of them; the same of the pairs of a spill under way:"""
+    spill_buf: bytearray | None = None
+    spill_read: int = 0
 
 
 CodesOf = Callable[[list[int]], list[int | None]]
@@ -86,11 +115,17 @@ class TimerIndex:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
-        self._fds: OrderedDict[int, int] = OrderedDict()
-        """slot -> an fd open for appending (LRU)."""
-        self._dirty: set[int] = set()
-        self._closing: deque[int] = deque()
-        """Evicted slot files' fds, fsync'd and closed by the next flush (:meth:`_evict`)."""
+        self._held: dict[int, bytearray] = {}
+        """slot -> its pairs added since the last spill, not yet in its file
+        (DEC-timer-pair-journal)."""
+        self._held_pairs = 0
+        self._spilling: dict[int, bytearray] = {}
+        """The pairs a flush is spreading into their slot files (read like :attr:`_held`)."""
+        self._journal_buf = bytearray()
+        """Pairs added since the last flush took them for the journal."""
+        self._spiller: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._journal_fd = self._open_journal()
         self._floor = 0
         """Slots below this one are emptied and waiting to be unlinked: nothing is added
         to them (a late pair goes to the floor's slot)."""
@@ -124,6 +159,8 @@ class TimerIndex:
         next writer that looks."""
         self.wake = threading.Event()
         """Set when a timer due before :attr:`next_due` is added (a waiting hand-over)."""
+        self.spills = 0
+        """Spills done (DEC-timer-pair-journal)."""
 
     # ---- paths -------------------------------------------------------------------------
     def _path(self, slot: int) -> Path:
@@ -134,10 +171,14 @@ class TimerIndex:
         lock). DEC-timer-handover-gap: the hand-over listed the folders on every call (a dozen
         system calls a call in the steady state); now a folder is listed when first walked."""
         if self._hours is None:
+            in_memory = (self._spilling, self._held)  # before the listing: a spill may end
             try:
-                self._hours = sorted(int(h) for h in os.listdir(self.directory) if h.isdigit())
+                found = {int(h) for h in os.listdir(self.directory) if h.isdigit()}
             except FileNotFoundError:
-                self._hours = []
+                found = set()
+            for held in in_memory:  # hours with pairs in memory only
+                found.update(slot * SLOT_MS // HOUR_MS for slot in held)
+            self._hours = sorted(found)
         hours = self._hours
         while self._unlinked:
             slot = self._unlinked.pop()
@@ -154,11 +195,15 @@ class TimerIndex:
     def _hour_slots(self, hour: int) -> list[int]:
         listed = self._listed.pop(hour, None)
         if listed is None:
+            in_memory = (self._spilling, self._held)  # before the listing: a spill may end
             try:
                 names = os.listdir(self.directory / f"{hour:08d}")
             except FileNotFoundError:
                 names = []
-            listed = sorted(int(n) for n in names if n.isdigit())
+            on_disk = {int(n) for n in names if n.isdigit()}
+            for held in in_memory:  # slots with pairs in memory only
+                on_disk.update(slot for slot in held if slot * SLOT_MS // HOUR_MS == hour)
+            listed = sorted(on_disk)
         self._listed[hour] = listed
         if len(self._listed) > _LISTED_HOURS:
             self._listed.popitem(last=False)
@@ -182,42 +227,20 @@ class TimerIndex:
     def add(self, queue_offset: int, deliver_ts: int) -> None:
         """A parked timer (live dispatch and re-dispatch alike)."""
         slot = max(deliver_ts // SLOT_MS, self._floor)
-        fd = self._fds.get(slot)
-        if fd is None:
+        pair = PAIR.pack(queue_offset, deliver_ts)
+        held = self._held.get(slot)
+        if held is None:
             self._note(slot)
-            path = self._path(slot)
-            if not path.parent.is_dir():
-                path.parent.mkdir(parents=True, exist_ok=True)
-                fsync_dir(self.directory)
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            self._fds[slot] = fd
-            if len(self._fds) > _OPEN_FILES:
-                self._evict()
+            self._held[slot] = bytearray(pair)
         else:
-            self._fds.move_to_end(slot)
-        os.write(fd, PAIR.pack(queue_offset, deliver_ts))
-        self._dirty.add(slot)
-        cached = self._cache.get(slot)
-        if cached is not None:
-            cached.whole = False
+            held += pair
+        self._held_pairs += 1
+        self._journal_buf += pair
         if self.next_due == NO_TIMER or deliver_ts < self.next_due:
             self.next_due = deliver_ts
             if self.known_next_due is not None:
                 self.known_next_due = deliver_ts
             self.wake.set()
-
-    def _evict(self) -> None:
-        """Close the least recently appended slot file: the next flush fsyncs and closes it
-        (its pairs are durable before the checkpoint that covers them, as an open one's), so
-        a timer for a 65th second costs an open, not an fsync, under the writer lock
-        (DEC-timer-slot-evict). The writer never closes a file the flush may be fsyncing."""
-        old, old_fd = self._fds.popitem(last=False)
-        self._dirty.discard(old)
-        if len(self._closing) < _CLOSING_FILES:
-            self._closing.append(old_fd)
-        else:
-            os.fsync(old_fd)
-            os.close(old_fd)
 
     def _note(self, slot: int) -> None:
         """A slot file is (perhaps newly) open for appending: in the known hours' lists."""
@@ -245,28 +268,50 @@ class TimerIndex:
         self._cache[slot] = cached
         if len(self._cache) > _CACHED_SLOTS:
             self._cache.popitem(last=False)
-        if cached.whole:  # unchanged: no open, seek, read, close (DEC-timer-handover-gap)
-            return cached
-        try:
-            with open(self._path(slot), "rb") as f:
-                f.seek(cached.read)
-                raw = f.read()
-        except FileNotFoundError:
-            raw = b""
-        cached.whole = len(raw) % PAIR.size == 0
-        raw = raw[:len(raw) - len(raw) % PAIR.size]
-        if raw:
-            cached.read += len(raw)
-            seen = cached.seen
-            new = []
-            for q, ts in PAIR.iter_unpack(raw):
-                if q not in seen:
-                    seen.add(q)
-                    new.append((ts, q))
-            if new:
-                cached.pairs = sorted(cached.pairs[cached.start:] + new)  # two sorted runs
-                cached.start = 0
+        new: list[tuple[int, int]] = []
+        seen = cached.seen
+        in_memory = (self._spilling.get(slot), self._held.get(slot))
+        """Taken before the file is read: a spill (the flush thread) that ends meanwhile wrote
+        them to the file after the read, and no longer holds them after."""
+        if not cached.whole:  # unchanged: no open, seek, read, close (DEC-timer-handover-gap)
+            try:
+                with open(self._path(slot), "rb") as f:
+                    f.seek(cached.read)
+                    raw = f.read()
+            except FileNotFoundError:
+                raw = b""
+            cached.whole = len(raw) % PAIR.size == 0
+            raw = raw[:len(raw) - len(raw) % PAIR.size]
+            if raw:
+                cached.read += len(raw)
+                self._merge(raw, seen, new)
+        spilling, held = in_memory
+        # the pairs not in the file yet (DEC-timer-pair-journal): only the bytes added since
+        # the last load (a spill's buffer is the held one of before)
+        if spilling is not None:
+            start = (cached.buf_read if spilling is cached.buf
+                     else cached.spill_read if spilling is cached.spill_buf else 0)
+            end = len(spilling)
+            if end > start:
+                self._merge(bytes(spilling[start:end]), seen, new)
+            cached.spill_buf, cached.spill_read = spilling, end
+        if held is not None:
+            start = cached.buf_read if held is cached.buf else 0
+            end = len(held)
+            if end > start:
+                self._merge(bytes(held[start:end]), seen, new)
+            cached.buf, cached.buf_read = held, end
+        if new:
+            cached.pairs = sorted(cached.pairs[cached.start:] + new)  # two sorted runs
+            cached.start = 0
         return cached
+
+    @staticmethod
+    def _merge(raw: bytes, seen: set[int], new: list[tuple[int, int]]) -> None:
+        for q, ts in PAIR.iter_unpack(raw):
+            if q not in seen:
+                seen.add(q)
+                new.append((ts, q))
 
     def due(self, now_ms: int, max_count: int, codes_of: CodesOf) -> list[tuple[int, int]]:
         """Up to ``max_count`` live pairs due at ``now_ms``, earliest first, and
@@ -358,37 +403,140 @@ class TimerIndex:
         for slot in self._proposed:
             self._floor = slot + 1
             self._unlinks.append(slot)
-            fd = self._fds.pop(slot, None)
-            if fd is not None:
-                os.close(fd)
-            self._dirty.discard(slot)
+            held = self._held.pop(slot, None)  # stale: the journal may keep them (read stale)
+            if held is not None:
+                self._held_pairs -= len(held) // PAIR.size
             self._cache.pop(slot, None)
         self._proposed = []
 
     # ---- durability (flush) -----------------------------------------------------------------
-    def fsync(self) -> None:
-        """fsync the slot files written since the last flush (the flush thread): the evicted
-        ones first, then closed; then the open ones written to (a slot retired meanwhile is
-        empty: its pairs are never read again)."""
-        self._drain_closing()
-        for slot in list(self._dirty):
-            self._dirty.discard(slot)
-            fd = self._fds.get(slot)
-            if fd is not None:
+    def _open_journal(self) -> int:
+        """Open the pair journal (created with its header when absent) and hold the pairs it
+        has (a restart: those of records up to the checkpoint, DEC-timer-pair-journal), with
+        those of a spill the restart cut short (``journal.spilling``, appended to it first)."""
+        path = self.directory / JOURNAL_NAME
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            body = _read_journal(fd, path, create=True)
+            spilling = self.directory / SPILLING_NAME
+            if spilling.exists():
+                old_fd = os.open(spilling, os.O_RDWR)
                 try:
-                    os.fsync(fd)
-                except OSError:
-                    pass
-
-    def _drain_closing(self) -> None:
-        closing = self._closing
-        while closing:
-            fd = closing.popleft()  # (atomic: the writer appends meanwhile)
-            try:
+                    old = _read_journal(old_fd, spilling, create=False)
+                finally:
+                    os.close(old_fd)
+                pwrite_all(fd, old, JOURNAL_HEADER.size + len(body), "timer pair journal")
                 os.fsync(fd)
-            except OSError:
-                pass
+                spilling.unlink()
+                fsync_dir(self.directory)
+                body += old
+        except BaseException:
             os.close(fd)
+            raise
+        for q, ts in PAIR.iter_unpack(body):
+            slot = ts // SLOT_MS
+            held = self._held.get(slot)
+            if held is None:
+                self._held[slot] = held = bytearray()
+            held += PAIR.pack(q, ts)
+            self._held_pairs += 1
+        return fd
+
+    def take(self) -> TimerPoint:
+        """What this flush makes durable (writer lock, with the CommitLog offset it
+        checkpoints): the pairs added since the last flush, for the journal; and, once
+        ``SPILL_PAIRS`` (or ``SPILL_SLOTS`` slots) are held and no spill is under way, every
+        held pair, to spread into the slot files."""
+        point = TimerPoint(bytes(self._journal_buf))
+        self._journal_buf = bytearray()
+        if (self._held_pairs >= SPILL_PAIRS or len(self._held) >= SPILL_SLOTS) \
+                and not self._spilling:
+            point.spill = self._spilling = self._held
+            self._held = {}
+            self._held_pairs = 0
+        return point
+
+    def make_durable(self, point: TimerPoint) -> None:
+        """Before the checkpoint (the flush thread): the point's pairs appended to the journal
+        and fsync'd (one write, one fsync a flush). With a spill, the journal then holds exactly
+        its pairs (it took every pair held when the point was taken): it is renamed
+        ``journal.spilling``, a new journal begins, and a thread of its own spreads the pairs
+        into their slot files, makes them durable and removes ``journal.spilling`` (the flush
+        does not wait for the slot files: DEC-timer-pair-journal)."""
+        if point.journal:
+            os.lseek(self._journal_fd, 0, os.SEEK_END)
+            view = memoryview(point.journal)
+            while view:
+                view = view[os.write(self._journal_fd, view):]
+            os.fsync(self._journal_fd)
+        if point.spill is None:
+            return
+        os.close(self._journal_fd)
+        self._journal_fd = -1
+        path = self.directory / JOURNAL_NAME
+        os.replace(path, self.directory / SPILLING_NAME)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        _read_journal(fd, path, create=True)  # its header, fsync'd, and the name
+        self._journal_fd = fd
+        spiller = threading.Thread(target=self._spill_then_drop, args=(point.spill,),
+                                   name="store-timer-spill", daemon=True)
+        self._spiller = spiller
+        spiller.start()
+
+    def _spill_then_drop(self, spill: dict[int, bytearray]) -> None:
+        """The spill thread: the pairs into their slot files, then ``journal.spilling`` gone
+        and the pairs no longer held (a failure is retried: they stay held meanwhile)."""
+        while True:
+            try:
+                self._spill(spill)
+                (self.directory / SPILLING_NAME).unlink(missing_ok=True)
+                fsync_dir(self.directory)
+                break
+            except OSError:
+                logger.exception("timer slot spill failed dir=%s; retrying", self.directory)
+                if self._stopping.wait(1.0):
+                    return
+        self._spilling = {}
+        self.spills += 1
+
+    def wait_spill(self) -> None:
+        """Wait for the spill under way, if any (close, tests)."""
+        spiller = self._spiller
+        if spiller is not None:
+            spiller.join()
+            self._spiller = None
+
+    def _spill(self, spill: dict[int, bytearray]) -> None:
+        """Append each slot's pairs to its file (an open a slot), then make them durable: one
+        ``syncfs`` of the store's filesystem, else an fsync a file (DEC-timer-pair-journal).
+        Slots retired meanwhile are skipped (their pairs are stale)."""
+        floor = self._floor
+        written: list[int] = []
+        syncfs = _syncfs_available()
+        try:
+            for slot in sorted(spill):
+                if slot < floor:
+                    continue
+                path = self._path(slot)
+                if not path.parent.is_dir():
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                written.append(fd)
+                view = memoryview(spill[slot])
+                while view:
+                    view = view[os.write(fd, view):]
+                if not syncfs:
+                    os.fsync(fd)
+                os.close(written.pop())
+            if syncfs:
+                _syncfs(self.directory)
+            else:
+                for hour in {self._path(slot).parent for slot in spill if slot >= floor}:
+                    fsync_dir(hour)
+                fsync_dir(self.directory)
+        finally:
+            for fd in written:
+                os.close(fd)
 
     def take_unlinks(self) -> list[int]:
         """Emptied slots to unlink once this flush's checkpoint is written (writer lock)."""
@@ -410,6 +558,8 @@ class TimerIndex:
         self.close()
         shutil.rmtree(self.directory, ignore_errors=True)
         self.directory.mkdir(parents=True, exist_ok=True)
+        self._stopping.clear()
+        self._journal_fd = self._open_journal()
         self._floor = 0
         self._unlinks = []
         self._cache.clear()
@@ -420,8 +570,76 @@ class TimerIndex:
         self._unlinked = []
 
     def close(self) -> None:
-        self._drain_closing()
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
-        self._dirty.clear()
+        """Wait for a spill under way; close the journal (the store's last flush wrote what it
+        must keep)."""
+        self._stopping.set()  # (a spill failing and retrying gives up: its journal stays)
+        self.wait_spill()
+        if self._journal_fd >= 0:
+            os.close(self._journal_fd)
+            self._journal_fd = -1
+        self._held.clear()
+        self._held_pairs = 0
+        self._spilling = {}
+        self._journal_buf = bytearray()
+
+
+def _read_journal(fd: int, path: Path, *, create: bool) -> bytes:
+    """The pairs of a journal file (``fd`` open read-write): its header checked (one of a
+    format this store does not know is refused, not read wrong), a torn tail cut (a flush cut
+    short: no checkpoint covers it); ``create``: a file without a whole header gets one."""
+    raw = b""
+    if os.fstat(fd).st_size >= JOURNAL_HEADER.size:
+        with open(path, "rb") as f:
+            raw = f.read()
+        magic, version = JOURNAL_HEADER.unpack_from(raw)
+        if magic != JOURNAL_MAGIC or version != JOURNAL_VERSION:
+            raise ValueError(f"timer pair journal {path}: format {magic!r} v{version} unknown "
+                             f"(this store reads {JOURNAL_MAGIC!r} v{JOURNAL_VERSION})")
+    elif create:  # new, or torn before its header was whole: no pair was in it
+        os.ftruncate(fd, 0)
+        pwrite_all(fd, JOURNAL_HEADER.pack(JOURNAL_MAGIC, JOURNAL_VERSION), 0,
+                   "timer pair journal")
+        os.fsync(fd)
+        fsync_dir(path.parent)
+        return b""
+    body = raw[JOURNAL_HEADER.size:]
+    whole = len(body) - len(body) % PAIR.size
+    if whole != len(body):
+        os.ftruncate(fd, JOURNAL_HEADER.size + whole)
+    return body[:whole]
+
+
+@dataclass(slots=True)
+class TimerPoint:
+    """The timer index's part of a flush (:meth:`TimerIndex.take`)."""
+
+    journal: bytes
+    """Pairs for the journal."""
+    spill: dict[int, bytearray] | None = None
+    """slot -> pairs to spread into the slot files, or None."""
+
+
+_LIBC: ctypes.CDLL | None = None
+
+
+def _syncfs_available() -> bool:
+    global _LIBC
+    if _LIBC is None:
+        try:
+            _LIBC = ctypes.CDLL(None, use_errno=True)
+        except OSError:
+            return False
+    return hasattr(_LIBC, "syncfs")
+
+
+def _syncfs(directory: Path) -> None:
+    """``syncfs(2)`` of the filesystem holding ``directory``: every written file and name on it
+    durable in one call (Linux, :func:`_syncfs_available`)."""
+    assert _LIBC is not None
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        if _LIBC.syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"syncfs {directory}: {os.strerror(err)}")
+    finally:
+        os.close(fd)

@@ -129,14 +129,25 @@ class CommitLog:
             return self.flushed_offset
 
     # ---- recovery (SPEC P3) ------------------------------------------------------------
-    def recover(self, check_from: int, dispatch_from: int, visit: RecordVisitor) -> int:
+    def recover(self, check_from: int, dispatch_from: int, visit: RecordVisitor, *,
+                trusted_to: int | None = None) -> int:
         """Validate records from the start of the segment holding ``check_from``, calling
         ``visit`` for each valid record at or after ``dispatch_from``; truncate a torn tail
-        and drop any later segment. Returns the recovered end (max offset)."""
+        and drop any later segment. Returns the recovered end (max offset).
+
+        ``trusted_to``: a record boundary up to which the log is known fsync'd (a trusted
+        checkpoint's offset): the walk starts there instead of at its segment's start, unless
+        the segment is shorter (a machine crash lost bytes counted as flushed: then the whole
+        segment is walked, as without it). DEC-recovery-from-checkpoint: the walk of the
+        segment before the checkpoint (up to a GiB of records decoded) was most of a restart."""
         segments = self.segments
         first = self.segment_for(check_from)
         index = segments.index(first) if first is not None else 0
         end = segments[index].start
+        first_pos = 0
+        head = segments[index]
+        if trusted_to is not None and head.start <= trusted_to <= head.start + head.written:
+            first_pos = trusted_to - head.start
         for i in range(index, len(segments)):
             segment = segments[i]
             if segment.start != end:
@@ -144,7 +155,8 @@ class CommitLog:
                                segment.start, end)
                 self._drop_from(i)
                 break
-            file_end, full = self._walk(segment, dispatch_from, visit)
+            file_end, full = self._walk(segment, dispatch_from, visit,
+                                        first_pos if i == index else 0)
             end = segment.start + file_end
             if not full:
                 if file_end < segment.written:
@@ -164,13 +176,13 @@ class CommitLog:
             logger.warning("commitlog segment dropped after torn tail start_offset=%d",
                            segment.start)
 
-    def _walk(self, segment: Segment, dispatch_from: int,
-              visit: RecordVisitor) -> tuple[int, bool]:
-        """(end file position of the last valid record or marker, reached the end marker)."""
+    def _walk(self, segment: Segment, dispatch_from: int, visit: RecordVisitor,
+              pos: int = 0) -> tuple[int, bool]:
+        """(end file position of the last valid record or marker, reached the end marker),
+        walking from the record at file position ``pos``."""
         size_written = segment.written
         if size_written == 0:
             return 0, False
-        pos = 0
         with open(segment.path, "rb") as f, mmap.mmap(f.fileno(), 0,
                                                        access=mmap.ACCESS_READ) as mm:
             while pos < size_written:
