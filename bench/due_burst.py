@@ -38,7 +38,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -49,6 +48,7 @@ from pathlib import Path
 import requests
 
 from bench.peers_apps import serve_consumer
+from bench.scratch import scratch_dir
 from bench.stack_cpu import CpuWindow, Profiles, stack_processes, store_requests
 from bench.threads import run_threads
 from tests.fixtures.stack import launch_stack, stop_stack
@@ -297,7 +297,7 @@ def main() -> int:
     cases = {"one": Case("one", args.one, 1), "slots": Case("slots", int(k), int(s))}
     if args.ahead_s < LEVEL_MS / 1000 and "levels" in args.by:
         raise SystemExit(f"--ahead-s must be at least {LEVEL_MS // 1000} for levels")
-    root = Path(tempfile.mkdtemp(prefix="clepsydra-burst-"))
+    root = scratch_dir("clepsydra-burst-")  # removed at exit (CLEPSYDRA_BENCH_KEEP=1 keeps it)
     print(f"due_burst under {root}" + (f", settings {' '.join(args.set)}" if args.set else ""),
           flush=True)
     for anchor in ANCHORS:
