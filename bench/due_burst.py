@@ -4,6 +4,7 @@ after the run starts; lateness = the time a consumer receives a message - its de
 
     .venv/bin/python -m bench.due_burst [--cases one,slots] [--by timers,levels]
                                         [--ahead-s 120] [--set VAR=VALUE ...]
+                                        [--profile DIR [--profile-s 8]]
 
 Cases: ``one`` is 100,000 messages due in the same second (K=100,000, S=1), ``slots`` 10 slots
 of 20,000 (``--one K`` and ``--slots KxS`` change them). Each case runs on a fresh stack
@@ -25,6 +26,8 @@ p99.9 / max and the share received within 1 s of the deliver time, the same for 
 deliver time)). Published anchors printed beside (RocketMQ's own figures, other hardware):
 of 500,000 timers due in one second "maybe only 20,000" are on time (apache/rocketmq#6566);
 RocketMQ 4.x delay levels write and deliver 30k+ messages a second (apache/rocketmq#3449).
+The store's requests by operation in the window are printed too; ``--profile DIR`` adds
+py-spy of every process of the stack and the consumer over the first ``--profile-s`` of it.
 The target (docs/performance.md): 100,000 due in one second all delivered within 2 s, none
 early.
 """
@@ -35,7 +38,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -46,7 +48,8 @@ from pathlib import Path
 import requests
 
 from bench.peers_apps import serve_consumer
-from bench.stack_cpu import CpuWindow
+from bench.scratch import scratch_dir
+from bench.stack_cpu import CpuWindow, Profiles, stack_processes, store_requests
 from bench.threads import run_threads
 from tests.fixtures.stack import launch_stack, stop_stack
 from tools.processes import Process, wait_until
@@ -191,6 +194,14 @@ def run_case(case: Case, by: str, args: argparse.Namespace, root: Path,
             lines.append(f"  produced {case.total:,} level-{LEVEL} messages in {took:.1f} s "
                          f"({case.total / took:,.0f} msgs/s), {case.slots} slot(s) aimed at")
         time.sleep(max(0.0, (first_due_ms - now_ms()) / 1000 - 1.0))  # the window: from 1 s
+        calls0 = store_requests(stack.store_url)
+        profiles = None
+        if args.profile is not None:
+            python = {"consumer": consumer.pid} | {
+                name: pid for pid, name in stack_processes(stack).items()
+                if name not in ("redis", "supervisor")}
+            profiles = Profiles(python, args.profile_s, args.profile / f"{case.name}-{by}",
+                                gil=args.gil).start()
         with CpuWindow(stack, {"consumer": consumer.pid, "bench (this process)": os.getpid()},
                        thread_parts=("store",)) as window:  # before the first due time
             try:
@@ -200,7 +211,14 @@ def run_case(case: Case, by: str, args: argparse.Namespace, root: Path,
             except TimeoutError:
                 lines.append(f"  NOT all received within {args.grace_s:g} s after the last slot")
             time.sleep(2.0)  # a late duplicate would show here
+        calls = store_requests(stack.store_url) - calls0
         lines += summary(out, case)
+        lines.append("  the store's requests by operation in that window: " + ", ".join(
+            f"{op} {n:,}" for op, n in calls.most_common()))
+        if profiles is not None:
+            from bench.peers import print_profiles
+
+            print_profiles(f"{case.name}-{by}", profiles)
         lines.append("  the cores' time from 1 s before the first deliver time to the last message "
                      "received:")
         lines.append(window.table(("msg", case.total)))
@@ -260,6 +278,12 @@ def main() -> int:
     parser.add_argument("--slots", default="20000x10", help="KxS of the slots case")
     parser.add_argument("--ahead-s", type=float, default=120.0)
     parser.add_argument("--grace-s", type=float, default=180.0)
+    parser.add_argument("--profile", type=Path, metavar="DIR",
+                        help="py-spy of the store, the consumer and the other services from 1 s "
+                             "before the first deliver time, for --profile-s")
+    parser.add_argument("--profile-s", type=float, default=8.0)
+    parser.add_argument("--gil", action="store_true",
+                        help="profile only the thread holding the interpreter's lock")
     parser.add_argument("--set", action="append", default=[], metavar="VAR=VALUE")
     parser.add_argument("--consume", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -273,7 +297,7 @@ def main() -> int:
     cases = {"one": Case("one", args.one, 1), "slots": Case("slots", int(k), int(s))}
     if args.ahead_s < LEVEL_MS / 1000 and "levels" in args.by:
         raise SystemExit(f"--ahead-s must be at least {LEVEL_MS // 1000} for levels")
-    root = Path(tempfile.mkdtemp(prefix="clepsydra-burst-"))
+    root = scratch_dir("clepsydra-burst-")  # removed at exit (CLEPSYDRA_BENCH_KEEP=1 keeps it)
     print(f"due_burst under {root}" + (f", settings {' '.join(args.set)}" if args.set else ""),
           flush=True)
     for anchor in ANCHORS:

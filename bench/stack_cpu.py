@@ -215,6 +215,9 @@ class Profiles:
     seconds: float
     out_dir: Path
     rate: int = 200
+    gil: bool = False
+    """Only the thread holding the interpreter's lock is sampled (py-spy ``--gil``): where a
+    process's Python CPU goes when its threads wait on one another for the lock."""
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     def start(self) -> Profiles:
@@ -228,7 +231,8 @@ class Profiles:
             self._procs[name] = subprocess.Popen(
                 [spy, "record", "--pid", str(pid), "--format", "raw", "--full-filenames",
                  "--threads", "--rate", str(self.rate), "--duration", str(int(self.seconds)),
-                 "--nonblocking", "--output", str(self._path(name))],
+                 "--nonblocking", *(["--gil"] if self.gil else []),
+                 "--output", str(self._path(name))],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         return self
 

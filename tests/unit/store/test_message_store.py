@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -292,3 +293,63 @@ def test_r10_takes_plain_sends_only_and_the_groups_settings(open_store: OpenStor
     below = store.put(PutRequest(retry, b"below", properties={P.RECONSUME_TIME: "2"}))
     assert below.topic == retry
     assert store.get_by_msg_id(delayed.offset_msg_id)[0].reconsume_times == 3
+
+
+def test_a_pull_page_is_read_one_pread_a_run_of_records(open_store: OpenStore,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # SPEC C3 (the page as before), DEC-pull-page-spans: the records of a page that lie close
+    # together in one segment are read with one pread, not one a record; a page that crosses
+    # segments (64 KiB here) is read a run a segment, every record in its order
+    import os
+
+    store = open_store()
+    store.create_topic("T", 2)
+    store.put_batch([PutRequest("T", b"x" * (100 + i % 50), queue_id=i % 2, tags="ab"[i % 3 % 2])
+                     for i in range(600)])
+    one_by_one = [store.read_queue("T", 0, q, 1).messages[0] for q in range(300)]
+    reads: list[int] = []
+    real_pread = os.pread
+
+    def counted(fd: int, size: int, offset: int) -> bytes:  # the CommitLog's preads counted
+        if "/commitlog/" in os.readlink(f"/proc/self/fd/{fd}"):
+            reads.append(size)
+        return real_pread(fd, size, offset)
+
+    monkeypatch.setattr(os, "pread", counted)
+    page = store.read_queue("T", 0, 0, 300)
+    assert page.messages == one_by_one and page.next_offset == 300
+    segments = len({m.commitlog_offset // (64 * 1024) for m in page.messages})
+    assert 1 < segments == len(reads)  # was 300: one a record
+    reads.clear()
+    first = store.read_queue("T", 0, 0, 20)
+    assert first.messages == one_by_one[:20] and len(reads) == 1
+    reads.clear()
+    tagged = store.read_queue("T", 0, 0, 7, tags=frozenset({"b"}))  # C3: by hash, then string
+    assert [m.queue_offset for m in tagged.messages] == [
+        m.queue_offset for m in one_by_one if m.tags == "b"][:7]
+    assert tagged.next_offset == tagged.messages[-1].queue_offset + 1
+    assert len(reads) == 1
+
+
+def test_records_read_a_run_at_a_time_are_none_where_no_record_starts(
+        open_store: OpenStore, data_dir: Path) -> None:
+    # DEC-pull-page-spans: CommitLog.read_records answers what read_record would for each
+    # place, in order: the record, or None where none starts (a place inside a record, past
+    # the end, a size of 0) - the pull skips those as it skipped MessageNotFound
+    from clepsydra_store.engine.log.commitlog import CommitLog
+
+    store = open_store()
+    store.create_topic("T", 1)
+    results = store.put_batch([PutRequest("T", b"b%d" % i) for i in range(5)])
+    store.flush()
+    log = CommitLog(data_dir / "commitlog", 64 * 1024)
+    r = results
+    places = [(r[0].commitlog_offset, r[0].size), (r[1].commitlog_offset + 4, r[1].size),
+              (r[2].commitlog_offset, r[2].size), (r[3].commitlog_offset, 0),
+              (r[4].commitlog_offset, r[4].size), (log.max_offset + 100, 50)]
+    read = log.read_records(places)
+    assert [x.body if x is not None else None for x in read] == [
+        b"b0", None, b"b2", b"b3", b"b4", None]  # size 0: read alone, as read_record does
+    assert [x.commitlog_offset for x in read if x is not None] == [
+        r[0].commitlog_offset, r[2].commitlog_offset, r[3].commitlog_offset,
+        r[4].commitlog_offset]

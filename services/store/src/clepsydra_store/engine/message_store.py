@@ -367,21 +367,26 @@ class MessageStore:
         next_offset = start
         if cq is not None and max_count > 0:
             scan = max_count * (MAX_PULL_SCAN_FACTOR if codes else 1)
-            raw = cq.read_raw(start, scan)
-            read = self._commitlog.read_record
-            for commitlog_offset, size, code in ENTRY.iter_unpack(raw):
-                next_offset += 1
-                if codes is not None and code not in codes:
-                    continue
-                try:
-                    record = read(commitlog_offset, size)
-                except MessageNotFound:
-                    continue  # its segment was deleted (retention)
-                if tags is not None and record.tags not in tags:
-                    continue
-                messages.append(record)
-                if len(messages) >= max_count:
-                    break
+            entries = list(ENTRY.iter_unpack(cq.read_raw(start, scan)))
+            # the entries whose tag hash matches (C3), with their index; their records read a
+            # page at a time, one pread a run of records lying close together
+            # (DEC-pull-page-spans), never more than the page still needs
+            wanted = [(i, *e) for i, e in enumerate(entries) if codes is None or e[2] in codes]
+            next_offset = start + len(entries)
+            k = 0
+            while k < len(wanted) and len(messages) < max_count:
+                page = wanted[k:k + max_count - len(messages)]
+                k += len(page)
+                for (i, *_), record in zip(page, self._commitlog.read_records(page, 1),
+                                           strict=True):
+                    if record is None:
+                        continue  # its segment was deleted (retention)
+                    if tags is not None and record.tags not in tags:
+                        continue
+                    messages.append(record)
+                    if len(messages) >= max_count:
+                        next_offset = start + i + 1
+                        break
         return QueueRead(messages, next_offset, low, high)
 
     def get_by_commitlog_offset(self, commitlog_offset: int) -> CommitLogRecord:

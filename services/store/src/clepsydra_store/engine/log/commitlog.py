@@ -14,8 +14,9 @@ import bisect
 import logging
 import mmap
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from clepsydra_core.errors import CorruptRecordError, MessageNotFound, StoreError
 from clepsydra_core.records import (
@@ -36,6 +37,17 @@ RecordVisitor = Callable[[CommitLogRecord, int], None]
 """Called with each valid record and its total size during a scan."""
 
 _FIRST_READ = 4096
+
+SPAN_GAP = 64 * 1024
+SPAN_MAX = 8 * 1024 * 1024
+"""Records lying close together in one segment are read with one pread (:meth:`CommitLog.runs`:
+the drain of due entries, DEC-drain-splice-shapes, and a pull's page, DEC-pull-page-spans): gaps
+of at most SPAN_GAP bytes, spans of at most SPAN_MAX bytes."""
+
+Run = tuple[Segment | None, int, int, int, int]
+"""(segment, first byte, end byte, i, j): ``places[i:j]`` lie in ``[first, end)`` of the
+segment; segment None (and ``j == i + 1``) for a place no run can hold (no segment holds it,
+a size of 0 or less, past what is written)."""
 
 
 class CommitLog:
@@ -81,6 +93,70 @@ class CommitLog:
         return AppendBatch(self)
 
     # ---- read --------------------------------------------------------------------------
+    def runs(self, places: Sequence[Sequence[Any]], at: int = 0) -> Iterator[Run]:
+        """``places`` (each holding a record's CommitLog offset at index ``at`` and its size at
+        ``at + 1``, in increasing offsets for the runs to be long) cut into runs of records
+        lying close together in one segment (:data:`SPAN_GAP`, :data:`SPAN_MAX`): each run is
+        read with one pread by its caller instead of one a record."""
+        segment_for = self.files.find
+        i, n = 0, len(places)
+        size_at = at + 1
+        while i < n:
+            first, size = places[i][at], places[i][size_at]
+            segment = segment_for(first)
+            limit = min(segment.end, segment.write_offset) if segment is not None else 0
+            end = first + size
+            if segment is None or first < 0 or size <= 0 or end > limit:
+                yield None, first, first, i, i + 1
+                i += 1
+                continue
+            j = i + 1
+            while j < n:
+                offset, size = places[j][at], places[j][size_at]
+                if (offset < end or offset - end > SPAN_GAP or offset + size > limit
+                        or offset + size - first > SPAN_MAX or size <= 0):
+                    break
+                end = offset + size
+                j += 1
+            yield segment, first, end, i, j
+            i = j
+
+    def read_records(self, places: Sequence[Sequence[Any]], at: int = 0
+                     ) -> list[CommitLogRecord | None]:
+        """The records at ``places`` (CommitLog offset at index ``at``, size at ``at + 1``), in
+        their order, None where none is (its segment deleted, a torn or other record there): as
+        :meth:`read_record` for each, with one pread a run of records lying close together
+        (:meth:`runs`) instead of one a record (DEC-pull-page-spans)."""
+        out: list[CommitLogRecord | None] = []
+        append = out.append
+        for segment, first, end, i, j in self.runs(places, at):
+            raw = b""
+            if segment is not None:
+                try:
+                    raw = segment.read(first - segment.start, end - first)
+                except StoreError:
+                    raw = b""
+            if len(raw) != end - first:
+                for k in range(i, j):
+                    append(self._record_or_none(places[k][at], places[k][at + 1]))
+                continue
+            for k in range(i, j):
+                offset = places[k][at]
+                try:
+                    record, _ = decode_record(raw, offset - first)
+                except CorruptRecordError:
+                    record = None
+                if record is None or record.commitlog_offset != offset:
+                    record = self._record_or_none(offset, places[k][at + 1])
+                append(record)
+        return out
+
+    def _record_or_none(self, commitlog_offset: int, size: int) -> CommitLogRecord | None:
+        try:
+            return self.read_record(commitlog_offset, size)
+        except MessageNotFound:
+            return None
+
     def read_bytes(self, commitlog_offset: int, size: int) -> bytes:
         """Exactly ``size`` bytes at ``commitlog_offset``; MessageNotFound when not there."""
         segment = self.segment_for(commitlog_offset)

@@ -25,7 +25,7 @@ from clepsydra_core.records import (
 )
 from clepsydra_store.engine.index.key_index import key_hash, record_keys
 from clepsydra_store.engine.index.marks import Mark, schedule_offset
-from clepsydra_store.engine.log.commitlog import CommitLog
+from clepsydra_store.engine.log.commitlog import SPAN_MAX, CommitLog
 from clepsydra_store.engine.log.segment import Segment
 from clepsydra_store.engine.meta.topics import TopicRegistry
 from clepsydra_store.engine.schedule.splice_shapes import SpliceShapes
@@ -43,10 +43,6 @@ logger = logging.getLogger(__name__)
 Due = tuple[int, int, int, int]
 """A due entry: (queue offset, CommitLog offset, size, deliver ts)."""
 
-_SPAN_GAP = 64 * 1024
-_SPAN_MAX = 8 * 1024 * 1024
-"""Schedule entries whose records lie close together in one segment are read with one pread:
-gaps of at most _SPAN_GAP bytes, spans of at most _SPAN_MAX bytes."""
 
 
 _PARKING_TOPICS = frozenset({naming.SCHEDULE_TOPIC.encode(), naming.TIMER_TOPIC.encode()})
@@ -118,43 +114,24 @@ class Drain:
         bytes from its first record's offset (one read; b"" when unreadable) and that offset.
         A run's bytes are read into the hand-over's one buffer (:attr:`_buffer`, valid until
         the next run is read; past the run's bytes it holds older ones): a new buffer of up to
-        ``_SPAN_MAX`` bytes a run made the allocator take memory from the kernel and give it
+        ``SPAN_MAX`` bytes a run made the allocator take memory from the kernel and give it
         back each time, ~0.8 page faults a message (DEC-drain-splice-shapes)."""
-        segment_for = self.commitlog.segment_for
-        i, n = 0, len(due)
-        while i < n:
-            first = due[i][1]
-            segment = segment_for(first)
-            if segment is None or first < 0:
-                yield b"", first, due[i:i + 1]
-                i += 1
-                continue
-            limit = min(segment.end, segment.write_offset)
-            end = first + max(due[i][2], 0)
-            j = i + 1
-            while j < n:
-                offset, size = due[j][1], due[j][2]
-                if (offset < end or offset - end > _SPAN_GAP or offset + size > limit
-                        or offset + size - first > _SPAN_MAX or size <= 0):
-                    break
-                end = offset + size
-                j += 1
+        for segment, first, end, i, j in self.commitlog.runs(due, 1):
             buf: bytes | bytearray = b""
-            if end <= limit:
+            if segment is not None:
                 try:
                     buf = self._read_span(segment, first - segment.start, end - first)
                 except StoreError:
                     buf = b""
             yield buf, first, due[i:j]
-            i = j
 
     def _read_span(self, segment: Segment, file_pos: int, size: int) -> bytes | bytearray:
         """``size`` bytes of ``segment`` from ``file_pos``: in :attr:`_buffer` (grown to at
-        most ``_SPAN_MAX``), or a new bytes object when larger or short."""
-        if size > _SPAN_MAX:
+        most ``SPAN_MAX``), or a new bytes object when larger or short."""
+        if size > SPAN_MAX:
             return segment.read(file_pos, size)
         if len(self._buffer) < size:
-            self._buffer = bytearray(max(size, min(2 * len(self._buffer), _SPAN_MAX)))
+            self._buffer = bytearray(max(size, min(2 * len(self._buffer), SPAN_MAX)))
         if segment.read_into(self._buffer, file_pos, size):
             return self._buffer
         return segment.read(file_pos, size)
