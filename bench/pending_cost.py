@@ -31,13 +31,13 @@ import argparse
 import json
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 import requests
 
+from bench.scratch import scratch_dir
 from bench.store_produce import RawConnection
 from bench.threads import run_threads
 from tools.parts import store_service
@@ -190,7 +190,7 @@ def main() -> int:
     parser.add_argument("--no-restart", action="store_true", help="skip the restart")
     args = parser.parse_args()
     counts = sorted(int(c) for c in args.counts.split(","))
-    root = Path(tempfile.mkdtemp(prefix="clepsydra-pending-"))
+    root = scratch_dir("clepsydra-pending-")
     print(f"pending_cost under {root}; anchor: {ANCHOR}", flush=True)
     try:
         for kind in args.kinds.split(","):
