@@ -35,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.bytecodes import tree_path
+from bench.bytecodes import count, tree_path
 from bench.instructions import requests_of
 from bench.scratch import scratch_dir
 from bench.stack_cpu import process_cpu
@@ -111,36 +111,11 @@ def count_send() -> dict[str, Any]:
             totals = []
             by_function: collections.Counter[str] = collections.Counter()
             for _ in range(5):
-                totals.append(_count(lambda: producer.send(TOPIC, BODY), by_function))
+                totals.append(count(lambda: producer.send(TOPIC, BODY), by_function))
     finally:
         store.stop(30)
     return {"total": int(statistics.median(totals)),
             "top": [[name, n // 5] for name, n in by_function.most_common(TOP)]}
-
-
-def _count(fn: Callable[[], object], by_function: collections.Counter[str]) -> int:
-    """``bench.bytecodes.count`` of one call of ``fn``, each function's share added to
-    ``by_function`` (file:function)."""
-    n = 0
-
-    def local(frame: Any, event: str, arg: Any) -> Any:
-        nonlocal n
-        if event == "opcode":
-            n += 1
-            code = frame.f_code
-            by_function[f"{Path(code.co_filename).name}:{code.co_name}"] += 1
-        return local
-
-    def global_(frame: Any, event: str, arg: Any) -> Any:
-        frame.f_trace_opcodes = True
-        return local
-
-    sys.settrace(global_)
-    try:
-        fn()
-    finally:
-        sys.settrace(None)
-    return n
 
 
 def bytecodes(base: Path | None, as_json: bool) -> int:

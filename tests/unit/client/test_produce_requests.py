@@ -6,22 +6,22 @@ not what the store answers fails its futures with the store's error, not a crash
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import orjson
 import pytest
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from clepsydra_client import Producer, SendResult
 from clepsydra_core import properties as P
 from clepsydra_core.errors import RemoteError
 from clepsydra_core.runtime import telemetry
+from tests.integration.client.test_producer_sampling import half_sampled
 from tests.unit.core.test_http_connections import Exchange, Handler, Server, serve
 
-__all__ = ["serve"]  # the fixture
+__all__ = ["half_sampled", "serve"]  # the fixtures
 
 ANSWER = {"msgId": "M", "topic": "t", "queueId": 0, "queueOffset": 1, "commitLogOffset": 2,
           "storeTimestamp": 3, "offsetMsgId": "O"}
@@ -91,25 +91,6 @@ def test_a_batch_answer_without_objects_fails_its_futures(
     for future in futures:
         with pytest.raises(RemoteError, match="not an object"):
             future.result()
-
-
-@pytest.fixture
-def half_sampled(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
-    """This process's provider at ``parentbased_traceidratio`` 0.5 with the exporter
-    ``none`` (what a producer runs with by default, at another ratio), spans kept in memory;
-    the previous provider put back afterwards."""
-    for module, attr in ((telemetry, "_provider"), (telemetry, "_memory"),
-                         (telemetry, "_exporting"), (trace, "_TRACER_PROVIDER"),
-                         (trace, "_TRACER_PROVIDER_SET_ONCE")):
-        monkeypatch.setattr(module, attr, getattr(module, attr))
-    monkeypatch.setenv(telemetry.SAMPLER_VAR, "parentbased_traceidratio")
-    monkeypatch.setenv(telemetry.SAMPLER_ARG_VAR, "0.5")
-    telemetry.reset_after_fork()
-    provider = telemetry.init_tracing(telemetry.CLIENT_SERVICE, "none")
-    memory = InMemorySpanExporter()
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    yield memory
-    provider.shutdown()
 
 
 def _carried(ex: Exchange) -> tuple[str, str, str]:
