@@ -6,7 +6,8 @@ from __future__ import annotations
 import base64
 import functools
 import json
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
+from dataclasses import fields as dataclass_fields
 from typing import Any
 
 from clepsydra_core import naming
@@ -286,7 +287,7 @@ class SendResult:
 _new_result = object.__new__
 _SET_MSG_ID, _SET_TOPIC, _SET_QUEUE_ID, _SET_QUEUE_OFFSET, _SET_COMMITLOG_OFFSET, \
     _SET_STORE_TIMESTAMP, _SET_UNIQ_KEY, _SET_OFFSET_MSG_ID, _SET_DELIVER_AT = (
-        vars(SendResult)[f.name].__set__ for f in fields(SendResult))
+        vars(SendResult)[f.name].__set__ for f in dataclass_fields(SendResult))
 """Each of :class:`SendResult`'s slots' setters, in the order of its fields (the unpacking
 fails at import if a field is added without its setter here)."""
 _ANSWER = ProduceAnswer.json_name_of()
