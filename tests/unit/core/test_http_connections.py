@@ -554,3 +554,36 @@ def test_a_header_with_a_line_break_is_refused_before_anything_is_written(
         assert [ex.target for ex in server.requests] == ["/b"]
     finally:
         http.close()
+
+
+def test_the_idle_check_follows_the_connection_it_is_made_for(
+        serve: Callable[[Handler], Server]) -> None:
+    """DEC-sdk-send-path: the idle check's poll object is made for each new socket: after the
+    client closed a connection (``Connection: close``) the next one is kept alive across
+    calls, and when the service closes that one while it is idle, the next POST (never sent
+    twice) notices it and goes on a new connection: none lost, none reopened for nothing."""
+    closed = threading.Event()
+
+    def handler(ex: Exchange) -> bool:
+        if ex.target == "/a":  # the client is told to close
+            return ex.json(200, b'{"n": 1}', "Connection: close")
+        if ex.target == "/e":  # the service closes after answering
+            ex.json(200, b'{"n": 5}')
+            ex.sock.shutdown(socket.SHUT_RDWR)
+            closed.set()
+            return False
+        return ex.json(200, b'{"n": 2}')
+
+    server = serve(handler)
+    http = HttpClient(server.url)
+    try:
+        assert http.post("/a", {}) == {"n": 1}
+        assert [http.post(f"/{i}", {}) for i in "bcd"] == [{"n": 2}] * 3
+        assert server.connections == 2
+        assert http.post("/e", {}) == {"n": 5}
+        assert closed.wait(5)
+        assert http.post("/f", {}) == {"n": 2}
+        assert [ex.target for ex in server.requests] == [f"/{i}" for i in "abcdef"]
+        assert server.connections == 3
+    finally:
+        http.close()
