@@ -179,7 +179,8 @@ class Producer:
         is the time the store took. At most one of ``delay_level``, ``deliver_at``, ``delay``
         (ValueError before any request). ``queue_id`` (an index into the topic's queues,
         shard by shard) or ``hash_key`` (hashed over them) sends it to that one queue."""
-        queue_id = self._pinned(topic, queue_id, hash_key)
+        if hash_key is not None:
+            queue_id = self._pinned(topic, queue_id, hash_key)
         return self._send(topic, body, tags, keys, properties, delay_level, queue_id,
                           deliver_at, delay)
 
