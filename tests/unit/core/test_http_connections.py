@@ -468,3 +468,122 @@ def test_a_connection_holds_only_the_receive_buffer_its_answers_reached(
     assert conn.receive() == (200, large)
     assert conn._view is view  # the same buffer, allocated once
     conn.close()
+
+
+ODD_HEADS = [
+    # (the answer's head lines after the status line, whether the connection stays open)
+    ([b"content-length: {n}"], True),  # lower case
+    ([b"CONTENT-LENGTH: {n}", b"CONNECTION: KEEP-ALIVE"], True),  # upper case
+    ([b"Server: x", b"X-Content-Length: 999", b"Content-Lengthy: 998", b"Date: Sat",
+      b"Content-Type: application/json; charset=utf-8", b"Content-Length:{n}",
+      b"X-Trace: close chunked"], True),  # extra headers, some alike, no space after ':'
+    ([b"Content-Length :  {n} "], True),  # white space before the colon (obsolete) and after
+    ([b"Content-Length: {n}", b"Connection: close"], False),
+    ([b"Content-Length: {n}", b"Connection: Close"], False),
+    ([b"Connection: keep-alive, close", b"Content-Length: {n}"], False),  # a token list
+    ([b"Content-Length: {n}", b"X-Clepsydra-Shards: 2"], True),
+]
+
+
+@pytest.mark.parametrize(("fields", "kept"), ODD_HEADS)
+def test_an_answer_head_is_read_whatever_its_legal_shape(
+        serve: Callable[[Handler], Server], fields: list[bytes], kept: bool) -> None:
+    """DEC-sdk-send-path: the answer's head is read only for what the client uses (status,
+    Content-Length, Connection, the cluster's size), in any case, among any other headers;
+    the body is framed by its length (the next answer on the same connection reads right),
+    and the client closes the connection when the service says so (the server here keeps it
+    open: only the client's reading of the head closes it)."""
+    body = b'{"ok": 1}'
+    head = b"".join(f + b"\r\n" for f in fields).replace(b"{n}", str(len(body)).encode())
+
+    def handler(ex: Exchange) -> bool:
+        ex.sock.sendall(b"HTTP/1.1 201 Created\r\n" + head + b"\r\n" + body)
+        return True
+
+    server = serve(handler)
+    http = HttpClient(server.url, service="store")
+    try:
+        assert http.post("/a", {}) == {"ok": 1}
+        assert http.post("/b", {}) == {"ok": 1}
+        assert server.connections == (1 if kept else 2)
+        assert http.shards_hint == (2 if b"X-Clepsydra-Shards: 2" in fields else 0)
+    finally:
+        http.close()
+
+
+def test_answers_without_a_reason_in_http_1_0_and_with_an_error(
+        serve: Callable[[Handler], Server]) -> None:
+    """DEC-sdk-send-path: a status line without its reason phrase, an HTTP/1.0 answer kept
+    alive, and a 4xx answer whose JSON names the error (SPEC's error tree: the store's 404 is
+    ``TopicNotFound``) on one kept connection; a status line that is not HTTP/1.x is refused."""
+    error = b'{"error": "TOPIC_NOT_EXIST", "message": "no topic x"}'
+    answers = iter([
+        b"HTTP/1.1 200\r\nContent-Length: 2\r\n\r\n{}",
+        b"HTTP/1.0 200 OK\r\nConnection: Keep-Alive\r\nContent-Length: 2\r\n\r\n{}",
+        b"HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: "
+        + str(len(error)).encode() + b"\r\n\r\n" + error,
+        b"SPDY/3 200 OK\r\nContent-Length: 2\r\n\r\n{}",
+    ])
+
+    def handler(ex: Exchange) -> bool:
+        ex.sock.sendall(next(answers))
+        return True
+
+    server = serve(handler)
+    http = HttpClient(server.url)
+    try:
+        assert http.get("/a") == {}
+        assert http.get("/b") == {}
+        with pytest.raises(TopicNotFound, match="no topic x"):
+            http.get("/c")
+        assert server.connections == 1
+        with pytest.raises(Unavailable, match="BadStatusLine"):
+            http.get("/d")
+    finally:
+        http.close()
+
+
+def test_a_header_with_a_line_break_is_refused_before_anything_is_written(
+        serve: Callable[[Handler], Server]) -> None:
+    server = serve(lambda ex: ex.json(200, b"{}"))
+    http = HttpClient(server.url)
+    try:
+        with pytest.raises(ValueError, match="line break"):
+            http.get("/a", headers={"X-A": "1\r\nX-B: 2"})
+        assert http.get("/b") == {}
+        assert [ex.target for ex in server.requests] == ["/b"]
+    finally:
+        http.close()
+
+
+def test_the_idle_check_follows_the_connection_it_is_made_for(
+        serve: Callable[[Handler], Server]) -> None:
+    """DEC-sdk-send-path: the idle check's poll object is made for each new socket: after the
+    client closed a connection (``Connection: close``) the next one is kept alive across
+    calls, and when the service closes that one while it is idle, the next POST (never sent
+    twice) notices it and goes on a new connection: none lost, none reopened for nothing."""
+    closed = threading.Event()
+
+    def handler(ex: Exchange) -> bool:
+        if ex.target == "/a":  # the client is told to close
+            return ex.json(200, b'{"n": 1}', "Connection: close")
+        if ex.target == "/e":  # the service closes after answering
+            ex.json(200, b'{"n": 5}')
+            ex.sock.shutdown(socket.SHUT_RDWR)
+            closed.set()
+            return False
+        return ex.json(200, b'{"n": 2}')
+
+    server = serve(handler)
+    http = HttpClient(server.url)
+    try:
+        assert http.post("/a", {}) == {"n": 1}
+        assert [http.post(f"/{i}", {}) for i in "bcd"] == [{"n": 2}] * 3
+        assert server.connections == 2
+        assert http.post("/e", {}) == {"n": 5}
+        assert closed.wait(5)
+        assert http.post("/f", {}) == {"n": 2}
+        assert [ex.target for ex in server.requests] == [f"/{i}" for i in "abcdef"]
+        assert server.connections == 3
+    finally:
+        http.close()

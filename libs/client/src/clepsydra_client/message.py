@@ -7,6 +7,7 @@ import base64
 import functools
 import json
 from dataclasses import dataclass, field, replace
+from dataclasses import fields as dataclass_fields
 from typing import Any
 
 from clepsydra_core import naming
@@ -263,20 +264,38 @@ class SendResult:
     def from_json(cls, raw: dict[str, Any], uniq_key: str | None = None) -> SendResult:
         """From the store's produce answer (:class:`clepsydra_core.wire.produce.ProduceAnswer`,
         its JSON names taken from there; read field by field, a third of the cost of building
-        the wire value, on the path of every message sent)."""
-        n = _ANSWER
-        return cls(
-            msg_id=str(raw.get(n["msg_id"], "")), topic=str(raw.get(n["topic"], "")),
-            queue_id=int(raw.get(n["queue_id"], 0)),
-            queue_offset=int(raw.get(n["queue_offset"], 0)),
-            commitlog_offset=int(raw.get(n["commitlog_offset"], 0)),
-            store_timestamp=int(raw.get(n["store_timestamp"], 0)), uniq_key=uniq_key,
-            offset_msg_id=str(raw.get(n["offset_msg_id"]) or raw.get(n["msg_id"], "")),
-            deliver_at=_int_or_none(raw.get(n["deliver_at"])),
-        )
+        the wire value, on the path of every message sent). The slots are filled directly, not
+        through the frozen class's ``__init__`` (``object.__setattr__`` by name for each
+        field: half of a send's result's cost; DEC-sdk-send-path)."""
+        get = raw.get
+        msg_id = str(get(_A_MSG_ID, ""))
+        result = _new_result(cls)
+        _SET_MSG_ID(result, msg_id)
+        _SET_TOPIC(result, str(get(_A_TOPIC, "")))
+        _SET_QUEUE_ID(result, int(get(_A_QUEUE_ID, 0)))
+        _SET_QUEUE_OFFSET(result, int(get(_A_QUEUE_OFFSET, 0)))
+        _SET_COMMITLOG_OFFSET(result, int(get(_A_COMMITLOG_OFFSET, 0)))
+        _SET_STORE_TIMESTAMP(result, int(get(_A_STORE_TIMESTAMP, 0)))
+        _SET_UNIQ_KEY(result, uniq_key)
+        offset_msg_id = get(_A_OFFSET_MSG_ID)
+        _SET_OFFSET_MSG_ID(result, str(offset_msg_id) if offset_msg_id else msg_id)
+        deliver_at = get(_A_DELIVER_AT)
+        _SET_DELIVER_AT(result, None if deliver_at is None else _int_or_none(deliver_at))
+        return result
 
 
+_new_result = object.__new__
+_SET_MSG_ID, _SET_TOPIC, _SET_QUEUE_ID, _SET_QUEUE_OFFSET, _SET_COMMITLOG_OFFSET, \
+    _SET_STORE_TIMESTAMP, _SET_UNIQ_KEY, _SET_OFFSET_MSG_ID, _SET_DELIVER_AT = (
+        vars(SendResult)[f.name].__set__ for f in dataclass_fields(SendResult))
+"""Each of :class:`SendResult`'s slots' setters, in the order of its fields (the unpacking
+fails at import if a field is added without its setter here)."""
 _ANSWER = ProduceAnswer.json_name_of()
+_A_MSG_ID, _A_TOPIC, _A_QUEUE_ID, _A_QUEUE_OFFSET = (
+    _ANSWER["msg_id"], _ANSWER["topic"], _ANSWER["queue_id"], _ANSWER["queue_offset"])
+_A_COMMITLOG_OFFSET, _A_STORE_TIMESTAMP = _ANSWER["commitlog_offset"], _ANSWER["store_timestamp"]
+_A_OFFSET_MSG_ID, _A_DELIVER_AT = _ANSWER["offset_msg_id"], _ANSWER["deliver_at"]
+"""The produce answer's JSON names :meth:`SendResult.from_json` reads, one constant each."""
 _CHANGE = timers.KeyCancelled.json_name_of()
 """The names a cancel's or a reschedule's answer is told apart by (by key: ``msgIds``)."""
 _VIEW = StoredMessage.json_name_of()

@@ -24,7 +24,6 @@ from itertools import chain
 from typing import Any
 
 import orjson
-from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from clepsydra_client import batching
@@ -180,7 +179,8 @@ class Producer:
         is the time the store took. At most one of ``delay_level``, ``deliver_at``, ``delay``
         (ValueError before any request). ``queue_id`` (an index into the topic's queues,
         shard by shard) or ``hash_key`` (hashed over them) sends it to that one queue."""
-        queue_id = self._pinned(topic, queue_id, hash_key)
+        if hash_key is not None:
+            queue_id = self._pinned(topic, queue_id, hash_key)
         return self._send(topic, body, tags, keys, properties, delay_level, queue_id,
                           deliver_at, delay)
 
@@ -202,23 +202,20 @@ class Producer:
               keys: Sequence[str] | str, properties: Mapping[str, str] | None,
               delay_level: int, queue_id: int | None, deliver_at: datetime | int | None,
               delay: timedelta | int | None) -> SendResult:
-        """One message in one request, inside its ``client.produce`` span. An unrecorded span
-        is made current by attaching its context (what ``trace.use_span`` does for it, without
-        its generator); the request's ``traceparent`` header is the one the message carries
-        when that is the span's (computed once, not twice)."""
-        lean = telemetry.unrecorded(self._tracer)
-        if lean is not None:  # not sampled (or not exported): no attributes
-            token = otel_context.attach(trace.set_span_in_context(lean))
-            try:
-                return self._post(topic, body, tags, keys, properties, delay_level, queue_id,
-                                  deliver_at, delay)[0]
-            finally:
-                otel_context.detach(token)
-        with self._tracer.start_as_current_span(
-                "client.produce", kind=trace.SpanKind.PRODUCER,
-                attributes=self._attributes(topic)) as span:
+        """One message in one request, inside its ``client.produce`` span. A span that will
+        not be recorded is not made at all (DEC-sdk-send-path): its ``traceparent``
+        (:meth:`_trace_context`: a fresh span id in the current span's trace, or a new
+        trace's, drawn 64 at a time like ``send_async``'s) goes in the message's properties
+        and the request's header, as the context-only span's did (DEC-unrecorded-spans). A
+        recorded span is made current around the request and names the stored message."""
+        context = self._trace_context()
+        if isinstance(context, str):  # not recorded: its traceparent alone
+            return self._post(topic, body, tags, keys, properties, delay_level, queue_id,
+                              deliver_at, delay, context)[0]
+        span = self._start_span(topic, context)
+        with trace.use_span(span, end_on_exit=True):
             result, uniq_key = self._post(topic, body, tags, keys, properties, delay_level,
-                                          queue_id, deliver_at, delay)
+                                          queue_id, deliver_at, delay, None)
             if span.is_recording():
                 span.set_attribute(telemetry.MESSAGE_ID, result.msg_id)
                 span.set_attribute(telemetry.UNIQ_KEY, uniq_key)
@@ -229,19 +226,32 @@ class Producer:
     def _post(self, topic: str, body: bytes | str, tags: str | None,
               keys: Sequence[str] | str, properties: Mapping[str, str] | None,
               delay_level: int, queue_id: int | None, deliver_at: datetime | int | None,
-              delay: timedelta | int | None) -> tuple[SendResult, str]:
-        level, at_ms, in_ms = delivery(delay_level, deliver_at, delay)
-        props: dict[str, str] = dict(properties) if properties else {}
-        uniq_key = props.get(P.UNIQ_KEY) or new_uniq_key()
-        props.setdefault(P.UNIQ_KEY, uniq_key)
+              delay: timedelta | int | None, traceparent: str | None
+              ) -> tuple[SendResult, str]:
+        """Send the message; ``traceparent``: its unrecorded span's (the message's, unless
+        it brings its own, and the request's), else the current span's is taken."""
+        if delay_level or deliver_at is not None or delay is not None:
+            level, at_ms, in_ms = delivery(delay_level, deliver_at, delay)  # may refuse
+        else:
+            level = at_ms = in_ms = None
+        if properties:
+            props = dict(properties)
+            uniq_key = props.get(P.UNIQ_KEY) or new_uniq_key()
+            props.setdefault(P.UNIQ_KEY, uniq_key)
+        else:  # the common shape: no properties of its own
+            uniq_key = new_uniq_key()
+            props = {P.UNIQ_KEY: uniq_key}
         headers: dict[str, str] | None = None
-        if P.TRACEPARENT not in props:
+        if traceparent is not None:
+            headers = {P.TRACEPARENT: traceparent}
+            props.setdefault(P.TRACEPARENT, traceparent)
+        elif P.TRACEPARENT not in props:
             telemetry.inject(props)  # the current span's context, also the request's
             if P.TRACEPARENT in props:
                 headers = {P.TRACEPARENT: props[P.TRACEPARENT]}
                 if P.TRACESTATE in props:
                     headers[P.TRACESTATE] = props[P.TRACESTATE]
-        text, encoded = body_fields(body)
+        text, encoded = (body, None) if type(body) is str else body_fields(body)
         path = self._topic_path(topic)
         clustered = self.router.clustered
         target: HttpClient | None = None if clustered else self.http
@@ -249,9 +259,9 @@ class Producer:
             queue = self.router.queue_of(topic, queue_id)
             queue_id, target = queue.queue_id, self.router.client(queue.shard)
         req = ProduceMessage.json_of(
-            body=text, body_base64=encoded, tags=tags or None, keys=_keys_text(keys),
-            properties=props, queue_id=queue_id, delay_level=level, deliver_at=at_ms,
-            delay_ms=in_ms)
+            body=text, body_base64=encoded, tags=tags or None,
+            keys=_keys_text(keys) if keys else None, properties=props, queue_id=queue_id,
+            delay_level=level, deliver_at=at_ms, delay_ms=in_ms)
         if target is not None:
             raw = target.post(path, req, headers=headers)
         else:  # a plain send over the shards (routing.py)

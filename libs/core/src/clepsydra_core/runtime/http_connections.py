@@ -54,7 +54,12 @@ import weakref
 from clepsydra_core.wire.cluster import SHARDS_HEADER
 
 IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
-_SHARDS = SHARDS_HEADER.lower()
+_SHARDS_NAME = SHARDS_HEADER.lower().encode()
+_SHARDS_FIELD = b"\r\n" + _SHARDS_NAME + b":"
+_CONNECTION = b"\r\nconnection:"
+_CONTENT_LENGTH = b"\r\ncontent-length:"
+_TRANSFER_ENCODING = b"\r\ntransfer-encoding:"
+"""The answer's header lines a call reads, as :func:`_field` finds them."""
 MAX_HEAD_BYTES = 64 * 1024
 """An answer whose head is longer is refused (``http.client.LineTooLong``)."""
 _RECV_BYTES = 256 * 1024
@@ -89,6 +94,8 @@ class Connection:
         self.read_timeout_s: float | None = None
         self._buf = b""
         self._view: memoryview | None = None
+        self._poll: select.poll | None = None
+        """The socket's poll object for :meth:`idle_ok` (None: not made yet)."""
         self.shards = 0
         """The store cluster's size its last answer named (``SHARDS_HEADER``; 0: none)."""
 
@@ -97,6 +104,7 @@ class Connection:
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.set_timeout(timeout_s)
         self._buf = b""
+        self._poll = None
 
     def set_timeout(self, timeout_s: float) -> None:
         """Bound each wait of a ``send`` or ``recv`` to ``timeout_s``: in the kernel when it
@@ -115,6 +123,7 @@ class Connection:
     def close(self) -> None:
         sock, self.sock = self.sock, None
         self._buf = b""
+        self._poll = None
         if sock is not None:
             sock.close()
 
@@ -133,8 +142,9 @@ class Connection:
             head += f"Content-Length: {len(body) if body else 0}\r\n"
         data = (head + "\r\n").encode("latin-1")
         sock = self._socket()
-        self._sent_at = now = time.perf_counter()
-        self._fast = self._fast and now - self._done_at <= self.spin_s
+        if self.spin_s:  # (no clock read a call without the spin)
+            self._sent_at = now = time.perf_counter()
+            self._fast = self._fast and now - self._done_at <= self.spin_s
         try:
             if body and len(body) >= GATHER_BYTES:
                 _send_gathered(sock, data, body)
@@ -146,68 +156,85 @@ class Connection:
     def idle_ok(self) -> bool:
         """Whether the kept-alive connection can carry the next call: nothing arrived since
         the last answer (an idle connection is readable only when the service closed it)."""
-        if self.sock is None or self._buf:
+        sock = self.sock
+        if sock is None or self._buf:
             return False
         try:
-            readable, _, _ = select.select([self.sock], [], [], 0)
+            # one poll object a socket, its descriptor registered once: select.select builds
+            # its sets on every call, twice the time (DEC-sdk-send-path)
+            poll = self._poll
+            if poll is None:
+                poll = self._poll = select.poll()
+                poll.register(sock, select.POLLIN)
+            return not poll.poll(0)  # readable (end of file), hung up, an error: not ok
         except (OSError, ValueError):
             return False
-        return not readable
 
     def receive(self, method: str = "GET") -> tuple[int, bytes]:
         """(status, body) of the answer; the connection is closed after it when the service
-        said so or when the body ran to the end of the connection."""
+        said so or when the body ran to the end of the connection. Of the answer's head only
+        what is used is read (DEC-sdk-send-path): the status, ``Content-Length``, and the
+        lines that may not be there: ``Transfer-Encoding`` only when the head holds
+        "chunked", ``Connection`` when it holds "close" (or the answer is HTTP/1.0), the
+        cluster's size when the head names it (:func:`_field` reads a line)."""
         while True:
-            status, version, fields = self._head()
+            status, http10, fields = self._head()
             if not 100 <= status < 200:
                 break
-        length = fields.get("content-length")
-        shards = fields.get(_SHARDS)
-        if shards is not None and shards.isdigit():
-            self.shards = int(shards)
-        close = (fields.get("connection", "").lower() == "close"
-                 or (version == "HTTP/1.0"
-                     and fields.get("connection", "").lower() != "keep-alive"))
+        if _SHARDS_NAME in fields:
+            shards = _field(fields, _SHARDS_FIELD)
+            if shards is not None and shards.isdigit():
+                self.shards = int(shards)
+        close = False
+        if http10 or b"close" in fields:
+            tokens = (_field(fields, _CONNECTION) or b"").replace(b" ", b"").split(b",")
+            close = b"close" in tokens or (http10 and b"keep-alive" not in tokens)
         if status in (204, 304) or method == "HEAD":
             body = b""
-        elif "chunked" in fields.get("transfer-encoding", "").lower():
+        elif b"chunked" in fields and b"chunked" in (_field(fields, _TRANSFER_ENCODING)
+                                                       or b""):
             body = self._chunked()
-        elif length is not None:
-            if not length.isdigit():
-                raise http.client.HTTPException(f"bad Content-Length {length!r}")
-            body = self._exactly(int(length))
         else:
-            body = self._to_end()
-            close = True
+            length = _field(fields, _CONTENT_LENGTH)
+            if length is not None:
+                if not length.isdigit():
+                    raise http.client.HTTPException(f"bad Content-Length {length.decode()!r}")
+                body = self._exactly(int(length))
+            else:
+                body = self._to_end()
+                close = True
         if close:
             self.close()
-        self._done_at = time.perf_counter()
-        self._fast = self._done_at - self._sent_at <= self.spin_s
+        if self.spin_s:
+            self._done_at = time.perf_counter()
+            self._fast = self._done_at - self._sent_at <= self.spin_s
         return status, body
 
-    def _head(self) -> tuple[int, str, dict[str, str]]:
-        end = self._buf.find(b"\r\n\r\n")
+    def _head(self) -> tuple[int, bool, bytes]:
+        """(status, whether it is HTTP/1.0, the header lines lowercased: from the status
+        line's line end to the last header's, a CR LF at either end) of the next answer."""
+        buf = self._buf
+        end = buf.find(b"\r\n\r\n")
         while end < 0:
-            if len(self._buf) > MAX_HEAD_BYTES:
+            if len(buf) > MAX_HEAD_BYTES:
                 raise http.client.LineTooLong("answer head")
             chunk = self._recv()
             if not chunk:
-                if self._buf:
-                    raise http.client.IncompleteRead(self._buf)
+                if buf:
+                    raise http.client.IncompleteRead(buf)
                 raise http.client.RemoteDisconnected("closed without an answer")
-            self._buf += chunk
-            end = self._buf.find(b"\r\n\r\n", max(0, len(self._buf) - len(chunk) - 3))
-        head, self._buf = self._buf[:end].decode("latin-1"), self._buf[end + 4:]
-        lines = head.split("\r\n")
-        parts = lines[0].split(" ", 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
-            raise http.client.BadStatusLine(lines[0])
-        fields: dict[str, str] = {}
-        for line in lines[1:]:
-            name, sep, value = line.partition(":")
-            if sep:
-                fields[name.strip().lower()] = value.strip()
-        return int(parts[1]), parts[0], fields
+            buf = self._buf = buf + chunk
+            end = buf.find(b"\r\n\r\n", max(0, len(buf) - len(chunk) - 3))
+        line_end = buf.find(b"\r\n")
+        line = buf[:line_end]
+        fields = buf[line_end:end + 2].lower()
+        self._buf = buf[end + 4:]
+        # "HTTP/1.x NNN reason": the version, a space, three digits, then a space or nothing
+        status = line[9:12]
+        if line[:7] != b"HTTP/1." or not status.isdigit() or line[12:13].strip() \
+                or line[8:9] != b" ":
+            raise http.client.BadStatusLine(line.decode("latin-1"))
+        return int(status), line[7:8] == b"0", fields
 
     def _socket(self) -> socket.socket:
         sock = self.sock
@@ -243,6 +270,10 @@ class Connection:
         return view[:size].tobytes()
 
     def _exactly(self, size: int) -> bytes:
+        buf = self._buf
+        if len(buf) == size:  # the common case: the answer's body came with its head
+            self._buf = b""
+            return buf
         while len(self._buf) < size:
             chunk = self._recv()
             if not chunk:
@@ -370,6 +401,24 @@ class ConnectionPool:
             conns = list(self._all)
         for conn in conns:
             conn.close()
+
+
+def _field(fields: bytes, name: bytes) -> bytes | None:
+    """The value of the header line ``name`` (``b"\\r\\nname:"``, lowercased) in an answer's
+    lowercased header lines (:meth:`Connection._head`), without the white space around it; the
+    first such line's; None without one. Found with one search where the name is followed by
+    its colon (every server here writes it so); a line with white space before the colon
+    (obsolete, RFC 9112 5.1) is found by reading the lines one by one."""
+    at = fields.find(name)
+    if at >= 0:
+        at += len(name)
+        return fields[at:fields.find(b"\r\n", at)].strip()
+    wanted = name[2:-1]
+    for line in fields.split(b"\r\n"):
+        key, colon, value = line.partition(b":")
+        if colon and key.strip() == wanted:
+            return value.strip()
+    return None
 
 
 def receive_buffer(size: int = _RECV_BYTES) -> memoryview:
