@@ -10,7 +10,9 @@ readiness checks are defined there); this module supervises them. Each child run
 process group, with its output in ``CLEPSYDRA_HOME/logs/<name>.log`` (the previous run's log is
 kept as ``<name>.log.1``) and echoed to stdout as ``name | line``. The Python services are
 forked from the zygote, a process that imported what they share, and adopted by this one (a
-child subreaper), so each is still this process's child with its own command line; with
+child subreaper), so each is still this process's child with its own command line; the zygote
+exits once every service is ready, and a service restarted later is forked from a zygote
+started again for it (DEC-zygote-retires; ``CLEPSYDRA_STACK_KEEP_ZYGOTE=true`` keeps it); with
 ``--no-fork`` (``CLEPSYDRA_STACK_FORK=off``) each is exec'd (tools/zygote.py, DEC-stack-zygote):
 
     redis             redis-server on CLEPSYDRA_REDIS_PORT, append-only file in HOME/redis
@@ -91,6 +93,7 @@ from tools.processes import (
 )
 from tools.zygote import (
     FORK_VAR,
+    KEEP_VAR,
     Zygote,
     argv_bytes,
     become_subreaper,
@@ -165,6 +168,9 @@ class StackSettings:
     fork: bool = True
     """The Python services forked by the zygote (``CLEPSYDRA_STACK_FORK``, DEC-stack-zygote);
     False: each exec'd, a new interpreter."""
+    keep_zygote: bool = False
+    """The zygote stays once the stack is ready (``CLEPSYDRA_STACK_KEEP_ZYGOTE``); False: it
+    exits then, and a restart is forked from one started again (DEC-zygote-retires)."""
 
     @classmethod
     def from_env(cls, env: Env) -> StackSettings:
@@ -181,6 +187,7 @@ class StackSettings:
             shards=shard_rules.shard_count(env),
             shard_port_step=shard_rules.port_step(env),
             fork=env_bool(env, FORK_VAR, True),
+            keep_zygote=env_bool(env, KEEP_VAR, False),
         )
         settings.shard_ports()  # a port past 65535: ConfigError, exit 2
         return settings
@@ -295,6 +302,8 @@ class Supervisor:
         """Start, wait until ready, watch; always stop every child. The exit code."""
         try:
             self.start()
+            if self.zygote is not None and not self.settings.keep_zygote:
+                self.zygote.retire()  # its own pages given back (DEC-zygote-retires)
             if self._echo is not None:
                 self._echo.drain()
             self.console.line(READY_LINE)
