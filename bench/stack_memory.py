@@ -68,6 +68,9 @@ def part_of(argv: list[bytes]) -> str:
         return "supervisor"
     if "tools.zygote" in text:
         return "zygote"
+    if "tools.host" in text:  # services served by one process (DEC-stack-console-hosted)
+        return "+".join(word.removeprefix("clepsydra_") for word in text.split()
+                        if word.startswith("clepsydra_"))
     for module in ("clepsydra_store", "clepsydra_retry", "clepsydra_scheduler",
                    "clepsydra_gateway", "clepsydra_analytics", "clepsydra_console"):
         if module in text:

@@ -103,6 +103,7 @@ from tools.zygote import (
 )
 
 READY_LINE = "clepsydra: ready"
+HOST_CONSOLE_VAR = "CLEPSYDRA_STACK_HOST_CONSOLE"
 POLL_S = 0.1
 
 
@@ -168,6 +169,9 @@ class StackSettings:
     fork: bool = True
     """The Python services forked by the zygote (``CLEPSYDRA_STACK_FORK``, DEC-stack-zygote);
     False: each exec'd, a new interpreter."""
+    host_console: bool = True
+    """The web console served by the retry service's process (``CLEPSYDRA_STACK_HOST_CONSOLE``,
+    DEC-stack-console-hosted; never with ``CLEPSYDRA_AUTH=on``); False: its own process."""
     keep_zygote: bool = False
     """The zygote stays once the stack is ready (``CLEPSYDRA_STACK_KEEP_ZYGOTE``); False: it
     exits then, and a restart is forked from one started again (DEC-zygote-retires)."""
@@ -187,6 +191,7 @@ class StackSettings:
             shards=shard_rules.shard_count(env),
             shard_port_step=shard_rules.port_step(env),
             fork=env_bool(env, FORK_VAR, True),
+            host_console=env_bool(env, HOST_CONSOLE_VAR, True),
             keep_zygote=env_bool(env, KEEP_VAR, False),
         )
         settings.shard_ports()  # a port past 65535: ConfigError, exit 2
@@ -363,8 +368,16 @@ class Supervisor:
         parts of ``make run`` (tools/parts.py)."""
         return list(self.parts.with_everything(appendonly=True, separate_beat=self.separate_beat,
                                                analytics=self.analytics,
-                                               shard_ports=self.settings.shard_ports())
+                                               shard_ports=self.settings.shard_ports(),
+                                               hosted=self.hosted)
                     .children())
+
+    @property
+    def hosted(self) -> bool:
+        """The console served by the retry service's process (DEC-stack-console-hosted): by
+        default, not with access control on (each service's own token and secret stay in
+        its own process)."""
+        return self.settings.host_console and not self.settings.common.auth.enabled
 
     def watch(self) -> None:
         """Until a stop signal, restarting children that die; StackGaveUp when one keeps
@@ -471,7 +484,7 @@ class Supervisor:
         return self.env.get("CLEPSYDRA_CONSOLE_URL") or self.parts.url(CONSOLE)
 
     def _ready_what(self, child: Child) -> str:
-        return parts.part_named(child.name).describe_ready(child.env)
+        return self.parts.planned_part(child.name).describe_ready(child.env)
 
     def address_table(self) -> str:
         c = self.settings.common
