@@ -23,6 +23,8 @@ pytestmark = pytest.mark.e2e
 
 SERVICES = ("clepsydra_store", "clepsydra_retry", "clepsydra_scheduler", "clepsydra_console",
             "clepsydra_gateway")
+HOST = {"clepsydra_retry": "tools.host", "clepsydra_console": "tools.host"}
+"""Served by one process by default (tools/host.py, DEC-stack-console-hosted)."""
 
 
 def _cmdline(pid: int) -> list[str]:
@@ -76,7 +78,7 @@ def _check_forked_services(stack: RunningStack, zygote: int | None) -> None:
         pid = child_pid(stack, module)  # the supervisor's direct child
         assert _ppid(pid) == stack.proc.pid
         assert os.getpgid(pid) == pid and os.getsid(pid) == pid  # a session of its own
-        assert _cmdline(pid)[:3] == [sys.executable, "-m", module]
+        assert _cmdline(pid)[:3] == [sys.executable, "-m", HOST.get(module, module)]
         assert _forked(pid, zygote), f"{module} was exec'd, not forked"
         # its environment as /proc shows it is its own, not the zygote's
         environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
@@ -121,11 +123,14 @@ def test_the_zygote_exits_once_ready_and_a_restart_is_forked_from_a_new_one(
     store = child_pid(stack, "clepsydra_store")
     for times in (1, 2):  # twice: the zygote started again exits each time
         again = _restart_retry(stack, times)
+        assert child_pid(stack, "clepsydra_console") == again  # served by it again
+        wait_until(lambda: _healthy(stack.url("CLEPSYDRA_CONSOLE_PORT")), 60,
+                   what="the console healthy again")
         assert _forked(again), "the restarted retry service was exec'd, not forked"
         assert stack.output().count("clepsydra: starting a zygote again to fork "
-                                    "clepsydra_retry") == times
+                                    "tools.host") == times
         wait_until(lambda: _zygote_pid(stack) is None, 30, what="the new zygote's exit")
-        assert stack.output().count("clepsydra: the zygote exited: clepsydra_retry forked") \
+        assert stack.output().count("clepsydra: the zygote exited: tools.host forked") \
             == times
     assert "clepsydra: retry exited with code -9; restarting" in stack.output()
     assert child_pid(stack, "clepsydra_store") == store
@@ -180,7 +185,7 @@ def test_no_fork_execs_every_service(start_stack: Callable[..., RunningStack]) -
         pid = child_pid(stack, module)
         assert _ppid(pid) == stack.proc.pid
         assert os.getpgid(pid) == pid
-        assert _cmdline(pid)[:3] == [sys.executable, "-m", module]
+        assert _cmdline(pid)[:3] == [sys.executable, "-m", HOST.get(module, module)]
     assert stack.stop_with(signal.SIGTERM) == 0, stack.output()[-4000:]
 
 
