@@ -41,7 +41,11 @@ started again for it (DEC-zygote-retires; ``CLEPSYDRA_STACK_KEEP_ZYGOTE=true`` k
                       default the API's port + 1) on threads of it (one process)
     (--without-analytics, ``make run-core``: no analytics; the core alone)
     console           python -m clepsydra_console             ready: GET /healthz answers 200
-                      on CLEPSYDRA_CONSOLE_PORT (default 8087): the web console
+                      on CLEPSYDRA_CONSOLE_PORT (default 8087): the web console; by default
+                      served by the retry service's process instead, ``retry`` being then
+                      python -m tools.host clepsydra_retry clepsydra_console, ready when both
+                      ports answer (tools/host.py, DEC-stack-console-hosted;
+                      CLEPSYDRA_STACK_HOST_CONSOLE=false or CLEPSYDRA_AUTH=on: its own process)
 
 Once all are ready it prints exactly one line ``clepsydra: ready`` and a table of addresses.
 SIGINT, SIGTERM or SIGHUP: SIGTERM to every child group (services first, Redis last), wait,
