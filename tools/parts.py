@@ -129,7 +129,8 @@ gateway, the analytics one process (the stack's memory at rest), the console."""
 HOSTED = {CONSOLE: RETRY_WITH_CONSOLE}
 """``make run``'s parts served by another's process (DEC-stack-console-hosted): the part, and
 the process that serves it in place of its own (its own process with
-``CLEPSYDRA_STACK_HOST_CONSOLE=false`` or ``CLEPSYDRA_AUTH=on``)."""
+``CLEPSYDRA_STACK_HOST_CONSOLE=false``, ``CLEPSYDRA_AUTH=on``, or as deployed:
+``tools.stack.Supervisor.hosted``)."""
 EVERYTHING_SEPARATE_BEAT = (STORE, RETRY, *SCHEDULER, GATEWAY, *LOCAL_ANALYTICS, CONSOLE)
 """The same with the scheduler's worker and beat two processes, as deployed
 (``python -m tools.stack --separate-beat``: the fault matrix kills each)."""

@@ -45,7 +45,8 @@ started again for it (DEC-zygote-retires; ``CLEPSYDRA_STACK_KEEP_ZYGOTE=true`` k
                       served by the retry service's process instead, ``retry`` being then
                       python -m tools.host clepsydra_retry clepsydra_console, ready when both
                       ports answer (tools/host.py, DEC-stack-console-hosted;
-                      CLEPSYDRA_STACK_HOST_CONSOLE=false or CLEPSYDRA_AUTH=on: its own process)
+                      its own process with CLEPSYDRA_STACK_HOST_CONSOLE=false, CLEPSYDRA_AUTH=on,
+                      CLEPSYDRA_SINGLE_PROCESS=false or CLEPSYDRA_RETRY_WORKERS above 1)
 
 Once all are ready it prints exactly one line ``clepsydra: ready`` and a table of addresses.
 SIGINT, SIGTERM or SIGHUP: SIGTERM to every child group (services first, Redis last), wait,
@@ -380,8 +381,12 @@ class Supervisor:
     def hosted(self) -> bool:
         """The console served by the retry service's process (DEC-stack-console-hosted): by
         default, not with access control on (each service's own token and secret stay in
-        its own process)."""
-        return self.settings.host_console and not self.settings.common.auth.enabled
+        its own process), nor when the services run as deployed (``CLEPSYDRA_SINGLE_PROCESS=
+        false``: gunicorn's masters, the fault matrix) or the retry service has more than one
+        worker (one gunicorn worker serves both)."""
+        return (self.settings.host_console and not self.settings.common.auth.enabled
+                and env_bool(self.env, SINGLE_PROCESS, False)
+                and env_int(self.env, "CLEPSYDRA_RETRY_WORKERS", 1, minimum=1) == 1)
 
     def watch(self) -> None:
         """Until a stop signal, restarting children that die; StackGaveUp when one keeps

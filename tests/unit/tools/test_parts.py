@@ -218,7 +218,8 @@ def test_make_run_serves_the_console_from_the_retry_services_process(tmp_path: P
         retry.shutdown()
         retry.server_close()
     for apart in ({"CLEPSYDRA_STACK_HOST_CONSOLE": "false"},
-                  {"CLEPSYDRA_AUTH": "on", "CLEPSYDRA_AUTH_ADMIN_TOKEN": "x" * 32}):
+                  {"CLEPSYDRA_AUTH": "on", "CLEPSYDRA_AUTH_ADMIN_TOKEN": "x" * 32},
+                  {"CLEPSYDRA_SINGLE_PROCESS": "false"}, {"CLEPSYDRA_RETRY_WORKERS": "2"}):
         own = {**env, **apart}
         names = [c.name for c in Supervisor(StackSettings.from_env(own), env=own,
                                             console=Console(io.StringIO()),
