@@ -439,6 +439,8 @@ class Supervisor:
             if code is None:
                 continue
             child.signal_group(signal.SIGKILL)  # what the dead leader left (workers, pools)
+            if self.zygote is not None and self.zygote.retired and forkable(child.argv):
+                self.zygote.prepare(child.argv[2])  # it imports during the back-off
             policy = self._restarts.setdefault(child.name, self._policy())
             delay_s = policy.on_exit(now_s)
             if delay_s is None:

@@ -399,9 +399,7 @@ class Zygote(Child):
             self.note(f"clepsydra: {name} started as a new interpreter: the zygote failed "
                       f"{self.deaths} times")
             return None
-        self.note(f"clepsydra: starting a zygote again to fork {name}")
-        launch_env, preexec = self._launch
-        self.launch(launch_env, REPO, preexec, restart=True)
+        self.prepare(name)
         try:
             forked = self._spawn(argv, env, cwd, log)
             if forked is None:
@@ -410,6 +408,16 @@ class Zygote(Child):
         finally:
             self.retired = False
             self.retire(f"{name} forked")
+
+    def prepare(self, name: str) -> None:
+        """Once retired: start a zygote again for ``name``'s restart, unless one is starting
+        already (the supervisor calls this when a service dies, so the zygote imports during
+        the restart's back-off, DEC-zygote-retires)."""
+        if not self.retired or self._sock is not None or self.deaths >= self.MAX_DEATHS:
+            return
+        self.note(f"clepsydra: starting a zygote again to fork {name}")
+        launch_env, preexec = self._launch
+        self.launch(launch_env, REPO, preexec, restart=True)
 
     def _spawn(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path,
                log: IO[bytes]) -> Forked | None:
