@@ -36,6 +36,9 @@ reference count, a code object's warm-up counters, an allocation into a free blo
 zygote's) and those it allocated anew; and how many of the zygote's pages 1, 2, ... every
 service copied (a page every service copied is held once more by the zygote, for nothing).
 It reads the physical page of every virtual page (``/proc/<pid>/pagemap``: root only).
+The zygote exits once the stack is ready (DEC-zygote-retires): ``--pages`` keeps it
+(``CLEPSYDRA_STACK_KEEP_ZYGOTE=true``), so its figures are those of a stack holding it too;
+``--set CLEPSYDRA_STACK_KEEP_ZYGOTE=true`` alone measures the stack with it.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from pathlib import Path
 
 from bench.scratch import scratch_dir
 from tests.fixtures.stack import RunningStack, descendants, launch_stack, stop_stack
+from tools.zygote import KEEP_VAR
 
 CORE = ("redis", "store", "retry", "scheduler worker", "scheduler beat", "scheduler worker --beat")
 FIELDS = ("Rss", "Pss", "Private_Clean", "Private_Dirty")
@@ -64,6 +68,9 @@ def part_of(argv: list[bytes]) -> str:
         return "supervisor"
     if "tools.zygote" in text:
         return "zygote"
+    if "tools.host" in text:  # services served by one process (DEC-stack-console-hosted)
+        return "+".join(word.removeprefix("clepsydra_") for word in text.split()
+                        if word.startswith("clepsydra_"))
     for module in ("clepsydra_store", "clepsydra_retry", "clepsydra_scheduler",
                    "clepsydra_gateway", "clepsydra_analytics", "clepsydra_console"):
         if module in text:
@@ -228,6 +235,8 @@ def main() -> int:
     flags = (*(("--separate-beat",) if args.separate_beat else ()),
              *(("--without-analytics",) if args.without_analytics else ()))
     masters = {"CLEPSYDRA_SINGLE_PROCESS": "false"} if args.gunicorn_masters else {}
+    if args.pages:  # the pages are compared with the zygote's: it stays (DEC-zygote-retires)
+        settings.setdefault(KEEP_VAR, "true")
     stack = launch_stack(home, "--quiet", *flags, CLEPSYDRA_OTEL_EXPORTER="none", **masters,
                          **settings)
     try:

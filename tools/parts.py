@@ -18,11 +18,12 @@ import os
 import re
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 
 from tools.processes import (
+    REPO,
     Child,
     HttpService,
     Process,
@@ -46,6 +47,10 @@ class Part:
     ready_log: str | None = None
     """Without a health port: a pattern of the log line that says it is ready (None: running
     is ready)."""
+    hosts: tuple[Part, ...] = ()
+    """Parts this one's process serves beside its own (tools/host.py: the local stack's
+    console in the retry service's process, DEC-stack-console-hosted), each on its own port:
+    ready when every one answers /healthz."""
 
     def argv(self) -> list[str]:
         return [sys.executable, "-m", *self.command]
@@ -59,6 +64,9 @@ class Part:
 
     def ready(self, env: Mapping[str, str]) -> Callable[[Child], bool]:
         """The readiness check of one of its processes started with ``env``."""
+        if self.hosts:
+            checks = [part.ready(env) for part in (replace(self, hosts=()), *self.hosts)]
+            return lambda child: all(check(child) for check in checks)
         url = self.health_url(env)
         if url is not None:
             return lambda _child: http_ok(url + "/healthz")
@@ -68,6 +76,9 @@ class Part:
         return lambda child: child.exit_code() is None
 
     def describe_ready(self, env: Mapping[str, str]) -> str:
+        if self.hosts:
+            return " and ".join(part.describe_ready(env)
+                                for part in (replace(self, hosts=()), *self.hosts))
         url = self.health_url(env)
         if url is not None:
             return f"{self.name} at {url}/healthz"
@@ -100,6 +111,10 @@ Kubernetes keeps the three apart."""
 CONSOLE = Part("console", ("clepsydra_console",), "CLEPSYDRA_CONSOLE_PORT",
                "CLEPSYDRA_CONSOLE_URL")
 """The web console (services/console): reads the store, retry and analytics APIs."""
+RETRY_WITH_CONSOLE = Part("retry", ("tools.host", "clepsydra_retry", "clepsydra_console"),
+                          "CLEPSYDRA_RETRY_PORT", "CLEPSYDRA_RETRY_URL", hosts=(CONSOLE,))
+"""``make run``'s retry service with the web console served by its process (tools/host.py,
+DEC-stack-console-hosted): one process, each on its own port, the log ``retry.log``."""
 GATEWAY = Part("gateway", ("clepsydra_gateway",), "CLEPSYDRA_GATEWAY_HEALTH_PORT")
 """The RocketMQ 5 gRPC gateway: gRPC on CLEPSYDRA_GATEWAY_PORT, ready when its health port
 answers /healthz (Redis and the store answer)."""
@@ -111,6 +126,11 @@ LOCAL_ANALYTICS = (ANALYTICS_LOCAL,)
 EVERYTHING = (STORE, RETRY, SCHEDULER_WITH_BEAT, GATEWAY, *LOCAL_ANALYTICS, CONSOLE)
 """What ``make run`` starts (Redis aside), in start order: the scheduler one process, the
 gateway, the analytics one process (the stack's memory at rest), the console."""
+HOSTED = {CONSOLE: RETRY_WITH_CONSOLE}
+"""``make run``'s parts served by another's process (DEC-stack-console-hosted): the part, and
+the process that serves it in place of its own (its own process with
+``CLEPSYDRA_STACK_HOST_CONSOLE=false``, ``CLEPSYDRA_AUTH=on``, or as deployed:
+``tools.stack.Supervisor.hosted``)."""
 EVERYTHING_SEPARATE_BEAT = (STORE, RETRY, *SCHEDULER, GATEWAY, *LOCAL_ANALYTICS, CONSOLE)
 """The same with the scheduler's worker and beat two processes, as deployed
 (``python -m tools.stack --separate-beat``: the fault matrix kills each)."""
@@ -164,7 +184,8 @@ class Stack:
         return self
 
     def with_part(self, part: Part, *, name: str | None = None, **env: str) -> Stack:
-        for var in (part.port_var, *EXTRA_PORTS.get(part.name, ())):
+        for var in (part.port_var, *EXTRA_PORTS.get(part.name, ()),
+                    *(hosted.port_var for hosted in part.hosts)):
             if var and var not in self.ports:
                 self.ports[var] = free_port()
         self._plan.append((part, name, env))
@@ -224,14 +245,20 @@ class Stack:
         return self.with_part(CONSOLE, **env)
 
     def with_everything(self, *, appendonly: bool = True, separate_beat: bool = False,
-                        analytics: bool = True, shard_ports: list[int] | None = None) -> Stack:
+                        analytics: bool = True, shard_ports: list[int] | None = None,
+                        hosted: bool = False) -> Stack:
         """What ``make run`` starts: every part (its own Redis unless ``redis_url``), the
         scheduler's beat inside its worker unless ``separate_beat``; without the analytics
         parts unless ``analytics`` (``make run-core``); with ``shard_ports`` (more than one),
-        a store shard on each (DEC-store-shards)."""
+        a store shard on each (DEC-store-shards); with ``hosted``, the parts of
+        :data:`HOSTED` served by another's process (DEC-stack-console-hosted)."""
         if self._redis_url is None:
             self.with_redis(appendonly=appendonly)
+        hosts = {host.name: host for host in HOSTED.values()} if hosted else {}
         for part in EVERYTHING_SEPARATE_BEAT if separate_beat else EVERYTHING:
+            if hosted and part in HOSTED:
+                continue
+            part = hosts.get(part.name, part)
             if part is STORE and shard_ports and len(shard_ports) > 1:
                 self.with_store(shards=len(shard_ports), shard_ports=shard_ports)
             elif analytics or part not in LOCAL_ANALYTICS:
@@ -280,8 +307,11 @@ class Stack:
         name = name or part.name
         if part.command[:2] == SCHEDULER_WORKER.command:
             self._name_worker(full, name)
+        if part.command[0].startswith("tools."):  # a module of this repository, not installed
+            full["PYTHONPATH"] = os.pathsep.join(
+                p for p in (str(REPO), full.get("PYTHONPATH", "")) if p)
         url = part.health_url(full)
-        if url is not None and part.port_var:
+        if url is not None and part.port_var and not part.hosts:
             return HttpService(name, part.argv(), port=int(full[part.port_var]), env=full,
                                log_dir=self.log_dir, health_url=url, base_env=self.base_env)
         return Process(name, part.argv(), env=full, log_dir=self.log_dir,
@@ -296,6 +326,13 @@ class Stack:
 
         if WORKER_ID_VAR not in env and WORKER_ID_VAR not in self.base_env:
             env[WORKER_ID_VAR] = name
+
+    def planned_part(self, name: str) -> Part:
+        """The part the process ``name`` was asked for as (a hosting part: its own)."""
+        for part, as_name, _env in self._plan:
+            if (as_name or part.name) == name:
+                return part
+        return part_named(name)
 
     def children(self) -> list[Process]:
         """Every process asked for, not started, Redis first (``make run`` launches them)."""

@@ -10,7 +10,9 @@ readiness checks are defined there); this module supervises them. Each child run
 process group, with its output in ``CLEPSYDRA_HOME/logs/<name>.log`` (the previous run's log is
 kept as ``<name>.log.1``) and echoed to stdout as ``name | line``. The Python services are
 forked from the zygote, a process that imported what they share, and adopted by this one (a
-child subreaper), so each is still this process's child with its own command line; with
+child subreaper), so each is still this process's child with its own command line; the zygote
+exits once every service is ready, and a service restarted later is forked from a zygote
+started again for it (DEC-zygote-retires; ``CLEPSYDRA_STACK_KEEP_ZYGOTE=true`` keeps it); with
 ``--no-fork`` (``CLEPSYDRA_STACK_FORK=off``) each is exec'd (tools/zygote.py, DEC-stack-zygote):
 
     redis             redis-server on CLEPSYDRA_REDIS_PORT, append-only file in HOME/redis
@@ -39,7 +41,12 @@ child subreaper), so each is still this process's child with its own command lin
                       default the API's port + 1) on threads of it (one process)
     (--without-analytics, ``make run-core``: no analytics; the core alone)
     console           python -m clepsydra_console             ready: GET /healthz answers 200
-                      on CLEPSYDRA_CONSOLE_PORT (default 8087): the web console
+                      on CLEPSYDRA_CONSOLE_PORT (default 8087): the web console; by default
+                      served by the retry service's process instead, ``retry`` being then
+                      python -m tools.host clepsydra_retry clepsydra_console, ready when both
+                      ports answer (tools/host.py, DEC-stack-console-hosted;
+                      its own process with CLEPSYDRA_STACK_HOST_CONSOLE=false, CLEPSYDRA_AUTH=on,
+                      CLEPSYDRA_SINGLE_PROCESS=false or CLEPSYDRA_RETRY_WORKERS above 1)
 
 Once all are ready it prints exactly one line ``clepsydra: ready`` and a table of addresses.
 SIGINT, SIGTERM or SIGHUP: SIGTERM to every child group (services first, Redis last), wait,
@@ -91,6 +98,7 @@ from tools.processes import (
 )
 from tools.zygote import (
     FORK_VAR,
+    KEEP_VAR,
     Zygote,
     argv_bytes,
     become_subreaper,
@@ -100,6 +108,7 @@ from tools.zygote import (
 )
 
 READY_LINE = "clepsydra: ready"
+HOST_CONSOLE_VAR = "CLEPSYDRA_STACK_HOST_CONSOLE"
 POLL_S = 0.1
 
 
@@ -165,6 +174,12 @@ class StackSettings:
     fork: bool = True
     """The Python services forked by the zygote (``CLEPSYDRA_STACK_FORK``, DEC-stack-zygote);
     False: each exec'd, a new interpreter."""
+    host_console: bool = True
+    """The web console served by the retry service's process (``CLEPSYDRA_STACK_HOST_CONSOLE``,
+    DEC-stack-console-hosted; never with ``CLEPSYDRA_AUTH=on``); False: its own process."""
+    keep_zygote: bool = False
+    """The zygote stays once the stack is ready (``CLEPSYDRA_STACK_KEEP_ZYGOTE``); False: it
+    exits then, and a restart is forked from one started again (DEC-zygote-retires)."""
 
     @classmethod
     def from_env(cls, env: Env) -> StackSettings:
@@ -181,6 +196,8 @@ class StackSettings:
             shards=shard_rules.shard_count(env),
             shard_port_step=shard_rules.port_step(env),
             fork=env_bool(env, FORK_VAR, True),
+            host_console=env_bool(env, HOST_CONSOLE_VAR, True),
+            keep_zygote=env_bool(env, KEEP_VAR, False),
         )
         settings.shard_ports()  # a port past 65535: ConfigError, exit 2
         return settings
@@ -295,6 +312,8 @@ class Supervisor:
         """Start, wait until ready, watch; always stop every child. The exit code."""
         try:
             self.start()
+            if self.zygote is not None and not self.settings.keep_zygote:
+                self.zygote.retire()  # its own pages given back (DEC-zygote-retires)
             if self._echo is not None:
                 self._echo.drain()
             self.console.line(READY_LINE)
@@ -354,8 +373,20 @@ class Supervisor:
         parts of ``make run`` (tools/parts.py)."""
         return list(self.parts.with_everything(appendonly=True, separate_beat=self.separate_beat,
                                                analytics=self.analytics,
-                                               shard_ports=self.settings.shard_ports())
+                                               shard_ports=self.settings.shard_ports(),
+                                               hosted=self.hosted)
                     .children())
+
+    @property
+    def hosted(self) -> bool:
+        """The console served by the retry service's process (DEC-stack-console-hosted): by
+        default, not with access control on (each service's own token and secret stay in
+        its own process), nor when the services run as deployed (``CLEPSYDRA_SINGLE_PROCESS=
+        false``: gunicorn's masters, the fault matrix) or the retry service has more than one
+        worker (one gunicorn worker serves both)."""
+        return (self.settings.host_console and not self.settings.common.auth.enabled
+                and env_bool(self.env, SINGLE_PROCESS, False)
+                and env_int(self.env, "CLEPSYDRA_RETRY_WORKERS", 1, minimum=1) == 1)
 
     def watch(self) -> None:
         """Until a stop signal, restarting children that die; StackGaveUp when one keeps
@@ -408,6 +439,8 @@ class Supervisor:
             if code is None:
                 continue
             child.signal_group(signal.SIGKILL)  # what the dead leader left (workers, pools)
+            if self.zygote is not None and self.zygote.retired and forkable(child.argv):
+                self.zygote.prepare(child.argv[2])  # it imports during the back-off
             policy = self._restarts.setdefault(child.name, self._policy())
             delay_s = policy.on_exit(now_s)
             if delay_s is None:
@@ -462,7 +495,7 @@ class Supervisor:
         return self.env.get("CLEPSYDRA_CONSOLE_URL") or self.parts.url(CONSOLE)
 
     def _ready_what(self, child: Child) -> str:
-        return parts.part_named(child.name).describe_ready(child.env)
+        return self.parts.planned_part(child.name).describe_ready(child.env)
 
     def address_table(self) -> str:
         c = self.settings.common

@@ -25,6 +25,13 @@ attached (``SCM_RIGHTS``); the answer ``{"pid"}`` (the service's) or ``{"error"}
 supervisor then starts that service as a new interpreter instead. The zygote exits when the
 supervisor closes its end.
 
+Once every service is ready the supervisor closes its end and the zygote exits
+(:meth:`Zygote.retire`, DEC-zygote-retires): every page the services share stays mapped in
+them, and the zygote's own copies of the pages each of them wrote to (most of its memory) are
+given back. A service restarted after that is forked from a zygote started again for it, which
+exits once it has forked (``CLEPSYDRA_STACK_KEEP_ZYGOTE=true``: the zygote stays, for
+``bench.stack_memory --pages``, which compares the services' pages with its own).
+
 ``CLEPSYDRA_STACK_FORK=off`` (``python -m tools.stack --no-fork``): every service exec'd, as
 the images and Kubernetes run them (one service per container: no zygote there).
 """
@@ -49,6 +56,8 @@ from typing import IO, Any
 from tools.processes import REPO, Child, parent_death_signal
 
 FORK_VAR = "CLEPSYDRA_STACK_FORK"
+KEEP_VAR = "CLEPSYDRA_STACK_KEEP_ZYGOTE"
+"""``true``: the zygote stays once the stack is ready (DEC-zygote-retires: it exits)."""
 PROTOCOL = 1
 PRELOAD = (
     # every service: the shared library (domain, wire types, settings, logging, telemetry,
@@ -255,6 +264,9 @@ class Zygote(Child):
         self.deaths = 0
         self.broken: str | None = None
         """Why it cannot fork now (None: it can, or may once it said hello)."""
+        self.retired = False
+        """It exited once the stack was ready (DEC-zygote-retires): a service restarted now is
+        forked from a zygote started again for it, which exits once it has forked."""
         self._sock: socket.socket | None = None
         self._hello: dict[str, Any] | None = None
         self._launch: tuple[Mapping[str, str], Callable[[], None] | None] = ({}, None)
@@ -281,10 +293,30 @@ class Zygote(Child):
         self._sock, self._hello, self.broken = ours, None, None
         self._launch = (env, preexec)
 
+    def retire(self, why: str = "every service is ready") -> None:
+        """Let it exit (close our end: it leaves its loop) and wait for it (DEC-zygote-retires);
+        the services it forked keep every page they share with it."""
+        if self.retired:
+            return
+        self.retired = True
+        was_running = self.exit_code() is None
+        self.close()
+        if self.proc is not None:
+            from subprocess import TimeoutExpired
+
+            try:
+                self.proc.wait(10)
+            except TimeoutExpired:
+                self.signal_group(signal.SIGKILL)
+                self.proc.wait(5)
+        if was_running:
+            self.note(f"clepsydra: the zygote exited: {why} (DEC-zygote-retires)")
+
     def heal(self) -> None:
         """Start it again if it died (the services it forked are the supervisor's children and
-        keep running); after :data:`MAX_DEATHS` deaths the services are exec'd."""
-        if self.proc is None or self.deaths >= self.MAX_DEATHS:
+        keep running); after :data:`MAX_DEATHS` deaths the services are exec'd. Nothing once
+        it is retired (:meth:`retire`): its exit is expected then."""
+        if self.proc is None or self.deaths >= self.MAX_DEATHS or self.retired:
             return
         code = self.exit_code()
         if code is None:
@@ -353,6 +385,42 @@ class Zygote(Child):
         ``log``: the adopted service, or None to exec it."""
         if not forkable(argv):
             return None
+        if self.retired:
+            return self._spawn_again(argv, env, cwd, log)
+        return self._spawn(argv, env, cwd, log)
+
+    def _spawn_again(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path,
+                     log: IO[bytes]) -> Forked | None:
+        """Once retired: a zygote started again for this one service, which exits once it has
+        forked it (DEC-zygote-retires); after :data:`MAX_DEATHS` zygotes that failed, None
+        (exec'd)."""
+        name = argv[2]
+        if self.deaths >= self.MAX_DEATHS:
+            self.note(f"clepsydra: {name} started as a new interpreter: the zygote failed "
+                      f"{self.deaths} times")
+            return None
+        self.prepare(name)
+        try:
+            forked = self._spawn(argv, env, cwd, log)
+            if forked is None:
+                self.deaths += 1
+            return forked
+        finally:
+            self.retired = False
+            self.retire(f"{name} forked")
+
+    def prepare(self, name: str) -> None:
+        """Once retired: start a zygote again for ``name``'s restart, unless one is starting
+        already (the supervisor calls this when a service dies, so the zygote imports during
+        the restart's back-off, DEC-zygote-retires)."""
+        if not self.retired or self._sock is not None or self.deaths >= self.MAX_DEATHS:
+            return
+        self.note(f"clepsydra: starting a zygote again to fork {name}")
+        launch_env, preexec = self._launch
+        self.launch(launch_env, REPO, preexec, restart=True)
+
+    def _spawn(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path,
+               log: IO[bytes]) -> Forked | None:
         name = argv[2]
         if not self.ready_to_fork():
             self.note(f"clepsydra: {name} started as a new interpreter: no zygote "

@@ -95,6 +95,10 @@ def test_a_dead_child_is_restarted_alone(start_stack: Callable[..., RunningStack
     assert "clepsydra: retry exited with code -9; restarting" in stack.output()
     group = _json(requests.get(stack.retry_url + "/v1/groups/heal-group", timeout=5), 200)
     assert group["group"] == "heal-group"
+    # the console, served by the retry service's process (DEC-stack-console-hosted), with it
+    assert child_pid(stack, "clepsydra_console") == child_pid(stack, "clepsydra_retry")
+    wait_until(lambda: _listening(stack.url("CLEPSYDRA_CONSOLE_PORT")), 60,
+               what="the console answering again")
     _assert_stops(stack, signal.SIGTERM)
 
 

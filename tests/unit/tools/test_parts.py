@@ -4,18 +4,22 @@
 from __future__ import annotations
 
 import io
+import os
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from tools import parts
 from tools.parts import (
     EVERYTHING,
     EVERYTHING_SEPARATE_BEAT,
+    RETRY_WITH_CONSOLE,
     SCHEDULER_WITH_BEAT,
     SCHEDULER_WORKER,
     STORE,
     Stack,
 )
-from tools.processes import Console, HttpService
+from tools.processes import REPO, Console, HttpService, free_port
 from tools.stack import StackSettings, Supervisor
 
 
@@ -55,7 +59,8 @@ def test_readiness_is_the_health_port_when_given_else_the_log_line(tmp_path: Pat
 
 def test_make_run_starts_the_builders_parts(tmp_path: Path) -> None:
     env = {"CLEPSYDRA_HOME": str(tmp_path), "CLEPSYDRA_REDIS_URL": "redis://127.0.0.1:1/0",
-           "CLEPSYDRA_STORE_PORT": "18081", "PATH": "/usr/bin"}
+           "CLEPSYDRA_STORE_PORT": "18081", "PATH": "/usr/bin",
+           "CLEPSYDRA_STACK_HOST_CONSOLE": "false"}
     supervisor = Supervisor(StackSettings.from_env(env), env=env,
                             console=Console(io.StringIO()), echo=False)
     children = supervisor.planned()
@@ -95,7 +100,7 @@ def test_make_run_starts_the_builders_parts(tmp_path: Path) -> None:
 
 def test_the_separate_beat_stack_runs_beat_as_a_process_as_deployed(tmp_path: Path) -> None:
     env = {"CLEPSYDRA_HOME": str(tmp_path), "CLEPSYDRA_REDIS_URL": "redis://127.0.0.1:1/0",
-           "PATH": "/usr/bin"}
+           "PATH": "/usr/bin", "CLEPSYDRA_STACK_HOST_CONSOLE": "false"}
     supervisor = Supervisor(StackSettings.from_env(env), env=env, console=Console(io.StringIO()),
                             echo=False, separate_beat=True)
     children = supervisor.planned()
@@ -112,7 +117,7 @@ def test_make_run_runs_the_one_worker_services_without_a_gunicorn_master(
     run gunicorn's worker in their own process; a value the user set wins (the fault matrix
     keeps the masters, as deployed)."""
     env = {"CLEPSYDRA_HOME": str(tmp_path), "CLEPSYDRA_REDIS_URL": "redis://127.0.0.1:1/0",
-           "PATH": "/usr/bin"}
+           "PATH": "/usr/bin", "CLEPSYDRA_STACK_HOST_CONSOLE": "false"}
     children = Supervisor(StackSettings.from_env(env), env=env, console=Console(io.StringIO()),
                           echo=False).planned()
     assert {c.name: c.env["CLEPSYDRA_SINGLE_PROCESS"] for c in children
@@ -128,7 +133,7 @@ def test_make_run_core_starts_no_analytics_part(tmp_path: Path) -> None:
     # DEC-memory-at-rest: `make run-core` (--without-analytics) is the core alone,
     # with the console (it needs no Java either)
     env = {"CLEPSYDRA_HOME": str(tmp_path), "CLEPSYDRA_REDIS_URL": "redis://127.0.0.1:1/0",
-           "PATH": "/usr/bin"}
+           "PATH": "/usr/bin", "CLEPSYDRA_STACK_HOST_CONSOLE": "false"}
     for separate_beat, names in ((False, ["store", "retry", "scheduler", "gateway", "console"]),
                                  (True, ["store", "retry", "scheduler-worker", "scheduler-beat",
                                          "gateway", "console"])):
@@ -155,3 +160,68 @@ def test_each_scheduler_worker_is_named_by_its_slot_in_the_stack(tmp_path: Path)
     named = Stack(tmp_path, redis_url="redis://127.0.0.1:1/0", base_env={var: "mine"})
     assert named.process(SCHEDULER_WORKER, name="w").env[var] == "mine"  # the environment's
     assert var not in stack.process(STORE).env
+
+
+def _health_server(port: int, status: int) -> ThreadingHTTPServer:
+    class Health(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_make_run_serves_the_console_from_the_retry_services_process(tmp_path: Path) -> None:
+    # DEC-stack-console-hosted: by default one process (tools/host.py) serves the retry
+    # service and the console, each on its own port, ready once both answer /healthz; with
+    # CLEPSYDRA_AUTH=on or CLEPSYDRA_STACK_HOST_CONSOLE=false the console is its own process
+    retry_port, console_port = free_port(), free_port()
+    env = {"CLEPSYDRA_HOME": str(tmp_path), "CLEPSYDRA_REDIS_URL": "redis://127.0.0.1:1/0",
+           "PATH": "/usr/bin", "CLEPSYDRA_RETRY_PORT": str(retry_port),
+           "CLEPSYDRA_CONSOLE_PORT": str(console_port)}
+    supervisor = Supervisor(StackSettings.from_env(env), env=env,
+                            console=Console(io.StringIO()), echo=False)
+    children = {c.name: c for c in supervisor.planned()}
+    assert list(children) == ["store", "retry", "scheduler", "gateway", "analytics"]
+    host = children["retry"]
+    assert host.argv[1:] == ["-m", "tools.host", "clepsydra_retry", "clepsydra_console"]
+    assert host.argv == RETRY_WITH_CONSOLE.argv()
+    assert host.env["CLEPSYDRA_CONSOLE_PORT"] == str(console_port)
+    assert children["store"].env["CLEPSYDRA_CONSOLE_URL"] == f"http://127.0.0.1:{console_port}"
+    assert str(REPO) in host.env["PYTHONPATH"].split(os.pathsep)  # tools is not installed
+    assert supervisor.console_url == f"http://127.0.0.1:{console_port}"
+    described = supervisor._ready_what(host)
+    assert f":{retry_port}/healthz" in described and f":{console_port}/healthz" in described
+    # ready when both ports answer, not one
+    retry = _health_server(retry_port, 200)
+    try:
+        assert not host.ready(host)
+        console = _health_server(console_port, 503)
+        try:
+            assert not host.ready(host)
+        finally:
+            console.shutdown()
+            console.server_close()
+        console = _health_server(console_port, 200)
+        try:
+            assert host.ready(host)
+        finally:
+            console.shutdown()
+            console.server_close()
+    finally:
+        retry.shutdown()
+        retry.server_close()
+    for apart in ({"CLEPSYDRA_STACK_HOST_CONSOLE": "false"},
+                  {"CLEPSYDRA_AUTH": "on", "CLEPSYDRA_AUTH_ADMIN_TOKEN": "x" * 32},
+                  {"CLEPSYDRA_SINGLE_PROCESS": "false"}, {"CLEPSYDRA_RETRY_WORKERS": "2"}):
+        own = {**env, **apart}
+        names = [c.name for c in Supervisor(StackSettings.from_env(own), env=own,
+                                            console=Console(io.StringIO()),
+                                            echo=False).planned()]
+        assert names == ["store", "retry", "scheduler", "gateway", "analytics", "console"]
