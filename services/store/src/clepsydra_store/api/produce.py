@@ -300,15 +300,28 @@ def batch_parent(call: Call) -> otel_context.Context | None:
 def produce_one(c: StoreContext, topic: str, payload: dict[str, Any],
                 host: bytes) -> dict[str, Any]:
     """POST /v1/topics/{topic}/messages: 201 body, or raises ClepsydraError."""
+    request = one_request(c, topic, payload, host)
+    return one_answer(c, request, c.store.put(request))
+
+
+def one_request(c: StoreContext, topic: str, payload: dict[str, Any],
+                host: bytes) -> PutRequest:
+    """The first half of a single send (nothing stored): its message as a PutRequest, or
+    raises ClepsydraError; in the request's span (its trace context goes into the message)."""
     c.require_accepting()
     check_topic(topic)
-    span = _span()
     limit, now_ms, trace_props = c.settings.engine.max_body_bytes, _now_ms(), _trace_props()
-    request = (parse_plain(payload, topic, limit, host, now_ms, trace_props)
-               or parse_message(payload, topic, limit, host, now_ms, trace_props))
-    result = c.store.put(request)
+    return (parse_plain(payload, topic, limit, host, now_ms, trace_props)
+            or parse_message(payload, topic, limit, host, now_ms, trace_props))
+
+
+def one_answer(c: StoreContext, request: PutRequest, result: PutResult) -> dict[str, Any]:
+    """The second half of a single send, in the request's span: its 201 body once stored
+    (``result``), or raises (FLUSH_TIMEOUT)."""
     out = _acknowledge(c, [result], [request])[0]
+    span = _span()
     if span.is_recording():
+        topic = request.topic
         span.set_attributes(_SEND)
         span.set_attribute(DESTINATION, topic)
         span.set_attribute(MESSAGE_ID, result.msg_id)
@@ -317,6 +330,27 @@ def produce_one(c: StoreContext, topic: str, payload: dict[str, Any],
         if result.topic != topic:  # parked in the schedule topic (S1) or rerouted (R10)
             span.set_attribute(STORED_TOPIC, result.topic)
     return out
+
+
+def group_request(c: StoreContext, call: Call) -> PutRequest:
+    """:func:`produce_message` up to its append (the poller's group, DEC-poller-group-append):
+    the same checks, in the same order."""
+    return one_request(c, call.args["topic"], call.json(), born_host(call.environ))
+
+
+def group_append(c: StoreContext, requests: list[PutRequest]) -> list[PutResult | Exception]:
+    """The group's messages appended as one batch, each refused on its own
+    (``MessageStore.put_group``)."""
+    return c.store.put_group(requests)
+
+
+def group_reply(c: StoreContext, call: Call, request: PutRequest,
+                outcome: PutResult | Exception) -> Reply:
+    """:func:`produce_message`'s answer once its message was appended, or raises what
+    refused it."""
+    if isinstance(outcome, Exception):
+        raise outcome
+    return 201, one_answer(c, request, outcome)
 
 
 def produce_batch(c: StoreContext, topic: str, payload: dict[str, Any],
