@@ -185,7 +185,11 @@ class StoreThreadWorker(JsonErrorsMixin, CompleteRequestsOnly, ThreadWorker):  #
                     break
                 if events:
                     on_poller.spun.inc()
-                    self._dispatch(events)
+                    if len(events) == 1:
+                        key = events[0][0]
+                        key.data(key.fileobj)
+                    else:
+                        self._dispatch(events)
                     return
         if on_poller is None:
             super().wait_for_and_dispatch_events(timeout)
@@ -194,16 +198,16 @@ class StoreThreadWorker(JsonErrorsMixin, CompleteRequestsOnly, ThreadWorker):  #
             events = self.poller.select(timeout)
         except InterruptedError:
             return
-        self._dispatch(events)
+        if len(events) == 1:
+            key = events[0][0]
+            key.data(key.fileobj)
+        elif events:
+            self._dispatch(events)
 
     def _dispatch(self, events: list[tuple[Any, int]]) -> None:
-        """Run the events' callbacks; the kept-alive connections the poller answers that are
-        readable in this pass together (:meth:`_on_readable_group`: their single sends
+        """Run the callbacks of several events; the kept-alive connections the poller answers
+        that are readable in this pass together (:meth:`_on_readable_group`: their single sends
         appended as one, DEC-poller-group-append), after the other callbacks."""
-        if len(events) < 2:
-            for key, _ in events:
-                key.data(key.fileobj)
-            return
         readable = self.on_client_socket_readable
         conns = []
         for key, _ in events:

@@ -220,7 +220,7 @@ ROUTES: tuple[StoreRoute, ...] = (
                           "for a delayed message, `%DLQ%<g>` for an R10 reroute. " + _TRACEPARENT),
         operation="produce", trace=Trace.FROM_MESSAGE, lane=Lane.POLLER,
         parent=produce.message_parent,
-        group=Group(produce.group_request, produce.group_append, produce.group_reply)),
+        group=Group(produce.one_request, produce.group_append, produce.one_answer)),
     _route("messages.produce_batch", produce.produce_messages, Need(Action.SEND, "topic"),
         Route("POST", "/v1/topics/{topic}/messages/batch", "produce_batch",
               f"Produce up to {MAX_BATCH} messages in one append; one bad message refuses the "

@@ -215,7 +215,10 @@ def answer(c: StoreContext, route: StoreRoute, call: Call) -> Answer:
         status, body = error_answer(exc)
     finally:
         c.obs.end(scope, status)
-    return status, _headers(c, body), body
+    headers = [_CONTENT_TYPE, ("Content-Length", str(len(body)))]  # _headers, inlined
+    if c.shards_header is not None:  # DEC-store-shards
+        headers.append(c.shards_header)
+    return status, headers, body
 
 
 def _headers(c: StoreContext, body: bytes) -> list[tuple[str, str]]:
