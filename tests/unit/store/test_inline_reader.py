@@ -10,6 +10,7 @@ import pytest
 from clepsydra_store.inline import (
     MAX_HEAD_BYTES,
     PollerRequest,
+    Served,
     Verdict,
     read_request,
     serve,
@@ -164,10 +165,14 @@ def test_serve_group_answers_the_first_single_send_of_each_buffer_together() -> 
         (request(body=b"c1"), REMOTE),                              # grouped
         (request(body=b"d1")[:-1], REMOTE),                         # not whole: waits
     ]
-    served = serve_group(bufs, answer, groups, group, LIMIT, "DATE")
+    delivered: list[tuple[int, Served]] = []
+    serve_group(bufs, answer, groups, group, LIMIT, "DATE",
+                lambda i, served: delivered.append((i, served)))
     assert log == [("group", [b"a1", b"c1"]), ("one", b"a2"), ("one", b'{"messages":[]}'),
                    ("one", b"b2")]
-    a, b, c, d = served
+    # each answered as soon as it is: the grouped ones first, then the others in order
+    assert [i for i, _ in delivered] == [0, 2, 1, 3]
+    a, b, c, d = (served for _, served in sorted(delivered, key=lambda x: x[0]))
     assert a.count == 2 and a.out.index(b"grp:a1") < a.out.index(b"one:a2")
     assert a.rest == tail and a.verdict == Verdict.HANDOVER
     assert b.count == 2 and b.out.endswith(b"one:b2") and b.rest == b""
@@ -185,9 +190,11 @@ def test_serve_group_of_one_single_send_answers_as_serve_does() -> None:
         raise AssertionError("no group of one")
 
     bufs = [(request(), REMOTE), (request("/v1/topics/orders/messages/batch", b"{}"), REMOTE)]
-    served = serve_group(bufs, answer, lambda r: r.endpoint == ONE, group, LIMIT, "DATE")
-    assert [s.out for s in served] == [serve(buf, answer, LIMIT, REMOTE, "DATE").out
-                                       for buf, _ in bufs]
+    delivered: list[tuple[int, Served]] = []
+    serve_group(bufs, answer, lambda r: r.endpoint == ONE, group, LIMIT, "DATE",
+                lambda i, served: delivered.append((i, served)))
+    assert [(i, s.out) for i, s in delivered] == [
+        (i, serve(buf, answer, LIMIT, REMOTE, "DATE").out) for i, (buf, _) in enumerate(bufs)]
 
 
 PULL = "queues.pull"

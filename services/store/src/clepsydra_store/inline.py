@@ -276,37 +276,39 @@ GroupFn = Callable[[list[PollerRequest]], list[PollerAnswer]]
 
 def serve_group(bufs: Sequence[tuple[bytes, tuple[str, int]]], answer: AnswerFn,
                 groups: Callable[[PollerRequest], bool], group: GroupFn, limit: int,
-                date: str, lines: RequestLines | None = None) -> list[Served]:
+                date: str, deliver: Callable[[int, Served], None],
+                lines: RequestLines | None = None) -> None:
     """:func:`serve` of several connections' buffers (``(buffer, remote address)``, those
     the poller found readable in one pass), with the first request of each that is of a
     grouped route (:func:`groups`: a single send) answered together (``group``: one append
     for all, DEC-poller-group-append) when there are two or more of them; each buffer's other
-    requests after its first, in order, as :func:`serve` answers them."""
+    requests after its first, in order, as :func:`serve` answers them. Each buffer's
+    :class:`Served` goes to ``deliver`` (with its index) as soon as it is answered: the
+    grouped ones first, then the others in order (one buffer's pull of a thousand messages
+    does not hold another's answer)."""
     firsts = [read_request(buf, 0, limit, remote, lines) for buf, remote in bufs]
     taken = [i for i, (request, _) in enumerate(firsts)
              if isinstance(request, PollerRequest) and groups(request)]
     endpoint = firsts[taken[0]][0].endpoint if taken else None  # type: ignore[union-attr]
     taken = [i for i in taken if firsts[i][0].endpoint == endpoint]  # type: ignore[union-attr]
     if len(taken) < 2:
-        return [serve(buf, answer, limit, remote, date, lines) for buf, remote in bufs]
-    answers = dict(zip(taken, group([firsts[i][0] for i in taken]),  # type: ignore[misc]
-                       strict=True))
-    out: list[Served] = []
-    for i, (buf, remote) in enumerate(bufs):
-        grouped = answers.get(i)
-        if grouped is None:
-            out.append(serve(buf, answer, limit, remote, date, lines))
-            continue
-        status, headers, body = grouped
+        for i, (buf, remote) in enumerate(bufs):
+            deliver(i, serve(buf, answer, limit, remote, date, lines))
+        return
+    answers = group([firsts[i][0] for i in taken])  # type: ignore[misc]
+    for i, (status, headers, body) in zip(taken, answers, strict=True):
+        buf, remote = bufs[i]
         first = _head(status, headers, date) + body
         end = firsts[i][1]
         if end == len(buf):  # (the common case: one request in the buffer)
-            out.append(Served(first, b"", Verdict.INCOMPLETE, 1))
+            deliver(i, Served(first, b"", Verdict.INCOMPLETE, 1))
             continue
         then = serve(buf[end:], answer, limit, remote, date, lines)
-        out.append(Served(first + then.out, then.rest, then.verdict, then.count + 1,
-                          then.need))
-    return out
+        deliver(i, Served(first + then.out, then.rest, then.verdict, then.count + 1, then.need))
+    grouped = set(taken)
+    for i, (buf, remote) in enumerate(bufs):
+        if i not in grouped:
+            deliver(i, serve(buf, answer, limit, remote, date, lines))
 
 
 def _head(status: str, headers: list[tuple[str, str]], date: str) -> bytes:

@@ -32,6 +32,7 @@ import gc
 import select
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -114,17 +115,21 @@ class InlineProduce:
             self.answered.inc(served.count)
         return served
 
-    def serve_group(self, bufs: list[tuple[bytes, tuple[str, int]]]) -> list[inline.Served]:
+    def serve_group(self, bufs: list[tuple[bytes, tuple[str, int]]],
+                    deliver: Callable[[int, inline.Served], None]) -> None:
         """:meth:`serve` of the buffers of several connections readable in one pass, their
-        single sends appended as one (DEC-poller-group-append)."""
+        single sends appended as one (DEC-poller-group-append); each one's answers to
+        ``deliver`` as soon as they are made."""
         lean = self.lean
-        served = inline.serve_group(bufs, lean.answer_poller, lean.groups,
-                                    lean.answer_poller_group, self.limit, cached_http_date(),
-                                    lean.lines)
-        count = sum(s.count for s in served)
-        if count:
-            self.answered.inc(count)
-        return served
+        counted = self.answered
+
+        def count_then_deliver(i: int, served: inline.Served) -> None:
+            if served.count:
+                counted.inc(served.count)
+            deliver(i, served)
+
+        inline.serve_group(bufs, lean.answer_poller, lean.groups, lean.answer_poller_group,
+                           self.limit, cached_http_date(), count_then_deliver, lean.lines)
 
 
 def freeze_startup_objects() -> None:
@@ -284,16 +289,29 @@ class StoreThreadWorker(JsonErrorsMixin, CompleteRequestsOnly, ThreadWorker):  #
         if not ready:
             return
         arrived = time.perf_counter()
+        if len(ready) == 1:
+            conn, buf = ready[0]
+            try:
+                served = self.on_poller.serve(buf, conn.client)
+            except Exception:  # the answer catches everything it knows; never stop the poller
+                self.log.exception("answering produce on the poller failed")
+                self._drop(conn)
+                return
+            self._answered(conn, served, arrived)
+            return
+        delivered: set[int] = set()
+
+        def deliver(i: int, served: inline.Served) -> None:
+            delivered.add(i)
+            self._answered(ready[i][0], served, arrived)
+
         try:
-            answered = self.on_poller.serve_group([(buf, conn.client) for conn, buf in ready]) \
-                if len(ready) > 1 else [self.on_poller.serve(ready[0][1], ready[0][0].client)]
+            self.on_poller.serve_group([(buf, conn.client) for conn, buf in ready], deliver)
         except Exception:  # the answer catches everything it knows; never stop the poller
             self.log.exception("answering produce on the poller failed")
-            for conn, _ in ready:
-                self._drop(conn)
-            return
-        for (conn, _), served in zip(ready, answered, strict=True):
-            self._answered(conn, served, arrived)
+            for i, (conn, _) in enumerate(ready):
+                if i not in delivered:
+                    self._drop(conn)
 
     def _receive(self, conn: Any) -> bytes | None:
         """What the connection sent, with what it sent before (a request not whole then); None
