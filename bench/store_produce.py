@@ -15,6 +15,8 @@ Scenarios (targets on a 2-core machine; later ones in brackets):
   single1raw  HTTP single sends, 1 raw-socket client (the server's side)  (later: >= 5,000)
   sdk8     the SDK's Producer.send from 8 threads, one Producer         (later: >= 10,000)
   single8raw  HTTP single sends, 8 raw-socket clients                  (later: >= 10,000)
+  single4raw  HTTP single sends, 4 raw-socket clients: the poller's group of single sends
+           appended as one (DEC-poller-group-append)
   lat1k    Producer.send paced at 1,000 msgs/s: latency p50/p99/max     (later: p99 <= 2 ms)
   sdkasync the SDK's Producer.send_async (automatic batching), 1 thread (later: >= 80,000);
            every future kept, as an application that reads its results does
@@ -452,8 +454,8 @@ def main() -> int:
         if "inproc" in only:
             rows.append(Row("in-process put_batch(100), async flush",
                             *in_process(home, args.seconds)))
-        if only & {"single1", "single1raw", "single8", "single8raw", "batch", "batchraw", "sdk1",
-                    "sdk8", "lat1k", "sdkasync"}:
+        if only & {"single1", "single1raw", "single4raw", "single8", "single8raw", "batch",
+                    "batchraw", "sdk1", "sdk8", "lat1k", "sdkasync"}:
             store = None if args.url else StoreProcess(home / "async", "async")
             url = args.url or (store.url if store else "")
             try:
@@ -463,6 +465,8 @@ def main() -> int:
                      lambda: http_single(url, 1, args.seconds)),
                     ("single1raw", "HTTP single, 1 raw-socket client",
                      lambda: raw_single(url, 1, args.seconds)),
+                    ("single4raw", "HTTP single, 4 raw-socket clients",
+                     lambda: raw_single(url, 4, args.seconds)),
                     ("single8", "HTTP single, 8 requests clients",
                      lambda: http_single(url, 8, args.seconds)),
                     ("single8raw", "HTTP single, 8 raw-socket clients",

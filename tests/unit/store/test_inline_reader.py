@@ -10,9 +10,11 @@ import pytest
 from clepsydra_store.inline import (
     MAX_HEAD_BYTES,
     PollerRequest,
+    Served,
     Verdict,
     read_request,
     serve,
+    serve_group,
 )
 from clepsydra_web.slow_clients import READY_BYTES
 
@@ -137,6 +139,62 @@ def test_serve_answers_in_order_and_stops_at_the_first_request_not_its_own() -> 
     partial = serve(request() + request()[:20], answer, LIMIT, REMOTE, "DATE")
     assert partial.count == 1 and partial.verdict == Verdict.INCOMPLETE
     assert partial.rest == request()[:20]
+
+
+def test_serve_group_answers_the_first_single_send_of_each_buffer_together() -> None:
+    # DEC-poller-group-append: the first request of each buffer that is a single send goes to
+    # one group call (two or more of them), the rest of each buffer after its first, in order
+    log: list[object] = []
+
+    def answer(request: PollerRequest) -> tuple[str, list[tuple[str, str]], bytes]:
+        log.append(("one", request.body))
+        return "201 Created", [], b"one:" + (request.body or b"")
+
+    def group(requests: list[PollerRequest]) -> list[tuple[str, list[tuple[str, str]], bytes]]:
+        log.append(("group", [r.body for r in requests]))
+        return [("201 Created", [], b"grp:" + (r.body or b"")) for r in requests]
+
+    def groups(request: PollerRequest) -> bool:
+        return request.endpoint == ONE
+
+    batch = request("/v1/topics/orders/messages/batch", b'{"messages":[]}')
+    tail = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    bufs = [
+        (request(body=b"a1") + request(body=b"a2") + tail, REMOTE),  # grouped, a2, the rest
+        (batch + request(body=b"b2"), REMOTE),                      # a batch first: not grouped
+        (request(body=b"c1"), REMOTE),                              # grouped
+        (request(body=b"d1")[:-1], REMOTE),                         # not whole: waits
+    ]
+    delivered: list[tuple[int, Served]] = []
+    serve_group(bufs, answer, groups, group, LIMIT, "DATE",
+                lambda i, served: delivered.append((i, served)))
+    assert log == [("group", [b"a1", b"c1"]), ("one", b"a2"), ("one", b'{"messages":[]}'),
+                   ("one", b"b2")]
+    # each answered as soon as it is: the grouped ones first, then the others in order
+    assert [i for i, _ in delivered] == [0, 2, 1, 3]
+    a, b, c, d = (served for _, served in sorted(delivered, key=lambda x: x[0]))
+    assert a.count == 2 and a.out.index(b"grp:a1") < a.out.index(b"one:a2")
+    assert a.rest == tail and a.verdict == Verdict.HANDOVER
+    assert b.count == 2 and b.out.endswith(b"one:b2") and b.rest == b""
+    assert c.count == 1 and c.out.startswith(b"HTTP/1.1 201 Created\r\nDate: DATE\r\n")
+    assert c.out.endswith(b"\r\n\r\ngrp:c1") and c.rest == b""
+    assert d.count == 0 and d.verdict == Verdict.INCOMPLETE and d.rest == bufs[3][0]
+
+
+def test_serve_group_of_one_single_send_answers_as_serve_does() -> None:
+    # no group of one: the one single send is answered alone, as serve() answers it
+    def answer(request: PollerRequest) -> tuple[str, list[tuple[str, str]], bytes]:
+        return "201 Created", [], b"one"
+
+    def group(requests: list[PollerRequest]) -> list[tuple[str, list[tuple[str, str]], bytes]]:
+        raise AssertionError("no group of one")
+
+    bufs = [(request(), REMOTE), (request("/v1/topics/orders/messages/batch", b"{}"), REMOTE)]
+    delivered: list[tuple[int, Served]] = []
+    serve_group(bufs, answer, lambda r: r.endpoint == ONE, group, LIMIT, "DATE",
+                lambda i, served: delivered.append((i, served)))
+    assert [(i, s.out) for i, s in delivered] == [
+        (i, serve(buf, answer, LIMIT, REMOTE, "DATE").out) for i, (buf, _) in enumerate(bufs)]
 
 
 PULL = "queues.pull"

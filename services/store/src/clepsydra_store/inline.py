@@ -10,7 +10,10 @@ reader for their request lines (:class:`RequestLines`, built from the route tabl
 them through the same envelope as every other way in (``api/envelope.py``: access control,
 checks, span, metrics, JSON error bodies; :meth:`LeanPath.answer_poller
 <clepsydra_store.api.fastpath.LeanPath.answer_poller>`). Several requests that arrived together
-(HTTP pipelining) are answered in one write.
+(HTTP pipelining) are answered in one write. The single sends that several connections have
+ready in one pass of the poller are appended as one batch (:func:`serve_group`,
+DEC-poller-group-append): one writer lock, one write, one dispatch for all, each connection
+answered with its own message's placement, a refused one alone.
 
 A produce request is read whole here however large its body (a batch: up to
 ``CLEPSYDRA_STORE_MAX_REQUEST_BYTES``, as a thread would read it): once its head is read,
@@ -264,6 +267,48 @@ def serve(buf: bytes, answer: AnswerFn, limit: int, remote: tuple[str, int],
         status, headers, body = answered
         out += (_head(status, headers, date), body)
     return Served(b"".join(out), buf[pos:] if pos else buf, verdict, len(out) // 2, need)
+
+
+GroupFn = Callable[[list[PollerRequest]], list[PollerAnswer]]
+"""The answers to several requests of one grouped route, appended as one
+(DEC-poller-group-append)."""
+
+
+def serve_group(bufs: Sequence[tuple[bytes, tuple[str, int]]], answer: AnswerFn,
+                groups: Callable[[PollerRequest], bool], group: GroupFn, limit: int,
+                date: str, deliver: Callable[[int, Served], None],
+                lines: RequestLines | None = None) -> None:
+    """:func:`serve` of several connections' buffers (``(buffer, remote address)``, those
+    the poller found readable in one pass), with the first request of each that is of a
+    grouped route (:func:`groups`: a single send) answered together (``group``: one append
+    for all, DEC-poller-group-append) when there are two or more of them; each buffer's other
+    requests after its first, in order, as :func:`serve` answers them. Each buffer's
+    :class:`Served` goes to ``deliver`` (with its index) as soon as it is answered: the
+    grouped ones first, then the others in order (one buffer's pull of a thousand messages
+    does not hold another's answer)."""
+    firsts = [read_request(buf, 0, limit, remote, lines) for buf, remote in bufs]
+    taken = [i for i, (request, _) in enumerate(firsts)
+             if isinstance(request, PollerRequest) and groups(request)]
+    endpoint = firsts[taken[0]][0].endpoint if taken else None  # type: ignore[union-attr]
+    taken = [i for i in taken if firsts[i][0].endpoint == endpoint]  # type: ignore[union-attr]
+    if len(taken) < 2:
+        for i, (buf, remote) in enumerate(bufs):
+            deliver(i, serve(buf, answer, limit, remote, date, lines))
+        return
+    answers = group([firsts[i][0] for i in taken])  # type: ignore[misc]
+    for i, (status, headers, body) in zip(taken, answers, strict=True):
+        buf, remote = bufs[i]
+        first = _head(status, headers, date) + body
+        end = firsts[i][1]
+        if end == len(buf):  # (the common case: one request in the buffer)
+            deliver(i, Served(first, b"", Verdict.INCOMPLETE, 1))
+            continue
+        then = serve(buf[end:], answer, limit, remote, date, lines)
+        deliver(i, Served(first + then.out, then.rest, then.verdict, then.count + 1, then.need))
+    grouped = set(taken)
+    for i, (buf, remote) in enumerate(bufs):
+        if i not in grouped:
+            deliver(i, serve(buf, answer, limit, remote, date, lines))
 
 
 def _head(status: str, headers: list[tuple[str, str]], date: str) -> bytes:

@@ -16,9 +16,11 @@ kept alive (DEC-poller-produce): when such a connection becomes readable, the po
 reads what arrived without blocking (a batch's body whole, however many reads it takes),
 answers the produce requests in it itself (``inline.py``; the same envelope as every other way in,
 ``api/envelope.py``) and writes the answers in one ``send``; the connection stays registered
-with the poller. A pull that cannot wait (no ``waitMs``, or entries past its offset) is answered
-there too; one that may hold goes to a thread (DEC-poller-pull). Whatever else arrives (another
-route, a request gunicorn must judge) goes to a thread as before once it arrived whole, after
+with the poller. The single sends of the connections readable in one pass are appended as one
+batch, then each connection is answered (DEC-poller-group-append). A pull that cannot wait
+(no ``waitMs``, or entries past its offset) is answered there too; one that may hold goes to a
+thread (DEC-poller-pull). Whatever else arrives (another route, a request gunicorn must judge)
+goes to a thread as before once it arrived whole, after
 the answers before it were written. Off with
 ``CLEPSYDRA_STORE_INLINE_PRODUCE=false``, with the fast path off, and with sync flush (an
 acknowledgement that waits for an fsync must not hold the poller).
@@ -30,6 +32,7 @@ import gc
 import select
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -112,6 +115,22 @@ class InlineProduce:
             self.answered.inc(served.count)
         return served
 
+    def serve_group(self, bufs: list[tuple[bytes, tuple[str, int]]],
+                    deliver: Callable[[int, inline.Served], None]) -> None:
+        """:meth:`serve` of the buffers of several connections readable in one pass, their
+        single sends appended as one (DEC-poller-group-append); each one's answers to
+        ``deliver`` as soon as they are made."""
+        lean = self.lean
+        counted = self.answered
+
+        def count_then_deliver(i: int, served: inline.Served) -> None:
+            if served.count:
+                counted.inc(served.count)
+            deliver(i, served)
+
+        inline.serve_group(bufs, lean.answer_poller, lean.groups, lean.answer_poller_group,
+                           self.limit, cached_http_date(), count_then_deliver, lean.lines)
+
 
 def freeze_startup_objects() -> None:
     """Leave what the worker built at start (modules, the app, the opened store) out of the
@@ -171,10 +190,42 @@ class StoreThreadWorker(JsonErrorsMixin, CompleteRequestsOnly, ThreadWorker):  #
                     break
                 if events:
                     on_poller.spun.inc()
-                    for key, _ in events:
+                    if len(events) == 1:
+                        key = events[0][0]
                         key.data(key.fileobj)
+                    else:
+                        self._dispatch(events)
                     return
-        super().wait_for_and_dispatch_events(timeout)
+        if on_poller is None:
+            super().wait_for_and_dispatch_events(timeout)
+            return
+        try:
+            events = self.poller.select(timeout)
+        except InterruptedError:
+            return
+        if len(events) == 1:
+            key = events[0][0]
+            key.data(key.fileobj)
+        elif events:
+            self._dispatch(events)
+
+    def _dispatch(self, events: list[tuple[Any, int]]) -> None:
+        """Run the callbacks of several events; the kept-alive connections the poller answers
+        that are readable in this pass together (:meth:`_on_readable_group`: their single sends
+        appended as one, DEC-poller-group-append), after the other callbacks."""
+        readable = self.on_client_socket_readable
+        conns = []
+        for key, _ in events:
+            callback = key.data
+            if getattr(callback, "func", None) == readable:  # partial(readable, conn)
+                conns.append(callback.args[0])
+            else:
+                callback(key.fileobj)
+        if len(conns) < 2:
+            for conn in conns:
+                readable(conn, conn.sock)
+            return
+        self._on_readable_group(conns)
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         """SIGTERM, the graceful stop: held pulls and the timers' waiting hand-over answer now
@@ -211,45 +262,98 @@ class StoreThreadWorker(JsonErrorsMixin, CompleteRequestsOnly, ThreadWorker):  #
         if self.on_poller is None or not self.alive:
             super().on_client_socket_readable(conn, client)
             return
+        buf = self._receive(conn)
+        if buf is None:
+            return
+        arrived = time.perf_counter()
+        try:
+            served = self.on_poller.serve(buf, conn.client)
+        except Exception:  # the answer catches everything it knows; never stop the poller
+            self.log.exception("answering produce on the poller failed")
+            self._drop(conn)
+            return
+        self._answered(conn, served, arrived)
+
+    def _on_readable_group(self, conns: list[Any]) -> None:
+        """:meth:`on_client_socket_readable` of several connections readable in one pass: what
+        each sent read first, then answered together (``InlineProduce.serve_group``)."""
+        if self.on_poller is None or not self.alive:
+            for conn in conns:
+                super().on_client_socket_readable(conn, conn.sock)
+            return
+        ready: list[tuple[Any, bytes]] = []
+        for conn in conns:
+            buf = self._receive(conn)
+            if buf is not None:
+                ready.append((conn, buf))
+        if not ready:
+            return
+        arrived = time.perf_counter()
+        if len(ready) == 1:
+            conn, buf = ready[0]
+            try:
+                served = self.on_poller.serve(buf, conn.client)
+            except Exception:  # the answer catches everything it knows; never stop the poller
+                self.log.exception("answering produce on the poller failed")
+                self._drop(conn)
+                return
+            self._answered(conn, served, arrived)
+            return
+        delivered: set[int] = set()
+
+        def deliver(i: int, served: inline.Served) -> None:
+            delivered.add(i)
+            self._answered(ready[i][0], served, arrived)
+
+        try:
+            self.on_poller.serve_group([(buf, conn.client) for conn, buf in ready], deliver)
+        except Exception:  # the answer catches everything it knows; never stop the poller
+            self.log.exception("answering produce on the poller failed")
+            for i, (conn, _) in enumerate(ready):
+                if i not in delivered:
+                    self._drop(conn)
+
+    def _receive(self, conn: Any) -> bytes | None:
+        """What the connection sent, with what it sent before (a request not whole then); None
+        when there is nothing to answer yet (a batch still arriving) or the connection was
+        dropped."""
         buffered: bytes = getattr(conn, "guard_buf", b"")
         need: int = getattr(conn, "guard_need", 0)
         pieces: list[bytes] | None = getattr(conn, "guard_pieces", None)
         have = len(buffered) + (conn.guard_have if pieces else 0)
         try:
-            chunk = conn.sock.recv(max(READY_BYTES, need) - have)
+            chunk: bytes = conn.sock.recv(max(READY_BYTES, need) - have)
         except (BlockingIOError, InterruptedError):
-            return
+            return None
         except OSError:
             chunk = b""
         if not chunk:
             self._drop(conn)
-            return
+            return None
         if need and have + len(chunk) < need:
             # a batch still arriving: keep its pieces and join them once, when it is whole (a
             # concatenation per read would copy a slow large body over and over)
             since = getattr(conn, "guard_since", None)
             if since is not None and time.monotonic() - since > HEAD_DEADLINE_S:
                 self._drop(conn)
-                return
+                return None
             if pieces is None:
                 pieces = conn.guard_pieces = []
                 conn.guard_have = 0
             pieces.append(chunk)
             conn.guard_have += len(chunk)
             self._kept_alive(conn)
-            return
+            return None
         if pieces:
             buffered = b"".join([buffered, *pieces])
             conn.guard_pieces = None
-        arrived = time.perf_counter()
-        try:
-            served = self.on_poller.serve(buffered + chunk if buffered else chunk, conn.client)
-        except Exception:  # the answer catches everything it knows; never stop the poller
-            self.log.exception("answering produce on the poller failed")
-            self._drop(conn)
-            return
+        return buffered + chunk if buffered else chunk
+
+    def _answered(self, conn: Any, served: inline.Served, arrived: float) -> None:
+        """Write the answers of what ``conn`` sent, keep what follows them."""
         self.nr += served.count
         if served.count:  # spin after this answer if this request came within the spin
+            assert self.on_poller is not None
             self._spin = arrived - self._answered_at <= self.on_poller.spin_s
             self._answered_at = time.perf_counter()
         sent = 0

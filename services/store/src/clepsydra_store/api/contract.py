@@ -92,7 +92,15 @@ from clepsydra_store.api import (
     tokens,
     topics,
 )
-from clepsydra_store.api.envelope import Handler, Holds, Lane, Parent, StoreRoute, Trace
+from clepsydra_store.api.envelope import (
+    Group,
+    Handler,
+    Holds,
+    Lane,
+    Parent,
+    StoreRoute,
+    Trace,
+)
 from clepsydra_web.auth import Need, PermissionTable
 from clepsydra_web.openapi import ERROR, Answer, Api, Param, Route, ops_routes
 
@@ -156,11 +164,12 @@ def _offset(doc: str) -> Param:
 
 def _route(endpoint: str, handler: Handler, need: Need, doc: Route, *,
            operation: str | None = None, trace: Trace = Trace.SPAN, lane: Lane = Lane.FLASK,
-           parent: Parent | None = None, holds: Holds | None = None) -> StoreRoute:
+           parent: Parent | None = None, holds: Holds | None = None,
+           group: Group | None = None) -> StoreRoute:
     """A route of the table; its operation (span and metrics) is its endpoint's view name
     unless named."""
     return StoreRoute(doc, endpoint, handler, need, operation or endpoint.rpartition(".")[2],
-                      trace, lane, parent, holds)
+                      trace, lane, parent, holds, group)
 
 
 ROUTES: tuple[StoreRoute, ...] = (
@@ -210,7 +219,8 @@ ROUTES: tuple[StoreRoute, ...] = (
                           "The reported placement is where it was stored: `SCHEDULE_TOPIC_XXXX` "
                           "for a delayed message, `%DLQ%<g>` for an R10 reroute. " + _TRACEPARENT),
         operation="produce", trace=Trace.FROM_MESSAGE, lane=Lane.POLLER,
-        parent=produce.message_parent),
+        parent=produce.message_parent,
+        group=Group(produce.one_request, produce.group_append, produce.one_answer)),
     _route("messages.produce_batch", produce.produce_messages, Need(Action.SEND, "topic"),
         Route("POST", "/v1/topics/{topic}/messages/batch", "produce_batch",
               f"Produce up to {MAX_BATCH} messages in one append; one bad message refuses the "

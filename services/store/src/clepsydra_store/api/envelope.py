@@ -14,7 +14,8 @@ refusal makes no span and is not counted); every other route starts its span, th
 from __future__ import annotations
 
 import http
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from contextvars import copy_context
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -126,6 +127,19 @@ Holds = Callable[[StoreContext, Call], bool]
 
 
 @dataclass(frozen=True, slots=True)
+class Group:
+    """A route whose calls that are ready on the poller together are appended as one batch
+    (DEC-poller-group-append): its handler in three parts. ``request`` reads a call up to
+    its append (or raises: that call's answer), ``append`` appends the group's (one outcome
+    each, in order: a result, or the exception that refused that one alone), ``reply``
+    answers a call from its outcome (or raises)."""
+
+    request: Callable[[StoreContext, Call], Any]
+    append: Callable[[StoreContext, list[Any]], Sequence[Any]]
+    reply: Callable[[StoreContext, Call, Any, Any], Reply]
+
+
+@dataclass(frozen=True, slots=True)
 class StoreRoute:
     """One route of the table: its OpenAPI operation (method, path, documents), its Flask
     endpoint, its handler, the action it needs, how it is traced and counted, and its ways
@@ -145,6 +159,9 @@ class StoreRoute:
     """``Lane.POLLER``, a route whose call may wait (the pull's hold): True when this call
     may, read before its answer begins; the poller then hands the request to a thread
     untouched, which answers it as any other way in (DEC-poller-pull)."""
+    group: Group | None = field(default=None)
+    """``Lane.POLLER`` and ``Trace.FROM_MESSAGE``: several calls ready together on the poller
+    answered as one append (:func:`answer_group`)."""
 
     @property
     def method(self) -> str:
@@ -198,10 +215,69 @@ def answer(c: StoreContext, route: StoreRoute, call: Call) -> Answer:
         status, body = error_answer(exc)
     finally:
         c.obs.end(scope, status)
-    headers = [_CONTENT_TYPE, ("Content-Length", str(len(body)))]
+    headers = [_CONTENT_TYPE, ("Content-Length", str(len(body)))]  # _headers, inlined
     if c.shards_header is not None:  # DEC-store-shards
         headers.append(c.shards_header)
     return status, headers, body
+
+
+def _headers(c: StoreContext, body: bytes) -> list[tuple[str, str]]:
+    headers = [_CONTENT_TYPE, ("Content-Length", str(len(body)))]
+    if c.shards_header is not None:  # DEC-store-shards
+        headers.append(c.shards_header)
+    return headers
+
+
+def answer_group(c: StoreContext, route: StoreRoute, calls: Sequence[Call]) -> list[Answer]:
+    """The answers of ``route`` (one with a :class:`Group`, traced ``FROM_MESSAGE``) to
+    several calls, their appends made as one (DEC-poller-group-append): each call checked,
+    traced and counted as :func:`answer` does it, its span current (each in a context of its
+    own) while its request is read and while it is answered; a call refused (access, its
+    body, the engine's checks) answers alone and takes nothing of the others."""
+    group = route.group
+    assert group is not None and route.trace is _FROM_MESSAGE
+    parent = route.parent
+    answers: list[Answer | None] = [None] * len(calls)
+    pending: list[tuple[int, Any, Any, Call, Any]] = []
+    for i, call in enumerate(calls):
+        if c.guard is not None:
+            refused = _refused(c, route, call)
+            if refused is not None:
+                answers[i] = refused
+                continue
+        context = copy_context()
+        scope = context.run(c.obs.begin, route.operation, call.environ,
+                            parent(call) if parent is not None else None)
+        try:
+            request = context.run(group.request, c, call)
+        except Exception as exc:
+            answers[i] = context.run(_replied, c, scope, _raise, call, exc, None)
+            continue
+        pending.append((i, context, scope, call, request))
+    if pending:
+        outcomes = group.append(c, [p[4] for p in pending])
+        for (i, context, scope, call, request), outcome in zip(pending, outcomes, strict=True):
+            answers[i] = context.run(_replied, c, scope, group.reply, call, request, outcome)
+    return answers  # type: ignore[return-value]  # every one set above
+
+
+def _replied(c: StoreContext, scope: Any, reply: Callable[[StoreContext, Call, Any, Any], Reply],
+             call: Call, request: Any, outcome: Any) -> Answer:
+    """A grouped call's answer from ``reply``, or the error body of what it raised; its span
+    ended and the call counted."""
+    status = 500
+    try:
+        status, value = reply(c, call, request, outcome)
+        body = dumps(value)
+    except Exception as exc:
+        status, body = error_answer(exc)
+    finally:
+        c.obs.end(scope, status)
+    return status, _headers(c, body), body
+
+
+def _raise(c: StoreContext, call: Call, exc: Any, _: Any) -> Reply:
+    raise exc
 
 
 def _refused(c: StoreContext, route: StoreRoute, call: Call) -> Answer | None:

@@ -105,6 +105,22 @@ class LeanPath:
         status, headers, out = envelope.answer(self.context, route, call)
         return status_line(status), headers, out
 
+    def groups(self, request: PollerRequest) -> bool:
+        """Whether the request is of a route whose calls ready together on the poller are
+        appended as one (a single send, DEC-poller-group-append)."""
+        return self._poller[request.endpoint].group is not None
+
+    def answer_poller_group(self, requests: list[PollerRequest]) -> list[PollerAnswer]:
+        """The answers to requests of one grouped route (:meth:`groups`), read already: one
+        append for all (``envelope.answer_group``), each answered as
+        :meth:`answer_poller` would."""
+        route = self._poller[requests[0].endpoint]
+        limit = self.limit
+        calls = [Call(r.environ, r.args, _no_query, _over_limit, limit, r.body, True)
+                 for r in requests]
+        return [(status_line(status), headers, out) for status, headers, out
+                in envelope.answer_group(self.context, route, calls)]
+
     def _read(self, environ: dict[str, Any]) -> bytes | None:
         """The request body, or None when it is over the limit."""
         stream = environ["wsgi.input"]

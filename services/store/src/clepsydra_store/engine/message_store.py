@@ -19,6 +19,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from clepsydra_core import naming
 from clepsydra_core import properties as P
@@ -280,6 +281,38 @@ class MessageStore:
         ensure: dict[str, int] = {}
         items = BatchEncoder(self._preparer, ensure, _now_ms()).prepare(requests)
         return self._store(items, ensure)
+
+    def put_group(self, requests: Sequence[PutRequest]) -> list[PutResult | Exception]:
+        """Several producers' single messages (the poller's group, DEC-poller-group-append):
+        each checked on its own, as :meth:`put` checks it (a refused one gets its own error,
+        nothing of it stored, and refuses none of the others); the others appended as one
+        batch: one writer lock, one write, one dispatch (with sync flush one fsync wait), in
+        the order given. Each one's outcome in order: its result, or what refused it (what
+        refuses the append itself, a full disk or a failed write, is every one's)."""
+        now = _now_ms()
+        outcomes: list[Any] = [None] * len(requests)
+        items: list[Prepared] = []
+        ensure: dict[str, int] = {}
+        taken: list[int] = []
+        """The index in ``outcomes`` of each item."""
+        for i, request in enumerate(requests):
+            own: dict[str, int] = {}  # a refused one creates no topic
+            try:
+                prepared = BatchEncoder(self._preparer, own, now).prepare((request,))
+            except Exception as exc:  # what put() would raise: this one's answer only
+                outcomes[i] = exc
+                continue
+            ensure.update(own)
+            taken += (i,) * len(prepared)
+            items += prepared
+        if items:
+            try:
+                results: Sequence[PutResult | Exception] = self._store(items, ensure)
+            except Exception as exc:
+                results = (exc,) * len(items)
+            for index, result in zip(taken, results, strict=True):
+                outcomes[index] = result
+        return outcomes
 
     def copy(self, requests: list[CopyRequest]) -> list[PutResult]:
         """Internal: copy stored messages into other topics (retry, DLQ, resend); topics other
