@@ -109,7 +109,7 @@ def test_view_from_the_bytes_equals_the_old_view_of_the_record(
     raw = before + encode_record(record)
     view, size = decode_view(raw, len(before), with_body)
     old_record, old_size = decode_record(raw, len(before))
-    old = old_message_to_json(old_record, with_body)
+    old = old_message_to_json(record, with_body)
     assert size == old_size == len(raw) - len(before)
     assert view == old
     assert list(view) == list(old)  # the same keys in the same order
