@@ -141,3 +141,22 @@ def test_send_result_reads_every_field_of_the_wire_answer() -> None:
     assert (result.msg_id, result.topic, result.queue_id, result.queue_offset,
             result.commitlog_offset, result.store_timestamp, result.offset_msg_id,
             result.deliver_at, result.uniq_key) == ("M", "T", 3, 7, 1234, 99, "O", 4321, "U")
+
+
+def test_message_from_json_is_the_wire_types_reading_of_drawn_views() -> None:
+    # DEC-pull-json-view: Message.from_json reads the view field by field, by position; it
+    # equals the reading through the wire type (StoredMessage) on drawn records' views
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from clepsydra_core.records import decode_view, encode_record
+    from clepsydra_core.wire.messages import StoredMessage
+    from tests.unit.core.test_record_view import records
+
+    @settings(max_examples=200, deadline=None)
+    @given(records(), st.booleans())
+    def check(record: CommitLogRecord, with_body: bool) -> None:
+        view, _ = decode_view(encode_record(record), 0, with_body)
+        assert Message.from_json(view) == Message.of(StoredMessage.from_json(view))
+
+    check()

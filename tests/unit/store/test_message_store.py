@@ -353,3 +353,39 @@ def test_records_read_a_run_at_a_time_are_none_where_no_record_starts(
     assert [x.commitlog_offset for x in read if x is not None] == [
         r[0].commitlog_offset, r[2].commitlog_offset, r[3].commitlog_offset,
         r[4].commitlog_offset]
+
+
+def test_a_pull_page_read_as_json_views_is_the_view_of_its_records(
+        open_store: OpenStore, data_dir: Path) -> None:
+    # SPEC C3 (the same page, the tag filter by hash then by string), DEC-pull-json-view: a
+    # pull's page decoded straight into its v1 JSON view is message_to_json of the records the
+    # same read gives, with and without bodies, across segments, and where a record is read on
+    # its own (a place where none starts, a size of 0)
+    from clepsydra_core.records import message_to_json
+    from clepsydra_store.api.answers import VIEWS
+    from clepsydra_store.engine.log.commitlog import CommitLog
+
+    store = open_store()
+    store.create_topic("T", 2)
+    store.put_batch([PutRequest("T", b"\xff" * (i % 3) + b"x" * (100 + i % 50), queue_id=i % 2,
+                                tags="ab"[i % 3 % 2], keys=f"k{i}",
+                                properties={"n": str(i), "名": "値"})
+                     for i in range(600)])
+    for tags in (None, frozenset({"b"}), frozenset({"a", "c"})):
+        for with_body in (True, False):
+            records = store.read_queue("T", 0, 3, 250, tags)
+            views = store.read_queue("T", 0, 3, 250, tags, VIEWS[with_body])
+            assert len(views.messages) > 50
+            assert views.messages == [message_to_json(r, with_body=with_body)
+                                      for r in records.messages]
+            assert (views.next_offset, views.min_offset, views.max_offset) == (
+                records.next_offset, records.min_offset, records.max_offset)
+    held = store.pull("T", 1, 0, 10, None, 0, 0, VIEWS[True])
+    assert [v["queueOffset"] for v in held.messages] == list(range(10))
+    store.flush()
+    log = CommitLog(data_dir / "commitlog", 64 * 1024)
+    r = store.read_queue("T", 1, 0, 3).messages
+    places = [(r[0].commitlog_offset, 1), (r[1].commitlog_offset + 4, 9),
+              (r[2].commitlog_offset, 0)]
+    assert log.read_records(places, 0, VIEWS[False]) == [
+        message_to_json(r[0], with_body=False), None, message_to_json(r[2], with_body=False)]

@@ -140,22 +140,38 @@ def encode_properties(props: dict[str, str]) -> bytes:
     return b"".join(out)
 
 
-def decode_properties(raw: bytes | memoryview) -> dict[str, str]:
-    """Inverse of :func:`encode_properties`; CorruptRecordError on bytes that do not parse."""
+_NAME_CACHE: dict[bytes, str] = {}
+"""Property names as decoded (:func:`decode_properties`): a store sees few."""
+
+
+def decode_properties(raw: bytes | memoryview, start: int = 0, end: int | None = None
+                      ) -> dict[str, str]:
+    """Inverse of :func:`encode_properties` for ``raw[start:end]`` (all of it by default);
+    CorruptRecordError on bytes that do not parse. Every pulled record decodes its properties:
+    the names are kept decoded, one bound check a property (DEC-pull-json-view)."""
+    if not isinstance(raw, bytes):
+        raw = bytes(raw)
     props: dict[str, str] = {}
-    pos, end = 0, len(raw)
+    pos = start
+    if end is None:
+        end = len(raw)
+    names = _NAME_CACHE
+    name_len, value_len = NAME_LEN.unpack_from, VALUE_LEN.unpack_from
     try:
         while pos < end:
-            (nlen,) = NAME_LEN.unpack_from(raw, pos)
-            pos += 2
-            name = bytes(raw[pos:pos + nlen]).decode()
-            pos += nlen
-            (vlen,) = VALUE_LEN.unpack_from(raw, pos)
-            pos += 4
-            if pos + vlen > end:
-                raise CorruptRecordError("property value runs past the properties block")
-            props[name] = bytes(raw[pos:pos + vlen]).decode()
-            pos += vlen
+            name_at = pos + 2
+            name_end = name_at + name_len(raw, pos)[0]
+            value_at = name_end + 4
+            pos = value_at + value_len(raw, name_end)[0]
+            if pos > end:  # the name or the value runs past the block
+                raise CorruptRecordError("a property runs past the properties block")
+            name_raw = raw[name_at:name_end]
+            name = names.get(name_raw)
+            if name is None:
+                name = name_raw.decode()
+                if len(names) < _NAME_PREFIX_CACHE_MAX:
+                    names[name_raw] = name
+            props[name] = raw[value_at:pos].decode()
     except (struct.error, UnicodeDecodeError) as exc:
         raise CorruptRecordError(f"properties do not decode: {exc}") from exc
     return props

@@ -197,6 +197,40 @@ def encode_end_marker(remaining: int) -> bytes:
 
 def decode_record(raw: bytes | memoryview, pos: int = 0) -> tuple[CommitLogRecord, int]:
     """(record, total_size) at pos; CorruptRecordError if torn or invalid."""
+    (size, queue_id, flag, queue_offset, commitlog_offset, sys_flag, born_ts, born_host,
+     store_ts, store_host, reconsume, body, topic, props) = _decode_fields(raw, pos)
+    record = CommitLogRecord(
+        topic=topic, body=body, queue_id=queue_id, flag=flag, properties=props,
+        queue_offset=queue_offset, commitlog_offset=commitlog_offset, sys_flag=sys_flag,
+        born_timestamp=born_ts, born_host=born_host, store_timestamp=store_ts,
+        store_host=store_host, reconsume_times=reconsume,
+    )
+    return record, size
+
+
+def decode_view(raw: bytes | memoryview, pos: int = 0, with_body: bool = True
+                ) -> tuple[dict[str, Any], int]:
+    """(the record's v1 JSON view, total_size) at pos: ``message_to_json(decode_record(raw,
+    pos)[0], with_body=with_body)`` without the record between them (a pull's page is built
+    from the bytes read, DEC-pull-json-view); CorruptRecordError as :func:`decode_record`."""
+    (size, queue_id, flag, queue_offset, commitlog_offset, sys_flag, born_ts, born_host,
+     store_ts, store_host, reconsume, body, topic, props) = _decode_fields(raw, pos)
+    return _json_view(topic, body, queue_id, flag, props, queue_offset, commitlog_offset,
+                      sys_flag, born_ts, born_host, store_ts, store_host, reconsume,
+                      with_body), size
+
+
+_TOPICS: dict[bytes, str] = {}
+"""Topic names as decoded (a store has few; every record read decodes one)."""
+_TOPICS_MAX = 4096
+
+
+def _decode_fields(raw: bytes | memoryview, pos: int) -> tuple[
+        int, int, int, int, int, int, int, bytes, int, bytes, int, bytes, str, dict[str, str]]:
+    """(total_size, queue_id, flag, queue_offset, commitlog_offset, sys_flag, born_timestamp,
+    born_host, store_timestamp, store_host, reconsume_times, body, topic, properties) of the
+    record at pos, every length, the magic and the body CRC checked: the one reader of the
+    record layout (:func:`decode_record`, :func:`decode_view`)."""
     avail = len(raw) - pos
     if avail < HEADER_SIZE:
         raise CorruptRecordError(f"record at byte {pos}: only {avail} bytes remain")
@@ -206,11 +240,14 @@ def decode_record(raw: bytes | memoryview, pos: int = 0) -> tuple[CommitLogRecor
         raise CorruptRecordError(f"record at byte {pos}: bad magic {magic:#x}")
     if size < HEADER_SIZE + 5 or size > avail:
         raise CorruptRecordError(f"record at byte {pos}: size {size} does not fit ({avail} left)")
-    p = pos + HEADER_SIZE
-    end = pos + size
+    start = pos
+    if not isinstance(raw, bytes):  # a memoryview, a mapped segment: this record's bytes
+        raw, start = bytes(raw[pos:pos + size]), 0
+    p = start + HEADER_SIZE
+    end = start + size
     if body_len < 0 or p + body_len + 5 > end:
         raise CorruptRecordError(f"record at byte {pos}: body length {body_len} is wrong")
-    body = bytes(raw[p:p + body_len])
+    body = raw[p:p + body_len]
     if zlib.crc32(body) != crc:
         raise CorruptRecordError(f"record at byte {pos}: body CRC mismatch")
     p += body_len
@@ -218,53 +255,74 @@ def decode_record(raw: bytes | memoryview, pos: int = 0) -> tuple[CommitLogRecor
     p += 1
     if p + topic_len + 4 > end:
         raise CorruptRecordError(f"record at byte {pos}: topic length {topic_len} is wrong")
-    try:
-        topic = bytes(raw[p:p + topic_len]).decode()
-    except UnicodeDecodeError as exc:
-        raise CorruptRecordError(f"record at byte {pos}: topic is not UTF-8") from exc
+    topic_raw = raw[p:p + topic_len]
+    topic = _TOPICS.get(topic_raw)
+    if topic is None:
+        try:
+            topic = topic_raw.decode()
+        except UnicodeDecodeError as exc:
+            raise CorruptRecordError(f"record at byte {pos}: topic is not UTF-8") from exc
+        if len(_TOPICS) < _TOPICS_MAX:
+            _TOPICS[topic_raw] = topic
     p += topic_len
-    (props_len,) = I32.unpack_from(raw, p)
+    props_len = int.from_bytes(raw[p:p + 4], "big", signed=True)
     p += 4
     if props_len < 0 or p + props_len != end:
         raise CorruptRecordError(f"record at byte {pos}: properties length {props_len} is wrong")
-    props = P.decode_properties(raw[p:p + props_len])
-    record = CommitLogRecord(
-        topic=topic, body=body, queue_id=queue_id, flag=flag, properties=props,
-        queue_offset=queue_offset, commitlog_offset=commitlog_offset, sys_flag=sys_flag,
-        born_timestamp=born_ts, born_host=bytes(born_host), store_timestamp=store_ts,
-        store_host=bytes(store_host), reconsume_times=reconsume,
-    )
-    return record, size
+    props = P.decode_properties(raw, p, end)
+    return (size, queue_id, flag, queue_offset, commitlog_offset, sys_flag, born_ts, born_host,
+            store_ts, store_host, reconsume, body, topic, props)
 
 
 def message_to_json(r: CommitLogRecord, *, with_body: bool = True) -> dict[str, Any]:
     """The v1 JSON view of a stored message: every field, camelCase, properties as an object;
     ``msgId`` is the message's unique id, ``offsetMsgId`` this record's place. The body goes as
     ``body`` when it is UTF-8 text, else as ``bodyBase64``."""
+    return _json_view(r.topic, r.body, r.queue_id, r.flag, r.properties, r.queue_offset,
+                      r.commitlog_offset, r.sys_flag, r.born_timestamp, r.born_host,
+                      r.store_timestamp, r.store_host, r.reconsume_times, with_body)
+
+
+_HOST_HEX: dict[bytes, str] = {}
+"""A store host's 8 bytes in upper-case hex (every view's offsetMsgId; a store sees few)."""
+
+
+def _json_view(topic: str, body: bytes, queue_id: int, flag: int, props: dict[str, str],
+               queue_offset: int, commitlog_offset: int, sys_flag: int, born_ts: int,
+               born_host: bytes, store_ts: int, store_host: bytes, reconsume: int,
+               with_body: bool) -> dict[str, Any]:
+    """:func:`message_to_json` of these fields (the one writer of the view)."""
+    host_hex = _HOST_HEX.get(store_host)
+    if host_hex is None:
+        host_hex = store_host.hex().upper()
+        if len(_HOST_HEX) < _TOPICS_MAX:
+            _HOST_HEX[store_host] = host_hex
+    place = offset_msg_id(host_hex, commitlog_offset)
+    get = props.get
     out: dict[str, Any] = {
-        "msgId": r.msg_id,
-        "offsetMsgId": r.offset_msg_id,
-        "topic": r.topic,
-        "queueId": r.queue_id,
-        "queueOffset": r.queue_offset,
-        "commitLogOffset": r.commitlog_offset,
-        "tags": r.tags,
-        "keys": r.properties.get(P.KEYS, ""),
-        "flag": r.flag,
-        "properties": r.properties,
-        "storeTimestamp": r.store_timestamp,
-        "bornTimestamp": r.born_timestamp,
-        "bornHost": unpack_host(r.born_host),
-        "storeHost": unpack_host(r.store_host),
-        "reconsumeTimes": r.reconsume_times,
-        "sysFlag": r.sys_flag,
-        "bodySize": len(r.body),
+        "msgId": get(P.UNIQ_KEY) or place,
+        "offsetMsgId": place,
+        "topic": topic,
+        "queueId": queue_id,
+        "queueOffset": queue_offset,
+        "commitLogOffset": commitlog_offset,
+        "tags": get(P.TAGS),
+        "keys": get(P.KEYS, ""),
+        "flag": flag,
+        "properties": props,
+        "storeTimestamp": store_ts,
+        "bornTimestamp": born_ts,
+        "bornHost": unpack_host(born_host),
+        "storeHost": unpack_host(store_host),
+        "reconsumeTimes": reconsume,
+        "sysFlag": sys_flag,
+        "bodySize": len(body),
     }
     if with_body:
         try:
-            out["body"] = r.body.decode()
+            out["body"] = body.decode()
         except UnicodeDecodeError:
-            out["bodyBase64"] = base64.b64encode(r.body).decode()
+            out["bodyBase64"] = base64.b64encode(body).decode()
     return out
 
 

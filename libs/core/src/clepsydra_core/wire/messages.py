@@ -1,5 +1,6 @@
 """The store's read routes (SPEC C3; DESIGN "HTTP contract"): a stored message's JSON view
-(:func:`clepsydra_core.records.message_to_json` writes it) and the answers that carry it:
+(:func:`clepsydra_core.records.message_to_json` writes it, and ``decode_view`` for a pull's
+page straight from the record's bytes, DEC-pull-json-view) and the answers that carry it:
 
 - ``GET /v1/topics/{topic}/queues/{queueId}/messages?offset=&max=&tags=&body=&waitMs=`` ->
   :class:`PullAnswer`

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from clepsydra_core.errors import ValidationError
-from clepsydra_core.records import CommitLogRecord, message_to_json
+from clepsydra_core.records import CommitLogRecord, decode_view, message_to_json
 from clepsydra_core.wire import history
 from clepsydra_core.wire.copy import CopyItem, RangeCopy, RangeCopyAnswer
 from clepsydra_core.wire.copy import SkippedCopy as WireSkippedCopy
@@ -78,6 +78,36 @@ def topic_json(info: engine.TopicInfo) -> dict[str, Any]:
 
 def messages_json(records: list[CommitLogRecord], with_body: bool = True) -> list[dict[str, Any]]:
     return [message_to_json(r, with_body=with_body) for r in records]
+
+
+class MessageViews:
+    """A pull's messages read straight as their v1 JSON view (``decode_view``: no record
+    between the bytes read and the answer, DEC-pull-json-view), with or without the body: the
+    engine's reader of a pull's page (``RecordReader``)."""
+
+    __slots__ = ("with_body",)
+
+    def __init__(self, with_body: bool) -> None:
+        self.with_body = with_body
+
+    def decode(self, raw: bytes, pos: int) -> tuple[dict[str, Any], int]:
+        return decode_view(raw, pos, self.with_body)
+
+    def of(self, record: CommitLogRecord) -> dict[str, Any]:
+        return message_to_json(record, with_body=self.with_body)
+
+    @staticmethod
+    def offset(item: dict[str, Any]) -> int:
+        return int(item["commitLogOffset"])
+
+    @staticmethod
+    def tags(item: dict[str, Any]) -> str | None:
+        tags: str | None = item["tags"]
+        return tags
+
+
+VIEWS = {True: MessageViews(True), False: MessageViews(False)}
+"""The pull's readers, by ``with_body``."""
 
 
 def with_body_arg(args: Mapping[str, str]) -> bool:

@@ -20,7 +20,7 @@ from clepsydra_core import validation
 from clepsydra_core.errors import ClepsydraError, OffsetOutOfRange
 from clepsydra_core.runtime import telemetry
 from clepsydra_core.wire.messages import DEFAULT_PULL, MAX_PULL, MAX_PULL_WAIT_MS
-from clepsydra_store.api.answers import messages_json, with_body_arg
+from clepsydra_store.api.answers import VIEWS, with_body_arg
 from clepsydra_store.api.context import StoreContext
 from clepsydra_store.api.envelope import Call, Reply, trace_topic
 from clepsydra_store.api.observability import set_attribute
@@ -83,14 +83,16 @@ def pull(c: StoreContext, call: Call) -> Reply:
                                f"(maxOffset {queue.max_offset})")
     # on the poller (may_hold said it answers at once) it never waits: should the queue have
     # changed in between, it answers as a store holding its most pulls already does
+    # the page read straight as its JSON view (DEC-pull-json-view)
     read = store.pull(topic, qid, queue_offset, max_count, parse_tags(args.get("tags")),
-                      wait_ms, 0 if call.poller else c.settings.pull_hold_max)
+                      wait_ms, 0 if call.poller else c.settings.pull_hold_max,
+                      VIEWS[with_body_arg(args)])
     if read.messages:
         set_attribute(telemetry.MESSAGING_SYSTEM, telemetry.SYSTEM)
         set_attribute(telemetry.OPERATION_TYPE, telemetry.RECEIVE)
         set_attribute(telemetry.BATCH_COUNT, len(read.messages))
     else:
         idle()  # an empty (long-poll) pull: no span exported
-    return 200, {"messages": messages_json(read.messages, with_body_arg(args)),
+    return 200, {"messages": read.messages,
                  "nextOffset": read.next_offset, "minOffset": read.min_offset,
                  "maxOffset": read.max_offset}

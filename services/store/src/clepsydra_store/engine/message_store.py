@@ -19,7 +19,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, overload
 
 from clepsydra_core import naming
 from clepsydra_core import properties as P
@@ -53,8 +53,10 @@ from clepsydra_store.engine.schedule.fences import Fences
 from clepsydra_store.engine.schedule.handover import Handover
 from clepsydra_store.engine.schedule.timers import Timers
 from clepsydra_store.engine.types import (
+    RECORDS,
     CopyRequest,
     HandoverResult,
+    Item,
     LevelEntries,
     Outcome,
     ParkedState,
@@ -64,6 +66,7 @@ from clepsydra_store.engine.types import (
     QueueRead,
     RangeCopyRequest,
     RangeCopyResult,
+    RecordReader,
     SkippedCopy,
     TimerBacklog,
     TimerHandoverResult,
@@ -377,11 +380,21 @@ class MessageStore:
         return self._writer.store(items)
 
     # ---- read --------------------------------------------------------------------------------
+    @overload
     def read_queue(self, topic: str, queue_id: int, queue_offset: int, max_count: int,
-                   tags: frozenset[str] | None = None) -> QueueRead:
+                   tags: frozenset[str] | None = None) -> QueueRead[CommitLogRecord]: ...
+
+    @overload
+    def read_queue(self, topic: str, queue_id: int, queue_offset: int, max_count: int,
+                   tags: frozenset[str] | None, reader: RecordReader[Item]) -> QueueRead[Item]: ...
+
+    def read_queue(self, topic: str, queue_id: int, queue_offset: int, max_count: int,
+                   tags: frozenset[str] | None = None,
+                   reader: RecordReader[Any] = RECORDS) -> QueueRead[Any]:
         """Pull from a queue (C3 tag filter by hash then by string). queue_offset below min
         reads from min; above max -> OffsetOutOfRange; bad queue_id -> OffsetOutOfRange.
-        The schedule topic is refused (Forbidden, S3)."""
+        The schedule topic is refused (Forbidden, S3). Each message as ``reader`` decodes it
+        (the record, or a pull's JSON view: DEC-pull-json-view)."""
         check_consumable(topic)
         info_queues = self.get_topic(topic).queues
         if not 0 <= queue_id < len(info_queues):
@@ -396,7 +409,8 @@ class MessageStore:
         if tags is not None and (not tags or "*" in tags):
             tags = None
         codes = {tags_code(t) for t in tags} if tags else None
-        messages: list[CommitLogRecord] = []
+        messages: list[Any] = []
+        tags_of = reader.tags
         next_offset = start
         if cq is not None and max_count > 0:
             scan = max_count * (MAX_PULL_SCAN_FACTOR if codes else 1)
@@ -410,11 +424,11 @@ class MessageStore:
             while k < len(wanted) and len(messages) < max_count:
                 page = wanted[k:k + max_count - len(messages)]
                 k += len(page)
-                for (i, *_), record in zip(page, self._commitlog.read_records(page, 1),
+                for (i, *_), record in zip(page, self._commitlog.read_records(page, 1, reader),
                                            strict=True):
                     if record is None:
                         continue  # its segment was deleted (retention)
-                    if tags is not None and record.tags not in tags:
+                    if tags is not None and tags_of(record) not in tags:
                         continue
                     messages.append(record)
                     if len(messages) >= max_count:
@@ -433,17 +447,28 @@ class MessageStore:
         cq = self._dispatcher.existing_queue(topic, queue_id)
         return cq.max_offset if cq is not None else 0
 
+    @overload
     def pull(self, topic: str, queue_id: int, queue_offset: int, max_count: int,
-             tags: frozenset[str] | None, wait_ms: int, hold_max: int) -> QueueRead:
+             tags: frozenset[str] | None, wait_ms: int, hold_max: int
+             ) -> QueueRead[CommitLogRecord]: ...
+
+    @overload
+    def pull(self, topic: str, queue_id: int, queue_offset: int, max_count: int,
+             tags: frozenset[str] | None, wait_ms: int, hold_max: int,
+             reader: RecordReader[Item]) -> QueueRead[Item]: ...
+
+    def pull(self, topic: str, queue_id: int, queue_offset: int, max_count: int,
+             tags: frozenset[str] | None, wait_ms: int, hold_max: int,
+             reader: RecordReader[Any] = RECORDS) -> QueueRead[Any]:
         """:meth:`read_queue`, held up to ``wait_ms`` while nothing at the offset matches (the
         pull hold: woken by an append to the queue; at most ``hold_max`` pulls held, past it
         the pull answers at once)."""
-        read = self.read_queue(topic, queue_id, queue_offset, max_count, tags)
+        read = self.read_queue(topic, queue_id, queue_offset, max_count, tags, reader)
         if not wait_ms or not nothing_yet(read):
             return read
 
-        def read_from(offset: int) -> QueueRead:
-            return self.read_queue(topic, queue_id, offset, max_count, tags)
+        def read_from(offset: int) -> QueueRead[Any]:
+            return self.read_queue(topic, queue_id, offset, max_count, tags, reader)
 
         return held_read(self._arrivals, read_from, read, topic, queue_id, hold_max, wait_ms)
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import NamedTuple
+from typing import Generic, NamedTuple, Protocol, TypeVar
 
-from clepsydra_core.records import CommitLogRecord
+from clepsydra_core.records import CommitLogRecord, decode_record
 
 TIMER_LEVEL = 0
 """The "level" of the timer log: in a ``SCHEDULE_OFFSET`` or ``CANCEL_OF`` value, a mark, the
@@ -86,11 +86,62 @@ class TopicInfo:
     system: bool
 
 
+Item = TypeVar("Item")
+"""What a read gives for each record: the record itself, or a view built from its bytes."""
+
+
+class RecordReader(Protocol[Item]):
+    """How a read decodes the records it reads (:meth:`CommitLog.read_records`,
+    ``MessageStore.read_queue``): :data:`RECORDS` gives each one as a
+    :class:`CommitLogRecord`; a pull's answer gives its JSON view straight from the bytes read,
+    without the record between (DEC-pull-json-view)."""
+
+    def decode(self, raw: bytes, pos: int) -> tuple[Item, int]:
+        """(the item, the record's total size) at ``pos``; CorruptRecordError as
+        ``decode_record``."""
+        ...
+
+    def of(self, record: CommitLogRecord) -> Item:
+        """The item of a record read on its own."""
+        ...
+
+    def offset(self, item: Item) -> int:
+        """The CommitLog offset of the record it was decoded from."""
+        ...
+
+    def tags(self, item: Item) -> str | None:
+        """The record's tags (C3's filter by string)."""
+        ...
+
+
+class _Records:
+    """Records as :class:`CommitLogRecord` (every read but a pull's answer)."""
+
+    @staticmethod
+    def decode(raw: bytes, pos: int) -> tuple[CommitLogRecord, int]:
+        return decode_record(raw, pos)
+
+    @staticmethod
+    def of(record: CommitLogRecord) -> CommitLogRecord:
+        return record
+
+    @staticmethod
+    def offset(item: CommitLogRecord) -> int:
+        return item.commitlog_offset
+
+    @staticmethod
+    def tags(item: CommitLogRecord) -> str | None:
+        return item.tags
+
+
+RECORDS: RecordReader[CommitLogRecord] = _Records()
+
+
 @dataclass(frozen=True, slots=True)
-class QueueRead:
+class QueueRead(Generic[Item]):
     """A pull: the messages from ``queue_offset`` on (tag-filtered), and where to go next."""
 
-    messages: list[CommitLogRecord]
+    messages: list[Item]
     next_offset: int
     min_offset: int
     max_offset: int

@@ -19,8 +19,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
-from clepsydra_store.engine.types import QueueRead
+from clepsydra_store.engine.types import Item, QueueRead
 
 QueueKey = tuple[str, int]
 """(topic, queue_id)."""
@@ -98,13 +99,14 @@ class Arrivals:
                 held.event.set()
 
 
-def nothing_yet(read: QueueRead) -> bool:
+def nothing_yet(read: QueueRead[Any]) -> bool:
     """No message answered and none left to scan: only an append can change the page."""
     return not read.messages and read.next_offset >= read.max_offset
 
 
-def held_read(arrivals: Arrivals, read_from: Callable[[int], QueueRead], read: QueueRead,
-              topic: str, queue_id: int, limit: int, wait_ms: int) -> QueueRead:
+def held_read(arrivals: Arrivals, read_from: Callable[[int], QueueRead[Item]],
+              read: QueueRead[Item], topic: str, queue_id: int, limit: int, wait_ms: int
+              ) -> QueueRead[Item]:
     """The pull hold: wait for an append to the queue (or the end of ``wait_ms``, or the
     store's stop) and read again from where ``read`` ended (``read_from(queue_offset)``);
     ``read`` itself when ``limit`` pulls are held already. An append of messages the pull's

@@ -16,7 +16,7 @@ import mmap
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from clepsydra_core.errors import CorruptRecordError, MessageNotFound, StoreError
 from clepsydra_core.records import (
@@ -30,6 +30,7 @@ from clepsydra_core.records import (
 )
 from clepsydra_store.engine.log.segment import Segment
 from clepsydra_store.engine.log.segment_queue import SegmentQueue
+from clepsydra_store.engine.types import RECORDS, Item, RecordReader
 
 logger = logging.getLogger(__name__)
 
@@ -121,14 +122,24 @@ class CommitLog:
             yield segment, first, end, i, j
             i = j
 
+    @overload
     def read_records(self, places: Sequence[Sequence[Any]], at: int = 0
-                     ) -> list[CommitLogRecord | None]:
+                     ) -> list[CommitLogRecord | None]: ...
+
+    @overload
+    def read_records(self, places: Sequence[Sequence[Any]], at: int,
+                     reader: RecordReader[Item]) -> list[Item | None]: ...
+
+    def read_records(self, places: Sequence[Sequence[Any]], at: int = 0,
+                     reader: RecordReader[Any] = RECORDS) -> list[Any]:
         """The records at ``places`` (CommitLog offset at index ``at``, size at ``at + 1``), in
         their order, None where none is (its segment deleted, a torn or other record there): as
         :meth:`read_record` for each, with one pread a run of records lying close together
-        (:meth:`runs`) instead of one a record (DEC-pull-page-spans)."""
-        out: list[CommitLogRecord | None] = []
+        (:meth:`runs`) instead of one a record (DEC-pull-page-spans); each decoded by
+        ``reader`` (the records themselves, or a pull's JSON views: DEC-pull-json-view)."""
+        out: list[Any] = []
         append = out.append
+        decode, offset_of = reader.decode, reader.offset
         for segment, first, end, i, j in self.runs(places, at):
             raw = b""
             if segment is not None:
@@ -138,22 +149,24 @@ class CommitLog:
                     raw = b""
             if len(raw) != end - first:
                 for k in range(i, j):
-                    append(self._record_or_none(places[k][at], places[k][at + 1]))
+                    append(self._record_or_none(places[k][at], places[k][at + 1], reader))
                 continue
             for k in range(i, j):
                 offset = places[k][at]
+                item: Any
                 try:
-                    record, _ = decode_record(raw, offset - first)
+                    item, _ = decode(raw, offset - first)
                 except CorruptRecordError:
-                    record = None
-                if record is None or record.commitlog_offset != offset:
-                    record = self._record_or_none(offset, places[k][at + 1])
-                append(record)
+                    item = None
+                if item is None or offset_of(item) != offset:
+                    item = self._record_or_none(offset, places[k][at + 1], reader)
+                append(item)
         return out
 
-    def _record_or_none(self, commitlog_offset: int, size: int) -> CommitLogRecord | None:
+    def _record_or_none(self, commitlog_offset: int, size: int,
+                        reader: RecordReader[Item]) -> Item | None:
         try:
-            return self.read_record(commitlog_offset, size)
+            return reader.of(self.read_record(commitlog_offset, size))
         except MessageNotFound:
             return None
 
