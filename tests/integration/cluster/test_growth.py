@@ -26,7 +26,8 @@ from clepsydra_client.routing import Router
 from clepsydra_client.settings import ROUTE_REFRESH_VAR
 from clepsydra_core.errors import ClepsydraError
 from clepsydra_core.runtime.http import HttpClient
-from tests.integration.cluster.conftest import LEVELS, TOPIC, grow
+from tests.helpers import grow
+from tests.integration.cluster.conftest import LEVELS, TOPIC
 from tools.parts import Stack
 from tools.processes import wait_until
 
