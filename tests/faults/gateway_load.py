@@ -33,6 +33,7 @@ from rocketmq import (
     SimpleConsumer,
 )
 
+from clepsydra_gateway.mapping import ReceiptHandle
 from tests.faults.load import Disruption, _cause
 
 INVISIBLE_S = 4
@@ -47,10 +48,18 @@ STATE_FAULTS = ("redis", "redis-empty")
 second of its append-only file): a message handed out again early is charged to them."""
 
 
+Place = tuple[str, int, int, int]
+"""Where a delivered copy is stored: topic (``%RETRY%<group>`` for a copy sent back), shard,
+queue, offset - from its receipt handle. A message may have several copies (a send the client
+tried again after its answer was lost, a send-back a crash cut and the gateway made again),
+each delivered on its own."""
+
+
 @dataclass(slots=True)
 class Receipt:
     seq: int
     msg_id: str
+    place: Place
     attempt: int
     asked_ms: int
     """When the receive that got it was asked (epoch ms): no handout of it is earlier."""
@@ -136,9 +145,11 @@ class GatewayTraffic:
                         acked = True
                     except Exception:  # expired, or the gateway down: it comes back
                         acked = False
+                handle = ReceiptHandle.decode(m.receipt_handle)
+                place = (handle.topic, handle.shard, handle.queue_id, handle.queue_offset)
                 with self.lock:
-                    self.receipts.append(Receipt(seq, m.message_id, m.delivery_attempt, asked,
-                                                 got, acked, _now_ms()))
+                    self.receipts.append(Receipt(seq, m.message_id, place, m.delivery_attempt,
+                                                 asked, got, acked, _now_ms()))
 
     # ---- the books -------------------------------------------------------------------------
 
@@ -148,6 +159,14 @@ class GatewayTraffic:
         out: dict[int, list[Receipt]] = {}
         for r in sorted(receipts, key=lambda r: r.got_ms):
             out.setdefault(r.seq, []).append(r)
+        return out
+
+    def _by_place(self) -> dict[Place, list[Receipt]]:
+        """The deliveries of each stored copy, in order."""
+        out: dict[Place, list[Receipt]] = {}
+        for rs in self._by_seq().values():
+            for r in rs:
+                out.setdefault(r.place, []).append(r)
         return out
 
     def lost(self, injected: list[Disruption]) -> list[int]:
@@ -176,11 +195,13 @@ class GatewayTraffic:
         return not self.lost(injected) and not self.not_back()
 
     def early(self, injected: list[Disruption]) -> list[tuple[int, int, str]]:
-        """(seq, ms early, cause) of every receipt that came before the invisible time of the
-        one before it ran out (that one's receive asked + INVISIBLE_S), where no fault that
-        loses the gateway's state was under way between the two."""
+        """(seq, ms early, cause) of every delivery of a stored copy that came before the
+        invisible time of the one before it ran out (that one's receive asked +
+        INVISIBLE_S), where no fault that loses the gateway's state was under way between
+        the two."""
         out = []
-        for seq, rs in self._by_seq().items():
+        for rs in self._by_place().values():
+            seq = rs[0].seq
             for before, after in pairwise(rs):
                 due = before.asked_ms + INVISIBLE_S * 1000
                 if before.acked is not True and after.got_ms < due:  # acked: again_after_ack
@@ -191,17 +212,45 @@ class GatewayTraffic:
         return out
 
     def again_after_ack(self, injected: list[Disruption]) -> Counter[str]:
-        """Receipts of a message after an ack of it answered OK, per the fault under way
-        between the two ("none": no fault explains it)."""
+        """Deliveries of a stored copy after an ack of it answered OK, per cause: a fault that
+        loses the gateway's state in Redis under way between the ack and the delivery again
+        (the ack itself lost), else the fault under way between its first delivery and the
+        one again ("none": no fault explains it)."""
         again: Counter[str] = Counter()
-        for rs in self._by_seq().values():
+        for rs in self._by_place().values():
             acked_at = next((r.got_ms for r in rs if r.acked), None)
             if acked_at is None:
                 continue
             for r in rs:
                 if r.got_ms > acked_at:
-                    again[_cause(injected, acked_at, r.got_ms)] += 1
+                    again[_again_cause(injected, rs[0].asked_ms, acked_at, r.got_ms)] += 1
         return again
+
+    def unexplained(self, injected: list[Disruption]) -> list[list[Receipt]]:
+        """Every message's receipts where a copy was received again after an OK ack, or
+        before its invisible time ran out, with no fault to explain it (what the matrix prints
+        when it fails)."""
+        bad = {seq for seq, _, _ in self.early(injected)}
+        for rs in self._by_place().values():
+            acked_at = next((r.got_ms for r in rs if r.acked), None)
+            if acked_at is not None and any(
+                    r.got_ms > acked_at
+                    and _again_cause(injected, rs[0].asked_ms, acked_at, r.got_ms) == "none"
+                    for r in rs):
+                bad.add(rs[0].seq)
+        by_seq = self._by_seq()
+        return [by_seq[s] for s in sorted(bad)]
+
+    def copies(self) -> Counter[str]:
+        """Messages stored more than once, by the topic of the extra copies (the original
+        topic: a send the client tried again after its answer was lost; ``%RETRY%``: a
+        send-back made again after a crash cut it)."""
+        out: Counter[str] = Counter()
+        for rs in self._by_seq().values():
+            places = {r.place for r in rs}
+            for topic in {p[0] for p in places}:
+                out[topic] += sum(1 for p in places if p[0] == topic) - 1
+        return +out
 
     def summary(self, injected: list[Disruption]) -> dict[str, object]:
         by_seq = self._by_seq()
@@ -217,7 +266,15 @@ class GatewayTraffic:
                                                  and any(r.attempt > rs[0].attempt for r in rs)),
                 "acks failed": sum(1 for rs in by_seq.values() for r in rs if r.acked is False),
                 "lost": len(self.lost(injected)), "early": len(self.early(injected)),
+                "extra copies": dict(self.copies()),
                 "again after ack": dict(self.again_after_ack(injected))}
+
+
+def _again_cause(injected: list[Disruption], first_ms: int, acked_ms: int,
+                 again_ms: int) -> str:
+    lost_state = [d.name for d in injected if d.name in STATE_FAULTS
+                  and d.began_ms <= again_ms and d.over_ms >= acked_ms]
+    return lost_state[0] if lost_state else _cause(injected, first_ms, again_ms)
 
 
 def _now_ms() -> int:

@@ -510,8 +510,10 @@ def test_no_acknowledged_message_is_lost_when_any_process_dies(
     # explains it, and it served again after its kills
     assert traffic.lost(injected) == [], f"lost through the gateway (seed {seed})"
     assert traffic.not_back() == [], f"left to run out, never back (seed {seed})"
-    assert traffic.early(injected) == [], f"back before its invisible time (seed {seed})"
-    assert traffic.again_after_ack(injected)["none"] == 0, f"seed {seed}"
+    assert traffic.early(injected) == [], \
+        f"back before its invisible time (seed {seed}): {traffic.unexplained(injected)[:5]}"
+    assert traffic.again_after_ack(injected)["none"] == 0, \
+        f"received again after an OK ack (seed {seed}): {traffic.unexplained(injected)[:5]}"
     back_ms = max(d.over_ms for d in injected if d.name == "gateway")
     assert any(r.acked for r in traffic.receipts if r.got_ms > back_ms), \
         "nothing received and acked through the gateway after its last kill"
