@@ -105,6 +105,9 @@ class Router:
         self._avoid: dict[int, float] = {}
         self._turn = itertools.count()
         self._grown_at = float("-inf")
+        self._watched_members: list[Member] | None = None
+        self._watched: list[HttpClient] = []
+        """Every shard's client, whose answers say how many shards there are."""
 
     # ---- membership --------------------------------------------------------------------
 
@@ -125,9 +128,18 @@ class Router:
         members = self.shards.members()
         if len(members) <= 1:
             return  # one store: the ShardMap watches the bootstrap client's answers
-        seen = max(named, *(self.shards.client(m.id).shards_hint for m in members))
+        if members is not self._watched_members:  # read again: the clients to watch
+            self._watched_members = members
+            self._watched = [self.shards.client(m.id) for m in members]
+        seen = named
+        for client in self._watched:
+            hint = client.shards_hint
+            if hint > seen:
+                seen = hint
+        if seen <= len(members):
+            return
         now = self._clock()
-        if seen > len(members) and now - self._grown_at >= RETRY_S:
+        if now - self._grown_at >= RETRY_S:
             self._grown_at = now
             logger.info("a store shard's answer names %d shards, %d known: reading the "
                         "membership again", seen, len(members))
