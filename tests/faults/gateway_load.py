@@ -89,8 +89,9 @@ class GatewayTraffic:
         self.producer = Producer(config, (self.topic,))
         self.consumer = SimpleConsumer(config, self.group, {self.topic: FilterExpression()},
                                        await_duration=1)
-        self._threads = [threading.Thread(target=self._send_loop, name="gateway-sends"),
-                         threading.Thread(target=self._receive_loop, name="gateway-receives")]
+        self._threads = [  # daemons: a test that fails half-way does not hang at its exit
+            threading.Thread(target=self._send_loop, name="gateway-sends", daemon=True),
+            threading.Thread(target=self._receive_loop, name="gateway-receives", daemon=True)]
 
     def start(self) -> None:
         self.producer.startup()

@@ -443,6 +443,9 @@ def test_no_acknowledged_message_is_lost_when_any_process_dies(
                 pass  # the lateness check below says which fault it was
         producing.phase = "after"
         time.sleep(3.0)
+    except BaseException:
+        traffic.stop()  # its clients' threads end with it
+        raise
     finally:
         producing.stop.set()
         traffic.stop_sending.set()
