@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import itertools
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tools.parts import Stack
 
 _serial = itertools.count()
 
@@ -18,3 +22,32 @@ def unique_name(*parts: str) -> str:
     """``part-part-<serial>``: a topic or group name no other call in this process makes
     (letters, digits, ``_`` and ``-``: a dot becomes ``_``)."""
     return "-".join([*parts, str(next(_serial))]).replace(".", "_")
+
+
+def grow(stack: Stack, shards: int) -> list[str]:
+    """Add store shards to a running cluster the way docs/shards.md says ("Growing and
+    shrinking"): each new shard started with the larger ``CLEPSYDRA_STORE_SHARDS`` and the
+    longer peer list (it takes the topics from its peers), then each old shard restarted
+    (SIGTERM, same port and data) with them, the highest first, shard 0 - the address every
+    client is given - last. Returns the shards' URLs."""
+    from clepsydra_core import shards as shard_rules
+    from tools.parts import STORE, shard_name
+    from tools.processes import free_port
+
+    old = len(stack.shard_urls)
+    ports = [free_port() for _ in range(old, shards)]
+    urls = stack.shard_urls + [f"http://127.0.0.1:{p}" for p in ports]
+    shape = {shard_rules.SHARDS_VAR: str(shards), shard_rules.PEERS_VAR: ",".join(urls)}
+    for shard, port in zip(range(old, shards), ports, strict=True):
+        name = shard_name(shard)
+        own = {**shape, shard_rules.SHARD_ID_VAR: str(shard),
+               STORE.port_var or "": str(port), STORE.url_var or "": urls[shard],
+               "CLEPSYDRA_STORE_DIR": str(stack.home / name)}
+        stack.add(STORE, name=name, **own)
+        stack._shard_env[name] = own  # a later restart keeps its place
+    for shard in reversed(range(old)):
+        stack._shard_env[shard_name(shard)].update(shape)
+        stack.restart(shard_name(shard))
+    stack.env[shard_rules.SHARDS_VAR] = str(shards)  # parts started from now on
+    stack.shard_urls = urls
+    return urls

@@ -4,10 +4,17 @@ retries and the DLQ -- each process of the local stack is killed with SIGKILL at
 moment, twice, and comes back (the stack restarts its children; the test restarts the
 consumer): the store (its gunicorn master and worker), the process holding the CommitLog alone
 (the worker; its master starts another), the scheduler's worker and beat, the retry service,
-Redis (with its append-only file), a consumer. Also Redis restarted *empty* (its offsets
-forgotten), the CommitLog's tail torn in the middle of a record while the store is down, and
-the store's disk limit reached (a sparse ballast file among its files, against a quota) until
-it refuses writes with 507, then freed.
+the RocketMQ 5 gateway, Redis (with its append-only file), a consumer. Also Redis restarted
+*empty* (its offsets forgotten), the CommitLog's tail torn in the middle of a record while the
+store is down, and the store's disk limit reached (a sparse ballast file among its files,
+against a quota) until it refuses writes with 507, then freed.
+
+Beside that load, Apache's official RocketMQ 5 client sends through the gateway and a
+SimpleConsumer receives through it (``tests.faults.gateway_load``), leaving every 7th message's
+first delivery to run out: every acknowledged send is received and acked, every message left
+to run out comes back, none comes back before its invisible time ran out (unless Redis lost the
+gateway's state), and none is received again after an ack answered OK unless a fault explains
+it; the gateway answers again after its kill, and the sends and receives go on.
 
 The invariants are checked from the data -- the topics read back from the store and the
 consumers' own records -- never from logs:
@@ -58,6 +65,7 @@ from clepsydra_core import naming
 from clepsydra_core.errors import CorruptRecordError
 from clepsydra_core.records import END_MAGIC, decode_record, peek_size_magic
 from clepsydra_core.shards import shard_port
+from tests.faults.gateway_load import GatewayTraffic
 from tests.faults.load import (
     CONSUMER_FAULT,
     LATENESS_SLACK_MS,
@@ -76,6 +84,7 @@ from tools.processes import wait_until
 pytestmark = pytest.mark.faults
 
 TOPIC = "fault-orders"
+GATEWAY_TOPIC, GATEWAY_GROUP = "fault-gateway", "fault-gateway-group"
 PASSING, FAILING, ORDERLY = "fault-passing", "fault-failing", "fault-orderly"
 RUNS = 2  # each fault, at a random moment (one-store stack)
 RUNS_SHARDED = 1  # each fault once with three store shards (the suite's time, README)
@@ -142,6 +151,7 @@ STORE = (b"clepsydra_store",)
 RETRY = (b"clepsydra_retry",)
 WORKER = (b"clepsydra_scheduler", b"worker")
 BEAT = (b"clepsydra_scheduler", b"beat")
+GATEWAY = (b"clepsydra_gateway",)
 REDIS = (b"redis-server",)
 
 
@@ -174,6 +184,8 @@ class Matrix:
             Fault("scheduler-worker", lambda: self._kill(WORKER), self._back(WORKER, worker)),
             Fault("scheduler-beat", lambda: self._kill(BEAT), self._back(BEAT, beat)),
             Fault("retry", lambda: self._kill(RETRY), self._back(RETRY, s.retry_url)),
+            Fault("gateway", lambda: self._kill(GATEWAY),
+                  self._back(GATEWAY, s.url("CLEPSYDRA_GATEWAY_HEALTH_PORT"))),
             Fault("redis", lambda: self._kill(REDIS), self._back(REDIS, None)),
             Fault("redis-empty", self._wipe_redis, self._redis_back_empty),
             Fault(CONSUMER_FAULT, self._kill_consumer, self._consumer_grew),
@@ -391,11 +403,15 @@ def test_no_acknowledged_message_is_lost_when_any_process_dies(
     admin = AdminClient(stack.store_url, stack.retry_url)
     admin.create_topic(TOPIC, 4)
     admin.create_topic(PROBE_TOPIC, 1)
+    admin.create_topic(GATEWAY_TOPIC, 2)
     admin.set_group_settings(FAILING, retry_max_times=1)  # one retry, then the DLQ
     for consumer in consumers:
         consumer.start()
     producing = Producing(stack.store_url, TOPIC)
     producing.start()
+    traffic = GatewayTraffic(f"127.0.0.1:{stack.env['CLEPSYDRA_GATEWAY_PORT']}", GATEWAY_TOPIC,
+                             GATEWAY_GROUP)
+    traffic.start()
     matrix = Matrix(stack, consumers)
     runs = RUNS if matrix.shards == 1 else RUNS_SHARDED
     plan = [f for f in matrix.faults() for _ in range(runs)]
@@ -427,19 +443,26 @@ def test_no_acknowledged_message_is_lost_when_any_process_dies(
                 pass  # the lateness check below says which fault it was
         producing.phase = "after"
         time.sleep(3.0)
+    except BaseException:
+        traffic.stop()  # its clients' threads end with it
+        raise
     finally:
         producing.stop.set()
+        traffic.stop_sending.set()
         producing.join(30)
 
     def settled() -> bool:
         acked = {s.seq for s in producing.acked}
         return (not _books(stack, producing, consumers).end_state_missing()
-                and {line["seq"] for line in consumers[2].lines()} >= acked)
+                and {line["seq"] for line in consumers[2].lines()} >= acked
+                and traffic.settled(injected))
 
     try:
         wait_until(settled, DRAIN_TIMEOUT_S, interval_s=2.0, what="every message at its end")
     except TimeoutError:
         pass  # the assertions below say what is missing
+    finally:
+        traffic.stop()
     books = _books(stack, producing, consumers)
     lateness = max_lateness(injected, deliveries(stack.store_url, [TOPIC, f"%RETRY%{FAILING}"]))
     lateness_ms: dict[str, list[int | None]] = defaultdict(list)
@@ -457,10 +480,13 @@ def test_no_acknowledged_message_is_lost_when_any_process_dies(
     if matrix.shards > 1:
         print(f"store faults hit shards: {hits}")
     print(f"duplicates by cause: {dict(books.duplicates_by_cause(injected))}")
+    gateway_books = traffic.summary(injected)
+    print(f"through the gateway (official RocketMQ 5 client): {gateway_books}")
     report = os.environ.get("CLEPSYDRA_FAULTS_REPORT")
     if report:
         report = report.replace(".json", "") + ("" if matrix.shards == 1 else "-shards") + ".json"
         Path(report).write_text(json.dumps({"seed": seed, "rows": rows,
+                                            "gateway": gateway_books,
                                             "injected": [astuple(d) for d in injected]},
                                            indent=1))
 
@@ -482,6 +508,19 @@ def test_no_acknowledged_message_is_lost_when_any_process_dies(
     assert stack.proc.poll() is None, stack.why()
     assert all(_healthy(matrix.store_url(s)) for s in range(matrix.shards))
     assert _healthy(stack.store_url) and _healthy(stack.retry_url)
+    # the gateway (official client): nothing acknowledged lost, what was left to run out came
+    # back and not before its time, nothing received again after an OK ack unless a fault
+    # explains it, and it served again after its kills
+    assert traffic.lost(injected) == [], f"lost through the gateway (seed {seed})"
+    assert traffic.not_back() == [], f"left to run out, never back (seed {seed})"
+    assert traffic.early(injected) == [], \
+        f"back before its invisible time (seed {seed}): {traffic.unexplained(injected)[:5]}"
+    assert traffic.again_after_ack(injected)["none"] == 0, \
+        f"received again after an OK ack (seed {seed}): {traffic.unexplained(injected)[:5]}"
+    back_ms = max(d.over_ms for d in injected if d.name == "gateway")
+    assert any(r.acked for r in traffic.receipts if r.got_ms > back_ms), \
+        "nothing received and acked through the gateway after its last kill"
+    assert _healthy(stack.url("CLEPSYDRA_GATEWAY_HEALTH_PORT"))
     # DEC-scheduler-lease, DEC-scheduler-store-retry: a crash costs a delayed message its
     # outage (the time its part took to answer again), not seconds more
     over = [(name, back, late) for name in sorted(recovery_ms)

@@ -93,3 +93,4 @@ def make_cluster(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
 @pytest.fixture
 def cluster(make_cluster: Callable[..., Cluster]) -> Cluster:
     return make_cluster()
+

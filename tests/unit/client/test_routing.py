@@ -250,3 +250,20 @@ def test_http_client_reads_the_cluster_size_from_its_answers() -> None:
     assert client.shards_hint == 0
     sibling = client.sibling("http://127.0.0.1:10", "store shard 1")
     assert sibling.base_url == "http://127.0.0.1:10" and sibling.service == "store shard 1"
+
+
+def test_the_route_refresh_period_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    # DEC-route-refresh: CLEPSYDRA_CLIENT_ROUTE_REFRESH_S, default 30 s (RocketMQ's route poll)
+    from clepsydra_client.settings import ROUTE_REFRESH_VAR, route_refresh_s
+    from clepsydra_core.errors import ConfigError
+
+    monkeypatch.delenv(ROUTE_REFRESH_VAR, raising=False)
+    assert route_refresh_s() == REFRESH_S == 30.0
+    assert Cluster().router().refresh_s == REFRESH_S
+    monkeypatch.setenv(ROUTE_REFRESH_VAR, "5")
+    router = Cluster().router()
+    assert router.refresh_s == 5.0 and router.shards.refresh_s == 5.0
+    assert route_refresh_s({ROUTE_REFRESH_VAR: "0.5"}) == 0.5
+    for bad in ("0", "-1", "soon"):
+        with pytest.raises(ConfigError, match=ROUTE_REFRESH_VAR):
+            route_refresh_s({ROUTE_REFRESH_VAR: bad})

@@ -3,7 +3,11 @@ SDK's side of a cluster of stores, over one bootstrap address.
 
 - :class:`Router` keeps the cluster's membership (``clepsydra_core.runtime.shard_map``) and each
   topic's route (``GET /v1/routes/{topic}``: every (shard, queueId) with its shard's address),
-  read again every ``refresh_s`` (30 s) and at once after a failure.
+  read again every ``refresh_s`` (``CLEPSYDRA_CLIENT_ROUTE_REFRESH_S``, 30 s), at once after a
+  failure, and as soon as any shard's answer names more shards than the membership has (a
+  shard added to the cluster: its peers restarted with a larger ``CLEPSYDRA_STORE_SHARDS``):
+  a running producer sends to it and a running consumer takes its queues without a restart
+  (DEC-route-refresh).
 - A plain send goes to the shards in turn (each shard's store then spreads it over its own
   queues), skipping shards that are drained or unreachable, and for ``AVOID_S`` one that just
   refused or failed a send (RocketMQ's producer avoids a broker that failed it).
@@ -32,6 +36,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from clepsydra_client.message import MessageQueue
+from clepsydra_client.settings import route_refresh_s
 from clepsydra_client.topics import QueueInfo, TopicInfo, fetch_topic_or_none
 from clepsydra_core.errors import (
     ClepsydraError,
@@ -43,7 +48,7 @@ from clepsydra_core.errors import (
     ValidationError,
 )
 from clepsydra_core.runtime.http import HttpClient
-from clepsydra_core.runtime.shard_map import REFRESH_S, Member, ShardMap
+from clepsydra_core.runtime.shard_map import RETRY_S, Member, ShardMap
 from clepsydra_core.wire.cluster import RouteAnswer
 from clepsydra_core.wire.codec import read_answer
 
@@ -86,9 +91,12 @@ def hash_index(key: str, size: int) -> int:
 class Router:
     """Routes of one client over one bootstrap store address. Thread-safe."""
 
-    def __init__(self, store: HttpClient, *, refresh_s: float = REFRESH_S,
+    def __init__(self, store: HttpClient, *, refresh_s: float | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        """``refresh_s``: None reads ``CLEPSYDRA_CLIENT_ROUTE_REFRESH_S`` (default 30 s)."""
         self.store = store
+        if refresh_s is None:
+            refresh_s = route_refresh_s()
         self.refresh_s = refresh_s
         self.shards = ShardMap(store, refresh_s=refresh_s, clock=clock)
         self._clock = clock
@@ -96,6 +104,10 @@ class Router:
         self._routes: dict[str, Route] = {}
         self._avoid: dict[int, float] = {}
         self._turn = itertools.count()
+        self._grown_at = float("-inf")
+        self._watched_members: list[Member] | None = None
+        self._watched: list[HttpClient] = []
+        """Every shard's client, whose answers say how many shards there are."""
 
     # ---- membership --------------------------------------------------------------------
 
@@ -105,6 +117,35 @@ class Router:
 
     def members(self) -> list[Member]:
         return self.shards.members()
+
+    def _notice_growth(self, named: int = 0) -> None:
+        """Read the membership now when a shard's last answer named more shards than it has
+        (``X-Clepsydra-Shards``: a shard was added, DEC-route-refresh), or a route read just
+        now has queues on ``named`` shards, more than it has; at most once per ``RETRY_S``
+        (while a rolling restart is under way the shards disagree). The ShardMap itself looks
+        only at the bootstrap client's answers, and with more than one shard a client's calls
+        go through each shard's own client."""
+        members = self.shards.members()
+        if len(members) <= 1:
+            return  # one store: the ShardMap watches the bootstrap client's answers
+        if members is not self._watched_members:  # read again: the clients to watch
+            self._watched_members = members
+            self._watched = [self.shards.client(m.id) for m in members]
+        seen = named
+        for client in self._watched:
+            hint = client.shards_hint
+            if hint > seen:
+                seen = hint
+        if seen <= len(members):
+            return
+        now = self._clock()
+        if now - self._grown_at >= RETRY_S:
+            self._grown_at = now
+            logger.info("a store shard's answer names %d shards, %d known: reading the "
+                        "membership again", seen, len(members))
+            if self.shards.refresh() and len(self.shards.members()) > len(members):
+                with self._lock:  # every route lacks the new shards' queues
+                    self._routes.clear()
 
     def client(self, shard: int) -> HttpClient:
         return self.shards.client(shard)
@@ -123,6 +164,7 @@ class Router:
 
     def route(self, topic: str, *, fresh: bool = False) -> Route | None:
         """The topic's route (None: no shard that answered has it)."""
+        self._notice_growth()
         now = self._clock()
         with self._lock:
             known = self._routes.get(topic)
@@ -144,6 +186,7 @@ class Router:
             return known
         with self._lock:
             self._routes[topic] = route
+        self._notice_growth(max(route.info.shard_ids, default=-1) + 1)
         return route
 
     def _read_route(self, topic: str) -> Route:
@@ -204,7 +247,10 @@ class Router:
         if route is None:
             raise NotFound(f"topic {topic} does not exist")
         now = self._clock()
-        candidates = sorted(s for s in route.info.shard_ids if s not in tried)
+        known = set(self.shards.ids())  # a route read from a shard that knows more shards
+        # than the membership does (a rolling restart that adds shards, shard 0 not yet
+        # restarted): those have no address yet (DEC-route-refresh)
+        candidates = sorted(s for s in route.info.shard_ids if s not in tried and s in known)
         with self._lock:
             avoided = {s for s, until in self._avoid.items() if until > now}
         preferred = [s for s in candidates if s in route.writable and s not in avoided]

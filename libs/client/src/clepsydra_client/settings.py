@@ -13,9 +13,21 @@ from opentelemetry import trace
 
 from clepsydra_client.consumer.rebalance import DEFAULT_BROKER_NAME
 from clepsydra_core.runtime import telemetry
+from clepsydra_core.runtime.shard_map import REFRESH_S
 from clepsydra_core.settings import Env, env_float, env_int, env_str
 
 SERVICE_NAME = telemetry.CLIENT_SERVICE
+ROUTE_REFRESH_VAR = "CLEPSYDRA_CLIENT_ROUTE_REFRESH_S"
+"""How often the SDK reads the store cluster's membership and each topic's route again
+(``clepsydra_client.routing.Router``; DEC-route-refresh): the longest a running producer or
+consumer goes without using a store shard added to the cluster."""
+
+
+def route_refresh_s(env: Env | None = None) -> float:
+    """``CLEPSYDRA_CLIENT_ROUTE_REFRESH_S`` (default 30 s, as RocketMQ's clients poll their name
+    server; at least 0.1)."""
+    return env_float(os.environ if env is None else env, ROUTE_REFRESH_VAR, REFRESH_S,
+                     minimum=0.1)
 
 
 @dataclass(frozen=True, slots=True)

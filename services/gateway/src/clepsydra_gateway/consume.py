@@ -380,18 +380,28 @@ class Consumption:
             dirty, self._dirty = self._dirty, {}
         done = 0
         for (group, topic, shard, queue_id), (offset, token) in dirty.items():
-            if self.state.committed(group, topic, queue_id, shard=shard) == offset:
-                continue
-            try:
-                self.backend.commit(group, topic, shard, queue_id, offset, token)
-            except ClepsydraError as exc:  # kept for the next flush
-                logger.warning("gateway commit failed group=%s topic=%s shard=%d queue_id=%d "
-                               "queue_offset=%d: %s", group, topic, shard, queue_id, offset,
-                               exc.message)
-                self.commit(group, topic, shard, queue_id, offset, token)
-                continue
-            self.state.set_committed(group, topic, queue_id, offset, shard=shard)
-            done += 1
+            # DEC-gateway-shared-commits: the queue's commit point as the shared state has it
+            # now, not only as this process last saw it - another gateway process (a rolling
+            # upgrade runs two) may have settled past it and committed that meanwhile, and
+            # the store takes the last commit it is sent, lower or not
+            offset = max(offset, self.state.commit_point(group, topic, queue_id, shard=shard))
+            while self.state.committed(group, topic, queue_id, shard=shard) != offset:
+                try:
+                    self.backend.commit(group, topic, shard, queue_id, offset, token)
+                except ClepsydraError as exc:  # kept for the next flush
+                    logger.warning("gateway commit failed group=%s topic=%s shard=%d "
+                                   "queue_id=%d queue_offset=%d: %s", group, topic, shard,
+                                   queue_id, offset, exc.message)
+                    self.commit(group, topic, shard, queue_id, offset, token)
+                    break
+                self.state.set_committed(group, topic, queue_id, offset, shard=shard)
+                done += 1
+                # another process may have committed a higher point while this call was under
+                # way, and been overtaken by it: the last to commit commits the newest point
+                latest = self.state.commit_point(group, topic, queue_id, shard=shard)
+                if latest <= offset:
+                    break
+                offset = latest
         return done
 
     # ---- the sweeper -------------------------------------------------------------------

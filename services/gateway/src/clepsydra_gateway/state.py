@@ -95,6 +95,10 @@ redis.call('ZREM', KEYS[3], ARGV[3])
 return {1, commit_of(KEYS[1], KEYS[2]), d.m}
 """
 
+_COMMIT_POINT = _COMMIT + """
+return commit_of(KEYS[1], KEYS[2])
+"""
+
 _REPLACE = """
 local e = redis.call('HGET', KEYS[1], ARGV[1])
 if not e then
@@ -159,6 +163,7 @@ class GatewayState:
         self._redeliver = client.register_script(_REDELIVER)
         self._settle = client.register_script(_SETTLE)
         self._replace = client.register_script(_REPLACE)
+        self._commit_point = client.register_script(_COMMIT_POINT)
 
     @staticmethod
     def keys(group: str, topic: str, queue_id: int, *, shard: int) -> tuple[str, str, str]:
@@ -245,6 +250,12 @@ class GatewayState:
 
     def pending(self) -> int:
         return int(self.redis.zcard(naming.GATEWAY_DEADLINES_KEY))
+
+    def commit_point(self, group: str, topic: str, queue_id: int, *, shard: int) -> int:
+        """The offset the group may commit on the queue now, whichever gateway process
+        handed out and settled its messages (-1: nothing handed out yet)."""
+        cursor, inflight, _ = self.keys(group, topic, queue_id, shard=shard)
+        return int(self._commit_point(keys=[cursor, inflight]))
 
     def committed(self, group: str, topic: str, queue_id: int, *, shard: int) -> int | None:
         raw = self.redis.get(self.keys(group, topic, queue_id, shard=shard)[2])
