@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from clepsydra_client import Producer
 from clepsydra_core import properties as P
+from clepsydra_core.runtime.http import HttpClient
 from clepsydra_core.wire.produce import ProduceMessage
 from tests.unit.core.test_http_connections import Exchange, Handler, Server, serve
 
@@ -55,10 +56,13 @@ def test_a_sends_request_bytes_are_the_messages_wire_form(
     sent = orjson.loads(ex.body)["properties"]
     traceparent = sent[P.TRACEPARENT]
     assert list(sent) == [*properties, P.UNIQ_KEY, P.TRACEPARENT]
-    try:
-        text, encoded = (body if isinstance(body, str) else body.decode()), None
-    except UnicodeDecodeError:
-        text, encoded = None, base64.b64encode(body).decode()
+    text: str | None = body if isinstance(body, str) else None
+    encoded: str | None = None
+    if isinstance(body, bytes):
+        try:
+            text = body.decode()
+        except UnicodeDecodeError:
+            encoded = base64.b64encode(body).decode()
     expected_body = orjson.dumps(ProduceMessage(
         body=text, body_base64=encoded, tags=tags or None, keys=" ".join(keys) or None,
         properties={**properties, P.UNIQ_KEY: sent[P.UNIQ_KEY], P.TRACEPARENT: traceparent},
@@ -69,3 +73,23 @@ def test_a_sends_request_bytes_are_the_messages_wire_form(
     assert ex.head == (f"POST {path} HTTP/1.1\r\nHost: {host}\r\n{auth}"
                        f"Content-Type: application/json\r\ntraceparent: {traceparent}\r\n"
                        f"Content-Length: {len(expected_body)}")
+
+
+def test_another_shards_client_sends_the_token_first(
+        serve: Callable[[Handler], Server]) -> None:
+    """DEC-store-shards: the client of another shard (``HttpClient.sibling``) sends its
+    bootstrap client's token, in the first header field as the bootstrap's does (the fields
+    every call starts with are made when the token is set, DEC-sdk-send-path)."""
+    server = serve(_answer)
+    bootstrap = HttpClient("http://127.0.0.1:9", token="tok-2")
+    twin = bootstrap.sibling(server.url, "store shard 1")
+    try:
+        twin.post("/v1/topics/t/messages", {"body": "x"})
+        twin.get("/v1/topics")
+    finally:
+        twin.close()
+        bootstrap.close()
+    for ex in server.requests:
+        assert ex.head.split("\r\n")[2] == "Authorization: Bearer tok-2"
+    assert server.requests[0].header("content-type") == "application/json"
+    assert server.requests[1].header("content-type") is None  # no body, no Content-Type
