@@ -144,7 +144,6 @@ class HttpClient:
         self._pool_size = pool_size
         self._spin_us = spin_us
         token = token or client_token()
-        self._auth = {"Authorization": f"Bearer {token}"} if token else {}
         self._local = threading.local()
         self._sessions: list[requests.Session] = []
         self._lock = threading.Lock()
@@ -159,6 +158,16 @@ class HttpClient:
                                   maximum=10_000)
             self._pool = ConnectionPool(parts.hostname, parts.port or 80, spin_us)
             self._prefix = parts.path
+        self._set_auth({"Authorization": f"Bearer {token}"} if token else {})
+
+    def _set_auth(self, auth: dict[str, str]) -> None:
+        """The token's header field, and the fields every call starts with: on the lean
+        connection the token's then ``Content-Type`` for a call with a body (a ``requests``
+        session sends the token itself), made once, not merged a call."""
+        self._auth = auth
+        lead = auth if self._pool is not None else {}
+        self._lead: dict[str, str] = dict(lead)
+        self._json_lead: dict[str, str] = {**lead, **_JSON_HEADERS}
 
     @property
     def shards_hint(self) -> int:
@@ -173,7 +182,7 @@ class HttpClient:
                           connect_timeout_s=self.connect_timeout_s,
                           service=service or self.service, env_proxies=self._env_proxies,
                           pool_size=self._pool_size, spin_us=self._spin_us)
-        twin._auth = dict(self._auth)
+        twin._set_auth(dict(self._auth))
         return twin
 
     def _session(self) -> requests.Session:
@@ -206,20 +215,34 @@ class HttpClient:
     def request_status(self, method: str, path: str, *, params: dict[str, Any] | None = None,
                        json: Any = None, timeout_s: float | None = None,
                        headers: dict[str, str] | None = None) -> tuple[int, Json]:
-        """(status, JSON object) of a call answered below 400; the error tree otherwise."""
-        url = self.base_url + path
-        sent = dict(_JSON_HEADERS) if json is not None else {}
+        """(status, JSON object) of a call answered below 400; the error tree otherwise.
+        The request's header fields, in this order: the token's (the lean connection's; a
+        ``requests`` session holds it), ``Content-Type`` with a body, the current span's
+        context unless ``headers`` give one, then ``headers`` (a name given twice keeps its
+        first place, the later value). The lean connection's call is made here, not a layer
+        below (DEC-sdk-send-path: the SDK's every send passes)."""
+        sent = dict(self._json_lead if json is not None else self._lead)
         if headers is None or TRACEPARENT not in headers:
             telemetry.inject(sent)  # the current span's context (a caller's headers win)
         if headers:
             sent.update(headers)
         read_s = timeout_s or self.timeout_s
         data = None if json is None else orjson.dumps(json)
+        pool = self._pool
         try:
-            if self._pool is not None:
-                status, content = self._exchange(method, path, params, data, sent, read_s)
+            if pool is not None:
+                target = self._prefix + path
+                if _UNSAFE.search(target):
+                    target = quote(target, safe=_URL_SAFE)
+                if params:
+                    query = _clean(params)
+                    if query:
+                        target += ("&" if "?" in target else "?") + urlencode(query, doseq=True)
+                status, content = pool.exchange(method, target, data, sent, read_s,
+                                                self.connect_timeout_s or read_s)
             else:
-                status, content = self._session_call(method, url, params, data, sent, read_s)
+                status, content = self._session_call(method, self.base_url + path, params,
+                                                     data, sent, read_s)
         except (OSError, http.client.HTTPException) as exc:  # requests' errors are OSErrors
             kind = NotSent if isinstance(exc, ConnectionNotSent) else Unavailable
             cause = type(exc.__cause__ if kind is NotSent and exc.__cause__ else exc).__name__
@@ -231,9 +254,10 @@ class HttpClient:
         except orjson.JSONDecodeError:
             payload = None
         if status >= 400:
-            raise error_from_response(status, payload, url)
+            raise error_from_response(status, payload, self.base_url + path)
         if not isinstance(payload, dict):
-            raise RemoteError(f"{method} {url} answered {status} without a JSON object")
+            raise RemoteError(f"{method} {self.base_url + path} answered {status} without a "
+                              "JSON object")
         return status, payload
 
     def _session_call(self, method: str, url: str, params: dict[str, Any] | None,
@@ -248,22 +272,6 @@ class HttpClient:
             self._shards = int(shards)
         return resp.status_code, resp.content
 
-    def _exchange(self, method: str, path: str, params: dict[str, Any] | None,
-                  data: bytes | None, headers: dict[str, str],
-                  read_s: float) -> tuple[int, bytes]:
-        """One call on the thread's lean connection (http_connections.py)."""
-        assert self._pool is not None
-        target = self._prefix + path
-        if _UNSAFE.search(target):
-            target = quote(target, safe=_URL_SAFE)
-        query = _clean(params)
-        if query:
-            target += ("&" if "?" in target else "?") + urlencode(query, doseq=True)
-        if self._auth:
-            headers = {**self._auth, **headers}
-        return self._pool.exchange(method, target, data, headers, read_s,
-                                   self.connect_timeout_s or read_s)
-
     def request(self, method: str, path: str, *, params: dict[str, Any] | None = None,
                 json: Any = None, timeout_s: float | None = None,
                 headers: dict[str, str] | None = None) -> Json:
@@ -273,8 +281,11 @@ class HttpClient:
     def get(self, path: str, params: dict[str, Any] | None = None, **kw: Any) -> Json:
         return self.request("GET", path, params=params, **kw)
 
-    def post(self, path: str, json: Any = None, **kw: Any) -> Json:
-        return self.request("POST", path, json=json if json is not None else {}, **kw)
+    def post(self, path: str, json: Any = None, *, params: dict[str, Any] | None = None,
+             timeout_s: float | None = None, headers: dict[str, str] | None = None) -> Json:
+        return self.request_status("POST", path, params=params,
+                                   json=json if json is not None else {}, timeout_s=timeout_s,
+                                   headers=headers)[1]
 
     def put(self, path: str, json: Any = None, **kw: Any) -> Json:
         return self.request("PUT", path, json=json if json is not None else {}, **kw)

@@ -60,6 +60,9 @@ class ShardMap:
         self._read_at = float("-inf")
         self._failed_at = float("-inf")
         self._clients: dict[int, HttpClient] = {}
+        self._alone = [Member(0, bootstrap.base_url)]
+        """The membership before it is read: the bootstrap store alone, made once (its URL
+        does not change), not a new ``Member`` a call (DEC-sdk-send-path)."""
 
     # ---- membership ------------------------------------------------------------------------
 
@@ -71,13 +74,13 @@ class ShardMap:
         members = self._members
         hint: int = getattr(self.bootstrap, "shards_hint", 0)  # a stand-in client: one shard
         if members is None and hint <= 1 and not self.ask:
-            return [Member(0, self.bootstrap.base_url)]
+            return self._alone
         now = self._clock()
         if (members is None or now - self._read_at >= self.refresh_s
                 or (hint > 1 and hint != len(members))) and now - self._failed_at >= RETRY_S:
             self.refresh()
             members = self._members
-        return members or [Member(0, self.bootstrap.base_url)]
+        return members or self._alone
 
     def ids(self) -> list[int]:
         return [m.id for m in self.members()]
@@ -87,7 +90,13 @@ class ShardMap:
 
     @property
     def clustered(self) -> bool:
-        """More than one shard."""
+        """More than one shard. Before the membership is read (no answer named a cluster)
+        the answer is False without a call of ``members`` (every send asks: DEC-sdk-send-path);
+        the bootstrap client's last answer is looked at each time, so the first answer that
+        names a cluster makes the next call read the membership."""
+        if (self._members is None and not self.ask
+                and getattr(self.bootstrap, "shards_hint", 0) <= 1):
+            return False
         return len(self.members()) > 1
 
     def refresh(self) -> bool:
