@@ -263,11 +263,14 @@ class StoreThreadWorker(JsonErrorsMixin, CompleteRequestsOnly, ThreadWorker):  #
             super().on_client_socket_readable(conn, client)
             return
         buf = self._receive(conn)
-        if buf is None:
-            return
-        arrived = time.perf_counter()
+        if buf is not None:
+            self._serve_one(self.on_poller, conn, buf, time.perf_counter())
+
+    def _serve_one(self, on_poller: InlineProduce, conn: Any, buf: bytes,
+                   arrived: float) -> None:
+        """What one connection sent, answered on the poller thread."""
         try:
-            served = self.on_poller.serve(buf, conn.client)
+            served = on_poller.serve(buf, conn.client)
         except Exception:  # the answer catches everything it knows; never stop the poller
             self.log.exception("answering produce on the poller failed")
             self._drop(conn)
@@ -290,14 +293,7 @@ class StoreThreadWorker(JsonErrorsMixin, CompleteRequestsOnly, ThreadWorker):  #
             return
         arrived = time.perf_counter()
         if len(ready) == 1:
-            conn, buf = ready[0]
-            try:
-                served = self.on_poller.serve(buf, conn.client)
-            except Exception:  # the answer catches everything it knows; never stop the poller
-                self.log.exception("answering produce on the poller failed")
-                self._drop(conn)
-                return
-            self._answered(conn, served, arrived)
+            self._serve_one(self.on_poller, *ready[0], arrived)
             return
         delivered: set[int] = set()
 
