@@ -29,6 +29,7 @@ from tests.integration.store_api.test_inline_produce import (
     Conversation,
     create_topic,
     get,
+    poller_answers,
     produce,
     pull,
 )
@@ -70,13 +71,23 @@ def stopped(pid: int) -> Iterator[None]:
 
 def kept_alive(url: str, n: int) -> list[Conversation]:
     """``n`` connections whose first request (a pool thread's) was answered, back on the poller
-    (a pull of nothing: nothing stored)."""
+    (a pull of nothing: nothing stored). Back means a round of pulls all answered there (the
+    poller's count grew by ``n``): a thread slow to hand its connection back under load would
+    otherwise answer that connection's send outside the pass."""
     talks = [Conversation(url) for _ in range(n)]
+    empty_pull = get(f"/v1/topics/{TOPIC}/queues/0/messages?offset=0&max=1")
     for talk in talks:
-        talk.send(get(f"/v1/topics/{TOPIC}/queues/0/messages?offset=0&max=1"))
+        talk.send(empty_pull)
         assert talk.answer()[0] == 200
-    time.sleep(SETTLE_S)  # each connection handed back to the poller
-    return talks
+    for _ in range(50):
+        time.sleep(SETTLE_S)  # each connection handed back to the poller
+        before = poller_answers(url)
+        for talk in talks:
+            talk.send(empty_pull)
+            assert talk.answer()[0] == 200
+        if poller_answers(url) - before == n:
+            return talks
+    raise AssertionError("the connections never came back to the poller")
 
 
 def writes_of_one_send(pid: int, talk: Conversation, body: bytes) -> int:
