@@ -215,10 +215,7 @@ def answer(c: StoreContext, route: StoreRoute, call: Call) -> Answer:
         status, body = error_answer(exc)
     finally:
         c.obs.end(scope, status)
-    headers = [_CONTENT_TYPE, ("Content-Length", str(len(body)))]  # _headers, inlined
-    if c.shards_header is not None:  # DEC-store-shards
-        headers.append(c.shards_header)
-    return status, headers, body
+    return status, _headers(c, body), body
 
 
 def _headers(c: StoreContext, body: bytes) -> list[tuple[str, str]]:
