@@ -245,11 +245,11 @@ class ConcurrentConsumeService(ConsumeService):
             reason = f"consume timeout: held longer than {self.settings.consume_timeout_s:g}s"
             logger.warning("%s group=%s queue=%s msg_id=%s", reason, self.settings.group,
                            pq.queue, m.msg_id)
-            self.stats.add("timeouts")
             if self._return_failed(m, CONSUME_TIMEOUT_LEVEL, reason):
                 pq.finish([m.queue_offset])
             else:
                 pq.release([m.queue_offset])
+            self.stats.add("timeouts")  # counted once its slot is freed or released
 
 
 class OrderlyConsumeService(ConsumeService):

@@ -219,7 +219,6 @@ class Timers:
                 if len(out) == len(entries):
                     return out
         return out
-        return out
 
     def _classify(self, records: list[CommitLogRecord], message: _Message) -> None:
         """Sort a message's stored copies into its entries' states (caller holds the lock)."""
