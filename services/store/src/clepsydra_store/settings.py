@@ -25,6 +25,7 @@ from clepsydra_store.engine.config import (
     DEFAULT_KEY_INDEX_ENTRIES_PER_FILE,
     DEFAULT_TIMER_HANDOVER_GAP_MS,
     DEFAULT_TIMER_MAX_DELAY_MS,
+    DEFAULT_TIMER_STAGE_AHEAD_MS,
     TIMER_MAX_DELAY_VAR,
     EngineConfig,
 )
@@ -129,6 +130,9 @@ class StoreSettings:
             timer_handover_gap_ms=env_int(env, "CLEPSYDRA_STORE_TIMER_HANDOVER_GAP_MS",
                                           DEFAULT_TIMER_HANDOVER_GAP_MS, minimum=0,
                                           maximum=100),  # T1: within 100 ms
+            timer_stage_ahead_ms=env_int(env, "CLEPSYDRA_STORE_TIMER_STAGE_AHEAD_MS",
+                                         DEFAULT_TIMER_STAGE_AHEAD_MS, minimum=0,
+                                         maximum=60_000),
         )
         if engine.disk_warn_ratio > engine.disk_max_ratio:
             raise ConfigError(f"{DISK_WARN_RATIO_VAR}={engine.disk_warn_ratio:g} must not be "

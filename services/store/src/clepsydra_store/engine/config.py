@@ -13,6 +13,8 @@ TIMER_MAX_DELAY_VAR = "CLEPSYDRA_TIMER_MAX_DELAY"
 """The setting that caps a timer's delay (named in the 400 past it, SPEC T1)."""
 DEFAULT_TIMER_MAX_DELAY_MS = 365 * 86_400_000
 DEFAULT_TIMER_HANDOVER_GAP_MS = 3
+DEFAULT_TIMER_STAGE_AHEAD_MS = 2_000
+"""DEC-timer-staging: long enough to make 100,000 copies before they fall due."""
 DEFAULT_KEY_INDEX_ENTRIES_PER_FILE = 2_000_000
 """Entries of one key index file by default (40 MB of entries, 2 MB of slots)."""
 
@@ -52,6 +54,10 @@ class EngineConfig:
     millisecond's worth (a call costs the one writer ~0.4 ms of CPU); a timer after a quiet
     spell is handed over at its millisecond. 0: every millisecond. Adds at most this much
     lateness (SPEC T1: within 100 ms), never earliness."""
+    timer_stage_ahead_ms: int = DEFAULT_TIMER_STAGE_AHEAD_MS
+    """How long before timers fall due their hand-over copies are made, while the scheduler's
+    call waits (``CLEPSYDRA_STORE_TIMER_STAGE_AHEAD_MS``, DEC-timer-staging): at the due time
+    only the append is left. 0: copies are made at the due time."""
     retry_topic_queues: int = 1
     """Queues of a %RETRY% topic created by a plain send (R9 fallback); the retry service
     creates it with the group's retryQueueNums first when it can (R3)."""

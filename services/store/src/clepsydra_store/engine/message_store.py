@@ -51,6 +51,7 @@ from clepsydra_store.engine.schedule.carry_forward import CarryForward, Retentio
 from clepsydra_store.engine.schedule.drain import Drain
 from clepsydra_store.engine.schedule.fences import Fences
 from clepsydra_store.engine.schedule.handover import Handover
+from clepsydra_store.engine.schedule.staging import Staging
 from clepsydra_store.engine.schedule.timers import Timers
 from clepsydra_store.engine.types import (
     RECORDS,
@@ -127,7 +128,8 @@ class MessageStore:
         """The newest fencing token of each hand-over (DEC-scheduler-lease,
         schedule/fences.py)."""
         self._handover = Handover(writer, disp, self._drain, levels, self._counters,
-                                  self._fences)
+                                  self._fences, Staging(config.timer_stage_ahead_ms,
+                                                        self._topics))
         self._timers = Timers(writer, disp, self._handover, self._preparer, levels, self._lookup,
                              config.timer_handover_gap_ms)
         """Timer messages (T1, T2): hand-over, cancel, reschedule, backlog."""
@@ -667,6 +669,10 @@ class MessageStore:
         out["commitlog_segments"] = len(cl.segments)
         out["topics"] = len(self._topics.all()) + 1
         out["timer_handed_over_total"] = self._timers.handed_over  # SPEC T1
+        staging = self._handover.staging  # DEC-timer-staging
+        out["timer_staged_total"] = staging.made
+        out["timer_staged_used_total"] = staging.used
+        out["timer_staged"] = len(staging)
         out["held_pulls"] = self._arrivals.held  # DEC-pull-hold
         out.update(self._disk.stats())
         out.update(self._dispatcher.key_index.stats())

@@ -390,6 +390,30 @@ class TimerIndex:
         cached.taken = taken
         return later
 
+    def upcoming(self, after: tuple[int, int], until_ms: int, max_count: int,
+                 codes_of: CodesOf) -> tuple[list[tuple[int, int]], tuple[int, int] | None]:
+        """Up to ``max_count`` live pairs (queue offset, deliver ts) after the pair ``after``
+        (deliver ts, queue offset) and due by ``until_ms``, earliest first, and the last pair
+        looked at (None: none): the timers a hand-over will take next, read without taking
+        them (DEC-timer-staging; nothing here changes what :meth:`due` returns)."""
+        out: list[tuple[int, int]] = []
+        last: tuple[int, int] | None = None
+        for slot in self.slots(max(self._floor, after[0] // SLOT_MS)):
+            if slot * SLOT_MS > until_ms or len(out) >= max_count:
+                break
+            cached = self._load(slot)
+            pairs = cached.pairs
+            i = bisect.bisect_right(pairs, after, cached.start)
+            j = bisect.bisect_right(pairs, (until_ms, _MAX_Q), i)
+            while i < j and len(out) < max_count:
+                chunk = pairs[i:min(j, i + max_count - len(out))]
+                codes = codes_of([q for _, q in chunk])
+                out += [(q, ts) for (ts, q), code in zip(chunk, codes, strict=True)
+                        if code == ts]
+                last = chunk[-1]
+                i += len(chunk)
+        return out, last
+
     def confirm(self) -> None:
         """The hand-over of the pairs the last :meth:`due` took is appended (writer lock): those
         pairs are stale from now on, skipped without asking for their codes again

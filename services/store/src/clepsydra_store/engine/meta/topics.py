@@ -29,6 +29,9 @@ class TopicRegistry:
         self.path = config_dir / naming.TOPICS_FILE
         self._lock = threading.Lock()
         self._topics: dict[str, TopicConfig] = {}
+        self.removals = 0
+        """Topics deleted or given fewer queues since the store started: a copy made for a
+        topic earlier (DEC-timer-staging) may no longer have a place when this has moved."""
         if self.path.exists():
             try:
                 doc = json.loads(self.path.read_bytes())
@@ -64,6 +67,8 @@ class TopicRegistry:
             if existing is None:
                 return None
             if existing.queues != queues:
+                if queues < existing.queues:
+                    self.removals += 1
                 self._topics = {**self._topics, name: replace(existing, queues=queues)}
                 self._save()
             return self._topics[name]
@@ -73,6 +78,7 @@ class TopicRegistry:
             if name not in self._topics:
                 return False
             self._topics = {k: v for k, v in self._topics.items() if k != name}
+            self.removals += 1
             self._save()
             return True
 

@@ -93,21 +93,35 @@ class Drain:
         if not due:  # caught up: the buffer of the runs goes back (memory at rest)
             self._buffer = bytearray()
             return
+        for (queue_offset, commitlog_offset, size, deliver_ts), fast in self._spliced(level, due):
+            if fast is None:
+                item, ok, traceparent = self._rebuild(level, queue_offset, commitlog_offset,
+                                                      size, deliver_ts)
+            else:
+                item, traceparent = fast
+                ok = True
+            items.append(item)
+            delivered.append(ok)
+            traceparents.append(traceparent)
+
+    def splice_ahead(self, level: int, due: list[Due]) -> list[tuple[Prepared, str | None] | None]:
+        """The copies of ``due`` entries that the splice makes (None where it does not: the
+        hand-over then makes that one, D4 or D7), for copies made before their entries are due
+        (DEC-timer-staging). Nothing is parked nor logged here; a %RETRY% or %DLQ% topic named
+        by a copy is created as the hand-over would create it."""
+        return [fast for _, fast in self._spliced(level, due)]
+
+    def _spliced(self, level: int, due: list[Due]
+                 ) -> Iterator[tuple[Due, tuple[Prepared, str | None] | None]]:
+        """Each of ``due`` (in order) with its spliced copy and ``traceparent``, or None."""
         memo = _Memo()
         for span, base, run in self._spans(due):
             buf = span if span.__class__ is bytes else memoryview(span)
-            for queue_offset, commitlog_offset, size, deliver_ts in run:
-                fast = self._splice(level, queue_offset, buf, commitlog_offset - base, size,
-                                    commitlog_offset, deliver_ts, memo) if buf else None
-                if fast is None:
-                    item, ok, traceparent = self._rebuild(level, queue_offset, commitlog_offset,
-                                                          size, deliver_ts)
-                else:
-                    item, traceparent = fast
-                    ok = True
-                items.append(item)
-                delivered.append(ok)
-                traceparents.append(traceparent)
+            for entry in run:
+                queue_offset, commitlog_offset, size, deliver_ts = entry
+                yield entry, (self._splice(level, queue_offset, buf, commitlog_offset - base,
+                                           size, commitlog_offset, deliver_ts, memo)
+                              if buf else None)
 
     def _spans(self, due: list[Due]) -> Iterator[tuple[bytes | bytearray, int, list[Due]]]:
         """``due`` cut into runs of records lying close together in one segment, each with the

@@ -29,6 +29,7 @@ from clepsydra_store.engine.index.marks import TIMER_LEVEL
 from clepsydra_store.engine.index.timer_index import NO_TIMER
 from clepsydra_store.engine.schedule.drain import Drain, Due
 from clepsydra_store.engine.schedule.fences import Fences
+from clepsydra_store.engine.schedule.staging import Staging
 from clepsydra_store.engine.types import Delivered, HandoverResult, TimerHandoverResult
 from clepsydra_store.engine.write.codec import Prepared
 from clepsydra_store.engine.write.writer import Writer
@@ -79,7 +80,8 @@ class Handover:
     """Hands due entries over, a level or the timers, a chunk at a time."""
 
     def __init__(self, writer: Writer, dispatcher: Dispatcher, drain: Drain,
-                 levels: DelayLevels, counters: Counter[str], fences: Fences) -> None:
+                 levels: DelayLevels, counters: Counter[str], fences: Fences,
+                 staging: Staging) -> None:
         self._writer = writer
         self._fences = fences
         """The newest fencing token of each hand-over, checked by each chunk under the writer
@@ -88,6 +90,8 @@ class Handover:
         self._drain = drain
         self._levels = levels
         self._counters = counters
+        self.staging = staging
+        """The timers' copies made before they fall due (DEC-timer-staging)."""
         self._located: dict[int, tuple[int, int]] = {}
         """Timer-log queue offset -> (CommitLog offset, size) of the entries a timers' chunk
         read (writer lock)."""
@@ -197,9 +201,34 @@ class Handover:
             return last
 
         run = self._run(TIMER_LEVEL, take, max_count, fence)
+        if len(run.items) < max_count and len(self.staging):  # all due by now_ms taken
+            with self._writer.lock:
+                self.staging.passed(now_ms)
         lateness, delivered = _lateness(run)
         return TimerHandoverResult(len(lateness), len(run.items) - len(lateness), lateness,
                                    last.next_ts, delivered)
+
+    def stage_timers(self, now_ms: int) -> None:
+        """Make the copies of the timers due within the staging window now, a
+        :data:`LOCK_CHUNK` at a time under the writer lock (DEC-timer-staging): nothing is
+        written, and the hand-over at their due time takes them."""
+        staging = self.staging
+        until = now_ms + staging.ahead_ms
+        while True:
+            want = min(LOCK_CHUNK, staging.room())
+            if want <= 0:
+                break
+            with self._writer.lock:
+                self._located = {}
+                pairs, last = self._disp.timers.upcoming(staging.after(now_ms), until, want,
+                                                         self._codes)
+                located, self._located = self._located, {}
+                entries = [(q, *located[q], deliver_ts) for q, deliver_ts in pairs]
+                staging.keep(entries, self._drain.splice_ahead(TIMER_LEVEL, entries), last)
+            if last is None or len(pairs) < want:
+                break
+            time.sleep(0)  # as the hand-over's chunks (LOCK_CHUNK)
+        staging.until_ms = until
 
     def _due_timers(self, now_ms: int, max_count: int) -> Taken:
         """The timer index's due pairs, earliest first, with where their entries are (writer
@@ -261,8 +290,7 @@ class Handover:
                 self._fences.admit(level, fence)
                 taken = take(want)
                 before = len(run.items)
-                self._drain.prepare(level, taken.due, run.items, run.delivered,
-                                    run.traceparents)
+                self._prepare(level, taken.due, run)
                 if len(run.items) > before:
                     stored, run.end = writer.append_copies(run.items[before:])
                     run.stored_at += [stored] * (len(run.items) - before)
@@ -273,6 +301,23 @@ class Handover:
             time.sleep(0)  # let a thread waiting for the writer lock take it (LOCK_CHUNK)
         writer.acknowledge([], run.end)
         return run
+
+    def _prepare(self, level: int, due: list[Due], run: _Run) -> None:
+        """The copies of a chunk's ``due`` entries into ``run``, in their order: a timer's
+        copy made ahead taken (DEC-timer-staging), the others made by the drain."""
+        kept = self.staging.take(due) if level == TIMER_LEVEL and len(self.staging) else None
+        if not kept or kept.count(None) == len(kept):
+            self._drain.prepare(level, due, run.items, run.delivered, run.traceparents)
+            return
+        made = _Run()
+        self._drain.prepare(level, [e for e, c in zip(due, kept, strict=True) if c is None],
+                            made.items, made.delivered, made.traceparents)
+        fresh = iter(zip(made.items, made.delivered, made.traceparents, strict=True))
+        for copy in kept:
+            item, ok, traceparent = (copy[0], True, copy[1]) if copy is not None else next(fresh)
+            run.items.append(item)
+            run.delivered.append(ok)
+            run.traceparents.append(traceparent)
 
     def _settle(self, level: int, taken: Taken) -> None:
         """After a chunk's append (writer lock): a level's mark raised past the cancelled

@@ -122,14 +122,24 @@ class Timers:
                     self._last_handed_ms = -self._gap_ms if full else at
                     return result
                 next_due = result.next_due_at
+            staging = self._handover.staging
+            if next_due is not None and staging.wants(now(), next_due):
+                # the copies of what falls due soon made while nothing is due
+                # (DEC-timer-staging); then look again: time has passed
+                self._handover.stage_timers(now())
+                continue
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return TimerHandoverResult(next_due_at=next_due)
             if next_due is not None:
                 # until the due millisecond begins, not a millisecond floor past it; a wake
                 # a hair early runs nothing (above), so never early (T1)
-                # (and not before the gap since the last hand-over has passed)
+                # (and not before the gap since the last hand-over has passed), or until the
+                # copies of what falls due soon are to be made
                 go = max(next_due, self._last_handed_ms + self._gap_ms)
+                walk = staging.next_walk_ms(next_due)
+                if walk is not None:
+                    go = min(go, walk)
                 remaining = min(remaining, max(0.0, go / 1000 - time.time_ns() / 1e9))
             wake.wait(remaining)
 
