@@ -30,7 +30,8 @@ Each scenario prints messages a second and the cores' time by process in its win
 what else ran). The table at the end gives the ratios per round. ``--set VAR=VALUE`` is given
 to the stack and to this process (the SDK, the client processes): e.g. both spins off with
 ``--set CLEPSYDRA_STORE_POLLER_SPIN_US=0 --set CLEPSYDRA_CLIENT_SPIN_US=0``. ``--profile DIR``
-records the stack's Python processes with py-spy during ``raw1`` and ``batch``.
+records the stack's Python processes with py-spy during ``raw1``, ``procs1``, ``procs4`` and
+``batch``.
 """
 
 from __future__ import annotations
@@ -288,7 +289,7 @@ def run_round(stack: RunningStack, args: argparse.Namespace, only: list[str],
     for name in only:
         window = CpuWindow(stack, {"bench (this process)": os.getpid()})
         profiles = None
-        if profile_dir is not None and name in ("raw1", "batch"):
+        if profile_dir is not None and name in ("raw1", "procs1", "procs4", "batch"):
             pids = {n: pid for pid, n in stack_processes(stack).items()
                     if n not in ("redis", "supervisor")}
             profiles = Profiles(pids, args.seconds, profile_dir / f"r{round_no}-{name}").start()
