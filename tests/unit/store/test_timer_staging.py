@@ -163,3 +163,22 @@ def test_a_timer_added_after_the_walk_is_handed_over_all_the_same(open_store: Op
     assert result.delivered == 5 and store._handover.staging.used == 4
     bodies = [m.body for q in range(2) for m in store.read_queue(TOPIC, q, 0, 100).messages]
     assert b"late-comer" in bodies
+
+
+def test_making_copies_stops_when_the_first_timer_falls_due(open_store: OpenStore) -> None:
+    # SPEC T1, DEC-timer-staging: the waiting call makes copies only while nothing is due; once
+    # the clock reaches the next timer's time it stops, and hands over (what is made is kept)
+    store = _store(open_store, timer_stage_ahead_ms=AHEAD_MS)
+    due = now_ms() + 60_000
+    store.put_batch([PutRequest(TOPIC, str(i).encode(), deliver_at=due + i // 2_500)
+                     for i in range(5_000)])
+    ticks = iter([due - 1_000, due])  # the first chunk before the due time, then it is due
+
+    def clock() -> int:
+        return next(ticks, due)
+
+    store._handover.stage_timers(due - 1_000, clock, due)
+    staging = store._handover.staging
+    assert 0 < staging.made < 5_000  # one chunk (LOCK_CHUNK), then stopped
+    result = store._timers.handover(due + 5, 10_000)
+    assert result.delivered == 5_000 and staging.used == staging.made

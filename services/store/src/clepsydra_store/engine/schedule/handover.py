@@ -208,15 +208,17 @@ class Handover:
         return TimerHandoverResult(len(lateness), len(run.items) - len(lateness), lateness,
                                    last.next_ts, delivered)
 
-    def stage_timers(self, now_ms: int) -> None:
+    def stage_timers(self, now_ms: int, clock: Callable[[], int] | None = None,
+                     due_ms: int | None = None) -> None:
         """Make the copies of the timers due within the staging window now, a
         :data:`LOCK_CHUNK` at a time under the writer lock (DEC-timer-staging): nothing is
-        written, and the hand-over at their due time takes them."""
+        written, and the hand-over at their due time takes them. Stops once ``clock()`` reaches
+        ``due_ms`` (the next timer's time): then handing over comes first."""
         staging = self.staging
         until = now_ms + staging.ahead_ms
         while True:
             want = min(LOCK_CHUNK, staging.room())
-            if want <= 0:
+            if want <= 0 or (clock is not None and due_ms is not None and clock() >= due_ms):
                 break
             with self._writer.lock:
                 self._located = {}

@@ -126,7 +126,7 @@ class Timers:
             if next_due is not None and staging.wants(now(), next_due):
                 # the copies of what falls due soon made while nothing is due
                 # (DEC-timer-staging); then look again: time has passed
-                self._handover.stage_timers(now())
+                self._handover.stage_timers(now(), now, next_due)
                 continue
             remaining = deadline - time.monotonic()
             if remaining <= 0:
