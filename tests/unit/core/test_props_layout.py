@@ -185,3 +185,19 @@ def test_an_end_past_the_bytes_reads_as_before() -> None:
     assert P.decode_properties(raw[:-3], 0, len(raw)) == {"NAME": "v" * 80, "OTHER": "w" * 7}
     with pytest.raises(CorruptRecordError):  # a negative start, as before
         P.decode_properties(raw[3:] + raw, -3, len(raw) - 3)
+
+
+def test_a_long_block_or_one_of_many_properties_gets_no_layout() -> None:
+    """A layout's memory stays small (DEC-props-layout): a block over 4,096 bytes or of more
+    than 64 properties is always read by the loop, and reads as before."""
+    long = {"BIG": "x" * 5000, P.TAGS: "t"}
+    many = {f"p{i}": str(i) for i in range(65)}
+    for props in (long, many):
+        raw = P.encode_properties(props)
+        same_as_before(raw, times=4)
+        assert P.decode_properties(raw) == props
+        assert len(raw) not in P._LAYOUTS
+    fewer = {f"p{i}": str(i) for i in range(64)}
+    raw = P.encode_properties(fewer)
+    same_as_before(raw)
+    assert P._LAYOUTS[len(raw)].names == tuple(fewer)

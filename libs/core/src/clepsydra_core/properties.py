@@ -249,6 +249,8 @@ def _sighted(size: int, block: bytes, props: dict[str, str]) -> None:
     """Count a sampled block of a length without a layout, read by the loop into ``props``:
     the second sampled sighting of a length that is not resting builds its layout from the
     block (DEC-props-layout)."""
+    if size > _LAYOUT_MAX_BYTES or len(props) > _LAYOUT_MAX_FIELDS:
+        return  # a layout's memory stays small (DEC-props-layout)
     seen = _SIGHTED.get(size, 0)
     if seen < 1:
         if len(_SIGHTED) >= _LAYOUTS_MAX:
@@ -262,7 +264,7 @@ def _sighted(size: int, block: bytes, props: dict[str, str]) -> None:
         _SIGHTED[size] = -_LAYOUT_REST
         return
     _SIGHTED.pop(size, None)
-    if len(_LAYOUTS) >= _LAYOUTS_MAX:
+    if len(_LAYOUTS) >= _LAYOUTS_HELD:
         _LAYOUTS.clear()
     _LAYOUTS[size] = layout
 
@@ -280,6 +282,12 @@ the reader's lock keeps whole; a race between threads only moves a sample)."""
 _LAYOUT_REST = 8
 """Sampled sightings a dropped layout's length waits before it may build another."""
 _LAYOUTS_MAX = 1024
-"""Lengths held at most, in each map; a full map is emptied."""
+"""Lengths counted at most (:data:`_SIGHTED`); a full map is emptied."""
+_LAYOUTS_HELD = 256
+"""Layouts held at most; a full map is emptied."""
 _LAYOUT_MIN_BYTES = 64
 """Blocks shorter than this are always read by the loop: a layout does not pay for them."""
+_LAYOUT_MAX_BYTES = 4096
+_LAYOUT_MAX_FIELDS = 64
+"""Blocks longer, or of more properties, get no layout: one layout holds about twice its block's
+bytes and two slices a property (30 KB at these bounds), all of them under 8 MB."""
