@@ -277,8 +277,8 @@ _SIGHTED: dict[int, int] = {}
 """Sampled sightings of a length without a layout (negative: resting after a dropped one)."""
 _SAMPLE_EVERY = 64
 _SAMPLE = itertools.cycle([False] * (_SAMPLE_EVERY - 1) + [True])
-"""Which of the blocks read by the loop are sampled: one in :data:`_SAMPLE_EVERY` (a counter
-the reader's lock keeps whole; a race between threads only moves a sample)."""
+"""Which of the blocks read by the loop are sampled: one in :data:`_SAMPLE_EVERY` (``next`` on
+it is one step under the interpreter lock; threads sharing it only move the samples)."""
 _LAYOUT_REST = 8
 """Sampled sightings a dropped layout's length waits before it may build another."""
 _LAYOUTS_MAX = 1024
