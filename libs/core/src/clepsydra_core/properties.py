@@ -7,9 +7,11 @@ be encoded as UTF-8 (a lone surrogate) is refused by validation (SPEC P1).
 
 from __future__ import annotations
 
+import itertools
 import json
 import struct
 from collections.abc import Mapping
+from operator import itemgetter
 from typing import Any
 
 from clepsydra_core.errors import CorruptRecordError
@@ -148,13 +150,39 @@ def decode_properties(raw: bytes | memoryview, start: int = 0, end: int | None =
                       ) -> dict[str, str]:
     """Inverse of :func:`encode_properties` for ``raw[start:end]`` (all of it by default);
     CorruptRecordError on bytes that do not parse. Every pulled record decodes its properties:
-    the names are kept decoded, one bound check a property (DEC-pull-json-view)."""
+    a block that matches the layout held for its length is cut by it in a few C calls
+    (DEC-props-layout); any other is read property by property, one bound check a property,
+    the names kept decoded (DEC-pull-json-view), and now and then offered as a layout."""
     if not isinstance(raw, bytes):
         raw = bytes(raw)
-    props: dict[str, str] = {}
-    pos = start
     if end is None:
         end = len(raw)
+    size = end - start
+    sampled = False
+    if size >= _LAYOUT_MIN_BYTES:
+        layout = _layout_of(size)
+        if layout is None:
+            sampled = next(_SAMPLE)
+        elif start >= 0 and end <= len(raw):
+            block = raw[start:end]
+            if layout.skeleton_of(block) != layout.skeleton:
+                layout.miss(size)
+            elif block.isascii():
+                layout.score += 1
+                # zip stops at the names, before the getter's empty slice (strict= is slower)
+                values = layout.values_of(block.decode("ascii"))
+                return dict(zip(layout.names, values))  # noqa: B905
+            else:
+                try:
+                    values = map(bytes.decode, layout.values_of(block))
+                    props = dict(zip(layout.names, values))  # noqa: B905
+                except UnicodeDecodeError:
+                    pass  # the loop raises it as it always has
+                else:
+                    layout.score += 1
+                    return props
+    props = {}
+    pos = start
     names = _NAME_CACHE
     name_len, value_len = NAME_LEN.unpack_from, VALUE_LEN.unpack_from
     try:
@@ -174,4 +202,92 @@ def decode_properties(raw: bytes | memoryview, start: int = 0, end: int | None =
             props[name] = raw[value_at:pos].decode()
     except (struct.error, UnicodeDecodeError) as exc:
         raise CorruptRecordError(f"properties do not decode: {exc}") from exc
+    if sampled:
+        _sighted(size, raw[start:end], props)
     return props
+
+
+class _Layout:
+    """Where the properties of every block of one shape lie (DEC-props-layout): the
+    ``name_len | name | value_len`` fields (the block's skeleton) and the values between them,
+    each as one ``itemgetter`` of slices. A block of the layout's length whose skeleton equals
+    :attr:`skeleton` reads, property by property, exactly as these names with the values at
+    these places: the skeleton holds every length the reading follows. Each getter carries one
+    empty slice more, so it answers a tuple for one property too (``zip`` stops at the
+    names)."""
+
+    __slots__ = ("names", "score", "size", "skeleton", "skeleton_of", "values_of")
+
+    def __init__(self, props: dict[str, str]) -> None:
+        skeleton, fields, values, pos = [], [], [], 0
+        for name, value in props.items():
+            value_len = len(value.encode())
+            field = name_field(name) + VALUE_LEN.pack(value_len)  # as encode_properties writes
+            value_at = pos + len(field)
+            skeleton.append(field)
+            fields.append(slice(pos, value_at))
+            values.append(slice(value_at, value_at + value_len))
+            pos = value_at + value_len
+        skeleton.append(b"")
+        self.skeleton_of = itemgetter(*fields, _EMPTY)
+        self.values_of = itemgetter(*values, _EMPTY)
+        self.skeleton = tuple(skeleton)
+        self.names = tuple(props)
+        self.score = 0
+        self.size = pos
+
+    def miss(self, size: int) -> None:
+        """A block of this length that is not of this shape: halve the credit the hits earned
+        and take two. A layout that misses about twice as often as it hits costs more than it
+        saves: it is dropped, and its length rests (:data:`_LAYOUT_REST`)."""
+        self.score = (self.score >> 1) - 2
+        if self.score < -3 and _LAYOUTS.pop(size, None) is self:
+            _SIGHTED[size] = -_LAYOUT_REST
+
+
+def _sighted(size: int, block: bytes, props: dict[str, str]) -> None:
+    """Count a sampled block of a length without a layout, read by the loop into ``props``:
+    the second sampled sighting of a length that is not resting builds its layout from the
+    block (DEC-props-layout)."""
+    if size > _LAYOUT_MAX_BYTES or len(props) > _LAYOUT_MAX_FIELDS:
+        return  # a layout's memory stays small (DEC-props-layout)
+    seen = _SIGHTED.get(size, 0)
+    if seen < 1:
+        if len(_SIGHTED) >= _LAYOUTS_MAX:
+            _SIGHTED.clear()
+        _SIGHTED[size] = seen + 1
+        return
+    layout = _Layout(props)
+    if layout.size != size or layout.skeleton_of(block) != layout.skeleton:
+        # Not these properties in this order: a block that repeats a name (its dict holds
+        # fewer fields than it has), or one that runs past the end of ``raw``.
+        _SIGHTED[size] = -_LAYOUT_REST
+        return
+    _SIGHTED.pop(size, None)
+    if len(_LAYOUTS) >= _LAYOUTS_HELD:
+        _LAYOUTS.clear()
+    _LAYOUTS[size] = layout
+
+
+_EMPTY = slice(0, 0)
+_LAYOUTS: dict[int, _Layout] = {}
+"""The layout held for a properties block's length."""
+_layout_of = _LAYOUTS.get
+_SIGHTED: dict[int, int] = {}
+"""Sampled sightings of a length without a layout (negative: resting after a dropped one)."""
+_SAMPLE_EVERY = 64
+_SAMPLE = itertools.cycle([False] * (_SAMPLE_EVERY - 1) + [True])
+"""Which of the blocks read by the loop are sampled: one in :data:`_SAMPLE_EVERY` (``next`` on
+it is one step under the interpreter lock; threads sharing it only move the samples)."""
+_LAYOUT_REST = 8
+"""Sampled sightings a dropped layout's length waits before it may build another."""
+_LAYOUTS_MAX = 1024
+"""Lengths counted at most (:data:`_SIGHTED`); a full map is emptied."""
+_LAYOUTS_HELD = 256
+"""Layouts held at most; a full map is emptied."""
+_LAYOUT_MIN_BYTES = 64
+"""Blocks shorter than this are always read by the loop: a layout does not pay for them."""
+_LAYOUT_MAX_BYTES = 4096
+_LAYOUT_MAX_FIELDS = 64
+"""Blocks longer, or of more properties, get no layout: one layout holds about twice its block's
+bytes and two slices a property (30 KB at these bounds), all of them under 8 MB."""

@@ -47,6 +47,7 @@ U8 = struct.Struct(">B")
 I32 = struct.Struct(">i")
 """The properties length of a record."""
 _END = struct.Struct(">ii")
+_PROPS_LEN = I32.unpack_from
 
 
 def tags_code(tags: str | None) -> int:
@@ -265,7 +266,7 @@ def _decode_fields(raw: bytes | memoryview, pos: int) -> tuple[
         if len(_TOPICS) < _TOPICS_MAX:
             _TOPICS[topic_raw] = topic
     p += topic_len
-    props_len = int.from_bytes(raw[p:p + 4], "big", signed=True)
+    props_len = _PROPS_LEN(raw, p)[0]
     p += 4
     if props_len < 0 or p + props_len != end:
         raise CorruptRecordError(f"record at byte {pos}: properties length {props_len} is wrong")
