@@ -91,6 +91,35 @@ def test_committed_offset_waits_for_the_slowest_message(
                what="commit past the released message")
 
 
+def test_flow_control_stops_pulling_past_the_threshold_as_rocketmq_does(
+        stack: ClientStack, admin: AdminClient, producer: Producer, consumers: Consumers,
+        recorder: Recorders, names: Names,
+) -> None:
+    # DEC-flow-control-over: RocketMQ pulls again while a queue holds the threshold or fewer
+    # unfinished messages and stops once it holds more: a pull of `threshold` messages is
+    # followed by one more while the first are consumed (it was held back at the threshold)
+    topic, group = names("t"), names("g")
+    admin.create_topic(topic, 1)
+    producer.send_batch(topic, [_out(f"m{i}") for i in range(60)])
+    release = threading.Event()
+
+    def decide(m: Message, ctx: object) -> None:
+        release.wait(20)
+
+    rec = recorder(decide)
+    c = consumers(group, topic, rec, pull_threshold_per_queue=20, pull_batch_size=20,
+                  consume_threads=1)
+    try:
+        wait_until(lambda: c.stats.snapshot().get("flow_control", 0) >= 2, 15,
+                   what="flow control")
+        assert c.stats.snapshot().get("pulled") == 40  # 20 held: pulled again; 40: stopped
+        assert len(rec.seen) == 1  # the listener still holds the first
+    finally:
+        release.set()
+    rec.wait_for(lambda seen: len(seen) == 60, what="every message once released")
+    assert sorted(rec.bodies()) == sorted(f"m{i}" for i in range(60))
+
+
 def test_delayed_message_arrives_after_its_delay(stack: ClientStack, admin: AdminClient,
                                                  producer: Producer, consumers: Consumers,
                                                  recorder: Recorders, names: Names) -> None:

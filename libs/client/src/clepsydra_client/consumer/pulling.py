@@ -173,7 +173,9 @@ class QueuePuller:
         if self.stopped or pq.dropped:
             return
         s = self.settings
-        if pq.count >= s.threshold or (s.max_span and pq.span() > s.max_span):
+        # RocketMQ's flow control: no pull while *more* than the threshold are unfinished
+        # (DEC-flow-control-over): a pull of threshold messages still has the next one sent
+        if pq.count > s.threshold or (s.max_span and pq.span() > s.max_span):
             self.stats.add("flow_control")
             self._again(pq, FLOW_CONTROL_DELAY_S)
             return

@@ -85,7 +85,8 @@ class PushSettings:
     """The pull loops' threads; a pull held by the store keeps one busy (at most
     ``pull_threads - 1`` are held at once)."""
     pull_threshold_per_queue: int = 1000
-    """Flow control: no pull while this many messages of a queue are unfinished."""
+    """Flow control: no pull while more than this many messages of a queue are unfinished
+    (RocketMQ's ``pullThresholdForQueue``; DEC-flow-control-over)."""
     max_span: int = 2000
     """Flow control (concurrent): no pull while oldest unfinished and newest pulled are
     further apart than this."""
