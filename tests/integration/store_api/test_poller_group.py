@@ -58,11 +58,30 @@ def write_calls(pid: int) -> int:
     raise AssertionError("no syscw in /proc/<pid>/io")
 
 
+def all_threads_stopped(pid: int) -> bool:
+    """Every thread of ``pid`` is in the stopped state (``T`` in its ``stat``)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue  # a thread gone meanwhile
+        if state != "T":
+            return False
+    return True
+
+
 @contextmanager
 def stopped(pid: int) -> Iterator[None]:
-    """The worker stopped while the block runs; on again after ``SETTLE_S``."""
+    """The worker stopped while the block runs; on again after ``SETTLE_S``. The signal is
+    delivered asynchronously: the block starts once every thread is seen stopped, else the
+    poller, still waiting in ``epoll_wait``, could wake for the first request sent and take it
+    in a pass of its own (two appends where one is asserted, seen under load)."""
     os.kill(pid, signal.SIGSTOP)
     try:
+        deadline = time.monotonic() + 10.0
+        while not all_threads_stopped(pid):
+            assert time.monotonic() < deadline, "the worker did not stop"
+            time.sleep(0.005)
         yield
         time.sleep(SETTLE_S)
     finally:
