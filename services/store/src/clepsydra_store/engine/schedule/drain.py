@@ -49,6 +49,10 @@ _PARKING_TOPICS = frozenset({naming.SCHEDULE_TOPIC.encode(), naming.TIMER_TOPIC.
 """Topics a spliced record is stored under (valid UTF-8: no decode to check)."""
 
 
+Spliced = tuple[Prepared, str | None]
+"""A copy the splice made and its producer's ``traceparent`` (O1)."""
+
+
 _Read = tuple[str | None, int, bytes, int, tuple[int, ...]]
 """``Drain._read``: (real topic or None, queue id, its topic field, tags code, KEYS
 hashes)."""
@@ -104,15 +108,14 @@ class Drain:
             delivered.append(ok)
             traceparents.append(traceparent)
 
-    def splice_ahead(self, level: int, due: list[Due]) -> list[tuple[Prepared, str | None] | None]:
+    def splice_ahead(self, level: int, due: list[Due]) -> list[Spliced | None]:
         """The copies of ``due`` entries that the splice makes (None where it does not: the
         hand-over then makes that one, D4 or D7), for copies made before their entries are due
         (DEC-timer-staging). Nothing is parked nor logged here; a %RETRY% or %DLQ% topic named
         by a copy is created as the hand-over would create it."""
         return [fast for _, fast in self._spliced(level, due)]
 
-    def _spliced(self, level: int, due: list[Due]
-                 ) -> Iterator[tuple[Due, tuple[Prepared, str | None] | None]]:
+    def _spliced(self, level: int, due: list[Due]) -> Iterator[tuple[Due, Spliced | None]]:
         """Each of ``due`` (in order) with its spliced copy and ``traceparent``, or None."""
         memo = _Memo()
         for span, base, run in self._spans(due):

@@ -25,17 +25,13 @@ from collections import deque
 
 from clepsydra_store.engine.meta.topics import TopicRegistry
 from clepsydra_store.engine.schedule.drain import Due
-from clepsydra_store.engine.write.codec import Prepared
+from clepsydra_store.engine.schedule.drain import Spliced as Copy
 
 STAGE_MAX = 100_000
 """Most timers whose copies are kept at once (a burst of 100,000 due in one second)."""
 STAGE_STEP_MS = 100
 """The due window is walked again once it has moved this far: a steady stream of timers is
 staged a tenth of a second at a time, not on every wake of the waiting call."""
-
-Copy = tuple[Prepared, str | None]
-"""A copy and its producer's ``traceparent`` (O1), as the drain's splice makes them."""
-
 
 class Staging:
     """The copies made ahead, by timer-log queue offset (the caller holds the writer lock)."""
@@ -64,12 +60,12 @@ class Staging:
         window has moved :data:`STAGE_STEP_MS` since the last walk, with room left."""
         return (self.ahead_ms > 0 and next_due - now_ms <= self.ahead_ms
                 and now_ms + self.ahead_ms - self.until_ms >= STAGE_STEP_MS
-                and len(self._copies) < STAGE_MAX)
+                and self.room() > 0)
 
     def next_walk_ms(self, next_due: int) -> int | None:
         """When :meth:`wants` will next say yes (epoch ms), for a caller that waits; None:
         not before copies are taken (off, or no room)."""
-        if self.ahead_ms <= 0 or len(self._copies) >= STAGE_MAX:
+        if self.ahead_ms <= 0 or self.room() <= 0:
             return None
         return max(next_due, self.until_ms + STAGE_STEP_MS) - self.ahead_ms
 
@@ -85,8 +81,7 @@ class Staging:
              last: tuple[int, int] | None) -> None:
         """The copies made for ``due`` entries (None: not made, the hand-over will); ``last``:
         the last pair the walk looked at."""
-        if self._topics.removals != self._removals:
-            self.drop()
+        self._still_placed()
         for (queue_offset, _, _, deliver_ts), copy in zip(due, copies, strict=True):
             if copy is not None:
                 self._copies[queue_offset] = (deliver_ts, copy)
@@ -99,10 +94,7 @@ class Staging:
         """The kept copy of each of ``due`` (None: none kept for that entry and deliver time),
         each given once."""
         copies = self._copies
-        if not copies:
-            return [None] * len(due)
-        if self._topics.removals != self._removals:
-            self.drop()
+        if not copies or not self._still_placed():
             return [None] * len(due)
         out: list[Copy | None] = []
         for queue_offset, _, _, deliver_ts in due:
@@ -119,6 +111,14 @@ class Staging:
             copies.pop(order.popleft()[1], None)
         if not copies:
             order.clear()
+
+    def _still_placed(self) -> bool:
+        """False (and everything kept dropped) when a topic was deleted or lost queues since
+        the copies were made: a copy's place may be gone."""
+        if self._topics.removals == self._removals:
+            return True
+        self.drop()
+        return False
 
     def drop(self) -> None:
         """Everything kept goes (a topic lost its place); the window is walked again."""
