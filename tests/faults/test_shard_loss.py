@@ -98,14 +98,15 @@ def test_a_killed_shard_stops_only_its_share_and_loses_nothing(
         producing.start()
         wait_until(lambda: consumers[0].lines() != [], 60, what="the first consumed message")
         time.sleep(4.0)
-        producing.phase = "shard-down"
         os.kill(stack.proc.pid, signal.SIGSTOP)  # the supervisor restarts nothing meanwhile
         try:
             victim_group = _shard_group(stack, VICTIM)  # a /proc walk: slow under load
             os.killpg(victim_group, signal.SIGKILL)
-            # read after the kill: a message due before this instant may have been handed
-            # over by the shard in its last moments (a clock read before the walk above let
-            # one through as "stranded", consumed while the shard was down)
+            # the phase and the clock read after the kill: a send begun before it may still be
+            # acknowledged by the shard (seen under load: one begun during the walk above, in
+            # the phase "shard-down", stored on the victim), and a message due before it may
+            # have been handed over in the shard's last moments
+            producing.phase = "shard-down"
             killed_ms = int(time.time() * 1000)
             time.sleep(DOWN_S)
         finally:
