@@ -75,7 +75,7 @@ class Browser:
 
         old = self.find("html")
         self.find(css).click()
-        WebDriverWait(self.driver, 30).until(expected_conditions.staleness_of(old))
+        WebDriverWait(self.driver, 30).until(lambda _driver: _replaced(old))
         WebDriverWait(self.driver, 30).until(
             expected_conditions.presence_of_element_located((By.CSS_SELECTOR, then)))
         self.check_console()
@@ -115,6 +115,24 @@ def chromium_driver() -> Iterator[Any]:
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+def _replaced(element: Any) -> bool:
+    """Whether ``element`` is gone from the page (the next page has replaced it). Asked while
+    the document is being replaced, chromedriver may answer "Node with given id does not
+    belong to the document" instead of a stale reference (seen once in CI, once in a
+    ``make test`` here): that is gone too."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    try:
+        element.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as exc:
+        if "does not belong to the document" in str(exc):
+            return True
+        raise
+    return False
 
 
 def browser_for(driver: Any, base: str, request: pytest.FixtureRequest) -> Browser:
