@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 from urllib.parse import quote
 
@@ -95,7 +96,7 @@ def _failure(shard: int, exc: ClepsydraError) -> ShardFailure:
 def everywhere(after_local: AfterLocal | None = None) -> Callable[[Handler], Handler]:
     """Apply the handler on every shard (module docstring). ``after_local(cluster, call,
     answer)`` runs on each shard once the handler answered there (its JSON) or found nothing
-    to act on (None): the topic tombstones of cluster/state.py."""
+    to act on (None): the topic tombstones of cluster/state.py, set under its ``changing``."""
     def wrap(handler: Handler) -> Handler:
         @functools.wraps(handler)
         def wrapper(c: StoreContext, call: Call) -> Reply:
@@ -105,14 +106,15 @@ def everywhere(after_local: AfterLocal | None = None) -> Callable[[Handler], Han
             payload = _payload(call)
             local: Answer | None = None
             local_error: ClepsydraError | None = None
-            try:
-                local = _local(handler, c, call)
-            except ClepsydraError as exc:
-                if not isinstance(exc, NotFound):
-                    raise  # refused as asked: refused the same on every shard
-                local_error = exc
-            if after_local is not None:
-                after_local(cluster, call, None if local is None else local[1])
+            with _changing(cluster, after_local):
+                try:
+                    local = _local(handler, c, call)
+                except ClepsydraError as exc:
+                    if not isinstance(exc, NotFound):
+                        raise  # refused as asked: refused the same on every shard
+                    local_error = exc
+                if after_local is not None:
+                    after_local(cluster, call, None if local is None else local[1])
             peers = cluster.peers
             answers = peers.each(peers.retried(_forwarder(cluster, call, payload)))
             applied = [cluster.shard_id] if local is not None else []
@@ -138,13 +140,21 @@ def _alone(c: StoreContext, call: Call, handler: Handler,
     """The handler on this shard alone (one shard, or a request a peer forwarded)."""
     if c.cluster is None or after_local is None:
         return handler(c, call)
-    try:
-        status, value = handler(c, call)
-    except NotFound:
-        after_local(c.cluster, call, None)
-        raise
-    after_local(c.cluster, call, value if status < 300 else None)
+    with _changing(c.cluster, after_local):
+        try:
+            status, value = handler(c, call)
+        except NotFound:
+            after_local(c.cluster, call, None)
+            raise
+        after_local(c.cluster, call, value if status < 300 else None)
     return status, value
+
+
+def _changing(cluster: Cluster, after_local: AfterLocal | None) -> AbstractContextManager[Any]:
+    """A change with a tombstone to set or forget (a topic's create or delete) holds the
+    shard's ``ClusterState.changing`` from the change to its tombstone: the start-up sync
+    (cluster/sync.py) takes no topic in between."""
+    return nullcontext() if after_local is None else cluster.state.changing
 
 
 # ---- look-ups ------------------------------------------------------------------------------

@@ -9,6 +9,10 @@ rename on every change, like the topics):
   does not take it back from a peer that missed the delete (``cluster/sync.py``). A create of
   the same name forgets it.
 
+``changing`` is held while a topic is created or deleted here together with its tombstone
+(``api/fanout.py``), and while the start-up sync checks the tombstones and takes a topic: the
+sync never sees a topic gone from the store but not yet marked deleted, and takes it back.
+
 Versioned: ``{"version": 1, ...}``; a file without a version is read as version 1, a newer
 version stops the store (it would drop what it does not know).
 """
@@ -32,6 +36,8 @@ class ClusterState:
         config_dir.mkdir(parents=True, exist_ok=True)
         self.path = config_dir / naming.CLUSTER_FILE
         self._lock = threading.Lock()
+        self.changing = threading.Lock()
+        """A topic's create or delete and its tombstone, or the sync's take (module docstring)."""
         self._draining = False
         self._deleted: dict[str, int] = {}
         if self.path.exists():
@@ -62,8 +68,8 @@ class ClusterState:
             self._save()
             return True
 
-    def deleted(self) -> dict[str, int]:
-        return dict(self._deleted)
+    def is_deleted(self, topic: str) -> bool:
+        return topic in self._deleted
 
     def mark_deleted(self, topic: str, at_ms: int) -> None:
         with self._lock:

@@ -2,7 +2,8 @@
 (a new shard of a grown cluster, or one that was down while a topic was created) with the
 queue count the peers have, the queues of a topic the peers grew meanwhile, and the consumer
 groups' settings it lacks. Only additions: a shard never deletes or shrinks anything it reads
-from a peer, and never takes back a topic deleted through it (``ClusterState.deleted``).
+from a peer, and never takes back a topic deleted through it (its tombstone in
+``ClusterState``, checked and taken under ``ClusterState.changing``).
 
 It runs on a thread of its own once the store is up, until one peer answered (then it stops):
 a shard starts and serves at once, its topics arrive within a peer's answer.
@@ -77,11 +78,10 @@ class PeerSync:
             for topic in listing.topics:
                 if not naming.is_system_topic(topic.name):
                     wanted[topic.name] = max(wanted.get(topic.name, 0), len(topic.queues))
-        deleted = self.state.deleted()
         for name, queues in sorted(wanted.items()):
-            if name in deleted:
-                continue
-            self._take_topic(name, queues)
+            with self.state.changing:  # not between a delete here and its tombstone
+                if not self.state.is_deleted(name):
+                    self._take_topic(name, queues)
         for settings in groups.values():
             if isinstance(settings, ClepsydraError):
                 continue
