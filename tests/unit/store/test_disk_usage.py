@@ -78,7 +78,7 @@ def test_disk_settings_are_ratios_and_warning_is_not_above_the_mark(tmp_path: Pa
     assert (settings.engine.disk_max_ratio, settings.engine.disk_warn_ratio,
             settings.engine.disk_capacity_bytes) == (0.90, 0.85, 0)
     assert settings.lock_expiry_ms == 60_000
-    assert settings.poller_spin_us == 150  # DEC-poller-spin
+    assert settings.poller_spin_us == 300  # DEC-poller-spin
     for env, named in ((dict(CLEPSYDRA_STORE_DISK_MAX_RATIO="1.5"), "DISK_MAX_RATIO"),
                        (dict(CLEPSYDRA_STORE_DISK_WARN_RATIO="0"), "DISK_WARN_RATIO"),
                        (dict(CLEPSYDRA_STORE_DISK_MAX_RATIO="0.8"), "DISK_WARN_RATIO"),

@@ -52,8 +52,9 @@ def _ratio(env: Env, name: str, default: float) -> float:
     return value
 
 
-DEFAULT_POLLER_SPIN_US = 150
-"""``CLEPSYDRA_STORE_POLLER_SPIN_US``: measured against 0, 300 and 500 in the peer harness."""
+DEFAULT_POLLER_SPIN_US = 300
+"""``CLEPSYDRA_STORE_POLLER_SPIN_US`` (DEC-poller-spin): 150 µs before, too short for the SDK's
+turn between two sends on a slower machine of the kind."""
 
 @dataclass(frozen=True, slots=True)
 class StoreSettings:
