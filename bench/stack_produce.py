@@ -15,9 +15,8 @@ each round, runs one after the other for ``--seconds`` each:
   raw1    single-message produce from one keep-alive HTTP/1.1 client (a raw socket: the
           cheapest Python client, so the figure is the stack's)
   sdk1    the SDK's ``Producer.send``, one message a call
-  sdk1spin  the same with the client's spin for a quick answer on (200 µs, what
-          ``CLEPSYDRA_CLIENT_SPIN_US`` was by default before DEC-client-spin-off): on and off in
-          one run
+  sdk1nospin  the same with the client's spin for a quick answer off
+          (``CLEPSYDRA_CLIENT_SPIN_US=0``; DEC-client-spin-spare-core): on and off in one run
   procs1  ``raw1`` from one client process of its own; procs4: from 4 at once (target: 4
           processes >= 1.5x one)
   batch   batches of 100 from one raw keep-alive client (target: >= 10x the single ``ZADD``
@@ -57,9 +56,7 @@ from tests.fixtures.stack import RunningStack, launch_stack, stop_stack
 TOPIC = "speed"
 QUEUES = 4
 BATCH = 100
-SCENARIOS = ("zadd", "raw1", "sdk1", "sdk1spin", "procs1", "procs4", "batch")
-SPIN_US = 200
-"""``sdk1spin``'s client spin (the default before DEC-client-spin-off)."""
+SCENARIOS = ("zadd", "raw1", "sdk1", "sdk1nospin", "procs1", "procs4", "batch")
 ZSET_KEY = "bench:stack-produce"
 EXPORT_DRAIN_TIMEOUT_S = 300.0
 EXPORTER_METRICS = ("clepsydra_analytics_exporter_lag_messages",
@@ -304,8 +301,8 @@ def run_round(stack: RunningStack, args: argparse.Namespace, only: list[str],
                 n, seconds = run_raw(stack.store_url, args.seconds, args.body)
             elif name == "sdk1":
                 n, seconds = run_sdk(stack.store_url, args.seconds, args.body)
-            elif name == "sdk1spin":
-                n, seconds = run_sdk(stack.store_url, args.seconds, args.body, SPIN_US)
+            elif name == "sdk1nospin":
+                n, seconds = run_sdk(stack.store_url, args.seconds, args.body, 0)
             elif name == "batch":
                 n, seconds = run_raw(stack.store_url, args.seconds, args.body, batch=True)
             else:
@@ -333,11 +330,11 @@ def ratios(results: list[Result]) -> str:
     parts = []
     zadd = by.get("zadd")
     for name, label in (("raw1", "raw1/zadd"), ("sdk1", "sdk1/zadd"),
-                        ("sdk1spin", "sdk1spin/zadd"), ("batch", "batch/zadd")):
+                        ("sdk1nospin", "sdk1nospin/zadd"), ("batch", "batch/zadd")):
         if zadd and name in by:
             parts.append(f"{label} {by[name] / zadd:.2f}")
-    if by.get("sdk1") and "sdk1spin" in by:
-        parts.append(f"sdk1spin/sdk1 {by['sdk1spin'] / by['sdk1']:.2f}")
+    if by.get("sdk1") and "sdk1nospin" in by:
+        parts.append(f"sdk1/sdk1nospin {by['sdk1'] / by['sdk1nospin']:.2f}")
     if by.get("procs1") and "procs4" in by:
         parts.append(f"procs4/procs1 {by['procs4'] / by['procs1']:.2f}")
     return ", ".join(parts)

@@ -344,12 +344,17 @@ def _spun(http: HttpClient) -> int:
 
 
 def test_a_caller_in_a_loop_spins_for_quick_answers_and_no_one_else_does(
-        serve: Callable[[Handler], Server]) -> None:
-    """DEC-client-spin-off: a call reads without blocking, for up to spin_us, only while the last
-    answer came within it and the call came within it after that answer (a loop sending message
-    after message); a caller at its own pace, or a slow service, sleeps in recv as before."""
+        serve: Callable[[Handler], Server], monkeypatch: pytest.MonkeyPatch) -> None:
+    """DEC-client-spin-spare-core: a call reads without blocking, for up to spin_us, only while
+    the last answer came within it and the call came within it after that answer (a loop
+    sending message after message); a caller at its own pace, or a slow service, sleeps in recv
+    as before."""
     import time
 
+    from clepsydra_core.runtime import http_connections
+
+    monkeypatch.setattr(http_connections, "_spin_pays", True)  # whatever this machine's load
+    monkeypatch.setattr(http_connections, "_load_read_at", float("inf"))
     quick = serve(lambda ex: ex.json(200, b"{}"))
     loop = HttpClient(quick.url, spin_us=200_000)  # answers come far within 200 ms
     for _ in range(20):
@@ -375,6 +380,39 @@ def test_a_caller_in_a_loop_spins_for_quick_answers_and_no_one_else_does(
     assert _spun(slow) == 0
     for http in (loop, off, paced, slow):
         http.close()
+
+
+def test_a_caller_spins_only_while_the_machine_has_a_core_to_spare(
+        serve: Callable[[Handler], Server], monkeypatch: pytest.MonkeyPatch) -> None:
+    """DEC-client-spin-spare-core: the spin is taken while the 1-minute load average is under
+    the usable cores + 1 (the spinner counted), read at most once a second. The load average
+    is replaced here: a test cannot set the machine's."""
+    from clepsydra_core.runtime import http_connections as hc
+
+    assert hc.spinning_pays(0.0, 2) and hc.spinning_pays(2.9, 2)
+    assert not hc.spinning_pays(3.0, 2) and not hc.spinning_pays(9.5, 2)
+    assert hc.spinning_pays(16.5, 16)
+    load = [50.0]
+    reads: list[float] = []
+
+    def loadavg() -> tuple[float, float, float]:
+        reads.append(load[0])
+        return load[0], load[0], load[0]
+
+    monkeypatch.setattr(hc.os, "getloadavg", loadavg)
+    monkeypatch.setattr(hc, "_load_read_at", -hc.LOAD_READ_EVERY_S)
+    quick = serve(lambda ex: ex.json(200, b"{}"))
+    busy = HttpClient(quick.url, spin_us=200_000)
+    for _ in range(20):
+        busy.get("/x")
+    assert _spun(busy) == 0  # every core taken: it sleeps in recv
+    assert reads == [50.0]  # read once in that second, not once a call
+    load[0] = 0.5
+    monkeypatch.setattr(hc, "_load_read_at", -hc.LOAD_READ_EVERY_S)  # a second later
+    for _ in range(20):
+        busy.get("/x")
+    assert _spun(busy) >= 10  # a core to spare: it spins again
+    busy.close()
 
 
 def test_the_spin_is_a_client_setting(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -129,7 +129,8 @@ class HttpClient:
     service-to-service clients pass False (cluster-internal addresses). ``pool_size``: keep-alive
     connections per ``requests`` session (a service answering many threads at once wants more).
     ``token``: the bearer token to send (None: ``CLEPSYDRA_TOKEN``, else none). ``spin_us``:
-    how long a call reads without blocking while answers come that fast (None:
+    how long a call reads without blocking while answers come that fast and the machine has a
+    core to spare (DEC-client-spin-spare-core; None:
     ``CLEPSYDRA_CLIENT_SPIN_US``, else ``http_connections.DEFAULT_SPIN_US``; 0: never)."""
 
     def __init__(self, base_url: str, *, timeout_s: float = 10.0,

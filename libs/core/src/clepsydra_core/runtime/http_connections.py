@@ -19,18 +19,19 @@ idempotent call (GET, PUT, DELETE) arrived, is sent again once on a new connecti
 race of a service closing an idle connection as the call starts. A POST whose answer was lost is
 never sent again here (the caller decides: a produce may have been stored).
 
-A short spin for a quick answer, off by default (DEC-client-spin-off): with ``spin_us`` > 0
-(``CLEPSYDRA_CLIENT_SPIN_US``), a call whose last answer on this connection came back within
-``spin_us`` first reads without blocking for up to that long, and blocks only after. Going to
-sleep in ``recv`` and being woken by the answer can cost a producer as much time as the store's
-whole answer (a scheduler's wake-up in a virtual machine): with a core to spare for each side,
-one SDK ``send`` at a time went from ~9k to ~12k a second against the local store. On the
-2-core machines the whole stack runs on, the spinning caller takes the core the store and the
-other services need: the producer of the peers workload sent 1.7 times faster without it (the
-decision's figures). The spin is taken only while answers keep coming that fast (a remote
-service, a held pull or a long poll: no spin) and the caller calls again as soon as it has one
-(a loop sending one message after another; one sending at its own pace sleeps as before), so a
-caller pays at most ``spin_us`` of CPU a call.
+A short spin for a quick answer, while the machine has a core to spare
+(DEC-client-spin-spare-core): with ``spin_us`` > 0 (``CLEPSYDRA_CLIENT_SPIN_US``, 200 by
+default), a call whose last answer on this connection came back within ``spin_us`` first reads
+without blocking for up to that long, and blocks only after. Going to sleep in ``recv`` and
+being woken by the answer can cost a producer as much time as the store's whole answer (a
+scheduler's wake-up in a virtual machine): the producer of the peers workload sent 1.6-2.1
+times faster with it on a quiet 2-core machine. On a machine whose cores are all taken the
+spinning caller takes the core the store and the other services need (it sent up to 1.96 times
+slower with it there), so the spin is taken only while the 1-minute load average is under the
+usable cores + 1 (:func:`core_to_spare`; the spinner itself counts one). And only while answers
+keep coming that fast (a remote service, a held pull or a long poll: no spin) and the caller
+calls again as soon as it has one (a loop sending one message after another; one sending at its
+own pace sleeps as before), so a caller pays at most ``spin_us`` of CPU a call.
 
 Timeouts are the kernel's (``SO_RCVTIMEO``, ``SO_SNDTIMEO``) on a blocking socket, not
 Python's: a socket with a Python timeout polls before every ``send`` and ``recv``, five system
@@ -44,6 +45,7 @@ from __future__ import annotations
 
 import http.client
 import mmap
+import os
 import select
 import socket
 import struct
@@ -65,9 +67,38 @@ MAX_HEAD_BYTES = 64 * 1024
 _RECV_BYTES = 256 * 1024
 """A connection's receive buffer (:meth:`Connection._recv`): anonymous memory of its own, of
 which only the pages an answer reached are resident (DEC-memory-cow)."""
-DEFAULT_SPIN_US = 0
-"""How long a call reads without blocking before it sleeps, while answers come that fast: 0,
-never (DEC-client-spin-off; 200 µs pays on a machine with a core to spare for the caller)."""
+DEFAULT_SPIN_US = 200
+"""How long a call reads without blocking before it sleeps, while answers come that fast and
+the machine has a core to spare (DEC-client-spin-spare-core)."""
+LOAD_READ_EVERY_S = 1.0
+""":func:`core_to_spare` reads the load average at most this often."""
+_USABLE_CORES = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                 else os.cpu_count() or 1)
+_load_read_at = -LOAD_READ_EVERY_S
+"""When :func:`core_to_spare` last read the load average (``perf_counter``'s clock)."""
+_spin_pays = True
+"""What it found then."""
+
+
+def spinning_pays(load_1m: float, cores: int) -> bool:
+    """Whether a caller may spin for its answer: the machine's 1-minute load average is under
+    its usable cores + 1, the spinning caller itself counted (DEC-client-spin-spare-core)."""
+    return load_1m < cores + 1
+
+
+def core_to_spare(now: float) -> bool:
+    """:func:`spinning_pays` for this machine now, the load average read at most once a
+    second (``now``: ``time.perf_counter()``); True where it cannot be read."""
+    global _load_read_at, _spin_pays
+    if now - _load_read_at >= LOAD_READ_EVERY_S:
+        try:
+            _spin_pays = spinning_pays(os.getloadavg()[0], _USABLE_CORES)
+        except OSError:
+            _spin_pays = True
+        _load_read_at = now
+    return _spin_pays
+
+
 GATHER_BYTES = 64 * 1024
 """A body this large is written with its head by one ``sendmsg`` of both, not copied behind
 the head first (a batch of 500 messages: 600 KiB copied once more per request)."""
@@ -144,7 +175,8 @@ class Connection:
         sock = self._socket()
         if self.spin_s:  # (no clock read a call without the spin)
             self._sent_at = now = time.perf_counter()
-            self._fast = self._fast and now - self._done_at <= self.spin_s
+            self._fast = self._fast and now - self._done_at <= self.spin_s and \
+                core_to_spare(now)
         try:
             if body and len(body) >= GATHER_BYTES:
                 _send_gathered(sock, data, body)
