@@ -377,15 +377,15 @@ def main() -> int:
         export = check_export_once(stack) if not flags and "batch" in only else None
     finally:
         stop_stack(stack)
-    print(f"\n{'round':<6}" + "".join(f"{name:>10}" for name in only) + "   ratios")
+    print(f"\n{'round':<6}" + "".join(f"{name:>11}" for name in only) + "   ratios")
     for round_no, results in enumerate(rows, 1):
-        print(f"{round_no:<6}" + "".join(f"{r.rate:>10,.0f}" for r in results)
+        print(f"{round_no:<6}" + "".join(f"{r.rate:>11,.0f}" for r in results)
               + f"   {ratios(results)}")
     print("msgs/s; store CPU a message (us):")
     for round_no, results in enumerate(rows, 1):
         print(f"{round_no:<6}" + "".join(
-            f"{1e6 * r.cpu.seconds('store') / max(r.messages, 1):>10,.1f}" if r.cpu else
-            f"{'-':>10}" for r in results))
+            f"{1e6 * r.cpu.seconds('store') / max(r.messages, 1):>11,.1f}" if r.cpu else
+            f"{'-':>11}" for r in results))
     if export:
         print(export)
     return 0
