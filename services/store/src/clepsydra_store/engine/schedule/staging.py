@@ -24,8 +24,7 @@ from __future__ import annotations
 from collections import deque
 
 from clepsydra_store.engine.meta.topics import TopicRegistry
-from clepsydra_store.engine.schedule.drain import Due
-from clepsydra_store.engine.schedule.drain import Spliced as Copy
+from clepsydra_store.engine.schedule.drain import Due, Spliced
 
 STAGE_MAX = 100_000
 """Most timers whose copies are kept at once (a burst of 100,000 due in one second)."""
@@ -41,7 +40,7 @@ class Staging:
         """``EngineConfig.timer_stage_ahead_ms``; 0: nothing is made ahead."""
         self._topics = topics
         self._removals = topics.removals
-        self._copies: dict[int, tuple[int, Copy]] = {}
+        self._copies: dict[int, tuple[int, Spliced]] = {}
         """Timer-log queue offset -> (deliver ts, its copy)."""
         self._order: deque[tuple[int, int]] = deque()
         """(deliver ts, queue offset) of every copy kept, in the order made (due order)."""
@@ -77,7 +76,7 @@ class Staging:
     def room(self) -> int:
         return STAGE_MAX - len(self._copies)
 
-    def keep(self, due: list[Due], copies: list[Copy | None],
+    def keep(self, due: list[Due], copies: list[Spliced | None],
              last: tuple[int, int] | None) -> None:
         """The copies made for ``due`` entries (None: not made, the hand-over will); ``last``:
         the last pair the walk looked at."""
@@ -90,13 +89,13 @@ class Staging:
         if last is not None:
             self._cursor = max(self._cursor, last)
 
-    def take(self, due: list[Due]) -> list[Copy | None]:
+    def take(self, due: list[Due]) -> list[Spliced | None]:
         """The kept copy of each of ``due`` (None: none kept for that entry and deliver time),
         each given once."""
         copies = self._copies
         if not copies or not self._still_placed():
             return [None] * len(due)
-        out: list[Copy | None] = []
+        out: list[Spliced | None] = []
         for queue_offset, _, _, deliver_ts in due:
             kept = copies.pop(queue_offset, None)
             out.append(kept[1] if kept is not None and kept[0] == deliver_ts else None)
