@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from clepsydra_store import inline
 from clepsydra_store.inline import (
     MAX_HEAD_BYTES,
     PollerRequest,
@@ -82,6 +83,54 @@ def test_a_request_not_arrived_whole_waits(raw: bytes) -> None:
 ])
 def test_anything_else_goes_to_gunicorn_once_whole(raw: bytes) -> None:
     assert read_request(raw, 0, LIMIT, REMOTE) == (Verdict.HANDOVER, 0)
+    assert read_request(raw, 0, LIMIT, REMOTE) == (Verdict.HANDOVER, 0)  # its head read before
+
+
+def test_a_head_read_before_gives_each_request_an_environ_of_its_own() -> None:
+    """The header fields of a head are read once (``FIELDS_CACHE_SIZE``); each request still
+    gets its own environ, with its own connection's address."""
+    raw = request(fields="Host: x\r\nAuthorization: Bearer t\r\n")
+    first, _ = read_request(raw, 0, LIMIT, REMOTE)
+    first.environ["HTTP_AUTHORIZATION"] = "changed"  # type: ignore[union-attr]
+    second, end = read_request(raw, 0, LIMIT, ("127.0.0.1", 40001))
+    assert isinstance(second, PollerRequest) and end == len(raw)
+    assert second.environ["HTTP_AUTHORIZATION"] == "Bearer t"
+    assert (second.environ["REMOTE_PORT"], second.environ["CONTENT_LENGTH"]) == \
+        ("40001", str(len(BODY)))
+
+
+def test_each_request_keeps_its_own_traceparent_while_the_rest_of_its_head_is_read_once() -> None:
+    inline._FIELDS_READ.clear()
+    got = []
+    for parent in ("00-a-b-01", "00-c-d-00", "00-e-f-01"):
+        raw = request(fields=f"Host: x\r\ntraceparent: {parent}\r\nAccept: */*\r\n")
+        one, _ = read_request(raw, 0, LIMIT, REMOTE)
+        assert isinstance(one, PollerRequest)
+        got.append((one.environ["HTTP_TRACEPARENT"], one.environ["HTTP_ACCEPT"]))
+    assert got == [("00-a-b-01", "*/*"), ("00-c-d-00", "*/*"), ("00-e-f-01", "*/*")]
+    assert len(inline._FIELDS_READ) == 1  # the head but its traceparent
+
+
+@pytest.mark.parametrize("fields", [
+    "traceparent: 00-a-b-01\r\nHost: x\r\ntraceparent: 00-c-d-01\r\n",
+    "Host: x\r\ntraceparent: 00-a-b-01\r\nTraceparent: 00-c-d-01\r\n",
+    "Host: x\r\ntraceparent: 00-a-b-01\r\n folded\r\n",
+])
+def test_a_repeated_or_odd_traceparent_goes_to_gunicorn(fields: str) -> None:
+    for _ in range(2):
+        assert read_request(request(fields=fields), 0, LIMIT, REMOTE) == (Verdict.HANDOVER, 0)
+
+
+def test_the_heads_read_before_are_bounded() -> None:
+    inline._FIELDS_READ.clear()
+    for i in range(inline.FIELDS_CACHE_SIZE + 10):
+        assert isinstance(read_request(request(fields=f"Host: x{i}\r\n"), 0, LIMIT,
+                                       REMOTE)[0], PollerRequest)
+        assert len(inline._FIELDS_READ) <= inline.FIELDS_CACHE_SIZE
+    inline._FIELDS_READ.clear()
+    long = request(fields="X-Long: " + "v" * inline.FIELDS_CACHED_BYTES + "\r\n")
+    assert isinstance(read_request(long, 0, LIMIT, REMOTE)[0], PollerRequest)
+    assert not inline._FIELDS_READ
 
 
 def test_a_large_produce_request_is_read_whole_here() -> None:

@@ -164,37 +164,21 @@ def read_request(buf: bytes, pos: int, limit: int, remote: tuple[str, int],
     if line is None:
         return _not_ours(buf, pos), pos
     endpoint, method, path, args, query, at = line
+    block = buf[at:head_end + 2]
+    own = block.find(_OWN_FIELD)  # a traceparent: each request's own (the SDK's)
+    if own >= 0 and (own == 0 or block[own - 2:own] == b"\r\n"):
+        fields, traceparent = _fields_but_own(block, own)
+    else:
+        fields, traceparent = _fields_read(block), None
+    if fields is _NOT_OURS:
+        return _not_ours(buf, pos), pos
     environ: dict[str, Any] = {
         "REQUEST_METHOD": method, "SERVER_PROTOCOL": "HTTP/1.1", "PATH_INFO": path,
         "QUERY_STRING": query, "REMOTE_ADDR": remote[0], "REMOTE_PORT": str(remote[1])}
-    length = -1
-    fields_end = head_end + 2
-    match = _FIELD.match
-    while at < fields_end:
-        field = match(buf, at)
-        if field is None:
-            return _not_ours(buf, pos), pos
-        at = field.end()
-        if at > fields_end:
-            return _not_ours(buf, pos), pos
-        raw_name, raw_value = field.groups()
-        value = raw_value.decode("latin-1")
-        key = _PLAIN_KEYS.get(raw_name)  # a common header as clients spell it
-        if key is None:
-            name = raw_name.decode("ascii").upper()
-            if name == "CONTENT-LENGTH":
-                if length >= 0 or not _DIGITS.fullmatch(value):
-                    return _not_ours(buf, pos), pos
-                length = int(value)
-                key = "CONTENT_LENGTH"
-            elif name in _REFUSED_FIELDS or (name == "CONNECTION"
-                                             and value.strip().lower() != "keep-alive"):
-                return _not_ours(buf, pos), pos
-            else:
-                key = _environ_key(name)
-        if key in environ:  # a repeated header: gunicorn's rules for joining it
-            return _not_ours(buf, pos), pos
-        environ[key] = value
+    environ.update(fields[0])
+    if traceparent is not None:
+        environ[_OWN_KEY] = traceparent
+    length = fields[1]
     if length < 0:
         if method != "GET":
             return _not_ours(buf, pos), pos
@@ -207,6 +191,84 @@ def read_request(buf: bytes, pos: int, limit: int, remote: tuple[str, int],
         return Verdict.INCOMPLETE, end  # read whole here, however large
     return PollerRequest(endpoint, args, environ,
                          None if length > limit else buf[body_start:end]), end
+
+
+FIELDS_CACHE_SIZE = 256
+"""How many distinct header blocks :func:`read_request` keeps read: a client sends the same
+fields request after request (its ``Content-Length`` aside, a few values), so each block is
+read once, not once a request; a store with more distinct ones starts over when full."""
+FIELDS_CACHED_BYTES = 1024
+"""A longer header block is read every time (the cache stays under 256 KiB)."""
+
+_FieldsRead = tuple[dict[str, str], int]
+"""A header block's environ entries and its ``Content-Length`` (-1: none)."""
+_NOT_OURS: _FieldsRead = ({}, -2)
+"""A header block a thread must read (gunicorn's rules)."""
+_FIELDS_READ: dict[bytes, _FieldsRead] = {}
+
+
+_OWN_FIELD = b"traceparent:"
+_OWN_KEY = "HTTP_TRACEPARENT"
+
+
+def _fields_read(block: bytes) -> _FieldsRead:
+    """:func:`_read_fields` of ``block``, read once (:data:`FIELDS_CACHE_SIZE`)."""
+    fields = _FIELDS_READ.get(block)
+    if fields is None:
+        fields = _read_fields(block)
+        if len(block) <= FIELDS_CACHED_BYTES:
+            if len(_FIELDS_READ) >= FIELDS_CACHE_SIZE:
+                _FIELDS_READ.clear()
+            _FIELDS_READ[block] = fields
+    return fields
+
+
+def _fields_but_own(block: bytes, at: int) -> tuple[_FieldsRead, str | None]:
+    """The fields of ``block`` whose ``traceparent`` line starts at ``at``: the others read
+    once (:func:`_fields_read`: the rest of the block is the same request after request), that
+    one's value read each time."""
+    field = _FIELD.match(block, at)
+    if field is None:
+        return _NOT_OURS, None
+    fields = _fields_read(block[:at] + block[field.end():])
+    if _OWN_KEY in fields[0]:  # a repeated header: gunicorn's rules for joining it
+        return _NOT_OURS, None
+    return fields, field.group(2).decode("latin-1")
+
+
+def _read_fields(block: bytes) -> _FieldsRead:
+    """The header fields of a request head (``block``: its lines after the request line,
+    each ending ``\r\n``) as environ entries with its ``Content-Length``, or
+    :data:`_NOT_OURS`: a field the poller does not take, a repeated one, a bad length."""
+    fields: dict[str, str] = {}
+    length = -1
+    at = 0
+    end = len(block)
+    match = _FIELD.match
+    while at < end:
+        field = match(block, at)
+        if field is None:
+            return _NOT_OURS
+        at = field.end()
+        raw_name, raw_value = field.groups()
+        value = raw_value.decode("latin-1")
+        key = _PLAIN_KEYS.get(raw_name)  # a common header as clients spell it
+        if key is None:
+            name = raw_name.decode("ascii").upper()
+            if name == "CONTENT-LENGTH":
+                if length >= 0 or not _DIGITS.fullmatch(value):
+                    return _NOT_OURS
+                length = int(value)
+                key = "CONTENT_LENGTH"
+            elif name in _REFUSED_FIELDS or (name == "CONNECTION"
+                                             and value.strip().lower() != "keep-alive"):
+                return _NOT_OURS
+            else:
+                key = _environ_key(name)
+        if key in fields:  # a repeated header: gunicorn's rules for joining it
+            return _NOT_OURS
+        fields[key] = value
+    return fields, length
 
 
 def _environ_key(name: str) -> str:
