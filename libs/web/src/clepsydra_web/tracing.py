@@ -86,16 +86,23 @@ class ServerTracing:
 
     def begin(self, operation: str, environ: Mapping[str, Any],
               parent: otel_context.Context | None = None, *,
-              traced: bool = True) -> ServerScope:
-        """Start the request's span and make it current (``traced`` False: no span)."""
+              traced: bool = True, current: bool = True) -> ServerScope:
+        """Start the request's span and make it current (``traced`` False: no span).
+        ``current`` False: a span that will not be recorded (context-only) is not made current
+        (its scope's token is None): the caller hands it to what needs it
+        (DEC-produce-span-handed); a recorded one is made current all the same."""
         if not traced:
             return ServerScope(operation, trace.INVALID_SPAN, None, time.perf_counter())
         if parent is None:
             parent = parent_context(environ)
-        span = telemetry.unrecorded(self.tracer, parent) or self.tracer.start_span(
-            f"{self.service}.{operation}", context=parent, kind=SpanKind.SERVER,
-            attributes={"http.request.method": environ.get("REQUEST_METHOD", ""),
-                        "url.path": environ.get("PATH_INFO", "")})
+        span = telemetry.unrecorded(self.tracer, parent)
+        if span is None:
+            span = self.tracer.start_span(
+                f"{self.service}.{operation}", context=parent, kind=SpanKind.SERVER,
+                attributes={"http.request.method": environ.get("REQUEST_METHOD", ""),
+                            "url.path": environ.get("PATH_INFO", "")})
+        elif not current:
+            return ServerScope(operation, span, None, time.perf_counter())
         token = otel_context.attach(trace.set_span_in_context(span))
         return ServerScope(operation, span, token, time.perf_counter())
 

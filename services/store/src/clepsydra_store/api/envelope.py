@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import http
 from collections.abc import Callable, Mapping, Sequence
-from contextvars import copy_context
+from contextvars import Context, copy_context
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 from opentelemetry import context as otel_context
+from opentelemetry import trace
 
 from clepsydra_core.errors import ClepsydraError
 from clepsydra_store.api.context import StoreContext
@@ -67,7 +68,8 @@ class Lane(Enum):
 class Call:
     """One request as a handler sees it."""
 
-    __slots__ = ("_body", "_json", "_query", "args", "environ", "limit", "poller", "read")
+    __slots__ = ("_body", "_json", "_query", "args", "environ", "limit", "poller", "read",
+                 "span")
 
     def __init__(self, environ: Mapping[str, Any], args: Mapping[str, str],
                  query: Callable[[], Mapping[str, str]], read: Callable[[], bytes | None],
@@ -81,6 +83,9 @@ class Call:
         self._body = body  # the body when it was read before (the poller's), else None
         self._json: dict[str, Any] | ClepsydraError | None = None
         self.poller = poller  # answered on the worker's poller thread: it must never wait
+        # a Trace.FROM_MESSAGE route's request span, given to its handler: current only when
+        # recorded (DEC-produce-span-handed); None on the other routes: the current span
+        self.span: trace.Span | None = None
 
     @property
     def query(self) -> Mapping[str, str]:
@@ -199,7 +204,8 @@ def answer(c: StoreContext, route: StoreRoute, call: Call) -> Answer:
                 return refused
         parent = route.parent
         scope = c.obs.begin(route.operation, call.environ,
-                            parent(call) if parent is not None else None)
+                            parent(call) if parent is not None else None, current=False)
+        call.span = scope.span
     else:
         scope = c.obs.begin(route.operation, call.environ, traced=route.traced(call.environ))
     status = 500
@@ -212,10 +218,22 @@ def answer(c: StoreContext, route: StoreRoute, call: Call) -> Answer:
         status, value = route.handler(c, call)
         body = dumps(value)
     except Exception as exc:  # the v1 error body; a broken chunked body is a 400
-        status, body = error_answer(exc)
+        status, body = _error_answer(scope, exc) if from_message else error_answer(exc)
     finally:
         c.obs.end(scope, status)
     return status, _headers(c, body), body
+
+
+def _error_answer(scope: Any, exc: Exception) -> tuple[int, bytes]:
+    """``error_answer`` of a Trace.FROM_MESSAGE route's call, its request span current while
+    it is made (a 5xx's log line names the request's trace, DEC-produce-span-handed)."""
+    if scope.token is not None:  # current already
+        return error_answer(exc)
+    token = otel_context.attach(trace.set_span_in_context(scope.span))
+    try:
+        return error_answer(exc)
+    finally:
+        otel_context.detach(token)
 
 
 def _headers(c: StoreContext, body: bytes) -> list[tuple[str, str]]:
@@ -228,34 +246,44 @@ def _headers(c: StoreContext, body: bytes) -> list[tuple[str, str]]:
 def answer_group(c: StoreContext, route: StoreRoute, calls: Sequence[Call]) -> list[Answer]:
     """The answers of ``route`` (one with a :class:`Group`, traced ``FROM_MESSAGE``) to
     several calls, their appends made as one (DEC-poller-group-append): each call checked,
-    traced and counted as :func:`answer` does it, its span current (each in a context of its
-    own) while its request is read and while it is answered; a call refused (access, its
-    body, the engine's checks) answers alone and takes nothing of the others."""
+    traced and counted as :func:`answer` does it, its span given to it (``Call.span``) and,
+    when recorded, current (each in a context of its own) while its request is read and while
+    it is answered; a call refused (access, its body, the engine's checks) answers alone and
+    takes nothing of the others."""
     group = route.group
     assert group is not None and route.trace is _FROM_MESSAGE
     parent = route.parent
     answers: list[Answer | None] = [None] * len(calls)
-    pending: list[tuple[int, Any, Any, Call, Any]] = []
+    pending: list[tuple[int, Context | None, Any, Call, Any]] = []
     for i, call in enumerate(calls):
         if c.guard is not None:
             refused = _refused(c, route, call)
             if refused is not None:
                 answers[i] = refused
                 continue
-        context = copy_context()
-        scope = context.run(c.obs.begin, route.operation, call.environ,
-                            parent(call) if parent is not None else None)
+        context: Context | None = copy_context()
+        scope = context.run(c.obs.begin, route.operation, call.environ,  # type: ignore[union-attr]
+                            parent(call) if parent is not None else None, current=False)
+        call.span = scope.span
+        if scope.token is None:  # context-only, not made current: no context of its own
+            context = None
         try:
-            request = context.run(group.request, c, call)
+            request = _within(context, group.request, c, call)
         except Exception as exc:
-            answers[i] = context.run(_replied, c, scope, _raise, call, exc, None)
+            answers[i] = _within(context, _replied, c, scope, _raise, call, exc, None)
             continue
         pending.append((i, context, scope, call, request))
     if pending:
         outcomes = group.append(c, [p[4] for p in pending])
         for (i, context, scope, call, request), outcome in zip(pending, outcomes, strict=True):
-            answers[i] = context.run(_replied, c, scope, group.reply, call, request, outcome)
+            answers[i] = _within(context, _replied, c, scope, group.reply, call, request,
+                                 outcome)
     return answers  # type: ignore[return-value]  # every one set above
+
+
+def _within(context: Context | None, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` in ``context`` (None: the current one)."""
+    return fn(*args) if context is None else context.run(fn, *args)
 
 
 def _replied(c: StoreContext, scope: Any, reply: Callable[[StoreContext, Call, Any, Any], Reply],
@@ -267,7 +295,7 @@ def _replied(c: StoreContext, scope: Any, reply: Callable[[StoreContext, Call, A
         status, value = reply(c, call, request, outcome)
         body = dumps(value)
     except Exception as exc:
-        status, body = error_answer(exc)
+        status, body = _error_answer(scope, exc)
     finally:
         c.obs.end(scope, status)
     return status, _headers(c, body), body

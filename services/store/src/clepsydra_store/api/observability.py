@@ -100,9 +100,9 @@ class Observability:
 
     def begin(self, operation: str, environ: Mapping[str, Any],
               parent: otel_context.Context | None = None, *,
-              traced: bool = True) -> RequestScope:
-        """Start the request's span and make it current."""
-        return self.tracing.begin(operation, environ, parent, traced=traced)
+              traced: bool = True, current: bool = True) -> RequestScope:
+        """Start the request's span and make it current (``current``: ServerTracing.begin)."""
+        return self.tracing.begin(operation, environ, parent, traced=traced, current=current)
 
     def end(self, scope: RequestScope, status: int) -> None:
         """End the span, count the request."""

@@ -286,7 +286,8 @@ def produce_message(c: StoreContext, call: Call) -> Reply:
 def produce_messages(c: StoreContext, call: Call) -> Reply:
     """POST /v1/topics/{topic}/messages/batch: 201 ``{results}``, or raises (nothing
     stored)."""
-    return 201, produce_batch(c, call.args["topic"], call.json(), born_host(call.environ))
+    return 201, produce_batch(c, call.args["topic"], call.json(), born_host(call.environ),
+                              call.span)
 
 
 def message_parent(call: Call) -> otel_context.Context | None:
@@ -314,7 +315,8 @@ def one_request(c: StoreContext, call: Call) -> PutRequest:
     c.require_accepting()
     check_topic(topic)
     host = born_host(call.environ)
-    limit, now_ms, trace_props = c.settings.engine.max_body_bytes, _now_ms(), _trace_props()
+    limit, now_ms, trace_props = c.settings.engine.max_body_bytes, _now_ms(), \
+        _trace_props(call.span)
     return (parse_plain(payload, topic, limit, host, now_ms, trace_props)
             or parse_message(payload, topic, limit, host, now_ms, trace_props))
 
@@ -327,7 +329,7 @@ def one_answer(c: StoreContext, call: Call, request: PutRequest,
     if isinstance(outcome, Exception):
         raise outcome
     out = _acknowledge(c, [outcome], [request])[0]
-    span = _span()
+    span = _span(call.span)
     if span.is_recording():
         topic = request.topic
         span.set_attributes(_SEND)
@@ -347,8 +349,9 @@ def group_append(c: StoreContext, requests: list[PutRequest]) -> list[PutResult 
 
 
 def produce_batch(c: StoreContext, topic: str, payload: dict[str, Any],
-                  host: bytes) -> dict[str, Any]:
-    """POST /v1/topics/{topic}/messages/batch: 201 ``{results}``, or raises (nothing stored)."""
+                  host: bytes, span: trace.Span | None = None) -> dict[str, Any]:
+    """POST /v1/topics/{topic}/messages/batch: 201 ``{results}``, or raises (nothing stored);
+    ``span``: the request's (default: the current one)."""
     c.require_accepting()
     check_topic(topic)
     jsonio.check_fields(payload, BATCH_FIELDS, "batch")  # ProduceBatch, its messages read below
@@ -359,11 +362,11 @@ def produce_batch(c: StoreContext, topic: str, payload: dict[str, Any],
     if not 1 <= len(messages) <= MAX_BATCH:
         raise ValidationError(f"a batch holds 1 to {MAX_BATCH} messages, got {len(messages)}",
                               code="INVALID_REQUEST")
+    span = _span(span)
     requests = parse_messages(messages, topic, c.settings.engine.max_body_bytes, host, _now_ms(),
-                              _trace_props())
+                              _trace_props(span))
     results = c.store.put_batch(requests)
     out = _acknowledge(c, results, requests)
-    span = _span()
     if span.is_recording():
         span.set_attributes(_SEND)
         span.set_attribute(DESTINATION, topic)
@@ -371,15 +374,16 @@ def produce_batch(c: StoreContext, topic: str, payload: dict[str, Any],
     return {"results": out}
 
 
-def _trace_props() -> dict[str, str]:
-    """The current (request) span's W3C context as message properties (O1)."""
+def _trace_props(span: trace.Span | None) -> dict[str, str]:
+    """The request span's W3C context as message properties (O1)."""
     props: dict[str, str] = {}
-    telemetry.inject(props)
+    telemetry.inject(props, _span(span))
     return props
 
 
-def _span() -> trace.Span:
-    return trace.get_current_span()
+def _span(span: trace.Span | None) -> trace.Span:
+    """The request's span: the envelope's (``Call.span``), else the current one."""
+    return span if span is not None else trace.get_current_span()
 
 
 def _now_ms() -> int:
