@@ -1,6 +1,7 @@
 """Store produce path, counted in Python bytecodes: a deterministic figure for a noisy machine.
 
     .venv/bin/python -m bench.bytecodes [--base /path/to/other/worktree] [--runs 3]
+                                        [--functions poller_group4]
 
 Counts the bytecodes the interpreter executes (``sys.settrace`` with ``frame.f_trace_opcodes``
 set: one ``opcode`` event per instruction of Python code; C functions such as ``orjson`` or
@@ -11,6 +12,9 @@ set: one ``opcode`` event per instruction of Python code; C functions such as ``
   poller_single   a single produce through the worker's poller handling
                   (``worker.InlineProduce.serve``: ``inline.py`` reads the bytes of a
                   kept-alive request, the lean path answers them)
+  poller_group4   four such produces ready together on the poller (``InlineProduce.serve_group``:
+                  one append for the four, DEC-poller-group-append), a message's share (how
+                  ``procs4`` of ``bench.stack_produce`` is answered)
   put_batch100    in-process ``MessageStore.put_batch`` of 100 ``PutRequest`` (async flush)
 
 Each is warmed up first (caches per topic and queue filled, topic created), then counted
@@ -19,7 +23,8 @@ the message ids). With ``--base`` the same counts are taken in a child process w
 ``PYTHONPATH`` puts that worktree's sources first (``services/store/src``, ``libs/*/src``), and
 both columns are printed with new/base. The figures do not depend on the machine's load, so
 they can be taken while other suites run; they are a proxy for CPU a message, not a timing:
-``bench.store_produce`` measures the time.
+``bench.store_produce`` measures the time. ``--functions SCENARIO`` prints, for this tree, where
+that scenario's bytecodes go, by function, most first.
 """
 
 from __future__ import annotations
@@ -41,7 +46,8 @@ REPO = Path(__file__).resolve().parents[1]
 BODY_BYTES = 1024
 BATCH = 100
 TOPIC = "bench"
-SCENARIOS = ("lean_batch100", "poller_single", "put_batch100")
+SCENARIOS = ("lean_batch100", "poller_single", "poller_group4", "put_batch100")
+GROUP = 4
 
 
 def count(fn: Callable[[], Any], by_function: Counter[str] | None = None) -> int:
@@ -83,8 +89,9 @@ def _environ(path: str, payload: bytes) -> dict[str, Any]:
             "wsgi.url_scheme": "http", "wsgi.errors": sys.stderr}
 
 
-def measure(runs: int) -> dict[str, int]:
-    """The median count of each scenario in this process (its sources: ``sys.path``'s)."""
+def measure(runs: int, functions: str | None = None) -> dict[str, int]:
+    """The median count of each scenario in this process (its sources: ``sys.path``'s);
+    ``functions``: a scenario whose bytecodes by function are printed (stderr), most first."""
     from clepsydra_store.app import create_app
     from clepsydra_store.engine.config import EngineConfig
     from clepsydra_store.engine.message_store import MessageStore
@@ -121,10 +128,24 @@ def measure(runs: int) -> dict[str, int]:
             if served.count != 1 or not served.out.startswith(b"HTTP/1.1 201"):
                 raise RuntimeError(served.out[:300].decode(errors="replace"))
 
-        for name, fn in (("lean_batch100", lean), ("poller_single", poll)):
+        group = [(raw, ("127.0.0.1", 50000 + i)) for i in range(GROUP)]
+
+        def poll_group() -> None:
+            answers: list[Any] = []
+            poller.serve_group(group, lambda i, served: answers.append(served.out))
+            if len(answers) != GROUP or not all(a.startswith(b"HTTP/1.1 201") for a in answers):
+                raise RuntimeError(f"{answers!r:.300}")
+
+        for name, fn, per in (("lean_batch100", lean, 1), ("poller_single", poll, 1),
+                              ("poller_group4", poll_group, GROUP)):
             for _ in range(3):
                 fn()
-            out[name] = int(statistics.median(count(fn) for _ in range(runs)))
+            out[name] = int(statistics.median(count(fn) for _ in range(runs))) // per
+            if name == functions:
+                by: Counter[str] = Counter()
+                count(fn, by)
+                for where, n in by.most_common(30):
+                    print(f"{n / per:>8,.0f}  {where}", file=sys.stderr)
         app.extensions["clepsydra"].store.close()
 
         engine = MessageStore(EngineConfig(data_dir=Path(home) / "inproc", flush="async"))
@@ -162,9 +183,11 @@ def main() -> int:
     parser.add_argument("--base", type=Path, help="another worktree to count against")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--json", action="store_true", help="print this tree's counts as JSON")
+    parser.add_argument("--functions", choices=SCENARIOS[:3],
+                        help="print this tree's bytecodes of one scenario by function")
     args = parser.parse_args()
-    if args.json:
-        print(json.dumps(measure(args.runs)))
+    if args.json or args.functions:
+        print(json.dumps(measure(args.runs, args.functions)))
         return 0
     new = in_child(REPO, args.runs)
     base = in_child(args.base.resolve(), args.runs) if args.base else None

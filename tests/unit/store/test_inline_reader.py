@@ -46,6 +46,15 @@ def test_a_produce_request_is_read_with_its_environ() -> None:
     assert (env["REMOTE_ADDR"], env["REMOTE_PORT"]) == ("127.0.0.1", "40000")
 
 
+def test_the_white_space_around_a_field_value_is_not_part_of_it() -> None:
+    raw = request(fields="Host: x\r\nAuthorization: \t Bearer t \t \r\nX-Empty: \t \r\n"
+                         "traceparent:00-a-b-01  \r\n")
+    got, _ = read_request(raw, 0, LIMIT, REMOTE)
+    assert isinstance(got, PollerRequest)
+    assert (got.environ["HTTP_AUTHORIZATION"], got.environ["HTTP_X_EMPTY"],
+            got.environ["HTTP_TRACEPARENT"]) == ("Bearer t", "", "00-a-b-01")
+
+
 def test_pipelined_requests_are_read_one_after_the_other() -> None:
     raw = request() + request("/v1/topics/orders/messages/batch", b'{"messages":[]}')
     first, end = read_request(raw, 0, LIMIT, REMOTE)

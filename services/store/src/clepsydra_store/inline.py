@@ -54,7 +54,9 @@ _QUERY = "[!\"$-~]*"
 """A query string the poller takes: visible ASCII but ``#`` (a fragment: gunicorn's)."""
 # RFC 9110 token characters but "_" (gunicorn drops such headers); a value of visible
 # characters, spaces, tabs and obs-text, its surrounding white space not part of it
-_FIELD = re.compile(rb"([!#$%&'*+.^`|~0-9A-Za-z-]+):[ \t]*([\t\x20-\x7e\x80-\xff]*?)[ \t]*\r\n")
+_FIELD = re.compile(rb"([!#$%&'*+.^`|~0-9A-Za-z-]+):[ \t]*([\t\x20-\x7e\x80-\xff]*)\r\n")
+"""A header field: its name, its value with the white space after it (taken off by
+:func:`_value`; a lazy match of the value cost a try per character)."""
 _REFUSED_FIELDS = frozenset({"TRANSFER-ENCODING", "EXPECT", "UPGRADE", "HTTP2-SETTINGS"})
 _DIGITS = re.compile(r"[0-9]{1,18}")
 
@@ -233,7 +235,12 @@ def _fields_but_own(block: bytes, at: int) -> tuple[_FieldsRead, str | None]:
     fields = _fields_read(block[:at] + block[field.end():])
     if _OWN_KEY in fields[0]:  # a repeated header: gunicorn's rules for joining it
         return _NOT_OURS, None
-    return fields, field.group(2).decode("latin-1")
+    return fields, _value(field.group(2))
+
+
+def _value(raw: bytes) -> str:
+    """A field's value as :data:`_FIELD` read it, without the white space after it."""
+    return raw.rstrip(b" \t").decode("latin-1")
 
 
 def _read_fields(block: bytes) -> _FieldsRead:
@@ -251,7 +258,7 @@ def _read_fields(block: bytes) -> _FieldsRead:
             return _NOT_OURS
         at = field.end()
         raw_name, raw_value = field.groups()
-        value = raw_value.decode("latin-1")
+        value = _value(raw_value)
         key = _PLAIN_KEYS.get(raw_name)  # a common header as clients spell it
         if key is None:
             name = raw_name.decode("ascii").upper()
