@@ -389,3 +389,26 @@ def test_a_pull_page_read_as_json_views_is_the_view_of_its_records(
               (r[2].commitlog_offset, 0)]
     assert log.read_records(places, 0, VIEWS[False]) == [
         message_to_json(r[0], with_body=False), None, message_to_json(r[2], with_body=False)]
+
+
+def test_a_group_refuses_each_alone_and_a_refused_one_creates_no_topic(
+        open_store: OpenStore) -> None:
+    """``put_group`` (DEC-poller-group-append) reads a topic once for the group's messages, but
+    not past one that creates a topic or is refused: a refused send to a %RETRY% topic that
+    does not exist creates nothing, and the next one to it still does."""
+    store = open_store()
+    store.create_topic("Orders", 2)
+    retry = naming.retry_topic("G")
+    too_big = b"x" * (store.config.max_body_bytes + 1)
+    outcomes = store.put_group([PutRequest(retry, too_big), PutRequest("Orders", b"a"),
+                                PutRequest("Orders", b"b"), PutRequest("Missing", b"c"),
+                                PutRequest("Orders", b"d")])
+    assert isinstance(outcomes[0], ValidationError) and isinstance(outcomes[3], TopicNotFound)
+    assert [o.queue_id for o in (outcomes[1], outcomes[2], outcomes[4])] == [0, 1, 0]  # type: ignore[union-attr]
+    with pytest.raises(TopicNotFound):  # the refused send created nothing
+        store.get_topic(retry)
+    outcomes = store.put_group([PutRequest(retry, too_big), PutRequest(retry, b"e"),
+                                PutRequest(retry, b"f")])
+    assert isinstance(outcomes[0], ValidationError)
+    assert all(o.status is PutStatus.OK for o in outcomes[1:])  # type: ignore[union-attr]
+    assert store.read_queue(retry, 0, 0, 10).max_offset == 2

@@ -300,10 +300,11 @@ class MessageStore:
         ensure: dict[str, int] = {}
         taken: list[int] = []
         """The index in ``outcomes`` of each item."""
+        encoder = BatchEncoder(self._preparer, ensure, now)
         for i, request in enumerate(requests):
             own: dict[str, int] = {}  # a refused one creates no topic
             try:
-                prepared = BatchEncoder(self._preparer, own, now).prepare((request,))
+                prepared = encoder.prepare_alone(request, own)
             except Exception as exc:  # what put() would raise: this one's answer only
                 outcomes[i] = exc
                 continue

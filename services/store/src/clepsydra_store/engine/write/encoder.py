@@ -179,6 +179,16 @@ class BatchEncoder:
             return rows
         self._preparer.refuse(req, target, now)  # a plain check did not pass: name it
 
+    def prepare_alone(self, request: PutRequest, ensure: dict[str, int]) -> list[Prepared]:
+        """:meth:`prepare` of one request of several that are refused one by one (the poller's
+        group, ``MessageStore.put_group``), the topics it creates put in ``ensure`` (dropped
+        with it when it is refused). A topic is read once for all of them, as for a batch's
+        messages: what is read of it (checks, queues, %RETRY% settings) is the topic's, not the
+        request's (a %RETRY% topic to create stays one to create: each request that goes to it
+        names it in its own ``ensure``)."""
+        self._ensure = ensure
+        return self.prepare((request,))
+
     def _target(self, topic: str) -> TargetFields:
         """The topic's :data:`TargetFields`; raises what the topic is refused with (P1, S3, a
         topic that does not exist, R2)."""
