@@ -144,7 +144,7 @@ def measure(runs: int, functions: str | None = None) -> dict[str, int]:
             if name == functions:
                 by: Counter[str] = Counter()
                 count(fn, by)
-                for where, n in by.most_common(30):
+                for where, n in by.most_common(int(os.environ.get("BYTECODES_TOP", "30"))):
                     print(f"{n / per:>8,.0f}  {where}", file=sys.stderr)
         app.extensions["clepsydra"].store.close()
 

@@ -124,3 +124,39 @@ def test_a_failed_produce_logs_its_request_trace(app: Flask, way: str,
     failed = [line for line in lines.lines if line["message"] == "unexpected error"]
     assert [line.get("trace_id") for line in failed] == [p.split("-")[1] for p in PARENTS]
     assert trace.get_current_span() is trace.INVALID_SPAN
+
+
+@pytest.mark.parametrize(("headers", "own", "kept"), [
+    ({"traceparent": PARENTS[0], "tracestate": "vendor=abc"}, None, "vendor=abc"),
+    ({"traceparent": f"01-{PARENTS[0][3:]}-future"}, None, None),
+    ({}, PARENTS[1], None),
+])
+@pytest.mark.parametrize("grouped", [False, True])
+def test_a_context_not_taken_as_it_is_is_read_as_before(
+        app: Flask, headers: dict[str, str], own: str | None, kept: str | None,
+        grouped: bool) -> None:
+    """A ``tracestate``, another version, or a message's own ``traceparent`` (no header): the
+    message carries what it did before DEC-produce-span-handed - its own context, else a child
+    of the caller's with the caller's ``tracestate``."""
+    fields = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    body = json.dumps({"body": "hi", **({"properties": {"traceparent": own}} if own else {})})
+    raw = (f"POST /v1/topics/{TOPIC}/messages HTTP/1.1\r\nHost: x\r\n"
+           f"Content-Type: application/json\r\n{fields}"
+           f"Content-Length: {len(body)}\r\n\r\n{body}").encode()
+    poller = _poller(app)
+    got: dict[int, inline.Served] = {}
+    if grouped:
+        poller.serve_group([(raw, REMOTES[0]), (raw, REMOTES[1])],
+                           lambda i, s: got.__setitem__(i, s))
+    else:
+        got[0] = poller.serve(raw, REMOTES[0])
+    for one in got.values():
+        msg_id = json.loads(one.out.partition(b"\r\n\r\n")[2])["msgId"]
+        props = app.test_client().get(f"/v1/messages/{msg_id}").get_json()["messages"][0][
+            "properties"]
+        if own is not None:
+            assert props["traceparent"] == own
+        else:
+            _, trace_hex, span_hex, _ = props["traceparent"].split("-")
+            assert trace_hex == PARENTS[0].split("-")[1] and span_hex != PARENTS[0].split("-")[2]
+        assert props.get("tracestate") == kept

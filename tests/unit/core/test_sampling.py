@@ -278,3 +278,77 @@ def test_without_an_exporter_a_batch_carries_the_samplers_flags(install: Install
     monkeypatch.setattr(provider, "records", False)  # as with exporter none
     contexts = telemetry.batch_contexts(telemetry.tracer("test"), 5)
     assert all(isinstance(c, str) and c.endswith("-01") for c in contexts)
+
+
+@pytest.mark.parametrize("header", [
+    SAMPLED, UNSAMPLED, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-03",
+    " 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+    "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-future",
+    "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-extra",
+    "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+    "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+    "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
+    "00-0AF7651916CD43DD8448EB211C80319C-B7AD6B7169203331-01", "garbage", "", 7,
+])
+def test_only_a_plain_traceparent_is_taken_as_it_is(header: object) -> None:
+    # DEC-produce-span-handed: any other form is read by remote_context, as the propagator
+    plain = telemetry.plain_traceparent(header)
+    assert plain == (header in (SAMPLED, UNSAMPLED) or header == (
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-03"))
+    if plain:  # what is taken as it is reads as the propagator reads it
+        assert trace.get_current_span(telemetry.remote_context(str(header))) \
+            .get_span_context().is_valid
+
+
+@pytest.mark.parametrize("sampler", ["parentbased_traceidratio", "parentbased_always_on",
+                                     "parentbased_always_off", "always_on", "always_off"])
+@pytest.mark.parametrize("parent", [SAMPLED, UNSAMPLED,
+                                    "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-03"])
+@pytest.mark.parametrize("records", [True, False])
+def test_a_handed_span_is_decided_as_a_context_only_one(
+        install: Install, monkeypatch: pytest.MonkeyPatch, sampler: str, parent: str,
+        records: bool) -> None:
+    # DEC-produce-span-handed: the string-made child of a plain traceparent is made exactly
+    # where unrecorded() makes a context-only span, with its trace id and flags
+    install("none", sampler)
+    monkeypatch.setattr(trace.get_tracer_provider(), "records", records)
+    tracer = telemetry.tracer("test")
+    handed = telemetry.unrecorded_w3c(tracer, parent)
+    usual = telemetry.unrecorded(tracer, telemetry.remote_context(parent))
+    assert (handed is None) == (usual is None)
+    if handed is None or usual is None:
+        return
+    assert isinstance(handed, telemetry.HandedSpan) and not handed.is_recording()
+    got, want = handed.get_span_context(), usual.get_span_context()
+    assert (got.trace_id, got.trace_flags) == (want.trace_id, want.trace_flags)
+    assert got.span_id not in (0, int(parent.split("-")[2], 16))
+    assert telemetry.inject({}, handed) == telemetry.inject({}, trace.NonRecordingSpan(got)) \
+        == {P.TRACEPARENT: handed.traceparent}
+
+
+@pytest.mark.parametrize("records", [True, False])
+def test_a_handed_new_trace_is_sampled_at_the_ratio_decided_once(
+        install: Install, monkeypatch: pytest.MonkeyPatch, records: bool) -> None:
+    # a new trace's handed span: the sampler's flags when nothing records here; where spans
+    # are recorded a sampled one is the SDK's, with the trace id decided (not decided again)
+    _, memory = install("none", "parentbased_traceidratio", "0.5")
+    monkeypatch.setattr(trace.get_tracer_provider(), "records", records)
+    tracer = telemetry.tracer("test")
+    root = sampling.TraceIdRatioBased(0.5)
+    sampled_count = 0
+    for _ in range(400):
+        handed = telemetry.unrecorded_w3c(tracer, None)
+        if handed is None:  # recorded: the SDK span takes the decided trace id
+            assert records
+            span = tracer.start_span("store.produce")
+            span.end()
+            ctx = span.get_span_context()
+        else:
+            ctx = handed.get_span_context()
+            assert ctx.is_valid and not handed.is_recording()
+        sampled = ctx.trace_id & root.TRACE_ID_LIMIT < root.bound
+        assert bool(ctx.trace_flags.sampled) == sampled
+        assert (handed is None) == (sampled and records)
+        sampled_count += sampled
+    assert 140 < sampled_count < 260  # ~200 of 400 (sd 10)
+    assert len(memory.get_finished_spans()) == (sampled_count if records else 0)

@@ -64,6 +64,25 @@ def parent_context(environ: Mapping[str, Any],
     return None
 
 
+def plain_parent(environ: Mapping[str, Any], props: Mapping[str, str] | None = None
+                 ) -> otel_context.Context | str | None:
+    """:func:`parent_context`, but a ``traceparent`` of the plain form with no ``tracestate``
+    (``telemetry.plain_traceparent``, what the SDK sends) as its string: :meth:`ServerTracing.begin`
+    with ``current=False`` makes a context-only child of it without parsing it
+    (DEC-produce-span-handed)."""
+    header = environ.get("HTTP_TRACEPARENT")
+    if header:
+        if "HTTP_TRACESTATE" not in environ and telemetry.plain_traceparent(header):
+            return str(header)
+        return telemetry.remote_context(header, environ.get("HTTP_TRACESTATE"))
+    if props and P.TRACEPARENT in props:
+        own = props[P.TRACEPARENT]
+        if P.TRACESTATE not in props and telemetry.plain_traceparent(own):
+            return own
+        return telemetry.extract(props)
+    return None
+
+
 def idle() -> None:
     """The current request carried no message (an empty pull): its span is not exported."""
     telemetry.mark_idle(trace.get_current_span())
@@ -85,20 +104,27 @@ class ServerTracing:
         """endpoint -> operation, where the view's name is not the operation's."""
 
     def begin(self, operation: str, environ: Mapping[str, Any],
-              parent: otel_context.Context | None = None, *,
+              parent: otel_context.Context | str | None = None, *,
               traced: bool = True, current: bool = True) -> ServerScope:
         """Start the request's span and make it current (``traced`` False: no span).
         ``current`` False: a span that will not be recorded (context-only) is not made current
         (its scope's token is None): the caller hands it to what needs it
-        (DEC-produce-span-handed); a recorded one is made current all the same."""
+        (DEC-produce-span-handed); a recorded one is made current all the same. ``parent``: its
+        context, or a plain ``traceparent`` (:func:`plain_parent`); None: the request's
+        header's."""
         if not traced:
             return ServerScope(operation, trace.INVALID_SPAN, None, time.perf_counter())
         if parent is None:
             parent = parent_context(environ)
-        span = telemetry.unrecorded(self.tracer, parent)
+        if not current and (parent is None or isinstance(parent, str)):
+            handed = telemetry.unrecorded_w3c(self.tracer, parent)
+            if handed is not None:
+                return ServerScope(operation, handed, None, time.perf_counter())
+        context = telemetry.remote_context(parent) if isinstance(parent, str) else parent
+        span = telemetry.unrecorded(self.tracer, context)
         if span is None:
             span = self.tracer.start_span(
-                f"{self.service}.{operation}", context=parent, kind=SpanKind.SERVER,
+                f"{self.service}.{operation}", context=context, kind=SpanKind.SERVER,
                 attributes={"http.request.method": environ.get("REQUEST_METHOD", ""),
                             "url.path": environ.get("PATH_INFO", "")})
         elif not current:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -88,6 +89,31 @@ class LeanTracer(trace.Tracer):
             flags = _SAMPLED if sampled else _UNSAMPLED
         return trace_id, random.getrandbits(64) or 1, flags, None
 
+    def unrecorded_w3c(self, parent: str | None) -> trace.Span | None:
+        """:meth:`unrecorded` for a parent given as a :func:`plain_traceparent` (None: a new
+        trace), the same decision: a :class:`HandedSpan`, its ``traceparent`` made from the
+        parent's without parsing its ids; None when the span may be recorded (start it from
+        the parent's context as usual)."""
+        provider = self._provider
+        if parent is not None:
+            flags = parent[53:]
+            if provider.records and (int(flags, 16) & 1 or not provider.follows_parent):
+                return None
+            return HandedSpan(f"{parent[:36]}{random.getrandbits(64) or 1:016x}-{flags}")
+        if provider.records and (not provider.root_known or provider.ids.pending()):
+            return None
+        ids = f"{random.getrandbits(192):048x}"
+        trace_hex, span_hex = ids[:32], ids[32:]
+        if trace_hex == _NO_TRACE or span_hex == _NO_SPAN:  # the one invalid id: draw again
+            return self.unrecorded(otel_context.Context())
+        sampled = provider.root_sampled_hex(trace_hex)
+        if provider.records:
+            if sampled:  # the SDK span takes this trace id, and samples it again alike
+                provider.ids.take_next(int(trace_hex, 16))
+                return None
+            return HandedSpan(f"00-{trace_hex}-{span_hex}-00")
+        return HandedSpan(f"00-{trace_hex}-{span_hex}-{'01' if sampled else '00'}")
+
     def batch_contexts(self, count: int) -> list[str | int | None]:
         """For ``count`` messages, each its own span in the current context: the
         ``traceparent`` of a context-only span where it would not be recorded; the trace id
@@ -143,6 +169,36 @@ class LeanTracer(trace.Tracer):
         with trace.use_span(span, end_on_exit=end_on_exit, record_exception=record_exception,
                             set_status_on_exception=set_status_on_exception) as current:
             yield current
+
+
+_PLAIN = re.compile(r"00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
+"""A W3C ``traceparent`` of version 00, nothing around or after it, its ids not zero."""
+
+
+def plain_traceparent(value: object) -> bool:
+    """Whether ``value`` is a ``traceparent`` :meth:`LeanTracer.unrecorded_w3c` takes as it is
+    (any other is parsed into a context first, as the W3C propagator reads it)."""
+    return type(value) is str and _PLAIN.fullmatch(value) is not None
+
+
+class HandedSpan(trace.NonRecordingSpan):
+    """A context-only span made and kept as its W3C ``traceparent`` (DEC-produce-span-handed):
+    a message carries that string as it is; its ids are parsed only when asked for
+    (``get_span_context``: a log line's trace id)."""
+
+    def __init__(self, traceparent: str) -> None:  # (no context yet: made when asked for)
+        self.traceparent = traceparent
+
+    def get_span_context(self) -> trace.SpanContext:
+        context: trace.SpanContext | None = self.__dict__.get("_context")
+        if context is None:
+            _, trace_hex, span_hex, flags = self.traceparent.split("-")
+            context = self._context = trace.SpanContext(
+                int(trace_hex, 16), int(span_hex, 16), False, trace.TraceFlags(int(flags, 16)))
+        return context
+
+    def __repr__(self) -> str:
+        return f"HandedSpan({self.traceparent!r})"
 
 
 class DecidedIds(RandomIdGenerator):
@@ -242,6 +298,13 @@ def unrecorded(tracer: trace.Tracer, context: otel_context.Context | None = None
     path builds nothing for a span nobody will see."""
     if isinstance(tracer, LeanTracer):
         return tracer.unrecorded(context)
+    return None
+
+
+def unrecorded_w3c(tracer: trace.Tracer, parent: str | None) -> trace.Span | None:
+    """:meth:`LeanTracer.unrecorded_w3c` (None for another tracer: start the span)."""
+    if isinstance(tracer, LeanTracer):
+        return tracer.unrecorded_w3c(parent)
     return None
 
 

@@ -60,13 +60,16 @@ from clepsydra_core.naming import STORE_SERVICE as STORE_SERVICE
 from clepsydra_core.runtime.lean_tracer import DEFAULT_RATIO as DEFAULT_RATIO
 from clepsydra_core.runtime.lean_tracer import SAMPLER_ARG_VAR as SAMPLER_ARG_VAR
 from clepsydra_core.runtime.lean_tracer import SAMPLER_VAR as SAMPLER_VAR
+from clepsydra_core.runtime.lean_tracer import HandedSpan as HandedSpan
 from clepsydra_core.runtime.lean_tracer import LeanTracer as LeanTracer
 from clepsydra_core.runtime.lean_tracer import LeanTracerProvider as LeanTracerProvider
 from clepsydra_core.runtime.lean_tracer import batch_contexts as batch_contexts
 from clepsydra_core.runtime.lean_tracer import default_sampler as default_sampler
+from clepsydra_core.runtime.lean_tracer import plain_traceparent as plain_traceparent
 from clepsydra_core.runtime.lean_tracer import start_decided as start_decided
 from clepsydra_core.runtime.lean_tracer import traceparent
 from clepsydra_core.runtime.lean_tracer import unrecorded as unrecorded
+from clepsydra_core.runtime.lean_tracer import unrecorded_w3c as unrecorded_w3c
 
 # ---- span attributes: OpenTelemetry messaging conventions, then ours -------------------------
 MESSAGING_SYSTEM = "messaging.system"
@@ -269,6 +272,9 @@ def inject(props: MutableMapping[str, str],
     """Write the W3C context (`traceparent`, `tracestate`) of ``span`` (default: the current
     one) into properties or headers: what the W3C propagator writes, without its generic
     carrier machinery."""
+    if type(span) is HandedSpan:  # its traceparent as it was made (DEC-produce-span-handed)
+        props[P.TRACEPARENT] = span.traceparent
+        return props
     ctx = (trace.get_current_span() if span is None else span).get_span_context()
     if ctx.is_valid:
         props[P.TRACEPARENT] = traceparent(ctx.trace_id, ctx.span_id, ctx.trace_flags)

@@ -127,7 +127,9 @@ class Call:
 
 
 Handler = Callable[[StoreContext, Call], Reply]
-Parent = Callable[[Call], otel_context.Context | None]
+Parent = Callable[[Call], otel_context.Context | str | None]
+"""A ``Trace.FROM_MESSAGE`` route's parent of its span: a context, a plain ``traceparent``
+(``clepsydra_web.tracing.plain_parent``), or None (a new trace)."""
 Holds = Callable[[StoreContext, Call], bool]
 
 

@@ -99,7 +99,7 @@ class Observability:
         self.registry.register(EngineCollector(store, levels, consumers))
 
     def begin(self, operation: str, environ: Mapping[str, Any],
-              parent: otel_context.Context | None = None, *,
+              parent: otel_context.Context | str | None = None, *,
               traced: bool = True, current: bool = True) -> RequestScope:
         """Start the request's span and make it current (``current``: ServerTracing.begin)."""
         return self.tracing.begin(operation, environ, parent, traced=traced, current=current)

@@ -47,7 +47,7 @@ from clepsydra_store.api.observability import (
 )
 from clepsydra_store.engine.types import PutRequest, PutResult, PutStatus
 from clepsydra_web import jsonio
-from clepsydra_web.tracing import parent_context
+from clepsydra_web.tracing import plain_parent
 
 STORED_TOPIC = telemetry.STORED_TOPIC
 PLAIN_FIELDS = frozenset(ProduceMessage.json_names()) - {"bodyBase64"}
@@ -290,21 +290,22 @@ def produce_messages(c: StoreContext, call: Call) -> Reply:
                               call.span)
 
 
-def message_parent(call: Call) -> otel_context.Context | None:
+def message_parent(call: Call) -> otel_context.Context | str | None:
     """The span's parent of a single send: the ``traceparent`` header, else the message's own
-    ``traceparent`` property (O1); a body that does not read continues the header's."""
+    ``traceparent`` property (O1); a body that does not read continues the header's
+    (``plain_parent``: a plain one as its string)."""
     try:
         payload = call.json()
     except ClepsydraError:
-        return parent_context(call.environ)
+        return plain_parent(call.environ)
     raw_props = payload.get("properties")
-    return parent_context(call.environ, raw_props if isinstance(raw_props, dict) else None)
+    return plain_parent(call.environ, raw_props if isinstance(raw_props, dict) else None)
 
 
-def batch_parent(call: Call) -> otel_context.Context | None:
+def batch_parent(call: Call) -> otel_context.Context | str | None:
     """The span's parent of a batch: the ``traceparent`` header (its messages keep their
     own)."""
-    return parent_context(call.environ)
+    return plain_parent(call.environ)
 
 
 def one_request(c: StoreContext, call: Call) -> PutRequest:
