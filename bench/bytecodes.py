@@ -1,7 +1,7 @@
 """Store produce path, counted in Python bytecodes: a deterministic figure for a noisy machine.
 
     .venv/bin/python -m bench.bytecodes [--base /path/to/other/worktree] [--runs 3]
-                                        [--functions poller_group4]
+                                        [--functions poller_group4 [--top 30]]
 
 Counts the bytecodes the interpreter executes (``sys.settrace`` with ``frame.f_trace_opcodes``
 set: one ``opcode`` event per instruction of Python code; C functions such as ``orjson`` or
@@ -24,7 +24,7 @@ the message ids). With ``--base`` the same counts are taken in a child process w
 both columns are printed with new/base. The figures do not depend on the machine's load, so
 they can be taken while other suites run; they are a proxy for CPU a message, not a timing:
 ``bench.store_produce`` measures the time. ``--functions SCENARIO`` prints, for this tree, where
-that scenario's bytecodes go, by function, most first.
+that scenario's bytecodes go, by function, the ``--top`` most first (a message's share).
 """
 
 from __future__ import annotations
@@ -89,9 +89,9 @@ def _environ(path: str, payload: bytes) -> dict[str, Any]:
             "wsgi.url_scheme": "http", "wsgi.errors": sys.stderr}
 
 
-def measure(runs: int, functions: str | None = None) -> dict[str, int]:
+def measure(runs: int, functions: str | None = None, top: int = 30) -> dict[str, int]:
     """The median count of each scenario in this process (its sources: ``sys.path``'s);
-    ``functions``: a scenario whose bytecodes by function are printed (stderr), most first."""
+    ``functions``: a scenario whose ``top`` functions by bytecodes are printed (stderr)."""
     from clepsydra_store.app import create_app
     from clepsydra_store.engine.config import EngineConfig
     from clepsydra_store.engine.message_store import MessageStore
@@ -144,7 +144,7 @@ def measure(runs: int, functions: str | None = None) -> dict[str, int]:
             if name == functions:
                 by: Counter[str] = Counter()
                 count(fn, by)
-                for where, n in by.most_common(int(os.environ.get("BYTECODES_TOP", "30"))):
+                for where, n in by.most_common(top):
                     print(f"{n / per:>8,.0f}  {where}", file=sys.stderr)
         app.extensions["clepsydra"].store.close()
 
@@ -185,9 +185,11 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="print this tree's counts as JSON")
     parser.add_argument("--functions", choices=SCENARIOS[:3],
                         help="print this tree's bytecodes of one scenario by function")
+    parser.add_argument("--top", type=int, default=30, help="how many functions --functions "
+                        "prints")
     args = parser.parse_args()
     if args.json or args.functions:
-        print(json.dumps(measure(args.runs, args.functions)))
+        print(json.dumps(measure(args.runs, args.functions, args.top)))
         return 0
     new = in_child(REPO, args.runs)
     base = in_child(args.base.resolve(), args.runs) if args.base else None
