@@ -10,8 +10,11 @@ reader for their request lines (:class:`RequestLines`, built from the route tabl
 them through the same envelope as every other way in (``api/envelope.py``: access control,
 checks, span, metrics, JSON error bodies; :meth:`LeanPath.answer_poller
 <clepsydra_store.api.fastpath.LeanPath.answer_poller>`). Several requests that arrived together
-(HTTP pipelining) are answered in one write. The single sends that several connections have
-ready in one pass of the poller are appended as one batch (:func:`serve_group`,
+(HTTP pipelining) are answered in one write. A client sends the same header fields request after
+request, so what the reader made of a head's fields is kept by their bytes
+(:data:`FIELDS_CACHE_SIZE`), a ``traceparent`` line (each SDK request's own) read apart. The
+single sends that several connections have ready in one pass of the poller are appended as one
+batch (:func:`serve_group`,
 DEC-poller-group-append): one writer lock, one write, one dispatch for all, each connection
 answered with its own message's placement, a refused one alone.
 
@@ -245,7 +248,7 @@ def _value(raw: bytes) -> str:
 
 def _read_fields(block: bytes) -> _FieldsRead:
     """The header fields of a request head (``block``: its lines after the request line,
-    each ending ``\r\n``) as environ entries with its ``Content-Length``, or
+    each ending in CRLF) as environ entries with its ``Content-Length``, or
     :data:`_NOT_OURS`: a field the poller does not take, a repeated one, a bad length."""
     fields: dict[str, str] = {}
     length = -1
