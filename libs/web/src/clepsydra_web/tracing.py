@@ -52,16 +52,24 @@ class ServerScope:
     started: float
 
 
+def _callers(environ: Mapping[str, Any], props: Mapping[str, str] | None
+             ) -> tuple[Any, Any] | None:
+    """(``traceparent``, ``tracestate``) of the caller: the headers, else a single message's
+    properties; None when neither has a ``traceparent``."""
+    header = environ.get("HTTP_TRACEPARENT")
+    if header:
+        return header, environ.get("HTTP_TRACESTATE")
+    if props and P.TRACEPARENT in props:
+        return props[P.TRACEPARENT], props.get(P.TRACESTATE)
+    return None
+
+
 def parent_context(environ: Mapping[str, Any],
                    props: Mapping[str, str] | None = None) -> otel_context.Context | None:
     """The caller's trace context: the ``traceparent`` header, else a single message's
     ``traceparent`` property, else None (a new trace)."""
-    header = environ.get("HTTP_TRACEPARENT")
-    if header:
-        return telemetry.remote_context(header, environ.get("HTTP_TRACESTATE"))
-    if props and P.TRACEPARENT in props:
-        return telemetry.extract(props)
-    return None
+    found = _callers(environ, props)
+    return None if found is None else telemetry.remote_context(*found)
 
 
 def plain_parent(environ: Mapping[str, Any], props: Mapping[str, str] | None = None
@@ -70,17 +78,13 @@ def plain_parent(environ: Mapping[str, Any], props: Mapping[str, str] | None = N
     (``telemetry.plain_traceparent``, what the SDK sends) as its string: :meth:`ServerTracing.begin`
     with ``current=False`` makes a context-only child of it without parsing it
     (DEC-produce-span-handed)."""
-    header = environ.get("HTTP_TRACEPARENT")
-    if header:
-        if "HTTP_TRACESTATE" not in environ and telemetry.plain_traceparent(header):
-            return str(header)
-        return telemetry.remote_context(header, environ.get("HTTP_TRACESTATE"))
-    if props and P.TRACEPARENT in props:
-        own = props[P.TRACEPARENT]
-        if P.TRACESTATE not in props and telemetry.plain_traceparent(own):
-            return own
-        return telemetry.extract(props)
-    return None
+    found = _callers(environ, props)
+    if found is None:
+        return None
+    traceparent, tracestate = found
+    if tracestate is None and telemetry.plain_traceparent(traceparent):
+        return str(traceparent)
+    return telemetry.remote_context(traceparent, tracestate)
 
 
 def idle() -> None:

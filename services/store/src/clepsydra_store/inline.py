@@ -213,7 +213,6 @@ _FIELDS_READ: dict[bytes, _FieldsRead] = {}
 
 
 _OWN_FIELD = b"traceparent:"
-_OWN_KEY = "HTTP_TRACEPARENT"
 
 
 def _fields_read(block: bytes) -> _FieldsRead:
@@ -294,6 +293,8 @@ _PLAIN_KEYS = {raw: _environ_key(raw.decode("ascii").upper()) for raw in (
 """The environ keys of common header fields taken as they are, by their names as clients
 spell them (read without decoding and upper-casing the name; any other spelling takes the
 long way to the same key)."""
+_OWN_KEY = _PLAIN_KEYS[_OWN_FIELD[:-1]]
+"""The environ key of the field read apart (:func:`_fields_but_own`)."""
 
 
 def _not_ours(buf: bytes, pos: int) -> str:
