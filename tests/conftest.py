@@ -3,15 +3,23 @@ store as the one stack builder, tools/parts.py, starts it)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers import unique_name
+from tests.helpers import STORE_DISK_QUOTA, unique_name
 from tools.parts import store_service
 from tools.processes import HttpService, RedisServer
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Every process a test starts from this environment gets the tests' disk quota
+    (tests.helpers.STORE_DISK_QUOTA) unless the caller set one."""
+    for var, value in STORE_DISK_QUOTA.items():
+        os.environ.setdefault(var, value)
 
 
 @pytest.fixture

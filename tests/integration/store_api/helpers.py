@@ -9,6 +9,7 @@ from flask import Flask
 
 from clepsydra_store.api.context import EXTENSION, StoreContext
 from clepsydra_store.settings import StoreSettings
+from tests.helpers import STORE_DISK_QUOTA
 
 LEVELS = "1s 2s 3s"
 TOPIC = "orders"
@@ -16,7 +17,8 @@ TOPIC = "orders"
 
 def settings_for(home: Path, **env: str) -> StoreSettings:
     return StoreSettings.from_env({"CLEPSYDRA_HOME": str(home), "CLEPSYDRA_DELAY_LEVELS": LEVELS,
-                                   "CLEPSYDRA_STORE_PORT": "18081", **env})
+                                   "CLEPSYDRA_STORE_PORT": "18081", **STORE_DISK_QUOTA,
+                                   **env})
 
 
 def context(app: Flask) -> StoreContext:
