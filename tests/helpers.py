@@ -7,20 +7,25 @@ import itertools
 import time
 from typing import TYPE_CHECKING
 
-from clepsydra_store.engine.log.disk_usage import DISK_CAPACITY_VAR
-
 if TYPE_CHECKING:
     from tools.parts import Stack
 
 _serial = itertools.count()
 
-STORE_DISK_QUOTA = {DISK_CAPACITY_VAR: str(32 << 30)}
-"""What every store a test starts is given (the suites' conftest puts it in the environment;
-the in-process apps, ``tools.stack`` and the containers take it explicitly): its disk guard
-weighs the store's own files against 32 GiB, not the fill of the host's volume, so a shared
-machine whose disk is 90 % full elsewhere does not make the tests' writes ``507 DISK_FULL``
-(``CLEPSYDRA_STORE_DISK_MAX_RATIO``; DiskGuard's quota probe). The guard's own tests set a
-small quota of their own."""
+STORE_DISK_QUOTA_BYTES = 32 << 30
+
+
+def store_disk_quota() -> dict[str, str]:
+    """What every store a test starts is given (the suites' conftest puts it in the
+    environment; the in-process apps, ``tools.stack`` and the containers take it explicitly):
+    its disk guard weighs the store's own files against 32 GiB, not the fill of the host's
+    volume, so a shared machine whose disk is 90 % full elsewhere does not make the tests'
+    writes ``507 DISK_FULL`` (``CLEPSYDRA_STORE_DISK_MAX_RATIO``; DiskGuard's quota probe). The
+    guard's own tests set a small quota of their own. ModuleNotFoundError in an env without
+    the store (k8s), which starts none."""
+    from clepsydra_store.engine.log.disk_usage import DISK_CAPACITY_VAR
+
+    return {DISK_CAPACITY_VAR: str(STORE_DISK_QUOTA_BYTES)}
 
 
 def now_ms() -> int:

@@ -31,7 +31,7 @@ from clepsydra_client import (
     Producer,
     PushConsumer,
 )
-from tests.helpers import STORE_DISK_QUOTA
+from tests.helpers import store_disk_quota
 from tools.processes import REPO, free_port, wait_until
 
 pytestmark = pytest.mark.images
@@ -121,7 +121,7 @@ def stack(built: dict[str, str]) -> Iterator[dict[str, str]]:
         "CLEPSYDRA_GATEWAY_HEALTH_PORT": str(ports["GATEWAY_HEALTH"]),
         # the exporter's /healthz (and its HEALTHCHECK) follow the API's port
         "CLEPSYDRA_ANALYTICS_PORT": str(ports["ANALYTICS"]),
-        **STORE_DISK_QUOTA,
+        **store_disk_quota(),
     })
     images("down", "--volumes", env=env)  # a previous run's leftovers
     try:

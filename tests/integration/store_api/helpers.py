@@ -9,7 +9,7 @@ from flask import Flask
 
 from clepsydra_store.api.context import EXTENSION, StoreContext
 from clepsydra_store.settings import StoreSettings
-from tests.helpers import STORE_DISK_QUOTA
+from tests.helpers import store_disk_quota
 
 LEVELS = "1s 2s 3s"
 TOPIC = "orders"
@@ -17,7 +17,7 @@ TOPIC = "orders"
 
 def settings_for(home: Path, **env: str) -> StoreSettings:
     return StoreSettings.from_env({"CLEPSYDRA_HOME": str(home), "CLEPSYDRA_DELAY_LEVELS": LEVELS,
-                                   "CLEPSYDRA_STORE_PORT": "18081", **STORE_DISK_QUOTA,
+                                   "CLEPSYDRA_STORE_PORT": "18081", **store_disk_quota(),
                                    **env})
 
 
