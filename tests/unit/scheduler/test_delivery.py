@@ -292,6 +292,41 @@ def test_redis_outage_longer_than_the_lease_ends_the_run(
     assert report.outcome is RunOutcome.LEASE_LOST
 
 
+def test_a_chained_run_started_while_redis_is_away_waits_for_it(
+        clock: FakeClock, store: FakeStore, offsets: MemoryLevelState, delivery: Make) -> None:
+    # DEC-scheduler-chain-rides-out: the run handed the token (the broker away, it runs on in
+    # the task before) finds Redis down; it tries again until Redis answers, not leaving the
+    # level until its lease expires and a keep-alive comes
+    first = delivery(1, run_s=1.0).run()
+    assert first.outcome is RunOutcome.RUN_ENDED
+    t0 = clock.now
+    store.park(1, "m0", deliver_ts=t0 + 500)
+    offsets.down = True
+    clock.at(t0 + 1_300, lambda: setattr(offsets, "down", False))
+    second = delivery(1, run_s=3.0, redis_retry_s=0.5).run(first.token)
+    assert second.outcome is RunOutcome.RUN_ENDED
+    assert store.bodies() == ["m0"]
+    assert store.delivered[0].arrival_ms <= t0 + 1_300 + 500  # Redis back, one retry at most
+
+
+def test_a_keep_alive_started_while_redis_is_away_gives_up_at_once(
+        clock: FakeClock, offsets: MemoryLevelState, delivery: Make) -> None:
+    # no token: the next keep-alive tries again (a task per keep-alive must not wait here)
+    offsets.down = True
+    assert delivery(1).run().outcome is RunOutcome.NOT_ACQUIRED
+    assert clock.waits == []
+
+
+def test_a_chained_run_gives_up_once_redis_was_away_a_whole_lease(
+        clock: FakeClock, offsets: MemoryLevelState, delivery: Make) -> None:
+    first = delivery(1, run_s=1.0).run()
+    offsets.down = True
+    t0 = clock.now
+    report = delivery(1, lease_ms=3_000, redis_retry_s=0.5).run(first.token)
+    assert report.outcome is RunOutcome.NOT_ACQUIRED
+    assert 3_000 <= clock.now - t0 <= 3_500
+
+
 def test_statistics_are_recorded_per_level(
         clock: FakeClock, store: FakeStore, offsets: MemoryLevelState, delivery: Make) -> None:
     # SPEC D10: delivered count, lateness histogram, backlog, lag

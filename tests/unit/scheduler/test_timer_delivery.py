@@ -122,6 +122,27 @@ def test_the_run_period_ends_with_the_lease_held_for_the_successor() -> None:
     assert second.outcome is RunOutcome.RUN_ENDED and lease.holder() == second.token
 
 
+def test_a_chained_run_started_while_redis_is_away_waits_for_it() -> None:
+    # DEC-scheduler-chain-rides-out, as for a level: the successor handed the token tries the
+    # lease again until Redis answers; a run without a token gives up at once
+    clock = FakeClock()
+    state = MemoryLevelState(clock.now_ms)
+    lease, me = MemoryTimerLease(state), WorkerIdentity(NAME, state.incarnation())
+    first = TimerDelivery(TimerConfig(run_s=0.0), FakeTimers(clock, [], set()), lease,
+                          clock, worker=me).run()
+    assert first.outcome is RunOutcome.RUN_ENDED
+    state.down = True
+    assert TimerDelivery(TimerConfig(run_s=0.0), FakeTimers(clock, [], set()), lease, clock,
+                         worker=me).run().outcome is RunOutcome.NOT_ACQUIRED
+    t0 = clock.now
+    clock.at(t0 + 1_300, lambda: setattr(state, "down", False))
+    store = FakeTimers(clock, [2], set())
+    second = TimerDelivery(TimerConfig(run_s=3_600, backoff_s=0.5), store, lease, clock,
+                           worker=me).run(first.token)
+    assert (second.delivered, second.outcome) == (2, RunOutcome.STOPPED)
+    assert t0 + 1_300 <= clock.now and [w for w in clock.waits if w == 0.5][:3] == [0.5] * 3
+
+
 class CountingLease(MemoryTimerLease):
     def __init__(self, state: MemoryLevelState) -> None:
         super().__init__(state)

@@ -24,8 +24,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TypeVar
 
 from opentelemetry import trace
 
@@ -50,6 +52,8 @@ from clepsydra_scheduler.ports import (
 )
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 _tracer = telemetry.tracer("clepsydra_scheduler.delivery")
 _GAUGE_INTERVAL_MS = 1_000
@@ -134,6 +138,29 @@ class RetryDelay:
         self._next_s = 0.0
 
 
+def at_run_start(call: Callable[[], T], handed: str | None, lease_ms: int, retry_s: float,
+                 clock: Clock, what: str) -> T:
+    """A Redis call at a run's start (taking the lease, reading the progress), ridden out as a
+    running run rides out an outage shorter than its lease (DEC-scheduler-chain-rides-out).
+    A run handed its chain's token (the run before it ended and enqueued it, or, the broker
+    away, runs on in that task) holds the level: while Redis is away it tries again every
+    ``retry_s``, for up to ``lease_ms``, instead of leaving the level until the lease expires
+    and a keep-alive comes. A run without a token (a keep-alive, a worker's first) gives up at
+    once: the next keep-alive tries again. Raises LevelStateUnavailable when it gives up, or
+    when the worker stops meanwhile."""
+    started = clock.now_ms()
+    while True:
+        try:
+            return call()
+        except LevelStateUnavailable as exc:
+            if handed is None or clock.now_ms() - started >= lease_ms:
+                raise
+            logger.warning("offset store unavailable at run start %s, trying again in %g s: %s",
+                           what, retry_s, exc)
+            if clock.wait(retry_s):
+                raise
+
+
 class SystemClock:
     """Wall time; ``wait`` returns early (True) when ``stop`` is set."""
 
@@ -191,12 +218,16 @@ class LevelDelivery:
         deliver until the run period ends. Never raises for store or Redis failures."""
         level = self._cfg.level
         self._report = RunReport(level, "")
+        cfg, what = self._cfg, f"level={level}"
         try:
-            taken = self._state.acquire(level, self._worker, self._cfg.lease_ms, token)
+            taken = at_run_start(
+                lambda: self._state.acquire(level, self._worker, cfg.lease_ms, token),
+                token, cfg.lease_ms, cfg.redis_retry_s, self._clock, what)
             if taken is None:
                 return self._report
             self._hold(taken)
-            self._progress = self._state.load(level)
+            self._progress = at_run_start(lambda: self._state.load(level), taken, cfg.lease_ms,
+                                          cfg.redis_retry_s, self._clock, what)
         except LevelStateUnavailable as exc:
             logger.warning("offset store unavailable at run start level=%d: %s", level, exc)
             return self._report

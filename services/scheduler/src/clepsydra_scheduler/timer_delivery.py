@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from clepsydra_core.wire.timers import MAX_TIMER_HANDOVER, TimerHandoverAnswer
-from clepsydra_scheduler.delivery import RetryDelay, RunOutcome
+from clepsydra_scheduler.delivery import RetryDelay, RunOutcome, at_run_start
 from clepsydra_scheduler.ports import (
     Clock,
     LevelStateUnavailable,
@@ -88,6 +88,11 @@ class TimerConfig:
         return self.lease_ms // 3
 
     @property
+    def redis_retry_s(self) -> float:
+        """How long a run waits before it tries Redis again after a failed lease call."""
+        return min(self.backoff_s, self.lease_ms / 3_000)
+
+    @property
     def wait_ms(self) -> int:
         """How long one hand-over call may wait in the store: well inside the lease."""
         return max(1, min(1_000, self.lease_ms // 4))
@@ -130,7 +135,8 @@ class TimerDelivery:
         report = self._report = TimerRunReport("")
         cfg = self._cfg
         try:
-            taken = self._lease.acquire(self._worker, cfg.lease_ms, token)
+            taken = at_run_start(lambda: self._lease.acquire(self._worker, cfg.lease_ms, token),
+                                 token, cfg.lease_ms, cfg.redis_retry_s, self._clock, "timers")
         except LevelStateUnavailable as exc:
             logger.warning("timers: lease not taken: %s", exc.message)
             return report
@@ -156,7 +162,7 @@ class TimerDelivery:
                         break
                 except LevelStateUnavailable as exc:
                     logger.warning("timers: lease not renewed: %s", exc.message)
-                    self._clock.wait(min(cfg.backoff_s, cfg.lease_ms / 3_000))
+                    self._clock.wait(cfg.redis_retry_s)
                     continue
                 renewed = self._clock.now_ms()
                 report.renewals += 1
