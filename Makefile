@@ -108,8 +108,16 @@ test: setup $(TOX_STAMP)
 
 # The tox envs, (re)built from scratch after every reinstall of .venv or change of tox.ini:
 # tox itself does not see a new dependency in a package's pyproject.toml (see tox.ini).
+# Every env holds the same packages as .venv (1.5 GB each, pyspark alone 0.5): identical files
+# of 16 KiB or more are then made one (util-linux's hardlink, on every Debian): 5 of every 6
+# bytes of an env, in a fifth of the time all files would take. Safe: pip and Python replace a
+# file (a new one, renamed), never write into it, so a change in one env never reaches another.
 $(TOX_STAMP): $(STAMP) tox.ini
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/tox run --notest --recreate -e $(TOX_ALL_ENVS)
+	@if command -v hardlink >/dev/null 2>&1; then \
+	  hardlink --ignore-time --minimum-size 16K --quiet .tox $(VENV); \
+	  du -sh --total $(VENV) .tox | tail -1; \
+	else echo "no hardlink (util-linux): the tox envs keep a copy of every package each"; fi
 	@touch $@
 
 ## test-fast: the pytest suites only, no tox.
