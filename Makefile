@@ -110,7 +110,7 @@ test: setup $(TOX_STAMP)
 # tox itself does not see a new dependency in a package's pyproject.toml (see tox.ini).
 # Every env holds the same packages as .venv (1.5 GB each, pyspark alone 0.5): identical files
 # of 16 KiB or more are then made one (util-linux's hardlink, on every Debian): 5 of every 6
-# bytes of an env, in a fifth of the time all files would take. Safe: pip and Python replace a
+# bytes of an env, in a quarter of the time all files take. Safe: pip and Python replace a
 # file (a new one, renamed), never write into it, so a change in one env never reaches another.
 $(TOX_STAMP): $(STAMP) tox.ini
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/tox run --notest --recreate -e $(TOX_ALL_ENVS)
