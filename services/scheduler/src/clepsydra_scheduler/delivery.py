@@ -145,9 +145,10 @@ def at_run_start(call: Callable[[], T], handed: str | None, lease_ms: int, retry
     A run handed its chain's token (the run before it ended and enqueued it, or, the broker
     away, runs on in that task) holds the level: while Redis is away it tries again every
     ``retry_s``, for up to ``lease_ms``, instead of leaving the level until the lease expires
-    and a keep-alive comes. A run without a token (a keep-alive, a worker's first) gives up at
-    once: the next keep-alive tries again. Raises LevelStateUnavailable when it gives up, or
-    when the worker stops meanwhile."""
+    and a keep-alive comes. ``handed`` is the token the run holds: its chain's when it takes
+    the lease, the one it took when it reads the progress. A run that holds none yet (a
+    keep-alive, a worker's first) gives up at once: the next keep-alive tries again. Raises
+    LevelStateUnavailable when it gives up, or when the worker stops meanwhile."""
     started = clock.now_ms()
     while True:
         try:
