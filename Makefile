@@ -108,16 +108,18 @@ test: setup $(TOX_STAMP)
 
 # The tox envs, (re)built from scratch after every reinstall of .venv or change of tox.ini:
 # tox itself does not see a new dependency in a package's pyproject.toml (see tox.ini).
-# Every env holds the same packages as .venv (1.5 GB each, pyspark alone 0.5): identical files
-# of 16 KiB or more are then made one (util-linux's hardlink, on every Debian): 5 of every 6
-# bytes of an env, in a quarter of the time all files take. Safe: pip and Python replace a
-# file (a new one, renamed), never write into it, so a change in one env never reaches another.
+# uv builds them (tox-uv, requirements/dev.txt; a few seconds an env where pip took a minute
+# and a half): every env's files are hard links into uv's cache, .tox/uv-cache (tox.ini), on the
+# envs' own file system. A dependency published only as a source archive ($(SDIST_ONLY)) would
+# be built again for every env (the registry's answers defeat uv's cache of it): its wheel is
+# made once into build/sdist-wheels (pip, from its cache of the .venv install, the version
+# .venv has), where tox.ini points uv.
+SDIST_ONLY := pyspark
 $(TOX_STAMP): $(STAMP) tox.ini
+	$(BIN)/python -m pip wheel -q --no-deps -w build/sdist-wheels \
+	  $$($(BIN)/python -c 'import importlib.metadata as m, sys; print(*(f"{n}=={m.version(n)}" for n in sys.argv[1:]))' $(SDIST_ONLY))
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/tox run --notest --recreate -e $(TOX_ALL_ENVS)
-	@if command -v hardlink >/dev/null 2>&1; then \
-	  hardlink --ignore-time --minimum-size 16K --quiet .tox $(VENV); \
-	  du -sh --total $(VENV) .tox | tail -1; \
-	else echo "no hardlink (util-linux): the tox envs keep a copy of every package each"; fi
+	@du -sh --total $(VENV) .tox | tail -1
 	@touch $@
 
 ## test-fast: the pytest suites only, no tox.
