@@ -42,15 +42,14 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
 
+from bench.raw_client import RawConnection, timed_loop
 from bench.scratch import scratch_dir
 from bench.stack_cpu import CpuWindow, Profiles, stack_processes
-from bench.store_produce import RawConnection
 from tests.fixtures.stack import RunningStack, launch_stack, stop_stack
 
 TOPIC = "speed"
@@ -84,16 +83,6 @@ class Result:
     @property
     def rate(self) -> float:
         return self.messages / self.seconds if self.seconds else 0.0
-
-
-def timed_loop(seconds: float, step: Callable[[], int]) -> tuple[int, float]:
-    """``step`` (it returns messages done) in a loop for ``seconds``."""
-    n = 0
-    t0 = time.perf_counter()
-    end = t0 + seconds
-    while time.perf_counter() < end:
-        n += step()
-    return n, time.perf_counter() - t0
 
 
 # ---- the scenarios -------------------------------------------------------------------------
@@ -153,13 +142,24 @@ def run_sdk(store_url: str, seconds: float, body_bytes: int,
 
 def run_processes(store_url: str, n: int, seconds: float, body_bytes: int,
                   window: CpuWindow) -> tuple[int, float]:
-    """``raw1`` from ``n`` client processes started together (``window`` measures them as
-    ``clients``); (messages, seconds of the slowest)."""
-    start_at = time.time() + 3.0  # every process imported and connected by then
-    procs = [subprocess.Popen([sys.executable, "-m", "bench.stack_produce", "--client",
-                               store_url, str(seconds), str(start_at), str(body_bytes)],
-                              stdout=subprocess.PIPE, text=True)
+    """``raw1`` from ``n`` client processes (``bench.raw_client``) started together once every
+    one is connected (``window`` measures them as ``clients``); (messages, seconds of the
+    slowest)."""
+    body_file = scratch_dir("clepsydra-stack-produce-body-") / "message.json"
+    body_file.write_bytes(message_json(body_bytes))
+    procs = [subprocess.Popen([sys.executable, "-m", "bench.raw_client", store_url,
+                               f"/v1/topics/{TOPIC}/messages", str(body_file), str(seconds)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
              for _ in range(n)]
+    for proc in procs:
+        assert proc.stdout is not None and proc.stdin is not None
+        if proc.stdout.readline().strip() != "ready":
+            raise SystemExit(f"a client process did not connect (exit {proc.wait()})")
+    start_at = time.time() + 0.2  # every process is waiting on its pipe: just the hand-over
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write(f"{start_at}\n")
+        proc.stdin.flush()
     time.sleep(max(0.0, start_at - time.time()))
     window.start()
     total, longest, user, system = 0, 0.0, 0.0, 0.0
@@ -173,25 +173,6 @@ def run_processes(store_url: str, n: int, seconds: float, body_bytes: int,
     # the clients have exited: their own account of the CPU they spent sending
     window.used[f"{n} client process{'es' if n > 1 else ''}"] = (user, system)
     return total, longest
-
-
-def client_main(store_url: str, seconds: float, start_at: float, body_bytes: int) -> int:
-    """A client process of ``procs*``: connect, wait for the common start, send for
-    ``seconds``, print ``messages seconds``."""
-    conn = RawConnection(store_url, f"/v1/topics/{TOPIC}/messages", message_json(body_bytes))
-    conn.send()
-    time.sleep(max(0.0, start_at - time.time()))
-    before = os.times()
-
-    def step() -> int:
-        conn.send()
-        return 1
-
-    n, elapsed = timed_loop(seconds, step)
-    after = os.times()
-    conn.close()
-    print(n, elapsed, after.user - before.user, after.system - before.system, flush=True)
-    return 0
 
 
 # ---- the exporter after a burst ------------------------------------------------------------
@@ -351,11 +332,7 @@ def main() -> int:
                         help="make run-core's stack (tools.stack's flag)")
     parser.add_argument("--set", action="append", default=[], metavar="VAR=VALUE")
     parser.add_argument("--profile", type=Path, default=None, metavar="DIR")
-    parser.add_argument("--client", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.client:
-        url, seconds, start_at, body = args.client
-        return client_main(url, float(seconds), float(start_at), int(body))
     settings = {}
     for item in args.set:
         var, _, value = item.partition("=")

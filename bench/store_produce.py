@@ -34,7 +34,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -48,6 +47,7 @@ from typing import Any
 
 import requests
 
+from bench.raw_client import RawConnection
 from tools.parts import store_service
 
 REPO = Path(__file__).resolve().parents[1]
@@ -153,49 +153,6 @@ def http_single(url: str, threads: int, seconds: float) -> tuple[int, float]:
         return 1
 
     return run_clients(threads, seconds, send)
-
-
-class RawConnection:
-    """A keep-alive HTTP/1.1 connection sending one pre-built request over and over: the
-    cheapest Python client, to show what the server does when the client is not the limit."""
-
-    def __init__(self, url: str, path: str, payload: bytes) -> None:
-        self.host, _, port = url.removeprefix("http://").partition(":")
-        self.sock = socket.create_connection((self.host, int(port)))
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.request = self.request_bytes(self.host, path, payload)
-        self.buf = b""
-
-    @staticmethod
-    def request_bytes(host: str, path: str, payload: bytes,
-                      headers: dict[str, str] | None = None) -> bytes:
-        """A POST of ``payload`` as JSON, with ``headers`` besides the usual ones."""
-        extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
-        return (f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-                f"{extra}Content-Length: {len(payload)}\r\n\r\n").encode() + payload
-
-    def send(self, request: bytes | None = None) -> None:
-        """Send the pre-built request (or ``request``) and read its 201 answer."""
-        self.sock.sendall(request or self.request)
-        while b"\r\n\r\n" not in self.buf:
-            self.buf += self._recv()
-        head, _, rest = self.buf.partition(b"\r\n\r\n")
-        if not head.startswith(b"HTTP/1.1 201"):
-            raise RuntimeError(head.decode(errors="replace"))
-        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                      if line.lower().startswith(b"content-length:"))
-        while len(rest) < length:
-            rest += self._recv()
-        self.buf = rest[length:]
-
-    def _recv(self) -> bytes:
-        data = self.sock.recv(65536)
-        if not data:
-            raise RuntimeError("connection closed")
-        return data
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def raw_single(url: str, threads: int, seconds: float) -> tuple[int, float]:
