@@ -22,7 +22,7 @@ from clepsydra_scheduler.ports import (
     fence_of,
 )
 from tests.fixtures.scheduler import TOPIC, SchedulerStack, assert_each_once
-from tools.processes import wait_until
+from tools.processes import RedisServer, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -137,3 +137,25 @@ def test_a_worker_killed_and_restarted_under_its_name_takes_its_levels_back_at_o
                      + [f"after-{i}" for i in range(50)])
     wait_until(lambda: "run finished level=1" in restarted.log(), 30,
                what="the restarted worker's run of level 1")
+
+
+def test_a_take_tried_again_after_its_answer_was_lost_gets_back_the_lease_it_took(
+        redis_server: RedisServer) -> None:
+    # DEC-scheduler-chain-rides-out: the acquire script ran, and Redis went away before its
+    # answer came; the run tries again with the same run id and gets the lease its first try
+    # took (the same token, no second fence), where any other take is still refused
+    state = RedisLevelState.from_url(redis_server.url)
+    me = WorkerIdentity(NAME, state.incarnation())
+    run = LeaseToken.new_run()
+    first = state.acquire(1, me, 5_000, None, run)
+    assert first is not None and LeaseToken.decode(first) == LeaseToken(
+        me.incarnation, 1, run, NAME)
+    state.client.pexpire(delay_lease_key(1, 0), 1_000)
+    assert state.acquire(1, me, 5_000, None, run) == first
+    assert (state.lease_ttl_ms(1) or 0) > 1_000  # the try again renewed it for its lease
+    assert state.acquire(1, me, 5_000) is None  # another run of this process: refused
+    assert state.acquire(1, me, 5_000, "2 1 9 other " + NAME, run + "x") is None
+    later = WorkerIdentity(NAME, state.incarnation())
+    taken = state.acquire(1, later, 5_000, None, run)  # a later process: takes it over
+    assert taken is not None and fence_of(taken) == 2
+    assert state.acquire(1, me, 5_000, None, run) is None  # the first try's own run no more

@@ -11,7 +11,12 @@ import pytest
 from clepsydra_core.schedule_rules import corrected_deliver_ts, due_count
 from clepsydra_scheduler.delivery import DeliveryConfig, LevelDelivery, RunOutcome
 from clepsydra_scheduler.level_state import MemoryLevelState
-from clepsydra_scheduler.ports import LevelSample, LevelStateUnavailable, WorkerIdentity
+from clepsydra_scheduler.ports import (
+    LevelSample,
+    LevelStateUnavailable,
+    WorkerIdentity,
+    fence_of,
+)
 from tests.fixtures.scheduler import FakeClock, FakeStore
 
 Make = Callable[..., LevelDelivery]
@@ -307,6 +312,23 @@ def test_a_chained_run_started_while_redis_is_away_waits_for_it(
     assert second.outcome is RunOutcome.RUN_ENDED
     assert store.bodies() == ["m0"]
     assert store.delivered[0].arrival_ms <= t0 + 1_300 + 500  # Redis back, one retry at most
+
+
+def test_a_chained_run_whose_lease_answer_was_lost_gets_the_lease_it_took(
+        clock: FakeClock, store: FakeStore, offsets: MemoryLevelState, delivery: Make) -> None:
+    # Redis ran the take and went away before it answered: the try again (the same run id)
+    # finds the lease its own first try took and carries on with it, instead of finding the
+    # level held and leaving it until the lease expires
+    first = delivery(1, run_s=1.0).run()
+    t0 = clock.now
+    store.park(1, "m0", deliver_ts=t0 + 500)
+    offsets.answers_lost = 1
+    second = delivery(1, run_s=3.0, redis_retry_s=0.5).run(first.token)
+    assert offsets.answers_lost == 0  # the first try was made, and its answer lost
+    assert second.outcome is RunOutcome.RUN_ENDED
+    assert store.bodies() == ["m0"]
+    assert store.delivered[0].arrival_ms <= t0 + 500 + 500  # not the lease's 3 s later
+    assert (fence_of(second.token) or 0) == (fence_of(first.token) or 0) + 1  # taken once
 
 
 def test_a_keep_alive_started_while_redis_is_away_gives_up_at_once(

@@ -143,6 +143,25 @@ def test_a_chained_run_started_while_redis_is_away_waits_for_it() -> None:
     assert clock.waits.count(0.5) >= 3  # tried every half second while Redis was away
 
 
+def test_a_chained_run_whose_lease_answer_was_lost_gets_the_lease_it_took() -> None:
+    # as for a level: the take was made and its answer lost with Redis; the try again is
+    # answered with the lease the first took, not refused as someone else's
+    clock = FakeClock()
+    state = MemoryLevelState(clock.now_ms)
+    lease, me = MemoryTimerLease(state), WorkerIdentity(NAME, state.incarnation())
+    first = TimerDelivery(TimerConfig(run_s=0.0), FakeTimers(clock, [], set()), lease,
+                          clock, worker=me).run()
+    state.answers_lost = 1
+    t0 = clock.now
+    store = FakeTimers(clock, [2], set())
+    second = TimerDelivery(TimerConfig(run_s=3_600, backoff_s=0.5), store, lease, clock,
+                           worker=me).run(first.token)
+    assert state.answers_lost == 0
+    assert (second.delivered, second.outcome) == (2, RunOutcome.STOPPED)
+    assert clock.now - t0 < 10_000  # not after the lease expired
+    assert (fence_of(second.token) or 0) == (fence_of(first.token) or 0) + 1
+
+
 class CountingLease(MemoryTimerLease):
     def __init__(self, state: MemoryLevelState) -> None:
         super().__init__(state)

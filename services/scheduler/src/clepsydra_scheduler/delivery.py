@@ -43,6 +43,7 @@ from clepsydra_core.wire.schedule import MAX_HANDOVER, HandoverAnswer
 from clepsydra_scheduler.ports import (
     Clock,
     HandoverApi,
+    LeaseToken,
     LevelSample,
     LevelState,
     LevelStateUnavailable,
@@ -221,8 +222,9 @@ class LevelDelivery:
         self._report = RunReport(level, "")
         cfg, what = self._cfg, f"level={level}"
         try:
+            run = LeaseToken.new_run()  # the same in every try: a lost answer is not a refusal
             taken = at_run_start(
-                lambda: self._state.acquire(level, self._worker, cfg.lease_ms, token),
+                lambda: self._state.acquire(level, self._worker, cfg.lease_ms, token, run),
                 token, cfg.lease_ms, cfg.redis_retry_s, self._clock, what)
             if taken is None:
                 return self._report

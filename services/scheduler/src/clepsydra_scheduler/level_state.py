@@ -30,7 +30,6 @@ manifests use a single Redis.
 from __future__ import annotations
 
 import logging
-import secrets
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -59,10 +58,16 @@ logger = logging.getLogger(__name__)
 # The lease scripts write ports.LeaseToken's layout: "2 <incarnation> <fence> <run> <name>".
 # KEYS: lease, fence counter. ARGV: name, incarnation, run, ttl ms, previous token ("": none).
 # Returns {new token, the holder it replaced ("": none)}, or nil when another holds the lease.
+# A holder with this very name, incarnation and run is this take's own first try, whose answer
+# was lost with Redis: its token comes back as it is.
 _ACQUIRE = """
 local holder = redis.call('GET', KEYS[1])
 if holder and holder ~= ARGV[5] then
-  local incarnation, name = string.match(holder, '^2 (%d+) %d+ %S+ (.+)$')
+  local incarnation, run, name = string.match(holder, '^2 (%d+) %d+ (%S+) (.+)$')
+  if name == ARGV[1] and incarnation == ARGV[2] and run == ARGV[3] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[4])
+    return {holder, ''}
+  end
   if name ~= ARGV[1] or tonumber(incarnation) >= tonumber(ARGV[2]) then
     return false
   end
@@ -211,10 +216,10 @@ class RedisLevelState:
             keys=[WORKER_INCARNATION_KEY])))
 
     def take(self, lease_key: str, fence_key: str, worker: WorkerIdentity, ttl_ms: int,
-             previous: str | None) -> str | None:
+             previous: str | None, run: str | None = None) -> str | None:
         """``acquire`` on any lease's keys (a level's, the timers')."""
-        args: list[str | int] = [worker.name, worker.incarnation, new_run(), ttl_ms,
-                                 previous or ""]
+        args: list[str | int] = [worker.name, worker.incarnation, run or LeaseToken.new_run(),
+                                 ttl_ms, previous or ""]
         taken = self._call("acquire", lambda: self._acquire(keys=[lease_key, fence_key],
                                                              args=args))
         if taken is None:
@@ -238,9 +243,9 @@ class RedisLevelState:
                                                                 args=[token])))
 
     def acquire(self, level: int, worker: WorkerIdentity, ttl_ms: int,
-                previous: str | None = None) -> str | None:
+                previous: str | None = None, run: str | None = None) -> str | None:
         return self.take(self._lease(level), delay_fence_key(level, self.shard), worker, ttl_ms,
-                         previous)
+                         previous, run)
 
     def refence(self, level: int, token: str, floor: int, ttl_ms: int) -> str | None:
         return self.refence_key(self._lease(level), delay_fence_key(level, self.shard), token,
@@ -304,8 +309,8 @@ class RedisTimerLease:
         self._fence = timer_fence_key(state.shard)
 
     def acquire(self, worker: WorkerIdentity, ttl_ms: int,
-                previous: str | None = None) -> str | None:
-        return self._state.take(self._key, self._fence, worker, ttl_ms, previous)
+                previous: str | None = None, run: str | None = None) -> str | None:
+        return self._state.take(self._key, self._fence, worker, ttl_ms, previous, run)
 
     def refence(self, token: str, floor: int, ttl_ms: int) -> str | None:
         return self._state.refence_key(self._key, self._fence, token, floor, ttl_ms)
@@ -342,6 +347,9 @@ class MemoryLevelState:
         self.stats: dict[int, dict[str, int]] = {}
         self.down = False
         """Set True to make every call fail as if Redis were unreachable."""
+        self.answers_lost = 0
+        """Set to n: the next n leases taken are taken, and the call fails as if Redis went
+        away before it answered."""
 
     def _check(self) -> None:
         if self.down:
@@ -367,18 +375,24 @@ class MemoryLevelState:
         return raw
 
     def take(self, key: int | str, worker: WorkerIdentity, ttl_ms: int,
-             previous: str | None) -> str | None:
+             previous: str | None, run: str | None = None) -> str | None:
         with self._lock:
             self._check()
             holder = self._holder(key)
             if holder is not None and holder != previous:
                 held = LeaseToken.decode(holder)
+                if held is not None and held.holder == worker and held.run == run:
+                    self.leases[key] = (holder, self._now_ms() + ttl_ms)  # its own first try
+                    return holder
                 if held is None or held.name != worker.name or \
                         held.incarnation >= worker.incarnation:
                     return None
             token = self._grant(key, LeaseToken(worker.incarnation,
-                                                self.fences.get(key, 0) + 1, new_run(),
-                                                worker.name), ttl_ms)
+                                                self.fences.get(key, 0) + 1,
+                                                run or LeaseToken.new_run(), worker.name), ttl_ms)
+            if self.answers_lost:  # made, but Redis went away before it answered
+                self.answers_lost -= 1
+                raise LevelStateUnavailable("memory offset store went away before answering")
         _log_take_over(str(key), holder or "", previous, token)
         return token
 
@@ -409,8 +423,8 @@ class MemoryLevelState:
             return True
 
     def acquire(self, level: int, worker: WorkerIdentity, ttl_ms: int,
-                previous: str | None = None) -> str | None:
-        return self.take(level, worker, ttl_ms, previous)
+                previous: str | None = None, run: str | None = None) -> str | None:
+        return self.take(level, worker, ttl_ms, previous, run)
 
     def refence(self, level: int, token: str, floor: int, ttl_ms: int) -> str | None:
         return self.refence_key(level, token, floor, ttl_ms)
@@ -486,8 +500,8 @@ class MemoryTimerLease:
         self._state = state
 
     def acquire(self, worker: WorkerIdentity, ttl_ms: int,
-                previous: str | None = None) -> str | None:
-        return self._state.take(TIMERS, worker, ttl_ms, previous)
+                previous: str | None = None, run: str | None = None) -> str | None:
+        return self._state.take(TIMERS, worker, ttl_ms, previous, run)
 
     def refence(self, token: str, floor: int, ttl_ms: int) -> str | None:
         return self._state.refence_key(TIMERS, token, floor, ttl_ms)
@@ -513,8 +527,3 @@ def _log_take_over(lease: str, replaced: str, previous: str | None, token: str) 
         logger.info("lease taken over from an earlier process of this worker lease=%s "
                     "name=%s incarnation=%d->%d fence=%d", lease, after.name,
                     before.incarnation, after.incarnation, after.fence)
-
-
-def new_run() -> str:
-    """A run's id in its lease token: tells the runs of one process apart."""
-    return secrets.token_hex(6)

@@ -10,6 +10,7 @@ offset and its statistics (``LevelState``). ``delivery.py`` codes against these 
 from __future__ import annotations
 
 import re
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, Self
@@ -86,6 +87,11 @@ class LeaseToken:
     def holder(self) -> WorkerIdentity:
         return WorkerIdentity(self.name, self.incarnation)
 
+    @staticmethod
+    def new_run() -> str:
+        """A new ``run``: an id a run writes in the lease it takes."""
+        return secrets.token_hex(6)
+
 
 def fence_of(token: str) -> int | None:
     """The fencing token inside a lease token (None: an older worker's bare token)."""
@@ -151,11 +157,14 @@ class LevelState(Protocol):
         ...
 
     def acquire(self, level: int, worker: WorkerIdentity, ttl_ms: int,
-                previous: str | None = None) -> str | None:
+                previous: str | None = None, run: str | None = None) -> str | None:
         """Take the level's lease for ``worker`` and return its new token (with the next
         fencing token), when it is free, held by ``previous`` (the token a chained run hands
         its successor), or held by an older incarnation of ``worker``'s name (its process was
-        restarted: no wait for the expiry; DEC-scheduler-lease). None when another holds it."""
+        restarted: no wait for the expiry; DEC-scheduler-lease). None when another holds it.
+        ``run`` is the id the token gets (a new one when None). A take tried again with the
+        same ``run`` after Redis went away before answering finds the lease its first try took,
+        and gets that token back (DEC-scheduler-chain-rides-out)."""
         ...
 
     def refence(self, level: int, token: str, floor: int, ttl_ms: int) -> str | None:

@@ -32,6 +32,7 @@ from clepsydra_core.wire.timers import MAX_TIMER_HANDOVER, TimerHandoverAnswer
 from clepsydra_scheduler.delivery import RetryDelay, RunOutcome, at_run_start
 from clepsydra_scheduler.ports import (
     Clock,
+    LeaseToken,
     LevelStateUnavailable,
     StoreCallFailed,
     WorkerIdentity,
@@ -57,7 +58,7 @@ class TimerLease(Protocol):
     handed on and fenced as a level's (``LevelState.acquire``, ``refence``)."""
 
     def acquire(self, worker: WorkerIdentity, ttl_ms: int,
-                previous: str | None = None) -> str | None: ...
+                previous: str | None = None, run: str | None = None) -> str | None: ...
 
     def refence(self, token: str, floor: int, ttl_ms: int) -> str | None: ...
 
@@ -135,8 +136,10 @@ class TimerDelivery:
         report = self._report = TimerRunReport("")
         cfg = self._cfg
         try:
-            taken = at_run_start(lambda: self._lease.acquire(self._worker, cfg.lease_ms, token),
-                                 token, cfg.lease_ms, cfg.redis_retry_s, self._clock, "timers")
+            run = LeaseToken.new_run()  # the same in every try: a lost answer is not a refusal
+            taken = at_run_start(
+                lambda: self._lease.acquire(self._worker, cfg.lease_ms, token, run),
+                token, cfg.lease_ms, cfg.redis_retry_s, self._clock, "timers")
         except LevelStateUnavailable as exc:
             logger.warning("timers: lease not taken: %s", exc.message)
             return report
