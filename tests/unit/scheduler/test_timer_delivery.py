@@ -10,7 +10,7 @@ from clepsydra_core.wire.timers import TimerHandoverAnswer
 from clepsydra_scheduler.delivery import RunOutcome
 from clepsydra_scheduler.level_state import MemoryLevelState, MemoryTimerLease
 from clepsydra_scheduler.ports import StoreCallFailed, WorkerIdentity, fence_of
-from clepsydra_scheduler.timer_delivery import TimerConfig, TimerDelivery
+from clepsydra_scheduler.timer_delivery import TimerConfig, TimerDelivery, TimerRunReport
 from tests.fixtures.scheduler import FakeClock
 
 NAME = "pod-a/worker"
@@ -122,15 +122,22 @@ def test_the_run_period_ends_with_the_lease_held_for_the_successor() -> None:
     assert second.outcome is RunOutcome.RUN_ENDED and lease.holder() == second.token
 
 
-def test_a_chained_run_started_while_redis_is_away_waits_for_it() -> None:
-    # DEC-scheduler-chain-rides-out, as for a level: the successor handed the token tries the
-    # lease again until Redis answers; a run without a token gives up at once
-    clock = FakeClock()
+def _a_run_ended(clock: FakeClock) -> tuple[MemoryLevelState, MemoryTimerLease,
+                                             WorkerIdentity, TimerRunReport]:
+    """The in-memory state and timers' lease after a first run ended, handing its token on."""
     state = MemoryLevelState(clock.now_ms)
     lease, me = MemoryTimerLease(state), WorkerIdentity(NAME, state.incarnation())
     first = TimerDelivery(TimerConfig(run_s=0.0), FakeTimers(clock, [], set()), lease,
                           clock, worker=me).run()
     assert first.outcome is RunOutcome.RUN_ENDED
+    return state, lease, me, first
+
+
+def test_a_chained_run_started_while_redis_is_away_waits_for_it() -> None:
+    # DEC-scheduler-chain-rides-out, as for a level: the successor handed the token tries the
+    # lease again until Redis answers; a run without a token gives up at once
+    clock = FakeClock()
+    state, lease, me, first = _a_run_ended(clock)
     state.down = True
     assert TimerDelivery(TimerConfig(run_s=0.0), FakeTimers(clock, [], set()), lease, clock,
                          worker=me).run().outcome is RunOutcome.NOT_ACQUIRED
@@ -147,10 +154,7 @@ def test_a_chained_run_whose_lease_answer_was_lost_gets_the_lease_it_took() -> N
     # as for a level: the take was made and its answer lost with Redis; the try again is
     # answered with the lease the first took, not refused as someone else's
     clock = FakeClock()
-    state = MemoryLevelState(clock.now_ms)
-    lease, me = MemoryTimerLease(state), WorkerIdentity(NAME, state.incarnation())
-    first = TimerDelivery(TimerConfig(run_s=0.0), FakeTimers(clock, [], set()), lease,
-                          clock, worker=me).run()
+    state, lease, me, first = _a_run_ended(clock)
     state.answers_lost = 1
     t0 = clock.now
     store = FakeTimers(clock, [2], set())
