@@ -8,7 +8,7 @@ excluded).
 
 Starts ``python -m clepsydra_store`` under ``valgrind --tool=callgrind`` (apt's ``valgrind``)
 with a temporary CLEPSYDRA_HOME, creates a topic of 4 queues, sends 300 single 1 KiB produces
-from one raw keep-alive socket (``bench.store_produce.RawConnection``: the poller's path) to warm
+from one raw keep-alive socket (``bench.raw_client.RawConnection``: the poller's path) to warm
 up, zeroes the counters, sends ``--sends`` more, and prints the worker's instructions a send.
 ``--shape`` says what a send is: ``raw`` (default) the produce bench's message (1 KiB body, tags,
 keys); ``sdk`` what ``Producer.send`` puts on the wire (a 16-byte body, its own ``UNIQ_KEY`` and
@@ -41,7 +41,8 @@ from pathlib import Path
 import requests
 
 from bench.bytecodes import tree_path
-from bench.store_produce import TOPIC, RawConnection, message
+from bench.raw_client import RawConnection
+from bench.store_produce import TOPIC, message
 
 REPO = Path(__file__).resolve().parents[1]
 WARM_UP = 300

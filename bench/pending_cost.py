@@ -37,8 +37,8 @@ from pathlib import Path
 
 import requests
 
+from bench.raw_client import RawConnection
 from bench.scratch import scratch_dir
-from bench.store_produce import RawConnection
 from bench.threads import run_threads
 from tools.parts import store_service
 from tools.processes import HttpService

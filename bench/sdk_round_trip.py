@@ -4,7 +4,7 @@ alone, three ways in turn, rounds alternating.
     .venv/bin/python -m bench.sdk_round_trip [--sends 4000] [--rounds 3]
     .venv/bin/python -m bench.sdk_round_trip --bytecodes [--base /path/to/other/worktree]
 
-  raw-plain     a raw socket sending ``{"body": ...}`` (``bench.store_produce.RawConnection``)
+  raw-plain     a raw socket sending ``{"body": ...}`` (``bench.raw_client.RawConnection``)
   raw-sdkshape  the same socket sending the bytes ``Producer.send`` sends (``UNIQ_KEY`` and an
                 unsampled ``traceparent`` in the properties and the header, one per message:
                 ``bench.instructions.requests_of``)
@@ -37,9 +37,9 @@ from typing import Any
 
 from bench.bytecodes import count, tree_path
 from bench.instructions import requests_of
+from bench.raw_client import RawConnection
 from bench.scratch import scratch_dir
 from bench.stack_cpu import process_cpu
-from bench.store_produce import RawConnection
 from clepsydra_client import AdminClient, Producer
 from tools.parts import store_service
 
