@@ -46,10 +46,20 @@ def beat_schedule(settings: SchedulerSettings) -> dict[str, dict[str, Any]]:
     }
 
 
+BROKER_TRANSPORT_OPTIONS = {"queue_order_strategy": "priority", "ack_emulation": False}
+"""DEC-scheduler-restart-kick: the worker takes its tasks from the first queue of
+:func:`level_queues` that has one (Kombu's "priority" order, not its round robin), so a
+restarted worker starts its runs the shortest delay first, every shard's together; and kombu
+keeps no copy of a task taken (its ack emulation): a task is acknowledged as it starts
+(``task_acks_late=False``), and a lost one is a keep-alive beat sends again."""
+
+
 def level_queues(settings: SchedulerSettings) -> list[str]:
-    """Every queue a worker consumes: one per level, and the timers'."""
-    return [schedule_queue_name(level) for level in settings.levels.levels()] + [
-        TIMER_QUEUE_NAME]
+    """Every queue a worker consumes, in the order it takes their tasks
+    (DEC-scheduler-restart-kick): the timers' (T1: within 100 ms), then one per level, the
+    shortest delay first."""
+    return [TIMER_QUEUE_NAME] + [schedule_queue_name(level)
+                                 for level in settings.levels.levels()]
 
 
 def create_celery(settings: SchedulerSettings,
@@ -66,6 +76,7 @@ def create_celery(settings: SchedulerSettings,
         task_create_missing_queues=True,
         task_default_queue=schedule_queue_name(1),
         task_acks_late=False,
+        broker_transport_options=BROKER_TRANSPORT_OPTIONS,
         worker_prefetch_multiplier=1,
         worker_hijack_root_logger=False,
         **clepsydra_logging.CELERY_SERIALIZERS,

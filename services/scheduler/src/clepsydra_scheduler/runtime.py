@@ -40,11 +40,11 @@ Kick = Callable[[int], None]
 class SchedulerRuntime:
     """Every worker serves every store shard (DEC-store-shards): each level, and the timers,
     run once per shard, leased and tracked under that shard's keys (DEC-shard-keys). Beat's
-    keep-alives and a starting worker's kick name no shard (shard 0's runs); such a run first
-    enqueues one for each other shard whose run holds no lease, or whose lease an earlier
-    process of this worker holds (DEC-scheduler-lease: taken back at once), so beat's schedule
-    does not change with the cluster's size and a new shard is served within a keep-alive of
-    the membership naming it."""
+    keep-alives name no shard (shard 0's runs); such a run first enqueues one for each other
+    shard whose run holds no lease, or whose lease an earlier process of this worker holds
+    (DEC-scheduler-lease: taken back at once), so beat's schedule does not change with the
+    cluster's size and a new shard is served within a keep-alive of the membership naming it.
+    A starting worker's kick names every shard's run itself (DEC-scheduler-restart-kick)."""
 
     def __init__(self, settings: SchedulerSettings,
                  ready: threading.Event | None = None) -> None:
@@ -99,9 +99,9 @@ class SchedulerRuntime:
 
     def kick_shards(self, kick: Kick, holder: Callable[[int], str | None],
                     worker: WorkerIdentity, what: str) -> None:
-        """A run of shard 0 that no predecessor handed its lease to (a keep-alive, a starting
-        worker's kick): a new run for every other shard that :meth:`needs_run`; what fails
-        here is logged, the run goes on."""
+        """A run naming no shard that no predecessor handed its lease to (beat's keep-alive;
+        a starting worker's kick when the membership was unreadable): a new run for every
+        other shard that :meth:`needs_run`; what fails here is logged, the run goes on."""
         try:
             others = [m.id for m in self.shards.members() if m.id != 0]
         except ClepsydraError as exc:
@@ -141,10 +141,11 @@ class SchedulerRuntime:
             logger.warning("offset store unavailable at run start %s: %s", what, exc.message)
             return None
 
-    def deliver(self, level: int, token: str | None, requeue: Requeue, shard: int = 0,
-                kick: Kick | None = None) -> str:
-        """One run of a level of a store shard (the body of the ``deliver_level`` task); a
-        keep-alive of shard 0 first starts the other shards' runs (``kick``)."""
+    def deliver(self, level: int, token: str | None, requeue: Requeue,
+                shard: int | None = None, kick: Kick | None = None) -> str:
+        """One run of a level of a store shard (the body of the ``deliver_level`` task); one
+        that names no shard (beat's keep-alive) is shard 0's and first starts the other shards'
+        runs (``kick``)."""
         if level not in self.settings.levels.levels():
             logger.error("no such delay level level=%d (table: %s)", level, self.settings.levels)
             return "unknown_level"
@@ -154,8 +155,9 @@ class SchedulerRuntime:
         worker = self._identity(where)
         if worker is None:
             return RunOutcome.NOT_ACQUIRED.value
-        if token is None and shard == 0 and kick is not None:
+        if token is None and shard is None and kick is not None:
             self.kick_shards(kick, lambda s: self.state_of(s).holder(level), worker, where)
+        shard = shard or 0
         try:
             url = self.store_url(shard)
         except (StoreCallFailed, ClepsydraError) as exc:
@@ -174,19 +176,21 @@ class SchedulerRuntime:
         finally:
             store.close()
 
-    def deliver_timers(self, token: str | None, requeue: Requeue, shard: int = 0,
+    def deliver_timers(self, token: str | None, requeue: Requeue, shard: int | None = None,
                        kick: Kick | None = None) -> str:
         """One run of a store shard's timers' delivery (the body of the ``deliver_timers``
-        task); a keep-alive of shard 0 first starts the other shards' (``kick``)."""
+        task); one that names no shard (beat's keep-alive) is shard 0's and first starts the
+        other shards' (``kick``)."""
         if self.stop.is_set():
             return RunOutcome.STOPPED.value
         where = "timers" + (f" shard={shard}" if shard else "")
         worker = self._identity(where)
         if worker is None:
             return RunOutcome.NOT_ACQUIRED.value
-        if token is None and shard == 0 and kick is not None:
+        if token is None and shard is None and kick is not None:
             self.kick_shards(kick, lambda s: RedisTimerLease(self.state_of(s)).holder(), worker,
                              where)
+        shard = shard or 0
         s = self.settings
         try:
             url = self.store_url(shard)

@@ -1,6 +1,7 @@
-"""The Celery tasks: ``deliver_level(level, token=None, shard=0)`` and
-``deliver_timers(token=None, shard=0)`` (``shard``: a store shard's run,
-DEC-store-shards) - thin; the work is in delivery.py and timer_delivery.py.
+"""The Celery tasks: ``deliver_level(level, token=None, shard=None)`` and
+``deliver_timers(token=None, shard=None)`` (``shard``: a store shard's run, DEC-store-shards;
+none named: beat's keep-alive, shard 0's run that first starts the other shards' runs) - thin;
+the work is in delivery.py and timer_delivery.py.
 
 A run returns at once when another run holds the level's lease (a beat keep-alive while the
 level is being served). At the end of its run period it enqueues its successor on its own
@@ -28,9 +29,10 @@ def register(app: Celery, runtime: SchedulerRuntime) -> Any:
     keepalive_s = runtime.settings.keepalive_s
 
     @app.task(name=TASK_NAME, bind=True, ignore_result=True)  # type: ignore[untyped-decorator]
-    def deliver_level(self: Any, level: int, token: str | None = None, shard: int = 0) -> str:
+    def deliver_level(self: Any, level: int, token: str | None = None,
+                      shard: int | None = None) -> str:
         def requeue(next_token: str) -> None:
-            self.apply_async(args=(level,), kwargs=_shard_kwargs(shard, token=next_token),
+            self.apply_async(args=(level,), kwargs=_shard_kwargs(shard or 0, token=next_token),
                              queue=schedule_queue_name(level), expires=expires_s)
 
         def kick(other: int) -> None:  # a keep-alive of another store shard's run
@@ -40,9 +42,9 @@ def register(app: Celery, runtime: SchedulerRuntime) -> Any:
         return runtime.deliver(level, token, requeue, shard, kick)
 
     @app.task(name=TIMER_TASK_NAME, bind=True, ignore_result=True)  # type: ignore[untyped-decorator]
-    def deliver_timers(self: Any, token: str | None = None, shard: int = 0) -> str:
+    def deliver_timers(self: Any, token: str | None = None, shard: int | None = None) -> str:
         def requeue(next_token: str) -> None:
-            self.apply_async(kwargs=_shard_kwargs(shard, token=next_token),
+            self.apply_async(kwargs=_shard_kwargs(shard or 0, token=next_token),
                              queue=TIMER_QUEUE_NAME, expires=expires_s)
 
         def kick(other: int) -> None:
@@ -62,10 +64,24 @@ def _shard_kwargs(shard: int, **kwargs: Any) -> dict[str, Any]:
 def kick(app: Celery, runtime: SchedulerRuntime) -> None:
     """Start every level now (a worker at start-up), without waiting for beat's first tick: a
     restarted worker takes its own leases back with these (DEC-scheduler-lease). The worker
-    starts them one after another (tens of ms each on a busy machine), so the timers (T1: within
-    100 ms) go first, then the levels in the table's order. These are shard 0's runs; each
-    starts its level's (or the timers') runs of the other store shards (DEC-store-shards)."""
-    app.send_task(TIMER_TASK_NAME, queue=TIMER_QUEUE_NAME, expires=runtime.settings.keepalive_s)
+    takes its tasks one after another (its consumer, tens of ms each on a busy machine), so
+    the timers (T1: within 100 ms) go first, then the levels in the table's order; each names
+    its store shard, every shard's run sent at once (DEC-store-shards): none waits for shard
+    0's run to start it, and no run is sent twice (DEC-scheduler-restart-kick). When the
+    cluster's membership cannot be read, shard 0's runs are sent naming no shard, as beat's
+    keep-alives: each starts the other shards' runs that need one."""
+    shards = runtime.shards
+    known = shards.refresh()
+    named = shards.ids() if known else [None]
+    expires_s = runtime.settings.keepalive_s
+    for shard in named:
+        app.send_task(TIMER_TASK_NAME, kwargs=_named(shard), queue=TIMER_QUEUE_NAME,
+                      expires=expires_s)
     for level in runtime.settings.levels.levels():
-        app.send_task(TASK_NAME, args=(level,), queue=schedule_queue_name(level),
-                      expires=runtime.settings.keepalive_s)
+        for shard in named:
+            app.send_task(TASK_NAME, args=(level,), kwargs=_named(shard),
+                          queue=schedule_queue_name(level), expires=expires_s)
+
+
+def _named(shard: int | None) -> dict[str, Any]:
+    return {} if shard is None else {"shard": shard}
