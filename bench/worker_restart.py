@@ -117,7 +117,7 @@ def one_round(stack: RunningStack, client: redis.Redis,
                 back_at.setdefault(name, now_ms)
         time.sleep(POLL_S)
     figures["first"] = min(back_at.values())
-    for group in ("timers", "level 1", "level 3", f"level {len(keys) // len(_shards(keys)) - 1}"):
+    for group in ("timers", "level 1", "level 3", f"level {DelayLevels.default().max_level}"):
         figures[group] = max(at for name, at in back_at.items() if keys[name][1] == group)
     for shard in _shards(keys):
         figures[f"shard {shard}"] = max(at for name, at in back_at.items()
