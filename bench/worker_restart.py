@@ -33,15 +33,15 @@ import time
 from pathlib import Path
 
 import redis
-import requests
 
 from bench.scratch import scratch_dir
+from bench.stack_cpu import process_cpu
 from clepsydra_core import naming
 from clepsydra_core.levels import DelayLevels
 from clepsydra_scheduler.ports import LeaseToken
 from tests.fixtures.stack import RunningStack, descendants, launch_stack, stop_stack
 from tools.parts import SCHEDULER_WORKER
-from tools.processes import wait_until
+from tools.processes import http_ok, wait_until
 
 POLL_S = 0.005
 
@@ -78,16 +78,8 @@ def worker_pid(stack: RunningStack) -> int | None:
 
 
 def cpu_s(pid: int) -> float:
-    """The process's CPU time so far (user + system, its threads included)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def healthy(url: str) -> bool:
-    try:
-        return requests.get(f"{url}/healthz", timeout=0.5).status_code == 200
-    except requests.RequestException:
-        return False
+    """The process's CPU seconds so far (user + system, its threads included)."""
+    return sum(process_cpu(pid) or (0.0, 0.0))
 
 
 def one_round(stack: RunningStack, client: redis.Redis,
@@ -109,7 +101,7 @@ def one_round(stack: RunningStack, client: redis.Redis,
         if now_ms > 120_000:
             raise TimeoutError(f"not every lease taken back in 2 min: {figures}")
         pid = worker_pid(stack)
-        if "back" not in figures and pid not in (None, victim) and healthy(url):
+        if "back" not in figures and pid not in (None, victim) and http_ok(f"{url}/healthz"):
             figures["back"] = now_ms
             new_pid, cpu_at_back = pid, cpu_s(pid)
         for name, inc in zip(names, incarnations(client, names), strict=True):

@@ -51,7 +51,8 @@ BROKER_TRANSPORT_OPTIONS = {"queue_order_strategy": "priority", "ack_emulation":
 :func:`level_queues` that has one (Kombu's "priority" order, not its round robin), so a
 restarted worker starts its runs the shortest delay first, every shard's together; and kombu
 keeps no copy of a task taken (its ack emulation): a task is acknowledged as it starts
-(``task_acks_late=False``), and a lost one is a keep-alive beat sends again."""
+(``task_acks_late=False``), and one lost with a dying worker is made up by beat's keep-alives
+(kombu would restore its copy only after its visibility timeout, an hour)."""
 
 
 def level_queues(settings: SchedulerSettings) -> list[str]:

@@ -71,17 +71,11 @@ def kick(app: Celery, runtime: SchedulerRuntime) -> None:
     cluster's membership cannot be read, shard 0's runs are sent naming no shard, as beat's
     keep-alives: each starts the other shards' runs that need one."""
     shards = runtime.shards
-    known = shards.refresh()
-    named = shards.ids() if known else [None]
+    runs = [{"shard": s} for s in shards.ids()] if shards.refresh() else [{}]
     expires_s = runtime.settings.keepalive_s
-    for shard in named:
-        app.send_task(TIMER_TASK_NAME, kwargs=_named(shard), queue=TIMER_QUEUE_NAME,
-                      expires=expires_s)
+    for kwargs in runs:
+        app.send_task(TIMER_TASK_NAME, kwargs=kwargs, queue=TIMER_QUEUE_NAME, expires=expires_s)
     for level in runtime.settings.levels.levels():
-        for shard in named:
-            app.send_task(TASK_NAME, args=(level,), kwargs=_named(shard),
+        for kwargs in runs:
+            app.send_task(TASK_NAME, args=(level,), kwargs=kwargs,
                           queue=schedule_queue_name(level), expires=expires_s)
-
-
-def _named(shard: int | None) -> dict[str, Any]:
-    return {} if shard is None else {"shard": shard}
