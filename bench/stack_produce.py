@@ -26,7 +26,9 @@ each round, runs one after the other for ``--seconds`` each:
 
 Each scenario prints messages a second and the cores' time by process in its window
 (``bench.stack_cpu``: the store's CPU a message, the client's, and the rest of the machine:
-what else ran). The table at the end gives the ratios per round. ``--set VAR=VALUE`` is given
+what else ran), and the store's requests by operation over the scenario (what else it answered
+beside the producers: the exporter's reads, the scheduler's pulls). The table at the end gives
+the ratios per round. ``--set VAR=VALUE`` is given
 to the stack and to this process (the SDK, the client processes): e.g. both spins off with
 ``--set CLEPSYDRA_STORE_POLLER_SPIN_US=0 --set CLEPSYDRA_CLIENT_SPIN_US=0``. ``--profile DIR``
 records the stack's Python processes with py-spy during ``raw1``, ``procs1``, ``procs4`` and
@@ -49,7 +51,7 @@ import redis
 
 from bench.raw_client import RawConnection, timed_loop
 from bench.scratch import scratch_dir
-from bench.stack_cpu import CpuWindow, Profiles, stack_processes
+from bench.stack_cpu import CpuWindow, Profiles, stack_processes, store_requests
 from tests.fixtures.stack import RunningStack, launch_stack, stop_stack
 
 TOPIC = "speed"
@@ -271,6 +273,7 @@ def run_round(stack: RunningStack, args: argparse.Namespace, only: list[str],
             pids = {n: pid for pid, n in stack_processes(stack).items()
                     if n not in ("redis", "supervisor")}
             profiles = Profiles(pids, args.seconds, profile_dir / f"r{round_no}-{name}").start()
+        calls0 = store_requests(stack.store_url)
         if name == "procs1" or name == "procs4":
             n, seconds = run_processes(stack.store_url, int(name[-1]), args.seconds,
                                        args.body, window)
@@ -290,6 +293,9 @@ def run_round(stack: RunningStack, args: argparse.Namespace, only: list[str],
                 raise SystemExit(f"unknown scenario {name!r}")
             window.stop()
         result = Result(name, n, seconds, window)
+        calls = store_requests(stack.store_url) - calls0
+        result.notes.append("store requests: " + ", ".join(
+            f"{op} {count:,}" for op, count in calls.most_common()))
         if name == "batch":
             result.notes += exporter_drain(stack)
         if profiles is not None:
